@@ -154,3 +154,12 @@ def test_a_token_followed_by_a_join_to_a_word_is_masked(kind: str, name: str) ->
     text = name.format(t=token)
     for out in (redact(text), mask_name(text)):
         assert not any(token[i:i + 12] in out for i in range(0, len(token) - 11, 6)), out
+
+
+def test_base64_wrapping_a_token_is_masked_after_a_slash() -> None:
+    """A path names it (a node's link, a file name): "/" is base64's own character, but
+    what decodes to a token from there on is one."""
+    wrapped = JOINABLE["wrapped_padded"]
+    for text in (f"digest/procedure/{wrapped}.md", f"see memory/{wrapped.rstrip('=')}/x"):
+        out = redact(text)
+        assert wrapped[:20] not in out and MASK in out, out

@@ -69,7 +69,8 @@ FORMAT_VERSION = 1
 # notescript.py; more vendors' tokens are masked alone or joined to a name, "basic"
 # before a compound word is not, nor are lowercase words joined into one right after a
 # credential word, "the token passing-scheme-for-rings"; a token whose alphabet holds
-# "-" is found with a "-" or "_" joining a word right after it, ``old_<secret>-2.md``); a
+# "-" is found with a "-" or "_" joining a word right after it, ``old_<secret>-2.md``, and
+# base64 wrapping a token right after a "/", ``digest/procedure/<base64>.md``); a
 # generation saved under other rules has its files chunked, masked and tokenized again after a load.
 # Raise it with any change of these rules (redact.py's included).
 CHUNKING = 21

@@ -390,10 +390,10 @@ def _b64_start(start: str) -> str:
 
 
 _WRAPPED = re.compile(
-    r"(?<![A-Za-z0-9+/])(?:" + "|".join(sorted({re.escape(_b64_start(w))
-                                                  for w in _WRAPPED_STARTS}))
+    r"(?<![A-Za-z0-9+])(?:" + "|".join(sorted({re.escape(_b64_start(w))
+                                                 for w in _WRAPPED_STARTS}))
     + r")[A-Za-z0-9+/\-_]{8,}(?:={1,2}(?![A-Za-z0-9+/=])|(?![A-Za-z0-9+/=\-_]))")
-_JOIN = re.compile(r"[-_]+")
+_JOIN = re.compile(r"[-_/]+")
 #: The lines that go on with base64 wrapped at a fixed width (``base64``'s 76 columns).
 _WRAPPED_LINES = re.compile(r"(?:\r?\n[ \t]*[A-Za-z0-9+/\-_]{16,}={0,2}(?![A-Za-z0-9+/=\-_]))*")
 
@@ -417,8 +417,9 @@ def _wrapped(text: str, pos: int, endpos: int) -> Iterable[Span]:
         if holds_a_secret("".join(text[m.start():end].split())):
             yield m.start(), end
             continue
-        # URL-safe base64 holds "-" and "_", and so do the words a file name joins to it
-        # ("<base64>--old.txt"): it may end at one of its last few.
+        # Base64 holds "/" (URL-safe: "-" and "_"), and so do a path going on after it
+        # and the words a file name joins to it ("<base64>/notes", "<base64>--old.txt"):
+        # it may end at one of its last few.
         joins = [j.start() for j in _JOIN.finditer(text, m.start(), m.end())][-4:]
         for cut in reversed(joins):
             if holds_a_secret(text[m.start():cut]):
