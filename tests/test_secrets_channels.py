@@ -13,9 +13,10 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
-from fakes.provider_server import FakeProvider
-from test_dream import AGENT, ScriptedModel, dream, write
+from fakes.provider_server import FakeProvider, Reply
+from test_dream import AGENT, ScriptedModel, dream, run_job, write
 from waits import wait_value
 
 RNG = random.Random(20261204)
@@ -172,3 +173,48 @@ def _vectors(d: Any) -> dict[str, Any]:
     ws = next(w for w in status["workspaces"] if w["agent_id"] == AGENT)
     vectors: dict[str, Any] = ws["index"]["vectors"]
     return vectors
+
+
+@pytest.mark.parametrize("status", [200, 400, 401])
+def test_a_chat_error_quoting_keys_shows_none_in_the_job(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path, status: int) -> None:
+    """Providers quote keys back in their errors ("Incorrect API key provided: ..."), some
+    with status 200 and no choices; a proxy may quote other tokens. The job's error, the
+    job list and the daemon's log show none of them, not even cut in part."""
+    root = tmp_path / "ws"
+    key = "sk-proj-" + _r(44)
+    write(root, "memory/2026-11-01/a.md", "# a\n\nThe cat is called Miso.\n")
+    quoted = [key, SECRETS["gitlab"], SECRETS["azure"], SECRETS["discord"], SECRETS["telegram"]]
+    # The cut of a quote (500 characters) falls inside the last token.
+    said = {"error": {"message": "x" * (480 - 120 * len(quoted[:-1])) + " ".join(
+        f"Incorrect API key provided: {s}." for s in quoted), "type": "invalid_request_error"}}
+    if status == 200:
+        fake.chat_default = lambda req: said
+    else:
+        fake.script(*[Reply(status=status, raw=orjson.dumps(said))] * 10)
+    d = daemon_factory(_config(root, fake, key))
+    job = run_job(d, "auto_dream")
+    assert job["state"] == "failed" and "Incorrect API key provided" in job["error"], job
+    shown = str([job, d.call("jobs.list", {"agent_id": AGENT}), _vectors(d)])
+    assert d.stop() == 0
+    for text in (shown, d.log_path.read_text()):
+        assert not [s[:16] for s in quoted if any(
+            s[i:i + 12] in text for i in range(len(s) - 11))], text
+
+
+def test_an_embedding_error_quoting_keys_shows_none_in_the_status(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    key = "sk-proj-" + _r(44)
+    write(root, "memory/2026-11-01/a.md", "# a\n\nThe cat is called Miso.\n")
+    quoted = [key, SECRETS["gitlab"], SECRETS["azure"], SECRETS["discord"]]
+    body = orjson.dumps({"error": {"message": " ".join(f"bad key {s}" for s in quoted)}})
+    fake.script(*[Reply(status=401, raw=body)] * 50)
+    d = daemon_factory(_config(root, fake, key))
+    vectors = wait_value(lambda: _vectors(d), lambda v: v["provider"]["last_error"],
+                         "the embedding error")
+    assert d.stop() == 0
+    for text in (str(vectors), d.log_path.read_text()):
+        assert "HTTP 401" in str(vectors)
+        assert not [s[:16] for s in quoted if any(
+            s[i:i + 12] in text for i in range(len(s) - 11))], text

@@ -36,6 +36,7 @@ from recalld.daemon.providers.errors import (
     ProviderConfigError,
     ProviderError,
     redact,
+    snippet,
 )
 from recalld.daemon.providers.retry import RetryPolicy, call_with_retry, check_response
 
@@ -200,8 +201,9 @@ def _part_text(part: object, index: int) -> str:
     return ""
 
 
-def parse_chat_response(body: bytes) -> ChatResult:
-    """Parse a chat.completion answer; malformed answers raise ProviderBadResponse."""
+def parse_chat_response(body: bytes, secret: str = "") -> ChatResult:
+    """Parse a chat.completion answer; malformed answers raise ProviderBadResponse
+    (``secret``, the key sent, is masked where the answer quotes it)."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -215,7 +217,8 @@ def parse_chat_response(body: bytes) -> ChatResult:
     if not isinstance(choices, list) or not choices:
         error = data.get("error")  # some servers answer an error with status 200
         if isinstance(error, dict) and isinstance(error.get("message"), str):
-            raise _bad(f"answer has no choices but an error: {error['message'][:500]}")
+            raise _bad("answer has no choices but an error: "
+                       + snippet(error["message"], 500, secret))
         raise _bad("answer has no choices")
     choice = choices[0]
     message = choice.get("message") if isinstance(choice, dict) else None
@@ -347,7 +350,7 @@ class ChatClient:
             result = await bridge.request("POST", url, headers=headers, json=body,
                                           timeout_s=timeout_s)
             check_response(result, self.policy, what=what, secret=self._api_key)
-            return parse_chat_response(result.body)
+            return parse_chat_response(result.body, self._api_key)
 
         try:
             answer = await call_with_retry(self.policy, attempt, rng=self._rng,

@@ -10,7 +10,8 @@ Library exceptions (aiohttp, OSError, asyncio timeouts) are translated into thes
 bridge; nothing above the bridge sees a foreign exception. The family knows nothing of the
 wire: ``recalld.daemon.errors`` maps every provider error to ``ProviderUnavailable`` where
 it reaches a client.
-Messages never contain API keys: bodies quoted from a provider are cut short and redacted.
+Messages never contain API keys: bodies quoted from a provider are redacted (the key sent
+and whatever the memory's redaction rules take for a credential), then cut short.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import re
 from typing import ClassVar
 
 from recalld.daemon.config_rules import URL_QUERY_SECRET
+from recalld.daemon.memory.redact import redact as redact_secrets
 from recalld.ipc.errors import RecalldError
 
 #: The message of the ProviderConfigError a workspace without a chat model gets.
@@ -35,21 +37,28 @@ _URL_PASSWORD = re.compile(r"(://[^:@/\s?#]*):[^@/\s?#]*@")
 def redact(text: str, *secrets: str) -> str:
     """``text`` with the given secrets, URL passwords, the values of URL query parameters
     named like a credential (as the settings show them) and anything that looks like an
-    API key masked."""
+    API key masked: a provider's answer may quote any token back (its own error about
+    one, a proxy's), so the memory's redaction rules apply too."""
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
     text = URL_QUERY_SECRET.sub(r"\1***", _URL_PASSWORD.sub(r"\1:***@", text))
-    return _SECRETISH.sub("***", text)
+    return redact_secrets(_SECRETISH.sub("***", text))
 
 
-def snippet(body: bytes, limit: int = 200, *secrets: str) -> str:
+#: How far past the cut of an excerpt it is redacted: a token that the cut would split
+#: is whole there, so no piece of it is shown.
+_PAST_THE_CUT = 1024
+
+
+def snippet(body: bytes | str, limit: int = 200, *secrets: str) -> str:
     """A short, printable, redacted excerpt of a provider's answer for error messages.
-    ``secrets`` (the key sent, which a provider may quote back) are masked before the cut,
-    so none shows even in part."""
-    extra = max((len(s.encode()) for s in secrets), default=0)
-    text = redact(body[:limit + extra].decode("utf-8", "replace"), *secrets)
-    return redact(text[:limit].replace("\n", " ")) + ("..." if len(body) > limit else "")
+    ``secrets`` (the key sent, which a provider may quote back) and every other token are
+    masked before the cut, so none shows even in part."""
+    extra = max((len(s.encode()) for s in secrets), default=0) + _PAST_THE_CUT
+    raw = body.encode() if isinstance(body, str) else body
+    text = redact(raw[:limit + extra].decode("utf-8", "replace"), *secrets)
+    return redact(text[:limit].replace("\n", " ")) + ("..." if len(raw) > limit else "")
 
 
 class ProviderError(RecalldError):
