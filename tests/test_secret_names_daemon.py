@@ -168,3 +168,26 @@ def test_a_resource_skipped_for_its_name_is_listed_masked(
         "resource/[REDACTED]/login.txt", "resource/deploy-[REDACTED].txt"}
     assert all("looks like a credential" in s["reason"] for s in shown["skipped"])
     assert _leaks(d.call("daemon.status")) == [] and _leaks(d.log()) == []
+
+
+def test_memory_list_shows_notes_named_by_a_credential_masked(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    """memory.list (and the MCP bridge's resources, which it lists) showed the token of
+    a note's name to the owner and to agents it shares with; it shows the path search
+    shows, by which the note is read."""
+    root = tmp_path / "ws"
+    (root / DAY).mkdir(parents=True)
+    (root / DAY / f"{GITHUB}.md").write_text("# deploy\nThe quokka deploy hook.\n")
+    (root / "memory" / JWT).mkdir()
+    (root / "memory" / JWT / "session.md").write_text("# jwt\nThe quokka login.\n")
+    (root / DAY / "plain.md").write_text("# plain\nThe pangolin rota.\n")
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\nshared_with = ["reader"]\n')
+    d.call("index.sync", {"agent_id": "w"})
+    for who in ({}, {"as_agent": "reader"}):
+        listed = d.call("memory.list", {"agent_id": "w", **who})
+        paths = [f["path"] for f in listed["files"]]
+        assert paths == [f"{DAY}/[REDACTED].md", f"{DAY}/plain.md",
+                         "memory/[REDACTED]/session.md"], paths
+        assert _leaks(listed) == []
+        read = d.call("memory.read", {"agent_id": "w", "path": paths[-1], **who})
+        assert "quokka login" in read["text"] and _leaks(read) == []

@@ -45,6 +45,7 @@ from recalld.daemon.memory.recall import (
     query_of,
 )
 from recalld.daemon.memory.redact import masked_in, redact, redact_async
+from recalld.daemon.memory.secret_names import mask_path
 from recalld.daemon.memory.selection import MAX_SELECT, select_topics
 from recalld.daemon.memory.turns import check_session_id
 from recalld.daemon.notetext import note_text
@@ -218,7 +219,8 @@ def _walk_markdown(root: Path, tops: list[str], prefix: str, limit: int) -> tupl
             st = entry.stat(follow_symlinks=False)
         except OSError:
             continue
-        files.append({"path": rel, "size": st.st_size, "mtime": st.st_mtime})
+        # A note named by a credential is listed as search shows it (and read so).
+        files.append({"path": mask_path(rel), "size": st.st_size, "mtime": st.st_mtime})
     return files, len(first) > limit
 
 
