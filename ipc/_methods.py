@@ -92,16 +92,18 @@ def workspace_close(agent_id: str, forget: bool = False) -> Call[WorkspaceClosed
 
 def read(
     agent_id: str, path: str, start_line: int | None = None, end_line: int | None = None,
-    as_agent: str | None = None,
+    as_agent: str | None = None, masked: bool = False,
 ) -> Call[ReadResult]:
     """``memory.read``: a workspace file, or lines ``start_line..end_line`` (1-based).
 
     ``as_agent`` names the reader when it is not the workspace's owner; the owner's
-    settings must allow it (:class:`~recalld.ipc.errors.NotAllowed` otherwise)."""
+    settings must allow it (:class:`~recalld.ipc.errors.NotAllowed` otherwise).
+    ``masked``: what looks like a secret masked, as search serves it (for text that goes
+    on to a model; another agent always reads so)."""
     return Call(
         "memory.read",
         _params(agent_id=agent_id, path=path, start_line=start_line, end_line=end_line,
-                as_agent=as_agent),
+                as_agent=as_agent, masked=masked or None),
         _answer(ReadResult),
     )
 

@@ -165,7 +165,7 @@ async def selected_files(client: AsyncClient, workspace: str, query: str, limit:
     left = budget_chars
     for entry in files or []:
         path = str(entry.get("path", ""))
-        read = await client.read(workspace, path)
+        read = await client.read(workspace, path, masked=True)  # it goes to the model
         text = str(read.get("text") or "").strip()
         label = f"[{path}:1-{read.get('end_line', 1)}]"
         room = left - len(label) - 1

@@ -221,7 +221,8 @@ class Bridge:
         owner = await self._ids.id_of(str(given)) if given else self.agent
         got = await self.client.read(
             owner, str(args.get("path", "")), start_line=args.get("start_line"),
-            end_line=args.get("end_line"), as_agent=self.agent if owner != self.agent else None)
+            end_line=args.get("end_line"), as_agent=self.agent if owner != self.agent else None,
+            masked=True)
         text = str(got.get("text", ""))
         if got.get("truncated"):  # said in the text too: the model may see nothing else
             text += (f"\n[truncated: lines {got.get('start_line')}-{got.get('end_line')} of "
@@ -264,7 +265,7 @@ class Bridge:
         parts: list[str] = []
         size, start = 0, 1
         while True:
-            got = await self.client.read(agent, path, start_line=start,
+            got = await self.client.read(agent, path, start_line=start, masked=True,
                                          as_agent=self.agent if agent != self.agent else None)
             text = str(got.get("text", ""))
             parts.append(text)

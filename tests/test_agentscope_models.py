@@ -208,6 +208,7 @@ def test_models_the_daemon_cannot_speak_to_are_refused_at_construction() -> None
     assert model_overrides() == {}
 
 
+KEY_BY_HAND = "glpat-" + "Qm4xT8vR2pL9sW6nK3jH"
 TOPIC = ("digest/ferry.md", "Ferry timetable", "when the ferry leaves", "reference",
          "The Marrowind ferry leaves pier 4 at 07:10 on weekdays.")
 
@@ -231,6 +232,9 @@ def test_select_injects_the_files_the_model_picks(daemon: DaemonHandle,
         try:
             await mw._ensure_open("sel")
             _write_topic(daemon, "sel")
+            # A key typed into the file by hand reaches the model masked.
+            with (daemon.data_dir / "workspaces" / "sel" / TOPIC[0]).open("a") as f:
+                f.write(f"The ferry app logs in with {KEY_BY_HAND}.\n")
             await _reply(mw, model, "what time should I set my alarm?")
         finally:
             await mw.close()
@@ -243,6 +247,7 @@ def test_select_injects_the_files_the_model_picks(daemon: DaemonHandle,
     sent = json.dumps(reply["messages"])
     # The picked file, labelled, though the query shares no word with it.
     assert f"[{TOPIC[0]}:1-" in sent and "pier 4 at 07:10" in sent
+    assert KEY_BY_HAND not in sent and "logs in with [REDACTED]" in sent, sent
     with Client(daemon.socket_path) as c:  # the search alone finds nothing for it
         assert not c.search("sel", "what time should I set my alarm?").results
 

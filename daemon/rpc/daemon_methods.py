@@ -205,6 +205,8 @@ async def memory_read(ctx: CallContext, params: JsonObject) -> ReadResult:
     end_line = p.integer("end_line", None, minimum=1)
     # Who asks, when it is not the workspace's owner (see recalld.daemon.sharing).
     as_agent = check_agent_id(p.text("as_agent", agent_id))
+    # The owner's agent asks for what goes on to a model: masked as search serves it.
+    masked = p.boolean("masked", False)
     p.done()
     if end_line is not None and end_line < start_line:
         raise InvalidParams("end_line must not be smaller than start_line")
@@ -224,7 +226,7 @@ async def memory_read(ctx: CallContext, params: JsonObject) -> ReadResult:
         )
     )
     text = got.text
-    if as_agent != agent_id:  # a note typed by hand, read by another: masked as search has it
+    if masked or as_agent != agent_id:  # a note typed by hand: masked as search has it
         from recalld.daemon.memory.redact import redact_async
 
         text = await redact_async(text, keep_lines=True, limiter=ctx.state.services.cpu)
