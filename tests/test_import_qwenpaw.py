@@ -95,9 +95,9 @@ def test_import_reports_what_was_found_and_reused(daemon: DaemonHandle,
         assert any(w["agent_id"] == "coder2" for w in answer)
     d2 = daemon.call("workspace.open", {"agent_id": "coder2", "path": str(ws),
                                         "import_report": True})["import"]["vectors"]
-    # Texts asked meanwhile by the backfill are no longer "to embed"; together they are
-    # the changed notes' chunks.
-    assert d2["reused_from_reme"] < len(stored)
+    # A line added to a note leaves ReMe's chunks of it as they were: every one is still
+    # reused, and only the added lines are to pay (or were, by the backfill meanwhile).
+    assert d2["reused_from_reme"] == len(stored)
     assert d2["estimated_provider_calls"] == math.ceil(d2["to_embed"] / 4)
 
 

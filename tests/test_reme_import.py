@@ -21,7 +21,7 @@ from waits import wait_for, wait_value
 
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.index import reme_import
-from recalld.daemon.index.reme_chunks import ReMeChunk, adopt_chunks
+from recalld.daemon.index.reme_chunks import ReMeChunk, adopt_chunks, still_says
 
 CONFIG = EmbeddingModelConfig(backend="openai", base_url="http://127.0.0.1:48231/v1",
                               model_name=MODEL, dimensions=DIMS)
@@ -75,15 +75,25 @@ def test_remes_boundaries_are_kept_only_while_the_note_matches(tmp_path: Path) -
     first = adopt_chunks(fm_note, (ws / fm_note).read_text("utf-8"), store.chunks[fm_note])
     assert first is not None and "description:" in first[0].index_text
     assert "description:" not in first[0].text
-    # An edit inside a chunk, a line added after the last one, a line removed: ReMe's
-    # chunks no longer say what the note says.
-    assert adopt_chunks(long_note, text.replace("sentence 3", "sentence three", 1),
-                        store.chunks[long_note]) is None
-    assert adopt_chunks(long_note, text + "\nA new line.\n", store.chunks[long_note]) is None
+    # An edit inside a chunk, a line added after the last one, a line removed: the
+    # chunks that still say what the note says are kept, the rest is recalld's.
+    reme = store.chunks[long_note]
+    assert [(c.start_line, c.end_line) for c in reme] == [(1, 56), (58, 64)]
+    assert still_says(long_note, text, reme)
+    edited = text.replace("sentence 3", "sentence three", 1)
+    got = adopt_chunks(long_note, edited, reme)
+    assert got is not None and not still_says(long_note, edited, reme)
+    assert [c.text for c in got if c.metadata.get("chunker")] == [reme[1].text]
+    assert all(c.end_line <= 56 for c in got if not c.metadata.get("chunker"))
+    assert "sentence three" in "".join(c.text for c in got)
+    got = adopt_chunks(long_note, text + "\nA new line.\n", reme)
+    assert got is not None and [c.text for c in got] == [c.text for c in reme] + ["A new line."]
+    assert not still_says(long_note, text + "\nA new line.\n", reme)
     lines = text.split("\n")
     heading = max(i for i, ln in enumerate(lines) if ln.startswith("## Section"))
-    assert adopt_chunks(long_note, "\n".join(lines[:heading] + lines[heading + 1:]),
-                        store.chunks[long_note]) is None
+    got = adopt_chunks(long_note, "\n".join(lines[:heading] + lines[heading + 1:]), reme)
+    assert got is not None and [c.text for c in got if c.metadata.get("chunker")] == [
+        reme[0].text]
     # Frontmatter ReMe leaves out though recalld cannot read its YAML (an anchor, a key
     # twice): ReMe's chunks still fit, and the block stays searchable as their heading.
     for old, new in (("description: notes", "description: &d notes"),
@@ -99,10 +109,11 @@ def test_remes_boundaries_are_kept_only_while_the_note_matches(tmp_path: Path) -
     note = (ws / rel).read_text("utf-8")
     for old, new in (("v2.3.1", "v23.1"), ("v2.3.1", "v2-3-1"), ("2026-06", "2026-0-6")):
         assert adopt_chunks(rel, note.replace(old, new), store.chunks[rel]) is None, new
-    # A blank line more before a chunk moves its lines: its range no longer fits.
-    blank = lines.index("")
-    assert adopt_chunks(long_note, "\n".join([*lines[:blank], "", *lines[blank:]]),
-                        store.chunks[long_note]) is None
+    # Lines added before a chunk move it: it is kept where its lines are now.
+    moved = [*lines[:56], "", "Two lines more.", *lines[56:]]
+    got = adopt_chunks(long_note, "\n".join(moved), reme)
+    assert got is not None and [(c.start_line, c.end_line, c.text) for c in got] == [
+        (1, 56, reme[0].text), (58, 58, "Two lines more."), (60, 66, reme[1].text)]
 
 
 def test_an_unsafe_or_odd_embedding_cache_is_refused(tmp_path: Path) -> None:

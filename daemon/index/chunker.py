@@ -31,6 +31,7 @@ import hashlib
 import itertools
 import re
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Final, Literal, TypedDict
 
@@ -205,8 +206,14 @@ class _Builder:
         return self._before[end + 1] - self._before[start] - 1
 
 
-def chunk_markdown(path: str, text: str, *, max_chars: int = DEFAULT_MAX_CHARS) -> list[Chunk]:
-    """Split one Markdown file into chunks (see the module docstring for the rules)."""
+def chunk_markdown(path: str, text: str, *, max_chars: int = DEFAULT_MAX_CHARS,
+                   skip: AbstractSet[int] = frozenset()) -> list[Chunk]:
+    """Split one Markdown file into chunks (see the module docstring for the rules).
+
+    ``skip``: 0-based lines chunked elsewhere (the stretches of a note that keep ReMe's
+    chunks, ``reme_chunks.py``). They count as blank lines, except that a heading among
+    them still names the sections after it. The frontmatter then joins the first chunk
+    only if that chunk starts the body; otherwise no chunk carries it."""
     if max_chars < 1:
         raise ValueError("max_chars must be positive")
     # A byte order mark (a Windows editor's) is no text: the first line may be a heading.
@@ -217,11 +224,12 @@ def chunk_markdown(path: str, text: str, *, max_chars: int = DEFAULT_MAX_CHARS) 
     builder = _Builder(path, lines, max_chars)
     fields, body_start = parse_frontmatter(text)
     first_body = next((i for i in range(body_start, len(lines)) if lines[i].strip()), -1)
-    if body_start > 0 and first_body >= 0:
+    joins = first_body not in skip
+    if body_start > 0 and first_body >= 0 and joins:
         # The block and the blank lines after it, plus the newline that joins them.
         builder.reserve = min(builder.size(0, first_body - 1) + 1, max_chars // 2)
-    _body(builder, lines, body_start)
-    if body_start > 0:
+    _body(builder, lines, body_start, skip)
+    if body_start > 0 and joins:
         scalars = {
             k: v for k, v in fields.items() if isinstance(v, str | int | float | bool | list)
         }
@@ -237,25 +245,38 @@ def chunk_markdown(path: str, text: str, *, max_chars: int = DEFAULT_MAX_CHARS) 
     return builder.chunks
 
 
-def _body(builder: _Builder, lines: list[str], body_start: int) -> None:
-    """Chunk the lines from ``body_start`` on: sections at headings, paragraphs at blanks."""
+def _body(builder: _Builder, lines: list[str], body_start: int,
+          skip: AbstractSet[int]) -> None:
+    """Chunk the lines from ``body_start`` on: sections at headings, paragraphs at blanks
+    (``skip``: lines that are blanks, or headings that open no paragraph)."""
     headings: list[str] = []
     levels: list[int] = []
     paragraphs: list[tuple[int, int]] = []
     para_start = -1
     fence = ""
+    skipping = False
     for i in range(body_start, len(lines)):
         line = lines[i]
+        if (i in skip) != skipping:
+            # A stretch chunked elsewhere ends any paragraph, and a code block left open
+            # on either side of its edge (kept stretches are whole blocks).
+            skipping = not skipping
+            fence = ""
+            if para_start >= 0:
+                paragraphs.append((para_start, i - 1))
+                para_start = -1
         if fence:
             if closes_fence(line, fence):
                 fence = ""
             continue
         fence = opens_fence(line)
         if fence:
-            if para_start < 0:
+            if para_start < 0 and not skipping:
                 para_start = i
             continue
         hm = _HEADING_RE.match(line)
+        if skipping and hm is None:
+            continue
         if hm is not None:
             if para_start >= 0:
                 paragraphs.append((para_start, i - 1))
@@ -268,7 +289,8 @@ def _body(builder: _Builder, lines: list[str], body_start: int) -> None:
                 headings.pop()
             levels.append(level)
             headings.append((hm.group(2) or "").strip())
-            para_start = i  # the heading opens the section's first paragraph
+            # The heading opens the section's first paragraph (unless chunked elsewhere).
+            para_start = -1 if skipping else i
             continue
         if not line.strip():
             if para_start >= 0:

@@ -197,7 +197,7 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
         text = redact_note(read)
     else:
         text = redact_note(read, len(decode_as(data, encoding, prefix=True)))
-    chunks = adopt_chunks(rel, text, reme) if reme else None
+    chunks = adopt_chunks(rel, text, reme, max_chars=max_chars) if reme else None
     return Prepared(
         path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size, digest=digest,
         chunks=chunk_markdown(rel, text, max_chars=max_chars) if chunks is None else chunks,

@@ -12,10 +12,11 @@ worker processes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from recalld.daemon.index.chunker import Chunk, ChunkMeta
+from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS, Chunk, ChunkMeta, chunk_markdown
 from recalld.daemon.index.frontmatter import parse_frontmatter
 
 
@@ -58,49 +59,116 @@ def _reme_block_end(lines: Sequence[str]) -> int:
     return next((i + 1 for i in range(1, len(lines)) if lines[i].strip() == "---"), 0)
 
 
-def adopt_chunks(path: str, text: str, reme: Sequence[ReMeChunk]) -> list[Chunk] | None:
-    """ReMe's chunks of ``path`` as recalld chunks, if the note still says what they say.
+def adopt_chunks(path: str, text: str, reme: Sequence[ReMeChunk], *,
+                 max_chars: int = DEFAULT_MAX_CHARS) -> list[Chunk] | None:
+    """The note's chunks, ReMe's wherever the note still says what they say.
 
-    The note matches when every group of chunks over one line range starts and ends on a
-    line with text and contains the letters and digits of its lines in order (with the
-    punctuation inside their numbers), and every
-    line of the body with a letter or digit lies in some range. Frontmatter (which ReMe
-    does not index, also when its YAML does not read) is kept searchable by making its
-    lines the first chunk's heading,
-    which the keyword index reads and the embedding does not. None: the note changed
-    since ReMe chunked it.
+    ReMe's chunks over one line range (a group) are kept where the note holds their lines:
+    at their range, or moved by the lines added or removed before them, the lines of the
+    range (starting and ending on a line with text, after the frontmatter) have their
+    letters and digits, with the punctuation inside their numbers, in order in the chunk
+    text. The rest of the body (what was edited, added, or never in a ReMe chunk) is
+    chunked by :func:`chunk_markdown`, so an edit costs the embedding of the stretch it
+    touched, not of the note. Frontmatter (which ReMe does not index, also when its YAML
+    does not read) stays searchable: as part of recalld's first chunk when the body
+    starts with one, otherwise as the first kept chunk's heading, which the keyword index
+    reads and the embedding does not. None: no chunk of ReMe's fits any more.
     """
     if not reme:
         return None
     lines = [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")]
     fields, body_start = parse_frontmatter(text)
-    if not body_start:
-        body_start = _reme_block_end(lines)
+    # A block recalld's reader cannot take (ReMe's can) is frontmatter here all the same.
+    unread = 0 if body_start else _reme_block_end(lines)
+    body_start = body_start or unread
     groups: dict[tuple[int, int], list[ReMeChunk]] = {}
     for c in reme:
-        if (c.start_line <= body_start or c.end_line > len(lines)
-                or not lines[c.start_line - 1].strip() or not lines[c.end_line - 1].strip()):
-            return None
         groups.setdefault((c.start_line, c.end_line), []).append(c)
-    covered = [False] * len(lines)
-    for (start, end), group in groups.items():
-        span = _alnum("\n".join(lines[start - 1:end]))
-        if span not in _alnum("\n".join(c.text for c in group)):
-            return None
-        for i in range(start - 1, end):
-            covered[i] = True
-    if any(not covered[i] and _alnum(lines[i]) for i in range(body_start, len(lines))):
+    anchors: dict[str, list[int]] = {}
+    for i in range(body_start, len(lines)):
+        if key := _alnum(lines[i]):
+            anchors.setdefault(key, []).append(i)
+    kept: list[tuple[int, list[ReMeChunk]]] = []  # (0-based first line, group)
+    free_from, shift = body_start, 0
+    for (start, end), group in sorted(groups.items()):
+        size = end - start + 1
+        joined = _alnum("\n".join(c.text for c in group))
+        at = _place(lines, free_from, size, joined, _lead(group[0].text), start - 1,
+                    (start - 1 + shift, *_anchored(group, anchors, size)))
+        if at is not None:
+            kept.append((at, group))
+            free_from, shift = at + size, at - (start - 1)
+    if not kept:
         return None
-    head = "\n".join(lines[:body_start]) if body_start else ""
+    skip = {i for at, group in kept
+            for i in range(at, at + group[0].end_line - group[0].start_line + 1)}
+    skip.update(range(unread))
+    own = [c for c in chunk_markdown(path, text, max_chars=max_chars, skip=skip)
+           if any(ch.isalnum() for ch in c.text)]
+    head = "\n".join(lines[:body_start])
+    if own and own[0].start_line == 1 and not unread:
+        head = ""  # recalld's first chunk holds the frontmatter
     scalars = {k: v for k, v in fields.items() if isinstance(v, str | int | float | bool | list)}
-    out: list[Chunk] = []
-    for i, c in enumerate(reme):
-        meta: ChunkMeta = {"chunker": "reme"}
-        if i == 0 and head:
-            meta["frontmatter"] = scalars
-        out.append(Chunk(path, c.start_line, c.end_line, c.text, head if i == 0 else "",
-                         meta))
+    out = list(own)
+    for n, (at, group) in enumerate(kept):
+        for i, c in enumerate(group):
+            first = n == 0 and i == 0 and bool(head)
+            meta: ChunkMeta = {"chunker": "reme"}
+            if first:
+                meta["frontmatter"] = scalars
+            out.append(Chunk(path, at + 1, at + 1 + c.end_line - c.start_line, c.text,
+                             head if first else "", meta))
+    out.sort(key=lambda c: c.start_line)
     return out
 
 
-__all__ = ["ReMeChunk", "adopt_chunks"]
+def still_says(path: str, text: str, reme: Sequence[ReMeChunk]) -> bool:
+    """Whether the note still says what every chunk of ReMe's says, on the lines ReMe
+    recorded, and nothing more: it is as ReMe read it."""
+    got = adopt_chunks(path, text, reme)
+    return got is not None and sorted((c.start_line, c.end_line) for c in got) == sorted(
+        (c.start_line, c.end_line) for c in reme)
+
+
+def _anchored(group: Sequence[ReMeChunk], anchors: Mapping[str, list[int]],
+              size: int) -> list[int]:
+    """Where the group's range would start if its last line with text is one of the
+    note's lines that say the same (a range moved by lines added or removed before it)."""
+    last = next((k for ln in reversed(group[-1].text.split("\n")) if (k := _alnum(ln))), "")
+    return [i - size + 1 for i in anchors.get(last, ())]
+
+
+#: What ReMe puts before a chunk's own lines: its ancestors' headings, a ``[Part X/N]``
+#: marker, a split table's header rows.
+_LEAD = re.compile(r"^\s*(?:#|\[Part \d+/\d+\]|\||$)")
+
+
+def _lead(text: str) -> frozenset[str]:
+    """What may precede a chunk's own lines in its text (letters and digits): nothing, or
+    any run of its first lines that are headings, part markers or table rows."""
+    out = {""}
+    seen = ""
+    for line in text.split("\n"):
+        if not _LEAD.match(line):
+            break
+        seen += _alnum(line)
+        out.add(seen)
+    return frozenset(out)
+
+
+def _place(lines: Sequence[str], free_from: int, size: int, joined: str,
+           lead: frozenset[str], recorded: int, candidates: Sequence[int]) -> int | None:
+    """The first of ``candidates`` (then ``recorded``) where ``size`` lines from
+    ``free_from`` on say all that ``joined`` (a group's letters and digits) says after
+    one of ``lead``: a word cut at either end of the range is an edit too."""
+    for at in (*candidates, recorded):
+        if (at < free_from or at + size > len(lines)
+                or not lines[at].strip() or not lines[at + size - 1].strip()):
+            continue
+        span = _alnum("\n".join(lines[at:at + size]))
+        if joined.endswith(span) and joined[:len(joined) - len(span)] in lead:
+            return at
+    return None
+
+
+__all__ = ["ReMeChunk", "adopt_chunks", "still_says"]

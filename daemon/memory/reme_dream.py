@@ -10,7 +10,7 @@ changed since, it is dreamed like any new note. A copy that did not keep file ti
 -r, a download, a checkout) gives every note a new time: then ReMe's index vouches for
 the text instead, when its file graph records the note at the time the dream recorded
 (ReMe indexed the version its dream read) and its chunk store's chunks of the note still
-say what the note says (``reme_chunks.adopt_chunks``). That holds for a note recalld's catalog
+say what the note says (``reme_chunks.still_says``). That holds for a note recalld's catalog
 already has under an older text too (edited while QwenPaw served the workspace, then
 consolidated by ReMe's dream): the workspace may go back and forth. ReMe's file is only
 read, never written. Blocking: call from worker threads.
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Final
 
 from recalld.daemon.index import reme_import
-from recalld.daemon.index.reme_chunks import ReMeChunk, adopt_chunks
+from recalld.daemon.index.reme_chunks import ReMeChunk, still_says
 from recalld.daemon.memory.fileops import read_confined
 from recalld.daemon.store.errors import StorageError
 from recalld.daemon.store.records import read_foreign_records
@@ -119,7 +119,7 @@ class _ReMeIndex:
         if self._times is None:
             self._times = self._load()
         return (self._times.get(rel) == float(dreamed_at)
-                and adopt_chunks(rel, text, self._chunks.get(rel, [])) is not None)
+                and still_says(rel, text, self._chunks.get(rel, [])))
 
     def _load(self) -> dict[str, float]:
         times: dict[str, float] = {}

@@ -1,0 +1,114 @@
+"""An edit of a note ReMe chunked costs the embedding of what it touched, not of the note."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import zstandard
+from fakes.provider_server import FakeProvider, fake_vector
+from reme_fixture_util import passage_texts
+from waits import wait_for, wait_value
+
+from recalld.daemon.index.embedcache import encode_f16
+from recalld.daemon.index.reme_chunks import ReMeChunk, adopt_chunks
+
+DIMS = 16
+TITLE = "# Trip planning 2026"
+
+
+def trip_note(legs: int) -> tuple[str, list[ReMeChunk]]:
+    """A long note and the chunks ReMe 0.4.2 makes of it (10 KB chunks of two sections,
+    each after the title as its breadcrumb), as its markdown chunker writes them."""
+    lines = [TITLE, "", "Overview of the plans for the year.", ""]
+    starts = []
+    for k in range(legs):
+        starts.append(len(lines))
+        lines += [f"## Leg {k}", ""]
+        for p in range(4):
+            lines += [" ".join(f"Leg {k} paragraph {p} sentence {s} about the route through "
+                               f"town {k} and the hotel {s}." for s in range(12)), ""]
+        lines += [f"- stop {k}a: museum", f"- stop {k}b: lunch at noon", ""]
+    starts.append(len(lines))
+    chunks = []
+    for k in range(0, legs, 2):
+        first = 0 if k == 0 else starts[k]
+        last = starts[k + 2] - 2
+        body = "\n".join(lines[first:last + 1])
+        chunks.append(ReMeChunk(first + 1, last + 1, body if k == 0 else f"{TITLE}\n\n{body}"))
+    return "\n".join(lines), chunks
+
+
+def write_reme_store(ws: Path, rel: str, chunks: list[ReMeChunk]) -> None:
+    """ReMe's chunk store of one note, each chunk with the vector the fake makes of it."""
+    store = ws / "mem_metadata" / "file_store" / "file_chunks_default_v1.jsonl.zst"
+    store.parent.mkdir(parents=True)
+    lines = b"".join(orjson.dumps({
+        "id": f"{i:064x}", "path": rel, "start_line": c.start_line, "end_line": c.end_line,
+        "text": c.text, "metadata": {}, "scores": {},
+        "_embedding_f16_b64": encode_f16(fake_vector(c.text, DIMS))}) + b"\n"
+        for i, c in enumerate(chunks))
+    store.write_bytes(zstandard.ZstdCompressor().compress(lines))
+
+
+def vectors(d: Any) -> dict[str, Any]:
+    ws = next(w for w in d.call("daemon.status")["workspaces"] if w["agent_id"] == "w")
+    out: dict[str, Any] = ws["index"]["vectors"]
+    return out
+
+
+def test_an_edited_sentence_costs_only_its_stretch(daemon_factory: Any, tmp_path: Path) -> None:
+    rel = "memory/2026-07-02/trip.md"
+    text, reme = trip_note(20)
+    assert len(reme) == 10
+    ws = tmp_path / "ws"
+    (ws / rel).parent.mkdir(parents=True)
+    (ws / rel).write_text(text, "utf-8")
+    write_reme_store(ws, rel, reme)
+    with FakeProvider(dims=DIMS) as fake:
+        d = daemon_factory(
+            f'[workspaces.w]\npath = "{ws}"\nembedding_model_config = {{backend = "openai", '
+            f'base_url = "{fake.url}/v1", api_key = "k", model_name = "m", '
+            f'dimensions = {DIMS}}}\n[daemon]\npersist_delay_s = 0.05\n')
+        d.call("index.sync", {"agent_id": "w"})
+        wait_value(lambda: vectors(d), lambda st: st["total"] == 10 and st["coverage"] == 1.0,
+                   "ReMe's ten vectors")
+        assert passage_texts(fake) == []
+        edited = text.replace("Leg 7 paragraph 2 sentence 5 about the route",
+                              "Leg 7 paragraph 2 sentence 5 about the detour", 1)
+        (ws / rel).write_text(edited, "utf-8")
+        d.call("index.sync", {"agent_id": "w"})
+        wait_for(lambda: passage_texts(fake), "the edit's passages")
+        st = wait_value(lambda: vectors(d), lambda st: st["coverage"] == 1.0
+                        and st["state"] in ("idle", "waiting"), "every vector")
+        # Only the stretch of the chunk the edit fell in (legs 6 and 7) is chunked anew
+        # and embedded; the other nine chunks keep ReMe's text and vector.
+        sent = passage_texts(fake)
+        assert sent and len(set(sent)) == len(sent)
+        assert all("Leg 6" in t or "Leg 7" in t for t in sent)
+        got = adopt_chunks(rel, edited, reme)
+        assert got is not None
+        own = [c.text for c in got if not c.metadata.get("chunker")]
+        assert len(got) - len(own) == 9
+        assert all("Leg 6" in t or "Leg 7" in t for t in own)
+        assert st["total"] == len(got)
+        res = d.call("memory.search", {"agent_id": "w", "query": "detour"})
+        assert res["results"][0]["path"] == rel
+        assert "detour" in res["results"][0]["text"]
+        assert d.stop() == 0
+
+
+def test_words_cut_at_either_end_of_a_chunk_are_an_edit() -> None:
+    text, reme = trip_note(4)
+    lines = text.split("\n")
+    second = reme[1]
+    first, last = second.start_line - 1, second.end_line - 1
+    assert (lines[first], lines[last]) == ("## Leg 2", "- stop 3b: lunch at noon")
+    for i, cut in ((last, "- stop 3b: lunch"), (first, "## 2")):
+        edited = "\n".join([*lines[:i], cut, *lines[i + 1:]])
+        got = adopt_chunks("trip.md", edited, reme)
+        # ReMe's text of that chunk says what the note no longer does: it is not kept.
+        assert got is not None and second.text not in [c.text for c in got], cut
+        assert reme[0].text in [c.text for c in got]
+        assert cut in "\n".join(c.text for c in got)
