@@ -195,15 +195,36 @@ def test_vectors_of_another_space_are_not_reused(daemon_factory: Any, tmp_path: 
         assert d.stop() == 0
 
 
-@pytest.mark.parametrize("backend", ["openai", "ollama"])
-def test_remes_space_id_uses_its_default_endpoints(backend: str) -> None:
-    explicit = {"openai": "https://api.openai.com/v1", "ollama": "http://127.0.0.1:11434"}
-    a = EmbeddingModelConfig(backend=backend, model_name="m", dimensions=8)
-    b = EmbeddingModelConfig(backend=backend, model_name="m", dimensions=8,
-                             base_url=explicit[backend] + "/")
-    assert reme_import.space_id(a) == reme_import.space_id(b)
-    assert reme_import.space_id(a) != reme_import.space_id(
-        EmbeddingModelConfig(backend=backend, model_name="m", dimensions=16))
+# Ids the real ReMe 0.4.2 gives the spaces QwenPaw configures (its ``as_embedding``
+# component: backend, model, dimensions, and a credential holding ``base_url`` / ``host``
+# only when the user named one), computed by ReMe's wrappers, configured or with the
+# model QwenPaw injects alike.
+REME_SPACES = [
+    ("openai", "text-embedding-v4", 1024, "", "9fb062aba396"),
+    ("dashscope", "text-embedding-v4", 1024, "", "0a3b232e653e"),
+    ("dashscope_multimodal", "mm", 1024, "", "cbd50eef55f7"),
+    ("gemini", "g", 768, "", "71bd1518de7b"),
+    ("ollama", "nomic", 768, "", "f1b2f269b344"),
+    ("ollama", "nomic", 768, "http://gpu:11434/", "ae590daaa625"),
+    ("openai", "m", 64, "http://127.0.0.1:48231/v1/", "9d0159606787"),
+]
+
+
+@pytest.mark.parametrize(("backend", "model", "dims", "base_url", "expected"), REME_SPACES)
+def test_remes_space_id_for_each_qwenpaw_setup(backend: str, model: str, dims: int,
+                                               base_url: str, expected: str) -> None:
+    config = EmbeddingModelConfig(backend=backend, model_name=model, dimensions=dims,
+                                  base_url=base_url)
+    assert reme_import.space_id(config) == expected
+    if not base_url:
+        # Naming the endpoint recalld calls when none is named is the same service.
+        from recalld.daemon.providers.embedding_formats import DEFAULT_BASE_URLS
+
+        named = EmbeddingModelConfig(backend=backend, model_name=model, dimensions=dims,
+                                     base_url=DEFAULT_BASE_URLS[backend] + "/")
+        assert reme_import.space_id(named) == expected
+    assert reme_import.space_id(EmbeddingModelConfig(
+        backend=backend, model_name=model, dimensions=dims + 1, base_url=base_url)) != expected
 
 
 REME_VENV = Path(__file__).resolve().parents[1] / "bench-results" / ".reme-venv" / "bin" / "python"

@@ -47,6 +47,7 @@ from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.index.embedcache import decode_f16
 from recalld.daemon.index.reme_chunks import ReMeChunk
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.providers.embedding_formats import DEFAULT_BASE_URLS
 from recalld.daemon.store.errors import StorageError
 from recalld.daemon.store.records import ZSTD_MAGIC, read_foreign_records
 
@@ -54,9 +55,18 @@ log = logging.getLogger(__name__)
 
 CHUNK_STORE: Final = "file_store/file_chunks_default_v1.jsonl.zst"
 EMBEDDING_DIR: Final = "embedding_store"
-# The endpoints ReMe assumes when a config names none (its provider defaults).
-_DEFAULT_ENDPOINTS: Final = {"openai": "https://api.openai.com/v1",
-                             "ollama": "http://127.0.0.1:11434"}
+# The endpoint ReMe 0.4.2 records in a vector space when its config names none (what
+# QwenPaw writes for an empty ``base_url``), by backend: its wrapper's default, or the
+# default of the AgentScope credential (DashScope's OpenAI-compatible URL; Gemini's
+# credential has no endpoint at all). ReMe prefers OPENAI_BASE_URL / OLLAMA_HOST when
+# set; recalld's provider does not read them, so its vectors come from these.
+_REME_ENDPOINTS: Final = {
+    "openai": "https://api.openai.com/v1",
+    "ollama": "http://127.0.0.1:11434",
+    "dashscope": "https://dashscope.aliyuncs.com/compatible-mode/v1",
+    "dashscope_multimodal": "https://dashscope.aliyuncs.com/compatible-mode/v1",
+    "gemini": "",
+}
 _NPZ_NAME: Final = re.compile(r"^(?P<name>.+)_(?P<version>v\d+)_(?P<space>[0-9a-f]{12})\.npz$")
 # An archive bigger than this is not an embedding cache of a workspace (1 GB: ~500k
 # vectors of 1,024 dimensions).
@@ -201,8 +211,11 @@ def remove_own_mirrors(metadata_dir: Path) -> list[str]:
 
 def space_id(config: EmbeddingModelConfig) -> str:
     """The id ReMe gives the vector space of ``config`` (its cache file name): a digest of
-    backend, model, dimensions and endpoint."""
-    endpoint = config.base_url.rstrip("/") or _DEFAULT_ENDPOINTS.get(config.backend, "")
+    backend, model, dimensions and endpoint. No endpoint, or the one recalld calls when
+    none is named, is the one ReMe records for none: the same service."""
+    endpoint = config.base_url.strip().rstrip("/")
+    if config.backend in _REME_ENDPOINTS and endpoint in ("", DEFAULT_BASE_URLS[config.backend]):
+        endpoint = _REME_ENDPOINTS[config.backend]
     parts = (config.backend, config.model_name, str(config.dimensions), endpoint)
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:12]
 
