@@ -40,16 +40,26 @@ def trip_note(legs: int) -> tuple[str, list[ReMeChunk]]:
     return "\n".join(lines), chunks
 
 
-def write_reme_store(ws: Path, rel: str, chunks: list[ReMeChunk]) -> None:
-    """ReMe's chunk store of one note, each chunk with the vector the fake makes of it."""
+def write_reme_store(ws: Path, rel: str, chunks: list[ReMeChunk],
+                     more: dict[str, list[ReMeChunk]] | None = None) -> None:
+    """ReMe's chunk store of a note (and ``more``), each chunk with the fake's vector."""
     store = ws / "mem_metadata" / "file_store" / "file_chunks_default_v1.jsonl.zst"
     store.parent.mkdir(parents=True)
     lines = b"".join(orjson.dumps({
         "id": f"{i:064x}", "path": rel, "start_line": c.start_line, "end_line": c.end_line,
         "text": c.text, "metadata": {}, "scores": {},
         "_embedding_f16_b64": encode_f16(fake_vector(c.text, DIMS))}) + b"\n"
-        for i, c in enumerate(chunks))
+        for i, (rel, c) in enumerate(
+            [(rel, c) for c in chunks]
+            + [(r, c) for r, cs in (more or {}).items() for c in cs]))
     store.write_bytes(zstandard.ZstdCompressor().compress(lines))
+
+
+def open_daemon(daemon_factory: Any, ws: Path, fake: FakeProvider) -> Any:
+    return daemon_factory(
+        f'[workspaces.w]\npath = "{ws}"\nembedding_model_config = {{backend = "openai", '
+        f'base_url = "{fake.url}/v1", api_key = "k", model_name = "m", '
+        f'dimensions = {DIMS}}}\n[daemon]\npersist_delay_s = 0.05\n')
 
 
 def vectors(d: Any) -> dict[str, Any]:
@@ -67,10 +77,7 @@ def test_an_edited_sentence_costs_only_its_stretch(daemon_factory: Any, tmp_path
     (ws / rel).write_text(text, "utf-8")
     write_reme_store(ws, rel, reme)
     with FakeProvider(dims=DIMS) as fake:
-        d = daemon_factory(
-            f'[workspaces.w]\npath = "{ws}"\nembedding_model_config = {{backend = "openai", '
-            f'base_url = "{fake.url}/v1", api_key = "k", model_name = "m", '
-            f'dimensions = {DIMS}}}\n[daemon]\npersist_delay_s = 0.05\n')
+        d = open_daemon(daemon_factory, ws, fake)
         d.call("index.sync", {"agent_id": "w"})
         wait_value(lambda: vectors(d), lambda st: st["total"] == 10 and st["coverage"] == 1.0,
                    "ReMe's ten vectors")
@@ -112,3 +119,33 @@ def test_words_cut_at_either_end_of_a_chunk_are_an_edit() -> None:
         assert got is not None and second.text not in [c.text for c in got], cut
         assert reme[0].text in [c.text for c in got]
         assert cut in "\n".join(c.text for c in got)
+
+
+def test_a_chunk_longer_than_remes_vector_covers_is_chunked_anew(daemon_factory: Any,
+                                                                 tmp_path: Path) -> None:
+    # A pasted one-line note: ReMe keeps it as one chunk, and its vector covers the
+    # first 8,192 characters only (max_input_length); a fact past them had no vector.
+    big, small = "memory/2026-07-03/dump.md", "memory/2026-07-03/small.md"
+    line = " ".join(f"record {i} of the export lists the shipment to depot {i}."
+                    for i in range(400))
+    text, reme = trip_note(4)
+    ws = tmp_path / "ws"
+    (ws / big).parent.mkdir(parents=True)
+    (ws / big).write_text(line + "\n", "utf-8")
+    (ws / small).write_text(text, "utf-8")
+    assert len(line) > 2 * 8192
+    write_reme_store(ws, small, reme, {big: [ReMeChunk(1, 1, line)]})
+    with FakeProvider(dims=DIMS) as fake:
+        d = open_daemon(daemon_factory, ws, fake)
+        d.call("index.sync", {"agent_id": "w"})
+        wait_for(lambda: passage_texts(fake), "the long note's passages")
+        st = wait_value(lambda: vectors(d), lambda st: st["coverage"] == 1.0
+                        and st["state"] in ("idle", "waiting"), "every vector")
+        sent = passage_texts(fake)
+        # The long line is recalld's chunks now, every part of it embedded; the other
+        # note keeps ReMe's chunks and vectors.
+        assert st["total"] > len(reme) + 1
+        assert all("record" in t for t in sent)
+        assert "depot 399." in " ".join(sent)
+        assert not any(c.text in sent for c in reme)
+        assert d.stop() == 0

@@ -227,6 +227,12 @@ def text_key(text: str, max_input_length: int) -> str:
     return hashlib.sha256(_cut(text, max_input_length).encode()).hexdigest()
 
 
+def mostly_embedded(text: str, max_input_length: int) -> bool:
+    """Whether ReMe's vector of ``text`` covers at least half of it (ReMe cuts what it
+    sends to ``max_input_length``, see :func:`text_key`)."""
+    return 2 * len(_cut(text, max_input_length)) >= len(text)
+
+
 def _cut(text: str, limit: int) -> str:
     limit = max(0, limit)
     if text.isascii():
@@ -392,5 +398,6 @@ def _same(vec: F32, row: F16) -> bool:
 
 
 __all__ = ["CHUNK_STORE", "OWN_MIRRORS", "ReMeChunk", "ReMeEmbeddings", "ReMeStore",
-           "first_record", "load_npz", "other_chunk_stores", "read_embeddings", "read_store",
+           "first_record", "load_npz", "mostly_embedded", "other_chunk_stores",
+           "read_embeddings", "read_store",
            "remove_own_mirrors", "seed_key", "space_id", "stored_vectors", "text_key"]

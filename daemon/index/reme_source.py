@@ -72,9 +72,14 @@ def _identity(path: Path) -> list[int] | None:
 class ReMeSource:
     """ReMe's chunk store of one workspace: its summary, boundaries and vectors."""
 
-    def __init__(self, metadata_dir: Path, agent_id: str) -> None:
+    def __init__(self, metadata_dir: Path, agent_id: str, *,
+                 max_input_length: int = 8192) -> None:
         self.metadata_dir = metadata_dir
         self.agent_id = agent_id
+        #: ReMe's character budget of one embedding input: a chunk of more than twice
+        #: that is not kept (its vector covers only its head;
+        #: docs/adr/0015-reme-chunk-boundaries.md).
+        self.max_input_length = max_input_length
         self._path = metadata_dir / reme_import.CHUNK_STORE
         self._seen_path = metadata_dir / SEEN
         #: What the store held (None: there is none), as the import report gives it.
@@ -133,7 +138,8 @@ class ReMeSource:
     async def boundaries(self, paths: Iterable[str], limiter: trio.CapacityLimiter,
                          ) -> dict[str, list[ReMeChunk]]:
         """ReMe's chunks of those of ``paths`` it has chunked (the store is read the
-        first time one of them is asked for)."""
+        first time one of them is asked for), but for those its vector covers less than
+        half of: their lines are chunked by recalld."""
         wanted = [p for p in paths if p in self.paths]
         if not wanted:
             return {}
@@ -141,7 +147,9 @@ class ReMeSource:
             async with self._loading:  # one read, not one per batch waiting for it
                 await trio.to_thread.run_sync(self._read_boundaries, limiter=limiter)
         got = self._boundaries or {}
-        return {p: got[p] for p in wanted if p in got}
+        budget = self.max_input_length
+        return {p: [c for c in got[p] if reme_import.mostly_embedded(c.text, budget)]
+                for p in wanted if p in got}
 
     def _read_boundaries(self) -> None:
         with self._lock:
