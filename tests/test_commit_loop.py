@@ -3,10 +3,16 @@ was made while it waited for changes: edits after one are saved without a stop."
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
+import pytest
 import trio
+from hooks import run_first
 from test_saved_delta import _committed, _index, _note
+from waits import until
+
+from recalld.daemon.index import persist
 
 
 async def test_edits_after_an_explicit_compaction_are_committed(tmp_path: Path) -> None:
@@ -26,4 +32,37 @@ async def test_edits_after_an_explicit_compaction_are_committed(tmp_path: Path) 
             await index.sync()
             assert index.status()["uncommitted_changes"] > 0
             await _committed(index, f"the commit of edit {round_} after the compaction", 30)
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_changes_of_a_commit_under_way_are_uncommitted_until_it_is_saved(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A commit took the changes it saves from the count at its snapshot: while its files
+    # were being written, status said nothing was uncommitted, and a waiter (a backup,
+    # index.verify, a client) saw the last generation as all there was.
+    root = tmp_path / "ws"
+    for i in range(3):
+        _note(root, i, "first words")
+    saving, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        saving.set()
+        release.wait(120)
+
+    run_first(monkeypatch, persist.IndexStore, "save", hold)
+    index = _index(tmp_path, root)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)
+        try:  # the held save is let go before the index stops (its last commit waits)
+            await index.sync()
+            await until(saving.is_set, "the first commit saving")
+            assert index.last_commit is None
+            assert index.status()["uncommitted_changes"] == 3
+            _note(root, 3, "later words")  # applied while the first is saved
+            await index.sync()
+            assert index.status()["uncommitted_changes"] == 4
+        finally:
+            release.set()
+        await _committed(index, "every change saved", 30)
+        assert index.last_commit is not None and index.last_commit["files"] == 4
         nursery.cancel_scope.cancel()

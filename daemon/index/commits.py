@@ -112,7 +112,9 @@ class Committer:
         self._agent_id = agent_id
         self._commit_lock = trio.Lock()
         self.dirty = trio.Event()
-        self.changes = 0  # applied changes not yet committed
+        self.changes = 0  # applied changes not yet taken by a commit
+        #: The changes the commit under way took: not on disk before its save ends.
+        self.saving = 0
         self.reload = False
         self.checked = trio.Event()
         self.last_commit: CommitRecord | None = None
@@ -125,6 +127,12 @@ class Committer:
         self._live_checked: IndexState | None = None  # the state ``live_damage`` is about
         #: When the persist loop's commit that waits to start fell due (None: none waits).
         self._due: float | None = None
+
+    @property
+    def unsaved(self) -> int:
+        """Applied changes not yet on disk: those no commit took yet, and those of the
+        commit under way (status says "uncommitted" of both)."""
+        return self.changes + self.saving
 
     def mark_dirty(self) -> None:
         self.dirty.set()
@@ -210,23 +218,29 @@ class Committer:
             waited = time.monotonic() - due
             if due == self._due:
                 self._due = None  # started: no longer waiting
-            async with self._access.lock:
-                stale, self.dirty = self.dirty, trio.Event()
-                stale.set()  # the persist loop may wait on it (see persist_loop)
-                changes, self.changes = self.changes, 0
-                # No limiter: this task holds a CPU token already (taking a second one
-                # would deadlock once every token is held by a committing workspace).
-                snap = await trio.to_thread.run_sync(
-                    partial(snapshot, self._state(), saved_stamp=self.store.saved_vectors,
-                            tmp_dir=self.store.store.state_dir,
-                            saved_windows=self.store.saved_windows))
-            started = time.monotonic()
             try:
-                number = await trio.to_thread.run_sync(self._save_in_place, snap)
-            except BaseException:
-                self.changes += changes
-                self.mark_dirty()
-                raise
+                async with self._access.lock:
+                    stale, self.dirty = self.dirty, trio.Event()
+                    stale.set()  # the persist loop may wait on it (see persist_loop)
+                    changes, self.changes = self.changes, 0
+                    self.saving = changes
+                    # No limiter: this task holds a CPU token already (taking a second
+                    # one would deadlock once every token is held by a committing
+                    # workspace).
+                    snap = await trio.to_thread.run_sync(
+                        partial(snapshot, self._state(),
+                                saved_stamp=self.store.saved_vectors,
+                                tmp_dir=self.store.store.state_dir,
+                                saved_windows=self.store.saved_windows))
+                started = time.monotonic()
+                try:
+                    number = await trio.to_thread.run_sync(self._save_in_place, snap)
+                except BaseException:
+                    self.changes += changes
+                    self.mark_dirty()
+                    raise
+            finally:
+                self.saving = 0
         self.persist_error = None
         self.damaged = {k: v for k, v in self.damaged.items() if v["generation"] >= number}
         self.last_commit = {

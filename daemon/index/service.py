@@ -455,7 +455,7 @@ class WorkspaceIndex:
             "chunks": len(self.state.chunks),
             "links": len(self.state.graph),
             "pending_changes": pending,
-            "uncommitted_changes": commits.changes,
+            "uncommitted_changes": commits.unsaved,
             "rebuilding": self._rebuilding,
             "watcher": watcher,
             "last_commit": self.last_commit,
