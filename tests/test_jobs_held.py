@@ -15,7 +15,7 @@ import pytest
 from fakes.provider_server import FakeProvider
 from test_capture import done, notes, turn, write_note
 from test_dream import ScriptedModel, chat_config, write
-from waits import wait_job, wait_value, workspace_status
+from waits import wait_committed, wait_job, wait_value, workspace_status
 
 from recalld.ipc import errors
 
@@ -142,6 +142,7 @@ def test_a_dream_cut_short_by_a_link_in_place_of_its_folder_writes_nothing_there
         "action": "CREATE", "bucket": "personal", "name": "Tea", "description": "drink",
         "content": "- prefers tea", "sources": [first], "reason": "stated"})]]
     held = fake.gate(lambda body: f"Daily note {second}" in str(body))
+    wait_committed(d, "alice")  # its own first commit is no write of bob's
     alice_before = files(alice)
     job_id = d.call("jobs.submit", {"agent_id": "bob", "kind": "auto_dream"})["job_id"]
     assert held.entered.wait(30)
@@ -170,6 +171,7 @@ def test_auto_memory_cut_short_by_a_link_in_place_of_its_folder_writes_nothing_t
     d = daemon_factory(two_agents(tmp_path, fake))
     alice, bob = tmp_path / "alice", tmp_path / "bob"
     d.call("workspace.open", {"agent_id": "alice"})
+    wait_committed(d, "alice")  # its own first commit is no write of bob's
     alice_before = files(alice)
     held = fake.gate(lambda body: any(m.get("role") == "tool"
                                       for m in body.get("messages", [])))

@@ -75,6 +75,17 @@ def workspace_status(d: Any, agent: str) -> dict[str, Any] | None:
     return next((w for w in status["workspaces"] if w["agent_id"] == agent), None)
 
 
+def wait_committed(d: Any, agent: str, deadline_s: float = 120.0) -> dict[str, Any]:
+    """``agent``'s index status once every change made before the call is indexed and
+    committed: its derived files stay as they are until something changes again."""
+    d.call("index.sync", {"agent_id": agent})  # the changes are counted once applied
+    index: dict[str, Any] = wait_value(
+        lambda: (workspace_status(d, agent) or {}).get("index", {}),
+        lambda index: index and not index["uncommitted_changes"],
+        f"{agent}'s index committed", deadline_s)
+    return index
+
+
 def wait_status(d: Any, ok: Callable[[dict[str, Any]], Any], what: str,
                 deadline_s: float = 120.0) -> dict[str, Any]:
     """``daemon.status`` once ``ok(status)`` holds."""
