@@ -16,7 +16,7 @@ the jobs before). A
 service that crashes, or a link in place of its folder, marks its workspace ``failed``
 (visible in ``daemon.status``) without taking the daemon down, and stops its running jobs
 at once (held, queued, as a close holds them); ``workspace.open`` on a failed workspace
-starts it again and lets them run.
+starts it again once its services stopped (they hold its lock), and lets them run.
 """
 
 from __future__ import annotations
@@ -339,6 +339,8 @@ class WorkspaceRegistry:
                 await self._close(current)
                 del self._workspaces[agent_id]
                 self._pulse()
+            if current is not None:  # failed: its services may still hold its lock
+                await current.wait_closed()
             await trio.to_thread.run_sync(check_root, root)
             settings = workspace_settings_from_params(
                 config.workspace_settings(agent_id), overrides
