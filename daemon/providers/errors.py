@@ -20,7 +20,6 @@ import re
 from typing import ClassVar
 
 from recalld.daemon.config_rules import URL_QUERY_SECRET
-from recalld.daemon.memory.redact import redact as redact_secrets
 from recalld.ipc.errors import RecalldError
 
 #: The message of the ProviderConfigError a workspace without a chat model gets.
@@ -42,6 +41,10 @@ def redact(text: str, *secrets: str) -> str:
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
+    # Loaded on the first error: its rule set compiles at import, which a start that
+    # meets no provider error never needs.
+    from recalld.daemon.memory.redact import redact as redact_secrets
+
     text = URL_QUERY_SECRET.sub(r"\1***", _URL_PASSWORD.sub(r"\1:***@", text))
     return redact_secrets(_SECRETISH.sub("***", text))
 
