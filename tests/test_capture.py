@@ -228,7 +228,7 @@ def test_many_pending_messages_stay_on_disk_not_in_memory(daemon_factory: Any,
     d = daemon_factory(cfg)
     add(d, "warm-up", turn("warming up the code paths"))
     idle = rss_bytes(d.pid)
-    total = 300_000
+    total = 100_000
     batch = 1000
     with d.connect(timeout=60) as conn:
         for b in range(total // batch):
@@ -239,7 +239,9 @@ def test_many_pending_messages_stay_on_disk_not_in_memory(daemon_factory: Any,
             conn.call("memory.add_turns", {"agent_id": "w", "session_id": f"s{b % 10}",
                                            "messages": messages})
     grown = rss_bytes(d.pid) - idle
-    assert grown < 50 << 20, f"RSS grew by {grown >> 20} MiB for {total} pending messages"
+    # Held in memory, 100k messages take some 40 MB (a dict and a string each); on disk,
+    # about 4 MB of bookkeeping.
+    assert grown < 16 << 20, f"RSS grew by {grown >> 20} MiB for {total} pending messages"
     h = health(d)
     assert h["state"] == "pending"
     assert f"{total + 2} conversation message(s) of 11 session(s) wait for auto_memory" in (
@@ -248,7 +250,8 @@ def test_many_pending_messages_stay_on_disk_not_in_memory(daemon_factory: Any,
     assert d.stop() == 0
     d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
     assert add(d2, "s0", [])["pending_messages"] == total // 10
-    assert rss_bytes(d2.pid) - idle < 50 << 20
+    # (A new process, compared with the first one's idle size: about 20 MB more.)
+    assert rss_bytes(d2.pid) - idle < 32 << 20
 
 
 def test_a_rewrite_that_drops_facts_is_refused(daemon_factory: Any, fake: FakeProvider,
