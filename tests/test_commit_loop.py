@@ -13,6 +13,7 @@ from test_saved_delta import _committed, _index, _note
 from waits import until
 
 from recalld.daemon.index import persist
+from recalld.daemon.index.chunktable import ChunkTable
 
 
 async def test_edits_after_an_explicit_compaction_are_committed(tmp_path: Path) -> None:
@@ -65,4 +66,43 @@ async def test_the_changes_of_a_commit_under_way_are_uncommitted_until_it_is_sav
             release.set()
         await _committed(index, "every change saved", 30)
         assert index.last_commit is not None and index.last_commit["files"] == 4
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_snapshot_that_fails_loses_no_change_and_the_loop_retries(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A commit takes the changes from the count before its snapshot: a snapshot that
+    # failed (out of memory copying the chunk table) dropped them, so the next commit
+    # might never come and status said nothing was uncommitted; the MemoryError also
+    # ended the persist loop and with it the index.
+    root = tmp_path / "ws"
+    for i in range(3):
+        _note(root, i, "first words")
+    calls, retrying, release = [], threading.Event(), threading.Event()
+
+    def fail_then_hold() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise MemoryError
+        if len(calls) == 2:
+            retrying.set()
+            release.wait(120)
+
+    run_first(monkeypatch, ChunkTable, "copy", fail_then_hold)
+    index = _index(tmp_path, root)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)
+        try:
+            await index.sync()
+            await until(retrying.is_set, "the commit after the failed snapshot")
+            status = index.status()
+            assert status["uncommitted_changes"] == 3, status
+            assert status["persist_error"] is not None, status
+            assert "out of memory" in status["persist_error"]["error"]
+            assert index.last_commit is None
+        finally:
+            release.set()
+        await _committed(index, "every change saved", 30)
+        assert index.last_commit is not None and index.last_commit["files"] == 3
+        assert index.status()["persist_error"] is None
         nursery.cancel_scope.cancel()

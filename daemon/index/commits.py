@@ -2,13 +2,13 @@
 
 :class:`Committer` counts the changes applied since the last commit and saves a new
 generation to the :class:`IndexStore` (``persist.py``) once they settle:
-:meth:`Committer.persist_loop`, a task the index service starts, retries a failed save
-with backoff and stops by cancellation (the service then makes its last commit, shielded
-under a deadline). A commit snapshots the state under the index lock and saves it in a
-worker thread without the lock; then the index serves its large arrays from the files
-just saved (memory-mapped), and after a large pass the whole state loaded back from
-them, as a warm start would load it. Nothing is saved before the loaded
-state's deferred checksums passed (``checked``). It also finds damage: files of the
+:meth:`Committer.persist_loop`, a task the index service starts, retries a failed commit
+(a save, or a snapshot out of memory) with backoff and stops by cancellation (the service
+then makes its last commit, shielded under a deadline). A commit snapshots the state under
+the index lock and saves it in a worker thread without the lock; then the index serves its
+large arrays from the files just saved (memory-mapped), and after a large pass the whole
+state loaded back from them, as a warm start would load it. Nothing is saved before the
+loaded state's deferred checksums passed (``checked``). It also finds damage: files of the
 current generation changed on disk (:meth:`Committer.check_files`) and a state in memory
 that no longer matches its checksums (:meth:`Committer.check_live`).
 """
@@ -218,12 +218,13 @@ class Committer:
             waited = time.monotonic() - due
             if due == self._due:
                 self._due = None  # started: no longer waiting
+            taken: int | None = None  # the changes this commit took (None: none yet)
             try:
                 async with self._access.lock:
                     stale, self.dirty = self.dirty, trio.Event()
                     stale.set()  # the persist loop may wait on it (see persist_loop)
-                    changes, self.changes = self.changes, 0
-                    self.saving = changes
+                    taken, self.changes = self.changes, 0
+                    self.saving = taken
                     # No limiter: this task holds a CPU token already (taking a second
                     # one would deadlock once every token is held by a committing
                     # workspace).
@@ -233,12 +234,17 @@ class Committer:
                                 tmp_dir=self.store.store.state_dir,
                                 saved_windows=self.store.saved_windows))
                 started = time.monotonic()
-                try:
-                    number = await trio.to_thread.run_sync(self._save_in_place, snap)
-                except BaseException:
-                    self.changes += changes
+                number = await trio.to_thread.run_sync(self._save_in_place, snap)
+            except BaseException as exc:
+                # Whatever failed (the snapshot, the save, a cancellation), what this
+                # commit took waits for the next one, and status counts it meanwhile.
+                if taken is not None:
+                    self.changes += taken
                     self.mark_dirty()
-                    raise
+                if isinstance(exc, MemoryError):
+                    # Retried with backoff like a full disk, not the end of the index.
+                    raise StorageError("the index was not saved: out of memory") from exc
+                raise
             finally:
                 self.saving = 0
         self.persist_error = None
