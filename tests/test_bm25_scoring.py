@@ -1,5 +1,6 @@
 """BM25 scores and rankings against a naive reference: through any sequence of writes,
-with filters and small limits, for repeated query terms, and through score_keys."""
+with filters and small limits, for repeated query terms, and through score_keys; and
+which documents hold a term (holding)."""
 
 from __future__ import annotations
 
@@ -82,6 +83,9 @@ def test_matches_reference_through_any_sequence(
         assert index.staged == BitMap(staged)
         assert_matches(index, docs, query)
         assert_scores_keys_like_search(index, query, allowed_keys)
+        for term in query:  # holding: the keys of live documents that contain the term
+            assert index.holding(term, allowed_keys) == {
+                k for k in allowed_keys if term in docs.get(k, ())}
     assert_matches(index, docs, query, BitMap(allowed_keys))
 
 

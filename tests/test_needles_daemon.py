@@ -180,3 +180,33 @@ def test_a_namespace_path_or_dunder_file_name_is_found_whole(daemon: Any,
         top = answer["results"][0]
         assert top["path"] == "memory/2026-03-16/bug.md" and top.get("exact"), (
             query, [(r["path"], r["score"]) for r in answer["results"]])
+
+
+def test_a_chunk_is_exact_only_while_its_index_holds_every_rare_word(daemon: Any,
+                                                                    tmp_path: Path) -> None:
+    # Two rare words (no identifier): the exact hit holds both where its index has them,
+    # in Chinese text (no spaces around them) or in English, also after edits moved the
+    # notes into the keyword index's delta.
+    root = tmp_path / "ws"
+    day = root / "memory" / "2026-03-17"
+    day.mkdir(parents=True)
+    (root / "digest").mkdir()
+    for i in range(60):
+        (day / f"filler{i}.md").write_text(f"# Filler {i}\n\nordinary words about day {i}\n",
+                                           encoding="utf-8")
+    long_zh = "今天我们讨论了存储的问题和后续的计划。" * 60
+    both, first = day / "both.md", day / "first.md"
+    both.write_text(f"# 记录\n\n{long_zh}zorbification和quelphast{long_zh}\n", encoding="utf-8")
+    first.write_text("# Only one\n\nzorbification without the other word\n", encoding="utf-8")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    daemon.call("index.sync", {"agent_id": "w"})
+
+    def exact_paths() -> list[str]:
+        answer = daemon.call("memory.search", {"agent_id": "w", "sync": True,
+                                               "query": "zorbification quelphast"})
+        return [r["path"] for r in answer["results"] if r.get("exact")]
+
+    assert exact_paths() == ["memory/2026-03-17/both.md"]
+    both.write_text(f"# 记录\n\n{long_zh}zorbification{long_zh}\n", encoding="utf-8")
+    first.write_text("# Only one\n\nzorbification, and now quelphast too\n", encoding="utf-8")
+    assert exact_paths() == ["memory/2026-03-17/first.md"]

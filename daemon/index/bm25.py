@@ -396,6 +396,10 @@ class BM25Index(BM25Contents):
         """How many live documents contain ``term`` (one lookup, no scoring)."""
         return bm25_search.doc_freq(self._corpus(), term)
 
+    def holding(self, term: str, keys: Iterable[int]) -> set[int]:
+        """Which of ``keys`` are live documents that contain ``term`` (postings only)."""
+        return bm25_search.holding(self._corpus(), term, keys)
+
     def search(
         self, query_tokens: list[str], limit: int, *, allowed: BitMap | None = None
     ) -> list[tuple[int, float]]:

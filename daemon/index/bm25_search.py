@@ -266,6 +266,22 @@ def doc_freq(c: Corpus, term: str) -> int:
     return len(c.delta.postings(term) or ()) + live_in(c, *span(c, term))
 
 
+def holding(c: Corpus, term: str, keys: Iterable[int]) -> set[int]:
+    """Which of ``keys`` are live documents that contain ``term``: its postings of those
+    keys looked up (as ``Scorer.score_keys`` does), no text read and nothing scored."""
+    delta = c.delta
+    wanted = [k for k in keys if k in c.live]
+    dpost = delta.postings(term)
+    out = {k for k in wanted if k in delta and dpost and dpost.get(k)}
+    main_keys = [k for k in wanted if k not in delta]
+    start, end = span(c, term)
+    if main_keys and end > start:
+        rows, key_rows = c.main.rows[start:end], rows_of_keys(c, main_keys)
+        pos = np.minimum(rows.searchsorted(key_rows), len(rows) - 1)
+        out.update(main_keys[i] for i in (rows[pos] == key_rows).nonzero()[0].tolist())
+    return out
+
+
 def span(c: Corpus, term: str) -> tuple[int, int]:
     """Where ``term``'s postings lie in main's ``rows`` and ``tfs`` (an empty span
     when main has none)."""
