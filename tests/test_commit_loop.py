@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 from hooks import run_first
-from test_saved_delta import _committed, _index, _note
+from test_saved_delta import _committed, _index, _note, _paths
 from waits import until
 
 from recalld.daemon.index import persist
@@ -105,4 +105,38 @@ async def test_a_snapshot_that_fails_loses_no_change_and_the_loop_retries(
         await _committed(index, "every change saved", 30)
         assert index.last_commit is not None and index.last_commit["files"] == 3
         assert index.status()["persist_error"] is None
+        nursery.cancel_scope.cancel()
+
+
+async def test_serving_a_saved_generation_out_of_memory_keeps_the_index_in_memory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # After a save the index is served from the files just written (their chunk table
+    # read back): out of memory there ended the persist loop, and the index with it,
+    # though the generation was saved and the state in memory was whole.
+    root = tmp_path / "ws"
+    for i in range(3):
+        _note(root, i, "first words")
+    full = threading.Event()
+
+    def no_memory() -> None:
+        if full.is_set():
+            raise MemoryError
+
+    run_first(monkeypatch, ChunkTable, "from_arrays", no_memory)
+    index = _index(tmp_path, root)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)
+        await index.sync()
+        await _committed(index, "the first build's commit", 30)
+        full.set()
+        for round_ in range(2):  # the persist loop goes on after the first
+            first = index.last_commit
+            _note(root, 10 + round_, f"later{round_} words")
+            await index.sync()
+            await _committed(index, f"edit {round_}'s commit", 30)
+            assert index.last_commit is not first
+            assert index.status()["persist_error"] is None
+            found = await _paths(index, f"later{round_}")
+            assert found == [f"memory/2026-07-01/n{10 + round_:03d}.md"]
+        full.clear()
         nursery.cancel_scope.cancel()

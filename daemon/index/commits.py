@@ -277,7 +277,9 @@ class Committer:
         this process's heap) if nothing changed since they were written; either way, let go
         of the mapped pages the save read. After a large pass (``reload``) the whole state
         is loaded back from those files, as a warm start loads it, rather than only its
-        big arrays (``reload_saved``); returns whether it was."""
+        big arrays (``reload_saved``); returns whether it was. If that fails (damaged
+        files, no memory for the copies) the index goes on serving what it holds: the
+        generation is saved, and the persist loop must not end over it."""
         gen = self.store.store.current
         saved: tuple[Mapped, Mapped] | None = None
         if gen is not None and gen.number == number and state_stamp(self._state()) == stamp:
@@ -287,7 +289,7 @@ class Committer:
             # meanwhile (unnamed files: nothing is left behind).
             try:
                 saved = await trio.to_thread.run_sync(map_saved, gen)
-            except (CorruptState, KeyError, ValueError, OSError) as exc:
+            except (CorruptState, KeyError, ValueError, OSError, MemoryError) as exc:
                 log.warning("%s: serving from generation %d failed (%s); kept in memory",
                             self._agent_id, number, exc)
         async with self._access.lock:
@@ -301,7 +303,7 @@ class Committer:
             try:
                 await trio.to_thread.run_sync(reload_saved if whole else adopt_saved,
                                               state, gen, saved)
-            except (CorruptState, KeyError, ValueError, OSError) as exc:
+            except (CorruptState, KeyError, ValueError, OSError, MemoryError) as exc:
                 log.warning("%s: serving from generation %d failed (%s); kept in memory",
                             self._agent_id, number, exc)
                 return False
