@@ -6,7 +6,7 @@ with the registry's :data:`~recalld.daemon.workspaces.WorkspaceStarter` and is `
 only once all of them can serve (see :mod:`recalld.daemon.workspaces`).
 
 Every workspace that opened is recorded in ``<data>/state/workspaces.json``
-(:mod:`recalld.daemon.remembered`) with its path and overrides, so the supervisor reopens
+(:mod:`recalld.daemon.recordbook`) with its path and overrides, so the supervisor reopens
 it after a restart; ``close(..., forget=True)`` drops the record.
 
 Closing a workspace first stops its running jobs (they wait, queued, until it opens
@@ -24,7 +24,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,9 +33,8 @@ import trio
 from recalld.daemon import reload_sharing, remembered
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_settings_from_params
 from recalld.daemon.events import EventBus
-from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.recordbook import RecordBook
 from recalld.daemon.remembered import check_owner
-from recalld.daemon.statefiles import WriteFailure
 from recalld.daemon.workspaces import (
     Place,
     Workspace,
@@ -67,16 +65,12 @@ class WorkspaceRegistry:
         self._get_config = get_config
         #: Holds a closed workspace's jobs until it opens again (:meth:`JobManager.hold`).
         self._jobs = jobs
-        self._remembered_path = remembered_path
-        self.write_failure = WriteFailure(remembered_path)
-        self._remembered: dict[str, remembered.Remembered] = {}
+        self._records = RecordBook(remembered_path)
+        self.write_failure = self._records.write_failure
         self._events = events
         self._start = start
         self._workspaces: dict[str, Workspace] = {}
         self._locks: dict[str, trio.Lock] = {}
-        # One save of workspaces.json at a time, each of the entries as they are when it
-        # writes: saves of opens under different agents' locks could finish out of order.
-        self._save_lock = trio.Lock()
         #: Agents whose files a restore is replacing: opening them waits (:meth:`held`).
         self._held: dict[str, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
@@ -93,11 +87,7 @@ class WorkspaceRegistry:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Host the workspaces until cancelled; cancellation closes all of them."""
-        if self._remembered_path is not None:
-            self._remembered = await trio.to_thread.run_sync(remembered.load,
-                                                             self._remembered_path)
-            self.write_failure.set_aside = await trio.to_thread.run_sync(
-                remembered.set_aside_copy, self._remembered_path)
+        await self._records.load()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started()
@@ -155,7 +145,7 @@ class WorkspaceRegistry:
 
     def reloaded(self, old: DaemonConfig, new: DaemonConfig) -> builtins.list[str]:
         """Apply a reload to the open workspaces (:func:`reload_sharing.reloaded`)."""
-        return reload_sharing.reloaded(self.list(), old, new, self._recorded_config)
+        return reload_sharing.reloaded(self.list(), old, new, self._records.config_at)
 
     def settings_of(self, agent_id: str) -> WorkspaceSettings | None:
         """The settings of ``agent_id``'s workspace: its own while the registry has it
@@ -165,7 +155,7 @@ class WorkspaceRegistry:
         if ws is not None:
             return ws.settings
         config = self._get_config()
-        record = self._remembered.get(agent_id)
+        record = self._records.entries.get(agent_id)
         if record is None and agent_id not in config.configured_agents():
             return None
         try:
@@ -183,69 +173,15 @@ class WorkspaceRegistry:
 
     def remembered(self) -> dict[str, remembered.Remembered]:
         """Every recorded workspace (open or not), by agent id."""
-        return dict(self._remembered)
-
-    async def _remember(self, agent_id: str, root: Path,
-                        overrides: Mapping[str, object] | None, name: str | None) -> None:
-        if self._remembered_path is None:
-            return
-        old = self._remembered.get(agent_id)
-        config = dict(overrides) if overrides else None
-        name = name or (old.get("name") if old is not None else None)
-        if (old is not None and old["path"] == str(root) and old["config"] == config
-                and old.get("name") == name):
-            return
-        entry = remembered.Remembered(
-            path=str(root), config=config,
-            registered_at=old["registered_at"] if old is not None else time.time())
-        if name:
-            entry["name"] = name
-        # Secrets a restore left out stay missing until a client hands them over again.
-        before = old.get("left_out", []) if old is not None else []
-        missing = [k for k in before if not remembered.has_value(config, k)]
-        if missing:
-            entry["left_out"] = missing
-        self._remembered[agent_id] = entry
-        await self._save_remembered()
+        return dict(self._records.entries)
 
     async def note_left_out(self, agent_id: str, keys: builtins.list[str]) -> None:
-        """Record that the secrets ``keys`` of ``agent_id``'s overrides were left out of
-        the backup it was restored from (shown in status until handed over again)."""
-        entry = self._remembered.get(agent_id)
-        if self._remembered_path is None or entry is None:
-            return
-        missing = [k for k in keys if not remembered.has_value(entry["config"], k)]
-        if missing == entry.get("left_out", []):
-            return
-        if missing:
-            entry["left_out"] = missing
-        else:
-            entry.pop("left_out", None)
-        await self._save_remembered()
-
-    def _hands_back(self, agent_id: str, overrides: Mapping[str, object] | None) -> bool:
-        missing = self.left_out(agent_id)
-        return bool(missing) and any(remembered.has_value(overrides, k) for k in missing)
+        """:meth:`RecordBook.note_left_out`."""
+        await self._records.note_left_out(agent_id, keys)
 
     def left_out(self, agent_id: str) -> builtins.list[str]:
         """The secrets of ``agent_id``'s overrides a restore could not put back."""
-        entry = self._remembered.get(agent_id)
-        return list(entry.get("left_out", [])) if entry is not None else []
-
-    async def _save_remembered(self) -> None:
-        assert self._remembered_path is not None
-        with trio.CancelScope(shield=True):
-            async with self._save_lock:
-                entries = dict(self._remembered)  # as they are now, not when it was asked
-                try:
-                    await trio.to_thread.run_sync(remembered.save, self._remembered_path,
-                                                  entries)
-                except RecalldError as exc:  # the workspace serves; the record waits
-                    log.error("recording the workspaces in %s failed: %s",
-                              self._remembered_path, exc.message)
-                    self.write_failure.record(exc.message)
-                else:
-                    self.write_failure.clear()
+        return self._records.left_out(agent_id)
 
     def _lock(self, agent_id: str) -> trio.Lock:
         return self._locks.setdefault(agent_id, trio.Lock())
@@ -305,29 +241,29 @@ class WorkspaceRegistry:
         given_root, root = root, await trio.to_thread.run_sync(root.resolve)
         if given_root != root:
             check_not_anothers(agent_id, given_root, root, self._places())
-        recorded = self._remembered.get(agent_id)
+        recorded = self._records.entries.get(agent_id)
         if again and recorded is not None and recorded["path"] == str(root):
             await trio.to_thread.run_sync(check_still_there, root)
         async with self._lock(agent_id):
             if agent_id in self._held:
                 return None
-            record = self._remembered.get(agent_id)
+            record = self._records.entries.get(agent_id)
             check_owner(record, agent_id, name)
             if record is not None and name and "name" not in record:
                 record["name"] = name  # recorded before names were: the first one claims it
-                await self._save_remembered()
+                await self._records.save()
             given = overrides
             if overrides is None:
                 # Without settings, a workspace recorded at this path opens as recorded
                 # (``config: {}`` asks for the config file's settings alone).
-                overrides = self._recorded_config(agent_id, root)
+                overrides = self._records.config_at(agent_id, root)
             current = self._workspaces.get(agent_id)
             if current is not None and current.state in ("opening", "ready"):
                 if current.root != root:
                     raise InvalidParams(
                         f"workspace {agent_id!r} is already open at {current.root}"
                     )
-                if not self._hands_back(agent_id, overrides):
+                if not self._records.hands_back(agent_id, overrides):
                     # Served unchanged, but a given setting that is unknown or mistyped is
                     # refused as it would be at a first open.
                     workspace_settings_from_params(config.workspace_settings(agent_id), given)
@@ -369,7 +305,7 @@ class WorkspaceRegistry:
                 raise RecalldError(f"workspace {agent_id!r} failed to open: {ws.error}") from None
             if self._jobs is not None:
                 self._jobs.release(agent_id)  # held since it closed
-            await self._remember(agent_id, root, overrides, name)
+            await self._records.remember(agent_id, root, overrides, name)
         self._events.publish("workspace.opened", {"agent_id": agent_id, "path": str(root)})
         return ws
 
@@ -381,7 +317,7 @@ class WorkspaceRegistry:
         if current is not None and current.state != "closed" and not current.refused:
             return  # it started opening: its own state and error say what happened
         settings = self._get_config().workspace_settings(agent_id)
-        recorded = self._recorded_config(agent_id, root)
+        recorded = self._records.config_at(agent_id, root)
         if recorded:
             # The settings it was refused with, when they go together at all.
             with contextlib.suppress(RecalldError):
@@ -399,7 +335,7 @@ class WorkspaceRegistry:
         if current is not None and current.state in ("opening", "ready"):
             return current.root
         config = self._get_config()
-        record = self._remembered.get(agent_id)
+        record = self._records.entries.get(agent_id)
         if record is not None and agent_id not in config.configured_agents():
             return Path(record["path"])
         return config.workspace_path(agent_id)
@@ -408,15 +344,9 @@ class WorkspaceRegistry:
         """Each configured or recorded workspace's folder: a configured one's where the
         configuration puts it, another where it is recorded."""
         config = self._get_config()
-        places = {a: Path(rec["path"]) for a, rec in self._remembered.items()}
+        places = {a: Path(rec["path"]) for a, rec in self._records.entries.items()}
         places.update((a, config.workspace_path(a)) for a in config.configured_agents())
         return places
-
-    def _recorded_config(self, agent_id: str, root: Path) -> JsonObject | None:
-        """The ``config`` ``agent_id``'s workspace is recorded with at ``root`` (None:
-        not recorded there, or with none)."""
-        record = self._remembered.get(agent_id)
-        return record["config"] if record is not None and record["path"] == str(root) else None
 
     async def check_place(self, agent_id: str, root: Path) -> None:
         """InvalidParams unless ``agent_id``'s workspace may lie at ``root`` (absolute,
@@ -432,7 +362,7 @@ class WorkspaceRegistry:
         """:func:`check_overlap` against every other workspace, open or recorded to reopen
         (with the settings it has or would open with)."""
         others: dict[str, Place] = {
-            a: (Path(rec["path"]), False) for a, rec in self._remembered.items()}
+            a: (Path(rec["path"]), False) for a, rec in self._records.entries.items()}
         others.update((w.agent_id, (w.root, True)) for w in self._workspaces.values()
                       if w.state in ("opening", "ready"))
         check_overlap(agent_id, root, settings, others, self.settings_of)
@@ -465,7 +395,7 @@ class WorkspaceRegistry:
         workspace that is not open can be forgotten. Returns whether one was closed."""
         async with self._lock(agent_id):
             ws = self._workspaces.get(agent_id)
-            known = forget and agent_id in self._remembered
+            known = forget and agent_id in self._records.entries
             if (ws is None or ws.state == "closed") and not known:
                 raise UnknownWorkspace(f"workspace {agent_id!r} is neither open nor recorded"
                                        if forget else f"workspace {agent_id!r} is not open")
@@ -480,8 +410,8 @@ class WorkspaceRegistry:
                 del self._workspaces[agent_id]
                 self._pulse()
             if known:
-                del self._remembered[agent_id]
-                await self._save_remembered()
+                del self._records.entries[agent_id]
+                await self._records.save()
             if forget and self._jobs is not None:  # held for a reopen that never comes
                 await self._jobs.forget(agent_id, f"workspace {agent_id!r} was closed "
                                         "with forget before the job could run")
