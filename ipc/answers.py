@@ -30,8 +30,9 @@ class WorkspaceInfo(TypedDict):
 
     Besides who, where and its state, each of the workspace's services reports under its
     own key (``index``, ``health``, ``vectors``, ...: open objects, read leniently). A
-    recorded workspace that is not open (``workspace.list``) has only ``agent_id``,
-    ``path``, ``state`` ``closed``, ``registered`` and ``registered_at`` (and ``name``).
+    recorded or configured workspace that is not open (``workspace.list``) has only
+    ``agent_id``, ``path``, ``state`` ``closed``, ``registered``, ``configured`` (and
+    ``registered_at`` and ``name`` if recorded).
     """
 
     agent_id: str
@@ -42,6 +43,7 @@ class WorkspaceInfo(TypedDict):
     error: NotRequired[str]  # why it failed
     refused: NotRequired[bool]  # its path or settings were refused: never opened
     registered: NotRequired[bool]  # workspace.list: reopened at start
+    configured: NotRequired[bool]  # workspace.list: the config file names it
     registered_at: NotRequired[float]
     #: workspace.list: the agent's name recorded as the workspace's owner, if one was
     name: NotRequired[str]

@@ -115,8 +115,12 @@ class Doctor:
             return Check("daemon", "fail", f"the daemon did not answer: {exc}",
                          "see journalctl --user -u recalld")
         s = self.status
+        served = {w.get("agent_id") for w in s.get("workspaces") or []}
+        # Closed ones that open again at the next start (recorded or configured) count too.
+        away = sum(1 for w in self.workspaces if w.get("agent_id") not in served)
+        more = f" (and {away} not open: recalld workspace list)" if away else ""
         return Check("daemon", "ok", f"recalld {s.get('version')} pid {s.get('pid')}, "
-                                     f"{len(s.get('workspaces') or [])} workspace(s)")
+                                     f"{len(served)} workspace(s){more}")
 
     def config_file(self) -> Check:
         """The configuration file on disk as the next restart or reload would read it (the

@@ -163,23 +163,29 @@ async def workspace_list(ctx: CallContext, params: JsonObject) -> WorkspaceList:
     Params(params).done()
     registry = ctx.state.registry
     known = registry.remembered()
+    configured = set(ctx.state.config.configured_agents())
     listed: list[WorkspaceInfo] = []
     for ws in registry.list():
-        info: WorkspaceInfo = {**workspace_info(ws), "registered": ws.agent_id in known}
+        info: WorkspaceInfo = {**workspace_info(ws), "registered": ws.agent_id in known,
+                               "configured": ws.agent_id in configured}
         if ws.agent_id in known:
             info["registered_at"] = known[ws.agent_id]["registered_at"]
             if "name" in known[ws.agent_id]:
                 info["name"] = known[ws.agent_id]["name"]
         listed.append(_with_left_out(registry, info, ws))
     open_now = {ws.agent_id for ws in registry.list()}
-    for agent_id, rec in sorted(known.items()):
-        if agent_id not in open_now:  # recorded, not served now: reopened at next start
-            closed: WorkspaceInfo = {"agent_id": agent_id, "path": rec["path"],
-                                     "state": "closed", "registered": True,
-                                     "registered_at": rec["registered_at"]}
+    # Recorded or configured, not served now (closed, or dropped after a refusal): each
+    # opens again at the next start, a configured one also at a reload, where home() says.
+    for agent_id in sorted((set(known) | configured) - open_now):
+        closed: WorkspaceInfo = {"agent_id": agent_id, "path": str(registry.home(agent_id)),
+                                 "state": "closed", "registered": agent_id in known,
+                                 "configured": agent_id in configured}
+        rec = known.get(agent_id)
+        if rec is not None:
+            closed["registered_at"] = rec["registered_at"]
             if "name" in rec:
                 closed["name"] = rec["name"]
-            listed.append(closed)
+        listed.append(closed)
     return {"workspaces": listed}
 
 

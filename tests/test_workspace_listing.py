@@ -1,0 +1,43 @@
+"""Workspaces as the operator lists them and as a command on one that is not open
+explains it: real daemons, the real ``recalld`` commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import DaemonFactory
+from test_cli import as_json, recalld
+
+
+def test_configured_workspaces_that_are_not_open_are_listed(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # One refused at the start (a file where its folder goes) and then closed was never
+    # recorded; one closed with --forget is recorded no more. Both open again at the next
+    # start or reload, so the listings, status and doctor show them, as not open.
+    afile = tmp_path / "notes-file"
+    afile.write_text("not a folder\n", encoding="utf-8")
+    daemon = daemon_factory(f'[workspaces.plain-file]\npath = "{afile}"\n'
+                            "[workspaces.\"kept.one\"]\n")
+    env = daemon.env
+    assert recalld("workspace", "close", "plain-file", env=env).returncode == 0
+    assert recalld("workspace", "close", "kept.one", "--forget", env=env).returncode == 0
+    listed = {w["agent_id"]: w for w in as_json(recalld("workspace", "list", "--json",
+                                                        env=env))}
+    assert listed["plain-file"] == {"agent_id": "plain-file", "path": str(afile),
+                                    "state": "closed", "registered": False,
+                                    "configured": True}
+    assert listed["kept.one"]["state"] == "closed"
+    assert listed["kept.one"]["path"] == str(daemon.data_dir / "workspaces" / "kept.one")
+    assert listed["default"]["state"] == "ready" and listed["default"]["configured"] is True
+    text = recalld("workspace", "list", env=env).stdout
+    assert any(line.split()[:2] == ["plain-file", "closed"] for line in text.splitlines()), text
+    shown = recalld("status", env=env).stdout
+    assert f"plain-file: not open  (closed, {afile})" in shown, shown
+    assert "kept.one: not open  (closed, " in shown, shown
+    doctor = recalld("doctor", env=env).stdout
+    assert "1 workspace(s) (and 2 not open: recalld workspace list)" in doctor, doctor
+    # An ad-hoc workspace closed with --forget is gone for good: not listed.
+    assert recalld("workspace", "open", "adhoc", env=env).returncode == 0
+    assert recalld("workspace", "close", "adhoc", "--forget", env=env).returncode == 0
+    ids = [w["agent_id"] for w in as_json(recalld("workspace", "list", "--json", env=env))]
+    assert ids == ["default", "kept.one", "plain-file"], ids
