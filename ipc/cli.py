@@ -263,6 +263,9 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
     except (errors.ConnectionLost, cli_ops.Declined) as exc:
         say(err, f"recalld: {exc.message}")
         return EXIT_ERROR
+    except errors.PathOutsideWorkspace as exc:  # the request refused, not the usage
+        say(err, f"recalld: {exc.message} (code {exc.code})")
+        return EXIT_ERROR
     except errors.InvalidParams as exc:  # a usage error, found by the daemon or by us
         say(err, f"recalld: {exc.message} (code {exc.code})")
         return EXIT_USAGE

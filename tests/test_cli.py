@@ -123,7 +123,7 @@ def test_read(daemon: DaemonHandle) -> None:
     assert proc.stdout == "bike on Mondays\ntrain otherwise\n"
     got = as_json(recalld("read", rel, "--agent", "default", "--json", env=daemon.env))
     assert got["text"] == note.read_text(encoding="utf-8") and got["path"] == rel
-    line = assert_one_line_error(recalld("read", "../../etc/passwd", env=daemon.env), 2)
+    line = assert_one_line_error(recalld("read", "../../etc/passwd", env=daemon.env), 1)
     assert line.endswith("(code -32005)")
     line = assert_one_line_error(recalld("read", "x.md", "--agent", "nobody", env=daemon.env), 1)
     assert "(code -32001); open it with" in line

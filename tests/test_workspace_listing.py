@@ -41,3 +41,23 @@ def test_configured_workspaces_that_are_not_open_are_listed(
     assert recalld("workspace", "close", "adhoc", "--forget", env=env).returncode == 0
     ids = [w["agent_id"] for w in as_json(recalld("workspace", "list", "--json", env=env))]
     assert ids == ["default", "kept.one", "plain-file"], ids
+
+
+def test_a_path_refused_as_leaving_the_workspace_is_a_failure_not_a_usage_error(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # The daemon refuses to follow it (exit 1, code -32005), whatever its shape; a command
+    # line used wrongly stays a usage error (2).
+    daemon = daemon_factory()
+    env = daemon.env
+    outside = tmp_path / "outside.md"
+    outside.write_text("the neighbour's notes\n", encoding="utf-8")
+    memory = daemon.data_dir / "workspaces" / "default" / "memory"
+    memory.mkdir(parents=True, exist_ok=True)
+    (memory / "away.md").symlink_to(outside)
+    for path in ("../x.md", "memory/../../x.md", str(outside), "memory/away.md"):
+        for extra in ((), ("--json",)):
+            proc = recalld("read", path, *extra, env=env)
+            assert proc.returncode == 1, (path, extra, proc)
+            assert proc.stderr.rstrip().endswith("(code -32005)"), (path, proc.stderr)
+            assert proc.stdout == "" and "neighbour" not in proc.stderr, proc
+    assert recalld("read", "memory/x.md", "--lines", "5-2", env=env).returncode == 2
