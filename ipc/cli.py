@@ -234,6 +234,7 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
     """Run a parsed command; map every failure to one line on ``err`` and an exit code."""
     as_json = bool(getattr(ns, "json", False))
     command: str = ns.command
+    client: Client | None = None
     try:
         if command in ("install-service", "uninstall-service"):
             import subprocess  # here, like the install module: only these commands run systemctl
@@ -270,7 +271,8 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
         say(err, f"recalld: {exc.message} (code {exc.code})")
         return EXIT_USAGE
     except errors.RecalldError as exc:
-        said = hint(exc, (command, getattr(ns, "ws_command", None)))
+        said = hint(exc, (command, getattr(ns, "ws_command", None)),
+                    listed=None if client is None else client.workspace_list)
         say(err, f"recalld: {exc.message} (code {exc.code}){said}")
         return EXIT_ERROR
     except TimeoutError as exc:

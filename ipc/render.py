@@ -7,13 +7,14 @@ any change here.
 
 from __future__ import annotations
 
+import difflib
 import io
 import os
 import re
 import sys
 import time
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TextIO
 
 import orjson
@@ -190,14 +191,34 @@ class JobWaiter:
 _NOT_OPEN = re.compile(r"workspace '([A-Za-z0-9_.-]+)' is not open")
 
 
-def hint(exc: errors.RecalldError, command: Sequence[str | None] = ()) -> str:
+def hint(exc: errors.RecalldError, command: Sequence[str | None] = (),
+         listed: Callable[[], Sequence[Mapping[str, object]]] | None = None) -> str:
     """What to do about a daemon's error, when the command line can say it ('' if not).
     ``command``: the command and its action; a workspace that is not open is one to open,
-    unless the command closes it."""
+    unless the command closes it. ``listed``: asks for the workspaces the daemon has,
+    open or not (``workspace.list``): an id not among them was mistyped more often than
+    meant, and opening it would make a new, empty workspace, so the close ones are named
+    instead (nothing is suggested when they cannot be had)."""
     if tuple(command) == ("workspace", "close"):
         return ""
     m = _NOT_OPEN.search(exc.message) if isinstance(exc, errors.UnknownWorkspace) else None
-    return f"; open it with: recalld workspace open {m[1]}" if m else ""
+    if m is None:
+        return ""
+    agent = m[1]
+    if listed is None:
+        return f"; open it with: recalld workspace open {agent}"
+    try:
+        ids = sorted({str(ws.get("agent_id")) for ws in listed()})
+    except (errors.RecalldError, OSError, TimeoutError):
+        return ""
+    if agent in ids:
+        return f"; open it with: recalld workspace open {agent}"
+    close = difflib.get_close_matches(agent, ids, n=3, cutoff=0.6)
+    if close:
+        return (f"; no workspace {agent!r} is configured or recorded: did you mean "
+                f"{' or '.join(close)}?")
+    return (f"; no workspace {agent!r} is configured or recorded (recalld workspace list "
+            f"shows them; recalld workspace open {agent} makes a new one)")
 
 
 class _TerminalStream(io.TextIOWrapper):

@@ -126,7 +126,7 @@ def test_read(daemon: DaemonHandle) -> None:
     line = assert_one_line_error(recalld("read", "../../etc/passwd", env=daemon.env), 1)
     assert line.endswith("(code -32005)")
     line = assert_one_line_error(recalld("read", "x.md", "--agent", "nobody", env=daemon.env), 1)
-    assert "(code -32001); open it with" in line
+    assert "(code -32001); no workspace 'nobody' is configured or recorded" in line, line
 
 
 def test_ping_and_usage_errors(daemon: DaemonHandle) -> None:
@@ -157,14 +157,19 @@ def test_search_and_reindex(daemon: DaemonHandle) -> None:
     assert proc.returncode == 0 and "succeeded" in proc.stdout, proc.stderr
     submitted = as_json(recalld("reindex", "--no-wait", "--json", env=daemon.env))
     assert submitted["job_id"]
-    # A workspace not open yet: the one line says how to open it.
+    # A workspace not open: the one line says how to open it, once it is a known one.
     for args in (["search", "ECONNREFUSED", "--agent", "ops.team-2"],
                  ["note", "--agent", "ops.team-2", "the VPN is back"],
                  ["reindex", "--agent", "ops.team-2"], ["jobs", "list", "--agent", "ops.team-2"],
                  ["jobs", "get", "j1", "--agent", "ops.team-2"]):
         line = assert_one_line_error(recalld(*args, env=daemon.env), 1)
-        assert line.endswith("is not open (code -32001); open it with: "
-                             "recalld workspace open ops.team-2"), line
+        assert line.endswith("(recalld workspace list shows them; recalld workspace open "
+                             "ops.team-2 makes a new one)"), line
+    assert recalld("workspace", "open", "ops.team-2", env=daemon.env).returncode == 0
+    assert recalld("workspace", "close", "ops.team-2", env=daemon.env).returncode == 0
+    line = assert_one_line_error(recalld("reindex", "--agent", "ops.team-2", env=daemon.env), 1)
+    assert line.endswith("is not open (code -32001); open it with: "
+                         "recalld workspace open ops.team-2"), line
     # Closing one that is not open: nothing to open (the daemon's one line, no hint).
     line = assert_one_line_error(recalld("workspace", "close", "ops.team-2", env=daemon.env), 1)
     assert line.endswith("is not open (code -32001)"), line

@@ -61,3 +61,35 @@ def test_a_path_refused_as_leaving_the_workspace_is_a_failure_not_a_usage_error(
             assert proc.stderr.rstrip().endswith("(code -32005)"), (path, proc.stderr)
             assert proc.stdout == "" and "neighbour" not in proc.stderr, proc
     assert recalld("read", "memory/x.md", "--lines", "5-2", env=env).returncode == 2
+
+
+def test_a_command_on_a_workspace_not_open_suggests_opening_only_a_known_one(
+        daemon_factory: DaemonFactory) -> None:
+    # Opening an id that was only mistyped would make a new, empty workspace: a known one
+    # (recorded, or configured) is to be opened; for another, the close known ids.
+    daemon = daemon_factory('[workspaces."research-notes"]\n')
+    env = daemon.env
+    assert recalld("workspace", "open", "writer_2", env=env).returncode == 0
+    for agent in ("writer_2", "research-notes"):
+        assert recalld("workspace", "close", agent, env=env).returncode == 0
+    for agent in ("writer_2", "research-notes"):
+        for args in (["note", "hi"], ["read", "memory/a.md"], ["search", "q"],
+                     ["reindex", "--json"]):
+            proc = recalld(*args, "--agent", agent, env=env)
+            assert proc.returncode == 1, proc
+            assert proc.stderr.rstrip().endswith(
+                f"; open it with: recalld workspace open {agent}"), (args, proc.stderr)
+    for typo, meant in (("writer-2", "writer_2"), ("research-note", "research-notes"),
+                        ("defualt", "default")):
+        for args in (["note", "hi"], ["read", "memory/a.md", "--json"], ["dream"]):
+            proc = recalld(*args, "--agent", typo, env=env)
+            assert proc.returncode == 1, proc
+            assert "workspace open" not in proc.stderr, (args, proc.stderr)
+            assert (f"no workspace '{typo}' is configured or recorded: did you mean "
+                    f"{meant}") in proc.stderr, (args, proc.stderr)
+    proc = recalld("search", "q", "--agent", "zzqx", env=env)
+    assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1, proc
+    assert ("no workspace 'zzqx' is configured or recorded (recalld workspace list shows "
+            "them; recalld workspace open zzqx makes a new one)") in proc.stderr, proc.stderr
+    ids = {w["agent_id"] for w in as_json(recalld("workspace", "list", "--json", env=env))}
+    assert ids == {"default", "research-notes", "writer_2"}, ids
