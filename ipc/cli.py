@@ -129,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "AGENT)")
     ws_open.add_argument("--config-json", metavar="JSON",
                          help='workspace settings, e.g. \'{"auto_memory_interval": 10}\'')
-    ws_sub.add_parser("list", help="open workspaces, and recorded ones not open", parents=[common])
+    ws_sub.add_parser("list", help="open workspaces, and recorded or configured ones not open",
+                      parents=[common])
     ws_close = ws_sub.add_parser("close", help="stop serving a workspace", parents=[common])
     ws_close.add_argument("agent")
     ws_close.add_argument("--forget", action="store_true",

@@ -86,7 +86,7 @@ def test_workspace_help_says_where_a_workspace_opens_and_what_forget_does(
 
     assert "else its config [workspaces.AGENT] path" in shown("workspace", "open")
     assert "(a configured one still opens)" in shown("workspace", "close")
-    assert "open workspaces, and recorded ones not open" in shown("workspace")
+    assert "open workspaces, and recorded or configured ones not open" in shown("workspace")
 
 
 def test_a_command_on_a_failed_workspace_says_why_it_failed(
