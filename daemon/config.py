@@ -219,7 +219,8 @@ class DaemonConfig:
     workspace_paths: Mapping[str, Path] = field(default_factory=dict)
 
     def workspace_path(self, agent_id: str) -> Path:
-        """Where agent ``agent_id``'s workspace lives unless opened at another path."""
+        """Where agent ``agent_id``'s workspace lives unless opened at another path (a
+        configured one is not: :meth:`WorkspaceRegistry.open`)."""
         return self.workspace_paths.get(agent_id, self.data_dir / "workspaces" / agent_id)
 
     def configured_agents(self) -> list[str]:

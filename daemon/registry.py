@@ -215,9 +215,9 @@ class WorkspaceRegistry:
         missing or empty (:func:`check_still_there`). ``name``: the agent's name that
         ``agent_id`` was made of, recorded with the workspace (:func:`check_owner`).
 
-        Raises InvalidParams if it is open at another path, another agent holds the
-        path or another name the workspace. If cancelled while services start, the
-        half-open workspace is closed.
+        Raises InvalidParams if it is open at another path, the config file puts it at
+        another, another agent holds the path or another name the workspace. If
+        cancelled while services start, the half-open workspace is closed.
         """
         check_agent_id(agent_id)
         while True:
@@ -275,6 +275,15 @@ class WorkspaceRegistry:
                 await self._close(current)
                 del self._workspaces[agent_id]
                 self._pulse()
+            if path is not None and agent_id in config.configured_agents():
+                # Served elsewhere, it would move back to its configured place at the next
+                # start, its notes written meanwhile left behind unserved.
+                place = await trio.to_thread.run_sync(
+                    config.workspace_path(agent_id).expanduser().resolve)
+                if place != root:
+                    raise InvalidParams(
+                        f"the config file puts workspace {agent_id!r} at {place}: open it "
+                        f"without a path, or change its [workspaces.{agent_id}] path and reload")
             if current is not None:  # failed: its services may still hold its lock
                 await current.wait_closed()
             await trio.to_thread.run_sync(check_root, root)

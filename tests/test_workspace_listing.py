@@ -93,3 +93,30 @@ def test_a_command_on_a_workspace_not_open_suggests_opening_only_a_known_one(
             "them; recalld workspace open zzqx makes a new one)") in proc.stderr, proc.stderr
     ids = {w["agent_id"] for w in as_json(recalld("workspace", "list", "--json", env=env))}
     assert ids == {"default", "research-notes", "writer_2"}, ids
+
+
+def test_a_configured_workspace_is_not_opened_at_another_path(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Closed, it was opened where it was asked, and at the next start it moved back to
+    # its configured place: what was noted meanwhile was no longer served.
+    place, elsewhere = tmp_path / "team", tmp_path / "elsewhere"
+    place.mkdir()
+    elsewhere.mkdir()
+    (tmp_path / "team-link").symlink_to(place)
+    daemon = daemon_factory(f'[workspaces.team]\npath = "{tmp_path / "team-link"}"\n')
+    env = daemon.env
+    for agent in ("team", "default"):
+        assert recalld("workspace", "close", agent, env=env).returncode == 0
+        proc = recalld("workspace", "open", agent, "--path", str(elsewhere), env=env)
+        assert proc.returncode == 2, proc
+        assert f"the config file puts workspace '{agent}' at " in proc.stderr, proc.stderr
+    assert not any(elsewhere.iterdir())
+    # Its own place, by any name, and no path at all, open it.
+    for args in (["team", "--path", str(place)], ["team", "--path", str(tmp_path / "team-link")],
+                 ["default"]):
+        proc = recalld("workspace", "open", *args, "--json", env=env)
+        assert proc.returncode == 0, proc
+    listed = {w["agent_id"]: w for w in as_json(recalld("workspace", "list", "--json",
+                                                        env=env))}
+    assert listed["team"]["path"] == str(place) and listed["team"]["state"] == "ready"
+    assert listed["default"]["state"] == "ready"
