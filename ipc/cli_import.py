@@ -72,12 +72,14 @@ def _qwenpaw_base(agent: str, id_of: Callable[[str], str]) -> str:
 
 
 def _taken(client: Client) -> dict[str, Path]:
-    """The folder of every workspace open or recorded to reopen, by agent id."""
+    """The folder of every workspace open, recorded or configured to reopen, by agent
+    id (a configured one opens nowhere but at its place)."""
     taken: dict[str, Path] = {}
     for ws in client.call("workspace.list").get("workspaces", []):
         path = ws.get("path")
         if (isinstance(path, str) and isinstance(ws.get("agent_id"), str)
-                and (ws.get("state") in ("opening", "ready") or ws.get("registered"))):
+                and (ws.get("state") in ("opening", "ready") or ws.get("registered")
+                     or ws.get("configured"))):
             taken[ws["agent_id"]] = Path(path).resolve()
     return taken
 

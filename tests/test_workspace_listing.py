@@ -120,3 +120,19 @@ def test_a_configured_workspace_is_not_opened_at_another_path(
                                                         env=env))}
     assert listed["team"]["path"] == str(place) and listed["team"]["state"] == "ready"
     assert listed["default"]["state"] == "ready"
+
+
+def test_an_import_takes_another_id_than_a_configured_workspace_closed_and_forgotten(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # recalld's own `default` opens at its place at every start, recorded or not: a
+    # QwenPaw `default` imported meanwhile is given its own id, not refused.
+    daemon = daemon_factory()
+    env = daemon.env
+    assert recalld("workspace", "close", "default", "--forget", env=env).returncode == 0
+    ws = tmp_path / "qwenpaw" / "workspaces" / "default"
+    (ws / "memory" / "2026-01-02").mkdir(parents=True)
+    (ws / "memory" / "2026-01-02" / "n.md").write_text("- the fern is on the balcony\n")
+    (ws / "agent.json").write_text('{"id": "default", "running": {}}', "utf-8")
+    proc = recalld("import-qwenpaw", str(ws), env=env)
+    assert proc.returncode == 0, proc
+    assert f"opened {ws} as agent qwenpaw-default" in proc.stdout, proc.stdout
