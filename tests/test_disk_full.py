@@ -161,7 +161,8 @@ def test_a_full_disk_at_close_or_stop_is_not_a_failure(
     note.parent.mkdir(parents=True)
     note.write_text("# Note\nsaved before\n")
     trigger = tmp_path / "disk-is-full"
-    config = f'[workspaces.w]\npath = "{root}"\n'
+    # Saves follow changes at once (the default waits 2 s to batch them).
+    config = f'[workspaces.w]\npath = "{root}"\n[daemon]\npersist_delay_s = 0.05\n'
     d = daemon_factory(config, launcher=LAUNCHER, DISK_FULL_TRIGGER=str(trigger),
                        DISK_FULL_AT="1", DISK_FULL_ERRNO="ENOSPC")
     d.call("index.sync", {"agent_id": "w"})
