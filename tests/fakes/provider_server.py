@@ -128,6 +128,9 @@ class FakeProvider:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # The status line and headers go out in one write, the body in another: with
+            # Nagle's algorithm the body waited for the client's delayed ACK (40 ms a call).
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:  # quiet
                 pass
