@@ -199,9 +199,13 @@ def _raw(kind: str) -> Any:
             "path": path, "start_line": start, "end_line": start + len(lines) + 3,
             "text": ("---\nname: n\ndescription: d\n---\n" if front else "") + "\n".join(lines),
             "score": 1.0, **({"via": via} if kind == "linked" else {})},
-        st.from_regex(r"[a-z]{1,8}/[a-z]{1,8}\.md", fullmatch=True),
+        st.builds("{}/{}.md".format, _word, _word),
         st.integers(1, 500), st.lists(_line, max_size=8), st.booleans(),
-        st.from_regex(r"[a-z]{1,8}\.md", fullmatch=True))
+        st.builds("{}.md".format, _word))
+
+
+# [a-z]{1,8}, drawn directly: from_regex took half the test's time.
+_word = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=8)
 
 
 @settings(max_examples=300, deadline=None)
