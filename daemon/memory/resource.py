@@ -140,6 +140,9 @@ class ResourceCatalog:
         #: The catalog was empty when loaded: notes may name files it does not know.
         self._fresh = False
         self._lock = trio.Lock()
+        #: Saves one at a time, each of the records as they are when its turn comes: the
+        #: watcher's and the job's overlap, and an older state written last would stay.
+        self._save_lock = trio.Lock()
         self.watcher = Watcher(
             ws.root, [self.resource_dir], apply=self.apply_paths, known=self.known,
             # The startup reconcile runs once the workspace serves: behind a large index's
@@ -157,9 +160,12 @@ class ResourceCatalog:
                 for p, r in self.records.items() if r.get("state") != "removed"}
 
     async def _save(self) -> None:
-        snapshot = {k: dict(v) for k, v in self.records.items()}
+        """Write the catalog as it is now, or as a later save found it (shielded: a
+        cancelled caller still has its state on disk)."""
         with trio.CancelScope(shield=True), trio.move_on_after(20.0):
-            await trio.to_thread.run_sync(save_catalog, self.path, snapshot)
+            async with self._save_lock:
+                snapshot = {k: dict(v) for k, v in self.records.items()}
+                await trio.to_thread.run_sync(save_catalog, self.path, snapshot)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
