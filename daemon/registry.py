@@ -406,6 +406,12 @@ class WorkspaceRegistry:
             ws = self._workspaces.get(agent_id)
             known = forget and agent_id in self._records.entries
             if (ws is None or ws.state == "closed") and not known:
+                if forget and agent_id in self._get_config().configured_agents():
+                    # Nothing to forget: the configuration opens it at every start.
+                    raise UnknownWorkspace(
+                        f"workspace {agent_id!r} is not open and not recorded: the "
+                        "configuration names it, so it opens at the next start or reload "
+                        "(take it out of the config file to keep it closed)")
                 raise UnknownWorkspace(f"workspace {agent_id!r} is neither open nor recorded"
                                        if forget else f"workspace {agent_id!r} is not open")
             closed = False

@@ -88,7 +88,7 @@ def _columns(rows: Sequence[Mapping[str, object]], first: Sequence[str]) -> list
 
 def render_workspaces(rows: Sequence[Mapping[str, object]]) -> str:
     if not rows:
-        return "no open workspaces\n"
+        return "no workspaces\n"
     return table(rows, _columns(rows, ("agent_id", "name", "state", "path")))
 
 

@@ -41,6 +41,10 @@ def test_configured_workspaces_that_are_not_open_are_listed(
     assert recalld("workspace", "close", "adhoc", "--forget", env=env).returncode == 0
     ids = [w["agent_id"] for w in as_json(recalld("workspace", "list", "--json", env=env))]
     assert ids == ["default", "kept.one", "plain-file"], ids
+    # Forgotten again, a configured one has nothing to forget: the error says what keeps
+    # it (not "neither open nor recorded", which it is listed as not being).
+    again = recalld("workspace", "close", "kept.one", "--forget", env=env)
+    assert again.returncode == 1 and "the configuration names it" in again.stderr, again
 
 
 def test_a_path_refused_as_leaving_the_workspace_is_a_failure_not_a_usage_error(
