@@ -75,13 +75,33 @@ def save_catalog(path: Path, records: Mapping[str, Mapping[str, object]]) -> Non
             log.warning("leaving %s in place: %s", legacy, exc)
 
 
+def put_back_plan(current: Mapping[str, Mapping[str, object]],
+                  changes: Mapping[str, object],
+                  ) -> tuple[dict[str, Mapping[str, object]], list[str]]:
+    """What undoing a run does to a catalog now ``current``: of ``changes`` (each key's
+    record ``before`` and ``after`` the run), the records to put back as they were before
+    it, and the keys to remove (the run added them); a key whose record is no longer the
+    run's ``after`` is left alone (what a later run did stands). The local catalog and a
+    shared workspace's on the server are undone by it alike."""
+    put: dict[str, Mapping[str, object]] = {}
+    dropped: list[str] = []
+    for key, change in changes.items():
+        if not isinstance(change, Mapping) or current.get(key) != change.get("after"):
+            continue
+        before = change.get("before")
+        if isinstance(before, Mapping):
+            put[key] = before
+        else:
+            dropped.append(key)
+    return put, dropped
+
+
 def undo_changes(path: Path, run: Mapping[str, object], *, save: bool = True) -> list[str]:
     """Put back the records of the catalog at ``path`` that the dream run whose record is
-    ``run`` changed, each as it was before the run, unless a later run changed it since
-    (what that run did stands); the run's notes whose records went back, which the next
-    run reads again. A record of before runs kept their catalog changes: the records of
-    its notes that still name it are removed. With ``save`` false, only what it would put
-    back (the catalog is left as it is)."""
+    ``run`` changed (:func:`put_back_plan`); the run's notes whose records went back,
+    which the next run reads again. A record of before runs kept their catalog changes:
+    the records of its notes that still name it are removed. With ``save`` false, only
+    what it would put back (the catalog is left as it is)."""
     catalog = load_catalog(path)
     changes = run.get("catalog")
     if not isinstance(changes, Mapping):
@@ -89,17 +109,11 @@ def undo_changes(path: Path, run: Mapping[str, object], *, save: bool = True) ->
         changes = {n: {"before": None, "after": catalog[n]}
                    for n in (notes if isinstance(notes, list) else [])
                    if n in catalog and catalog[n].get("run_id") == run.get("run_id")}
-    put_back = []
-    for rel, change in changes.items():
-        if not isinstance(change, Mapping) or catalog.get(rel) != change.get("after"):
-            continue
-        before = change.get("before")
-        if isinstance(before, dict):
-            catalog[rel] = before
-        else:
-            catalog.pop(rel, None)
-        put_back.append(str(rel))
-    if put_back and save:
+    put, dropped = put_back_plan(catalog, changes)
+    if (put or dropped) and save:
+        catalog.update((key, dict(record)) for key, record in put.items())
+        for key in dropped:
+            catalog.pop(key, None)
         save_catalog(path, catalog)
     notes = run.get("notes")
-    return sorted(r for r in put_back if isinstance(notes, list) and r in notes)
+    return sorted(str(r) for r in [*put, *dropped] if isinstance(notes, list) and r in notes)

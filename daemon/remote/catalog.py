@@ -9,6 +9,7 @@ from collections.abc import Mapping
 import psycopg
 
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.memory.catalog import put_back_plan
 from recalld.daemon.remote import db
 from recalld.daemon.remote.calls import on_conn
 from recalld.daemon.remote.searcher import one_line
@@ -49,18 +50,10 @@ class JobCatalog:
         ProviderUnavailable when the server fails: the undo tells it later."""
         try:
             current = await on_conn(self._conn, db.catalog, self._workspace_id, job)
-            put: dict[str, Mapping[str, object]] = {}
-            dropped = []
-            for key, change in changes.items():
-                before, after = change.get("before"), change.get("after")
-                if after is not None and current.get(key) != after:
-                    continue
-                if isinstance(before, Mapping):
-                    put[key] = before
-                elif key in current:
-                    dropped.append(key)
+            put, dropped = put_back_plan(current, changes)
             await on_conn(self._conn, db.put_catalog, self._workspace_id, job, put)
-            await on_conn(self._conn, db.drop_catalog, self._workspace_id, job, dropped)
+            await on_conn(self._conn, db.drop_catalog, self._workspace_id, job,
+                          [key for key in dropped if key in current])
         except (psycopg.Error, db.NoAnswer) as exc:
             raise ProviderUnavailable(f"shared workspace {self._name}: {job} catalog not "
                                       f"put back: {one_line(exc, ())}") from None
