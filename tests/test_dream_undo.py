@@ -22,6 +22,13 @@ __all__ = ["fake"]  # the fixture, imported for the tests here
 CAT = "digest/personal/cat.md"
 
 
+def plan_cat(model: ScriptedModel, note: str, content: str) -> None:
+    """The model's answer to ``note``: the node Cat, made with ``content``."""
+    model.plan[note] = [[("integrate", {"action": "CREATE", "bucket": "personal",
+                                        "name": "Cat", "content": content,
+                                        "reason": "fact"})]]
+
+
 def undo(daemon: DaemonHandle, run_id: str) -> dict[str, object]:
     result: dict[str, object] = daemon.call("dream.undo", {"agent_id": AGENT, "run_id": run_id})
     return result
@@ -35,9 +42,7 @@ def test_the_notes_of_an_undone_run_are_dreamed_again(
     model = ScriptedModel(fake)
     note, other = "memory/2026-03-14/pets.md", "memory/2026-03-15/garden.md"
     write(root, note, "Our cat is called Miso; she is afraid of the hoover.\n")
-    model.plan[note] = [[("integrate", {"action": "CREATE", "bucket": "personal",
-                                        "name": "Cat", "content": "- the cat is Miso",
-                                        "reason": "fact"})]]
+    plan_cat(model, note, "- the cat is Miso")
     open_ws(daemon, root, fake)
     first = dream(daemon)
     assert first["actions"] == {"CREATE": 1}
@@ -47,9 +52,7 @@ def test_the_notes_of_an_undone_run_are_dreamed_again(
     undone = undo(daemon, first["run_id"])
     assert CAT in undone["removed"] and undone["dreamed_again"] == [note], undone
     assert not (root / CAT).exists()
-    model.plan[note] = [[("integrate", {"action": "CREATE", "bucket": "personal",
-                                        "name": "Cat", "content": "- the cat is Miso, shy",
-                                        "reason": "fact"})]]
+    plan_cat(model, note, "- the cat is Miso, shy")
     again = dream(daemon)
     assert again["notes"] == 1 and again["actions"] == {"CREATE": 1}, again
     assert "- the cat is Miso, shy" in node(root, CAT)[1]
@@ -64,9 +67,7 @@ def test_undoing_a_run_that_marked_a_deleted_note_marks_it_again_next_run(
     model = ScriptedModel(fake)
     note = "memory/2026-03-14/vet visit.md"
     write(root, note, "Miso sees the vet on Tuesdays.\n")
-    model.plan[note] = [[("integrate", {"action": "CREATE", "bucket": "personal",
-                                        "name": "Cat", "content": "- Miso sees the vet",
-                                        "reason": "fact"})]]
+    plan_cat(model, note, "- Miso sees the vet")
     open_ws(daemon, root, fake)
     dream(daemon)
     linked = (root / CAT).read_bytes()
@@ -90,9 +91,7 @@ def test_undoing_a_run_that_followed_a_renamed_note_follows_it_again_next_run(
     model = ScriptedModel(fake)
     note, moved = "memory/2026-03-14/vet.md", "memory/2026-03-14/pets/vet.md"
     write(root, note, "Miso sees the vet on Tuesdays.\n")
-    model.plan[note] = [[("integrate", {"action": "CREATE", "bucket": "personal",
-                                        "name": "Cat", "content": "- Miso sees the vet",
-                                        "reason": "fact"})]]
+    plan_cat(model, note, "- Miso sees the vet")
     open_ws(daemon, root, fake)
     dream(daemon)
     linked = (root / CAT).read_bytes()
@@ -143,9 +142,7 @@ def test_no_undo_while_a_dream_of_the_workspace_runs(
     model = ScriptedModel(fake)
     note, later = "memory/2026-03-14/pets.md", "memory/2026-03-16/later.md"
     write(root, note, "Our cat is called Miso.\n")
-    model.plan[note] = [[("integrate", {"action": "CREATE", "bucket": "personal",
-                                        "name": "Cat", "content": "- the cat is Miso",
-                                        "reason": "fact"})]]
+    plan_cat(model, note, "- the cat is Miso")
     open_ws(daemon, root, fake)
     first = dream(daemon)
     write(root, later, "Nothing much.\n")
