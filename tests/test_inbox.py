@@ -159,3 +159,31 @@ def test_inbox_event_list_and_ack_over_the_socket(daemon_factory: Any, fake: Fak
         d.call("inbox.ack", {"agent_id": "w", "ids": "x"})
     with pytest.raises(UnknownWorkspace):
         d.call("inbox.list", {"agent_id": "nobody"})
+
+
+def test_an_ack_after_the_inbox_log_was_saved_over_survives_a_restart(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    """``sed -i`` on the inbox log (a copy renamed over it) left the open log appending to
+    the unlinked file: an item acknowledged from then on was unacknowledged again after a
+    restart."""
+    root = tmp_path / "ws"
+    config = (f'[workspaces.w]\npath = "{root}"\nauto_memory_interval = 0\n'
+              f'chat_model_config = {{base_url = "{fake.url}/v1", model_name = "m"}}\n')
+    d = daemon_factory(config)
+    fake.script(Reply(json=chat_answer(None, [tool_call("daily_write", {
+        "name": "tea", "description": "tea", "content": "- Drinks oolong"})])),
+        Reply(json=chat_answer("saved")))
+    r = d.call("memory.add_turns", {"agent_id": "w", "session_id": "s", "flush": True,
+                                    "messages": [{"role": "user", "content": "Oolong"}]})
+    assert wait_job(d, r["job_id"])["state"] == "succeeded"
+    [item] = d.call("inbox.list", {"agent_id": "w"})["items"]
+    log_path = root / "mem_metadata" / "inbox" / "inbox.jsonl"
+    temp = log_path.with_name("sedXk3v9Q")
+    temp.write_bytes(log_path.read_bytes())
+    temp.rename(log_path)
+    assert d.call("inbox.ack", {"agent_id": "w", "ids": [item["id"]]})["acked"] == [item["id"]]
+    d.kill()
+    again = daemon_factory(config)
+    assert again.call("inbox.list", {"agent_id": "w"})["items"] == []
+    listed = again.call("inbox.list", {"agent_id": "w", "include_acked": True})["items"]
+    assert [(i["id"], i["acked"]) for i in listed] == [(item["id"], True)]

@@ -176,3 +176,34 @@ def test_turns_acknowledged_after_the_workspace_folder_was_removed_survive(
     daemon = daemon_factory(CONFIG, **env)
     answer = daemon.call("memory.add_turns", {"agent_id": AGENT, "session_id": "s1"})
     assert answer["pending_messages"] == 3
+
+
+def test_turns_acknowledged_after_the_log_was_saved_over_survive(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    """An editor's save (a copy written beside the log, renamed over it) left the open
+    pending-turns log appending to the unlinked file: turns acknowledged from then on were
+    lost at restart. The copy is kept beside the log, whose records stay in place."""
+    env = {"RECALLD_DATA_DIR": str(tmp_path / "data")}
+    root = tmp_path / "data" / "workspaces" / AGENT
+    _write_notes(root)
+    daemon = daemon_factory(CONFIG, **env)
+
+    def add(text: str) -> int:
+        answer = daemon.call("memory.add_turns", {
+            "agent_id": AGENT, "session_id": "s1",
+            "messages": [{"role": "user", "content": text}]})
+        return int(answer["pending_messages"])
+
+    assert add("before the save") == 1
+    pending = root / "mem_metadata" / "sessions" / "pending.jsonl"
+    copy = pending.with_name(".pending.jsonl.swp")
+    copy.write_bytes(pending.read_bytes().replace(b"before the save", b"edited by hand!"))
+    copy.rename(pending)
+    assert add("after the save") == 2
+    kept = [p.name for p in pending.parent.iterdir() if p.name.startswith("pending.jsonl.")]
+    assert len(kept) == 1 and b"edited by hand!" in (pending.parent / kept[0]).read_bytes()
+    daemon.kill()
+
+    daemon = daemon_factory(CONFIG, **env)
+    answer = daemon.call("memory.add_turns", {"agent_id": AGENT, "session_id": "s1"})
+    assert answer["pending_messages"] == 2

@@ -290,14 +290,19 @@ class AppendLog:
 
     def _follow(self, fd: int) -> int:
         """The descriptor to append to. When the log's path names no file any more (its
-        folder was removed, or moved and made again), what the open file holds is first
-        published at the path again: appends to a file nobody can find would be lost at
-        the next start. A file someone else put there is left alone."""
+        folder was removed, or moved and made again), or the open file was unlinked as
+        another took its place (an editor's save, ``rsync``, ``sed -i``: a copy renamed
+        over it), what the open file holds is first published at the path again: appends
+        to a file nobody can find would be lost at the next start. The file that took its
+        place is kept beside it (``<name>.corrupt-<ns>``); one put there while the open
+        file is still linked elsewhere (its folder moved away) is left alone."""
         try:
             os.stat(self.path)
-            return fd
+            if os.fstat(fd).st_nlink > 0:
+                return fd
+            replaced: Path | None = set_aside(self.fs, self.path)
         except FileNotFoundError:
-            pass
+            replaced = None
         except OSError as exc:
             raise translate_os_error(exc, self.path) from exc
         try:
@@ -306,8 +311,12 @@ class AppendLog:
             raise translate_os_error(exc, self.path) from exc
         ensure_dir(self.fs, self.path.parent)
         atomic_write(self.fs, self.path, held)
-        log.warning("%s was gone; written again from the open log (%d bytes)",
-                    self.path, len(held))
+        if replaced is None:
+            log.warning("%s was gone; written again from the open log (%d bytes)",
+                        self.path, len(held))
+        else:
+            log.warning("%s was replaced by another file, kept as %s; written again from "
+                        "the open log (%d bytes)", self.path, replaced.name, len(held))
         self._rollback_pending = False
         self._reopen()
         return self._require_open()
