@@ -8,13 +8,13 @@ source at once, and cancellation is immediate.
 
 Owns the process's one inotify instance (shared by every source: the per-user limit on
 instances never bounds how many workspaces are watched) and, per source, one watch per
-directory below its roots. New and
-moved-in directories get watches as they appear (their files are reported through the
-directory event, ``Change.folder`` whatever the directory's name; the watcher expands
-it). A directory moved away loses its watches, so stale paths never leak out. Queue
-overflow (``IN_Q_OVERFLOW``: the kernel dropped events) and a full watch table
-(``ENOSPC``: ``fs.inotify.max_user_watches``) raise :class:`WatchError`; the watcher
-then reconciles and restarts the source with backoff.
+directory below its roots but hidden ones (which every watcher passes by: a ``.git``
+holds hundreds). New and moved-in directories get watches as they appear (their files
+are reported through the directory event, ``Change.folder`` whatever the directory's
+name; the watcher expands it). A directory moved away loses its watches, so stale
+paths never leak out. Queue overflow (``IN_Q_OVERFLOW``: the kernel dropped events) and
+a full watch table (``ENOSPC``: ``fs.inotify.max_user_watches``) raise
+:class:`WatchError`; the watcher then reconciles and restarts the source with backoff.
 Losing a root is reported as a deletion of the root itself, or ``Change.moved_away``; a root
 that cannot be watched when the source starts (gone, a link or a file in its place) raises
 :class:`WatchError`.
@@ -208,10 +208,12 @@ class _Watches:
         self._wake = trio.Event()
 
     def add_tree(self, top: str, *, root: bool = False) -> None:
-        """Watch ``top`` and every directory below it (symlinks are not followed).
-        ``root``: ``top`` is a watched root, which must itself be watched: WatchError if
-        it cannot be (a link or a file in its place, or gone again), so the watcher says
-        so and retries rather than go on with a root nobody watches."""
+        """Watch ``top`` and every directory below it but hidden ones (symlinks are not
+        followed). ``root``: ``top`` is a watched root, which must itself be watched:
+        WatchError if it cannot be (a link or a file in its place, or gone again), so the
+        watcher says so and retries rather than go on with a root nobody watches."""
+        if not root and _hidden(top):
+            return
         stack = [top]
         while stack:
             path = stack.pop()
@@ -227,7 +229,8 @@ class _Watches:
                 continue
             try:
                 with os.scandir(path) as entries:
-                    stack.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))
+                    stack.extend(e.path for e in entries
+                                 if not _hidden(e.name) and e.is_dir(follow_symlinks=False))
             except OSError:
                 continue  # vanished or unreadable: its parent's events tell the rest
 
@@ -326,6 +329,13 @@ class InotifySource:
             else:
                 batch.add((Change.modified, path))
         return batch, new_dirs
+
+
+def _hidden(path: str) -> bool:
+    """Whether the last part of ``path`` is hidden: every watcher passes those folders by
+    (a ``.git`` of hundreds of folders, an editor's state), so they get no watch; one
+    renamed to a visible name is watched as it is moved in."""
+    return os.path.basename(path).startswith(".")
 
 
 def _add_trees(watches: _Watches, tops: list[str]) -> None:

@@ -203,3 +203,42 @@ def test_parse_events_reads_names_and_padding() -> None:
     data += struct.pack("iIII", 4, inotify.IN_DELETE_SELF, 0, 0)
     assert list(inotify.parse_events(data)) == [
         (3, inotify.IN_CREATE, "note.md"), (4, inotify.IN_DELETE_SELF, "")]
+
+
+def _watch_count() -> int:
+    """The watches of this process's inotify instances, as the kernel lists them."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        if _is_link(fd) and os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify":
+            with open(f"/proc/self/fdinfo/{fd}", encoding="ascii") as info:
+                count += sum(line.startswith("inotify wd:") for line in info)
+    return count
+
+
+async def test_hidden_folders_take_no_watches(tmp_path: Path) -> None:
+    # A memory folder kept in git: .git holds hundreds of folders the watcher passes by
+    # anyway. They took a watch each (of the per-user limit, which doctor counts without
+    # them), and git's own writes there flooded the event queue.
+    root = tmp_path / "memory"
+    for sub in [f"objects/{i:02x}" for i in range(40)] + ["refs/heads", "logs"]:
+        (root / ".git" / sub).mkdir(parents=True)
+    (root / ".obsidian" / "plugins").mkdir(parents=True)
+    (root / "2026-02-01").mkdir()
+    before = _watch_count()
+    async with trio.open_nursery() as nursery:
+        seen = await started(nursery, [root])
+        assert _watch_count() - before == 2  # memory/ and memory/2026-02-01/
+        (root / ".git" / "objects" / "00" / "x.md").write_text("x")
+        (root / ".drafts").mkdir()
+        (root / ".drafts" / "later").mkdir()
+        (root / "2026-02-01" / "a.md").write_text("a")
+        await seen.wait_for((Change.added, str(root / "2026-02-01" / "a.md")))
+        assert not any("/.git/" in p or "/.drafts/" in p for _, p in seen.changes)
+        assert _watch_count() - before == 2
+        # A hidden folder renamed to a visible name is watched from then on, below too.
+        (root / ".drafts").rename(root / "drafts")
+        await seen.wait_for((Change.folder, str(root / "drafts")))
+        (root / "drafts" / "later" / "b.md").write_text("b")
+        await seen.wait_for((Change.added, str(root / "drafts" / "later" / "b.md")))
+        assert _watch_count() - before == 4
+        nursery.cancel_scope.cancel()
