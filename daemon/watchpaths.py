@@ -116,6 +116,10 @@ class WatchedRoots:
                 # The workspace folder (or one on its path) was replaced by a link: what
                 # it leads to is another folder's, and this one's notes are unknown.
                 return "the workspace folder now leads to another folder"
+            if top in self.roots:
+                # A root moved elsewhere with a link left in its place: its notes are
+                # unknown, not gone, as for a root moved away or a file in its place.
+                return "it is a symbolic link leading out of the workspace"
             log.warning("not descending %s: it leads out of the workspace", top)
             return None
         stack = [top]

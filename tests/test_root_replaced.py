@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from conftest import DaemonFactory, DaemonHandle
 from waits import wait_value, workspace_status
@@ -128,3 +129,38 @@ def test_a_folder_linked_to_anothers_is_never_opened_whoever_opens_first(
     assert daemon.call("workspace.open", {"agent_id": "alice"})["path"] == str(alice)
     hits = daemon.call("memory.search", {"agent_id": "alice", "query": "quokkaword"})
     assert [h["path"] for h in hits["results"]] == [NOTE]
+
+
+def test_a_memory_folder_moved_out_with_a_link_left_keeps_its_notes(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # `mv memory /elsewhere; ln -s /elsewhere memory` (here: to alice's memory/): the link
+    # is not followed out of bob's workspace, and what bob's memory/ holds is unknown,
+    # not gone. Every note of it was dropped from bob's index, as from an empty folder.
+    daemon = daemon_factory(CONFIG, RECALLD_DATA_DIR=str(tmp_path / "data"))
+    alice = _open(daemon, "alice", "Alice keeps the quokkaword in her isolated notes.")
+    bob = _open(daemon, "bob", "Bob deploys on Fridays.")
+    os.rename(bob / "memory", tmp_path / "bob-memory")
+    os.symlink(alice / "memory", bob / "memory")
+
+    def watcher() -> dict[str, Any]:
+        entry = workspace_status(daemon, "bob")
+        assert entry is not None
+        found: dict[str, Any] = entry["index"]["watcher"]
+        return found
+
+    wait_value(watcher, lambda w: "symbolic link" in str(w["why"]), "bob's watcher failed")
+    for query, paths in (("Fridays", [NOTE]), ("quokkaword", [])):
+        hits = daemon.call("memory.search", {"agent_id": "bob", "query": query,
+                                             "sync": True})["results"]
+        assert [h["path"] for h in hits] == paths, query
+    assert watcher()["state"] == "failed"
+
+    os.unlink(bob / "memory")
+    os.rename(tmp_path / "bob-memory", bob / "memory")
+    (bob / NOTE).write_text("# Facts\n\nBob deploys on Tuesdays now.\n", encoding="utf-8")
+    wait_value(watcher, lambda w: w["state"] == "watching", "bob's memory/ watched again")
+    hits = daemon.call("memory.search", {"agent_id": "bob", "query": "Tuesdays",
+                                         "sync": True})["results"]
+    assert [h["path"] for h in hits] == [NOTE]
+    assert not daemon.call("memory.search", {"agent_id": "bob", "query": "Fridays"})["results"]
+    assert daemon.call("index.verify", {"agent_id": "bob"})["ok"] is True
