@@ -377,13 +377,12 @@ class Watcher:
 
     async def _rewrite_cookies(self) -> None:  # those written while no watch saw them
         for name in list(self._cookies):
-            path = self._roots[0] / name
             try:
-                await self._run_sync(path.write_bytes, b"")
+                await self._run_sync(self._paths.mark, name)
                 if name not in self._cookies:  # its sync ended meanwhile: leave no trace
-                    await self._run_sync(partial(path.unlink, missing_ok=True))
+                    await self._run_sync(partial(self._paths.mark, name, remove=True))
             except OSError as exc:
-                log.debug("sync cookie %s not written again: %s", path, exc)
+                log.debug("sync cookie %s not written again: %s", name, exc)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Watch until cancelled. Started once the native watch is active (or failed: it
@@ -432,15 +431,14 @@ class Watcher:
             return
         self._cookie_n += 1
         name = f"{COOKIE_PREFIX}{os.getpid()}-{self._cookie_n}"
-        path = self._roots[0] / name
         done = trio.Event()
         errors = self._errors
         self._cookies[name] = done
         try:
             try:
-                await self._run_sync(path.write_bytes, b"")
-            except OSError as exc:
-                log.debug("sync cookie %s not written: %s", path, exc)
+                await self._run_sync(self._paths.mark, name)
+            except OSError as exc:  # no root, or a link in its place: never written there
+                log.debug("sync cookie %s not written: %s", name, exc)
             else:
                 while True:
                     with trio.move_on_after(self._config.sync_timeout_s):
@@ -461,9 +459,9 @@ class Watcher:
             self._cookie_seen.pop(name, None)
             with trio.CancelScope(shield=True):
                 try:
-                    await self._run_sync(partial(path.unlink, missing_ok=True))
+                    await self._run_sync(partial(self._paths.mark, name, remove=True))
                 except OSError as exc:  # the root is a file now, or unreadable
-                    log.debug("sync cookie %s not removed: %s", path, exc)
+                    log.debug("sync cookie %s not removed: %s", name, exc)
 
     async def _sync_by_reconcile(self, reason: str) -> None:
         # A root removed (rm -r memory) is made again first, as the watch's restart does,

@@ -20,6 +20,7 @@ from typing import Final
 
 from recalld.daemon import safepath
 from recalld.daemon.store.fsio import TEMP_RE
+from recalld.ipc.errors import RecalldError
 
 __all__ = ["IGNORE_DIRS", "WatchedRoots", "passed_by"]
 
@@ -229,3 +230,23 @@ class WatchedRoots:
                     root.mkdir(parents=True, exist_ok=True)
                 except OSError as exc:
                     log.debug("root %s not made again: %s", root, exc)
+
+    def mark(self, name: str, *, remove: bool = False) -> None:
+        """Create the empty file ``name`` in the first root (``remove``: remove it), never
+        through a link: the root or a folder on its path replaced by one (``memory`` moved
+        away, a link to another folder left) raises OSError instead of writing there, for
+        the watcher's sync cookies (blocking)."""
+        parts = [*self.root_rels[0].split("/"), name]
+        try:
+            folder = safepath.open_parent(self.workspace, parts, "/".join(parts))
+        except RecalldError as exc:
+            raise OSError(errno.ENOTDIR, exc.message) from None
+        try:
+            if remove:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=folder)
+            else:
+                os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                                 | os.O_CLOEXEC, 0o600, dir_fd=folder))
+        finally:
+            os.close(folder)

@@ -6,9 +6,11 @@ Under the autojump clock, with a scripted change source.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
+import pytest
 import trio
 from watcher_harness import ROOTS, FakeIndex, disk_notes, inline, make, write
 from watchfiles import Change
@@ -139,4 +141,27 @@ async def test_a_sync_after_its_roots_were_removed_drops_their_notes(
         assert all((tmp_path / root).is_dir() for root in ROOTS)
         # A root moved away (the watch says so) is not made again by a sync: asserted
         # on the real watch in test_watcher_roots.py (..._moved_away_and_back_by_hand...).
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_sync_never_writes_its_cookie_through_a_link_in_place_of_the_root(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, autojump_clock: object
+) -> None:
+    # memory/ moved away with a link to another folder (another agent's notes) left in its
+    # place, and a sync before the watch has reported it: the cookie is not written (nor
+    # removed) there, not even for a moment; the sync answers by a reconcile.
+    ws = tmp_path / "ws"
+    watcher, index, _ = make(ws, sync_timeout_s=2.0)
+    write(ws / "digest" / "d.md", "d")
+    elsewhere = tmp_path_factory.mktemp("other-agent") / "memory"
+    async with trio.open_nursery() as nursery:
+        await nursery.start(watcher.run)
+        (ws / "memory").rename(elsewhere)
+        (ws / "memory").symlink_to(elsewhere, target_is_directory=True)
+        os.utime(elsewhere, ns=(1_000_000_000, 1_000_000_000))
+        with trio.fail_after(10):
+            await watcher.sync()
+        assert watcher.status()["sync_fallbacks"] == 1
+        assert os.stat(elsewhere).st_mtime_ns == 1_000_000_000  # nothing made or removed
+        assert "digest/d.md" in index.texts()
         nursery.cancel_scope.cancel()
