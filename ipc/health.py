@@ -93,10 +93,23 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
     elif state == "pending" and h.get("reasons"):
         capture = [r for r in h["reasons"] if _is_capture(r, ws)]
         others = [r for r in h["reasons"] if r not in capture]
+        stuck = _provider_failing(ws)
+        behind = [r for r in others if stuck and r.startswith("vectors:")]
+        others = [r for r in others if r not in behind]
         if others:
             a.problems.append(Problem(
                 "info", "pending: " + "; ".join(others),
                 "wait: it catches up by itself (recalld search --sync waits)"))
+        if behind:
+            # The chunks wait for the provider, which no wait of the daemon brings back
+            # when it fails for good (the problem of the provider says what it answers).
+            a.problems.append(Problem(
+                "warn" if stuck == "for good" else "info", "pending: " + "; ".join(behind),
+                f"no wait brings their vectors: fix what the embedding provider refuses "
+                f"(the problem below), then: recalld workspace close {agent}; recalld "
+                f"workspace open {agent}" if stuck == "for good"
+                else "wait: the backfill resumes by itself once the embedding provider "
+                     "answers again (the problem below says what fails)"))
         if capture:
             a.problems.append(Problem("info", "pending: " + "; ".join(capture),
                                       _capture_fix(agent, ws)))
@@ -167,6 +180,18 @@ def _capture_fix(agent: str, ws: WorkspaceInfo) -> str:
     return "wait: the idle flush writes them, and retries a failed job by itself"
 
 
+def _provider_failing(ws: WorkspaceInfo) -> str | None:
+    """How the embedding provider of a workspace with vectors on fails now: "for good"
+    (a retry of the same request will not help: the fix is the user's), "for now" (an
+    outage, a rate limit: the backfill waits for it), or None while it answers."""
+    v = _vectors(ws)
+    provider = v.get("provider") or {}
+    breaker = (provider.get("breaker") or {}).get("state")
+    if not v.get("enabled") or (v.get("health") != "fail" and breaker != "open"):
+        return None
+    return "for good" if provider.get("fails_for_good") else "for now"
+
+
 def _vector_facts(a: Assessment, ws: WorkspaceInfo) -> None:
     v = _vectors(ws)
     if not v:
@@ -187,7 +212,11 @@ def _vector_facts(a: Assessment, ws: WorkspaceInfo) -> None:
         text += " with the new model"
     if isinstance(coverage, int | float) and coverage < 1:
         rest_parked = v.get("parked") and v.get("parked") == v.get("pending")
-        text += f" ({coverage:.0%}, {'the rest parked' if rest_parked else 'backfill under way'}"
+        failing = _provider_failing(ws)
+        text += f" ({coverage:.0%}, " + (
+            "the rest parked" if rest_parked else
+            "stopped: the provider fails for good" if failing == "for good" else
+            "waiting for the provider" if failing else "backfill under way")
         if v.get("migrating"):
             text += ("; the previous model's vectors serve searches meanwhile"
                      if v.get("serving_space") else
@@ -199,13 +228,17 @@ def _vector_facts(a: Assessment, ws: WorkspaceInfo) -> None:
     error = v.get("last_error") or provider.get("last_error")
     breaker = (provider.get("breaker") or {}).get("state")
     if v.get("health") == "fail" or breaker == "open":
+        reopen = ("a fixed embedding_model_config applies when the workspace opens again: "
+                  f"recalld workspace close {a.agent_id}; recalld workspace open {a.agent_id}")
         a.problems.append(Problem(
             "fail", f"embedding provider failing: {error or 'circuit open'}",
-            "check base_url, the key, model_name, dimensions and the network; the "
-            "backfill resumes by itself once the provider answers (see the [EMBEDDING "
-            "HEALTH CHECK] line in the log); a fixed embedding_model_config applies when "
-            f"the workspace opens again: recalld workspace close {a.agent_id}; recalld "
-            f"workspace open {a.agent_id}"))
+            "check base_url, the key, model_name and dimensions: the provider refuses "
+            f"what it is sent, and no wait changes that; {reopen}"
+            if _provider_failing(ws) == "for good" else
+            "the provider is unreachable, overloaded or rate-limiting: the backfill waits "
+            "(growing waits, the provider's Retry-After, the circuit breaker) and resumes "
+            "by itself once it answers (see the [EMBEDDING HEALTH CHECK] line in the "
+            f"log); if it lasts, check base_url and the network; {reopen}"))
     if v.get("parked"):
         a.problems.append(Problem(
             "fail", f"{v['parked']} chunk(s) parked after errors on their texts"

@@ -4,6 +4,7 @@ their vectors."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +154,32 @@ def test_a_new_model_that_refuses_everything_leaves_the_old_one_serving(
         res = d.call("memory.search", {"agent_id": "w", "query": "tides"})
         assert res["mode"] == "hybrid" and res["vector_hits"] == 8  # the old space, all
         assert d.stop() == 0
+
+
+def test_chunks_behind_a_failing_provider_say_what_brings_their_vectors(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # Vectors of the wrong size (no wait changes that), then an outage (the backfill
+    # resumes by itself): the chunks waiting behind each are not said to catch up alike.
+    for name, reply, for_good in (("dims", Reply(dims=16), True),
+                                  ("outage", Reply(status=503), False)):
+        root = tmp_path / name
+        notes(root)
+        with FakeProvider(dims=8) as fake:
+            fake.reply_for = lambda _body, r=reply: r
+            d = daemon_factory(config(root, fake))
+            d.call("index.sync", {"agent_id": "w"})
+            st = wait_value(partial(vectors_status, d), lambda st: st["health"] == "fail"
+                            and st["counted"] and st["pending"] == 8, "the provider failing")
+            assert st["provider"]["fails_for_good"] is for_good, st
+            res = d.call("memory.search", {"agent_id": "w", "query": "tides"})
+            assert res["results"] and res["vector_hits"] == 0
+            out = recalld("status", env=d.env).stdout
+            assert "pending: vectors: 0 of 8 chunks embedded" in out, out
+            assert "catches up by itself" not in out, out
+            if for_good:
+                assert "no wait brings their vectors" in out and "resumes by itself" not in out
+                assert "stopped: the provider fails for good" in out
+            else:
+                assert "resumes by itself once the embedding provider answers" in out
+                assert "no wait" not in out and "waiting for the provider" in out
+            assert d.stop() == 0

@@ -175,7 +175,8 @@ class PassageCalls:
             for h in errors.keys() - set(fresh):
                 text, exc = errors[h]
                 refused[text] = str(exc)
-            self.space.client.health = "fail"  # refusing every text: not the texts' fault
+            # Refusing every text: not the texts' fault, and no retry changes that.
+            self.space.client.failing(for_good=True)
             raise refusal or errors[fresh[0]][1]
         for text, exc in errors.values():
             refused[text] = str(exc)

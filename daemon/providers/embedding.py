@@ -71,6 +71,10 @@ class EmbeddingStatus(TypedDict):
     health: Literal["unknown", "ok", "fail"]
     breaker: BreakerState
     last_error: str | None
+    #: While ``health`` is "fail": whether the provider failed for good (a retry of the
+    #: same request will not help: the key, the model, the address, the dimensions, or
+    #: every text refused), so the fix is the user's; False for an outage, a rate limit.
+    fails_for_good: bool
     last_ok: float | None
 
 
@@ -161,6 +165,8 @@ class EmbeddingClient:
         #: is the text's fault, not the provider's: ``index/passages.py``).
         self.successes = 0
         self.health: Literal["unknown", "ok", "fail"] = "unknown"
+        #: See ``EmbeddingStatus.fails_for_good``.
+        self.fails_for_good = False
         #: Until when (trio clock) the provider's last Retry-After asks to be left alone.
         self._quiet_until = -math.inf
 
@@ -251,7 +257,7 @@ class EmbeddingClient:
                 wait = min(max(exc.retry_after_s, 0.0), self.policy.retry_after_cap_s)
                 self._quiet_until = trio.current_time() + wait
             if not input_refused(exc):  # a text it will not take says nothing of its health
-                self.health = "fail"
+                self.failing(for_good=not exc.transient)
             metrics.count("recalld_embed_errors_total")
             raise
         finally:
@@ -260,7 +266,7 @@ class EmbeddingClient:
         self.last_ok = time.time()
         self.successes += 1
         self._quiet_until = -math.inf  # it answers again: a Retry-After is over
-        self.health = "ok"
+        self.health, self.fails_for_good = "ok", False
         rows: F32 = np.concatenate(parts) if len(parts) > 1 else parts[0]
         return rows
 
@@ -297,6 +303,7 @@ class EmbeddingClient:
         """
         prefix = f"[EMBEDDING HEALTH CHECK] name={name} workspace_dir={Path(workspace_dir)}"
         reason: str | None = None
+        for_good = False
         try:
             self._require_enabled()
             # The retries stop short of the deadline with the provider's own error; the
@@ -307,17 +314,17 @@ class EmbeddingClient:
             if scope.cancelled_caught:
                 reason = f"no answer within {self._health_timeout_s:g}s"
             elif rows.shape != (1, self.dimensions):
-                reason = f"unexpected vector shape {rows.shape}"
+                reason, for_good = f"unexpected vector shape {rows.shape}", True
         except ProviderTimeout:
             reason = f"no answer within {self._health_timeout_s:g}s"
         except ProviderError as exc:
-            reason = str(exc)
+            reason, for_good = str(exc), not exc.transient
         if reason is None:
-            self.health = "ok"
+            self.health, self.fails_for_good = "ok", False
             log.info("%s -> OK", prefix)
             return True
         reason = self._redact(reason).replace("\n", " ")
-        self.health = "fail"
+        self.failing(for_good=for_good)
         self.last_error = reason
         log.warning("%s -> FAIL %s", prefix, reason)
         return False
@@ -343,6 +350,11 @@ class EmbeddingClient:
             delay = ceiling / 2 + self._rng.uniform(0.0, ceiling / 2)
             await trio.sleep(max(delay, self.hold_s()))
             attempt += 1
+
+    def failing(self, *, for_good: bool) -> None:
+        """Mark the provider failing: ``for_good`` when a retry of the same request will
+        not help (see ``EmbeddingStatus.fails_for_good``)."""
+        self.health, self.fails_for_good = "fail", for_good
 
     def hold_s(self) -> float:
         """Seconds before the provider should be called again of its own accord: while the
@@ -370,5 +382,6 @@ class EmbeddingClient:
             "health": self.health,
             "breaker": self.breaker.snapshot().as_dict(),
             "last_error": self.last_error,
+            "fails_for_good": self.health == "fail" and self.fails_for_good,
             "last_ok": self.last_ok,
         }
