@@ -3,10 +3,12 @@ context a hybrid hit hands back, score fusion, and the refill after a restart.""
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 from typing import Any
 
+import orjson
 from fakes.provider_server import FakeProvider
 from test_vectors_daemon import vectors_status, write
 from waits import wait_value
@@ -145,6 +147,58 @@ def test_a_damaged_window_file_is_refilled_without_the_provider(daemon_factory: 
             assert res["results"][0]["text"] == wins[2].text
             assert "Traceback" not in d.log()
             assert d.stop() == 0
+            if refilled:  # the log says what stands in for the damaged file
+                assert re.search(r"derived state was corrupt \(.*windows.*\); (the window "
+                                 r"vectors are refilled from the embedding cache|generation "
+                                 r"\d+ serves)", d.log()), d.log()
+                assert "rebuilding" not in d.log()
+
+
+def newest_manifest(root: Path) -> tuple[int, dict[str, Any]]:
+    """The newest generation's number and its manifest's file entries."""
+    path = max((root / "mem_metadata" / "index").glob("MANIFEST-*"))
+    return (int(path.stem.split("-")[1]),
+            orjson.loads(path.read_bytes())["manifest"]["files"])
+
+
+def test_a_damaged_newest_window_file_says_which_generation_serves(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # The newest generation's own window file is damaged, the one before is whole: that
+    # one serves, and the log says so (it said "rebuilding []").
+    root = tmp_path / "ws"
+    write(root, REL, NOTE)
+    data = str(tmp_path / "data")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(config(root, fake), RECALLD_DATA_DIR=data)
+        d.call("index.sync", {"agent_id": "w"})
+        wait_idle(d)
+        assert d.stop() == 0
+        older, _ = newest_manifest(root)
+        d = daemon_factory(config(root, fake), RECALLD_DATA_DIR=data)
+        two = "# Two\n\n" + "\n".join(reversed(TURNS)) + "\n"
+        write(root, "memory/2026-07-24/two.md", two)
+        d.call("index.sync", {"agent_id": "w"})
+        wait_value(lambda: vectors_status(d), lambda st: st["total"] == 2
+                   and st["coverage"] >= 1.0 and st["state"] == "idle", "two.md embedded")
+        assert d.stop() == 0
+        newest, files = newest_manifest(root)
+        assert newest > older
+        damaged = root / "mem_metadata" / "index" / files["windows"]["name"]
+        raw = bytearray(damaged.read_bytes())
+        raw[-10] ^= 0xFF
+        damaged.write_bytes(bytes(raw))
+        d = daemon_factory(config(root, fake), RECALLD_DATA_DIR=data)
+        d.call("index.sync", {"agent_id": "w"})
+        wait_value(lambda: vectors_status(d), lambda st: st["total"] == 2
+                   and st["coverage"] >= 1.0 and st["state"] == "idle", "two.md again")
+        log = d.log()
+        assert "rebuilding" not in log, log
+        served = re.search(r"generation (\d+) serves, the notes changed since it read again "
+                           r"from the Markdown", log)
+        assert served and older <= int(served[1]) < newest, log
+        res = d.call("memory.search", {"agent_id": "w", "query": "Speaker5 morning5"})
+        assert {r["path"] for r in res["results"]} >= {REL, "memory/2026-07-24/two.md"}
+        assert d.stop() == 0
 
 
 def index_status(d: Any) -> dict[str, Any]:

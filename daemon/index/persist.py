@@ -150,12 +150,37 @@ def snapshot(state: IndexState, *, saved_stamp: tuple[int, int] | None = None,
     return snap
 
 
+#: What stands in for each part of a generation a load rebuilt (``LoadReport.rebuilt``)...
+_REBUILT = {
+    "bm25": "the keyword index is rebuilt from the chunks",
+    "vectors": "the vector graph is rebuilt from the chunks' saved vectors",
+    "windows": "the window vectors are refilled from the embedding cache",
+    "chunks": "every note is chunked again",
+}
+#: ...and for a damaged part it did without (``LoadReport.corrupt``).
+_REPAIRED = {
+    "chunks": "the chunk records are written again from the chunk table",
+    "chunk_table": "the chunks are read from their records",
+}
+
+
 @dataclass(slots=True)
 class LoadReport:
     generation: int | None = None
     rebuilt: list[str] = field(default_factory=list)
     corrupt: dict[str, str] = field(default_factory=dict)
     fresh: bool = False
+
+    def recovery(self) -> str:
+        """What stands in for the damage found, in words (for the log)."""
+        if self.fresh or self.generation is None or "all" in self.rebuilt:
+            return "every index is rebuilt from the Markdown"
+        done = [f"generation {self.generation} serves, the notes changed since it read "
+                "again from the Markdown"] if "manifest" in self.corrupt else []
+        done += [_REBUILT[name] for name in self.rebuilt if name in _REBUILT]
+        done += [_REPAIRED[name] for name in self.corrupt
+                 if name in _REPAIRED and name not in self.rebuilt]
+        return "; ".join(done) or "a new generation is saved from memory"
 
 
 class IndexStore:

@@ -213,8 +213,8 @@ class WorkspaceIndex:
                                       limiter=self._cpu)
         commits = self._commits
         if self.load_report.corrupt:
-            log.warning("%s: derived state was corrupt (%s); rebuilding %s from the Markdown",
-                        self.ws.agent_id, self.load_report.corrupt, self.load_report.rebuilt)
+            log.warning("%s: derived state was corrupt (%s); %s", self.ws.agent_id,
+                        self.load_report.corrupt, self.load_report.recovery())
             commits.mark_dirty()
         try:
             async with trio.open_nursery() as nursery:
