@@ -140,3 +140,35 @@ def _crc(line: bytes) -> str:
 def _parked_at(log: Path) -> float:
     rec = orjson.loads(log.read_bytes().splitlines()[-1].split(b" ", 1)[1])
     return float(rec["at"])
+
+
+def parked_records(root: Path) -> list[dict[str, Any]]:
+    log = root / "mem_metadata" / PARKED_LOG
+    return [orjson.loads(line.split(b" ", 1)[1]) for line in log.read_bytes().splitlines()]
+
+
+def test_a_deleted_notes_parked_text_leaves_the_parking_log(daemon_factory: Any,
+                                                            tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    notes(root)
+    write(root, "memory/2026-03-08/worse.md", "# Worse\n\nzyx again, and more\n")
+    with Refusing("zyx") as fake:
+        d = daemon_factory(config(root, fake))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_value(lambda: vectors_status(d), lambda st: st["state"] == "waiting"
+                   and st["parked"] == 2, "both refused chunks parked", deadline_s=30)
+        assert len({r["h"] for r in parked_records(root)}) == 2
+        (root / "memory/2026-03-09/bad.md").unlink()
+        d.call("index.sync", {"agent_id": "w"})
+        # Resting again (one chunk still parked), the deleted note's text is dropped.
+        st = wait_value(lambda: vectors_status(d), lambda st: st["state"] == "waiting"
+                        and st["total"] == 8 and st["parked"] == 1, "bad.md gone")
+        assert st["parked_paths"] == ["memory/2026-03-08/worse.md:1-3"]
+        wait_value(lambda: parked_records(root), lambda recs: len({r["h"] for r in recs}) == 1,
+                   "the deleted note's text dropped from the log", deadline_s=30)
+        assert d.stop() == 0
+        d = daemon_factory(config(root, fake), RECALLD_DATA_DIR=str(d.data_dir))
+        d.call("index.sync", {"agent_id": "w"})
+        parked_waiting(d)
+        assert "1 text(s) stay parked from before the restart" in d.log()
+        assert d.stop() == 0

@@ -242,6 +242,7 @@ class VectorWorker(VectorServing):
                         log.info("%s: vectors of %s complete%s; now serving them",
                                  self.index.ws.agent_id, self.target.key, refused)
                         continue
+                await self._unpark_gone()
                 self.state = "idle" if not rnd.pending else "waiting"
                 await self._maybe_compact()
                 wake = min(self.fill.failed.values(), default=math.inf) - trio.current_time()
@@ -395,6 +396,16 @@ class VectorWorker(VectorServing):
         until = wall + self.cfg.permanent_retry_s
         await trio.to_thread.run_sync(texts.park, {
             text_hash(t): Parked(why, wall, until) for t, why in refused.items()})
+
+    async def _unpark_gone(self) -> None:
+        """Drop the parked texts no chunk holds any more (a deleted or edited note's),
+        once the index has looked at the disk (before, a rebuilt index holds nothing)."""
+        texts = self.fill.texts
+        if not texts or not self.counted():
+            return
+        used = await self.index.locked(self.fill.parked_in_use)
+        if used is not None and len(used) < len(texts):
+            await trio.to_thread.run_sync(texts.keep, used)
 
     async def _install(self, items: list[tuple[int, str]], units: list[list[str]],
                        vectors: dict[str, F32]) -> int:

@@ -13,7 +13,8 @@ a full call deadline per round) for them again.
 Records of another space or another embedding config are dropped when the log is opened:
 a changed provider or model config tries every parked text again at once. A text is
 dropped as soon as one of its vectors is installed; the last record of a hash wins;
-the log keeps at most :data:`MAX_RECORDS` texts (the newest). A log that cannot be
+a text no chunk holds any more (its note deleted or edited) is dropped when the backfill
+next rests; the log keeps at most :data:`MAX_RECORDS` texts (the newest). A log that cannot be
 written leaves the records in memory only (logged once): parking is a saving, never
 worth stopping a workspace for.
 
@@ -127,6 +128,11 @@ class ParkedTexts:
         if gone:
             self._write(rewrite=True)
         return len(gone)
+
+    def keep(self, live: Iterable[str]) -> int:
+        """Unpark every text but ``live`` (hashes of texts still in a chunk): a deleted
+        note's texts do not stay on parking for good; how many were dropped."""
+        return self.drop(self._texts.keys() - set(live))
 
     def close(self) -> None:
         self._log.close()

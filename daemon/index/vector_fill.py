@@ -223,6 +223,20 @@ class VectorFill:
                 until = max(until, now + found.until - wall)
         return until
 
+    def parked_in_use(self, state: IndexState) -> set[str] | None:
+        """The hashes of the parked texts (``texts``) that a chunk of ``state`` still
+        waits for, or None when not bound to ``state`` (a rebuild swapped it)."""
+        if self.texts is None or not self.adopted(state) or self._building is None:
+            return None
+        building, wins, single = self._building, self.windows, self._single
+        used: set[str] = set()
+        for key in state.chunks:
+            if key in building and (wins is None or key in wins or key in single):
+                continue  # it has every vector it needs: none of its texts waits
+            used.update(h for unit in self.units(state.chunks.text(key))
+                        if (h := text_hash(unit)) in self.texts)
+        return used
+
     def parked_places(self, state: IndexState, limit: int) -> list[str]:
         """``path:start-end`` of the first ``limit`` parked chunks still in ``state``, by
         path (lookups only: safe beside a running apply)."""
