@@ -187,6 +187,22 @@ async def test_key_never_in_status_or_errors(fake: FakeProvider, bridge: Provide
     assert KEY not in str(c.status())
 
 
+@pytest.mark.parametrize("key", ["k", "none", "EMPTY"])
+async def test_a_short_key_is_masked_as_a_word_not_inside_every_word(
+        fake: FakeProvider, bridge: ProviderBridge, key: str) -> None:
+    # A placeholder key ("none", "k") quoted back by the provider is masked where it
+    # stands alone; the words that merely hold it ("asked", "nonexistent") stay readable.
+    body = f"key {key} refused: asked for model nonexistent-{key}x with {key}; EMPTYING".encode()
+    fake.script(Reply(status=401, raw=body))
+    c = client(fake, bridge, api_key=key)
+    with pytest.raises(ProviderRejected) as info:
+        await c.complete([{"role": "user", "content": "x"}])
+    message = str(info.value)
+    assert "key *** refused" in message and "with ***;" in message
+    assert "asked for model" in message and f"nonexistent-{key}x" in message
+    assert "EMPTYING" in message
+
+
 def test_parse_content_parts_and_object_arguments() -> None:
     body = (b'{"choices": [{"message": {"content": [{"type": "text", "text": "a"},'
             b' {"type": "text", "text": "b"}], "tool_calls": [{"id": "t", "function":'

@@ -17,6 +17,7 @@ and whatever the memory's redaction rules take for a credential), then cut short
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import ClassVar
 
 from recalld.daemon.config_rules import URL_QUERY_SECRET
@@ -29,8 +30,23 @@ _SECRETISH = re.compile(
     r"(?i)(sk-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,}|(?:bearer|api[_-]?key)[\"'=:\s]+\S+)"
 )
 
+#: A secret shorter than this is masked only where it stands as a word of its own.
+_WHOLE_WORD_BELOW = 8
+
 #: The password of a URL's user part (``https://user:password@host``).
 _URL_PASSWORD = re.compile(r"(://[^:@/\s?#]*):[^@/\s?#]*@")
+
+
+def mask_given(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with each of ``secrets`` (a key, a password) masked; a short one ("k", a
+    placeholder such as "none") only where it stands as a word of its own, not inside
+    every word that holds it ("as***ed")."""
+    for secret in secrets:
+        if len(secret) >= _WHOLE_WORD_BELOW:
+            text = text.replace(secret, "***")
+        elif secret:
+            text = re.sub(rf"(?<![^\W_]){re.escape(secret)}(?![^\W_])", "***", text)
+    return text
 
 
 def redact(text: str, *secrets: str) -> str:
@@ -38,9 +54,7 @@ def redact(text: str, *secrets: str) -> str:
     named like a credential (as the settings show them) and anything that looks like an
     API key masked: a provider's answer may quote any token back (its own error about
     one, a proxy's), so the memory's redaction rules apply too."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
+    text = mask_given(text, secrets)
     # Loaded on the first error: its rule set compiles at import, which a start that
     # meets no provider error never needs.
     from recalld.daemon.memory.redact import redact as redact_secrets

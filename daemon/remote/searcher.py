@@ -26,6 +26,7 @@ from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import RemoteConfig
 from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.reads import Candidates
+from recalld.daemon.providers.errors import mask_given
 from recalld.daemon.remote import db
 from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.workspaces import Workspace
@@ -178,7 +179,4 @@ class ServerSearcher:
 
 def one_line(exc: BaseException, secrets: Sequence[str]) -> str:
     """``exc`` as a one-line text for status and logs, with ``secrets`` masked."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return text
+    return mask_given(" ".join(str(exc).split()) or type(exc).__name__, secrets)
