@@ -142,3 +142,32 @@ def test_an_undo_made_offline_puts_the_shared_catalog_back_at_the_next_dream(
     assert again["state"] == "succeeded" and again["result"]["notes"] == 2, again
     assert not list(runs.glob("*.undoing"))
     assert sorted(dreamed_notes(fake)) == sorted([note, note, "memory/2026-11-05/rain.md"])
+
+
+def test_a_renamed_note_leaves_no_old_name_in_the_shared_catalog(
+        daemon_factory: DaemonFactory, pg_server: PgServer,  # noqa: F811
+        fake: FakeProvider) -> None:
+    # The run that followed the rename removed the old name from its host's catalog but
+    # not from the server's: the next run, on either host, read it back, took the note
+    # for deleted since and wrote a run record that changed nothing.
+    model = ScriptedModel(fake)
+    name = "t" + uuid.uuid4().hex[:12]
+    a = daemon_factory(config(pg_server.dsn, name, "hosta") + chat(fake))
+    b = daemon_factory(config(pg_server.dsn, name, "hostb") + chat(fake))
+    for d in (a, b):
+        wait_for(lambda d=d: remote_status(d)["state"] == "online", what="online")
+    old, new = "memory/2026-11-06/Überfahrt nach Sylt.md", "memory/2026-11-06/fähre.md"
+    write(a, old, "# Fähre\nDie Fähre nach Sylt fährt um 7:40 ab Havneby.\n")
+    model.plan[old] = [[("integrate", {"action": "CREATE", "bucket": "wiki", "name": "Fähre",
+                                       "content": "- 7:40 ab Havneby", "reason": "Reise"})]]
+    first: dict[str, Any] = finished_job(a, "auto_dream")
+    assert first["result"]["notes"] == 1, first
+    (root(a) / old).rename(root(a) / new)
+    wait_for(lambda: converged(a, b) and (root(b) / new).exists()
+             and not (root(b) / old).exists(), what="the rename on b")
+    moved: dict[str, Any] = finished_job(a, "auto_dream")
+    assert moved["state"] == "succeeded" and moved["result"]["run_id"], moved
+    for host in (b, a):
+        after: dict[str, Any] = finished_job(host, "auto_dream")
+        assert after["state"] == "succeeded" and after["result"]["run_id"] is None, after
+    assert dreamed_notes(fake) == [old]

@@ -350,9 +350,8 @@ async def run_dream(
     async def save() -> None:  # here, and for every host of a shared workspace
         await trio.to_thread.run_sync(save_in_place)
         if shared is not None:
-            await shared.store(CATALOG_JOB, {k: v for k, v in catalog.items()
-                                             if known.get(k) != v})
-            known.update(catalog)  # stored: the next save (after the next note) sends the new
+            # What changed since ``known``, which then holds what was sent.
+            await shared.store(CATALOG_JOB, catalog, known)
 
     recognised = await trio.to_thread.run_sync(dreamnotes.recognise_reme_dreamed, ws, catalog)
     todo = await trio.to_thread.run_sync(

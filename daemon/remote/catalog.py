@@ -36,9 +36,19 @@ class JobCatalog:
                         one_line(exc, ()))
             return {}
 
-    async def store(self, job: str, records: Mapping[str, Mapping[str, object]]) -> None:
+    async def store(self, job: str, catalog: Mapping[str, JsonObject],
+                    known: dict[str, JsonObject]) -> None:
+        """Send what ``job``'s ``catalog`` changed since ``known`` (the records the hosts
+        were last told of): the records changed and the keys removed (a renamed note's
+        old name, which a host reading it back would take for a note deleted since).
+        ``known`` then holds ``catalog``, sent or not (the server's failure is logged)."""
+        changed = {k: v for k, v in catalog.items() if known.get(k) != v}
+        dropped = [k for k in known if k not in catalog]
+        known.clear()
+        known.update(catalog)
         try:
-            await on_conn(self._conn, db.put_catalog, self._workspace_id, job, records)
+            await on_conn(self._conn, db.put_catalog, self._workspace_id, job, changed,
+                          dropped)
         except (psycopg.Error, db.NoAnswer) as exc:
             log.warning("shared workspace %s: %s catalog not stored: %s", self._name, job,
                         one_line(exc, ()))
@@ -51,8 +61,7 @@ class JobCatalog:
         try:
             current = await on_conn(self._conn, db.catalog, self._workspace_id, job)
             put, dropped = put_back_plan(current, changes)
-            await on_conn(self._conn, db.put_catalog, self._workspace_id, job, put)
-            await on_conn(self._conn, db.drop_catalog, self._workspace_id, job,
+            await on_conn(self._conn, db.put_catalog, self._workspace_id, job, put,
                           [key for key in dropped if key in current])
         except (psycopg.Error, db.NoAnswer) as exc:
             raise ProviderUnavailable(f"shared workspace {self._name}: {job} catalog not "

@@ -437,20 +437,20 @@ def catalog(conn: Conn, workspace_id: int, job: str) -> dict[str, JsonObject]:
 
 
 def put_catalog(conn: Conn, workspace_id: int, job: str,
-                records: Mapping[str, Mapping[str, object]]) -> None:
-    """Store ``records`` in ``job``'s shared catalog (each replaces its key's)."""
-    if not records:
+                records: Mapping[str, Mapping[str, object]],
+                dropped: Sequence[str] = ()) -> None:
+    """Store ``records`` in ``job``'s shared catalog (each replaces its key's) and remove
+    the keys ``dropped``, in one transaction."""
+    if not records and not dropped:
         return
     with conn.transaction(), conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO recalld_catalog (workspace_id, job, key, value) VALUES (%s, %s, %s, %s)"
-            " ON CONFLICT (workspace_id, job, key) DO UPDATE SET value = EXCLUDED.value,"
-            " updated_at = now()",
-            [(workspace_id, job, key, Jsonb(dict(value))) for key, value in records.items()])
-
-
-def drop_catalog(conn: Conn, workspace_id: int, job: str, keys: Sequence[str]) -> None:
-    """Remove ``keys`` from ``job``'s shared catalog (a key it lacks is passed by)."""
-    if keys:
-        conn.execute("DELETE FROM recalld_catalog WHERE workspace_id = %s AND job = %s"
-                     " AND key = ANY(%s)", (workspace_id, job, list(keys)))
+        if records:
+            cur.executemany(
+                "INSERT INTO recalld_catalog (workspace_id, job, key, value)"
+                " VALUES (%s, %s, %s, %s) ON CONFLICT (workspace_id, job, key)"
+                " DO UPDATE SET value = EXCLUDED.value, updated_at = now()",
+                [(workspace_id, job, key, Jsonb(dict(value)))
+                 for key, value in records.items()])
+        if dropped:
+            cur.execute("DELETE FROM recalld_catalog WHERE workspace_id = %s AND job = %s"
+                        " AND key = ANY(%s)", (workspace_id, job, list(dropped)))
