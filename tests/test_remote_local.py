@@ -128,6 +128,55 @@ def test_a_save_made_after_the_read_is_not_overwritten(fs: Confinement) -> None:
     assert fs.read("memory/2026-07-01/a.md").data == "编辑器保存的版本\n".encode()
 
 
+def test_a_save_landing_while_the_replica_compares_is_not_lost(
+        fs: Confinement, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A save made while the replica compares the file with what it read, before its
+    rename (or unlink): the comparison was made on the file, then the rename replaced
+    (the unlink removed) whatever had been saved meanwhile."""
+    from recalld.daemon.remote import localfs
+
+    hashed = localfs.content_hash
+    saves: dict[str, bytes] = {}
+
+    def save_while_hashing(data: bytes) -> str:
+        # An editor saves (temp file, rename) while the replica hashes what it found.
+        for path, text in list(saves.items()):
+            tmp = fs.root / path.replace(".md", ".md~")
+            tmp.write_bytes(text)
+            os.replace(tmp, fs.root / path)
+            del saves[path]
+        return hashed(data)
+
+    notes = {"memory/2026-07-03/écluse.md": "Die Schleuse öffnet um 6 Uhr.\n",
+             "digest/wiki/闸门.md": "# 闸门\n旧的\n"}
+    for path, text in notes.items():
+        fs.write(path, text.encode())
+    read = {path: fs.read(path).hash for path in notes}
+    monkeypatch.setattr(localfs, "content_hash", save_while_hashing)
+    saves["memory/2026-07-03/écluse.md"] = "Die Schleuse öffnet um 5 Uhr!\n".encode()
+    saves["digest/wiki/闸门.md"] = "# 闸门\n编辑器刚保存\n".encode()
+    edited: list[LocalFile] = []
+    fs.put([("memory/2026-07-03/écluse.md", b"vom Server\n"),
+            ("digest/wiki/闸门.md", None)], expect=read, edited=edited)
+    assert not saves  # both saves were made, mid-compare
+    # Each save is on disk (over the server's version, made just after it): it goes up.
+    assert fs.read("memory/2026-07-03/écluse.md").data == "Die Schleuse öffnet um 5 Uhr!\n".encode()
+    assert fs.read("digest/wiki/闸门.md").data == "# 闸门\n编辑器刚保存\n".encode()
+    assert sorted(p.name for p in (fs.root / "memory/2026-07-03").iterdir()) == ["écluse.md"]
+    assert sorted(p.name for p in (fs.root / "digest/wiki").iterdir()) == ["闸门.md"]
+    # Saved before the compare and again during it: the newest save holds the path.
+    read = {path: fs.read(path).hash for path in notes}
+    (fs.root / "memory/2026-07-03/écluse.md").write_text("erste Speicherung\n")
+    saves["memory/2026-07-03/écluse.md"] = b"zweite Speicherung\n"
+    edited.clear()
+    fs.put([("memory/2026-07-03/écluse.md", b"vom Server\n")], expect=read,
+           edited=edited)
+    assert not saves
+    assert fs.read("memory/2026-07-03/écluse.md").data == b"zweite Speicherung\n"
+    assert [f.data for f in edited] == [b"zweite Speicherung\n"]
+    assert sorted(p.name for p in (fs.root / "memory/2026-07-03").iterdir()) == ["écluse.md"]
+
+
 def test_conflict_names_follow_syncthing() -> None:
     t = 1_700_000_000.0
     assert conflict_name("digest/wiki/plan.md", t, "laptop") == (

@@ -15,7 +15,7 @@ from pathlib import Path
 from recalld.daemon import safepath
 from recalld.daemon.notetext import note_text
 from recalld.daemon.store.errors import translate_os_error
-from recalld.daemon.store.fsio import REAL, atomic_writer
+from recalld.daemon.store.fsio import FS, REAL, atomic_writer
 from recalld.ipc.errors import InvalidParams, NotFound, PathOutsideWorkspace
 
 MAX_EDIT_BYTES = 4 << 20
@@ -36,15 +36,26 @@ def _check_dir(path: Path, shown: str) -> bool:
     return True
 
 
+class _PublishedBy(FS):
+    """The real file system, but for the rename that publishes a file: ``publish``'s."""
+
+    def __init__(self, publish: Callable[[Path, Path], None]) -> None:
+        self._publish = publish
+
+    def replace(self, src: Path, dst: Path) -> None:
+        self._publish(src, dst)
+
+
 def write_confined(root: Path, path: str, data: bytes, *, sync_dir: bool = True,
-                   before_publish: Callable[[], None] | None = None) -> None:
+                   publish: Callable[[Path, Path], None] | None = None) -> None:
     """Publish ``data`` at ``root/path`` atomically, creating missing folders.
 
     Refuses symbolic links anywhere on the way and at the target (an existing target must
     be a regular file). Blocking. ``sync_dir=False``: the caller fsyncs the file's folder
-    (see ``atomic_writer``). ``before_publish`` is called once the new content is on disk
-    under its temp name, just before the rename: an exception it raises leaves the
-    target as it is (another writer's save found there, say) and is raised.
+    (see ``atomic_writer``). ``publish(temp, target)``, once the new content is on disk
+    (fsynced) under its temp name, moves it to the target instead of ``os.replace``
+    (only if the target still holds what the caller read, say): an exception it raises
+    is raised, and the temp file, whatever it then holds, is removed.
     """
     parts = safepath.split_relative(path)
     if any(p.startswith(".") for p in parts):
@@ -72,16 +83,9 @@ def write_confined(root: Path, path: str, data: bytes, *, sync_dir: bool = True,
             raise PathOutsideWorkspace(f"path is a symbolic link: {path}")
         if not stat.S_ISREG(st.st_mode):
             raise InvalidParams(f"not a regular file: {path}")
-    with atomic_writer(REAL, target, sync_dir=sync_dir) as out:
+    with atomic_writer(REAL if publish is None else _PublishedBy(publish), target,
+                       sync_dir=sync_dir) as out:
         out.write(data)
-        if before_publish is not None:
-            # Synced first, so the check is the last thing before the rename.
-            fd = os.open(out.tmp, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            before_publish()
 
 
 def unlink_confined(root: Path, path: str) -> None:

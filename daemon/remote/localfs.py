@@ -18,14 +18,20 @@ import errno
 import hashlib
 import os
 import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 from recalld.daemon import safepath
+from recalld.daemon.libc import (
+    RENAME_EXCHANGE,
+    RENAME_NOREPLACE,
+    RENAME_UNSUPPORTED,
+    renameat2,
+)
 from recalld.daemon.memory.fileops import write_confined
-from recalld.daemon.store.fsio import REAL, fit_name
+from recalld.daemon.store.fsio import REAL, fit_name, temp_name
 from recalld.ipc.errors import RecalldError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -215,15 +221,49 @@ class Confinement:
 
     def _put_one(self, path: str, data: bytes | None, folders: set[Path],
                  expect: str | object | None) -> tuple[int, int] | None:
-        check = None if expect is ANY else partial(self._unchanged, path, expect)
         if data is None:
-            self.remove(path, check)
+            self.remove(path, expect)
             return None
-        write_confined(self.root, path, data, sync_dir=False, before_publish=check)
+        publish = None if expect is ANY else partial(self._publish, path, expect)
+        write_confined(self.root, path, data, sync_dir=False, publish=publish)
         target = self.root / path
         folders.add(target.parent)
         st = os.stat(target, follow_symlinks=False)
         return st.st_mtime_ns, st.st_size
+
+    def _publish(self, path: str, expect: str | object | None, tmp: Path, target: Path
+                 ) -> None:
+        """Move ``tmp`` to ``target`` only if the target holds ``expect`` (None: absent),
+        else raise :class:`EditedMeanwhile` and leave it as it is. No save can fall
+        between the comparison and the rename: the rename exchanges the two files (or
+        does not replace one), and what came out is compared; a save found so is put
+        back with a second exchange. Where the file system cannot, compared, then
+        renamed (a save in between is overwritten)."""
+        try:
+            if expect is None:
+                renameat2(tmp, target, RENAME_NOREPLACE)
+                return
+            ours = _inode(tmp)
+            renameat2(tmp, target, RENAME_EXCHANGE)
+        except OSError as exc:
+            if exc.errno not in RENAME_UNSUPPORTED | {errno.EEXIST, errno.ENOENT}:
+                raise
+            self._unchanged(path, expect)  # EEXIST, ENOENT: the file is not as read
+            os.replace(tmp, target)
+            return
+        if _read_hash(tmp) == expect:  # what the target held until the exchange
+            os.unlink(tmp)
+            return
+        # Saved since the replica read it: the save goes back to its place. A save made
+        # at the target meanwhile (over ours) is newer still: exchanged back there, and
+        # so on, until the file that comes out is the one that went in.
+        for _ in range(_EXCHANGES):
+            going = _inode(tmp)
+            renameat2(tmp, target, RENAME_EXCHANGE)
+            if _inode(tmp) == ours:
+                break
+            ours = going
+        raise EditedMeanwhile(self.read(path))  # the temp file is removed by the writer
 
     def _unchanged(self, path: str, expect: str | object | None) -> None:
         """Raise :class:`EditedMeanwhile` unless ``path`` still holds what was read."""
@@ -231,11 +271,13 @@ class Confinement:
         if found.hash != expect:
             raise EditedMeanwhile(found)
 
-    def remove(self, path: str, check: Callable[[], None] | None = None) -> None:
+    def remove(self, path: str, expect: str | object | None = ANY) -> None:
         """Delete ``path`` if it exists (directories on the way must not be links), and
         the folders that leaves empty up to the replicated one, as on the host that
         deleted it (a folder renamed or replaced by a note of its name leaves none).
-        ``check`` is called just before the unlink; what it raises keeps the file."""
+        ``expect``: the hash the file must still hold (else :class:`EditedMeanwhile`
+        keeps it): it is moved aside first and compared there, so a save made meanwhile
+        is never removed unseen."""
         if not self.accepts(path):
             raise RecalldError(f"refusing to delete a path the replica does not own: {path}")
         parts = safepath.split_relative(path)
@@ -252,9 +294,10 @@ class Confinement:
                 return
             if not stat.S_ISREG(st.st_mode):
                 return
-            if check is not None:
-                check()
-            os.unlink(parts[-1], dir_fd=fds[-1])
+            if expect is ANY:
+                os.unlink(parts[-1], dir_fd=fds[-1])
+            elif not self._unlink_if(path, parts[-1], fds[-1], expect):
+                return
             os.fsync(fds[-1])
             top = self._depth(parts)
             assert top is not None  # accepts() said so
@@ -267,6 +310,59 @@ class Confinement:
         finally:
             for fd in fds:
                 os.close(fd)
+
+    def _unlink_if(self, path: str, name: str, folder: int, expect: str | object | None
+                   ) -> bool:
+        """Unlink ``name`` in ``folder`` if it holds ``expect`` (False: it was gone).
+        Moved aside under a temp name first and compared there; a save found so is moved
+        back (unless a newer one took the name meanwhile)."""
+        aside = temp_name(name)
+        try:
+            renameat2(name, aside, RENAME_NOREPLACE, src_dir_fd=folder, dst_dir_fd=folder)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            if exc.errno not in RENAME_UNSUPPORTED:
+                raise
+            self._unchanged(path, expect)
+            os.unlink(name, dir_fd=folder)
+            return True
+        if _read_hash(aside, folder) == expect:
+            os.unlink(aside, dir_fd=folder)
+            return True
+        try:
+            renameat2(aside, name, RENAME_NOREPLACE, src_dir_fd=folder, dst_dir_fd=folder)
+        except FileExistsError:  # saved again since: that newer save stays
+            os.unlink(aside, dir_fd=folder)
+        raise EditedMeanwhile(self.read(path))
+
+
+#: Exchanges made at most to put a save back where other saves keep landing meanwhile.
+_EXCHANGES = 8
+
+
+def _inode(path: Path) -> tuple[int, int]:
+    st = os.stat(path, follow_symlinks=False)
+    return st.st_dev, st.st_ino
+
+
+def _read_hash(name: str | Path, folder: int | None = None) -> str | None:
+    """The content hash of the regular file ``name`` (None: anything else)."""
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=folder)
+    except OSError as exc:
+        if exc.errno in _NO_NOTE:
+            return None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        pieces: list[bytes] = []
+        while chunk := os.read(fd, 1 << 20):
+            pieces.append(chunk)
+        return content_hash(b"".join(pieces))
+    finally:
+        os.close(fd)
 
 
 def conflict_name(path: str, when: float, host: str, attempt: int = 0) -> str:
