@@ -100,7 +100,7 @@ class Declined(errors.RecalldError):
 _AFTER_RESTORE = "recalld status shows the workspaces; recalld backup list the rollback point"
 
 
-def _confirm(question: str, yes: bool) -> None:
+def confirm(question: str, yes: bool) -> None:
     if yes:
         return
     if sys.stdin is None or not sys.stdin.isatty():  # None: closed from the start
@@ -182,7 +182,7 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
             return _dry_run(out, plan, as_json)
         if not as_json:
             out.write(_plan_text(plan))
-        _confirm(f"Roll agent(s) {', '.join(record['agents'])} back to {record['snapshot']}?",
+        confirm(f"Roll agent(s) {', '.join(record['agents'])} back to {record['snapshot']}?",
                  ns.yes)
         with following(client, "backup rollback", as_json=as_json,
                        after=_AFTER_RESTORE) as token:
@@ -201,7 +201,7 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         if not as_json:
             out.write(_plan_text(plan))
         agents = [p["agent_id"] for p in plan.get("plans", [])]
-        _confirm(f"Restore {name} over agent(s) {', '.join(agents)}?", ns.yes)
+        confirm(f"Restore {name} over agent(s) {', '.join(agents)}?", ns.yes)
         with following(client, "backup restore", as_json=as_json,
                        after=_AFTER_RESTORE) as token:
             result = client.backup_restore(name, ns.agents, snapshot=not ns.no_snapshot,

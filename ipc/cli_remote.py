@@ -1,5 +1,7 @@
 """``recalld remote release AGENT --upload|--restore``: end the hold of a shared
 workspace's deletions that the replica's deletion guard held back (``remote.release``).
+``recalld remote forget NAME --dsn DSN``: remove a shared workspace from its server for
+good (``remote.forget``).
 
 ``--upload`` sends the deletions (the notes go on every host); ``--restore`` writes the
 notes back into the workspace folder (from the server, or this host's edit not yet
@@ -11,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from recalld.ipc.cli_ops import Subparsers, add_command
+from recalld.ipc.cli_ops import Subparsers, add_command, confirm
 from recalld.ipc.client import Client
 from recalld.ipc.render import print_json
 
@@ -29,15 +31,43 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
                      help="send the deletions: the notes are deleted on every host")
     how.add_argument("--restore", dest="action", action="store_const", const="restore",
                      help="write the notes back here (the server's version)")
+    forget = add_command(remote_sub, common, "forget",
+                         "remove a shared workspace from its server for good (the hosts' "
+                         "files stay)")
+    forget.add_argument("name", help="the shared workspace's name (the `name` of `remote`)")
+    forget.add_argument("--dsn", required=True,
+                        help="the server, as the `dsn` of `remote` (read by the daemon)")
+    forget.add_argument("--passfile",
+                        help="a libpq password file (absolute or starting with ~)")
+    forget.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
 
 def _remote(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    if ns.remote_command == "forget":
+        return _forget(client, ns, out, as_json)
     result = client.call("remote.release", {"agent_id": ns.agent, "action": ns.action})
     if as_json:
         print_json(out, result)
     else:
         done = "sent as deletions" if ns.action == "upload" else "written back"
         out.write(f"{ns.agent}: {result.get('released')} held note(s) {done}\n")
+    return EXIT_OK
+
+
+def _forget(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    confirm(f"Remove shared workspace {ns.name} and all its notes from the server for "
+            "good? Hosts sharing it must have dropped `remote` from their settings first.",
+            ns.yes)
+    params = {"name": ns.name, "dsn": ns.dsn} | ({"passfile": ns.passfile}
+                                                 if ns.passfile else {})
+    result = client.call("remote.forget", params)
+    if as_json:
+        print_json(out, result)
+    else:
+        rows = result.get("rows")
+        count = sum(n for n in rows.values() if isinstance(n, int)) \
+            if isinstance(rows, dict) else 0
+        out.write(f"{ns.name}: removed from the server ({count} row(s))\n")
     return EXIT_OK
 
 

@@ -66,10 +66,11 @@ ROWS: list[tuple[str, list[str], list[str], list[str] | None]] = [
 # Commands that do not talk to a running daemon the usual way, tested on their own:
 # serve (test_cli), mcp (test_mcp), install-service and uninstall-service (test_cli_paths),
 # doctor (below and test_ops).
-# Tested on their own: ``remote release`` needs a shared workspace (test_remote_guard);
-# ``stop`` ends the daemon the table runs against (test_cli_stop).
+# Tested on their own: ``remote release`` needs a shared workspace (test_remote_guard),
+# ``remote forget`` a PostgreSQL server (test_remote_forget); ``stop`` ends the daemon the
+# table runs against (test_cli_stop).
 OWN_TESTS = {"serve", "mcp", "install-service", "uninstall-service", "doctor", "remote release",
-             "stop"}
+             "remote forget", "stop"}
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

@@ -29,7 +29,8 @@ DEFERRED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "backup.create", "backup.list", "backup.restore", "backup.rollback",
         "backup.verify")),
     ("upkeep_methods", "METHODS", (
-        "daemon.metrics", "index.compact", "index.verify", "remote.release")),
+        "daemon.metrics", "index.compact", "index.verify", "remote.forget",
+        "remote.release")),
     ("memory_methods", "METHODS", (
         "inbox.ack", "inbox.list", "memory.add_turns", "memory.changes")),
     ("dream_methods", "METHODS", ("dream.runs", "dream.undo")),

@@ -1,11 +1,12 @@
 """RPC methods for upkeep: checking and compacting a workspace's index, releasing a shared
-workspace's held deletions, the metrics."""
+workspace's held deletions, removing a shared workspace from its server, the metrics."""
 
 from __future__ import annotations
 
 import time
 
 from recalld.daemon import metrics
+from recalld.daemon.config import RemoteConfig
 from recalld.daemon.maintenance import VerifyReport, compact, verify
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.ipc.answers import IndexCompacted
@@ -48,6 +49,22 @@ async def remote_release(ctx: CallContext, params: JsonObject) -> JsonObject:
         raise InvalidParams(f"workspace {agent_id} is not shared (it has no remote)")
     released = await replica.release_held(action)
     return {"agent_id": agent_id, "action": action, "released": released}
+
+
+@METHODS.add("remote.forget", positional=("name", "dsn"))
+async def remote_forget(ctx: CallContext, params: JsonObject) -> JsonObject:
+    """Remove shared workspace ``name`` from the PostgreSQL server ``dsn`` for good (its
+    rows in every table), unless a daemon is connected to it."""
+    p = Params(params)
+    remote = RemoteConfig(dsn=p.text("dsn"), name=p.text("name"),
+                          passfile=p.text("passfile", ""))
+    p.done()
+    try:
+        from recalld.daemon.remote.forget import forget  # loads the PostgreSQL driver
+    except ImportError as exc:
+        raise InvalidParams(f"the PostgreSQL driver is not installed (pip install "
+                            f"'recalld[postgres]'): {exc}") from None
+    return await forget(remote)
 
 
 @METHODS.add("daemon.metrics")

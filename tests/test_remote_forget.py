@@ -1,0 +1,62 @@
+"""``remote.forget`` (``recalld remote forget NAME --dsn DSN``): a shared workspace removed
+from its server for good, its rows in every table, refused while a daemon shares it."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from conftest import DaemonFactory
+from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
+from test_remote import cli, converged, notes, pair, root, write
+from waits import wait_for
+
+from recalld.ipc.errors import AlreadyRunning, InvalidParams, NotFound
+
+TABLES = ("recalld_files", "recalld_changes", "recalld_catalog", "recalld_embeddings")
+
+
+def rows(pg: PgServer, name: str) -> dict[str, int]:
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        out = {}
+        for table in TABLES:
+            row = conn.execute(f"SELECT count(*) FROM {table} t JOIN recalld_workspaces w"
+                               " USING (workspace_id) WHERE w.name = %s", (name,)).fetchone()
+            out[table] = int(row[0]) if row else 0
+        return out
+
+
+def test_a_shared_workspace_is_forgotten_once_no_daemon_shares_it(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a, b, name = pair(daemon_factory, pg_server)
+    write(a, "memory/2026-10-01/Ölwechsel.md", "# Ölwechsel\nbeim Kilometerstand 90 000\n")
+    write(b, "digest/wiki/车.md", "# 车\n换油\n")
+    wait_for(lambda: converged(a, b) and len(notes(a)) == 2, what="both notes on both hosts")
+    assert rows(pg_server, name)["recalld_files"] == 2
+    # Removed while hosts share it, it would be made again at once by them.
+    with pytest.raises(AlreadyRunning, match="daemons are connected"):
+        a.call("remote.forget", {"name": name, "dsn": pg_server.dsn})
+    assert rows(pg_server, name)["recalld_files"] == 2
+
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        found = conn.execute("SELECT workspace_id FROM recalld_workspaces WHERE name = %s",
+                             (name,)).fetchone()
+    assert found is not None
+    for d in (a, b):
+        d.stop()
+    plain = daemon_factory("[workspaces.default]\n")
+    refused = cli(plain, "remote", "forget", name, "--dsn", pg_server.dsn)
+    assert "Pass --yes to confirm" in refused and rows(pg_server, name)["recalld_files"] == 2
+    assert f"{name}: removed from the server" in cli(
+        plain, "remote", "forget", name, "--dsn", pg_server.dsn, "--yes")
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT 1 FROM recalld_workspaces WHERE name = %s",
+                            (name,)).fetchone() is None
+        for table in TABLES:  # none of its rows is left behind
+            assert conn.execute(f"SELECT count(*) FROM {table} WHERE workspace_id = %s",
+                                found).fetchone() == (0,), table
+    with pytest.raises(NotFound, match=f"no shared workspace named {name}"):
+        plain.call("remote.forget", {"name": name, "dsn": pg_server.dsn})
+    with pytest.raises(InvalidParams, match="name must be"):
+        plain.call("remote.forget", {"name": "team memory", "dsn": pg_server.dsn})
+    # The hosts keep their files (now a local workspace's).
+    assert (root(a) / "memory/2026-10-01/Ölwechsel.md").exists()
