@@ -177,6 +177,41 @@ def test_a_save_landing_while_the_replica_compares_is_not_lost(
     assert sorted(p.name for p in (fs.root / "memory/2026-07-03").iterdir()) == ["écluse.md"]
 
 
+def test_a_note_made_where_the_replica_found_none_is_not_replaced(fs: Confinement) -> None:
+    (fs.root / "memory/2026-07-05").mkdir()
+    (fs.root / "memory/2026-07-05/neu.md").write_text("vom Editor\n")
+    with pytest.raises(EditedMeanwhile) as caught:
+        fs.write("memory/2026-07-05/neu.md", b"from the server\n", None)
+    assert caught.value.found.data == b"vom Editor\n"
+    assert sorted(p.name for p in (fs.root / "memory/2026-07-05").iterdir()) == ["neu.md"]
+
+
+def test_without_exchanging_renames_a_save_is_still_kept(
+        fs: Confinement, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file system without ``renameat2``'s flags (NFS: EINVAL) gets the file compared
+    just before a plain rename or unlink."""
+    from recalld.daemon.remote import localfs
+
+    def unsupported(*_args: object, **_kw: object) -> None:
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    notes = {"memory/2026-07-04/a.md": b"# A\n", "memory/2026-07-04/b.md": b"# B\n",
+             "memory/2026-07-04/c.md": b"# C\n"}
+    for path, data in notes.items():
+        fs.write(path, data)
+    read = {path: fs.read(path).hash for path in notes}
+    monkeypatch.setattr(localfs, "renameat2", unsupported)
+    (fs.root / "memory/2026-07-04/b.md").write_bytes(b"# B saved\n")
+    edited: list[LocalFile] = []
+    fs.put([("memory/2026-07-04/a.md", b"# A2\n"), ("memory/2026-07-04/b.md", b"# B2\n"),
+            ("memory/2026-07-04/c.md", None), ("memory/2026-07-04/new.md", b"# N\n")],
+           expect={**read, "memory/2026-07-04/new.md": None}, edited=edited)
+    assert [(f.path, f.data) for f in edited] == [("memory/2026-07-04/b.md", b"# B saved\n")]
+    assert sorted(p.name for p in (fs.root / "memory/2026-07-04").iterdir()) == [
+        "a.md", "b.md", "new.md"]
+    assert fs.read("memory/2026-07-04/a.md").data == b"# A2\n"
+
+
 def test_conflict_names_follow_syncthing() -> None:
     t = 1_700_000_000.0
     assert conflict_name("digest/wiki/plan.md", t, "laptop") == (
