@@ -17,7 +17,6 @@ Nothing here imports the rest of the daemon: the config module imports this one.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 import unicodedata
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -385,6 +384,8 @@ def shown_setting(name: str, value: object) -> str:
 
 def unknown(what: str, names: list[str], known: Collection[str]) -> str:
     """``unknown field(s) a, b``, with the known name each is likely a typo of."""
+    import difflib  # only a configuration with an unknown field needs it
+
     guesses = {n: difflib.get_close_matches(n, sorted(known), n=1, cutoff=0.75)
                for n in names}
     hints = [f"{n}: did you mean {g[0]}?" for n, g in guesses.items() if g]

@@ -40,7 +40,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Protocol, TypedDict
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
 import trio
@@ -64,6 +63,9 @@ _STATE_VERSION = 1
 
 def local_zone() -> tzinfo:
     """The system's zone with its DST rules (``TZ``, else ``/etc/localtime``), else UTC."""
+    # zoneinfo (and the sysconfig it reads its paths from) waits for the first schedule.
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
     name = os.environ.get("TZ", "").lstrip(":")
     candidates = [name] if name else []
     try:
@@ -123,6 +125,8 @@ class CronSchedule:
         if problem is not None:
             raise ValueError(f"cron expression {expr!r} {problem}")
         self.expr = expr
+        from zoneinfo import ZoneInfo
+
         self.tz: tzinfo = (ZoneInfo(tz) if isinstance(tz, str)
                            else tz if tz is not None else local_zone())
         self._last_next: tuple[datetime, datetime] | None = None  # (at, next_after(at))
@@ -297,6 +301,8 @@ class CronScheduler:
                  params: Mapping[str, object] | None = None) -> None:
         """Add or replace the entry for ``(agent_id, kind)``; ``enabled=False`` removes it
         and forgets its history. Raises ValueError for a bad expression or zone."""
+        from zoneinfo import ZoneInfoNotFoundError
+
         key = _key(agent_id, kind)
         if not enabled:
             self.unschedule(agent_id, kind)

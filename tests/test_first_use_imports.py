@@ -191,6 +191,44 @@ def test_a_keyword_search_after_a_warm_start_does_not_import_the_redaction_rules
     assert warm.stop() == 0
 
 
+#: Standard library modules only other work needs: the worker process pool of a large
+#: indexing pass, the HTTP date of a provider's Retry-After, the typo hints of a
+#: configuration error, the archives of a ReMe import.
+NOT_FOR_A_WARM_START = (
+    "concurrent.futures.process",
+    "difflib",
+    "email.utils",
+    "multiprocessing",
+    "zipfile",
+)
+
+
+def test_a_warm_start_imports_no_pool_date_hint_or_archive_modules(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    for i in range(12):
+        write(root, f"memory/2026-09-{1 + i:02d}/log.md",
+              f"# Shift {i}\n\nThe ferry log {i} notes a calm crossing.\n")
+    write(root, "memory/2026-09-20/needle.md", "# Needle\n\nThe basalt weathervane turned.\n")
+    config = f'[workspaces.k]\npath = "{root}"\ndream_cron_enabled = false\n'
+    first = daemon_factory(config)
+    built = first.call("memory.search", {"agent_id": "k", "query": "basalt weathervane",
+                                         "sync": True})["results"]
+    assert built[0]["path"] == "memory/2026-09-20/needle.md"
+    assert first.stop() == 0
+
+    out = tmp_path / "modules.json"
+    warm = daemon_factory(config, launcher=(sys.executable, "-c", LAUNCHER),
+                          wait="searchable", MODULES_OUT=str(out))
+    hits = warm.call("memory.search", {"agent_id": "k", "query": "weathervane"})
+    assert [r["path"] for r in hits["results"]][:1] == ["memory/2026-09-20/needle.md"]
+    warm.call("daemon.status")  # the start has ended: every workspace service runs
+    loaded = modules(warm, out)
+    assert "recalld.daemon.index.procpool" in loaded
+    assert sorted(loaded & set(NOT_FOR_A_WARM_START)) == []
+    assert warm.stop() == 0
+
+
 @pytest.mark.parametrize(("threads", "environ", "expected"), [
     (1, {}, "1"),
     (3, {"PATH": "/bin"}, "3"),

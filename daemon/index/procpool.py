@@ -23,20 +23,19 @@ Its ``run`` service stops by cancellation and shuts the processes down.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import CancelledError as FutureCancelled
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, suppress
-from multiprocessing.process import BaseProcess
-from typing import TypedDict, TypeVar, TypeVarTuple
+from typing import TYPE_CHECKING, TypedDict, TypeVar, TypeVarTuple
 
 import trio
 
 from recalld.daemon import memtrim
 from recalld.daemon.index.worker import warm, worker_init
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ProcessPoolExecutor
+    from multiprocessing.process import BaseProcess
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -123,6 +122,8 @@ class PreparePool:
         start then overlaps that listing. Stopped after ``idle_s`` if no call comes."""
         if self._executor is not None or self._closed:
             return
+        from concurrent.futures.process import BrokenProcessPool
+
         try:
             for _ in range(self.workers):
                 self._submit(warm)
@@ -139,6 +140,9 @@ class PreparePool:
         Raises :class:`PoolUnavailable` if the pool cannot run it. A cancelled call is
         abandoned (the worker finishes it and the result is dropped).
         """
+        from concurrent.futures import CancelledError as FutureCancelled
+        from concurrent.futures.process import BrokenProcessPool
+
         self._busy += 1
         self.calls += 1
         try:
@@ -179,6 +183,8 @@ class PreparePool:
                 self._ended.set()
 
     def _submit(self, fn: Callable[[*Ts], T], *args: *Ts) -> Future[T]:
+        import multiprocessing
+
         executor = self._ensure()
         before = set(multiprocessing.active_children())
         future = executor.submit(fn, *args)
@@ -189,6 +195,11 @@ class PreparePool:
         if self._executor is None:
             if self._closed:
                 raise PoolUnavailable("the daemon is stopping")
+            # multiprocessing and the process pool are imported with the first pool: a
+            # daemon that only loads and searches never starts one.
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
             # spawn, not fork: the daemon has threads (trio's, the provider loop) whose
             # locks a forked child would inherit half-held.
             self._executor = ProcessPoolExecutor(

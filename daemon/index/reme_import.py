@@ -31,7 +31,6 @@ import hashlib
 import logging
 import re
 import unicodedata
-import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -312,6 +311,8 @@ def load_npz(path: Path, dims: int) -> dict[str, F16]:
     exactly those two plain arrays is read (no pickled objects: ``allow_pickle=False``);
     anything else raises ValueError, as does an archive with no finite vector (one with
     some gives those)."""
+    import zipfile  # only an import with ReMe's caches reads one
+
     try:
         size = path.stat().st_size
         if size > MAX_NPZ_BYTES:

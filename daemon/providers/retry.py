@@ -12,7 +12,6 @@ clock governs it in tests.
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import random
 import time
@@ -89,6 +88,8 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
         pass
     else:
         return max(0.0, seconds) if seconds == seconds else None  # NaN -> None
+    import email.utils  # an HTTP date is rare: the email package waits for one
+
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
