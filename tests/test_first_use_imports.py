@@ -229,6 +229,30 @@ def test_a_warm_start_imports_no_pool_date_hint_or_archive_modules(
     assert warm.stop() == 0
 
 
+#: In a fresh interpreter: the tokenizer and the exact-term check read an ASCII query and
+#: note; print the patterns ``re`` compiled meanwhile (its cache holds every one).
+ASCII_ONLY = (
+    "import re, sys\n"
+    "from recalld.daemon.index import exact, tokenizer\n"
+    "tokenizer.tokenize('# Deploy\\n\\nhandleWebSocketReconnect failed: ERR_X42 in v8.6.1')\n"
+    "exact.identifier_terms('why did handleWebSocket fail with ERR_X42?')\n"
+    "tokenizer.tokenize_query('why did handleWebSocket fail with ERR_X42?')\n"
+    "print('\\n'.join(key[1] for key in re._cache if isinstance(key[1], str)))\n"
+)
+
+
+def test_ascii_text_compiles_none_of_the_patterns_only_other_scripts_need() -> None:
+    out = subprocess.run([sys.executable, "-c", ASCII_ONLY], capture_output=True,
+                         text=True, check=True).stdout
+    compiled = set(out.splitlines())
+    assert compiled  # the ASCII patterns are there
+    # Han, emoji, the soft hyphen: the classes of CJK, pictographs and invisible joiners.
+    assert not [p for p in compiled if "\u4e00" in p or "\U0001f000" in p or "\u00ad" in p]
+    # ...and the first text beyond ASCII compiles them.
+    from recalld.daemon.index import tokenizer
+    assert tokenizer.tokenize("慕容 🚀") == ["🚀", "慕容", "慕", "容"]
+
+
 @pytest.mark.parametrize(("threads", "environ", "expected"), [
     (1, {}, "1"),
     (3, {"PATH": "/bin"}, "3"),

@@ -43,9 +43,9 @@ from recalld.daemon.index.marks import MARKS
 from recalld.daemon.index.memo import Memo
 from recalld.daemon.index.state import StoredChunk
 from recalld.daemon.index.tokenizer import (
-    CJK_RE,
     STOPWORDS,
     cjk_length,
+    cjk_re,
     fold,
     tokenize,
     tokenize_query,
@@ -64,7 +64,6 @@ MAX_LOOKUP_IDENTIFIERS = 32
 MEMO_QUERY_CHARS = 256
 # A word goes on through combining marks and a namespace's `::`, as the tokenizer's do.
 _WORD = re.compile(rf"\w(?:[\w.\-{MARKS}]|::(?=\w))*[\w{MARKS}]|\w")
-_CJK = CJK_RE
 _ALNUM = re.compile(r"[^\W_]")
 # One pattern (a search per word, not six).
 _IDENT = re.compile("|".join((
@@ -108,7 +107,10 @@ def _find_identifiers(query: str) -> tuple[str, ...]:
     # (ＥＣＯＮＮＲＥＦＵＳＥＤ, a Chinese input method's) is the identifier. And, as there,
     # CJK characters end a word: a Chinese question glues its words to the identifier
     # (``QX_TORVEL_5831是什么错误``), which is no part of it.
-    for m in _WORD.finditer(_CJK.sub(" ", nfkc.normalize(query))):
+    text = nfkc.normalize(query)
+    if not text.isascii():
+        text = cjk_re().sub(" ", text)
+    for m in _WORD.finditer(text):
         word = m.group(0).strip(".-")
         if len(word) >= 2 and _IDENT.search(word):
             out[fold(word.casefold())] = None
@@ -166,11 +168,11 @@ def _count_content_words(query: str) -> int:
     Chinese question is one run, and two rare pairs of it are no lookup."""
     n = 0
     for word in _WORD.findall(query):
-        cjk = len(_CJK.findall(word))
+        cjk = 0 if word.isascii() else len(cjk_re().findall(word))
         if not cjk:
             n += word.lower() not in STOPWORDS
         else:
-            rest = _CJK.sub("", word)
+            rest = cjk_re().sub("", word)
             n += cjk_length(cjk) + (_ALNUM.search(rest) is not None)
     return n
 

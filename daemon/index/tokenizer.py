@@ -57,7 +57,7 @@ from recalld.daemon.index import nfkc
 from recalld.daemon.index.marks import MARK_RUN
 from recalld.daemon.index.memo import Memo
 
-__all__ = ["CJK_CHARS_PER_TERM", "CJK_RE", "STOPWORDS", "cjk_length", "doc_length", "fold",
+__all__ = ["CJK_CHARS_PER_TERM", "STOPWORDS", "cjk_length", "cjk_re", "doc_length", "fold",
            "tokenize", "tokenize_query", "tokenize_split"]
 
 # Han (incl. extension A, compatibility ideographs, and the supplementary planes), kana,
@@ -73,11 +73,6 @@ _CJK_RANGES: Final = (
     "\u1100-\u11ff\u3005-\u3007\u3040-\u309f\u30a0-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf"
     "\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff\uf900-\ufaff\U00020000-\U0003134f"
 )
-_CJK_RE: Final = re.compile(f"[{_CJK_RANGES}]")
-_CJK_RUN_SPLIT: Final = re.compile(f"([{_CJK_RANGES}]+)")
-#: One CJK character (Han, kana, hangul; Thai, Lao, Khmer, Myanmar), as the tokenizer
-#: defines them.
-CJK_RE: Final = _CJK_RE
 # Compound tokens: alnum runs joined by single connectors, then an optional `++`/`+`/`#`
 # suffix (C++, C#, F#; a `+` or `#` before a letter or digit is no suffix: the anchor of
 # `exact.py#L42`, a link to a line, is not part of the file name). Connectors only count
@@ -91,9 +86,7 @@ _ALNUM_RUN: Final = rf"[^\W_]+(?:{MARK_RUN}[^\W_]*)*"
 # The connectors: `.`, `-`, `/` (after underscores too: `__init__.py`), underscores, and
 # the `::` of a namespace path (`tokio::sync::mpsc`, `std::vector`).
 _JOIN: Final = r"(?:_*[.\-/]|_+|::)"
-_WORD_TOKEN_RE: Final = re.compile(
-    rf"{_ALNUM_RUN}(?:{_JOIN}{_ALNUM_RUN})*(?:\+\+|[#+](?![^\W_]))?"
-)
+_WORD_TOKEN: Final = rf"{_ALNUM_RUN}(?:{_JOIN}{_ALNUM_RUN})*(?:\+\+|[#+](?![^\W_]))?"
 _ASCII_TOKEN_RE: Final = re.compile(
     rf"[A-Za-z0-9]+(?:{_JOIN}[A-Za-z0-9]+)*(?:\+\+|[#+](?![A-Za-z0-9]))?"
 )
@@ -104,7 +97,7 @@ _CONNECTOR_RE: Final = re.compile(r"[._\-/+#:]+")
 # ``emoji_terms`` then pairs a flag's two regional indicators and drops skin tones, so ``👍🏽``
 # is found by ``👍``. Variation selectors and joiners are no terms: a joined family is
 # found by its members.
-_EMOJI_RE: Final = re.compile("[\u231a-\u2bff\U0001f000-\U0001faff]")
+_EMOJI: Final = "[\u231a-\u2bff\U0001f000-\U0001faff]"
 _TONES: Final = frozenset(map(chr, range(0x1F3FB, 0x1F400)))
 # camelCase / PascalCase / HTTPServer / IPv6 pieces.
 _CAMEL_RE: Final = re.compile(r"[A-Z]+(?=[A-Z][a-z]{2})|[A-Z]?[a-z]+|[A-Z]+|[0-9]+|[^\W_]+")
@@ -184,7 +177,33 @@ _stem: Final = Memo(_stem_uncached, 1 << 18).__getitem__
 # joiner and the byte-order mark used as one. Taken out of the text before words are found,
 # so they do not cut a word in two. (The zero-width space and non-joiner stay breaks.)
 _INVISIBLE: Final = "\u00ad\u200d\u2060\ufeff"
-_INVISIBLE_RE: Final = re.compile(f"[{_INVISIBLE}]")
+
+
+class _Unicode:
+    """The patterns only text beyond ASCII needs. Compiled for the first such text, not
+    at import: their classes take a few milliseconds to compile, which every start would
+    pay before its first answer, and a keyword query is mostly ASCII."""
+
+    __slots__ = ("cjk", "cjk_runs", "emoji", "invisible", "word")
+
+    def __init__(self) -> None:
+        self.cjk = re.compile(f"[{_CJK_RANGES}]")  # one CJK character
+        # What lies between CJK runs, and the runs (``split`` keeps them: a group).
+        self.cjk_runs = re.compile(f"([{_CJK_RANGES}]+)")
+        self.word = re.compile(_WORD_TOKEN)
+        self.emoji = re.compile(_EMOJI)
+        self.invisible = re.compile(f"[{_INVISIBLE}]")
+
+
+@functools.cache
+def _unicode() -> _Unicode:
+    return _Unicode()
+
+
+def cjk_re() -> re.Pattern[str]:
+    """One CJK character (Han, kana, hangul; Thai, Lao, Khmer, Myanmar), as the tokenizer
+    defines them. ASCII text holds none: callers check ``str.isascii`` first."""
+    return _unicode().cjk
 # The combining marks ``fold`` drops: the diacritics of Latin, Greek and Cyrillic letters,
 # Hebrew points and cantillation, Arabic harakat (vowels a reader supplies; most text
 # omits them). The vowel signs of Indic scripts and Thai are letters of their words: kept.
@@ -292,19 +311,19 @@ def tokenize_split(text: str) -> tuple[list[str], list[str]]:
     runs: list[str] = []
     if norm.isascii():
         words: list[str] = _ASCII_TOKEN_RE.findall(norm)
-    elif _INVISIBLE_RE.search(norm) is not None:
-        return tokenize_split(_INVISIBLE_RE.sub("", norm))
-    elif _CJK_RE.search(norm) is None:
-        words = _WORD_TOKEN_RE.findall(norm) + emoji_terms(norm)
+    elif (u := _unicode()).invisible.search(norm) is not None:
+        return tokenize_split(u.invisible.sub("", norm))
+    elif u.cjk.search(norm) is None:
+        words = u.word.findall(norm) + emoji_terms(norm)
     else:
         # CJK runs split off (no CJK character has a case to fold), the words of what is
         # between them found as in text without CJK: a run separates words as the space
         # that joins the pieces does (neither is a letter, a digit or a connector), so
         # this gives the words of a single pattern with both alternatives, faster.
-        pieces = _CJK_RUN_SPLIT.split(norm)
+        pieces = u.cjk_runs.split(norm)
         runs = pieces[1::2]
         rest = " ".join(pieces[0::2])
-        words = (_ASCII_TOKEN_RE if rest.isascii() else _WORD_TOKEN_RE).findall(rest)
+        words = (_ASCII_TOKEN_RE if rest.isascii() else u.word).findall(rest)
         words += emoji_terms(rest)
     # Every word's whole form, case-folded and stemmed (stemming leaves non-alphabetic tokens
     # alone and ignores case, so `ECONNREFUSED` and `econnrefused` meet on one term), then
@@ -319,7 +338,7 @@ def emoji_terms(text: str) -> list[str]:
     """The terms of the pictographs in ``text`` (NFKC-normalized), in its order: a regional
     indicator paired with the next one (a flag), skin tones dropped."""
     out: list[str] = []
-    for sign in _EMOJI_RE.findall(text):
+    for sign in _unicode().emoji.findall(text):
         if sign in _TONES:
             continue
         if "\U0001f1e6" <= sign <= "\U0001f1ff" and out and len(out[-1]) == 1 and (
@@ -358,7 +377,10 @@ def cjk_length(chars: int) -> int:
 def doc_length(tokens: list[str]) -> int:
     """The BM25 length of a document indexed as ``tokens`` (``tokenize``'s output): its
     non-CJK terms plus ``cjk_length`` of its CJK characters (one unigram each)."""
-    cjk = [t for t in tokens if t[:1] >= "\u0e01" and len(t) <= 2 and _CJK_RE.match(t)]
+    cjk = [t for t in tokens if t[:1] >= "\u0e01" and len(t) <= 2]
+    if cjk:  # tokens of one or two characters beyond ASCII: which of them are CJK
+        match = _unicode().cjk.match
+        cjk = [t for t in cjk if match(t)]
     chars = sum(len(t) == 1 for t in cjk)
     return len(tokens) - len(cjk) + cjk_length(chars)
 
