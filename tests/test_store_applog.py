@@ -151,6 +151,33 @@ def test_rewrite_compacts_atomically(tmp_path: Path) -> None:
     assert temp_files(path.parent) == []
 
 
+def test_a_rewrite_to_the_same_records_keeps_the_file(tmp_path: Path) -> None:
+    # The rewrite after a start's recovery, of a log nothing was added to since.
+    path = written(tmp_path)
+    before = path.stat()
+    fs = FailingFS(10**6, ops=["write", "replace", "fsync_dir", "fsync"])
+    with AppendLog(path, fs) as log:
+        log.rewrite(log.opened[0])
+        assert fs.calls == 1  # one fsync of the open file: no temp file, rename, folder sync
+        log.append([{"job": 10}])
+    assert (path.stat().st_ino, path.stat().st_dev) == (before.st_ino, before.st_dev)
+    assert replay(path)[0] == [*RECORDS, {"job": 10}]
+    empty = tmp_path / "empty.log"
+    with AppendLog(empty) as log:
+        ino = empty.stat().st_ino
+        log.rewrite([])
+    assert empty.stat().st_ino == ino and empty.read_bytes() == b""
+    # Other bytes, a torn tail cut at the open, or a log whose file was removed under it:
+    # replaced, and published at its path.
+    with AppendLog(path) as log:
+        log.rewrite(RECORDS[:1])
+        assert path.stat().st_ino != before.st_ino
+        path.unlink()
+        log.rewrite(RECORDS[:1])
+    assert replay(path)[0] == RECORDS[:1]
+    assert temp_files(path.parent) == []
+
+
 def test_append_requires_open(tmp_path: Path) -> None:
     with pytest.raises(StorageError, match="not open"):
         AppendLog(tmp_path / "x.log").append([{"a": 1}])

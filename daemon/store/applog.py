@@ -336,11 +336,32 @@ class AppendLog:
             raise translate_os_error(exc, self.path) from exc
 
     def rewrite(self, records: Iterable[Mapping[str, object]]) -> None:
-        """Replace the whole log with ``records`` atomically (compaction)."""
-        self._require_open()
-        atomic_write(self.fs, self.path, encode(records))
+        """Replace the whole log with ``records`` atomically (compaction). A log that
+        holds exactly those bytes already (the rewrite after recovery at a start, of a log
+        nothing was added to) is only synced: no new file, no renaming, no folder sync."""
+        fd = self._require_open()
+        data = encode(records)
+        if self._holds(fd, data):
+            try:
+                self.fs.fsync(fd)
+            except OSError as exc:
+                raise translate_os_error(exc, self.path) from exc
+            return
+        atomic_write(self.fs, self.path, data)
         self._rollback_pending = False
         self._reopen()  # the old descriptor points at the replaced file
+
+    def _holds(self, fd: int, data: bytes) -> bool:
+        """Whether the file at the log's path is the open one and holds ``data`` exactly."""
+        if self._rollback_pending or self._size != len(data):
+            return False
+        try:
+            here, opened = os.stat(self.path), os.fstat(fd)
+            if (here.st_dev, here.st_ino) != (opened.st_dev, opened.st_ino):
+                return False
+            return os.pread(fd, len(data) + 1, 0) == data
+        except OSError:  # gone, or unreadable: the rewrite publishes it anew
+            return False
 
     def close(self) -> None:
         if self._fd is not None:
