@@ -53,6 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -174,6 +175,8 @@ class Daemon:
         self.state_dir = state_dir
         # Unix socket paths are limited to ~108 bytes: keep the socket in a short tmp dir.
         self._sock_dir = Path(tempfile.mkdtemp(prefix="rcb-"))
+        # Removed when this object goes or the bench ends, whether or not cleanup() ran.
+        weakref.finalize(self, shutil.rmtree, self._sock_dir, ignore_errors=True)
         self.socket_path = self._sock_dir / "s.sock"
         self.config_path = state_dir / "config.toml"
         self.log_path = log_path
