@@ -105,6 +105,12 @@ TEMP_NAME_EXTRA = len(temp_name(""))
 #: workspace as long as a restore writes (``safepath.MAX_PATH_CHARS``).
 MAX_MEMBER_NAME_CHARS = len("agents//") + MAX_AGENT_ID_CHARS + safepath.MAX_PATH_CHARS
 
+
+def restorable_path(path: str | os.PathLike[str]) -> bool:
+    """Whether a restore can write a file at the absolute ``path``: with its temp name,
+    the path stays within PATH_MAX."""
+    return len(os.fsencode(path)) + TEMP_NAME_EXTRA < PATH_MAX_BYTES
+
 COPY_CHUNK = 1 << 20
 #: A member of at least RATIO_MIN_BYTES that inflates more than MAX_RATIO times is taken
 #: for a decompression bomb by a restore (``backup_check.BackupLimits``); text
@@ -207,8 +213,7 @@ def walk_files(root: Path, top: str, passed: PassedBy | None = None) -> Iterator
             elif entry.is_dir(follow_symlinks=False):
                 stack.append(Path(entry.path))
             elif entry.is_file(follow_symlinks=False):
-                if (safepath.is_utf8(rel) and "\\" not in rel
-                        and len(os.fsencode(entry.path)) + TEMP_NAME_EXTRA < PATH_MAX_BYTES):
+                if safepath.is_utf8(rel) and "\\" not in rel and restorable_path(entry.path):
                     yield rel
                 else:  # no zip member name can hold it (a restore refuses a backslash)
                     _pass_by(passed, root, rel)

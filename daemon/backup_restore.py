@@ -29,15 +29,18 @@ from recalld.daemon.backup import (
     COPY_CHUNK,
     DERIVED_ROLE,
     NO_PROGRESS,
+    PATH_MAX_BYTES,
     RESUMABLE,
+    TEMP_NAME_EXTRA,
     ProgressSink,
+    restorable_path,
     walk_files,
 )
 from recalld.daemon.backup_check import CheckedBackup, file_in_the_way, refuse
 from recalld.daemon.store.errors import translate_os_error
 from recalld.daemon.store.fsio import REAL, ensure_dir, temp_name
 from recalld.daemon.watchrecords import ReconcileRecord
-from recalld.ipc.errors import NotAllowed, PathOutsideWorkspace
+from recalld.ipc.errors import InvalidParams, NotAllowed, PathOutsideWorkspace
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +95,9 @@ def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
     workspace ends equal to the backup. Of ``metadata_dir`` only :data:`RESUMABLE` state is
     written (the rest is rebuilt).
     Raises PathOutsideWorkspace if a target would pass through a symlink, NotAllowed if
-    something in a target's way holds more than files the restore removes.
+    something in a target's way holds more than files the restore removes, InvalidParams
+    if a target's absolute path would be past PATH_MAX (``root`` is deeper than the
+    backed-up workspace's).
     """
     saved_dirs: dict[str, str] = backup.meta["agents"][agent_id]["dirs"]
     roles = sorted(((r, d.strip("/")) for r, d in saved_dirs.items()
@@ -100,6 +105,7 @@ def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
                    key=lambda rd: -len(rd[1]))
     prefix = f"agents/{agent_id}/"
     writes: dict[str, str] = {}
+    too_deep: list[str] = []
     skipped = 0
     for name in backup.by_agent.get(agent_id, []):
         rel = name[len(prefix):]
@@ -115,8 +121,13 @@ def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
         rest = rel[len(dict(roles)[role]) + 1:]
         target = f"{target_dir}/{rest}"
         safepath.split_relative(target)
+        if not restorable_path(root / target):  # no call could reach it by its path
+            too_deep.append(target)
+            continue
         _check_no_symlink(root, target)
         writes[name] = target
+    if too_deep:
+        raise _too_deep(agent_id, root, too_deep)
     clash = file_in_the_way(writes.values())
     if clash is not None:
         file, other = clash
@@ -131,6 +142,23 @@ def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
     removes = sorted(set(removes))
     clears = _in_the_way(root, writes.values(), set(removes))
     return RestorePlan(agent_id, root, writes, removes, skipped, clears, tops)
+
+
+def _too_deep(agent_id: str, root: Path, targets: list[str]) -> InvalidParams:
+    """The refusal of a restore whose ``targets`` lie past PATH_MAX below ``root``: how
+    long the workspace's folder path may be for the deepest to fit."""
+    deepest = max(targets, key=lambda t: len(os.fsencode(t)))
+    # root + "/" + target + the temp name's extra bytes + the NUL stay within PATH_MAX.
+    room = PATH_MAX_BYTES - TEMP_NAME_EXTRA - 2 - len(os.fsencode(deepest))
+    fix = (f"restore it into a workspace whose folder path has at most {room} bytes "
+           f"(this one has {len(os.fsencode(root))})" if room > 0 else
+           "no workspace folder is short enough to hold it")
+    shown = safepath.shown(deepest)
+    return InvalidParams(
+        f"cannot restore workspace {agent_id!r} to {root}: {len(targets)} of its files "
+        f"would lie past the longest path the system takes ({PATH_MAX_BYTES} bytes), the "
+        f"deepest {shown[:60]}...{shown[-40:]}: {fix}",
+        {"root": str(root), "too_deep": len(targets), "max_root_bytes": max(room, 0)})
 
 
 def _in_the_way(root: Path, targets: Iterable[str], removes: set[str]) -> list[str]:

@@ -15,6 +15,7 @@ import pytest
 from conftest import DaemonHandle
 from test_backup import NOTES, tree, write_tree
 
+from recalld.daemon import backup
 from recalld.ipc.client import Client
 from recalld.ipc.errors import InvalidParams
 
@@ -127,3 +128,36 @@ def test_a_deep_file_of_a_long_agent_id_makes_an_archive_that_restores(
     shutil.rmtree(root / "memory" / "y")  # the watcher cannot list it (not the backup's)
     daemon.call("backup.restore", {"file": made["file"], "agents": [LONG_AGENT]})
     assert _read_deep(root, deep) == b"# Deep\n\nthe deepest note\n"
+
+
+def test_a_restore_into_a_deeper_folder_than_paths_allow_says_how_short_it_must_be(
+        daemon: DaemonHandle, tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Backed up from a short folder, restored where the workspace's folder path is
+    # hundreds of bytes longer: its deepest note would lie past PATH_MAX. That was an
+    # "internal error" (ENAMETOOLONG while planning); it is a refusal that says why and
+    # what would do, before anything changes.
+    short = tmp_path_factory.mktemp("s") / "r"
+    write_tree(short, {"memory/2026-07-23/a.md": "# A\n\nshallow note\n"})
+    deep = _deep_rel(3900 - len(os.fsencode(short)))
+    _write_deep(short, deep, b"# Deep\n\nthe deepest note\n")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(short)})
+    made = daemon.call("backup.create", {"agents": ["w"], "out": str(short.parent / "w.zip")})
+    assert made["passed_by"] == {} and made["members"] >= 2
+    daemon.call("workspace.close", {"agent_id": "w"})
+    long = tmp_path_factory.mktemp("l").joinpath("L" * 250, "M" * 250, "r")
+    write_tree(long, {"memory/2026-07-23/b.md": "# B\n\nnewer note\n"})
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(long)})
+    room = backup.PATH_MAX_BYTES - backup.TEMP_NAME_EXTRA - 2 - len(deep)
+    assert len(os.fsencode(long)) > room
+    for dry_run in (True, False):
+        with pytest.raises(InvalidParams) as refused:
+            daemon.call("backup.restore", {"file": made["file"], "dry_run": dry_run})
+        assert refused.value.message.startswith(f"cannot restore workspace 'w' to {long}: ")
+        assert "1 of its files would lie past the longest path the system takes" \
+               in refused.value.message
+        assert f"into a workspace whose folder path has at most {room} bytes" \
+               in refused.value.message
+    assert sorted(p.name for p in (long / "memory" / "2026-07-23").iterdir()) == ["b.md"]
+    assert not (long / "memory" / "x").exists()
+    assert daemon.call("index.sync", {"agent_id": "w"}) is not None
+    assert daemon.call("backup.list", {})["rollback"] is None  # no snapshot was taken
