@@ -111,6 +111,10 @@ def _check_name(path: Path, name: str) -> list[str]:
         raise refuse(path, f"member {name!r} has an empty, '.' or '..' component")
     if len(name) > MAX_MEMBER_NAME_CHARS:
         raise refuse(path, f"member name too long: {name[:80]!r}...")
+    if any(len(p.encode("utf-8", "surrogatepass")) > safepath.MAX_NAME_BYTES for p in parts):
+        shown = name if len(name) <= 120 else name[:117] + "..."
+        raise refuse(path, f"member {shown!r} has a part longer than a file name may be "
+                           f"({safepath.MAX_NAME_BYTES} bytes)")
     return parts
 
 

@@ -345,6 +345,8 @@ HOSTILE: list[tuple[str, list[tuple[str, bytes, int]], dict[str, Any]]] = [
     ("agent-id-empty", [GOOD], {"agents": ("w", "")}),
     # A file where another member needs a folder: half of it could be written.
     ("file-and-folder", [GOOD, (GOOD[0] + "/inner.md", b"x", 0o100644)], {}),
+    # 133 characters but 262 bytes: past the 255 a file name may have (no restore could).
+    ("long-name", [GOOD, ("agents/w/memory/" + "é" * 131 + ".md", b"x", 0o100644)], {}),
 ]
 
 
