@@ -163,12 +163,14 @@ class PassedBy:
     can hold them, nor did the index) or have a backslash (taken for a Windows path
     separator: a restore refuses such a member) or whose absolute path is past the
     system's PATH_MAX (a restore cannot write them), symlinks (what they lead to is not
-    the workspace's), and hidden files and folders (``.name``) other than the daemon's own
-    temp files and sync cookies."""
+    the workspace's), hidden files and folders (``.name``) other than the daemon's own
+    temp files and sync cookies, and FIFOs, sockets and device files (no content of their
+    own: reading one would block, or never end)."""
 
     unnamed: list[str] = field(default_factory=list)
     symlinks: list[str] = field(default_factory=list)
     hidden: list[str] = field(default_factory=list)
+    special: list[str] = field(default_factory=list)
 
 
 def _daemons_own(name: str) -> bool:
@@ -217,6 +219,12 @@ def walk_files(root: Path, top: str, passed: PassedBy | None = None) -> Iterator
                     yield rel
                 else:  # no zip member name can hold it (a restore refuses a backslash)
                     _pass_by(passed, root, rel)
+            elif passed is not None:  # a FIFO, socket or device file, or gone since
+                try:
+                    entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                passed.special.append(safepath.shown(rel))
 
 
 def _pass_by(passed: PassedBy | None, root: Path, rel: str) -> None:
@@ -264,7 +272,8 @@ def create_backup(
     ``secrets_left_out`` which secrets of the workspace record were taken out, by agent.
     Files that vanish while being read are left out, and so are, by agent in the
     summary, files whose names are not UTF-8 or have a backslash (``passed_by``),
-    symlinks (``symlinks``), hidden files and folders (``hidden``) and files larger than
+    symlinks (``symlinks``), hidden files and folders (``hidden``), FIFOs, sockets and
+    device files (``special``) and files larger than
     a restore takes (``too_large``; with ``whole``, for a snapshot a restore could not do
     without, InvalidParams instead). InvalidParams, before anything is written, when the files
     add up to more than a restore takes. A file is copied as far as it reached when
@@ -277,7 +286,7 @@ def create_backup(
     progress.phase("listing files")
     listed: list[tuple[AgentSource, list[tuple[str, int]]]] = []
     left_out: dict[str, dict[str, list[str]]] = {
-        "passed_by": {}, "symlinks": {}, "hidden": {}, "too_large": {}}
+        "passed_by": {}, "symlinks": {}, "hidden": {}, "special": {}, "too_large": {}}
     for src in sources:
         sized = []
         passed = PassedBy()
@@ -293,7 +302,7 @@ def create_backup(
                 _too_large(src, rel, size, whole, left_out["too_large"])
         listed.append((src, sized))
         for key, names in (("passed_by", passed.unnamed), ("symlinks", passed.symlinks),
-                           ("hidden", passed.hidden)):
+                           ("hidden", passed.hidden), ("special", passed.special)):
             if names:
                 left_out[key][src.agent_id] = sorted(names)
     total = sum(n for _, s in listed for _, n in s)

@@ -360,6 +360,8 @@ class BackupSummary(TypedDict):
     # backup.create: symlinks and hidden files and folders left out, by agent
     symlinks: NotRequired[dict[str, list[str]]]
     hidden: NotRequired[dict[str, list[str]]]
+    # backup.create: FIFOs, sockets and device files left out, by agent
+    special: NotRequired[dict[str, list[str]]]
     # backup.create of every workspace: the recorded or failed ones not open, left out
     not_open: NotRequired[list[str]]
     ok: NotRequired[bool]  # backup.verify: every check passed

@@ -114,6 +114,7 @@ def confirm(question: str, yes: bool) -> None:
 _LEFT_OUT = (("passed_by", "names not UTF-8 or with a backslash: no archive can hold them"),
              ("symlinks", "symlinks: what they lead to is not the workspace's"),
              ("hidden", "hidden: names starting with a dot"),
+             ("special", "FIFOs, sockets and devices: no file content to copy"),
              ("too_large", "larger than a restore takes, 4 GiB"))
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import stat
 import subprocess
 import sys
 import zipfile
@@ -268,3 +270,29 @@ def test_a_file_named_with_a_backslash_is_named_and_the_archive_restores(
     (ws / "digest" / "wiki" / "trains.md").unlink()
     daemon.call("backup.restore", {"file": made["file"], "agents": ["w"]})
     assert tree(ws) == before  # restored, and the files it could not hold left alone
+
+
+def test_fifos_and_sockets_in_the_folders_are_named_as_left_out(
+        daemon: DaemonHandle, ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A named pipe or a socket some tool left among the notes holds no file content: it
+    # was left out without a word, unlike every other file a backup leaves out.
+    os.mkfifo(ws / "memory" / "2026-07-23" / "feed.md")
+    monkeypatch.chdir(ws / "resource")  # a socket's path is limited to 107 bytes
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind("tool.sock")
+        made = daemon.call("backup.create", {"agents": ["w"]})
+        assert made["special"] == {"w": ["memory/2026-07-23/feed.md", "resource/tool.sock"]}
+        proc = subprocess.run(
+            [sys.executable, "-m", "recalld.ipc", "--socket", str(daemon.socket_path),
+             "backup", "create", "--agent", "w"],
+            env=daemon.env, capture_output=True, text=True, timeout=60, input="", check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert "left out of w (FIFOs, sockets and devices: no file content to copy): " \
+               "memory/2026-07-23/feed.md, resource/tool.sock\n" in proc.stdout
+        with zipfile.ZipFile(made["file"]) as zf:
+            assert not [n for n in zf.namelist() if "feed" in n or "tool" in n]
+        (ws / "digest" / "wiki" / "trains.md").unlink()
+        daemon.call("backup.restore", {"file": made["file"], "agents": ["w"]})
+        assert (ws / "digest" / "wiki" / "trains.md").is_file()
+        assert stat.S_ISFIFO((ws / "memory" / "2026-07-23" / "feed.md").lstat().st_mode)
+        assert stat.S_ISSOCK((ws / "resource" / "tool.sock").lstat().st_mode)
