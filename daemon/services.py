@@ -175,6 +175,32 @@ def _in_order(record: DaemonServices | WorkspaceServices) -> Iterator[tuple[str,
 
 
 @dataclass(frozen=True, slots=True)
+class FileLocks:
+    """The locks of one agent's writes: ``write`` serializes those through the file
+    operations, ``note`` ``memory.add_note``'s appends (each reads the note and writes
+    it back)."""
+
+    write: trio.Lock
+    note: trio.Lock
+
+
+class AgentLocks:
+    """Each agent's :class:`FileLocks`, kept across closing and opening its workspace: a
+    call that waited on them while a restore closed the workspace and opened it again
+    still excludes the reopened workspace's writers (with locks of their own, both would
+    read a note and the second write drop the first's words)."""
+
+    def __init__(self) -> None:
+        self._by_agent: dict[str, FileLocks] = {}
+
+    def of(self, agent_id: str) -> FileLocks:
+        locks = self._by_agent.get(agent_id)
+        if locks is None:
+            locks = self._by_agent[agent_id] = FileLocks(trio.Lock(), trio.Lock())
+        return locks
+
+
+@dataclass(frozen=True, slots=True)
 class DaemonServices:
     """The daemon-wide services, in start order."""
 
@@ -189,6 +215,8 @@ class DaemonServices:
     #: work is queued, a search finds a token free.
     background: trio.CapacityLimiter
     events: EventBus
+    #: Each agent's write locks, handed to its workspace whenever it opens.
+    file_locks: AgentLocks
     #: All outbound HTTP (embedding and chat providers).
     providers: ProviderBridge
     #: Embedding clients and caches per vector space, shared by the workspaces using one.
@@ -246,9 +274,11 @@ class WorkspaceServices:
     chat: ChatClients
     #: ``<digest_dir>/MEMORY.md``, the index of the topic files, kept current.
     memory_file: MemoryFile
-    #: Serializes writes through the workspace file operations.
+    #: Serializes writes through the workspace file operations (the agent's: the
+    #: same lock in every workspace opened for it, :class:`AgentLocks`).
     write_lock: trio.Lock
-    #: Serializes ``memory.add_note`` appends (each reads the note and writes it back).
+    #: Serializes ``memory.add_note`` appends (each reads the note and writes it back;
+    #: the agent's too).
     note_lock: trio.Lock
 
     def in_start_order(self) -> Iterator[tuple[str, Service]]:
@@ -284,8 +314,8 @@ def build_daemon_services(config: DaemonConfig) -> DaemonServices:
     consolidation = Consolidation(jobs, scheduler, registry.get, registry.wait_changed)
     services = DaemonServices(
         config=live, start=daemon_start, cpu=cpu, background=background, events=events,
-        providers=bridge, vector_spaces=spaces, jobs=jobs, prepare_pool=pool, scheduler=scheduler,
-        consolidation=consolidation, registry=registry,
+        file_locks=AgentLocks(), providers=bridge, vector_spaces=spaces, jobs=jobs,
+        prepare_pool=pool, scheduler=scheduler, consolidation=consolidation, registry=registry,
     )
     jobs.register("reindex", reindex_job(registry.get), exclusive=True, cpu_heavy=False,
                   check_params=params_of("reindex", {}))
@@ -312,6 +342,7 @@ def build_workspace_services(ws: Workspace, daemon: DaemonServices) -> Workspace
         cpu=daemon.cpu)
     capture = SessionFlusher(ws, sessions, daemon.jobs,
                              lambda: chat.client_or_none() is not None)
+    locks = daemon.file_locks.of(ws.agent_id)
     return WorkspaceServices(
         index=index,
         vectors=vectors,
@@ -326,8 +357,8 @@ def build_workspace_services(ws: Workspace, daemon: DaemonServices) -> Workspace
         remote=RemoteService(ws, chunk_max_chars=daemon.config.current.chunk_max_chars),
         chat=chat,
         memory_file=MemoryFile(ws, index),
-        write_lock=trio.Lock(),
-        note_lock=trio.Lock(),
+        write_lock=locks.write,
+        note_lock=locks.note,
     )
 
 

@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,81 @@ def test_a_note_added_during_a_restore_is_in_its_snapshot_or_after_it(
     assert "the egret" in snapshot and "the heron" in note and "the egret" not in note
     if isinstance(results["note"], dict):  # acknowledged: kept
         assert "the bittern" in note or "the bittern" in snapshot, (note, snapshot)
+
+
+# Also stops memory.add_note once it has read the note (while it holds the note lock)
+# when the file NOTE_ARM exists, until the test opens the FIFO NOTE_PAUSE.
+PAUSING_NOTES = (*PAUSING[:2], PAUSING[2].replace("from recalld.daemon.main import main\n", (
+    "import trio\n"
+    "from recalld.daemon.rpc import agent_methods\n"
+    "own_notes = agent_methods._own_notes\n"
+    "async def read_then_pause(*args):\n"
+    "    notes = await own_notes(*args)\n"
+    "    if os.path.exists(os.environ['NOTE_ARM']):\n"
+    "        os.unlink(os.environ['NOTE_ARM'])\n"
+    "        await trio.to_thread.run_sync(lambda: open(os.environ['NOTE_PAUSE'], 'rb').read())\n"
+    "    return notes\n"
+    "agent_methods._own_notes = read_then_pause\n"
+    "from recalld.daemon.main import main\n")))
+
+
+def test_a_note_that_waited_out_a_restore_and_one_after_it_are_both_kept(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # A note call waiting for the restore held the closed workspace's note lock, a later
+    # one the reopened workspace's: both read the note, and the first to write lost the
+    # other's words (acknowledged, and gone).
+    restore_pause, note_pause, arm = tmp_path / "restore", tmp_path / "note", tmp_path / "arm"
+    os.mkfifo(restore_pause)
+    os.mkfifo(note_pause)
+    d = daemon_factory(launcher=PAUSING_NOTES, RESTORE_PAUSE=str(restore_pause),
+                       NOTE_PAUSE=str(note_pause), NOTE_ARM=str(arm))
+    root = tmp_path / "ws"
+    _notes(root, 2)
+    d.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    d.call("memory.add_note", {"agent_id": "w", "content": "backed up: the heron"})
+    archive = d.call("backup.create", {"agents": ["w"]})["file"]
+    results: dict[str, Any] = {}
+
+    def call(key: str, method: str, params: dict[str, Any]) -> threading.Thread:
+        def run() -> None:
+            try:
+                results[key] = d.call(method, params)
+            except RecalldError as exc:
+                results[key] = exc
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    def waiting(key: str) -> Callable[[], bool]:
+        seen: list[bool] = []
+
+        def check() -> bool:  # in flight at two looks in a row: held by a lock
+            status = d.call("daemon.status")
+            seen.append(status["queues"]["server"]["calls_in_flight"] >= 3)
+            return key in results or seen[-2:] == [True, True]
+        return check
+
+    threads = [call("restore", "backup.restore", {"file": archive, "agents": ["w"]})]
+    wait_for((d.data_dir / "backups" / "rollback.json").exists, "the snapshot recorded")
+    arm.touch()
+    threads.append(call("waited", "memory.add_note", {
+        "agent_id": "w", "content": "waited out the restore: the bittern"}))
+    wait_for(waiting("waited"), "the note waiting for the restore")
+    with open(restore_pause, "wb"):
+        pass
+    threads[0].join()
+    assert isinstance(results["restore"], dict), results
+    wait_for(lambda: not arm.exists(), "the waiting note read")
+    threads.append(call("after", "memory.add_note", {
+        "agent_id": "w", "content": "after the restore: the kingfisher"}))
+    wait_for(waiting("after"), "the later note written or waiting")
+    with open(note_pause, "wb"):
+        pass
+    for thread in threads:
+        thread.join()
+    assert isinstance(results["waited"], dict) and isinstance(results["after"], dict), results
+    note = next((root / "memory").glob("*/agent-notes.md")).read_text()
+    assert "the heron" in note and "the bittern" in note and "the kingfisher" in note, note
 
 
 def test_a_workspace_whose_real_path_is_not_utf8_is_refused_and_backups_go_on(

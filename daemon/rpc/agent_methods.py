@@ -131,6 +131,10 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
     # one: a busy day of notes would have every later call refused as too large.
     room_for = len(text.encode()) + len((description or "").encode()) + NOTE_HEADER_BYTES
     async with ws.services.note_lock:  # appending reads the note and writes it back
+        if (now := ctx.workspace(agent_id)) is not ws:
+            # A restore held the lock, and closed the workspace and opened it again: write
+            # through the one open now (the lock is the agent's, that one's too).
+            ws, ops = now, fileops_for(now, session_id=session_id)
         notes = await _own_notes(ws, ops.day_folder(day), slug(name), session_id)
         held = next((rel for rel, _, body in notes
                      if f"\n\n{text}\n\n" in f"\n\n{body}\n\n"), None)
