@@ -62,6 +62,19 @@ def test_an_archive_named_where_it_cannot_be_written_names_the_place(
     assert list((tmp_path / "folder").iterdir()) == []
 
 
+
+def test_an_archive_named_longer_than_the_system_takes_is_refused_naming_why(
+        daemon: DaemonHandle, ws: Path, tmp_path: Path) -> None:
+    # Looking whether it was a folder failed with ENAMETOOLONG: an "internal error".
+    for out in (tmp_path / ("x" * 300 + ".zip"),  # one name past 255 bytes
+                tmp_path.joinpath(*["y" * 200] * 21, "x.zip")):  # a path past 4,096
+        with pytest.raises(InvalidParams) as caught:
+            daemon.call("backup.create", {"agents": ["w"], "out": str(out)})
+        assert caught.value.message == f"cannot write the backup to {out}: File name too long"
+    assert not list(tmp_path.glob("x*")) and not (tmp_path / ("y" * 200)).exists()
+    assert daemon.call("backup.list", {})["backups"] == []
+
+
 @contextlib.contextmanager
 def _folder_fd(root: Path, parts: list[str]) -> Iterator[int]:
     """A descriptor of ``root/parts...``, created as needed (walked one name at a time:

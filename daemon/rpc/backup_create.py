@@ -149,10 +149,15 @@ async def create_backup(ctx: CallContext, agents: list[str] | None, out: str | N
         path = Path(out).expanduser()  # noqa: ASYNC240 - no I/O: expands ~ only
         if "\x00" in out or not path.is_absolute():
             raise InvalidParams("param 'out' must be an absolute path")
-        if out.endswith("/") or path.is_dir():
+        try:
+            is_dir, exists = path.is_dir(), path.exists()
+        except OSError as exc:  # a name or path longer than the system takes, a link loop
+            raise InvalidParams(f"cannot write the backup to {path}: "
+                                f"{why_not_made(path.parent, exc)}") from None
+        if out.endswith("/") or is_dir:
             raise InvalidParams(f"{path} is a folder: name the archive file in it "
                                 f"(e.g. {path / 'recalld-backup.zip'})")
-        if path.exists():
+        if exists:
             raise InvalidParams(f"{path} exists; choose another name")
         real = await trio.to_thread.run_sync(path.resolve)
         for w in ctx.state.registry.list():
