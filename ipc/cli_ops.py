@@ -126,7 +126,7 @@ def _some(names: list[str], shown: int = 10) -> str:
 def _local_or_name(file: str) -> str:
     # A path that exists here is sent absolute; a bare name means the daemon's backups dir.
     path = paths.local_path(file, "FILE")
-    if path.exists() or "/" in file:
+    if os.path.exists(path) or "/" in file:  # (never raises: a name too long is not here)
         return str(path)
     return file
 

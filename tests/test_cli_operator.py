@@ -313,3 +313,17 @@ def test_doctor_checks_the_disk_of_a_workspace_kept_on_another_file_system(
                    for c in disks), disks
     finally:
         shutil.rmtree(away)
+
+
+def test_a_backup_name_longer_than_a_file_name_may_be_is_one_clear_error(
+        daemon_factory: DaemonFactory) -> None:
+    # A bare archive name (one of the daemon's backups) too long for the file system: the
+    # CLI's check whether it is a local file raised "[Errno 36] File name too long"; the
+    # daemon, asked, finds no such archive.
+    env = daemon_factory().env
+    for name in ("é" * 140 + ".zip", "b" * 300 + ".zip"):
+        for args in (["backup", "verify", name], ["backup", "restore", name, "--dry-run"]):
+            proc = recalld(*args, env=env)
+            line = assert_one_line_error(proc, proc.returncode)
+            assert proc.returncode in (1, 2) and "Errno" not in line, (args, line)
+            assert "no such file (code -32012)" in line, (args, line)
