@@ -14,6 +14,10 @@ an agent framework) launches ``recalld mcp --agent coder`` (or
   ``include_interests``): the recall block as a user message to put before the reply;
 - the agent's Markdown files as resources ``recalld://<agent>/<path>``.
 
+Every line the client writes is checked first (:mod:`recalld.ipc.mcp_lines`): one that
+is not a single JSON-RPC message (not JSON, a batch, a request of the wrong shape) gets an
+error answer, with the request's id when it can be read, and the bridge reads on.
+
 The tools and the prompt are defined in :mod:`recalld.ipc.mcp_tools`. Tool arguments are
 checked against the tool's input schema first: arguments of the wrong
 shape get an error result naming the argument, and nothing reaches the daemon.
@@ -35,13 +39,16 @@ import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TextIO, cast
 from urllib.parse import quote, unquote, urlsplit
 
+import anyio
 import mcp.types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 
 from recalld.ipc import __version__, errors
 from recalld.ipc._reopen import on_workspace
@@ -50,6 +57,7 @@ from recalld.ipc.agent_ids import owner_name, session_key
 from recalld.ipc.answers import JsonObject, Recall
 from recalld.ipc.cli_args import Parser
 from recalld.ipc.known_ids import KnownIds, provisional_id
+from recalld.ipc.mcp_lines import CheckedLines
 from recalld.ipc.mcp_tools import (
     RECALL_PROMPT,
     RECALL_WRAP,
@@ -67,6 +75,8 @@ MAX_RESOURCES = 5000
 MAX_RESOURCE_CHARS = 16 << 20
 #: Sessions the bridge remembers to end at shutdown.
 MAX_SESSIONS = 10_000
+#: Answers to unreadable lines waiting for stdout (the reader waits beyond).
+MAX_LINE_ANSWERS = 16
 _DAEMON_ERRORS = (errors.RecalldError, OSError, TimeoutError)
 
 def resource_uri(agent: str, path: str) -> str:
@@ -366,8 +376,30 @@ async def serve(agent: str = DEFAULT_AGENT, socket_path: str | Path | None = Non
         await warn_if_unreachable(client)
     bridge = Bridge(client, provisional_id(agent), agent)
     server = build_server(bridge)
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    send_answers, answers = anyio.create_memory_object_stream[types.JSONRPCError](
+        MAX_LINE_ANSWERS)
+    lines = CheckedLines(anyio.wrap_file(_stdin_text()), send_answers)
+    # The transport only iterates its stdin (``async for``).
+    async with stdio_server(stdin=cast("anyio.AsyncFile[str]", lines)) as (read_stream,
+                                                                           write_stream):
+        # A clone: the answers to the last lines still go out after the server has
+        # closed its own stream at the end of stdin.
+        out = write_stream.clone()
+
+        async def answer_lines() -> None:
+            async with answers, out:
+                async for answer in answers:
+                    await out.send(SessionMessage(answer))
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(answer_lines)
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def _stdin_text() -> TextIO:
+    """stdin as the SDK reads it: UTF-8, a byte that is not UTF-8 read as U+FFFD (fd 0
+    stays open when this closes: ``sys.stdin`` is still its own)."""
+    return open(sys.stdin.fileno(), encoding="utf-8", errors="replace", closefd=False)
 
 
 async def warn_if_unreachable(client: AsyncClient) -> None:
