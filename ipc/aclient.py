@@ -146,6 +146,11 @@ class AsyncClient(_flavours.AsyncMethods):
     def connected(self) -> bool:
         return self._conn is not None and not self._conn.closed
 
+    @property
+    def request_limit(self) -> int:
+        """The largest request the daemon takes, in bytes of JSON (``max_request_bytes``)."""
+        return self._request_limit
+
     async def _connection(self) -> _Connection:
         conn = self._conn
         if conn is not None and not conn.closed:

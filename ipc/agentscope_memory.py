@@ -34,6 +34,7 @@ from recalld.ipc.agentscope_messages import (
     Parked,
     _query_text,
     _turns,
+    add_turns_in_parts,
     format_hits,
     memory_message,
     still_waiting,
@@ -391,8 +392,8 @@ class RecalldMemoryMiddleware(MiddlewareBase):
             messages) else ""
         try:
             if messages:
-                await self._on(workspace, lambda: self.client.add_turns(
-                    workspace, key, messages, flush=True, request_id=request_id))
+                await self._on(workspace, lambda: add_turns_in_parts(
+                    self.client, workspace, key, messages, request_id, flush=True))
                 self._unflushed.pop((workspace, session), None)
             else:
                 await self.end_session(workspace, session)
@@ -470,8 +471,8 @@ class RecalldMemoryMiddleware(MiddlewareBase):
 
     async def _send_turns(self, workspace: str, session: str, messages: list[JsonObject],
                           request_id: str) -> None:
-        await self._on(workspace, lambda: self.client.add_turns(
-            workspace, session_key(session), messages, request_id=request_id))
+        await self._on(workspace, lambda: add_turns_in_parts(
+            self.client, workspace, session_key(session), messages, request_id))
         self._unflushed[workspace, session] = None
         self._unflushed.move_to_end((workspace, session))
         while len(self._unflushed) > MAX_SESSIONS:

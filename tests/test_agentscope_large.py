@@ -1,0 +1,88 @@
+"""A reply larger than one daemon request (``max_request_bytes``) reaches memory whole.
+
+A real AgentScope agent with the memory middleware on a real daemon; its chat model is
+the fake provider on 127.0.0.1. What the daemon holds is read from its pending-turns log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+pytest.importorskip("agentscope", reason="needs agentscope, which '.[test]' installs")
+
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider
+from test_agentscope import _reply, fake, scripted
+
+from recalld.ipc.agentscope import RecalldMemoryMiddleware, session_key
+from recalld.ipc.agentscope_messages import turn_parts
+from recalld.ipc.client import Client
+
+__all__ = ["fake"]  # the fake provider, as test_agentscope has it
+
+PENDING = "mem_metadata/sessions/pending.jsonl"
+
+
+def _said(root: Path, session: str, role: str) -> str:
+    """The text of the ``role`` messages the daemon holds for ``session``, in order,
+    one line each."""
+    out = []
+    for line in (root / PENDING).read_bytes().splitlines():
+        record = orjson.loads(line.split(b" ", 1)[1])
+        if record.get("session_id") == session_key(session):
+            out += [m["content"] for m in record.get("messages") or []
+                    if m.get("role") == role]
+    return "\n".join(out)
+
+
+def test_a_message_larger_than_a_request_is_written_back_whole(
+        daemon: DaemonHandle, fake: FakeProvider) -> None:
+    fake.chat_default = scripted()
+    # A pasted log of about 2 MB of UTF-8: CJK, emoji, quotes and newlines to escape.
+    pasted = "".join(f'第{i}行: 服务器 "kestrel-{i}" 🚲 出错\n' for i in range(40_000)).strip()
+
+    async def main() -> str:
+        mw = RecalldMemoryMiddleware(socket_path=daemon.socket_path, agent_id="coder")
+        try:
+            agent, answer = await _reply(fake, mw, "coder", pasted)
+            assert answer == "plain answer"
+            return str(agent.state.session_id)
+        finally:
+            await mw.close()
+
+    session = asyncio.run(main())
+    with Client(daemon.socket_path) as c:
+        root = Path(c.workspace_open("coder")["path"])
+    assert _said(root, session, "user") == pasted
+    assert _said(root, session, "assistant") == "plain answer"
+
+
+def test_turn_parts_fit_the_limit_and_keep_every_character() -> None:
+    limit = 64 * 1024
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "\x00\"\\" * 30_000},  # 6 bytes of JSON each, or 2
+        {"role": "assistant", "content": "short"},
+        {"role": "user", "content": [{"type": "text", "text": "日本語" * 40_000},
+                                     {"type": "data", "name": "receipt.png",
+                                      "source": {"media_type": "image/png"}}]},
+        *({"role": "user", "content": "x"} for _ in range(1500)),
+    ]
+    parts = turn_parts(messages, limit)
+    assert all(len(orjson.dumps(p)) <= limit - 1024 for p in parts)
+    assert all(len(p) <= 1000 for p in parts)
+    flat = [m for p in parts for m in p]
+    assert _text(flat) == _text(messages)
+    assert [m["role"] for m in flat].count("assistant") == 1
+    assert sum(m["content"] == "x" for m in flat) == 1500
+    assert [b["name"] for m in flat if isinstance(m["content"], list)
+            for b in m["content"] if b["type"] == "data"] == ["receipt.png"]
+
+
+def _text(messages: list[dict[str, Any]]) -> str:
+    return "".join(m["content"] if isinstance(m["content"], str)
+                   else "".join(b.get("text", "") for b in m["content"]) for m in messages)
