@@ -29,6 +29,9 @@ MAX_PARKED = 1000
 MAX_TURN_MESSAGES = 1000
 #: What a ``memory.add_turns`` request holds besides its messages (method, ids, flags).
 REQUEST_ROOM_BYTES = 4096
+#: The characters one ``memory.add_note`` takes (32,000), less room for what redaction
+#: adds to the text it checks.
+MAX_NOTE_PART_CHARS = 30_000
 V = TypeVar("V")
 
 TOOL_INSTRUCTIONS = (
@@ -80,17 +83,19 @@ def _turns(msgs: Sequence[Msg]) -> list[JsonObject]:
             if m.role in ("user", "assistant") and (content := _content(m))]
 
 
-def _halves(text: str, max_bytes: int) -> list[str]:
-    """``text`` in consecutive pieces of at most ``max_bytes`` of JSON each, cut after a
-    line where there is one (the daemon strips each message: a cut between two lines
-    loses nothing)."""
-    if len(text) < 2 or len(orjson.dumps(text)) <= max_bytes:
+def text_parts(text: str, max_bytes: int, max_chars: int | None = None) -> list[str]:
+    """``text`` in consecutive pieces of at most ``max_bytes`` of JSON (and ``max_chars``
+    characters) each, cut after a line where there is one (the daemon strips what it is
+    given: a cut between two lines loses nothing)."""
+    if len(text) < 2 or (len(orjson.dumps(text)) <= max_bytes
+                         and (max_chars is None or len(text) <= max_chars)):
         return [text]
     half = len(text) // 2
     cut = text.rfind("\n", 0, half) + 1 or text.find("\n", half) + 1
     if not 0 < cut < len(text):
         cut = half
-    return _halves(text[:cut], max_bytes) + _halves(text[cut:], max_bytes)
+    return (text_parts(text[:cut], max_bytes, max_chars)
+            + text_parts(text[cut:], max_bytes, max_chars))
 
 
 def _cut(message: JsonObject, max_bytes: int) -> list[JsonObject]:
@@ -100,12 +105,12 @@ def _cut(message: JsonObject, max_bytes: int) -> list[JsonObject]:
     if len(orjson.dumps(content)) <= max_bytes or not isinstance(content, str | list):
         return [message]
     if isinstance(content, str):
-        return [{**message, "content": piece} for piece in _halves(content, max_bytes)]
+        return [{**message, "content": piece} for piece in text_parts(content, max_bytes)]
     blocks: list[JsonObject] = []
     for block in content:
         text = block.get("text")
         if isinstance(text, str) and len(orjson.dumps(block)) > max_bytes:
-            blocks += [{**block, "text": piece} for piece in _halves(text, max_bytes - 64)]
+            blocks += [{**block, "text": piece} for piece in text_parts(text, max_bytes - 64)]
         else:
             blocks.append(block)
     out: list[JsonObject] = []

@@ -1,4 +1,5 @@
-"""A reply larger than one daemon request (``max_request_bytes``) reaches memory whole.
+"""A reply larger than one daemon request (``max_request_bytes``, or the 32,000
+characters of one ``memory.add_note``) reaches memory whole.
 
 A real AgentScope agent with the memory middleware on a real daemon; its chat model is
 the fake provider on 127.0.0.1. What the daemon holds is read from its pending-turns log.
@@ -19,7 +20,7 @@ from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_agentscope import _reply, fake, scripted
 
-from recalld.ipc.agentscope import RecalldMemoryMiddleware, session_key
+from recalld.ipc.agentscope import RecalldMem0Middleware, RecalldMemoryMiddleware, session_key
 from recalld.ipc.agentscope_messages import turn_parts
 from recalld.ipc.client import Client
 
@@ -86,3 +87,29 @@ def test_turn_parts_fit_the_limit_and_keep_every_character() -> None:
 def _text(messages: list[dict[str, Any]]) -> str:
     return "".join(m["content"] if isinstance(m["content"], str)
                    else "".join(b.get("text", "") for b in m["content"]) for m in messages)
+
+
+def test_a_mem0_exchange_larger_than_a_request_is_stored_whole(
+        daemon: DaemonHandle, fake: FakeProvider) -> None:
+    fake.chat_default = scripted()
+    # About 100,000 characters: more than one memory.add_note takes (32,000).
+    pasted = "\n".join(f"ligne {i}: l'hôte «héron-{i}» 🦩 ne répond plus" for i in range(2_000))
+
+    async def main() -> None:
+        mw = RecalldMem0Middleware(user_id="user-lea", agent_id="triage",
+                                   socket_path=daemon.socket_path)
+        try:
+            _, answer = await _reply(fake, mw, "triage", pasted)
+            assert answer == "plain answer"
+        finally:
+            await mw.close()
+
+    asyncio.run(main())
+    with Client(daemon.socket_path) as c:
+        root = Path(c.workspace_open("user-lea")["path"])
+    # The daemon starts another note of the day when one grows past its size.
+    body = "".join(note.read_text(encoding="utf-8")
+                   for note in (root / "memory").rglob("mem0-triage*.md"))
+    assert all(f"ligne {i}: l'hôte «héron-{i}» 🦩 ne répond plus\n" in body
+               for i in range(2_000 - 1))
+    assert "Assistant: plain answer" in body
