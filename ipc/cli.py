@@ -35,7 +35,7 @@ from recalld.ipc import (
     paths,
 )
 from recalld.ipc.answers import JsonObject
-from recalld.ipc.cli_args import Parser
+from recalld.ipc.cli_args import Parser, agent_name
 from recalld.ipc.client import Client
 from recalld.ipc.progress import IndexingNotice
 from recalld.ipc.render import (
@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     mcp = add("mcp", "serve an agent's memory to MCP clients over stdio "
                      "(needs recalld[mcp])")
-    mcp.add_argument("--agent", default=DEFAULT_AGENT)
+    mcp.add_argument("--agent", default=DEFAULT_AGENT, type=agent_name)
     mcp.add_argument("--autostart", action="store_true",
                      help="start a daemon in the background if none answers")
 

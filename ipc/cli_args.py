@@ -12,11 +12,23 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from recalld.ipc.agent_ids import workspace_id
+
 
 def nonempty(value: str) -> str:
     """``value`` unchanged; an empty one is refused (argparse makes it a usage error)."""
     if not value:
         raise argparse.ArgumentTypeError("must not be empty")
+    return value
+
+
+def agent_name(value: str) -> str:
+    """``value`` unchanged, if it names an agent (it makes a workspace id, as the
+    middleware maps names); a name that makes none (``..``, ``!!!``) is refused."""
+    try:
+        workspace_id(nonempty(value))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return value
 
 

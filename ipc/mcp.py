@@ -55,7 +55,7 @@ from recalld.ipc._reopen import on_workspace
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import owner_name, session_key
 from recalld.ipc.answers import JsonObject, Recall
-from recalld.ipc.cli_args import Parser
+from recalld.ipc.cli_args import Parser, agent_name
 from recalld.ipc.known_ids import KnownIds, provisional_id
 from recalld.ipc.mcp_lines import CheckedLines
 from recalld.ipc.mcp_tools import (
@@ -411,7 +411,7 @@ async def warn_if_unreachable(client: AsyncClient) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--agent", default=DEFAULT_AGENT,
+    parser.add_argument("--agent", default=DEFAULT_AGENT, type=agent_name,
                         help="the agent whose workspace this bridge serves (default: default)")
     parser.add_argument("--autostart", action="store_true",
                         help="start a daemon in the background if none answers")

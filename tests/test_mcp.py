@@ -406,3 +406,20 @@ def test_a_workspace_closed_by_another_client_is_opened_again(daemon: DaemonHand
                     assert "marmalade-3" in _text(found)
 
     asyncio.run(main())
+
+
+def test_an_agent_name_that_makes_no_workspace_is_a_usage_error(
+        daemon_factory: DaemonFactory) -> None:
+    import subprocess
+
+    env = daemon_factory.environment()
+    for module in (["-m", "recalld.ipc.mcp"], ["-m", "recalld.ipc", "mcp"]):
+        for name in ("..", ".", "....."):
+            done = subprocess.run([sys.executable, *module, f"--agent={name}"], env=env,
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  check=False)
+            assert done.returncode == 2, (module, name, done.stderr)
+            assert done.stdout == ""
+            assert (f"argument --agent: the agent name {name!r} makes no workspace name"
+                    in done.stderr), done.stderr
+            assert "Traceback" not in done.stderr
