@@ -24,14 +24,12 @@ from recalld.ipc._reopen import on_workspace
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import session_key, stand_in_name, workspace_name
 from recalld.ipc.agentscope_messages import (
-    MAX_NOTE_PART_CHARS,
     MEMORY_MSG_NAME,
-    REQUEST_ROOM_BYTES,
     Parked,
     _msg_text,
     _query_text,
+    in_note_parts,
     still_waiting,
-    text_parts,
 )
 from recalld.ipc.agentscope_tools import _AllowedTool, _chunk, _facts
 from recalld.ipc.agentscope_workspace import (
@@ -204,13 +202,8 @@ class RecalldMem0Middleware(MiddlewareBase):
 
     async def _add_note(self, text: str) -> NoteAdded:
         """``text`` added to this writer's note, in as many requests as it takes (a text
-        longer than the daemon takes at once is cut between its lines); the answer to
-        the last."""
-        parts = text_parts(text, self.client.request_limit - REQUEST_ROOM_BYTES,
-                           MAX_NOTE_PART_CHARS)
-        for part in parts[:-1]:
-            await self._add_note_part(part)
-        return await self._add_note_part(parts[-1])
+        longer than the daemon takes at once is cut between its lines)."""
+        return await in_note_parts(text, self.client.request_limit, self._add_note_part)
 
     async def _add_note_part(self, text: str) -> NoteAdded:
         writer = self.writer or "agent"

@@ -9,7 +9,7 @@ adds to the system prompt.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import orjson
@@ -154,6 +154,17 @@ async def add_turns_in_parts(client: AsyncClient, agent_id: str, session_id: str
         part_id = request_id if n == 0 else f"{request_id[:190]}#{n}"
         await client.add_turns(agent_id, session_id, part, request_id=part_id,
                                flush=flush and n == len(parts) - 1)
+
+
+async def in_note_parts(text: str, limit_bytes: int,
+                        add: Callable[[str], Awaitable[V]]) -> V:
+    """``add`` (a ``memory.add_note``) each part of ``text`` one note takes at once
+    (:data:`MAX_NOTE_PART_CHARS`, one request of ``limit_bytes``), cut between lines, in
+    order; the answer to the last."""
+    parts = text_parts(text, limit_bytes - REQUEST_ROOM_BYTES, MAX_NOTE_PART_CHARS)
+    for part in parts[:-1]:
+        await add(part)
+    return await add(parts[-1])
 
 
 def memory_message(hits: Sequence[str]) -> Msg:

@@ -15,6 +15,7 @@ from agentscope.permission import PermissionBehavior, PermissionContext, Permiss
 from agentscope.tool import ToolBase, ToolChunk
 
 from recalld.ipc import errors
+from recalld.ipc.agentscope_messages import in_note_parts
 from recalld.ipc.agentscope_workspace import _DAEMON_ERRORS
 from recalld.ipc.answers import JsonObject
 
@@ -137,10 +138,13 @@ class AddMemoryTool(_MemoryTool):
         facts = _facts(content)
         if not facts:
             return _chunk("`content` is empty: nothing to record", error=True)
-        session = getattr(_agent_state, "session_id", None)
+        given = getattr(_agent_state, "session_id", None)
+        session = given if isinstance(given, str) else None
         try:
-            where = await self._mw.add(workspace, "\n".join(f"- {f}" for f in facts),
-                                       session if isinstance(session, str) else None)
+            # Facts longer than one note takes at once go in parts.
+            where = await in_note_parts(
+                "\n".join(f"- {f}" for f in facts), self._mw.client.request_limit,
+                lambda part: self._mw.add(workspace, part, session))
         except _DAEMON_ERRORS as exc:
             return _chunk(f"recording memory failed: {exc}", error=True)
         rationale = f" (rationale: {thinking})" if thinking else ""

@@ -113,3 +113,27 @@ def test_a_mem0_exchange_larger_than_a_request_is_stored_whole(
     assert all(f"ligne {i}: l'hôte «héron-{i}» 🦩 ne répond plus\n" in body
                for i in range(2_000 - 1))
     assert "Assistant: plain answer" in body
+
+
+def test_facts_longer_than_one_note_takes_are_recorded_by_add_memory(
+        daemon: DaemonHandle, fake: FakeProvider) -> None:
+    facts = [f"The migration plan, step {n}: " + "move one shard, check it; " * 800
+             for n in range(3)]  # about 20,000 characters each
+    fake.chat_default = scripted(("add_memory", {"thinking": "the plan", "content": facts}))
+
+    async def main() -> str:
+        mw = RecalldMemoryMiddleware(socket_path=daemon.socket_path, agent_id="coder",
+                                     mode="agent_control")
+        try:
+            _, answer = await _reply(fake, mw, "coder", "remember the migration plan")
+            return answer
+        finally:
+            await mw.close()
+
+    answer = asyncio.run(main())
+    assert answer.startswith("final: Recorded 3 fact(s) in memory/"), answer
+    with Client(daemon.socket_path) as c:
+        root = Path(c.workspace_open("coder")["path"])
+    body = "".join(note.read_text(encoding="utf-8")
+                   for note in (root / "memory").rglob("agent-notes*.md"))
+    assert all(f"- {fact.strip()}\n" in body for fact in facts)
