@@ -237,6 +237,10 @@ class Bridge:
         if got.get("truncated"):  # said in the text too: the model may see nothing else
             text += (f"\n[truncated: lines {got.get('start_line')}-{got.get('end_line')} of "
                      f"{got.get('total_lines')}; read on with start_line]")
+        elif not text and int(got.get("start_line") or 1) > int(got.get("total_lines") or 0):
+            # Not an empty file: a range past its end (an empty answer would say neither).
+            text = (f"[no lines: start_line {got.get('start_line')} is past the end of "
+                    f"{got.get('path')}, which has {got.get('total_lines')} lines]")
         return _text(text, structured=got)
 
     async def end_sessions(self) -> None:

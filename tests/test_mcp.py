@@ -423,3 +423,25 @@ def test_an_agent_name_that_makes_no_workspace_is_a_usage_error(
             assert (f"argument --agent: the agent name {name!r} makes no workspace name"
                     in done.stderr), done.stderr
             assert "Traceback" not in done.stderr
+
+
+def test_a_range_past_the_end_of_a_file_is_told_not_read_as_empty(
+        daemon: DaemonHandle) -> None:
+    _write(daemon, "coder", "memory/2026-07-02/printers.md", NOTE)
+    _write(daemon, "coder", "memory/2026-07-02/empty.md", "")
+
+    async def main() -> None:
+        async with bridge(daemon, "coder") as s:
+            past = await s.call_tool("memory_read", {
+                "path": "memory/2026-07-02/printers.md", "start_line": 40, "end_line": 45})
+            assert not past.is_error
+            assert _text(past) == ("[no lines: start_line 40 is past the end of "
+                                   "memory/2026-07-02/printers.md, which has 3 lines]")
+            assert past.structured_content["total_lines"] == 3
+            empty = await s.call_tool("memory_read", {"path": "memory/2026-07-02/empty.md"})
+            assert "which has 0 lines" in _text(empty)
+            last = await s.call_tool("memory_read", {
+                "path": "memory/2026-07-02/printers.md", "start_line": 3})
+            assert _text(last) == "The office printer is called marmalade-3 and needs a PIN.\n"
+
+    asyncio.run(main())
