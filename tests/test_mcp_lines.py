@@ -121,3 +121,36 @@ def test_every_request_the_sdk_cannot_read_is_answered_and_the_bridge_goes_on(
     log = (daemon.home / "mcp-lines.log").read_text(encoding="utf-8")
     assert "recalld mcp: refused a line (not JSON): this is not json" in log
     assert "Traceback" not in log, log
+
+
+@pytest.mark.parametrize(("line", "forward", "answers"), [
+    # Read by the SDK: handed on as it is, answered by nothing here.
+    ('{"jsonrpc":"2.0","id":1,"method":"ping"}', "same", []),
+    ('{"jsonrpc":"2.0","method":"notifications/x","params":{"note":"\\"id\\": 3"}}',
+     "same", []),
+    ('{"jsonrpc":"2.0","id":"r","result":{}}', "same", []),
+    # Half a surrogate pair (in a key too) is read as U+FFFD; a whole pair is kept.
+    ('{"jsonrpc":"2.0","id":2,"method":"m","params":{"\\udc00k":"a\\ud83d\\ude00\\ud83d"}}',
+     '{"jsonrpc": "2.0", "id": 2, "method": "m", "params": {"\ufffdk": "a\U0001f600\ufffd"}}',
+     []),
+    # Answered here, with the request's id when it can be read.
+    ("{", None, [(None, -32700)]),
+    ('{"jsonrpc":"2.0","id":3,"method":"m","params":[1]}', None, [(3, -32600)]),
+    ('{"jsonrpc":"1.0","id":"v","method":"m"}', None, [("v", -32600)]),
+    ('{"jsonrpc":"2.0","id":null,"method":"m"}', None, [(None, -32600)]),
+    ('{"jsonrpc":"2.0","method":"m","params":"x"}', None, [(None, -32600)]),
+    ('[{"jsonrpc":"2.0","id":4,"method":"m"},{"jsonrpc":"2.0","id":5,"result":{}}]', None,
+     [(4, -32600)]),
+    ('[{"jsonrpc":"2.0","method":"m"}]', None, [(None, -32600)]),
+    ('"ping"', None, [(None, -32600)]),
+    # A response of the wrong shape: JSON-RPC answers no response.
+    ('{"jsonrpc":"2.0","id":6,"result":"ok"}', None, [None]),
+])
+def test_check_line(line: str, forward: str | None,
+                    answers: list[tuple[int | str | None, int] | None]) -> None:
+    from recalld.ipc.mcp_lines import check_line
+
+    got, refusals = check_line(line)
+    assert got == (line if forward == "same" else forward)
+    assert [None if answer is None else (answer.id, answer.error.code)
+            for answer, _ in refusals] == answers
