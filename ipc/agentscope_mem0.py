@@ -28,7 +28,6 @@ from recalld.ipc.agentscope_messages import (
     Parked,
     _msg_text,
     _query_text,
-    in_note_parts,
     still_waiting,
 )
 from recalld.ipc.agentscope_tools import _AllowedTool, _chunk, _facts
@@ -44,6 +43,7 @@ from recalld.ipc.agentscope_workspace import (
 from recalld.ipc.answers import JsonObject, NoteAdded
 from recalld.ipc.errors import InvalidParams, refused_as_credential
 from recalld.ipc.known_ids import KnownIds
+from recalld.ipc.request_parts import in_note_parts
 from recalld.ipc.types import without_frontmatter
 
 if TYPE_CHECKING:

@@ -34,7 +34,6 @@ from recalld.ipc.agentscope_messages import (
     Parked,
     _query_text,
     _turns,
-    add_turns_in_parts,
     format_hits,
     memory_message,
     still_waiting,
@@ -57,6 +56,7 @@ from recalld.ipc.agentscope_workspace import (
 )
 from recalld.ipc.answers import JsonObject, NoteAdded, TopicWritten
 from recalld.ipc.known_ids import KnownIds, provisional_id
+from recalld.ipc.request_parts import add_turns_in_parts
 from recalld.ipc.types import render_linked
 
 if TYPE_CHECKING:

@@ -15,9 +15,9 @@ from agentscope.permission import PermissionBehavior, PermissionContext, Permiss
 from agentscope.tool import ToolBase, ToolChunk
 
 from recalld.ipc import errors
-from recalld.ipc.agentscope_messages import in_note_parts
 from recalld.ipc.agentscope_workspace import _DAEMON_ERRORS
 from recalld.ipc.answers import JsonObject
+from recalld.ipc.request_parts import in_note_parts
 
 if TYPE_CHECKING:
     from recalld.ipc.agentscope_memory import RecalldMemoryMiddleware

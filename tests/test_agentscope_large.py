@@ -21,8 +21,8 @@ from fakes.provider_server import FakeProvider
 from test_agentscope import _reply, fake, scripted
 
 from recalld.ipc.agentscope import RecalldMem0Middleware, RecalldMemoryMiddleware, session_key
-from recalld.ipc.agentscope_messages import turn_parts
 from recalld.ipc.client import Client
+from recalld.ipc.request_parts import turn_parts
 
 __all__ = ["fake"]  # the fake provider, as test_agentscope has it
 
