@@ -66,6 +66,7 @@ from recalld.ipc.mcp_tools import (
     argument_error,
     prompt_flag,
 )
+from recalld.ipc.request_parts import add_turns_in_parts
 from recalld.ipc.types import render_linked
 
 SCHEME = "recalld"
@@ -158,9 +159,10 @@ class Bridge:
             # is mapped as the AgentScope middleware maps it.
             session = session_key(str(args.get("session_id", "")))
             flush = bool(args.get("flush", False))
-            answer = await self.client.add_turns(
-                self.agent, session, list(args.get("messages", [])), flush=flush,
-                request_id=str(args["request_id"]) if "request_id" in args else None)
+            # In as many requests as the daemon's limits take (bytes, messages).
+            answer = await add_turns_in_parts(
+                self.client, self.agent, session, list(args.get("messages", [])),
+                str(args["request_id"]) if "request_id" in args else None, flush=flush)
             if flush:
                 self._unflushed.pop(session, None)
             elif len(self._unflushed) < MAX_SESSIONS:  # beyond: the idle flush

@@ -15,7 +15,7 @@ from typing import TypeVar
 import orjson
 
 from recalld.ipc.aclient import AsyncClient
-from recalld.ipc.answers import JsonObject
+from recalld.ipc.answers import JsonObject, TurnsAdded
 
 #: The daemon's bound on the messages of one ``memory.add_turns`` call.
 MAX_TURN_MESSAGES = 1000
@@ -89,16 +89,21 @@ def turn_parts(messages: Sequence[JsonObject], limit_bytes: int,
 
 
 async def add_turns_in_parts(client: AsyncClient, agent_id: str, session_id: str,
-                             messages: Sequence[JsonObject], request_id: str,
-                             *, flush: bool = False) -> None:
+                             messages: Sequence[JsonObject], request_id: str | None,
+                             *, flush: bool = False) -> TurnsAdded:
     """``memory.add_turns`` of ``messages`` in as many requests as the daemon's limits
     take (:func:`turn_parts`), in order, each with its own request id (so a part sent
-    again adds nothing twice); only the last flushes."""
+    again adds nothing twice); only the last flushes. The answer to the last, with the
+    messages added by all."""
     parts = turn_parts(messages, client.request_limit)
+    added = 0
     for n, part in enumerate(parts):
-        part_id = request_id if n == 0 else f"{request_id[:190]}#{n}"
-        await client.add_turns(agent_id, session_id, part, request_id=part_id,
-                               flush=flush and n == len(parts) - 1)
+        part_id = request_id if n == 0 or request_id is None else f"{request_id[:190]}#{n}"
+        answer = await client.add_turns(agent_id, session_id, part, request_id=part_id,
+                                        flush=flush and n == len(parts) - 1)
+        added += answer["added_messages"]
+    answer["added_messages"] = added
+    return answer
 
 
 async def in_note_parts(text: str, limit_bytes: int,

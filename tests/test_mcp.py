@@ -445,3 +445,35 @@ def test_a_range_past_the_end_of_a_file_is_told_not_read_as_empty(
             assert _text(last) == "The office printer is called marmalade-3 and needs a PIN.\n"
 
     asyncio.run(main())
+
+
+def test_turns_beyond_one_request_go_in_parts_and_once(daemon: DaemonHandle) -> None:
+    import orjson
+
+    # A host hands over a long conversation at its end: more messages than one
+    # memory.add_turns takes (1,000) and one message larger than a request (1 MiB).
+    pasted = "\n".join(f"Zeile {i}: der Dienst »reiher-{i}« 🪶 antwortet nicht"
+                       for i in range(25_000))
+    messages = [{"role": "user" if n % 2 else "assistant", "content": f"turn {n}"}
+                for n in range(1_500)] + [{"role": "user", "content": pasted}]
+    args = {"session_id": "long chat/7", "messages": messages, "flush": False,
+            "request_id": "handover-1"}
+
+    async def main() -> tuple[Any, Any]:
+        async with bridge(daemon, "coder") as s:
+            first = await s.call_tool("memory_add_turns", args)
+            again = await s.call_tool("memory_add_turns", args)
+            return first, again
+
+    first, again = asyncio.run(main())
+    assert not first.is_error, _text(first)
+    assert first.structured_content["added_messages"] > 1_501
+    # A retry with the same request_id gets the first answer and adds nothing twice.
+    assert again.structured_content == first.structured_content
+    with Client(daemon.socket_path) as c:
+        root = Path(c.workspace_open("coder")["path"])
+    said = [m["content"] for line in (root / "mem_metadata/sessions/pending.jsonl")
+            .read_bytes().splitlines()
+            for m in orjson.loads(line.split(b" ", 1)[1]).get("messages") or []]
+    assert said[:1_500] == [f"turn {n}" for n in range(1_500)]
+    assert "\n".join(said[1_500:]) == pasted
