@@ -30,7 +30,7 @@ its note carries.
 
 Dates: a file directly under ``resource/`` (or under a folder that is not a date) belongs
 to the day it was first cataloged; a file under ``resource/YYYY-MM-DD/`` (any depth) to
-that date.
+that date. A file moved to another day has its note moved to that day's folder.
 """
 
 from __future__ import annotations
@@ -238,9 +238,12 @@ class ResourceCatalog:
             if old is None:
                 continue
             moved = self.records.pop(old)
-            rec.update(note=moved["note"], state="processed", first_seen=moved["first_seen"])
-            await renamed_in_note(self.ws, str(moved["note"]), old, rel,
-                                  moved.get("removed_on") if moved.get("marked") else None)
+            first_seen = str(moved["first_seen"])
+            rec.update(state="processed", first_seen=first_seen,
+                       date=resource_date(rel[len(self.resource_dir) + 1:], first_seen))
+            rec["note"] = await renamed_in_note(
+                self.ws, str(moved["note"]), old, rel,
+                moved.get("removed_on") if moved.get("marked") else None, date=rec["date"])
 
     async def _catalog_one(self, rel: str) -> bool:
         info = await trio.to_thread.run_sync(file_digest, self.ws.root, rel)

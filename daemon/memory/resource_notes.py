@@ -9,12 +9,14 @@ through the workspace's file operations (atomic, searchable at once).
 
 from __future__ import annotations
 
+import logging
+
 import trio
 
 from recalld.daemon.index.frontmatter import DELETE, parse_frontmatter, render_frontmatter
 from recalld.daemon.index.frontmatter import update_frontmatter as update_fm
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.memory.fileops import fileops_for, read_confined
+from recalld.daemon.memory.fileops import WriteConflict, fileops_for, read_confined
 from recalld.daemon.memory.resource_files import (
     description,
     name_fields,
@@ -24,6 +26,8 @@ from recalld.daemon.memory.resource_files import (
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import RecalldError
 from recalld.ipc.types import visible
+
+log = logging.getLogger(__name__)
 
 
 def _inside(ws: Workspace, rel: str) -> str:
@@ -85,19 +89,41 @@ async def mark_removed(ws: Workspace, rec: JsonObject, removed_on: str) -> str |
 
 
 async def renamed_in_note(ws: Workspace, note: str, old: str, new: str,
-                          marked_on: object = None) -> None:
+                          marked_on: object = None, *, date: str | None = None) -> str:
     """Have ``note`` name its file ``new`` instead of ``old`` (and no longer say it was
-    removed, if it was marked so on ``marked_on``)."""
+    removed, if it was marked so on ``marked_on``); the note's path now. A file that now
+    belongs to another day (``date``: moved into, out of or between date folders) has
+    its note moved to that day's folder, as a note written for it now would be, and
+    dated so: a note left under the old day would be recalled for a day the file is not
+    of."""
     files = fileops_for(ws)
     text = await files.read_text(note)
-    if text is None:
-        return
+    if text is None:  # moved already by a run that stopped before the catalog was saved
+        return note if date is None else await note_path(
+            ws, {"path": new, "date": date, "note": None})
+    original = text
     inside = (_inside(ws, old), _inside(ws, new))
     if marked_on is not None:
         text = text.replace(removed_line(old, marked_on), "\n")
-    text = update_fm(text, {"name": f"Resource {inside[1]}",
-                            "source_resource": f"[[{new}]]", "source_removed": DELETE})
-    text = text.replace(f"[[{visible(old)}]]", f"[[{visible(new)}]]").replace(
+    fields: dict[str, object] = {"name": f"Resource {inside[1]}",
+                                 "source_resource": f"[[{new}]]", "source_removed": DELETE}
+    day = f"{ws.settings.daily_dir}/{date}/"
+    if date is not None and not note.startswith(day):
+        fields["date"] = date
+    updated = update_fm(text, fields)
+    updated = updated.replace(f"[[{visible(old)}]]", f"[[{visible(new)}]]").replace(
         f"\n# {visible(inside[0])}\n", f"\n# {visible(inside[1])}\n", 1)
-    await files.write(note, text)
-
+    if "date" not in fields:
+        await files.write(note, updated)
+        return note
+    # Written at its new place first: a stop between the two leaves the note twice,
+    # never lost, and the catalog (saved after) still names the old one, which the
+    # move is made from again.
+    target = await note_path(ws, {"path": new, "date": date, "note": None})
+    await files.write(target, updated)
+    if target != note:
+        try:
+            await files.remove(note, original)
+        except WriteConflict:  # edited by hand meanwhile: that text is not ours to drop
+            log.warning("%s changed while it moved to %s: left in place", note, target)
+    return target
