@@ -26,8 +26,8 @@ import trio
 from recalld.daemon.jobparams import choice, params_of, text
 from recalld.daemon.jobrecords import JobContext
 from recalld.daemon.jobs import JobManager
-from recalld.daemon.memory.resource import (
-    ResourceCatalog,
+from recalld.daemon.memory.resource import ResourceCatalog
+from recalld.daemon.memory.resource_results import (
     ResourceResult,
     ResourceStatus,
     merged_results,

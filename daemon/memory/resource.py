@@ -40,7 +40,7 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import date as Date
-from typing import TYPE_CHECKING, Final, TypedDict
+from typing import TYPE_CHECKING, Final
 
 import trio
 
@@ -65,10 +65,14 @@ from recalld.daemon.memory.resource_notes import (
     renamed_in_note,
     write_note,
 )
-from recalld.daemon.memory.secret_names import mask_path
+from recalld.daemon.memory.resource_results import (
+    ResourceResult,
+    ResourceStatus,
+    listed,
+)
 from recalld.daemon.providers.errors import NO_CHAT_MODEL, ProviderConfigError, ProviderError
 from recalld.daemon.watcher import Watcher
-from recalld.daemon.watchrecords import WatcherConfig, WatcherStatus
+from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import PathOutsideWorkspace, RecalldError
 
@@ -81,7 +85,6 @@ log = logging.getLogger(__name__)
 ALLOWED_SUFFIXES: Final = (".md", ".markdown", ".txt", ".json", ".jsonl", ".csv", ".yaml",
                            ".yml", ".html", ".htm")
 WORK_STATES: Final = frozenset({"queued", "pending"})
-SHOWN_FAILED: Final = 5  # failed (and skipped) files status names, with why
 RequestJob = Callable[[], Awaitable[None]]
 
 SYSTEM_PROMPT: Final = """\
@@ -96,21 +99,6 @@ class ResourceConfig:
     summary_max_tokens: int = 1024
     max_summary_chars: int = 32_000
     reconcile_interval_s: float = 300.0
-
-
-class ResourceStatus(TypedDict):
-    files: dict[str, int]  # catalog records by state
-    failed: list[dict[str, str]]  # the first SHOWN_FAILED failed files: path, reason
-    skipped: list[dict[str, str]]  # the first SHOWN_FAILED skipped files: path, reason
-    watcher: WatcherStatus
-
-
-class ResourceResult(TypedDict):
-    """The result of an auto_resource job."""
-
-    outcomes: dict[str, int]  # files by what became of them
-    notes: list[str]  # notes written or updated
-    catalog: dict[str, int]  # catalog records by state, after the job
 
 
 class ResourceCatalog:
@@ -174,15 +162,8 @@ class ResourceCatalog:
         return out
 
     def status(self) -> ResourceStatus:
-        def first(state: str) -> list[dict[str, str]]:
-            # Shown as every path is (a file skipped for a name that looks like a
-            # credential is listed here, its name masked).
-            paths = sorted(p for p, r in self.records.items() if r["state"] == state)
-            return [{"path": mask_path(p), "reason": str(self.records[p].get("reason", ""))}
-                    for p in paths[:SHOWN_FAILED]]
-
-        return {"files": self.counts(), "failed": first("failed"),
-                "skipped": first("skipped"), "watcher": self.watcher.status()}
+        return {"files": self.counts(), "failed": listed(self.records, "failed"),
+                "skipped": listed(self.records, "skipped"), "watcher": self.watcher.status()}
 
     def work(self, *, chat_enabled: bool, retry_failed: bool = False) -> list[str]:
         states = {"queued"} | ({"pending"} if chat_enabled else set()) | (
@@ -476,12 +457,3 @@ class ResourceCatalog:
             if self._request_job is not None and self.work(chat_enabled=self._chat_enabled()):
                 nursery.start_soon(self._request_job)
             task_status.started()
-
-
-def merged_results(first: ResourceResult, then: ResourceResult) -> ResourceResult:
-    """One job's result from two passes over the catalog, ``first`` then ``then``."""
-    outcomes = dict(first["outcomes"])
-    for outcome, n in then["outcomes"].items():
-        outcomes[outcome] = outcomes.get(outcome, 0) + n
-    return {"outcomes": outcomes, "notes": list(dict.fromkeys(first["notes"] + then["notes"])),
-            "catalog": then["catalog"]}
