@@ -13,6 +13,8 @@ from test_dream import ScriptedModel, write
 from test_resource import active_jobs, catalog, fake, note_of, open_ws, wait_state
 from waits import wait_for
 
+from recalld.daemon.index.frontmatter import parse_frontmatter
+
 __all__ = ["fake"]  # the fixture, shared with test_resource
 
 
@@ -54,3 +56,57 @@ def test_a_file_moved_to_another_day_has_its_note_under_that_day(
     assert len(fake.requests) == calls
     hits = daemon.call("memory.search", {"agent_id": "days", "query": "facts", "sync": True})
     assert [h["path"] for h in hits["results"]] == [catalog(root)[rel]["note"]], hits
+
+
+def test_a_file_emptied_or_made_binary_has_its_note_marked_until_it_is_back(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # The note says what the file held: once the file holds no text it says so (one
+    # mark, the newest reason), and the bytes back take the mark off, the note exactly as
+    # written; no model call for any of it.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    rel = "resource/Übergabe.txt"
+    data = "Übergabe am 3. Mai in Köln.\n".encode()
+    (root / "resource").mkdir(parents=True)
+    (root / rel).write_bytes(data)
+    open_ws(daemon, "chg", root, fake)
+    wait_state(root, rel, "processed")
+    wait_for(lambda: not active_jobs(daemon, "chg", "auto_resource"))
+    note = root / catalog(root)[rel]["note"]
+    written, calls = note.read_text(), len(fake.requests)
+    for content, why in ((b"", "empty"), (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "NUL")):
+        (root / rel).write_bytes(content)
+        wait_for(lambda why=why: why in catalog(root)[rel].get("reason", ""), why)
+        wait_for(lambda: not active_jobs(daemon, "chg", "auto_resource"))
+        text = note.read_text()
+        assert parse_frontmatter(text)[0].get("source_changed") == date.today().isoformat()
+        assert text.count("no longer held what this note says") == 1, text
+        assert why in text.rsplit("\n\n", 1)[1], text
+    (root / rel).write_bytes(data)
+    wait_state(root, rel, "processed")
+    wait_for(lambda: not active_jobs(daemon, "chg", "auto_resource"))
+    assert note.read_text() == written
+    assert len(fake.requests) == calls
+
+
+def test_a_new_empty_file_does_not_take_the_note_of_one_emptied_then_deleted(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # The deleted file's last bytes were none: a new empty file has the same digest, but
+    # the note was written from what the file held before, and does not become its note.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    write(root, "resource/venue.txt", "Venue: Porto, 12 May.\n")
+    open_ws(daemon, "gone", root, fake)
+    wait_state(root, "resource/venue.txt", "processed")
+    note = catalog(root)["resource/venue.txt"]["note"]
+    (root / "resource/venue.txt").write_bytes(b"")
+    wait_state(root, "resource/venue.txt", "skipped")
+    (root / "resource/venue.txt").unlink()
+    wait_for(lambda: catalog(root).get("resource/venue.txt", {}).get("marked"), "marked")
+    (root / "resource/new blank.txt").write_bytes(b"")
+    wait_state(root, "resource/new blank.txt", "skipped")
+    wait_for(lambda: not active_jobs(daemon, "gone", "auto_resource"))
+    assert not catalog(root)["resource/new blank.txt"].get("note"), catalog(root)
+    fields = parse_frontmatter((root / note).read_text())[0]
+    assert fields["source_resource"] == "[[resource/venue.txt]]", fields
+    assert fields["source_removed"] and fields["source_changed"], fields

@@ -16,12 +16,12 @@ Then an ``auto_resource`` job is requested; the job (:meth:`ResourceCatalog.proc
 the chat model for a summary of each queued file (input bounded by ``max_input_chars``) and
 writes it to ``memory/<date>/resource-<slug>.md`` with ``source_resource:
 [[resource/...]]`` and the file's digest (:mod:`resource_notes`); a changed file rewrites
-its own note. A deleted
-file's note is kept (it is memory, and digest nodes may cite it) and marked: frontmatter
-``source_removed: <date>`` and a line in the body. States: queued, processed, skipped,
-failed (the model failed; a job started by hand or by the nightly dream, or a change to the
-file, retries it; the jobs the watcher starts do not), pending (no chat model configured),
-removed.
+its own note. A deleted file's note is kept (it is memory, and digest nodes may cite it) and marked:
+frontmatter ``source_removed: <date>`` and a line in the body; so is the note of a file
+that no longer holds text (emptied, made binary): ``source_changed: <date>`` and why.
+States: queued, processed, skipped, failed (the model failed; a job started by hand or by
+the nightly dream, or a change to the file, retries it; the jobs the watcher starts do
+not), pending (no chat model configured), removed.
 
 A file ReMe (QwenPaw) interpreted keeps the note ReMe wrote, and is not interpreted
 again while it is as ReMe read it (``reme_resource.py``); so does a file recalld's own
@@ -61,6 +61,7 @@ from recalld.daemon.memory.resource_files import (
     unfenced,
 )
 from recalld.daemon.memory.resource_notes import (
+    mark_changed,
     mark_removed,
     renamed_in_note,
     write_note,
@@ -216,7 +217,7 @@ class ResourceCatalog:
         for rel in sorted(new):
             rec = self.records[rel]
             old = gone.pop(rec["digest"], None)
-            if old is None:
+            if old is None or not await self._note_says(self.records[old]):
                 continue
             moved = self.records.pop(old)
             first_seen = str(moved["first_seen"])
@@ -283,13 +284,21 @@ class ResourceCatalog:
             reme_resource.note_fields, self.ws.root, str(note)) if note else {}
         if fields.get("resource_digest") != rec["digest"]:
             return False
-        if rec.get("marked"):
+        if rec.get("marked") or fields.get("source_changed"):
             await renamed_in_note(self.ws, str(note), rec["path"], rec["path"],
                                   rec.get("removed_on"))
         rec.update(state="processed", reason="", marked=False)
         rec.pop("removed_on", None)
         rec.pop("unreadable", None)
         return True
+
+    async def _note_says(self, rec: JsonObject) -> bool:
+        """Was the note of ``rec`` written from the bytes ``rec`` had last (not from those
+        before the file was emptied, say: a new empty file is not that file moved)? A
+        note without a digest (ReMe's) is taken at its catalog record's word."""
+        fields = await trio.to_thread.run_sync(
+            reme_resource.note_fields, self.ws.root, str(rec["note"]))
+        return bool(fields.get("resource_digest", rec["digest"]) == rec["digest"])
 
     async def _from_note(self, rel: str, new: JsonObject) -> None:
         """A file new to the catalog that a note names as its source: one ReMe wrote, or
@@ -407,7 +416,16 @@ class ResourceCatalog:
             return settle("failed", "outside the workspace (a directory link)")
         why = not_text(text)
         if why is not None:  # read again when it changes, as a file of another suffix
-            return settle("skipped", why)
+            if not rec.get("note"):
+                return settle("skipped", why)
+            # Its note says what the file held: marked as no longer held (under the
+            # catalog's lock, as a removal is), unmarked if those bytes come back.
+            async with self._lock:
+                if superseded():
+                    return "superseded", None
+                note = await mark_changed(self.ws, rec, why, self._today().isoformat())
+                rec.update(state="skipped", reason=why)
+            return "skipped", note
         prompt = (f"File {rel} ({rec['size']} bytes{', first part only' if cut else ''}):"
                   f"\n\n{text}")
         try:

@@ -193,3 +193,19 @@ def removed_line(path: str, removed_on: object) -> str:
     """What the note of a resource file that was removed ends with."""
     return (f"\n\n> The source file {visible(path)} was removed on {removed_on}; this note "
             "is kept as the memory of it.\n")
+
+
+def changed_line(path: str, changed_on: object, why: str) -> str:
+    """What the note of a resource file that no longer holds text (emptied, made binary,
+    saved in an encoding not read) ends with: the note says what the file held before."""
+    return (f"\n\n> On {changed_on} the source file {visible(path)} no longer held what "
+            f"this note says ({why}); this note is kept as the memory of what it held.\n")
+
+
+def without_changed_line(text: str, path: str, changed_on: object) -> str:
+    """``text`` without the line :func:`changed_line` added on ``changed_on``."""
+    start = text.find(f"\n\n> On {changed_on} the source file {visible(path)} no longer held ")
+    if start == -1:
+        return text
+    end = text.find("\n", start + 2)
+    return text[:start] + (text[end:] if end != -1 else "\n")

@@ -18,10 +18,12 @@ from recalld.daemon.index.frontmatter import update_frontmatter as update_fm
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.fileops import WriteConflict, fileops_for, read_confined
 from recalld.daemon.memory.resource_files import (
+    changed_line,
     description,
     name_fields,
     note_stem,
     removed_line,
+    without_changed_line,
 )
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import RecalldError
@@ -88,6 +90,32 @@ async def mark_removed(ws: Workspace, rec: JsonObject, removed_on: str) -> str |
     return str(note)
 
 
+async def mark_changed(ws: Workspace, rec: JsonObject, why: str, changed_on: str) -> str | None:
+    """Mark the note of ``rec``, whose file no longer holds text (``why``: emptied, made
+    binary) since ``changed_on``: frontmatter ``source_changed`` and a line saying so (one
+    mark, the newest); the note's path, None if there is none."""
+    note = rec.get("note")
+    if not note:
+        return None
+    files = fileops_for(ws)
+    text = await files.read_text(str(note))
+    if text is None:
+        return None
+    updated = unmark_changed(text, str(rec["path"]))
+    updated = update_fm(updated, {"source_changed": changed_on})
+    updated = updated.rstrip("\n") + changed_line(str(rec["path"]), changed_on, why)
+    await files.write(str(note), updated)
+    return str(note)
+
+
+def unmark_changed(text: str, path: str) -> str:
+    """The note ``text`` without the mark :func:`mark_changed` gave it (as it was)."""
+    on = parse_frontmatter(text)[0].get("source_changed")
+    if not on:
+        return text
+    return update_fm(without_changed_line(text, path, on), {"source_changed": DELETE})
+
+
 async def renamed_in_note(ws: Workspace, note: str, old: str, new: str,
                           marked_on: object = None, *, date: str | None = None) -> str:
     """Have ``note`` name its file ``new`` instead of ``old`` (and no longer say it was
@@ -105,6 +133,7 @@ async def renamed_in_note(ws: Workspace, note: str, old: str, new: str,
     inside = (_inside(ws, old), _inside(ws, new))
     if marked_on is not None:
         text = text.replace(removed_line(old, marked_on), "\n")
+    text = unmark_changed(text, old)  # back as the bytes it was written from
     fields: dict[str, object] = {"name": f"Resource {inside[1]}",
                                  "source_resource": f"[[{new}]]", "source_removed": DELETE}
     day = f"{ws.settings.daily_dir}/{date}/"
