@@ -66,6 +66,7 @@ from recalld.daemon.memory.resource_notes import (
     renamed_in_note,
     write_note,
 )
+from recalld.daemon.memory.resource_prompt import cut_summary, messages
 from recalld.daemon.memory.resource_results import (
     ResourceResult,
     ResourceStatus,
@@ -87,12 +88,6 @@ ALLOWED_SUFFIXES: Final = (".md", ".markdown", ".txt", ".json", ".jsonl", ".csv"
                            ".yml", ".html", ".htm")
 WORK_STATES: Final = frozenset({"queued", "pending"})
 RequestJob = Callable[[], Awaitable[None]]
-
-SYSTEM_PROMPT: Final = """\
-You turn a file the user saved into a memory note. Write concise Markdown: one line saying
-what the file is, then its key facts, decisions, names, numbers and dates as a short list.
-Do not invent anything that is not in the file. Answer with the note text only."""
-
 
 @dataclass(frozen=True, slots=True)
 class ResourceConfig:
@@ -426,13 +421,9 @@ class ResourceCatalog:
                 note = await mark_changed(self.ws, rec, why, self._today().isoformat())
                 rec.update(state="skipped", reason=why)
             return "skipped", note
-        prompt = (f"File {rel} ({rec['size']} bytes{', first part only' if cut else ''}):"
-                  f"\n\n{text}")
         try:
-            answer = await chat.complete(
-                [{"role": "system", "content": SYSTEM_PROMPT},
-                 {"role": "user", "content": prompt}],
-                max_tokens=self.config.summary_max_tokens)
+            answer = await chat.complete(messages(rel, int(rec["size"]), text, cut=cut),
+                                         max_tokens=self.config.summary_max_tokens)
         except ProviderError as exc:
             return settle("failed", exc.message)
         from recalld.daemon.memory.redact import redact_async
@@ -443,11 +434,7 @@ class ResourceCatalog:
             return settle("failed", "the chat model answered with no text")
         if superseded():
             return "superseded", None
-        if len(summary) > self.config.max_summary_chars:  # a model that ignores max_tokens
-            summary = (summary[: self.config.max_summary_chars].rstrip()
-                       + "\n\n[summary cut: the model's answer was longer]")
-        elif answer.finish_reason == "length":  # stopped at summary_max_tokens, mid-way
-            summary += "\n\n[summary cut: the model's answer stopped at its length limit]"
+        summary = cut_summary(summary, answer.finish_reason, self.config.max_summary_chars)
         try:
             note = await write_note(self.ws, rec, summary, truncated=cut)
         except RecalldError as exc:  # the note cannot be written: this file fails, not all
