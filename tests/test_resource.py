@@ -351,8 +351,8 @@ def test_a_file_deleted_while_the_model_reads_it_gets_no_note(daemon: DaemonHand
     wait_state(root, "resource/gone.txt", "removed")
     gate.open()
     wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))
-    entry = catalog(root)["resource/gone.txt"]
-    assert entry["state"] == "removed" and not entry.get("note"), entry
+    # Its record keeps nothing (no note to mark or take back): the job dropped it.
+    assert "resource/gone.txt" not in catalog(root), catalog(root)
     assert not (root / "memory").exists() or not list((root / "memory").rglob("*.md"))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import date
 from pathlib import Path
 
-from conftest import DaemonHandle
+from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_dream import ScriptedModel, write
 from test_resource import active_jobs, catalog, fake, note_of, open_ws, wait_state
@@ -110,3 +110,41 @@ def test_a_new_empty_file_does_not_take_the_note_of_one_emptied_then_deleted(
     fields = parse_frontmatter((root / note).read_text())[0]
     assert fields["source_resource"] == "[[resource/venue.txt]]", fields
     assert fields["source_removed"] and fields["source_changed"], fields
+
+
+def test_records_of_deleted_files_that_keep_nothing_are_dropped(
+        daemon_factory: DaemonFactory, fake: FakeProvider, tmp_path: Path) -> None:
+    # A deleted file the catalog has no note of (an image, an empty file) keeps nothing
+    # to mark or take back: its record goes with the next job. One whose note was
+    # deleted by hand goes at the next start, and the file back under another name is
+    # summarised again (it took the note that was no longer there, and got none).
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    (root / "resource/pics").mkdir(parents=True)
+    (root / "resource/pics/photo 1.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (root / "resource/empty.txt").write_bytes(b"")
+    write(root, "resource/brief.md", "Kick-off on 2 June.\n")
+    d = daemon_factory()
+    open_ws(d, "prune", root, fake)
+    wait_state(root, "resource/brief.md", "processed")
+    wait_state(root, "resource/empty.txt", "skipped")
+    wait_for(lambda: not active_jobs(d, "prune", "auto_resource"))
+    note = catalog(root)["resource/brief.md"]["note"]
+    data = (root / "resource/brief.md").read_bytes()
+    (root / "resource/pics/photo 1.png").unlink()
+    (root / "resource/empty.txt").unlink()
+    (root / "resource/brief.md").unlink()
+    wait_for(lambda: catalog(root).get("resource/brief.md", {}).get("marked"), "marked")
+    wait_for(lambda: sorted(catalog(root)) == ["resource/brief.md"], "records dropped")
+    (root / note).unlink()
+    assert d.stop() == 0
+    d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    open_ws(d2, "prune", root, fake)
+    wait_for(lambda: catalog(root) == {}, "the record of the note deleted dropped")
+    calls = len(fake.requests)
+    (root / "resource/2025-02-01").mkdir()
+    (root / "resource/2025-02-01/brief.md").write_bytes(data)
+    wait_state(root, "resource/2025-02-01/brief.md", "processed")
+    assert len(fake.requests) == calls + 1
+    fields, _ = note_of(root, "resource/2025-02-01/brief.md")
+    assert fields["source_resource"] == "[[resource/2025-02-01/brief.md]]", fields

@@ -21,7 +21,9 @@ frontmatter ``source_removed: <date>`` and a line in the body; so is the note of
 that no longer holds text (emptied, made binary): ``source_changed: <date>`` and why.
 States: queued, processed, skipped, failed (the model failed; a job started by hand or by
 the nightly dream, or a change to the file, retries it; the jobs the watcher starts do
-not), pending (no chat model configured), removed.
+not), pending (no chat model configured), removed (kept while its note names the file: a
+file back takes the note back; one with no note is dropped by the next job, one whose note
+was deleted or rewritten by hand at the next start).
 
 A file ReMe (QwenPaw) interpreted keeps the note ReMe wrote, and is not interpreted
 again while it is as ReMe read it (``reme_resource.py``); so does a file recalld's own
@@ -212,7 +214,7 @@ class ResourceCatalog:
         for rel in sorted(new):
             rec = self.records[rel]
             old = gone.pop(rec["digest"], None)
-            if old is None or not await self._note_says(self.records[old]):
+            if old is None or not await self._note_says(old, self.records[old]):
                 continue
             moved = self.records.pop(old)
             first_seen = str(moved["first_seen"])
@@ -287,13 +289,34 @@ class ResourceCatalog:
         rec.pop("unreadable", None)
         return True
 
-    async def _note_says(self, rec: JsonObject) -> bool:
-        """Was the note of ``rec`` written from the bytes ``rec`` had last (not from those
-        before the file was emptied, say: a new empty file is not that file moved)? A
-        note without a digest (ReMe's) is taken at its catalog record's word."""
+    async def _note_says(self, rel: str, rec: JsonObject) -> bool:
+        """Is the note of ``rec`` (the record of ``rel``) still that file's, written from
+        the bytes it had last (not from those before it was emptied, say: a new empty
+        file is not that file moved)? A note deleted or rewritten by hand is not. A note
+        without a digest (ReMe's) is taken at its catalog record's word."""
         fields = await trio.to_thread.run_sync(
             reme_resource.note_fields, self.ws.root, str(rec["note"]))
-        return bool(fields.get("resource_digest", rec["digest"]) == rec["digest"])
+        return bool(fields.get("source_resource") == f"[[{rel}]]"
+                    and fields.get("resource_digest", rec["digest"]) == rec["digest"])
+
+    def _prune(self, *, notes_read: bool = False) -> bool:
+        """Drop the records of deleted files that keep nothing: no note (a skipped file,
+        one deleted before its note was written), or, ``notes_read`` (blocking), a note
+        marked that no longer names the file (deleted or rewritten by hand). A record
+        is kept only while a file that comes back can take a note back. Called where no
+        file is being interpreted (whose note, once written, needs its record)."""
+        def keeps(rel: str, rec: JsonObject) -> bool:
+            if rec["state"] != "removed":
+                return True
+            if not rec.get("note"):
+                return False
+            return not (notes_read and rec.get("marked")) or reme_resource.note_fields(
+                self.ws.root, str(rec["note"])).get("source_resource") == f"[[{rel}]]"
+
+        gone = [rel for rel, rec in self.records.items() if not keeps(rel, rec)]
+        for rel in gone:
+            del self.records[rel]
+        return bool(gone)
 
     async def _from_note(self, rel: str, new: JsonObject) -> None:
         """A file new to the catalog that a note names as its source: one ReMe wrote, or
@@ -338,6 +361,8 @@ class ResourceCatalog:
         try:
             while True:
                 async with self._lock:
+                    if self._prune():
+                        await self._save()
                     batch = self.work(chat_enabled=enabled, retry_failed=retry_failed)
                     if not enabled:
                         for p in batch:
@@ -454,6 +479,8 @@ class ResourceCatalog:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.records = await trio.to_thread.run_sync(load_catalog, self.path)
         self._fresh = not self.records
+        if await trio.to_thread.run_sync(lambda: self._prune(notes_read=True)):
+            await self._save()
         self._reme = await trio.to_thread.run_sync(
             reme_resource.read_reme_resources, self.ws.root, self.ws.settings.metadata_dir)
         async with trio.open_nursery() as nursery:
