@@ -244,19 +244,9 @@ class _Run:
             outcome = integration.integrate(existing, proposal, self.today)
             if existing is not None and existing.unreadable:
                 self.blocked.append(outcome.detail)
-            shown = self.seen.get(proposal.path)
-            if outcome.action in ("REFINE", "CORRECT") and shown not in (None, before_text):
-                outcome = integration.Outcome(
-                    outcome.action, proposal.path, "refused", None,
-                    "the node changed since you read it (edited meanwhile): node_read it "
-                    "again and propose the new content on what it says now")
-            if outcome.action in ("REFINE", "CORRECT") and outcome.text is not None \
-                    and self._changed_by_answer(proposal.path, before_text):
-                outcome = integration.Outcome(
-                    outcome.action, proposal.path, "refused", None,
-                    "an earlier call of this same answer changed the node's content, which "
-                    "this call did not know: read that call's result and propose on what "
-                    "the node says now, in your next answer")
+            outcome = integration.unknown_to_model(
+                outcome, before_text, shown=self.seen.get(proposal.path),
+                by_answer=self._changed_by_answer(proposal.path, before_text))
             if outcome.text is None:
                 break
             try:

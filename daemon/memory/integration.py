@@ -184,3 +184,23 @@ def integrate(existing: Node | None, proposal: Integration, today: str) -> Outco
     moved = tuple(keep_history(node))
     return Outcome(action, path, "applied", render_node(node), detail, tuple(new_sources),
                    moved)
+
+
+def unknown_to_model(outcome: Outcome, before: str | None, *, shown: str | None,
+                     by_answer: bool) -> Outcome:
+    """``outcome``, or its refusal when it rewrites a node's content (REFINE, CORRECT) that
+    is not what the model was shown: the node as it read it (``shown``; None if it did not
+    read it) changed since (``before``: it now), or a call of the same model answer
+    changed it (``by_answer``), which this call did not know."""
+    if outcome.action not in ("REFINE", "CORRECT"):
+        return outcome
+    if shown not in (None, before):
+        return Outcome(outcome.action, outcome.path, "refused", None,
+                       "the node changed since you read it (edited meanwhile): node_read it "
+                       "again and propose the new content on what it says now")
+    if outcome.text is not None and by_answer:
+        return Outcome(outcome.action, outcome.path, "refused", None,
+                       "an earlier call of this same answer changed the node's content, "
+                       "which this call did not know: read that call's result and propose "
+                       "on what the node says now, in your next answer")
+    return outcome
