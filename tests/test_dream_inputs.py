@@ -79,7 +79,7 @@ def test_secrets_typed_into_a_node_do_not_make_its_refinement_destructive(
                         f"- db password: Plum7784!\n- api token {SECRET}\n")
     write(root, key, text)
     write(root, b, "Deploys run on Fridays.\n")
-    model.plan[b] = [[("integrate", {
+    model.plan[b] = [[("node_read", {"path": key})], [("integrate", {
         "action": "REFINE", "bucket": "procedure", "node": key, "name": "Deploy",
         "sources": [b], "reason": "more detail",
         "content": "- deploys go to host alpha\n- db password: [REDACTED]\n"

@@ -129,7 +129,8 @@ def test_secrets_in_dreamt_notes_reach_no_channel(daemon_factory: Any, fake: Fak
     write(root, node_rel, typed)
     later = "memory/2026-11-20/rotated.md"
     write(root, later, "# rotated\n\nThe openai key was rotated.\n")
-    model.plan[later] = [[("integrate", {
+    # Edited by hand: the model reads the node before it rewrites it.
+    model.plan[later] = [[("node_read", {"path": node_rel})], [("integrate", {
         "action": "CORRECT", "bucket": "procedure", "node": node_rel, "name": "openai",
         "content": "- the openai credential was rotated", "sources": [later],
         "reason": "rotated"})]]

@@ -23,6 +23,7 @@ import logging
 import os
 import re
 import secrets
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -351,6 +352,21 @@ def list_records(directory: Path, summarize: Callable[[JsonObject], S],
     # Ids of runs started in the same second do not sort by time; the start stamps do.
     out.sort(key=lambda r: (str(r.get("started")), str(r.get("run_id"))), reverse=True)
     return out[:limit]
+
+
+def last_writes(directory: Path) -> dict[str, str]:
+    """Per file, the SHA-256 of what the newest run that wrote it (and was not undone)
+    left in it, over the run records kept (blocking)."""
+    out: dict[str, str] = {}
+    for data in list_records(directory, lambda data: data, limit=sys.maxsize):
+        files = data.get("files")
+        if data.get("undone") or not isinstance(files, Mapping):
+            continue
+        for path, entry in files.items():
+            after = entry.get("after_sha256") if isinstance(entry, Mapping) else None
+            if isinstance(after, str):
+                out.setdefault(str(path), after)
+    return out
 
 
 def prune_records(directory: Path, keep: int) -> int:

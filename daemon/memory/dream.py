@@ -120,6 +120,9 @@ class _Run:
     config: DreamConfig = field(default_factory=DreamConfig)
     budget: ToolBudget = field(default_factory=lambda: ToolBudget(0))
     names: nodefiles.NameIndex = field(default_factory=nodefiles.NameIndex)
+    #: The SHA-256 of what the last runs left in each file they wrote: a node that holds
+    #: something else was edited by hand (or another tool) since.
+    written: dict[str, str] = field(default_factory=dict)
 
     @property
     def digest_dir(self) -> str:
@@ -246,7 +249,8 @@ class _Run:
                 self.blocked.append(outcome.detail)
             outcome = integration.unknown_to_model(
                 outcome, before_text, shown=self.seen.get(proposal.path),
-                by_answer=self._changed_by_answer(proposal.path, before_text))
+                by_answer=self._changed_by_answer(proposal.path, before_text),
+                by_hand=self._by_hand(proposal.path, before_text))
             if outcome.text is None:
                 break
             try:
@@ -270,6 +274,11 @@ class _Run:
         await self.act(record)
         not_linked = f"; not linked, no such node: {', '.join(unknown)}" if unknown else ""
         return f"{outcome.status}: {outcome.action} {outcome.path}: {outcome.detail}{not_linked}"
+
+    def _by_hand(self, rel: str, now: str | None) -> bool:
+        """Whether node ``rel`` holds ``now`` other than a dream last wrote in it."""
+        last = self.log.after[rel] if rel in self.log.after else self.written.get(rel)
+        return now is not None and last is not None and changelog.sha256(now.encode()) != last
 
     def _changed_by_answer(self, rel: str, now: str | None) -> bool:
         """Whether a call of the current answer changed the content of node ``rel``."""
@@ -370,7 +379,8 @@ async def run_dream(
     run = _Run(ws, fileops_for(ws, policy=WritePolicy((settings.digest_dir,),
                                                  (".md", ".yaml", ".history.txt"))),
                run_log, runjournal.Journal(runs_dir, run_log), today, config=cfg,
-               budget=ToolBudget(cfg.max_tool_calls_per_note * len(todo)), names=names)
+               budget=ToolBudget(cfg.max_tool_calls_per_note * len(todo)), names=names,
+               written=await trio.to_thread.run_sync(changelog.last_writes, runs_dir))
     _RUNNING.add(run.log.run_id)
     ended = False  # True once the run went through every note: not cancelled, no error
     try:

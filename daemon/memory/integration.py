@@ -17,6 +17,10 @@ decides, deterministically, what the node becomes:
   do not correct it, nor refine it but by adding detail: a REFINE from them must keep
   every line (an old note edited, or read again, never turns a node back).
 
+A REFINE or CORRECT proposed on a node other than the model was shown is refused
+(:func:`unknown_to_model`): one changed since it read it, one a call of the same answer
+changed, one edited by hand since a dream last wrote it that it did not read.
+
 Nothing here touches the disk.
 """
 
@@ -187,13 +191,20 @@ def integrate(existing: Node | None, proposal: Integration, today: str) -> Outco
 
 
 def unknown_to_model(outcome: Outcome, before: str | None, *, shown: str | None,
-                     by_answer: bool) -> Outcome:
+                     by_answer: bool, by_hand: bool = False) -> Outcome:
     """``outcome``, or its refusal when it rewrites a node's content (REFINE, CORRECT) that
     is not what the model was shown: the node as it read it (``shown``; None if it did not
     read it) changed since (``before``: it now), or a call of the same model answer
-    changed it (``by_answer``), which this call did not know."""
+    changed it (``by_answer``), which this call did not know; or a node edited by hand
+    since a dream last wrote it (``by_hand``) that it did not read: the lines a person
+    wrote would go to History on a guess of what the node says."""
     if outcome.action not in ("REFINE", "CORRECT"):
         return outcome
+    if shown is None and by_hand and outcome.text is not None:
+        return Outcome(outcome.action, outcome.path, "refused", None,
+                       "the node was edited by hand since the dream last wrote it, and you "
+                       "have not read it: node_read it and propose on what it says now, "
+                       "keeping what the person wrote unless this note contradicts it")
     if shown not in (None, before):
         return Outcome(outcome.action, outcome.path, "refused", None,
                        "the node changed since you read it (edited meanwhile): node_read it "

@@ -1,0 +1,58 @@
+"""A digest node a person edited by hand between dreams: a rewrite the model proposes
+without reading it is refused, and one proposed on what it read keeps the edit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider
+from test_dream import ScriptedModel, dream, fake, node, open_ws, write
+from test_dream_history import history_text
+
+__all__ = ["fake"]  # the fixture, imported for the tests here
+
+TRIP = "digest/personal/trip-to-lisbon.md"
+HAND = "- la réservation est au nom de Zoë Ørsted (ajouté à la main)"
+
+
+def test_a_rewrite_of_a_node_edited_by_hand_needs_the_node_read(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    write(root, "memory/2026-05-01/trip.md", "Trip to Lisbon from 3 to 7 June.\n")
+    model.plan["memory/2026-05-01/trip.md"] = [[("integrate", {
+        "action": "CREATE", "bucket": "personal", "name": "Trip to Lisbon",
+        "content": "- from 3 to 7 June\n- hotel in Alfama", "reason": "planned"})]]
+    open_ws(daemon, root, fake)
+    assert dream(daemon)["actions"] == {"CREATE": 1}
+    text = (root / TRIP).read_text(encoding="utf-8")
+    (root / TRIP).write_text(text.replace("- hotel in Alfama\n", f"- hotel in Alfama\n{HAND}\n"),
+                             encoding="utf-8")
+    # A later note contradicts the first: the trip moved. The model's first rewrite is
+    # made on what it guessed the node says, the second on what it read.
+    later = "memory/2026-05-09/trip.md"
+    write(root, later, "The Lisbon trip moved: 10 to 14 June now.\n")
+    guess = {"action": "CORRECT", "bucket": "personal", "name": "Trip to Lisbon",
+             "node": TRIP, "content": "- from 10 to 14 June\n- hotel in Alfama",
+             "reason": "moved"}
+    model.plan[later] = [[("integrate", guess)], [("node_read", {"path": TRIP})],
+                         [("integrate", {**guess, "content": "- from 10 to 14 June\n"
+                                                 f"- hotel in Alfama\n{HAND}"})]]
+    second = dream(daemon)
+    assert second["actions"] == {"refused": 1, "CORRECT": 1}, second
+    assert any("edited by hand" in r for r in model.tool_results), model.tool_results
+    _, text = node(root, TRIP)
+    body = text.split("## History")[0]
+    assert HAND in body and "- from 10 to 14 June" in body, text
+    assert "Zoë" not in history_text(text) and "3 to 7 June" in history_text(text), text
+
+    # Written by the dream since, the node is no longer a hand edit: a rewrite of it
+    # without reading it is judged as any other.
+    third = "memory/2026-05-10/trip.md"
+    write(root, third, "Lisbon hotel: in Alfama, the one with the blue door.\n")
+    model.plan[third] = [[("integrate", {
+        **guess, "action": "REFINE", "reason": "detail",
+        "content": f"- from 10 to 14 June\n- hotel in Alfama, blue door\n{HAND}"})]]
+    assert dream(daemon)["actions"] == {"REFINE": 1}
+    assert "blue door" in node(root, TRIP)[1]
