@@ -11,6 +11,8 @@ from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_dream import AGENT, ScriptedModel, dream, fake, node, open_ws, write
 
+from recalld.daemon.memory.digest import MAX_HISTORY_ENTRIES
+
 __all__ = ["fake"]  # the fixture, imported for the tests here
 
 CAT = "digest/personal/cat.md"
@@ -180,3 +182,41 @@ def test_deleted_notes_named_with_brackets_or_a_bar_are_unlinked_and_back_in_pla
         (root / f"{n}.bak").rename(root / n)
     assert dream(daemon)["actions"] == {"RELINK": 1}
     assert (root / "digest/wiki/tea.md").read_bytes() == full
+
+
+def test_history_entries_stop_linking_deleted_notes_and_link_them_again_when_back(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """Notes that contradict each other day after day: each correction's History entry
+    cites its note. Deleted, those notes are no longer linked, in the node's History nor
+    in the archive beside it; back, they are linked again, both files as they were."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    standup = "digest/wiki/daily-standup.md"
+    archive = "digest/wiki/daily-standup.history.txt"
+    notes = [f"memory/2026-09-{day:02d}/team sync.md" for day in range(1, MAX_HISTORY_ENTRIES + 4)]
+    for i, rel in enumerate(notes):
+        write(root, rel, f"Stand-up is at {8 + i // 60}:{i % 60:02d} from now on.\n")
+        args = {"bucket": "wiki", "name": "Daily standup", "reason": f"moved ({i})",
+                "content": f"- the stand-up is at {8 + i // 60}:{i % 60:02d}"}
+        model.plan[rel] = [[("integrate", {**args, "action": "CREATE"} if i == 0 else
+                             {**args, "action": "CORRECT", "node": standup})]]
+    open_ws(daemon, root, fake)
+    assert dream(daemon)["actions"] == {"CREATE": 1, "CORRECT": len(notes) - 1}
+    before = {p: (root / p).read_bytes() for p in (standup, archive)}
+    assert f"[[{notes[1]}]]" in before[archive].decode()
+    assert f"[[{notes[-1]}]]" in before[standup].decode().split("## History")[1]
+    gone = (notes[1], notes[-1])  # cited in the archive, and in the node's History
+    kept = {rel: (root / rel).read_bytes() for rel in gone}
+    for rel in gone:
+        (root / rel).unlink()
+    assert dream(daemon)["actions"] == {"RELINK": 1}
+    for path in (standup, archive):
+        text = (root / path).read_text(encoding="utf-8")
+        for rel in gone:
+            assert f"[[{rel}]]" not in text, (path, text)
+    assert f"{notes[-1]} (deleted)" in (root / standup).read_text().split("## History")[1]
+    assert f"{notes[1]} (deleted)" in (root / archive).read_text()
+    for rel, data in kept.items():
+        (root / rel).write_bytes(data)
+    assert dream(daemon)["actions"] == {"RELINK": 1}
+    assert {p: (root / p).read_bytes() for p in before} == before

@@ -72,8 +72,18 @@ async def follow_deleted(run: _Run, gone: Collection[str], back: Collection[str]
             ("deleted source note(s)", dead), ("source note(s) there again", alive)) if notes]
         return "; ".join(said), [*dead, *alive]
 
+    async def archive(node: digest.Node) -> None:
+        # The History entries archived beside it cite them as its own History does.
+        dead = [s for s in node.sources if s in gone]
+        alive = [s for s in node.deleted_sources if s in back]
+        path = _archive_of(node)
+        before = await trio.to_thread.run_sync(read_confined, run.ws.root, path)
+        if before is not None and (text := "\n".join(
+                dreamnotes.unlinked(ln, dead, alive) for ln in before.split("\n"))) != before:
+            await run.write(path, before, text)
+
     await _each_node(run, lambda rel, text: dreamnotes.mark_deleted(rel, text, gone, back),
-                     told)
+                     told, archive)
 
 
 async def _each_node(run: _Run, change: Callable[[str, str], str | None],

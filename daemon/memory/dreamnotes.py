@@ -165,18 +165,10 @@ def _mark(node: digest.Node, gone: Collection[str], back: Collection[str]) -> bo
     if not dead and not alive:
         return False
 
-    def unlinked(line: str) -> str:
-        for s in dead:  # as written for it (a name with ``]`` or ``|`` too)...
-            line = line.replace(f"[[{s}]]", f"{s} (deleted)")
-        line = digest.LINK_RE.sub(  # ...or with an alias or a heading
-            lambda m: f"{t} (deleted)" if (t := digest.link_target(m)) in dead
-            else m.group(0), line)
-        for s in alive:
-            line = line.replace(f"{s} (deleted)", f"[[{s}]]")
-        return line
-
-    lines = [unlinked(ln) for ln in node.written.get("Sources", [])]
+    lines = [unlinked(ln, dead, alive) for ln in node.written.get("Sources", [])]
     node.written = {**node.written, "Sources": lines}
+    # Its History cites them too (the source of a claim corrected or refined away).
+    node.history = [unlinked(ln, dead, alive) for ln in node.history]
 
     def place(source: str) -> int:
         """Where its line is in the section: a source back takes its place again."""
@@ -186,6 +178,19 @@ def _mark(node: digest.Node, gone: Collection[str], back: Collection[str]) -> bo
     node.sources = sorted([s for s in node.sources if s not in dead] + alive, key=place)
     node.deleted_sources = [s for s in node.deleted_sources if s not in alive] + dead
     return True
+
+
+def unlinked(line: str, dead: Collection[str], alive: Collection[str]) -> str:
+    """``line`` with its links to the notes ``dead`` (deleted) as ``<path> (deleted)``, and
+    those of the notes ``alive`` (there again) linked again."""
+    for s in dead:  # as written for it (a name with ``]`` or ``|`` too)...
+        line = line.replace(f"[[{s}]]", f"{s} (deleted)")
+    line = digest.LINK_RE.sub(  # ...or with an alias or a heading
+        lambda m: f"{t} (deleted)" if (t := digest.link_target(m)) in dead
+        else m.group(0), line)
+    for s in alive:
+        line = line.replace(f"{s} (deleted)", f"[[{s}]]")
+    return line
 
 
 def relink(path: str, text: str, moves: Mapping[str, str]) -> str | None:
