@@ -148,3 +148,31 @@ def test_records_of_deleted_files_that_keep_nothing_are_dropped(
     assert len(fake.requests) == calls + 1
     fields, _ = note_of(root, "resource/2025-02-01/brief.md")
     assert fields["source_resource"] == "[[resource/2025-02-01/brief.md]]", fields
+
+
+def test_files_of_the_same_bytes_moved_together_each_keep_their_note(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # A folder of two copies moved into a date folder: each copy takes its own note
+    # there, none is summarised again and no note is left behind marked removed.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    for name in ("copy one.txt", "copy two.txt", "copy three.txt"):
+        write(root, f"resource/drafts/{name}", "Offer: 3 seats at 120 EUR.\n")
+    open_ws(daemon, "twins", root, fake)
+    for name in ("copy one.txt", "copy two.txt", "copy three.txt"):
+        wait_state(root, f"resource/drafts/{name}", "processed")
+    wait_for(lambda: not active_jobs(daemon, "twins", "auto_resource"))
+    calls = len(fake.requests)
+    (root / "resource/drafts").rename(root / "resource/2025-03-09")
+    moved = {f"resource/2025-03-09/{n}" for n in ("copy one.txt", "copy two.txt",
+                                                  "copy three.txt")}
+    wait_for(lambda: set(catalog(root)) == moved
+             and all(r["state"] == "processed" for r in catalog(root).values()), "moved")
+    wait_for(lambda: not active_jobs(daemon, "twins", "auto_resource"))
+    assert len(fake.requests) == calls
+    notes = {rel: catalog(root)[rel]["note"] for rel in moved}
+    assert resource_notes(root) == sorted(notes.values()), resource_notes(root)
+    for rel, note in notes.items():
+        stem = rel.rsplit("/", 1)[1].replace(" ", "-").replace(".", "-")
+        assert note == f"memory/2025-03-09/resource-{stem}.md", (rel, note)
+        assert "source_removed" not in note_of(root, rel)[0]

@@ -207,13 +207,19 @@ class ResourceCatalog:
                and not self.records[rel].get("note")]
         if not new:
             return
-        gone: dict[str, str] = {}  # digest -> path; one not yet marked wins
-        for rel, rec in sorted(self.records.items(), key=lambda kv: not kv[1].get("marked")):
+        gone: dict[str, list[str]] = {}  # digest -> paths, those not yet marked first
+        for rel, rec in sorted(self.records.items(), key=lambda kv: bool(kv[1].get("marked"))):
             if rec["state"] == "removed" and rec.get("note"):
-                gone[str(rec["digest"])] = rel
+                gone.setdefault(str(rec["digest"]), []).append(rel)
         for rel in sorted(new):
             rec = self.records[rel]
-            old = gone.pop(rec["digest"], None)
+            # Files of the same bytes moved together (a folder): each takes the note of
+            # the file of its name, not one all of them, the others summarised again.
+            name = rel.rsplit("/", 1)[-1]
+            olds = sorted(gone.get(rec["digest"], []), key=lambda p: p.rsplit("/", 1)[-1] != name)
+            old = olds[0] if olds else None
+            if old is not None:
+                gone[rec["digest"]].remove(old)
             if old is None or not await self._note_says(old, self.records[old]):
                 continue
             moved = self.records.pop(old)
