@@ -172,3 +172,44 @@ def test_what_follows_a_page_of_the_feed_is_counted_when_it_was_cut(conn: db.Con
     assert db.left_after(conn, ws, page, max_bytes=500) == 2
     last = db.feed(conn, ws, page[-1].version)
     assert len(last) == 2 and db.left_after(conn, ws, last) == 0
+
+
+def test_a_removed_workspace_s_rows_go_in_batches_and_what_stays_is_said(
+        conn: db.Conn) -> None:
+    name = "forget-" + uuid.uuid4().hex[:8]
+    ws, ident = db.open_workspace(conn, name)
+    for i in range(25):
+        p = f"memory/2026-02-0{i % 9 + 1}/n{i}.md"
+        db.upload(conn, ws, "ha", change(p, f"note {i}"), p, 0)
+    # The server cancels a statement deleting more than 10 of its changes, as
+    # statement_timeout does a long one, and may not delete its files at all.
+    fn, trig = f"cancel_{name.replace('-', '_')}", f"t_{name.replace('-', '_')}"
+    conn.execute(f"""CREATE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF TG_TABLE_NAME = 'recalld_files'
+             AND EXISTS (SELECT 1 FROM gone WHERE workspace_id = {ws}) THEN
+            RAISE EXCEPTION 'permission denied' USING ERRCODE = 'insufficient_privilege';
+          END IF;
+          IF (SELECT count(*) FROM gone WHERE workspace_id = {ws}) > 10 THEN
+            RAISE EXCEPTION 'statement timeout' USING ERRCODE = 'query_canceled';
+          END IF;
+          RETURN NULL;
+        END $$""".encode())
+    try:
+        for table in ("recalld_changes", "recalld_files"):
+            conn.execute(f"CREATE TRIGGER {trig} AFTER DELETE ON {table} REFERENCING OLD "
+                         f"TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION {fn}()".encode())
+        conn.execute("DELETE FROM recalld_workspaces WHERE workspace_id = %s", (ws,))
+        new_ws, _ = db.open_workspace(conn, name)
+        assert db.forget_removed(conn, ident, new_ws, batch=10) is None  # files stay
+        left = {t: conn.execute(f"SELECT count(*) FROM {t} WHERE workspace_id = %s".encode(),
+                                (ws,)).fetchone() for t in ("recalld_changes", "recalld_files")}
+        assert left == {"recalld_changes": (0,), "recalld_files": (25,)}, left
+        conn.execute(f"DROP TRIGGER {trig} ON recalld_files".encode())
+        assert db.forget_removed(conn, ident, new_ws, batch=10) == 25  # tried again
+        assert conn.execute("SELECT count(*) FROM recalld_files WHERE workspace_id = %s",
+                            (ws,)).fetchone() == (0,)
+        # Not this replica's to delete: the workspace is there, or it is the new one.
+        assert db.forget_removed(conn, f"{name}/{new_ws}/x", new_ws) == 0
+    finally:
+        conn.execute(f"DROP FUNCTION {fn} CASCADE".encode())

@@ -116,3 +116,42 @@ def test_a_workspace_removed_on_the_server_is_noticed_and_every_host_starts_over
                                 (gone,)).fetchone()
                 for t in ("recalld_files", "recalld_changes", "recalld_catalog")}
     assert all(n == (0,) for n in left.values()), left
+
+
+def test_rows_of_a_removed_workspace_that_could_not_be_deleted_are_deleted_later(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a, b, name = pair(daemon_factory, pg_server)
+    write(a, "memory/2026-07-21/kept.md", "# Kept\nrows the server may not delete yet\n")
+    wait_for(lambda: converged(a, b) and len(notes(b)) == 1, what="the note on b")
+    fn = f"refuse_{name}"
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT workspace_id FROM recalld_workspaces WHERE name = %s",
+                           (name,)).fetchone()
+        assert row is not None
+        gone = row[0]
+        # The hosts' user may not delete the workspace's files (a grant missing), for now.
+        conn.execute(f"""CREATE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+              IF EXISTS (SELECT 1 FROM old WHERE workspace_id = {gone}) THEN
+                RAISE EXCEPTION 'permission denied' USING ERRCODE = 'insufficient_privilege';
+              END IF;
+              RETURN NULL;
+            END $$""".encode())
+        conn.execute(f"CREATE TRIGGER {fn} AFTER DELETE ON recalld_files REFERENCING OLD "
+                     f"TABLE AS old FOR EACH STATEMENT EXECUTE FUNCTION {fn}()".encode())
+        try:
+            conn.execute("DELETE FROM recalld_workspaces WHERE workspace_id = %s", (gone,))
+            write(a, "memory/2026-07-21/after.md", "# After\nthe removal\n")
+            wait_for(lambda: converged(a, b) and len(notes(b)) == 2, what="converged again")
+            wait_for(lambda: all("stay on the server for now" in d.log() for d in (a, b)),
+                     what="the rows left said")
+            conn.execute(f"DROP TRIGGER {fn} ON recalld_files".encode())
+        finally:
+            conn.execute(f"DROP FUNCTION {fn} CASCADE".encode())
+        # The next session of each host tries again.
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                     "WHERE application_name LIKE 'recalld%'")
+        wait_for(lambda: conn.execute("SELECT count(*) FROM recalld_files WHERE "
+                                      "workspace_id = %s", (gone,)).fetchone() == (0,),
+                 what="the removed workspace's files deleted", deadline_s=60)
+    wait_for(lambda: converged(a, b), what="converged at the end")

@@ -130,6 +130,16 @@ class FileSync(ReplicaFiles):
             self._known.clear()
         await self.watcher.reconcile("shared workspace changed")
 
+    async def forget_removed(self, conn: db.Conn, workspace_id: int) -> None:
+        """Delete from the server the rows of the shared workspaces this replica synced
+        with before, if their workspace row was removed (``db.forget_removed``); those a
+        session could not delete are tried again at the next."""
+        for ident in sorted(self.state.forget):
+            async with self._writer_lock:
+                done = await on_conn(conn, db.forget_removed, ident, workspace_id)
+            if done is not None:
+                await in_thread(self.state.forgot, ident)
+
     # -- uploading -------------------------------------------------------------------
 
     async def upload_loop(self, conn: db.Conn, workspace_id: int) -> None:

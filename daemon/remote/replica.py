@@ -274,10 +274,8 @@ class Replica:
                 ident = await on_conn(writer, db.renew_identity, self._cfg.name,
                                       workspace_id, ident)
             self._workspace_id = workspace_id
-            if self._files.state.ident is not None:  # removed there, made anew since
-                await on_conn(writer, db.forget_removed, self._files.state.ident,
-                              workspace_id)
             await self._files.adopt(ident)
+            await self._files.forget_removed(writer, workspace_id)
             listener = await in_thread(db.connect, self._cfg)
             await on_conn(listener, db.listen, workspace_id)
             self._writer = writer

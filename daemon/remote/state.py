@@ -26,6 +26,9 @@ server and is not a local edit. A landing ends with the next base recorded for i
 ``{"ident": ...}`` names the shared workspace the state belongs to: pointed at another
 one, the replica starts over (every local file becomes a change based on nothing;
 identical content on the server is no change, differing content a conflict copy).
+The one it was bound to before is then named by ``{"forget": ident}`` until its rows are
+deleted from the server (``{"forgot": ident}``; ``db.forget_removed``), so a session that
+could not delete them leaves them to the next.
 
 Blocking file I/O: ``open``, ``record`` and ``close`` run in a worker thread.
 """
@@ -85,6 +88,9 @@ class ReplicaState:
         self.landing: dict[str, str] = {}
         #: The shared workspace this state was agreed with (see ``db.open_workspace``).
         self.ident: str | None = None
+        #: Shared workspaces this state was agreed with before, whose rows on the server
+        #: are to be deleted if their workspace row was removed (``db.forget_removed``).
+        self.forget: set[str] = set()
         #: Local deletions held back (``remote/guard.py``): path to why.
         self.held: dict[str, str] = {}
         #: The replicated folders the cursor was read under (None: not recorded yet).
@@ -96,6 +102,10 @@ class ReplicaState:
         for rec in records:
             if "ident" in rec:
                 self.ident = str(rec["ident"])
+            elif "forget" in rec:
+                self.forget.add(str(rec["forget"]))
+            elif "forgot" in rec:
+                self.forget.discard(str(rec["forgot"]))
             elif "folders" in rec:
                 self.folders = [str(f) for f in rec["folders"]]
             elif "cursor" in rec:
@@ -122,6 +132,8 @@ class ReplicaState:
             return False
         reset = self.ident is not None
         if reset:
+            assert self.ident is not None
+            self.forget.add(self.ident)
             self.bases.clear()
             self.landing.clear()
             self.held.clear()
@@ -133,6 +145,14 @@ class ReplicaState:
             self._lines += 1
         self.ident = ident
         return reset
+
+    def forgot(self, ident: str) -> None:
+        """The rows of shared workspace ``ident`` are off the server (or not this
+        replica's to delete)."""
+        if ident in self.forget:
+            self._log.append([{"forgot": ident}])
+            self.forget.discard(ident)
+            self._lines += 1
 
     def land(self, files: Iterable[tuple[str, str]]) -> None:
         """Record server content about to be written into files (path, hash)."""
@@ -177,6 +197,7 @@ class ReplicaState:
         snapshot: list[Mapping[str, object]] = [b.to_record(p) for p, b in self.bases.items()]
         snapshot += [{"w": p, "h": h} for p, h in self.landing.items()]
         snapshot += [{"x": p, "why": why} for p, why in self.held.items()]
+        snapshot += [{"forget": ident} for ident in sorted(self.forget)]
         snapshot.append({"cursor": self.cursor})
         if self.folders is not None:
             snapshot.insert(0, {"folders": self.folders})
