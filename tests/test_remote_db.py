@@ -11,7 +11,7 @@ from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from waits import wait_for
 
 from recalld.daemon.config import RemoteConfig
-from recalld.daemon.remote import db, schema
+from recalld.daemon.remote import db, leftovers, schema
 from recalld.daemon.remote.localfs import content_hash
 from recalld.daemon.remote.outbox import Change
 
@@ -201,15 +201,15 @@ def test_a_removed_workspace_s_rows_go_in_batches_and_what_stays_is_said(
                          f"TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION {fn}()".encode())
         conn.execute("DELETE FROM recalld_workspaces WHERE workspace_id = %s", (ws,))
         new_ws, _ = db.open_workspace(conn, name)
-        assert db.forget_removed(conn, ident, new_ws, batch=10) is None  # files stay
+        assert leftovers.forget_removed(conn, ident, new_ws, batch=10) is None  # files stay
         left = {t: conn.execute(f"SELECT count(*) FROM {t} WHERE workspace_id = %s".encode(),
                                 (ws,)).fetchone() for t in ("recalld_changes", "recalld_files")}
         assert left == {"recalld_changes": (0,), "recalld_files": (25,)}, left
         conn.execute(f"DROP TRIGGER {trig} ON recalld_files".encode())
-        assert db.forget_removed(conn, ident, new_ws, batch=10) == 25  # tried again
+        assert leftovers.forget_removed(conn, ident, new_ws, batch=10) == 25  # tried again
         assert conn.execute("SELECT count(*) FROM recalld_files WHERE workspace_id = %s",
                             (ws,)).fetchone() == (0,)
         # Not this replica's to delete: the workspace is there, or it is the new one.
-        assert db.forget_removed(conn, f"{name}/{new_ws}/x", new_ws) == 0
+        assert leftovers.forget_removed(conn, f"{name}/{new_ws}/x", new_ws) == 0
     finally:
         conn.execute(f"DROP FUNCTION {fn} CASCADE".encode())

@@ -43,7 +43,7 @@ import psycopg
 import trio
 
 from recalld.daemon.config import RemoteConfig
-from recalld.daemon.remote import db, refusals
+from recalld.daemon.remote import db, leftovers, refusals
 from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.remote.conflicts import report_conflict
 from recalld.daemon.remote.localfs import EditedMeanwhile, LocalFile
@@ -132,11 +132,11 @@ class FileSync(ReplicaFiles):
 
     async def forget_removed(self, conn: db.Conn, workspace_id: int) -> None:
         """Delete from the server the rows of the shared workspaces this replica synced
-        with before, if their workspace row was removed (``db.forget_removed``); those a
+        with before, if their workspace row was removed (``leftovers.py``); those a
         session could not delete are tried again at the next."""
         for ident in sorted(self.state.forget):
             async with self._writer_lock:
-                done = await on_conn(conn, db.forget_removed, ident, workspace_id)
+                done = await on_conn(conn, leftovers.forget_removed, ident, workspace_id)
             if done is not None:
                 await in_thread(self.state.forgot, ident)
 

@@ -27,7 +27,7 @@ server and is not a local edit. A landing ends with the next base recorded for i
 one, the replica starts over (every local file becomes a change based on nothing;
 identical content on the server is no change, differing content a conflict copy).
 The one it was bound to before is then named by ``{"forget": ident}`` until its rows are
-deleted from the server (``{"forgot": ident}``; ``db.forget_removed``), so a session that
+deleted from the server (``{"forgot": ident}``; ``leftovers.py``), so a session that
 could not delete them leaves them to the next.
 
 Blocking file I/O: ``open``, ``record`` and ``close`` run in a worker thread.
@@ -89,7 +89,7 @@ class ReplicaState:
         #: The shared workspace this state was agreed with (see ``db.open_workspace``).
         self.ident: str | None = None
         #: Shared workspaces this state was agreed with before, whose rows on the server
-        #: are to be deleted if their workspace row was removed (``db.forget_removed``).
+        #: are to be deleted if their workspace row was removed (``leftovers.py``).
         self.forget: set[str] = set()
         #: Local deletions held back (``remote/guard.py``): path to why.
         self.held: dict[str, str] = {}
