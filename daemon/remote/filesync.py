@@ -20,7 +20,9 @@ to the outbox (a change the server refuses to store waits alone: ``refusals.py``
 conflict keeps the other host's version at the path: this host's version is written
 beside it as ``*.sync-conflict-<date>-<host>.md`` (already stored on the server as
 such), later local edits of that path go to the copy until the winning version has been
-written locally, and an inbox item says what happened.
+written locally, and an inbox item says what happened. An edit after that is based on the
+winning version: one that loses again is a conflict of its own, with a copy of its own
+(it holds text the first copy lacks, so it never overwrites it).
 
 Remote → local: after every (re)connect, on each notification and every
 ``CATCH_UP_EVERY_S``, the feed is read from the last applied version on. A newer row is
