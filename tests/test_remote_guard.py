@@ -88,3 +88,40 @@ def test_the_workspace_folder_removed_whole_deletes_nothing_elsewhere(
         write(a, rel, text)
     wait_for(lambda: held(a) == 0, what="the hold ended by the files")
     assert converged(a, b) and len(notes(b)) == 4
+
+
+def test_deletions_are_held_from_ten_notes_and_more_than_half_at_once(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    # Whole day folders emptied (`rm memory/<day>/*`), not the replicated folder: the
+    # count decides. Below ten notes, or half of them exactly, they go to every host.
+    a, b, _ = pair(daemon_factory, pg_server)
+    day = {f"memory/2026-04-0{i % 3 + 1}/n{i:02}.md": f"# N{i}\nplover {i}\n"
+           for i in range(9)}
+    for rel, text in day.items():
+        write(a, rel, text)
+    wait_for(lambda: converged(a, b) and len(notes(b)) == 9, what="nine notes on b")
+    for rel in day:
+        (root(a) / rel).unlink()  # nine of nine: fewer than ten
+    wait_for(lambda: notes(b) == {} and converged(a, b), what="nine deletions on b")
+
+    first = {f"digest/keep/k{i:02}.md": f"# K{i}\ngrebe {i}\n" for i in range(10)}
+    second = {f"memory/2026-04-09/d{i:02}.md": f"# D{i}\navocet {i}\n" for i in range(10)}
+    for rel, text in {**first, **second}.items():
+        write(a, rel, text)
+    wait_for(lambda: converged(a, b) and len(notes(b)) == 20, what="twenty notes on b")
+    for rel in second:
+        (root(a) / rel).unlink()  # ten of twenty: half, not more
+    wait_for(lambda: sorted(notes(b)) == sorted(first) and converged(a, b),
+             what="ten deletions on b")
+    assert held(a) == 0
+
+    more = {f"memory/2026-04-10/e{i}.md": f"# E{i}\nstint {i}\n" for i in range(9)}
+    for rel, text in more.items():
+        write(a, rel, text)
+    wait_for(lambda: converged(a, b) and len(notes(b)) == 19, what="nineteen notes on b")
+    for rel in first:
+        (root(a) / rel).unlink()  # ten of nineteen: more than half
+    wait_for(lambda: held(a) == 10, what="ten deletions held")
+    why = remote_status(a)["held"]["why"]
+    assert why.startswith("10 of 19 notes were deleted at once"), why
+    assert sorted(notes(b)) == sorted({**first, **more})

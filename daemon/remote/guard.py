@@ -101,7 +101,8 @@ class DeletionGuard:
     def mass(gone: int, known: int) -> str | None:
         """Why ``gone`` notes of ``known`` going at once is held (None: it is not)."""
         if gone >= MASS_MIN and gone > MASS_SHARE * known:
-            return f"{gone} of {known} notes were deleted at once"
+            return (f"{gone} of {known} notes were deleted at once (at least {MASS_MIN}, "
+                    "and more than half of the notes, are held)")
         return None
 
     def hold(self, paths: list[str], why: str) -> None:
