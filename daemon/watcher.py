@@ -86,7 +86,8 @@ class Watcher:
             raise ValueError("at least one root to watch")
         self._config = config or WatcherConfig()
         self._paths = WatchedRoots(workspace, roots, suffixes=self._config.suffixes,
-                                   ignore_dirs=self._config.ignore_dirs)
+                                   ignore_dirs=self._config.ignore_dirs,
+                                   misnamed_hint=self._config.misnamed_hint)
         # Read-only copies of what the paths hold (nothing changes them).
         self._workspace = self._paths.workspace
         self._root_rels = self._paths.root_rels
@@ -495,4 +496,5 @@ class Watcher:
             "overflows": self._overflows,
             "sync_fallbacks": self._sync_fallbacks,
             "max_pending_seen": self._max_pending_seen,
+            "misnamed": self._paths.misnamed_status(),
         }

@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Final, TypedDict
 
 from recalld.daemon import safepath
 from recalld.daemon.store.fsio import TEMP_RE
@@ -44,6 +44,13 @@ def passed_by(rel: str, ignore_dirs: tuple[str, ...] = IGNORE_DIRS) -> bool:
     return any(p.startswith(".") or p in ignore_dirs for p in rel.split("/"))
 
 
+class MisnamedStatus(TypedDict):
+    """Notes the last scan passed by because their name is not valid UTF-8."""
+
+    notes: int
+    example: str | None  # one of them, its other bytes escaped (``safepath.shown``)
+
+
 class WatchedRoots:
     """The workspace-relative ``roots`` of one workspace a watcher watches: which paths
     below them are notes (a name ending in one of ``suffixes``, nothing passed by under
@@ -51,7 +58,8 @@ class WatchedRoots:
     ``(mtime_ns, size)``."""
 
     def __init__(self, workspace: Path, roots: Sequence[str], *,
-                 suffixes: tuple[str, ...], ignore_dirs: tuple[str, ...]) -> None:
+                 suffixes: tuple[str, ...], ignore_dirs: tuple[str, ...],
+                 misnamed_hint: str = "rename it to have it indexed") -> None:
         self.workspace = Path(os.path.abspath(workspace))
         self.root_rels = tuple(r.strip("/") for r in roots)
         self.roots = [self.workspace / r for r in self.root_rels]
@@ -62,6 +70,10 @@ class WatchedRoots:
         # its place since leads the scans nowhere (see ``_walk``).
         self._real: str | None = None
         self._warned: set[str] = set()  # names passed by for their encoding, said once
+        self._misnamed_hint = misnamed_hint  # what the warning of one says to do
+        # Those the scan under way found, and those the last one did.
+        self._found_misnamed: set[str] = set()
+        self._misnamed: frozenset[str] = frozenset()
         self._unlisted: dict[str, str] = {}  # roots the last scan could not list, said once
         # The daemon's own temp files (an atomic write's, a restore's) whose inode last
         # changed before the workspace opened are what a kill cut short. Read on the clock
@@ -88,8 +100,17 @@ class WatchedRoots:
     def is_note(self, rel: str) -> bool:
         """Whether a workspace-relative path names a file the consumer indexes."""
         name = rel.rsplit("/", 1)[-1]
+        return self._note_but_for_encoding(rel, name) and safepath.is_utf8(rel)
+
+    def _note_but_for_encoding(self, rel: str, name: str) -> bool:
         return (not self.passed_by(rel) and name.endswith(self._suffixes)
-                and name not in _JUNK_NAMES and safepath.is_utf8(rel))
+                and name not in _JUNK_NAMES)
+
+    def misnamed_status(self) -> MisnamedStatus:
+        """The notes the last scan passed by for their name's encoding."""
+        first = min(self._misnamed, default=None)
+        return {"notes": len(self._misnamed),
+                "example": None if first is None else safepath.shown(first)}
 
     def maybe_dir(self, rel: str) -> bool:
         """Whether a workspace-relative path that is no note may name a folder (for a
@@ -153,10 +174,12 @@ class WatchedRoots:
                             out[rel] = (st.st_mtime_ns, st.st_size)
                             if reached is not None and len(out) == reached[0]:
                                 reached[1]()
-                        elif not safepath.is_utf8(rel) and rel not in self._warned:
-                            self._warned.add(rel)
-                            log.warning("passing by %s: its name is not valid UTF-8 "
-                                        "(rename it to have it indexed)", safepath.shown(rel))
+                        elif self._note_but_for_encoding(rel, entry.name):
+                            self._found_misnamed.add(rel)
+                            if rel not in self._warned:
+                                self._warned.add(rel)
+                                log.warning("passing by %s: its name is not valid UTF-8 "
+                                            "(%s)", safepath.shown(rel), self._misnamed_hint)
                 except FileNotFoundError:
                     continue
                 except OSError as exc:  # a name past PATH_MAX, a failing disk
@@ -186,6 +209,7 @@ class WatchedRoots:
         no permission) with why: what they hold is unknown, not gone."""
         out: dict[str, tuple[int, int]] = {}
         unlisted: dict[str, str] = {}
+        self._found_misnamed = set()
         for rel, root in zip(self.root_rels, self.roots, strict=True):
             why = self._walk(root, out, reached)
             if why is not None:
@@ -194,6 +218,7 @@ class WatchedRoots:
                     log.warning("cannot list %s (%s): its notes stay indexed until it can",
                                 root, why)
         self._unlisted = unlisted
+        self._misnamed = frozenset(self._found_misnamed)
         return out, unlisted
 
     def expand_dirs(self, dirs: set[str], known: Mapping[str, tuple[int, int]]) -> set[str]:

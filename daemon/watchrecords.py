@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypedDict
 
-from recalld.daemon.watchpaths import IGNORE_DIRS
+from recalld.daemon.watchpaths import IGNORE_DIRS, MisnamedStatus
 
 __all__ = [
     "ReconcileFound", "ReconcileRecord", "ReconcileResult", "WatcherConfig", "WatcherStatus",
@@ -35,6 +35,8 @@ class WatcherConfig:
     # serves meanwhile and ``sync`` waits for it).
     reconcile_before_ready: bool = True
     ignore_dirs: tuple[str, ...] = IGNORE_DIRS
+    # What the warning about a note whose name is not valid UTF-8 says to do.
+    misnamed_hint: str = "rename it to have it indexed"
 
 
 class ReconcileFound(TypedDict):
@@ -67,6 +69,7 @@ class WatcherStatus(TypedDict):
     overflows: int
     sync_fallbacks: int
     max_pending_seen: int
+    misnamed: MisnamedStatus  # notes passed by: their name is not valid UTF-8
 
 
 @dataclass(frozen=True, slots=True)

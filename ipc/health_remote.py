@@ -40,6 +40,13 @@ def remote_facts(a: Assessment, ws: WorkspaceInfo) -> None:
                     "here: the hosts sharing it name other folders",
             f"give [workspaces.{a.agent_id}] the same daily_dir and digest_dir as the other "
             "hosts; once changed, the whole change feed is read again"))
+    unshared = remote.get("unshared")
+    if isinstance(unshared, Mapping) and unshared.get("notes"):
+        a.problems.append(Problem(
+            "warn", f"shared workspace {a.agent_id}: {unshared.get('notes')} note(s) stay "
+                    f"on this host, not shared: their name is not valid UTF-8 (e.g. "
+                    f"{unshared.get('example')})",
+            "rename them with UTF-8 names (convmv, or mv by hand)"))
     if state == "misconfigured":  # not a fault of the server: nothing to wait for
         a.problems.append(Problem(
             "fail", f"shared workspace {a.agent_id}: remote misconfigured: "

@@ -7,6 +7,7 @@ tests/test_remote.py.
 
 from __future__ import annotations
 
+import os
 import signal
 import uuid
 from pathlib import Path
@@ -232,3 +233,28 @@ def test_hosts_naming_other_folders_are_told_and_catch_up_once_they_agree(
              and remote_status(b)["outside"]["notes"] == 1, what="a's notes on b")
     assert (root(b) / "日记/2026-08-05/b.md").exists()
     assert (root(b) / "memory/2026-08-05/a1.md").read_text() == "# A1\n来自 a 的笔记 1\n"
+
+
+def test_a_note_whose_name_is_not_utf8_is_said_to_stay_on_its_host(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a, b, name = pair(daemon_factory, pg_server)
+    write(a, "memory/2026-07-26/plain.md", "# Plain\nshared\n")
+    wait_for(lambda: converged(a, b) and len(notes(b)) == 1, what="the plain note on b")
+    folder = bytes(root(a) / "memory/2026-07-26")
+    for raw in (b"/r\xe9sum\xe9.md", b"/\xff\xfe.md", b"/caf\xe9.txt"):  # the last no note
+        with open(folder + raw, "wb") as f:
+            f.write(b"# Latin-1 name\nstays here\n")
+    a.stop()  # found by the startup scan
+    a = daemon_factory(config(pg_server.dsn, name, "hosta"), RECALLD_DATA_DIR=str(a.data_dir))
+    wait_for(lambda: remote_status(a)["state"] == "online", what="a online again")
+    unshared = wait_for(lambda: remote_status(a)["unshared"]["notes"] == 2 and
+                        remote_status(a)["unshared"], what="two notes not shared")
+    assert unshared["example"] == "memory/2026-07-26/r\\xe9sum\\xe9.md", unshared
+    assert "not shared with the other hosts either" in a.log()
+    assert "caf\\xe9.txt" not in a.log()  # no note: nothing to say
+    assert "2 note(s) stay on this host, not shared" in cli(a, "doctor")
+    assert list(notes(b)) == ["memory/2026-07-26/plain.md"]
+    assert remote_status(a)["outbox"] == 0 and remote_status(a)["state"] == "online"
+    # Renamed, it is shared (status counts what the last scan found).
+    os.rename(folder + b"/r\xe9sum\xe9.md", folder + b"/resume.md")
+    wait_for(lambda: len(notes(b)) == 2, what="the renamed note on b")

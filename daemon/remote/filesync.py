@@ -88,7 +88,9 @@ class FileSync(ReplicaFiles):
             ws.root, [s.daily_dir, s.digest_dir], apply=self._apply_local,
             known=lambda: self._known,
             config=WatcherConfig(reconcile_interval_s=reconcile_interval_s,
-                                 reconcile_before_ready=False))
+                                 reconcile_before_ready=False,
+                                 misnamed_hint="so it is not shared with the other hosts "
+                                               "either: rename it to have it shared"))
         self.watcher.root_lost.append(self._root_lost)
         # Held around each call on the replica's writer connection, which the embedding
         # exchange and the chunk backfill use too.

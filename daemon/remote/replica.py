@@ -51,6 +51,7 @@ from recalld.daemon.remote.guard import HeldStatus
 from recalld.daemon.remote.schema import SchemaTooNew
 from recalld.daemon.remote.searcher import SearchUnavailable, ServerSearcher, one_line
 from recalld.daemon.remote.state import Base, ReplicaState
+from recalld.daemon.watchpaths import MisnamedStatus
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import AlreadyRunning, ProviderUnavailable
 
@@ -110,6 +111,7 @@ class ReplicaStatus(TypedDict):
     refused: dict[str, str]  # local changes the server refuses to store, and why
     held: HeldStatus  # local deletions held back (remote/guard.py)
     outside: OutsideStatus  # notes outside this host's folders (another host's differ)
+    unshared: MisnamedStatus  # notes not shared: their name is not valid UTF-8
     watcher: str
     vectors: VectorCounts
     search_mode: str
@@ -191,6 +193,7 @@ class Replica:
             "refused": refused,
             "held": self._files.guard.status(),
             "outside": self._files.outside,
+            "unshared": self._files.watcher.status()["misnamed"],
             "watcher": self._files.watcher.state,
             "vectors": {"shared": self.shared_vectors, "embedded_here": self.provider_vectors},
             "search_mode": self._cfg.search_mode,
