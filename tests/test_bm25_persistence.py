@@ -256,6 +256,22 @@ def test_sorted_terms_find_every_saved_term_and_refuse_bad_dictionaries() -> Non
         SortedTerms(blob, np.array([0, 1, len(blob)], dtype=np.int64))
 
 
+def test_sorted_terms_order_short_terms_by_every_byte_of_their_width() -> None:
+    # Short terms are ordered as words of their fixed width: terms that differ only in
+    # a later word, or only by their length, must still be told apart and found.
+    width = SortedTerms.WIDTH
+    stems = ["", "a" * 7, "b" * 8, "c" * 15, "d" * 16, "e" * (width - 1)]
+    terms = [stem + tail for stem in stems for tail in ("", "a", "z", "\u00e9", "zz")
+             if 0 < len((stem + tail).encode()) <= width]
+    terms.reverse()  # ids against the byte order
+    table = SortedTerms(*terms_to_arrays(terms))
+    for tid, term in enumerate(terms):
+        assert table.get(term) == tid
+    for stem in stems[1:]:
+        assert table.get(stem + "b") is None
+        assert table.get(stem[:-1]) is None or stem[:-1] in terms
+
+
 def _held_after_compaction(saved: dict[str, npt.NDArray[np.generic]],
                            meta: bm25_mod.BM25Meta, *, off_the_lock: bool) -> int:
     """Bytes a loaded index holds once a compaction (planned and merged off the lock, or

@@ -180,6 +180,24 @@ def test_bad_content_in_a_valid_frame(tmp_path: Path, payload: bytes, reason: st
         read_records(path)
 
 
+def test_a_bad_line_is_reported_at_its_offset_past_blank_lines_and_input_chunks(
+        tmp_path: Path) -> None:
+    # Lines of incompressible text, so the frame spans several of the reader's input
+    # chunks; blank lines are skipped; the bad line's offset is where it starts.
+    rng = np.random.default_rng(7)
+    lines = [orjson.dumps({"i": i, "t": base64.b64encode(rng.bytes(600)).decode()})
+             for i in range(5000)]
+    good = b"\n".join(lines[:2500]) + b"\n\n" + b"\n".join(lines[2500:]) + b"\n"
+    path = tmp_path / "x.jsonl.zst"
+    path.write_bytes(_frame(good))
+    assert len(path.read_bytes()) > 2 << 20
+    assert [r["i"] for r in read_records(path)] == list(range(5000))
+    payload = good + b"\n" + b'{"i": broken}\n'
+    path.write_bytes(_frame(payload))
+    with pytest.raises(CorruptState, match=f"bad JSON at offset {len(good) + 1}:"):
+        read_records(path)
+
+
 def test_our_files_require_checksum_and_size_in_the_frame(tmp_path: Path) -> None:
     path = tmp_path / "x.jsonl.zst"
     data = zstandard.ZstdCompressor(write_checksum=False).compress(b'{"a":1}\n')

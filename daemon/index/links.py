@@ -257,8 +257,11 @@ class LinkGraph:
         """Set ``path``'s outgoing edges (replacing any earlier ones)."""
         self.remove_file(path)
         edges = [lk for lk in links if lk.src == path]
-        if not edges:
-            return
+        if edges:
+            self._set_edges(path, edges)
+
+    def _set_edges(self, path: str, edges: list[Link]) -> None:
+        """``path`` (which has none) has ``edges``, every one from it."""
         self._out[path] = edges
         self._edges += len(edges)
         for lk in edges:
@@ -352,6 +355,6 @@ class LinkGraph:
             lk = Link.from_record(rec)
             by_src.setdefault(lk.src, []).append(lk)
         graph = cls()
-        for src, links in by_src.items():
-            graph.add_file(src, links)
+        for src, links in by_src.items():  # a new graph: nothing to replace
+            graph._set_edges(src, links)
         return graph

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from recalld.daemon.jsontypes import JsonObject
 
@@ -63,8 +63,21 @@ class FileInfo:
     @classmethod
     def from_record(cls, rec: JsonObject) -> FileInfo:
         return cls(str(rec["path"]), int(rec["mtime_ns"]), int(rec["size"]),
-                   str(rec["digest"]), compact_keys([int(k) for k in rec["keys"]]),
+                   str(rec["digest"]), _record_keys(rec["keys"]),
                    rec.get("secret_name") is True, str(rec.get("encoding") or ""))
+
+
+def _record_keys(keys: Any) -> Sequence[int]:
+    """A catalog record's ``keys`` as :func:`compact_keys` makes them of their ints.
+
+    Nearly every file's keys are consecutive ints, as the index hands them out: those
+    are compared with their range in C, not converted one at a time (a warm start reads
+    every file's record)."""
+    if type(keys) is list and keys and type(keys[0]) is int:
+        run = range(keys[0], keys[0] + len(keys))
+        if keys == list(run):
+            return run
+    return compact_keys([int(k) for k in keys])
 
 
 def compact_keys(keys: list[int]) -> Sequence[int]:
