@@ -151,8 +151,11 @@ def test_notes_behind_a_linked_folder_are_not_deleted_on_the_other_hosts(
     assert status["state"] == "failing", status
     assert "memory is a symbolic link" in status["blocked"]["memory/proj/three.md"], status
     assert not (elsewhere / "memory/proj/three.md").exists()
-    # Said once, not at each of the watcher's retries.
-    assert a.log().count("cannot read memory/proj/one.md now") == 1
+    # Said once by each of a's watchers (the index's, the replica's), not at each retry of
+    # their watch; the notes behind the link stay known.
+    said = a.log().count("memory (it is a symbolic link leading out of the workspace)")
+    assert 1 <= said <= 2, a.log()
+    assert "memory/proj/one.md" in notes(b)
 
 
 def feed_rows_read(pg: PgServer) -> int:
