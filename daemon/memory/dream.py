@@ -56,7 +56,6 @@ from recalld.daemon.memory import (
     textlines,
 )
 from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catalog
-from recalld.daemon.memory.dreamnotes import DELETED_AT
 from recalld.daemon.memory.dreamruns import INTERESTS_FILE
 from recalld.daemon.memory.dreamruns import RUNNING as _RUNNING
 from recalld.daemon.memory.fileops import (
@@ -384,21 +383,7 @@ async def run_dream(
     _RUNNING.add(run.log.run_id)
     ended = False  # True once the run went through every note: not cancelled, no error
     try:
-        if moves:  # the same notes by other names: their nodes follow, nothing is dreamed
-            await dreamlinks.follow_moves(run, moves)
-            for new, old in moves.items():
-                rec = catalog[old]
-                await run.set_catalog(catalog, old, None)
-                await run.set_catalog(catalog, new, {k: v for k, v in rec.items()
-                                                     if k != DELETED_AT} | {"path": new})
-        if gone or back:  # notes deleted (their claims stay), or there again
-            await dreamlinks.follow_deleted(run, gone, back)
-            for rel in gone:
-                await run.set_catalog(catalog, rel, {**catalog[rel],
-                                                     DELETED_AT: started.isoformat()})
-            for rel in back:
-                await run.set_catalog(catalog, rel, {k: v for k, v in catalog[rel].items()
-                                                     if k != DELETED_AT})
+        await dreamlinks.follow_notes(run, catalog, moves, gone, back, started.isoformat())
         await dreamlinks.follow_renamed_nodes(run, renamed)
         for i, (note, sha, text) in enumerate(todo):
             progress(i, len(todo), note)

@@ -1,10 +1,11 @@
 """What a dream run writes about nodes besides their integrations: their older History
 entries in the archive file beside them (:func:`archive_history`), the daily notes they
 cite renamed or moved (:func:`follow_moves`) or deleted (:func:`follow_deleted`), and
-the nodes they relate to renamed by hand (:func:`follow_renamed_nodes`), whose History
-archive follows them. Each write goes through the run (its change log and journal), so
-undo restores it. No task; it keeps, per open workspace, the node files seen when links
-were last followed (:func:`renamed_nodes`), in memory only.
+with them those notes' catalog records (:func:`follow_notes`), and the nodes they relate
+to renamed by hand (:func:`follow_renamed_nodes`), whose History archive follows them.
+Each write goes through the run (its change log and journal), so undo restores it. No
+task; it keeps, per open workspace, the node files seen when links were last followed
+(:func:`renamed_nodes`), in memory only.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 
 import trio
 
+from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import digest, dreamnotes, nodefiles
+from recalld.daemon.memory.dreamnotes import DELETED_AT
 from recalld.daemon.memory.fileops import WriteConflict, read_confined
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import RecalldError
@@ -44,6 +47,28 @@ async def archive_history(run: _Run, rel: str, entries: Sequence[str]) -> None:
     more = [e for e in entries if e not in held]
     if more:
         await run.write(path, before, text + "".join(f"{e}\n" for e in more))
+
+
+async def follow_notes(run: _Run, catalog: dict[str, JsonObject], moves: Mapping[str, str],
+                       gone: Collection[str], back: Collection[str], when: str) -> None:
+    """The daily notes renamed or moved since they were dreamed (``moves``: new path ->
+    old), deleted (``gone``: their claims stay) or there again (``back``): the nodes
+    citing them follow (nothing is dreamed), then their records in ``catalog`` (each
+    change kept for undo); ``when``: the time of the run."""
+    if moves:
+        await follow_moves(run, moves)
+        for new, old in moves.items():
+            rec = catalog[old]
+            await run.set_catalog(catalog, old, None)
+            await run.set_catalog(catalog, new, {k: v for k, v in rec.items()
+                                                 if k != DELETED_AT} | {"path": new})
+    if gone or back:
+        await follow_deleted(run, gone, back)
+        for rel in gone:
+            await run.set_catalog(catalog, rel, {**catalog[rel], DELETED_AT: when})
+        for rel in back:
+            await run.set_catalog(catalog, rel, {k: v for k, v in catalog[rel].items()
+                                                 if k != DELETED_AT})
 
 
 async def follow_moves(run: _Run, moves: Mapping[str, str]) -> None:
