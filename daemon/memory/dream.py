@@ -356,13 +356,17 @@ async def run_dream(
         dreamnotes.changed_notes, ws.root, settings.daily_dir, catalog)
     moves = await trio.to_thread.run_sync(dreamnotes.renamed_notes, ws.root, catalog, todo)
     copies = await trio.to_thread.run_sync(dreamnotes.copied_notes, ws.root, catalog, todo)
-    for rel, sha, _ in todo:
+    same = dreamnotes.unchanged_notes(catalog, todo)
+    for rel, sha, text in todo:
         if rel in copies:  # read as the original was: nothing new to integrate
             catalog[rel] = {"path": rel, "digest": sha, "state": "processed",
-                            "copy_of": copies[rel]}
+                            "copy_of": copies[rel], **dreamnotes.says(text)}
+        elif rel in same:  # rewritten in place, saying what was read: nothing new either
+            catalog[rel] = {**catalog[rel], "digest": sha}
     gone, back = await trio.to_thread.run_sync(dreamnotes.deleted_notes, ws.root, catalog,
                                                moves)
-    pending = [t for t in todo if t[0] not in moves and t[0] not in copies]
+    moved = {t[0]: t for t in todo if t[0] in moves}
+    pending = [t for t in todo if t[0] not in moves and t[0] not in copies and t[0] not in same]
     todo = pending[: cfg.max_notes_per_run]
     runs_dir = changelog.runs_dir(ws.root, settings.metadata_dir)
     await dreaminbox.recover_journals(ws, runs_dir, _RUNNING)  # also with nothing to do
@@ -383,7 +387,8 @@ async def run_dream(
     _RUNNING.add(run.log.run_id)
     ended = False  # True once the run went through every note: not cancelled, no error
     try:
-        await dreamlinks.follow_notes(run, catalog, moves, gone, back, started.isoformat())
+        await dreamlinks.follow_notes(run, catalog, moved, moves, gone, back,
+                                      started.isoformat())
         await dreamlinks.follow_renamed_nodes(run, renamed)
         for i, (note, sha, text) in enumerate(todo):
             progress(i, len(todo), note)
@@ -433,7 +438,8 @@ async def run_dream(
             await run.set_catalog(catalog, note, {
                 "path": note, "digest": sha,
                 "state": OPEN_STATE if opened and not waited else "processed",
-                "run_id": run.log.run_id, "processed_at": started.isoformat()})
+                "run_id": run.log.run_id, "processed_at": started.isoformat(),
+                **dreamnotes.says(text)})
             await save()  # a daemon killed later does not dream this note again
         progress(len(todo), len(todo), "interests")
         await _refresh_interests(run)

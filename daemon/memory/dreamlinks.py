@@ -49,19 +49,23 @@ async def archive_history(run: _Run, rel: str, entries: Sequence[str]) -> None:
         await run.write(path, before, text + "".join(f"{e}\n" for e in more))
 
 
-async def follow_notes(run: _Run, catalog: dict[str, JsonObject], moves: Mapping[str, str],
+async def follow_notes(run: _Run, catalog: dict[str, JsonObject],
+                       read: Mapping[str, tuple[str, str, str]], moves: Mapping[str, str],
                        gone: Collection[str], back: Collection[str], when: str) -> None:
     """The daily notes renamed or moved since they were dreamed (``moves``: new path ->
-    old), deleted (``gone``: their claims stay) or there again (``back``): the nodes
-    citing them follow (nothing is dreamed), then their records in ``catalog`` (each
-    change kept for undo); ``when``: the time of the run."""
+    old; ``read``: each new path, digest and text), deleted (``gone``: their claims
+    stay) or there again (``back``): the nodes citing them follow (nothing is dreamed),
+    then their records in ``catalog`` (each change kept for undo); ``when``: the time of
+    the run."""
     if moves:
         await follow_moves(run, moves)
         for new, old in moves.items():
             rec = catalog[old]
+            _, sha, text = read[new]  # a resource's note moved is rewritten as it moves
             await run.set_catalog(catalog, old, None)
             await run.set_catalog(catalog, new, {k: v for k, v in rec.items()
-                                                 if k != DELETED_AT} | {"path": new})
+                                                 if k not in (DELETED_AT, dreamnotes.SAYS)}
+                                  | {"path": new, "digest": sha, **dreamnotes.says(text)})
     if gone or back:
         await follow_deleted(run, gone, back)
         for rel in gone:

@@ -19,6 +19,7 @@ from recalld.daemon.index.filters import note_date
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import digest, reme_dream
 from recalld.daemon.memory.confined import NotUtf8, read_confined, utf8_file
+from recalld.daemon.memory.resource_files import note_says
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import RecalldError
 
@@ -26,6 +27,8 @@ log = logging.getLogger(__name__)
 
 #: In a catalog record: when the nodes citing its note, deleted, were told so.
 DELETED_AT: Final = "deleted_at"
+#: In a catalog record of a resource's note: what it says (:func:`note_says`).
+SAYS: Final = "says"
 
 
 def sha256_text(text: str) -> str:
@@ -99,20 +102,53 @@ def recognise_reme_dreamed(ws: Workspace, catalog: dict[str, JsonObject]) -> int
     return len(found.unchanged)
 
 
+def says(text: str) -> JsonObject:
+    """The fields a catalog record of a note read as ``text`` keeps besides its digest:
+    for a resource's note, the digest of what it says wherever its file is
+    (:data:`SAYS`), by which a note rewritten as its file moved is known again."""
+    said = note_says(text)
+    return {} if said is None else {SAYS: said}
+
+
 def renamed_notes(root: Path, catalog: Mapping[str, Mapping[str, object]],
                   todo: list[tuple[str, str, str]]) -> dict[str, str]:
     """``{new path: old path}`` of the notes of ``todo`` (:func:`changed_notes`) that are
     a processed note renamed or moved: the catalog has not seen the path, and has the
-    same text under a path that is gone. Dreaming them again would count a note as a
-    second source of what it said."""
-    gone: dict[object, str] = {}
-    for path, rec in catalog.items():
+    same text under a path that is gone, or, for a resource's note, which follows its
+    file to another day and name, the same :data:`SAYS`. Dreaming them again would
+    count a note as a second source of what it said."""
+    gone: dict[object, list[str]] = {}
+    for path, rec in sorted(catalog.items()):
         if rec.get("state") == "processed" and not os.path.lexists(root / path):
-            gone.setdefault(rec.get("digest"), path)
+            gone.setdefault(rec.get("digest"), []).append(path)
+            if rec.get(SAYS):
+                gone.setdefault((SAYS, rec[SAYS]), []).append(path)
     out: dict[str, str] = {}
-    for rel, sha, _ in todo:
-        if rel not in catalog and sha in gone:
-            out[rel] = gone.pop(sha)
+    taken: set[str] = set()
+    for rel, sha, text in todo:
+        if rel in catalog:
+            continue
+        said = note_says(text)
+        olds = [p for p in [*gone.get(sha, []), *gone.get((SAYS, said), [])]
+                if p not in taken]
+        if olds:  # notes alike moved together: each to the one of its own name first
+            name = rel.rsplit("/", 1)[-1]
+            out[rel] = min(olds, key=lambda p: p.rsplit("/", 1)[-1] != name)
+            taken.add(out[rel])
+    return out
+
+
+def unchanged_notes(catalog: Mapping[str, Mapping[str, object]],
+                    todo: list[tuple[str, str, str]]) -> dict[str, str]:
+    """``{path: sha256}`` of the notes of ``todo`` processed as they say now: resource
+    notes rewritten in place as their file was renamed, removed or back (:data:`SAYS`
+    the same). Read again, they would have the model say it all again."""
+    out: dict[str, str] = {}
+    for rel, sha, text in todo:
+        rec = catalog.get(rel)
+        if rec is not None and rec.get("state") == "processed" and rec.get(SAYS) \
+                and rec.get(SAYS) == note_says(text):
+            out[rel] = sha
     return out
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import codecs
 import errno
 import hashlib
+import json
 import logging
 import os
 import re
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from recalld.daemon import safepath
-from recalld.daemon.index.frontmatter import body_of, render_frontmatter
+from recalld.daemon.index.frontmatter import body_of, parse_frontmatter, render_frontmatter
 from recalld.daemon.notetext import note_text
 from recalld.daemon.store.fsio import fit_name
 from recalld.ipc.errors import PathOutsideWorkspace
@@ -30,6 +31,15 @@ _DATE_RE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _SLUG_BAD: Final = re.compile(r"[^\w]+")
 _HAS_TEXT: Final = re.compile(r"[^\W_]")
 _MD_FENCE: Final = re.compile(r"^```(?:markdown|md)?[ \t]*\n(.*?)\n?```$", re.DOTALL | re.I)
+#: The fields of a resource's note that name its file and its day, or mark it (the file
+#: removed, or no longer text): what changes when the file is renamed, moved or removed.
+_PLACE_FIELDS: Final = frozenset({"name", "source_resource", "date", "source_removed",
+                                  "source_changed"})
+#: The body lines that do the same: its title is the file's name, its link names the file,
+#: a mark says the file was removed or no longer held what the note says.
+_PLACE_LINE: Final = re.compile(
+    r"^(?:# .*|Source: \[\[.*\]\]|> The source file .* was removed on .*"
+    r"|> On \S+ the source file .* no longer held what this note says.*)$")
 
 
 def _date_folder(parts: list[str]) -> str | None:
@@ -187,6 +197,24 @@ def files_below(root: Path, rel: str) -> list[str]:
                 full = os.path.join(dirpath, name)
                 out.append(os.path.relpath(full, root).replace(os.sep, "/"))
     return out
+
+
+def note_says(text: str) -> str | None:
+    """A digest of what the resource note ``text`` says, whatever the name, place and day
+    of its file and its marks: the same for the note of a file renamed, moved to another
+    day's folder, removed or emptied since (:mod:`resource_notes` rewrites those), another
+    once its summary, its file's digest or a line a person wrote changed. None for a note
+    that names no resource and its digest (a note of the day, ReMe's)."""
+    fields, start = parse_frontmatter(text)
+    if not fields.get("resource_digest") or not fields.get("source_resource"):
+        return None
+    lines = text.replace("\r\n", "\n").split("\n")[start:]
+    title = next((i for i, ln in enumerate(lines) if ln.strip()), None)
+    said = [ln.rstrip() for i, ln in enumerate(lines)
+            if ln.strip() and not (_PLACE_LINE.match(ln) and (i == title or ln[0] != "#"))]
+    kept = {k: v for k, v in fields.items() if k not in _PLACE_FIELDS}
+    return hashlib.sha256(json.dumps([kept, said], sort_keys=True, default=str)
+                          .encode()).hexdigest()
 
 
 def removed_line(path: str, removed_on: object) -> str:
