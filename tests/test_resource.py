@@ -447,8 +447,8 @@ def test_files_empty_binary_utf16_or_named_with_a_line_break(daemon: DaemonHandl
     fields, text = note_of(root, "resource/line\nbreak.md")
     assert fields["source_resource"] == "[[resource/line\nbreak.md]]"  # the file, exactly
     body = text.split("---\n", 2)[2]
-    assert body.startswith("# line\\nbreak.md\n\n") and body.endswith(
-        "Source: [[resource/line\\nbreak.md]]\n")
+    assert body.startswith("# line\\nbreak.md\n\n") and body.endswith(  # names the file
+        "Source: [resource/line\\\\nbreak.md](<resource/line%0Abreak.md>)\n")
     (root / "resource/line\nbreak.md").unlink()
     wait_for(lambda: catalog(root)["resource/line\nbreak.md"].get("marked"))
     _, text = note_of(root, "resource/line\nbreak.md")

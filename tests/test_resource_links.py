@@ -5,7 +5,9 @@ fields. A real daemon, a real resource folder, the scripted chat model."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from urllib.parse import unquote
 
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
@@ -105,3 +107,44 @@ def test_a_name_of_four_byte_characters_gets_a_note(daemon: DaemonHandle,
     assert entry["note"].startswith(f"memory/{entry['date']}/resource-{rare[:40]}")
     fields, _ = note_of(root, rel)
     assert fields["source_resource"] == f"[[{rel}]]"
+
+
+def source_target(text: str) -> str:
+    """The file the ``Source:`` line of the note ``text`` links: a wikilink's target as
+    the index reads it (no bracket, ``|`` or ``#`` in it), or a Markdown link's."""
+    line = text.rstrip("\n").rsplit("\n", 1)[-1]
+    wiki = re.fullmatch(r"Source: \[\[([^\[\]\n|#]*)\]\]", line)
+    if wiki is not None:
+        return wiki.group(1)
+    md = re.fullmatch(r"Source: \[(?:\\.|[^\\\[\]])*\]\(<([^<>\n]*)>\)", line)
+    assert md is not None, line
+    return unquote(md.group(1))
+
+
+def test_a_notes_link_names_its_file_whatever_the_name_holds(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # ``[[resource/a]]b.txt]]`` links ``resource/a``; ``|`` starts an alias, ``#`` a
+    # heading, a line break shown as ``\n`` names another file. Each link names its
+    # file, also once the file is renamed, and a name a wikilink holds keeps one.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    names = ["resource/a]]b.txt", "resource/[[draft]] v2.md", "resource/Q3|Q4.csv",
+             "resource/minutes #4.md", "resource/line\nbreak.txt", "resource/50%20off <b>.txt",
+             "resource/back\\slash.txt", "resource/Übergabe (final).txt"]
+    for rel in names:
+        write(root, rel, f"what {rel!r} holds\n")
+    open_ws(daemon, "res", root, fake)
+    for rel in names:
+        wait_state(root, rel, "processed")
+        fields, text = note_of(root, rel)
+        assert fields["source_resource"] == f"[[{rel}]]", text
+        assert source_target(text) == rel, text
+    assert note_of(root, names[-1])[1].endswith(f"Source: [[{names[-1]}]]\n")
+    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))
+    for old, new in (("resource/a]]b.txt", "resource/c|d.txt"),
+                     ("resource/Übergabe (final).txt", "resource/Übergabe #2.txt"),
+                     ("resource/line\nbreak.txt", "resource/plain.txt")):
+        (root / old).rename(root / new)
+        wait_for(lambda old=old: old not in catalog(root), f"{old} followed")
+        wait_state(root, new, "processed")
+        assert source_target(note_of(root, new)[1]) == new

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from datetime import date as Date
 from pathlib import Path
 from typing import Final
+from urllib.parse import quote
 
 from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import body_of, parse_frontmatter, render_frontmatter
@@ -35,10 +36,13 @@ _MD_FENCE: Final = re.compile(r"^```(?:markdown|md)?[ \t]*\n(.*?)\n?```$", re.DO
 #: removed, or no longer text): what changes when the file is renamed, moved or removed.
 _PLACE_FIELDS: Final = frozenset({"name", "source_resource", "date", "source_removed",
                                   "source_changed"})
+#: What ends a ``[[wikilink]]``'s target as the index reads links (``index/links.py``): a
+#: bracket, ``|`` (an alias follows), ``#`` (a heading follows).
+_NOT_IN_WIKILINK: Final = re.compile(r"[\[\]|#]")
 #: The body lines that do the same: its title is the file's name, its link names the file,
 #: a mark says the file was removed or no longer held what the note says.
 _PLACE_LINE: Final = re.compile(
-    r"^(?:# .*|Source: \[\[.*\]\]|> The source file .* was removed on .*"
+    r"^(?:# .*|Source: (?:\[\[.*\]\]|\[.*\]\(<.*>\))|> The source file .* was removed on .*"
     r"|> On \S+ the source file .* no longer held what this note says.*)$")
 
 
@@ -215,6 +219,21 @@ def note_says(text: str) -> str | None:
     kept = {k: v for k, v in fields.items() if k not in _PLACE_FIELDS}
     return hashlib.sha256(json.dumps([kept, said], sort_keys=True, default=str)
                           .encode()).hexdigest()
+
+
+def source_link(rel: str) -> str:
+    """The link to the resource file ``rel`` in its note: ``[[rel]]``; for a name that a
+    wikilink cannot hold as the index reads links (``[``, ``]``, ``|``, ``#``; a line
+    break or another control character, which would show escaped), a Markdown link whose
+    target is the name, percent-encoded where it must be (``%``, ``<``, ``>``, ``\\``,
+    control characters): ``[resource/a\\]\\]b.txt](<resource/a]]b.txt>)``. Either
+    parses back to the file, not to another."""
+    if _NOT_IN_WIKILINK.search(rel) is None and visible(rel) == rel:
+        return f"[[{rel}]]"
+    shown = re.sub(r"([\\\[\]])", r"\\\1", visible(rel))
+    target = "".join(quote(c, safe="") if c in "%<>\\" or visible(c) != c else c
+                     for c in rel)
+    return f"[{shown}](<{target}>)"
 
 
 def removed_line(path: str, removed_on: object) -> str:

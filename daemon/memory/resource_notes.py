@@ -3,7 +3,8 @@ mark a note gets when its file is removed and the change when its file is rename
 
 A note is ``<daily_dir>/<date>/resource-<slug>.md`` with frontmatter ``resource_digest``,
 ``name``, ``source_resource: [[resource/...]]``, ``date``, ``truncated_input`` and
-``description``, a title, the model's summary and a ``Source:`` link. Every write goes
+``description``, a title, the model's summary and a ``Source:`` link (a Markdown link for
+a name a wikilink cannot hold: :func:`resource_files.source_link`). Every write goes
 through the workspace's file operations (atomic, searchable at once).
 """
 
@@ -23,6 +24,7 @@ from recalld.daemon.memory.resource_files import (
     name_fields,
     note_stem,
     removed_line,
+    source_link,
     without_changed_line,
 )
 from recalld.daemon.workspaces import Workspace
@@ -69,7 +71,7 @@ async def write_note(ws: Workspace, rec: JsonObject, summary: str, *, truncated:
         "description": description(summary),
     }
     text = (render_frontmatter(fields) + f"# {visible(inside)}\n\n{summary}\n\n"
-            f"Source: [[{visible(rec['path'])}]]\n")
+            f"Source: {source_link(rec['path'])}\n")
     await fileops_for(ws).write(note, text)
     return note
 
@@ -140,8 +142,11 @@ async def renamed_in_note(ws: Workspace, note: str, old: str, new: str,
     if date is not None and not note.startswith(day):
         fields["date"] = date
     updated = update_fm(text, fields)
-    updated = updated.replace(f"[[{visible(old)}]]", f"[[{visible(new)}]]").replace(
-        f"\n# {visible(inside[0])}\n", f"\n# {visible(inside[1])}\n", 1)
+    # The link as written now, or as it was before a name no wikilink can hold was
+    # linked otherwise.
+    for link in dict.fromkeys((source_link(old), f"[[{visible(old)}]]")):
+        updated = updated.replace(link, source_link(new))
+    updated = updated.replace(f"\n# {visible(inside[0])}\n", f"\n# {visible(inside[1])}\n", 1)
     if "date" not in fields:
         await files.write(note, updated)
         return note
