@@ -14,6 +14,7 @@ from test_resource import active_jobs, catalog, fake, note_of, open_ws, wait_sta
 from waits import wait_for
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.memory.resource_files import resource_date
 
 __all__ = ["fake"]  # the fixture, shared with test_resource
 
@@ -176,3 +177,13 @@ def test_files_of_the_same_bytes_moved_together_each_keep_their_note(
         stem = rel.rsplit("/", 1)[1].replace(" ", "-").replace(".", "-")
         assert note == f"memory/2025-03-09/resource-{stem}.md", (rel, note)
         assert "source_removed" not in note_of(root, rel)[0]
+
+
+def test_a_files_day_is_that_of_a_date_folder_directly_in_resource() -> None:
+    # As the README says: resource/YYYY-MM-DD/ (the file at any depth below it); a date
+    # deeper down, a date that is no calendar day, or a file named by a date is not one.
+    for inside, day in (("2026-03-02/a.txt", "2026-03-02"),
+                        ("2026-03-02/scans/2026-04-01/a.txt", "2026-03-02"),
+                        ("a.txt", "2026-01-05"), ("clients/2026-03-02/a.txt", "2026-01-05"),
+                        ("2026-02-30/a.txt", "2026-01-05"), ("2026-03-02.txt", "2026-01-05")):
+        assert resource_date(inside, "2026-01-05") == day, inside

@@ -30,9 +30,11 @@ again while it is as ReMe read it (``reme_resource.py``); so does a file recalld
 catalog lost track of (a damaged catalog, a workspace copied without it), by the digest
 its note carries.
 
-Dates: a file directly under ``resource/`` (or under a folder that is not a date) belongs
-to the day it was first cataloged; a file under ``resource/YYYY-MM-DD/`` (any depth) to
-that date. A file moved to another day has its note moved to that day's folder.
+Dates: a file under ``resource/YYYY-MM-DD/`` (a real date, directly inside ``resource/``;
+the file at any depth below it) belongs to that date; any other (directly under
+``resource/``, or under folders none of which is such a date folder) to the day it was
+first cataloged (``resource_files.resource_date``). A file moved to another day has its
+note moved to that day's folder.
 """
 
 from __future__ import annotations

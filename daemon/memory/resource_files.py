@@ -64,7 +64,13 @@ def iso_date(value: object) -> str | None:
 
 
 def resource_date(rel_in_resource: str, first_seen: str) -> str:
-    """The day a file belongs to (see the module docstring)."""
+    """The day a file belongs to (``rel_in_resource``: its path inside ``resource/``):
+    that of a folder named by a real date directly inside ``resource/``, the file at any
+    depth below it (``2026-03-02/scans/a.txt``: 2026-03-02); else ``first_seen``, the day
+    it was first cataloged (``a.txt``, ``clients/2026-03-02/a.txt``, ``2026-02-30/a.txt``,
+    ``2026-03-02.txt``). Day folders are where a day's files go, as ``memory/<date>/`` is
+    for notes: a date deeper down is a name among others, which a file's day does not
+    follow."""
     return _date_folder(rel_in_resource.split("/")) or first_seen
 
 
