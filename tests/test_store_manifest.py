@@ -293,6 +293,24 @@ def test_damage_shared_by_all_generations_is_reported_per_file(tmp_path: Path) -
     assert fixed is not None and fixed.ok and fixed.read_records("chunks") == chunks(n)
 
 
+def test_a_damaged_fallback_names_only_the_newer_generations_passed_by(tmp_path: Path) -> None:
+    # No generation is whole: the newest readable one serves, and what it says was passed
+    # by is the newer manifest that could not be read, not the older generations tried
+    # after it (they would never serve in its place).
+    store = make_store(tmp_path, keep=3)
+    store.open()
+    commit(store)
+    commit(store, carry_chunks=True)
+    commit(store, carry_chunks=True)  # all three name chunks.g000001
+    flip(store.state_dir / "chunks.g000001.jsonl.zst", 20)
+    truncate(store.state_dir / manifest_name(3), 10)
+    reopened = make_store(tmp_path, keep=3)
+    gen = reopened.load()
+    assert gen is not None and gen.number == 2 and gen.corrupt == {"chunks": "checksum mismatch"}
+    assert [name for name, _ in gen.skipped] == [manifest_name(3)]
+    assert reopened.skipped == gen.skipped
+
+
 def test_size_only_load_defers_checksums_to_the_reader(tmp_path: Path) -> None:
     store = two_generations(tmp_path)
     flip(store.state_dir / "bm25.g000002.arr", 200)

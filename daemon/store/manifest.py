@@ -161,11 +161,13 @@ class GenerationStore:
             if gen.ok:
                 gen.skipped = skipped
                 return gen
-            skipped.append((manifest_name(number), "corrupt files: " + ", ".join(gen.corrupt)))
             if fallback is None:
+                # What it passed by are the newer ones; older ones tried after it would
+                # never serve in its place.
+                gen.skipped = list(skipped)
                 fallback = gen
+            skipped.append((manifest_name(number), "corrupt files: " + ", ".join(gen.corrupt)))
         if fallback is not None:
-            fallback.skipped = [s for s in skipped if s[0] != manifest_name(fallback.number)]
             self.skipped = fallback.skipped
         return fallback
 
