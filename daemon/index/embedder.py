@@ -146,7 +146,7 @@ class VectorWorker(VectorServing):
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.index.vectors = self
-        self.target.members.add(self)
+        self.target.join(self)
         try:
             if not self.enabled:
                 self.state = "disabled"
@@ -174,7 +174,7 @@ class VectorWorker(VectorServing):
         finally:
             if self.fill.texts is not None:
                 self.fill.texts.close()
-            self.target.members.discard(self)
+            self.target.leave(self)
             if self.index.vectors is self:
                 self.index.vectors = None
 
@@ -219,11 +219,12 @@ class VectorWorker(VectorServing):
 
     async def _backfill(self) -> None:
         client = self.target.client
-        limit = client.max_batch_size * max(1, self.cfg.batches_per_round)
         backoff = self.cfg.backoff_base_s
         while True:
             changed = self.index.changed
             now = trio.current_time()
+            # Read each round: a workspace joining the space may lower the batch size.
+            limit = client.max_batch_size * max(1, self.cfg.batches_per_round)
             rnd = await self.index.locked(partial(self.fill.next_round, limit=limit, now=now))
             if not rnd.more:  # else it counted only the chunks looked at so far
                 self.total, self.embedded = rnd.total, rnd.total - rnd.pending

@@ -3,7 +3,8 @@
 A vector space is (backend, model, dimensions, endpoint): vectors from different spaces are
 not comparable. :class:`VectorSpaces` hands every workspace the :class:`VectorSpace` of its
 ``embedding_model_config``; workspaces configured alike share the client (so its circuit
-breaker sees every failure of that provider) and the text-keyed cache
+breaker sees every failure of that provider, and its batch and input limits are the strictest
+of its members') and the text-keyed cache
 (``<state_dir>/embeddings/<space>.log``, see ``embedcache.py``); a text one workspace is
 embedding now is waited for by the others (``claim``), not sent again. Each space also
 keeps a small in-memory LRU of query vectors.
@@ -71,6 +72,16 @@ class VectorSpace:
         self.members: set[VectorWorker] = set()
         #: Text hashes a member is embedding now (set once that call has ended).
         self._inflight: dict[str, trio.Event] = {}
+
+    def join(self, member: VectorWorker) -> None:
+        """Add ``member``: the client applies its limits too, if stricter."""
+        self.members.add(member)
+        self.client.share_limits([m.config for m in self.members])
+
+    def leave(self, member: VectorWorker) -> None:
+        """Remove ``member``: the limits of those left apply."""
+        self.members.discard(member)
+        self.client.share_limits([m.config for m in self.members])
 
     async def ensure_open(self) -> None:
         """Open the cache once (replaying its log in a worker thread)."""

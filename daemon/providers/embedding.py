@@ -6,7 +6,8 @@ in a PyPI package in worker threads (local.py).
 
 :class:`EmbeddingClient` sends through the shared :class:`ProviderBridge` with a
 :class:`RetryPolicy` and a :class:`CircuitBreaker`, batches by ``max_batch_size``, cuts inputs
-to a character budget derived from ``max_input_length`` and returns L2-normalized float32
+to a character budget derived from ``max_input_length`` (both the strictest of the
+workspaces that share the client) and returns L2-normalized float32
 rows. It starts no task; cancelling ``embed`` cancels the HTTP attempt in flight.
 
 API keys come from the config, else ``RECALLD_EMBEDDING_API_KEY``, else the backend's
@@ -24,7 +25,7 @@ import os
 import random
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypedDict
 
@@ -76,6 +77,9 @@ class EmbeddingStatus(TypedDict):
     #: every text refused), so the fix is the user's; False for an outage, a rate limit.
     fails_for_good: bool
     last_ok: float | None
+    #: The limits calls apply now: the strictest of the workspaces sharing the client.
+    max_batch_size: int
+    max_input_length: int
 
 
 __all__ = ["DEADLINE_MARGIN_S", "EmbeddingClient", "EmbeddingStatus", "Kind", "disabled_reason",
@@ -169,6 +173,9 @@ class EmbeddingClient:
         self.fails_for_good = False
         #: Until when (trio clock) the provider's last Retry-After asks to be left alone.
         self._quiet_until = -math.inf
+        #: Texts per request and the input budget (``share_limits``).
+        self._batch_limit = max(1, config.max_batch_size)
+        self.input_limit = config.max_input_length
 
     def __repr__(self) -> str:
         c, endpoint = self.config, redact(self.endpoint, self._api_key)
@@ -199,7 +206,15 @@ class EmbeddingClient:
 
     @property
     def max_batch_size(self) -> int:
-        return max(1, self.config.max_batch_size)
+        return self._batch_limit
+
+    def share_limits(self, configs: Collection[EmbeddingModelConfig]) -> None:
+        """Apply the strictest ``max_batch_size`` and ``max_input_length`` of ``configs``
+        (the workspaces sharing this client; its own config's when none): a limit one of
+        them states for the provider or the model is never passed for another's texts."""
+        configs = configs or (self.config,)
+        self._batch_limit = max(1, min(c.max_batch_size for c in configs))
+        self.input_limit = min(c.max_input_length for c in configs)
 
     def vector_space_key(self) -> str:
         """A stable, filename-safe key for (backend, model, dimensions, endpoint). A local
@@ -236,7 +251,7 @@ class EmbeddingClient:
             raise ValueError(f"kind must be 'passage' or 'query', not {kind!r}")
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
-        budget = self.config.max_input_length
+        budget = self.input_limit
         prepared = [truncate_to_budget(t, budget) or " " for t in texts]
         policy = self.policy
         if deadline_s is not None:
@@ -384,4 +399,6 @@ class EmbeddingClient:
             "last_error": self.last_error,
             "fails_for_good": self.health == "fail" and self.fails_for_good,
             "last_ok": self.last_ok,
+            "max_batch_size": self.max_batch_size,
+            "max_input_length": self.input_limit,
         }
