@@ -146,7 +146,8 @@ class VectorSpace:
             rows = await self.client.embed([text], kind="query", deadline_s=timeout_s)
         if scope.cancelled_caught:
             error = f"query embedding took longer than {timeout_s:g}s"
-            self.client.health, self.client.last_error = "fail", error
+            self.client.health = "fail"
+            self.client.note_error(error)
             raise ProviderTimeout(error)
         if rows.shape != (1, self.dims):
             raise DimensionMismatch(f"query vector of shape {rows.shape}, expected {self.dims}")

@@ -124,7 +124,10 @@ class VectorServing:
             "parked_paths": self.fill.parked_places(self.index.state, MAX_LISTED),
             "parked_error": self.parked_error if self.fill.failed else None,
             "health": client.health,
-            "last_error": self.last_error or client.last_error,
+            # The error that holds now: once the provider answers again, the one it met
+            # before is past (``provider.last_error`` keeps it, with its time).
+            "last_error": self.last_error or (client.last_error if client.health == "fail"
+                                              else None),
             "provider": client.status(),
             "cache": self.target.cache.stats(),
         }

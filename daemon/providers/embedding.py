@@ -72,6 +72,8 @@ class EmbeddingStatus(TypedDict):
     health: Literal["unknown", "ok", "fail"]
     breaker: BreakerState
     last_error: str | None
+    #: When (wall clock) ``last_error`` came; past once ``last_ok`` is later.
+    last_error_at: float | None
     #: While ``health`` is "fail": whether the provider failed for good (a retry of the
     #: same request will not help: the key, the model, the address, the dimensions, or
     #: every text refused), so the fix is the user's; False for an outage, a rate limit.
@@ -164,6 +166,7 @@ class EmbeddingClient:
             else:
                 self._format = FORMATS[config.backend](config, self._api_key)
         self.last_error: str | None = None
+        self.last_error_at: float | None = None
         self.last_ok: float | None = None
         #: Calls answered with vectors so far (a text failing while others are embedded
         #: is the text's fault, not the provider's: ``index/passages.py``).
@@ -265,7 +268,7 @@ class EmbeddingClient:
                 batch = prepared[start:start + self.max_batch_size]
                 parts.append(await self._embed_batch(batch, kind, policy))
         except ProviderError as exc:
-            self.last_error = self._redact(str(exc))
+            self.note_error(self._redact(str(exc)))
             if exc.retry_after_s is not None and not isinstance(exc, CircuitOpen):
                 # The provider's own Retry-After (an open circuit's wait is the breaker's,
                 # which ``hold_s`` reads from it).
@@ -340,7 +343,7 @@ class EmbeddingClient:
             return True
         reason = self._redact(reason).replace("\n", " ")
         self.failing(for_good=for_good)
-        self.last_error = reason
+        self.note_error(reason)
         log.warning("%s -> FAIL %s", prefix, reason)
         return False
 
@@ -371,6 +374,10 @@ class EmbeddingClient:
         not help (see ``EmbeddingStatus.fails_for_good``)."""
         self.health, self.fails_for_good = "fail", for_good
 
+    def note_error(self, error: str) -> None:
+        """Keep ``error`` (redacted) as the last one met, with its time."""
+        self.last_error, self.last_error_at = error, time.time()
+
     def hold_s(self) -> float:
         """Seconds before the provider should be called again of its own accord: while the
         breaker is open, or the provider's last Retry-After (capped by the retry policy)
@@ -397,6 +404,7 @@ class EmbeddingClient:
             "health": self.health,
             "breaker": self.breaker.snapshot().as_dict(),
             "last_error": self.last_error,
+            "last_error_at": self.last_error_at,
             "fails_for_good": self.health == "fail" and self.fails_for_good,
             "last_ok": self.last_ok,
             "max_batch_size": self.max_batch_size,
