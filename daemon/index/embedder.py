@@ -16,10 +16,13 @@
   of their own, ``providers/local.py``);
 - outages: a transient provider error waits (exponential backoff with jitter, at least until
   the circuit breaker admits a probe and the provider's Retry-After ends) instead of
-  spinning; a permanent error parks the round for ``permanent_retry_s`` and says why in
-  status (a batch refused for its input is sent again text by text, and only the refused
-  texts' chunks are parked); a text the provider keeps failing on (5xx, timeouts) while
-  it embeds the others is singled out and parked the same way (``passages.py``);
+  spinning; an error for good (a rejected key, an unknown model, vectors of other
+  dimensions) sends the backfill back to health-check pings, no text sent or parked until
+  one is answered well; a batch refused for its input is sent again text by text, and only
+  the refused texts' chunks are parked for ``permanent_retry_s`` (every text of a round
+  refused: the round's), saying why in status; a text the provider keeps failing on (5xx,
+  timeouts) while it embeds the others is singled out and parked the same way
+  (``passages.py``);
 - model changes: when the index holds vectors of another space, they keep serving searches
   (with the old space's client) while the new space fills a second :class:`VectorIndex`;
   at full coverage the new index is swapped in and the chunk embeddings rewritten;
@@ -64,7 +67,7 @@ from recalld.daemon.index.vector_fill import VectorFill
 from recalld.daemon.index.vector_serving import VectorServing
 from recalld.daemon.index.vector_status import ReMeVectors
 from recalld.daemon.index.vectors import mean_unit
-from recalld.daemon.providers.errors import ProviderError, ProviderPermanent
+from recalld.daemon.providers.errors import ProviderError, ProviderPermanent, input_refused
 
 log = logging.getLogger(__name__)
 #: Rounds the backfill rate is measured over.
@@ -163,10 +166,7 @@ class VectorWorker(VectorServing):
             await self.index.locked(self.fill.adopt)
             task_status.started()
             await self._seed_foreign()
-            self.state = "health_check"
-            await self._counting(partial(
-                self.target.client.wait_healthy, self.index.root, name=self.index.ws.agent_id,
-                backoff_base_s=self.cfg.backoff_base_s, backoff_max_s=self.cfg.backoff_max_s))
+            await self._wait_healthy()
             # After the daemon's start: it competes with the first answers, and a shared
             # workspace embeds through its replica, which starts in the start's second stage.
             await self.index.after_start()
@@ -189,6 +189,13 @@ class VectorWorker(VectorServing):
             log.info("%s: %d text(s) stay parked from before the restart (%s)",
                      self.index.ws.agent_id, count, newest.why)
         self.fill.texts = texts
+
+    async def _wait_healthy(self) -> None:
+        """Health-check pings until the provider answers well (``wait_healthy``)."""
+        self.state = "health_check"
+        await self._counting(partial(
+            self.target.client.wait_healthy, self.index.root, name=self.index.ws.agent_id,
+            backoff_base_s=self.cfg.backoff_base_s, backoff_max_s=self.cfg.backoff_max_s))
 
     async def _seed_foreign(self) -> None:
         """Reuse what ReMe embedded (``ReMeSource.seed``): its chunk store's vectors go
@@ -262,7 +269,9 @@ class VectorWorker(VectorServing):
                 self.last_error = str(exc)
                 if self.embedded > embedded or len(self.fill.failed) > parked:
                     backoff = self.cfg.backoff_base_s  # the round got somewhere: no outage
-                if isinstance(exc, ProviderPermanent):
+                # A round refused for its input (every text of it: ``passages.py``) waits
+                # its hour; other failures for good are the provider's or the config's.
+                if isinstance(exc, ProviderPermanent) and input_refused(exc):
                     self.parked_error = self.last_error
                     until = trio.current_time() + self.cfg.permanent_retry_s
                     self.fill.failed.update((key, until) for key, _ in rnd.items
@@ -274,6 +283,10 @@ class VectorWorker(VectorServing):
                 delay = backoff / 2 + self._rng.uniform(0.0, backoff / 2)
                 await self._counting(partial(trio.sleep, max(delay, client.hold_s())))
                 backoff = min(backoff * 2, self.cfg.backoff_max_s)
+                if isinstance(exc, ProviderPermanent) and not input_refused(exc):
+                    # A rejected key, an unknown model, vectors of other dimensions: no
+                    # round goes out (and none is parked) until a ping is answered well.
+                    await self._wait_healthy()
                 continue
             backoff = self.cfg.backoff_base_s
             self._done.append((trio.current_time(), len(rnd.items)))
