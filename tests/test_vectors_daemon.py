@@ -142,31 +142,26 @@ def test_a_query_is_embedded_while_a_backfill_call_is_held(daemon_factory: Any,
 def test_a_failed_batch_keeps_the_batches_answered_before_it(daemon_factory: Any,
                                                              tmp_path: Path) -> None:
     # One backfill round sends two provider batches of two texts: the first is answered,
-    # the second fails for good (one vector short, and so are its texts sent one by one).
-    # The first batch's vectors are kept (installed, cached, never asked for again); only
-    # the failed batch is parked.
+    # the second's answer is broken (one vector short). The first batch's vectors are kept
+    # (installed, cached, never asked for again); only the second batch is sent again.
     root = tmp_path / "ws"
     for i in range(4):
         write(root, f"memory/2026-07-2{i}/n{i}.md", f"# N{i}\n\nnote {i} about trains.\n")
     with FakeProvider(dims=8, api_key="k") as fake:
-        # The health check, batch 1, batch 2 and then each of its texts alone.
-        fake.script(Reply(), Reply(), Reply(missing=1), Reply(missing=1), Reply(missing=1))
+        # The health check, batch 1, batch 2.
+        fake.script(Reply(), Reply(), Reply(missing=1))
         config = fake_config(root, fake).replace("dimensions = 8}",
                                                   "dimensions = 8, max_batch_size = 2}")
         d = daemon_factory(config)
         d.call("index.sync", {"agent_id": "w"})
-        st = wait_value(lambda: vectors_status(d),
-                        lambda st: st["last_error"] and st["state"] in ("backoff", "waiting"),
-                        "the failed batch")
-        assert "asked for 2 vectors, got 1" in st["last_error"]
-        st = wait_value(lambda: vectors_status(d), lambda st: st["state"] == "waiting",
-                        "the parked batch")
-        assert (st["embedded"], st["total"], st["parked"]) == (2, 4, 2), st
-        assert st["cache"]["entries"] == 2
+        st = wait_covered(d)
+        assert (st["embedded"], st["total"], st["parked"]) == (4, 4, 0), st
+        assert "asked for 2 vectors, got 1" in st["provider"]["last_error"]
+        assert st["cache"]["entries"] == 4
         sent = Counter(t for r in fake.requests for t in r.json["input"] if t != "ping")
         assert sorted(sent.values()) == [1, 1, 2, 2], sent
         res = d.call("memory.search", {"agent_id": "w", "query": "trains"})
-        assert res["mode"] == "hybrid" and res["vector_hits"] == 2
+        assert res["mode"] == "hybrid" and res["vector_hits"] == 4
         assert d.stop() == 0
 
 

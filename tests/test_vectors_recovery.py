@@ -74,3 +74,46 @@ def test_a_provider_failing_for_good_gets_pings_not_texts(daemon_factory: Any,
                         lambda st: st["total"] == 3 and st["coverage"] >= 1.0, "all embedded")
         assert st["parked"] == 0 and st["health"] == "ok"
         assert d.stop() == 0
+
+
+def test_an_answer_that_cannot_be_read_does_not_park_the_text(daemon_factory: Any,
+                                                             tmp_path: Path) -> None:
+    # Answers broken in transit or by the provider (not JSON, another count of vectors)
+    # for a round of one text: the fault is the answer's, not the text's, so the text is
+    # sent again rather than parked for an hour.
+    root = tmp_path / "ws"
+    write(root, "memory/2026-05-01/n.md", "# N\n\ntuff\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(fake_config(root, fake))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_covered(d)
+        for n, broken in enumerate((Reply(raw=b'{"data": [{"embedding": [0.1,'),
+                                    Reply(missing=1)), start=2):
+            fake.script(broken)
+            write(root, f"memory/2026-05-0{n}/m.md", f"# M{n}\n\nignimbrite {n}\n")
+            d.call("index.sync", {"agent_id": "w"})
+            st = wait_value(lambda: vectors_status(d), lambda st, n=n: st["parked"] or (
+                st["total"] == n and st["coverage"] >= 1.0), "the text embedded or parked")
+            assert st["parked"] == 0 and st["embedded"] == n, st
+        assert d.stop() == 0
+
+
+def test_a_text_whose_answers_keep_breaking_is_parked_alone(daemon_factory: Any,
+                                                            tmp_path: Path) -> None:
+    # The provider's answer breaks for one text every time while it embeds the others:
+    # that shows the fault is the text's, and only its chunk waits.
+    root = tmp_path / "ws"
+    for i in range(3):
+        write(root, f"memory/2026-05-0{i + 1}/n.md", f"# N{i}\n\nperlite {i}\n")
+    write(root, "memory/2026-05-04/odd.md", "# Odd\n\nvitrophyre\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        fake.reply_for = lambda body: (Reply(raw=b"<html>upstream error</html>")
+                                       if any("vitrophyre" in t for t in body["input"])
+                                       else None)
+        d = daemon_factory(fake_config(root, fake))
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_value(lambda: vectors_status(d), lambda st: st["parked"] == 1
+                        and st["embedded"] == 3, "the odd text parked, the others embedded")
+        assert st["parked_paths"][0].startswith("memory/2026-05-04/odd.md"), st
+        assert "not valid JSON" in st["parked_error"] and "failed" in st["parked_error"]
+        assert d.stop() == 0

@@ -4,16 +4,17 @@
 shared-workspace hook) and puts the vectors into the round's ``vectors``. Two kinds of
 failure are told apart from an outage, so that one text never holds back the rest:
 
-- a refusal for the input (HTTP 400/413/422, an answer broken for some texts): a batch of
-  several texts is sent again text by text; a text refused alone is reported (its chunk is
+- a refusal for the input (HTTP 400/413/422, the provider's word): a batch of several
+  texts is sent again text by text; a text refused alone is reported (its chunk is
   parked), whether it came alone or in a batch, refused as a whole or failing again and
   again; unless nothing shows the provider takes other texts now (none of the call's was
   embedded, and it refused two or more alone, or a lone one while its last call failed):
   then the fault is not the texts', the provider is marked failing and the error is
   raised;
 - a transient failure (5xx, a timeout, a dropped connection; not an open circuit breaker,
-  which sent nothing) strikes every text of the call. Struck texts go last in the next
-  rounds (``order``), so the round's other texts are embedded first; a batch holding a
+  which sent nothing) or an answer that cannot be used (bad JSON, a wrong count of
+  vectors: ``answer_at_fault``) strikes every text of the call. Struck texts go last in
+  the next rounds (``order``), so the round's other texts are embedded first; a batch holding a
   text struck ``isolate_after`` times is sent text by text (the least struck first: a
   success closes a circuit breaker the failures opened); a text that then fails alone,
   struck ``isolate_after`` times or more, while the provider embedded other texts since
@@ -42,6 +43,7 @@ from recalld.daemon.providers.errors import (
     ProviderError,
     ProviderPermanent,
     ProviderTransient,
+    answer_at_fault,
     input_refused,
 )
 from recalld.daemon.remote.hook import embed_passages
@@ -138,9 +140,9 @@ class PassageCalls:
         try:
             rows = await embed_passages(self.workspace, space.key, hashes, texts,
                                         partial(space.client.embed, kind="passage"))
-        except ProviderTransient as exc:
-            if isinstance(exc, CircuitOpen):
-                raise  # nothing was sent: it says nothing of these texts
+        except ProviderError as exc:
+            if isinstance(exc, CircuitOpen) or not (exc.transient or answer_at_fault(exc)):
+                raise  # nothing was sent, or a fault no text has (a key, the dimensions)
             self._strike(hashes)
             strikes = self._singled_out(hashes[0]) if len(texts) == 1 else 0
             if not strikes:
@@ -187,10 +189,10 @@ class PassageCalls:
         """Send the texts of a batch one by one (refused as a whole, or failing again
         and again), the least struck first (the others' successes are what singles a
         failing text out). The texts refused alone are judged (:meth:`_judge`) once
-        every text was tried; then the first transient failure not singled out is
+        every text was tried; then the first failure of the others not singled out is
         raised."""
         pairs = sorted(zip(hashes, texts, strict=True), key=lambda p: self._count(p[0]))
-        first: ProviderTransient | None = None
+        first: ProviderError | None = None
         errors: dict[str, tuple[str, ProviderPermanent]] = {}
         try:
             for h, t in pairs:
@@ -198,12 +200,15 @@ class PassageCalls:
                     await self._call([h], [t], vectors, refused)
                 except CircuitOpen:
                     raise
+                except ProviderPermanent as one:
+                    if answer_at_fault(one):
+                        first = first or one
+                    elif input_refused(one):
+                        errors[h] = (t, one)
+                    else:
+                        raise
                 except ProviderTransient as one:
                     first = first or one
-                except ProviderPermanent as one:
-                    if not input_refused(one):
-                        raise
-                    errors[h] = (t, one)
         except ProviderError:
             if any(t in vectors for t in texts):  # others were embedded: theirs alone
                 refused.update((t, str(exc)) for t, exc in errors.values())

@@ -144,11 +144,19 @@ class ProviderConfigError(ProviderPermanent):
 
 
 def input_refused(exc: ProviderError) -> bool:
-    """Whether the provider refused a call for what it was given (HTTP 400/413/422, an
-    answer broken for some inputs), which another split of the inputs may avoid, and not
-    for its configuration (a key, a model, the dimensions)."""
-    if isinstance(exc, ProviderRejected):
-        return exc.status in (400, 413, 422)
+    """Whether the provider said it refuses a call for what it was given (HTTP
+    400/413/422), which another split of the inputs may avoid, and not for its
+    configuration (a key, a model, the dimensions). An answer that cannot be used is no
+    such word (:func:`answer_at_fault`)."""
+    return isinstance(exc, ProviderRejected) and exc.status in (400, 413, 422)
+
+
+def answer_at_fault(exc: ProviderError) -> bool:
+    """Whether the answer could not be used (not JSON, fields missing, another count of
+    vectors than of texts, NaN or all-zero vectors): the provider's answer is at fault,
+    which says nothing sure of the inputs (a truncated body, a gateway's page), unless it
+    keeps going wrong for one text while others are embedded. Vectors of other
+    dimensions than configured are the configuration's fault, not this."""
     return isinstance(exc, ProviderBadResponse) and not isinstance(exc, DimensionMismatch)
 
 
