@@ -205,9 +205,12 @@ def _vector_facts(a: Assessment, ws: WorkspaceInfo) -> None:
         return
     embedded, total = v.get("embedded"), v.get("total")
     coverage = v.get("coverage")
-    text = (f"{v.get('state', '-')}, {embedded} of {total} chunk(s) embedded"
-            if v.get("counted", True) else
-            f"{v.get('state', '-')}, not counted yet (the first scan of the notes is under way)")
+    state = str(v.get("state", "-"))
+    wait_s = v.get("wait_s")
+    if isinstance(wait_s, int | float):
+        state += f" (next try in {max(wait_s, 1):.0f} s)"
+    text = (f"{state}, {embedded} of {total} chunk(s) embedded" if v.get("counted", True)
+            else f"{state}, not counted yet (the first scan of the notes is under way)")
     if v.get("migrating"):
         text += " with the new model"
     if isinstance(coverage, int | float) and coverage < 1:

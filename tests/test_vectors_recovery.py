@@ -117,3 +117,28 @@ def test_a_text_whose_answers_keep_breaking_is_parked_alone(daemon_factory: Any,
         assert st["parked_paths"][0].startswith("memory/2026-05-04/odd.md"), st
         assert "not valid JSON" in st["parked_error"] and "failed" in st["parked_error"]
         assert d.stop() == 0
+
+
+def test_a_call_waiting_out_a_retry_after_says_so(daemon_factory: Any,
+                                                  tmp_path: Path) -> None:
+    # The provider asks the backfill's call to come back in 3 s: the call waits inside
+    # its retry loop, and the status says it waits, why and for how long.
+    root = tmp_path / "ws"
+    write(root, "memory/2026-05-01/n.md", "# N\n\nbasanite\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(fake_config(root, fake))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_covered(d)
+        fake.script(Reply(status=429, headers={"Retry-After": "3"}))
+        write(root, "memory/2026-05-02/m.md", "# M\n\nphonolite\n")
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_value(lambda: vectors_status(d), lambda st: st["state"] == "backoff" or (
+            st["total"] == 2 and st["coverage"] >= 1.0), "the wait or the vector")
+        assert st["state"] == "backoff" and 0 < st["wait_s"] <= 3, st
+        assert "HTTP 429" in st["last_error"], st
+        out = recalld("status", env=d.env).stdout
+        assert "backoff (next try in " in out, out
+        st = wait_value(lambda: vectors_status(d),
+                        lambda st: st["total"] == 2 and st["coverage"] >= 1.0, "both vectors")
+        assert st["wait_s"] is None and st["last_error"] is None and st["health"] == "ok", st
+        assert d.stop() == 0

@@ -144,6 +144,8 @@ class VectorWorker(VectorServing):
         self._done: deque[tuple[float, int]] = deque(maxlen=RATE_ROUNDS)
         #: Whether a stretch of backfill work is under way (False while idle).
         self._working = False
+        #: Until when (trio clock) the backoff or the health check's wait runs.
+        self._wait_until = -math.inf
 
     # -- service ---------------------------------------------------------------------
 
@@ -195,7 +197,11 @@ class VectorWorker(VectorServing):
         self.state = "health_check"
         await self._counting(partial(
             self.target.client.wait_healthy, self.index.root, name=self.index.ws.agent_id,
-            backoff_base_s=self.cfg.backoff_base_s, backoff_max_s=self.cfg.backoff_max_s))
+            backoff_base_s=self.cfg.backoff_base_s, backoff_max_s=self.cfg.backoff_max_s,
+            on_wait=self._waiting))
+
+    def _waiting(self, delay_s: float) -> None:
+        self._wait_until = trio.current_time() + delay_s
 
     async def _seed_foreign(self) -> None:
         """Reuse what ReMe embedded (``ReMeSource.seed``): its chunk store's vectors go
@@ -280,8 +286,9 @@ class VectorWorker(VectorServing):
                                 "them in %.0f s", self.index.ws.agent_id, len(rnd.items), exc,
                                 self.cfg.permanent_retry_s)
                 self.state = "backoff"
-                delay = backoff / 2 + self._rng.uniform(0.0, backoff / 2)
-                await self._counting(partial(trio.sleep, max(delay, client.hold_s())))
+                delay = max(backoff / 2 + self._rng.uniform(0.0, backoff / 2), client.hold_s())
+                self._waiting(delay)
+                await self._counting(partial(trio.sleep, delay))
                 backoff = min(backoff * 2, self.cfg.backoff_max_s)
                 if isinstance(exc, ProviderPermanent) and not input_refused(exc):
                     # A rejected key, an unknown model, vectors of other dimensions: no

@@ -30,6 +30,7 @@ again.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -72,6 +73,19 @@ class PassageCalls:
         self._strikes: dict[str, _Strikes] = {}
         #: Texts sent to the provider and embedded.
         self.provider_texts = 0
+        #: Until when (trio clock) a call waits to retry, and the error it follows.
+        self._retry_until = -math.inf
+        self._retry_error = ""
+
+    def retry_wait(self) -> tuple[float, str] | None:
+        """``(seconds left, error)`` while a call waits to retry (the provider's
+        Retry-After, or a backoff after a failed attempt), else None."""
+        left = self._retry_until - trio.current_time()
+        return (left, self._retry_error) if left > 0 else None
+
+    def _waiting(self, delay_s: float, error: ProviderError) -> None:
+        self._retry_until = trio.current_time() + delay_s
+        self._retry_error = str(error)
 
     def start_round(self, hashes: Sequence[str]) -> None:
         """Forget the strikes of texts no longer in the round."""
@@ -139,7 +153,8 @@ class PassageCalls:
         space = self.space
         try:
             rows = await embed_passages(self.workspace, space.key, hashes, texts,
-                                        partial(space.client.embed, kind="passage"))
+                                        partial(space.client.embed, kind="passage",
+                                                on_wait=self._waiting))
         except ProviderError as exc:
             if isinstance(exc, CircuitOpen) or not (exc.transient or answer_at_fault(exc)):
                 raise  # nothing was sent, or a fault no text has (a key, the dimensions)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
+import trio
+
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.passages import PassageCalls
 from recalld.daemon.index.service import MAX_LISTED, WorkspaceIndex
@@ -36,6 +38,8 @@ class VectorServing:
     _counted: bool
     #: (time, chunks) of recent rounds (see ``VectorWorker``).
     _done: deque[tuple[float, int]]
+    #: Until when (trio clock) the backoff or the health check's wait runs.
+    _wait_until: float
     cache_texts: int
     seeded: int
     reme_cache_texts: int
@@ -95,15 +99,30 @@ class VectorServing:
         look at the disk (before, a workspace full of notes counts 0 of 0)."""
         return self._counted and self.index.watcher.status()["last_reconcile"] is not None
 
+    def _wait_state(self) -> tuple[str, float | None, str | None]:
+        """The state, the seconds until the next try while the backfill waits for the
+        provider, and the error it waits after (a call's retry waits behind it)."""
+        state = self.state
+        if state == "embedding":
+            retry = self.calls.retry_wait()
+            if retry is not None:
+                return "backoff", retry[0], retry[1]
+        if state in ("backoff", "health_check"):
+            left = self._wait_until - trio.current_time()
+            return state, left if left > 0 else None, None
+        return state, None, None
+
     def status(self) -> VectorStatus:
         client = self.target.client
+        state, wait_s, waits_after = self._wait_state()
         counted = self.counted() or not self.enabled
         total = self.total or len(self.index.state.chunks)
         rate = self.rate()
         pending = max(total - self.embedded, 0)
         return {
             "enabled": self.enabled,
-            "state": self.state,
+            "state": state,
+            "wait_s": None if wait_s is None else round(wait_s, 1),
             "space": self.target.key,
             "serving_space": None if self.fill.serving is None else self.fill.serving.key,
             "migrating": self.migrating,
@@ -126,8 +145,8 @@ class VectorServing:
             "health": client.health,
             # The error that holds now: once the provider answers again, the one it met
             # before is past (``provider.last_error`` keeps it, with its time).
-            "last_error": self.last_error or (client.last_error if client.health == "fail"
-                                              else None),
+            "last_error": waits_after or self.last_error or (
+                client.last_error if client.health == "fail" else None),
             "provider": client.status(),
             "cache": self.target.cache.stats(),
         }

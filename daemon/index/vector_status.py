@@ -26,6 +26,10 @@ class VectorStatus(TypedDict):
 
     enabled: bool
     state: str
+    #: Seconds until the next try while ``state`` is "backoff" (between rounds, or a call
+    #: waiting out a Retry-After or a failed attempt) or "health_check" waits between
+    #: pings; None otherwise.
+    wait_s: float | None
     space: str
     serving_space: str | None
     migrating: bool

@@ -25,7 +25,7 @@ import os
 import random
 import re
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypedDict
 
@@ -84,10 +84,12 @@ class EmbeddingStatus(TypedDict):
     max_input_length: int
 
 
-__all__ = ["DEADLINE_MARGIN_S", "EmbeddingClient", "EmbeddingStatus", "Kind", "disabled_reason",
-           "resolve_api_key"]
+__all__ = ["DEADLINE_MARGIN_S", "EmbeddingClient", "EmbeddingStatus", "Kind", "OnWait",
+           "disabled_reason", "resolve_api_key"]
 
 Kind = Literal["passage", "query"]
+#: Told of a wait before a retry as it starts: its length and the error it follows.
+OnWait = Callable[[float, ProviderError], None]
 
 #: How much later than an ``embed`` call's ``deadline_s`` its caller gives up on it: time
 #: for the retry loop to stop at the deadline with the provider's error.
@@ -238,7 +240,7 @@ class EmbeddingClient:
             raise ProviderConfigError(self.disabled_reason)
 
     async def embed(self, texts: list[str], kind: Kind = "passage", *,
-                    deadline_s: float | None = None) -> F32:
+                    deadline_s: float | None = None, on_wait: OnWait | None = None) -> F32:
         """Embed ``texts``: float32, L2-normalized, shape (len(texts), dimensions).
 
         ``kind`` selects query or passage encoding where the model distinguishes them
@@ -248,6 +250,7 @@ class EmbeddingClient:
         cancellation the HTTP attempt in flight is cancelled; nothing is half-returned.
         ``deadline_s`` shortens the retry policy's deadline for each batch: a retry whose
         wait would pass it is not started, and the provider's last error is raised.
+        ``on_wait(delay_s, error)`` is told of each wait before a retry as it starts.
         """
         self._require_enabled()
         if kind not in ("passage", "query"):
@@ -266,7 +269,7 @@ class EmbeddingClient:
         try:
             for start in range(0, len(prepared), self.max_batch_size):
                 batch = prepared[start:start + self.max_batch_size]
-                parts.append(await self._embed_batch(batch, kind, policy))
+                parts.append(await self._embed_batch(batch, kind, policy, on_wait))
         except ProviderError as exc:
             self.note_error(self._redact(str(exc)))
             if exc.retry_after_s is not None and not isinstance(exc, CircuitOpen):
@@ -288,7 +291,8 @@ class EmbeddingClient:
         rows: F32 = np.concatenate(parts) if len(parts) > 1 else parts[0]
         return rows
 
-    async def _embed_batch(self, batch: list[str], kind: Kind, policy: RetryPolicy) -> F32:
+    async def _embed_batch(self, batch: list[str], kind: Kind, policy: RetryPolicy,
+                           on_wait: OnWait | None) -> F32:
         if self._local is not None:
             try:
                 rows: F32 = await self._local.embed(batch, is_query=kind == "query")
@@ -310,7 +314,7 @@ class EmbeddingClient:
                                 self.dimensions, what)
 
         return await call_with_retry(policy, attempt, rng=self._rng,
-                                     breaker=self.breaker, what=what)
+                                     breaker=self.breaker, what=what, on_wait=on_wait)
 
     async def health_check(self, workspace_dir: str | os.PathLike[str], *, name: str) -> bool:
         """One "ping" embedding with a deadline and a dimension check; logs the outcome
@@ -354,19 +358,23 @@ class EmbeddingClient:
         name: str,
         backoff_base_s: float = 5.0,
         backoff_max_s: float = 300.0,
+        on_wait: Callable[[float], None] | None = None,
     ) -> None:
         """Health-check until OK, waiting longer after each failure (never gives up).
 
         Waits are "equal jitter" (half fixed, half random) up to ``backoff_max_s``, and at
         least ``hold_s()`` (an open breaker, the provider's Retry-After), so a long outage
         costs one ping per few minutes, not a spin. Every attempt logs its OK/FAIL line and
-        updates status(). Cancel it to stop.
+        updates status(); ``on_wait(delay_s)`` is told of each wait as it starts. Cancel
+        it to stop.
         """
         attempt = 0
         while not await self.health_check(workspace_dir, name=name):
             ceiling = min(backoff_max_s, backoff_base_s * (2 ** min(attempt, 30)))
-            delay = ceiling / 2 + self._rng.uniform(0.0, ceiling / 2)
-            await trio.sleep(max(delay, self.hold_s()))
+            delay = max(ceiling / 2 + self._rng.uniform(0.0, ceiling / 2), self.hold_s())
+            if on_wait is not None:
+                on_wait(delay)
+            await trio.sleep(delay)
             attempt += 1
 
     def failing(self, *, for_good: bool) -> None:

@@ -131,6 +131,7 @@ async def call_with_retry(
     rng: random.Random,
     breaker: CircuitBreaker | None = None,
     what: str = "provider call",
+    on_wait: Callable[[float, ProviderError], None] | None = None,
 ) -> T:
     """Run ``attempt_fn(timeout_s)`` until it succeeds, fails permanently or time runs out.
 
@@ -140,7 +141,8 @@ async def call_with_retry(
     the call was sent, and the caller may count that against what it sent) and told
     every outcome: transient failures count; any answer, even a permanent error,
     means the provider is up. Raises the last error, or ProviderTimeout when ``deadline_s``
-    passes during an attempt. On cancellation nothing is recorded against the provider.
+    passes during an attempt. ``on_wait(delay_s, error)`` is told of each wait before a
+    retry, as it starts. On cancellation nothing is recorded against the provider.
     """
     deadline = trio.current_time() + policy.deadline_s
     attempt = 0
@@ -195,4 +197,6 @@ async def call_with_retry(
         if trio.current_time() + delay >= deadline:
             raise error
         log.info("%s failed (%s); attempt %d in %.2fs", what, error, attempt + 1, delay)
+        if on_wait is not None:
+            on_wait(delay, error)
         await trio.sleep(delay)
