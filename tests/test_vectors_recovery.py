@@ -142,3 +142,22 @@ def test_a_call_waiting_out_a_retry_after_says_so(daemon_factory: Any,
                         lambda st: st["total"] == 2 and st["coverage"] >= 1.0, "both vectors")
         assert st["wait_s"] is None and st["last_error"] is None and st["health"] == "ok", st
         assert d.stop() == 0
+
+
+def test_a_health_check_waiting_out_a_retry_after_says_so(daemon_factory: Any,
+                                                          tmp_path: Path) -> None:
+    # The same wait inside the first ping's call: the status says it waits, not only
+    # that a health check is under way.
+    root = tmp_path / "ws"
+    write(root, "memory/2026-05-01/n.md", "# N\n\ntephrite\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        fake.script(Reply(status=503, headers={"Retry-After": "3"}))
+        d = daemon_factory(fake_config(root, fake))
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_value(lambda: vectors_status(d), lambda st: st["wait_s"] is not None or (
+            st["total"] and st["coverage"] >= 1.0), "the wait or the vector")
+        assert st["state"] == "health_check" and 0 < st["wait_s"] <= 3, st
+        assert "HTTP 503" in st["last_error"], st
+        st = wait_covered(d)
+        assert st["wait_s"] is None and st["last_error"] is None and st["health"] == "ok", st
+        assert d.stop() == 0

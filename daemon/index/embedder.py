@@ -144,8 +144,10 @@ class VectorWorker(VectorServing):
         self._done: deque[tuple[float, int]] = deque(maxlen=RATE_ROUNDS)
         #: Whether a stretch of backfill work is under way (False while idle).
         self._working = False
-        #: Until when (trio clock) the backoff or the health check's wait runs.
+        #: Until when (trio clock) the backoff or the health check's wait runs, and the
+        #: error it waits after.
         self._wait_until = -math.inf
+        self._wait_error = ""
 
     # -- service ---------------------------------------------------------------------
 
@@ -200,8 +202,8 @@ class VectorWorker(VectorServing):
             backoff_base_s=self.cfg.backoff_base_s, backoff_max_s=self.cfg.backoff_max_s,
             on_wait=self._waiting))
 
-    def _waiting(self, delay_s: float) -> None:
-        self._wait_until = trio.current_time() + delay_s
+    def _waiting(self, delay_s: float, error: str) -> None:
+        self._wait_until, self._wait_error = trio.current_time() + delay_s, error
 
     async def _seed_foreign(self) -> None:
         """Reuse what ReMe embedded (``ReMeSource.seed``): its chunk store's vectors go
@@ -287,7 +289,7 @@ class VectorWorker(VectorServing):
                                 self.cfg.permanent_retry_s)
                 self.state = "backoff"
                 delay = max(backoff / 2 + self._rng.uniform(0.0, backoff / 2), client.hold_s())
-                self._waiting(delay)
+                self._waiting(delay, self.last_error)
                 await self._counting(partial(trio.sleep, delay))
                 backoff = min(backoff * 2, self.cfg.backoff_max_s)
                 if isinstance(exc, ProviderPermanent) and not input_refused(exc):

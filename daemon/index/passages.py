@@ -83,9 +83,9 @@ class PassageCalls:
         left = self._retry_until - trio.current_time()
         return (left, self._retry_error) if left > 0 else None
 
-    def _waiting(self, delay_s: float, error: ProviderError) -> None:
+    def _waiting(self, delay_s: float, error: str) -> None:
         self._retry_until = trio.current_time() + delay_s
-        self._retry_error = str(error)
+        self._retry_error = error
 
     def start_round(self, hashes: Sequence[str]) -> None:
         """Forget the strikes of texts no longer in the round."""

@@ -38,8 +38,10 @@ class VectorServing:
     _counted: bool
     #: (time, chunks) of recent rounds (see ``VectorWorker``).
     _done: deque[tuple[float, int]]
-    #: Until when (trio clock) the backoff or the health check's wait runs.
+    #: Until when (trio clock) the backoff or the health check's wait runs (a ping's
+    #: retries too), and the error it waits after.
     _wait_until: float
+    _wait_error: str
     cache_texts: int
     seeded: int
     reme_cache_texts: int
@@ -109,7 +111,8 @@ class VectorServing:
                 return "backoff", retry[0], retry[1]
         if state in ("backoff", "health_check"):
             left = self._wait_until - trio.current_time()
-            return state, left if left > 0 else None, None
+            if left > 0:
+                return state, left, self._wait_error or None
         return state, None, None
 
     def status(self) -> VectorStatus:

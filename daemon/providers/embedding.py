@@ -88,8 +88,9 @@ __all__ = ["DEADLINE_MARGIN_S", "EmbeddingClient", "EmbeddingStatus", "Kind", "O
            "disabled_reason", "resolve_api_key"]
 
 Kind = Literal["passage", "query"]
-#: Told of a wait before a retry as it starts: its length and the error it follows.
-OnWait = Callable[[float, ProviderError], None]
+#: Told of a wait before a try again as it starts: its length and the error it follows
+#: (redacted).
+OnWait = Callable[[float, str], None]
 
 #: How much later than an ``embed`` call's ``deadline_s`` its caller gives up on it: time
 #: for the retry loop to stop at the deadline with the provider's error.
@@ -252,6 +253,8 @@ class EmbeddingClient:
         wait would pass it is not started, and the provider's last error is raised.
         ``on_wait(delay_s, error)`` is told of each wait before a retry as it starts.
         """
+        told = None if on_wait is None else (
+            lambda delay_s, exc: on_wait(delay_s, self._redact(str(exc))))
         self._require_enabled()
         if kind not in ("passage", "query"):
             raise ValueError(f"kind must be 'passage' or 'query', not {kind!r}")
@@ -269,7 +272,7 @@ class EmbeddingClient:
         try:
             for start in range(0, len(prepared), self.max_batch_size):
                 batch = prepared[start:start + self.max_batch_size]
-                parts.append(await self._embed_batch(batch, kind, policy, on_wait))
+                parts.append(await self._embed_batch(batch, kind, policy, told))
         except ProviderError as exc:
             self.note_error(self._redact(str(exc)))
             if exc.retry_after_s is not None and not isinstance(exc, CircuitOpen):
@@ -292,7 +295,7 @@ class EmbeddingClient:
         return rows
 
     async def _embed_batch(self, batch: list[str], kind: Kind, policy: RetryPolicy,
-                           on_wait: OnWait | None) -> F32:
+                           on_wait: Callable[[float, ProviderError], None] | None) -> F32:
         if self._local is not None:
             try:
                 rows: F32 = await self._local.embed(batch, is_query=kind == "query")
@@ -316,9 +319,10 @@ class EmbeddingClient:
         return await call_with_retry(policy, attempt, rng=self._rng,
                                      breaker=self.breaker, what=what, on_wait=on_wait)
 
-    async def health_check(self, workspace_dir: str | os.PathLike[str], *, name: str) -> bool:
+    async def health_check(self, workspace_dir: str | os.PathLike[str], *, name: str,
+                           on_wait: OnWait | None = None) -> bool:
         """One "ping" embedding with a deadline and a dimension check; logs the outcome
-        with the workspace's ``name`` (its agent) and folder.
+        with the workspace's ``name`` (its agent) and folder; ``on_wait`` as for ``embed``.
 
         Never raises a provider error: returns False and keeps the reason in ``status()``.
         The breaker is bypassed neither way: an open circuit is itself a FAIL reason.
@@ -332,7 +336,7 @@ class EmbeddingClient:
             # scope, a little later, bounds what no retry policy does (a local model).
             with trio.move_on_after(self._health_timeout_s + DEADLINE_MARGIN_S) as scope:
                 rows = await self.embed(["ping"], kind="query",
-                                        deadline_s=self._health_timeout_s)
+                                        deadline_s=self._health_timeout_s, on_wait=on_wait)
             if scope.cancelled_caught:
                 reason = f"no answer within {self._health_timeout_s:g}s"
             elif rows.shape != (1, self.dimensions):
@@ -358,22 +362,22 @@ class EmbeddingClient:
         name: str,
         backoff_base_s: float = 5.0,
         backoff_max_s: float = 300.0,
-        on_wait: Callable[[float], None] | None = None,
+        on_wait: OnWait | None = None,
     ) -> None:
         """Health-check until OK, waiting longer after each failure (never gives up).
 
         Waits are "equal jitter" (half fixed, half random) up to ``backoff_max_s``, and at
         least ``hold_s()`` (an open breaker, the provider's Retry-After), so a long outage
         costs one ping per few minutes, not a spin. Every attempt logs its OK/FAIL line and
-        updates status(); ``on_wait(delay_s)`` is told of each wait as it starts. Cancel
-        it to stop.
+        updates status(); ``on_wait(delay_s, error)`` is told of each wait as it starts,
+        between pings and inside one. Cancel it to stop.
         """
         attempt = 0
-        while not await self.health_check(workspace_dir, name=name):
+        while not await self.health_check(workspace_dir, name=name, on_wait=on_wait):
             ceiling = min(backoff_max_s, backoff_base_s * (2 ** min(attempt, 30)))
             delay = max(ceiling / 2 + self._rng.uniform(0.0, ceiling / 2), self.hold_s())
             if on_wait is not None:
-                on_wait(delay)
+                on_wait(delay, self.last_error or "")
             await trio.sleep(delay)
             attempt += 1
 
