@@ -200,13 +200,16 @@ def end_session(agent_id: str, session_id: str) -> Call[TurnsAdded]:
 def add_note(
     agent_id: str, content: str, session_id: str | None = None, name: str | None = None,
     description: str | None = None, author: str | None = None,
+    request_id: str | None = None,
 ) -> Call[NoteAdded]:
     """``memory.add_note``: append ``content`` to the agent's note of the day (one note
     per ``session_id`` and ``name``; ``author``, the writing agent, goes in its
-    frontmatter for the ``author`` search filter); returns once it is searchable."""
+    frontmatter for the ``author`` search filter); returns once it is searchable. With
+    ``request_id`` a call sent again adds nothing twice, and content the note holds
+    already is appended again; without, content the note holds is not."""
     return Call("memory.add_note",
                 _params(agent_id=agent_id, content=content, session_id=session_id, name=name,
-                        description=description, author=author),
+                        description=description, author=author, request_id=request_id),
                 _answer(NoteAdded))
 
 

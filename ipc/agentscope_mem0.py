@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from pathlib import Path
@@ -153,7 +154,8 @@ class RecalldMem0Middleware(MiddlewareBase):
         self._opened = False
         self._writes: set[asyncio.Task[None]] = set()
         #: Exchanges the daemon was away for, oldest first: sent with the next one.
-        self._unsent: deque[str] = deque()
+        #: Each with its request id, so that one sent again is not stored twice.
+        self._unsent: deque[tuple[str, str]] = deque()
         self._sending = asyncio.Lock()
         #: The request of a reply that ended waiting for the user (a tool call to
         #: confirm), by agent state: stored with the answer of the reply resuming it.
@@ -183,10 +185,11 @@ class RecalldMem0Middleware(MiddlewareBase):
             memories.append(f"[{hit.path}:{start}-{hit.end_line}] {' '.join(body.split())}")
         return memories
 
-    async def add_memory_text(self, text: str) -> NoteAdded:
-        """Store ``text`` as a note of the day, recording this agent as its author."""
+    async def add_memory_text(self, text: str, request_id: str | None = None) -> NoteAdded:
+        """Store ``text`` as a note of the day, recording this agent as its author (with
+        ``request_id``, a text sent again is not stored twice)."""
         try:
-            return await self._add_note(text)
+            return await self._add_note(text, request_id)
         except InvalidParams as exc:
             if (self.agent_id is None or self.writer != self.agent_id
                     or refused_as_credential(exc) not in ("author", "session_id")):
@@ -198,20 +201,21 @@ class RecalldMem0Middleware(MiddlewareBase):
                     "credential (an API key?), which recalld never writes: its notes "
                     "record the author %r instead; give it another agent_id",
                     self.workspace, self.writer)
-        return await self._add_note(text)
+        return await self._add_note(text, request_id)
 
-    async def _add_note(self, text: str) -> NoteAdded:
+    async def _add_note(self, text: str, request_id: str | None) -> NoteAdded:
         """``text`` added to this writer's note, in as many requests as it takes (a text
         longer than the daemon takes at once is cut between its lines)."""
-        return await in_note_parts(text, self.client.request_limit, self._add_note_part)
+        return await in_note_parts(text, self.client.request_limit, self._add_note_part,
+                                   request_id)
 
-    async def _add_note_part(self, text: str) -> NoteAdded:
+    async def _add_note_part(self, text: str, request_id: str | None) -> NoteAdded:
         writer = self.writer or "agent"
         return await self._on_workspace(lambda: self.client.add_note(
             # Its own session: writers whose names make one id ("Sales Bot", "Sales  Bot")
             # would append to one note, under the author who wrote last.
             self.workspace, text, session_id=session_key(f"mem0-{writer}"),
-            name=f"{MEM0_NOTE_NAME}-{writer}", author=self.writer))
+            name=f"{MEM0_NOTE_NAME}-{writer}", author=self.writer, request_id=request_id))
 
     async def wait_writes(self) -> None:
         """Wait for background writes (``await_write=False``) to finish."""
@@ -236,7 +240,7 @@ class RecalldMem0Middleware(MiddlewareBase):
             hint=f"{self.memory_section_header}\n{self.memory_section_intro}\n{bullets}")])
 
     async def _write(self, text: str) -> None:
-        self._unsent.append(text)
+        self._unsent.append((f"mem0-{uuid.uuid4().hex}", text))
         if len(self._unsent) > MAX_UNSENT:
             self._unsent.popleft()
             log.warning("recalld: dropped an unsent exchange of %s (more than %d waited "
@@ -246,14 +250,15 @@ class RecalldMem0Middleware(MiddlewareBase):
     async def _send_unsent(self) -> None:
         """Store the waiting exchanges, oldest first, until the daemon is found away (the
         rest wait for the next exchange). One sent again after its answer was lost is not
-        stored twice: the daemon adds nothing a note already holds."""
+        stored twice (the daemon knows its request id); an exchange that repeats an
+        earlier one word for word is stored again."""
         async with self._sending:
             while self._unsent:
-                text = self._unsent.popleft()
+                request_id, text = self._unsent.popleft()
                 try:
-                    await self.add_memory_text(text)
+                    await self.add_memory_text(text, request_id)
                 except _AWAY as exc:
-                    self._unsent.appendleft(text)
+                    self._unsent.appendleft((request_id, text))
                     log.warning("recalld add_note for %s failed (sent again with the next "
                                 "exchange): %s", self.workspace, exc)
                     return

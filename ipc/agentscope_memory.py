@@ -216,11 +216,12 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         return await selected_files(self.client, workspace, query, self.top_k,
                                     self.recall_budget_chars)
 
-    async def add(self, workspace: str, content: str, session_id: str | None) -> NoteAdded:
+    async def add(self, workspace: str, content: str, session_id: str | None,
+                  request_id: str | None = None) -> NoteAdded:
         """Store ``content`` as a note of the day; returns where it went."""
+        session = session_key(session_id) if session_id is not None else None
         return await self._on(workspace, lambda: self.client.add_note(
-            workspace, content,
-            session_id=session_key(session_id) if session_id is not None else None))
+            workspace, content, session_id=session, request_id=request_id))
 
     async def topic_write(self, workspace: str, path: str, name: str, description: str,
                           type: str, body: str) -> TopicWritten:
@@ -444,8 +445,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         self._keep_unsent(request_id, (workspace, session, messages))
         await self._send_unsent()
 
-    def _keep_unsent(self, request_id: str,
-                     item: tuple[str, str, list[JsonObject]]) -> None:
+    def _keep_unsent(self, request_id: str, item: tuple[str, str, list[JsonObject]]) -> None:
         self._unsent[request_id] = item
         while len(self._unsent) > MAX_UNSENT:
             _, (lost_ws, lost_session, _) = self._unsent.popitem(last=False)

@@ -144,7 +144,7 @@ class AddMemoryTool(_MemoryTool):
             # Facts longer than one note takes at once go in parts.
             where = await in_note_parts(
                 "\n".join(f"- {f}" for f in facts), self._mw.client.request_limit,
-                lambda part: self._mw.add(workspace, part, session))
+                lambda part, part_id: self._mw.add(workspace, part, session, part_id))
         except _DAEMON_ERRORS as exc:
             return _chunk(f"recording memory failed: {exc}", error=True)
         rationale = f" (rationale: {thinking})" if thinking else ""

@@ -9,6 +9,7 @@ nothing). The AgentScope middlewares and the MCP bridge send their writes throug
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -107,11 +108,19 @@ async def add_turns_in_parts(client: AsyncClient, agent_id: str, session_id: str
 
 
 async def in_note_parts(text: str, limit_bytes: int,
-                        add: Callable[[str], Awaitable[V]]) -> V:
-    """``add`` (a ``memory.add_note``) each part of ``text`` one note takes at once
-    (:data:`MAX_NOTE_PART_CHARS`, one request of ``limit_bytes``), cut between lines, in
-    order; the answer to the last."""
+                        add: Callable[[str, str | None], Awaitable[V]],
+                        request_id: str | None = None) -> V:
+    """``add(part, part_id)`` (a ``memory.add_note``) each part of ``text`` one note takes
+    at once (:data:`MAX_NOTE_PART_CHARS`, one request of ``limit_bytes``), cut between
+    lines, in order; the answer to the last. Each part has its own request id (made of
+    ``request_id``, or of a new one for a text of several parts): the daemon appends a
+    part that repeats an earlier one, and a part sent again adds nothing twice."""
     parts = text_parts(text, limit_bytes - REQUEST_ROOM_BYTES, MAX_NOTE_PART_CHARS)
-    for part in parts[:-1]:
-        await add(part)
-    return await add(parts[-1])
+    if request_id is None and len(parts) > 1:
+        request_id = f"note-{uuid.uuid4().hex}"
+    answer: V | None = None
+    for n, part in enumerate(parts):
+        part_id = request_id if n == 0 or request_id is None else f"{request_id[:190]}#{n}"
+        answer = await add(part, part_id)
+    assert answer is not None  # text_parts gives at least one part
+    return answer

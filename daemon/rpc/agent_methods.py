@@ -47,9 +47,10 @@ from recalld.daemon.memory.recall import (
 from recalld.daemon.memory.redact import masked_in, redact, redact_async
 from recalld.daemon.memory.secret_names import mask_path
 from recalld.daemon.memory.selection import MAX_SELECT, select_topics
-from recalld.daemon.memory.turns import check_session_id
+from recalld.daemon.memory.turns import check_request_id, check_session_id
 from recalld.daemon.notetext import note_text
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
+from recalld.daemon.store.errors import StorageError
 from recalld.daemon.watchpaths import IGNORE_DIRS
 from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.answers import (
@@ -101,7 +102,10 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
 
     The note is ``<daily_dir>/<today>/<name>.md`` owned by that session (another
     session's note of the same name is never touched: the file operations pick a free
-    name). Secrets are redacted; the answer comes once the note is searchable.
+    name). Secrets are redacted; the answer comes once the note is searchable. A call
+    sent again is known by its ``request_id`` (its answer is given again, nothing added);
+    without one, by its content, which the note then holds already. A text written in
+    parts gives each its id: a part that repeats an earlier one is appended too.
     """
     p = Params(params)
     agent_id = p.agent_id()
@@ -110,7 +114,12 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
     name = p.text("name", DEFAULT_NOTE_NAME)
     description = p.text("description", None)
     author = p.text("author", None)
+    request_id = check_request_id(p.text("request_id", None))
     p.done()
+    if request_id is not None:
+        # Kept beside memory.add_turns' ids (whose session ids hold no space); the same id
+        # from another session is another request.
+        request_id = f"note {session_id}/{request_id}"
     if author is not None and not has_name(author):
         raise InvalidParams("param 'author' must contain letters or digits")
     if author is not None and masked_in(author, "author: {}"):
@@ -135,9 +144,12 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
             # A restore held the lock, and closed the workspace and opened it again: write
             # through the one open now (the lock is the agent's, that one's too).
             ws, ops = now, fileops_for(now, session_id=session_id)
+        answers = ws.services.sessions
+        if (prior := answers.answer_for(request_id)) is not None:
+            return prior  # type: ignore[return-value]  # recorded from a NoteAdded below
         notes = await _own_notes(ws, ops.day_folder(day), slug(name), session_id)
-        held = next((rel for rel, _, body in notes
-                     if f"\n\n{text}\n\n" in f"\n\n{body}\n\n"), None)
+        held = None if request_id is not None else next(
+            (rel for rel, _, body in notes if f"\n\n{text}\n\n" in f"\n\n{body}\n\n"), None)
         rel, body = next(((rel, body) for rel, whole, body in notes
                           if has_room(whole, room_for)), ("", ""))
         if held is not None and held != rel:  # in a note that is full now
@@ -153,8 +165,14 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
                                        description=description,
                                        extra={"author": author} if author else None,
                                        room_for=room_for)
-    return {"agent_id": agent_id, "session_id": session_id, "date": day,
-            "path": result.path, "created": result.created, "changed": result.changed}
+        added: NoteAdded = {"agent_id": agent_id, "session_id": session_id, "date": day,
+                            "path": result.path, "created": result.created,
+                            "changed": result.changed}
+        try:
+            await answers.remember(request_id, added)
+        except StorageError as exc:  # written: a retry then appends it a second time
+            log.warning("%s: the answer to %s was not saved: %s", agent_id, request_id, exc)
+    return added
 
 
 async def _own_notes(ws: Workspace, folder: str, stem: str,

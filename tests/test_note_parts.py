@@ -1,0 +1,70 @@
+"""A note written in parts keeps every part, also one that repeats the one before, and a
+part sent again (its answer lost) adds nothing twice: ``memory.add_note`` knows a call by
+its ``request_id``. Real daemons, real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from conftest import DaemonFactory, DaemonHandle
+
+from recalld.ipc.aclient import AsyncClient
+from recalld.ipc.answers import NoteAdded
+from recalld.ipc.client import Client
+from recalld.ipc.request_parts import MAX_NOTE_PART_CHARS, in_note_parts, text_parts
+
+# One chapter of a log pasted twice: the cut between the parts falls between the copies.
+CHAPTER = "\n".join(f"- lock {n % 9} of the canal: gate {n % 4} sticks" for n in range(620))
+TWICE = f"{CHAPTER}\n{CHAPTER}\n"
+
+
+def _bodies(root: Path, pattern: str) -> str:
+    return "".join(p.read_text(encoding="utf-8") for p in sorted(root.rglob(pattern)))
+
+
+def test_parts_that_repeat_each_other_are_all_written(daemon: DaemonHandle) -> None:
+    parts = text_parts(TWICE, 1 << 20, MAX_NOTE_PART_CHARS)
+    assert len(parts) == 2 and parts[0] == parts[1]  # the case itself
+
+    async def main() -> NoteAdded:
+        async with AsyncClient(daemon.socket_path) as c:
+            await c.workspace_open("lock-keeper")
+            return await in_note_parts(
+                TWICE, c.request_limit,
+                lambda part, part_id: c.add_note("lock-keeper", part, session_id="canal",
+                                                 request_id=part_id))
+
+    last = asyncio.run(main())
+    assert last["changed"]
+    with Client(daemon.socket_path) as c:
+        root = Path(c.workspace_open("lock-keeper")["path"])
+    body = _bodies(root / "memory", "agent-notes*.md")
+    assert body.count("gate 3 sticks") == 2 * CHAPTER.count("gate 3 sticks"), len(body)
+
+
+def test_a_call_sent_again_is_known_by_its_request_id(daemon_factory: DaemonFactory) -> None:
+    first = daemon_factory()
+    params = {"agent_id": "ferry", "content": "The ferry leaves at 7:40.",
+              "session_id": "harbour", "request_id": "crossing-1"}
+    with Client(first.socket_path) as c:
+        c.workspace_open("ferry")
+    added = first.call("memory.add_note", params)
+    # Sent again after the daemon restarted: the same answer, nothing appended.
+    assert first.stop() == 0
+    again_daemon = daemon_factory(RECALLD_DATA_DIR=str(first.data_dir),
+                                  RECALLD_SOCKET=str(first.socket_path))
+    with Client(again_daemon.socket_path) as c:
+        c.workspace_open("ferry")
+    assert again_daemon.call("memory.add_note", params) == added
+    # Another id: the same words are another fact told again, appended.
+    other = again_daemon.call("memory.add_note", {**params, "request_id": "crossing-2"})
+    # The same id from another session is another call.
+    elsewhere = again_daemon.call("memory.add_note", {**params, "session_id": "quay"})
+    # Without an id, words the note holds are taken for a call sent again.
+    bare = again_daemon.call("memory.add_note", {k: v for k, v in params.items()
+                                                 if k != "request_id"})
+    assert other["changed"] and not bare["changed"] and elsewhere["path"] != added["path"]
+    text = again_daemon.call("memory.read", {"agent_id": "ferry", "path": added["path"]})
+    assert text["text"].count("The ferry leaves at 7:40.") == 2
+
