@@ -66,7 +66,7 @@ from recalld.ipc.mcp_tools import (
     argument_error,
     prompt_flag,
 )
-from recalld.ipc.request_parts import add_turns_in_parts
+from recalld.ipc.request_parts import add_turns_in_parts, in_note_parts
 from recalld.ipc.types import render_linked
 
 SCHEME = "recalld"
@@ -170,9 +170,12 @@ class Bridge:
             return _text(json.dumps(answer), structured=answer)
         if name == "memory_add_note":
             given = args.get("session_id")
-            note = await self.client.add_note(
-                self.agent, str(args.get("content", "")),
-                session_id=session_key(given) if isinstance(given, str) and given else None)
+            owner = session_key(given) if isinstance(given, str) and given else None
+            # Content longer than one call takes goes in parts, as the middlewares send it.
+            note = await in_note_parts(
+                str(args.get("content", "")), self.client.request_limit,
+                lambda part, part_id: self.client.add_note(
+                    self.agent, part, session_id=owner, request_id=part_id))
             return _text(f"recorded in {note.get('path')}", structured=note)
         return _text(f"unknown tool: {name}", error=True)
 

@@ -1,6 +1,6 @@
 """A note written in parts keeps every part, also one that repeats the one before, and a
 part sent again (its answer lost) adds nothing twice: ``memory.add_note`` knows a call by
-its ``request_id``. Real daemons, real sockets."""
+its ``request_id``. Real daemons, real sockets; the MCP bridge is a real subprocess."""
 
 from __future__ import annotations
 
@@ -68,3 +68,28 @@ def test_a_call_sent_again_is_known_by_its_request_id(daemon_factory: DaemonFact
     text = again_daemon.call("memory.read", {"agent_id": "ferry", "path": added["path"]})
     assert text["text"].count("The ferry leaves at 7:40.") == 2
 
+
+def test_the_mcp_bridge_records_a_note_longer_than_one_call_takes(
+        daemon: DaemonHandle) -> None:
+    from test_mcp import _text, bridge
+
+    # About 70,000 characters, past the 32,000 one memory.add_note takes, the chapter
+    # twice among them.
+    content = f"{CHAPTER}\n{CHAPTER}\n" + "\n".join(
+        f"- sluice {n}: «ouverte» à {n % 24}h 🚢" for n in range(600))
+    assert len(content) > 2 * MAX_NOTE_PART_CHARS
+
+    async def main() -> str:
+        async with bridge(daemon, "lock-keeper") as s:
+            note = await s.call_tool("memory_add_note", {"content": content,
+                                                         "session_id": "canal 2"})
+            assert not note.is_error, _text(note)
+            return _text(note)
+
+    said = asyncio.run(main())
+    assert said.startswith("recorded in memory/"), said
+    with Client(daemon.socket_path) as c:
+        root = Path(c.workspace_open("lock-keeper")["path"])
+    body = _bodies(root / "memory", "agent-notes*.md")
+    assert body.count("gate 3 sticks") == 2 * CHAPTER.count("gate 3 sticks")
+    assert all(f"- sluice {n}: «ouverte» à {n % 24}h 🚢\n" in body for n in range(600))
