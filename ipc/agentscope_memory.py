@@ -28,13 +28,12 @@ from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import owner_name, same_id_refusal, session_key
 from recalld.ipc.agentscope_messages import (
     INDEX_HEADER,
-    MAX_HIT_CHARS,
     MEMORY_MSG_NAME,
     TOOL_INSTRUCTIONS,
     Parked,
     _query_text,
     _turns,
-    format_hits,
+    hit_texts,
     memory_message,
     still_waiting,
 )
@@ -57,7 +56,6 @@ from recalld.ipc.agentscope_workspace import (
 from recalld.ipc.answers import JsonObject, NoteAdded, TopicWritten
 from recalld.ipc.known_ids import KnownIds, provisional_id
 from recalld.ipc.request_parts import add_turns_in_parts
-from recalld.ipc.types import render_linked
 
 if TYPE_CHECKING:
     from agentscope.agent import Agent
@@ -185,8 +183,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         response = await self._on(workspace, lambda: self.client.search(
             workspace, query, max_results=limit or self.top_k,
             agents=self.searched(workspace)))
-        linked = render_linked(response, MAX_HIT_CHARS)
-        return format_hits(response) + ([linked] if linked else [])
+        return hit_texts(response)
 
     def searched(self, workspace: str) -> list[str] | None:
         """The workspaces a search of ``workspace`` covers: its own, then ``agents``

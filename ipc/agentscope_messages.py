@@ -16,7 +16,7 @@ from agentscope.event import ReplyEndEvent, RequireExternalExecutionEvent, Requi
 from agentscope.message import AssistantMsg, DataBlock, HintBlock, Msg, TextBlock
 
 from recalld.ipc.answers import JsonObject
-from recalld.ipc.types import SearchResponse
+from recalld.ipc.types import SearchResponse, render_linked, render_skipped
 
 #: Name of the context message that carries recalled memory (never written back).
 MEMORY_MSG_NAME = "memory"
@@ -45,6 +45,16 @@ def format_hits(response: SearchResponse) -> list[str]:
         where = f"{owner}:" if isinstance(owner, str) else ""
         out.append(f"[{where}{hit.path}:{hit.start_line}-{hit.end_line}]\n{text.strip()}")
     return out
+
+
+def hit_texts(response: SearchResponse) -> list[str]:
+    """A search answer as texts for a model: each hit (:func:`format_hits`), the linked
+    context, then the workspaces of ``agents`` not searched and why (a model told nothing
+    would take their silence for having nothing)."""
+    hits, skipped = format_hits(response), render_skipped(response)
+    if skipped and not hits:
+        hits = ["(nothing found in the workspaces searched)"]
+    return hits + [text for text in (render_linked(response, MAX_HIT_CHARS), skipped) if text]
 
 
 def _msg_text(msg: Msg) -> str:

@@ -67,7 +67,7 @@ from recalld.ipc.mcp_tools import (
     prompt_flag,
 )
 from recalld.ipc.request_parts import add_turns_in_parts, in_note_parts
-from recalld.ipc.types import render_linked
+from recalld.ipc.types import render_linked, render_skipped
 
 SCHEME = "recalld"
 DEFAULT_AGENT = "default"
@@ -185,13 +185,14 @@ class Bridge:
             self.agent, str(args.get("query", "")), max_results=int(args.get("limit") or 5),
             agents=[await self._ids.id_of(str(a)) for a in agents] if agents else None)
         hits = [r.to_dict() for r in response]
-        if not hits:
-            return _text("(no results)", structured={"results": []})
+        # Workspaces of agents not open were passed by: said, not taken for empty.
+        skipped = response.extra.get("skipped")
+        passed_by = {"skipped": skipped} if isinstance(skipped, dict) and skipped else {}
         text = response.rendered or "\n\n".join(r.rendered for r in response)
-        linked = render_linked(response)
-        return _text(f"{text}\n\n{linked}" if linked else text,
-                     structured={"results": hits,
-                                 "expanded": [r.to_dict() for r in response.expanded]})
+        parts = [text or "(no results)", render_linked(response), render_skipped(response)]
+        return _text("\n\n".join(p for p in parts if p), structured={
+            "results": hits, "expanded": [r.to_dict() for r in response.expanded],
+            **passed_by})
 
     async def recall(self, query: str, *, limit: int | None = None,
                      budget_chars: int | None = None, include_index: bool = False,

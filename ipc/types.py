@@ -234,3 +234,13 @@ def render_linked(response: SearchResponse, max_chars: int = 1200) -> str:
         origin = f" (linked from {via})" if isinstance(via, str) else ""
         parts.append(f"[{item.path}:{item.start_line}-{item.end_line}]{origin}\n{text}")
     return "## Linked context\n\n" + "\n\n".join(parts) if parts else ""
+
+
+def render_skipped(response: SearchResponse) -> str:
+    """The workspaces a search of several (``agents``) passed by because they were not
+    open, each with the daemon's reason, as text for a model; empty when none was."""
+    skipped = response.extra.get("skipped")
+    if not isinstance(skipped, dict) or not skipped:
+        return ""
+    lines = [f"- {agent}: {why}" for agent, why in skipped.items()]
+    return "## Not searched\n\n" + "\n".join(lines)
