@@ -44,7 +44,7 @@ from recalld.ipc.agentscope_workspace import (
 from recalld.ipc.answers import JsonObject, NoteAdded
 from recalld.ipc.errors import InvalidParams, refused_as_credential
 from recalld.ipc.known_ids import KnownIds
-from recalld.ipc.request_parts import in_note_parts
+from recalld.ipc.request_parts import in_note_parts, search_query
 from recalld.ipc.types import without_frontmatter
 
 if TYPE_CHECKING:
@@ -176,6 +176,7 @@ class RecalldMem0Middleware(MiddlewareBase):
         # Its stand-in too: notes an earlier run wrote under it, before this one wrote.
         authors = [self.agent_id, stand_in_name(self.agent_id)] if self.agent_id else []
         scoped = self.scope_search_by_agent and authors
+        query = search_query(query, self.client.request_limit)  # a message of any size
         response = await self._on_workspace(lambda: self.client.search(
             self.workspace, query, max_results=limit or self.top_k, min_score=self.threshold,
             filters={"author": authors} if scoped else None))

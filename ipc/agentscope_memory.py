@@ -55,7 +55,7 @@ from recalld.ipc.agentscope_workspace import (
 )
 from recalld.ipc.answers import JsonObject, NoteAdded, TopicWritten
 from recalld.ipc.known_ids import KnownIds, provisional_id
-from recalld.ipc.request_parts import add_turns_in_parts
+from recalld.ipc.request_parts import add_turns_in_parts, search_query
 
 if TYPE_CHECKING:
     from agentscope.agent import Agent
@@ -180,6 +180,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
     async def search(self, workspace: str, query: str, limit: int | None = None) -> list[str]:
         """Hits for ``query`` in the workspace (and ``agents``), formatted for a model."""
         await self._resolve()
+        query = search_query(query, self.client.request_limit)  # a message of any size
         response = await self._on(workspace, lambda: self.client.search(
             workspace, query, max_results=limit or self.top_k,
             agents=self.searched(workspace)))
@@ -197,6 +198,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         hits, then the notes they link to, within ``recall_budget_chars``). With ``agents``
         the hits of its own and every named workspace are injected instead (the block
         covers one)."""
+        query = search_query(query, self.client.request_limit)  # a message of any size
         if self.agents is not None:
             return await self.search(workspace, query)
         if self.select:

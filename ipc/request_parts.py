@@ -1,10 +1,12 @@
-"""Requests cut to the daemon's limits, so that no write is refused for its size.
+"""Requests cut to the daemon's limits, so that no write (nor the search of a long message)
+is refused for its size.
 
 A ``memory.add_turns`` request takes at most ``max_request_bytes`` of JSON (1 MiB by
 default) and 1,000 messages; a ``memory.add_note`` at most 32,000 characters. A longer
 conversation or note goes in consecutive requests that each fit, a message or text cut
 between its lines (the daemon strips what it is given: a cut between two lines loses
-nothing). The AgentScope middlewares and the MCP bridge send their writes through here.
+nothing). The AgentScope middlewares and the MCP bridge send their writes through here,
+and the middlewares the user's message they search for (:func:`search_query`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,35 @@ def text_parts(text: str, max_bytes: int, max_chars: int | None = None) -> list[
         cut = half
     return (text_parts(text[:cut], max_bytes, max_chars)
             + text_parts(text[cut:], max_bytes, max_chars))
+
+
+def _fitting(text: str, max_bytes: int, *, tail: bool = False) -> str:
+    """The longest start (or end, ``tail``) of ``text`` that takes at most ``max_bytes`` of
+    JSON, cut after (before) a line where one lies in its second half."""
+    low, high = 0, len(text)
+    while low < high:  # the longest length that fits, by bisection
+        mid = (low + high + 1) // 2
+        piece = text[len(text) - mid:] if tail else text[:mid]
+        if len(orjson.dumps(piece)) <= max_bytes:
+            low = mid
+        else:
+            high = mid - 1
+    piece = text[len(text) - low:] if tail else text[:low]
+    line = piece.find("\n") + 1 if tail else piece.rfind("\n")
+    if tail and 0 < line <= len(piece) // 2:
+        return piece[line:]
+    return piece[:line] if not tail and line >= len(piece) // 2 else piece
+
+
+def search_query(text: str, limit_bytes: int) -> str:
+    """``text`` (a user's message) as a search query one request of ``limit_bytes`` takes:
+    whole if it fits, else its start and its end (where a request around a pasted text
+    usually is), cut between lines, each half of what fits."""
+    budget = max(limit_bytes - REQUEST_ROOM_BYTES, 1024)
+    if len(orjson.dumps(text)) <= budget:
+        return text
+    half = budget // 2 - 8
+    return f"{_fitting(text, half)}\n{_fitting(text, half, tail=True)}"
 
 
 def _cut(message: JsonObject, max_bytes: int) -> list[JsonObject]:

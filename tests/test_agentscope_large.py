@@ -18,11 +18,11 @@ pytest.importorskip("agentscope", reason="needs agentscope, which '.[test]' inst
 
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
-from test_agentscope import _reply, fake, scripted
+from test_agentscope import NOTE, _chat_requests, _non_system, _open, _reply, fake, scripted
 
 from recalld.ipc.agentscope import RecalldMem0Middleware, RecalldMemoryMiddleware, session_key
 from recalld.ipc.client import Client
-from recalld.ipc.request_parts import turn_parts
+from recalld.ipc.request_parts import search_query, turn_parts
 
 __all__ = ["fake"]  # the fake provider, as test_agentscope has it
 
@@ -137,3 +137,63 @@ def test_facts_longer_than_one_note_takes_are_recorded_by_add_memory(
     body = "".join(note.read_text(encoding="utf-8")
                    for note in (root / "memory").rglob("agent-notes*.md"))
     assert all(f"- {fact.strip()}\n" in body for fact in facts)
+
+
+# About 2.6 MB of JSON: a pasted build log of CJK, emoji, quotes and escapes.
+LOG = "".join(f'步骤{i}: 构建 "wren-{i}" 🔧 失败\t退出码 {i % 7}\n' for i in range(45_000))
+
+
+@pytest.mark.parametrize("question_first", [False, True])
+def test_a_message_larger_than_a_request_gets_its_recall(
+        daemon: DaemonHandle, fake: FakeProvider, question_first: bool) -> None:
+    _open(daemon, "coder", {"memory/2026-07-01/backups.md": NOTE})
+    fake.chat_default = scripted()
+    question = "where do the nightly backups go?"
+    text = f"{question}\n{LOG}" if question_first else f"{LOG}\n{question}"
+    assert len(orjson.dumps(text)) > 2 << 20
+
+    async def main() -> None:
+        mw = RecalldMemoryMiddleware(socket_path=daemon.socket_path, agent_id="coder",
+                                     mode="static_control")
+        try:
+            await _reply(fake, mw, "coder", text)
+        finally:
+            await mw.close()
+
+    asyncio.run(main())
+    req = _chat_requests(fake)[-1]  # the reply's (AgentScope tried to compress before)
+    injected = _non_system(req).split("<recalled-memory>", 1)
+    assert len(injected) == 2 and "quillfeather-7" in injected[1].split("</recalled-")[0]
+
+
+def test_a_mem0_message_larger_than_a_request_gets_its_recall(
+        daemon: DaemonHandle, fake: FakeProvider) -> None:
+    with Client(daemon.socket_path) as c:
+        c.workspace_open("user-ines")
+        c.add_note("user-ines", "Ines keeps her kayak at the boathouse on pier 9.",
+                   session_id="mem0-guide", name="mem0-guide", author="guide")
+    fake.chat_default = scripted()
+
+    async def main() -> None:
+        mw = RecalldMem0Middleware(user_id="user-ines", agent_id="guide",
+                                   mode="static_control", socket_path=daemon.socket_path)
+        try:
+            await _reply(fake, mw, "guide", f"where is my kayak kept?\n{LOG}")
+        finally:
+            await mw.close()
+
+    asyncio.run(main())
+    req = _chat_requests(fake)[-1]
+    assert "## Relevant memories from past conversations" in _non_system(req)
+    assert "boathouse on pier 9" in _non_system(req)
+
+
+def test_a_search_query_fits_and_keeps_both_ends() -> None:
+    limit = 64 * 1024
+    for text in (LOG, "\x00" * 50_000 + "end", "é" * 70_000, "x" * 10):
+        query = search_query(text, limit)
+        assert len(orjson.dumps(query)) <= limit - 1024
+        assert query == text or (text.startswith(query.split("\n")[0])
+                                 and text.endswith(query.rsplit("\n")[-1]))
+    assert search_query(LOG, limit).startswith("步骤0: ")
+    assert search_query(LOG, limit).endswith('步骤44999: 构建 "wren-44999" 🔧 失败\t退出码 3\n')
