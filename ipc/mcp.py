@@ -16,7 +16,8 @@ an agent framework) launches ``recalld mcp --agent coder`` (or
 
 Every line the client writes is checked first (:mod:`recalld.ipc.mcp_lines`): one that
 is not a single JSON-RPC message (not JSON, a batch, a request of the wrong shape) gets an
-error answer, with the request's id when it can be read, and the bridge reads on.
+error answer, with the request's id when it can be read, and the bridge reads on; so
+does a line longer than the 16 MiB the bridge holds of one.
 
 The tools and the prompt are defined in :mod:`recalld.ipc.mcp_tools`. Tool arguments are
 checked against the tool's input schema first: arguments of the wrong
@@ -39,7 +40,7 @@ import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TextIO, cast
+from typing import BinaryIO, cast
 from urllib.parse import quote, unquote, urlsplit
 
 import anyio
@@ -57,7 +58,7 @@ from recalld.ipc.agent_ids import owner_name, session_key
 from recalld.ipc.answers import JsonObject, Recall
 from recalld.ipc.cli_args import Parser, agent_name
 from recalld.ipc.known_ids import KnownIds, provisional_id
-from recalld.ipc.mcp_lines import CheckedLines
+from recalld.ipc.mcp_lines import CheckedLines, bounded_lines
 from recalld.ipc.mcp_tools import (
     RECALL_PROMPT,
     RECALL_WRAP,
@@ -388,7 +389,8 @@ async def serve(agent: str = DEFAULT_AGENT, socket_path: str | Path | None = Non
     server = build_server(bridge)
     send_answers, answers = anyio.create_memory_object_stream[types.JSONRPCError](
         MAX_LINE_ANSWERS)
-    lines = CheckedLines(anyio.wrap_file(_stdin_text()), send_answers)
+    stdin = anyio.wrap_file(_stdin_bytes())
+    lines = CheckedLines(bounded_lines(stdin.read), send_answers)
     # The transport only iterates its stdin (``async for``).
     async with stdio_server(stdin=cast("anyio.AsyncFile[str]", lines)) as (read_stream,
                                                                            write_stream):
@@ -406,10 +408,10 @@ async def serve(agent: str = DEFAULT_AGENT, socket_path: str | Path | None = Non
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def _stdin_text() -> TextIO:
-    """stdin as the SDK reads it: UTF-8, a byte that is not UTF-8 read as U+FFFD (fd 0
-    stays open when this closes: ``sys.stdin`` is still its own)."""
-    return open(sys.stdin.fileno(), encoding="utf-8", errors="replace", closefd=False)
+def _stdin_bytes() -> BinaryIO:
+    """stdin unbuffered, for :func:`bounded_lines` to cut into lines (fd 0 stays open
+    when this closes: ``sys.stdin`` is still its own)."""
+    return open(sys.stdin.fileno(), "rb", buffering=0, closefd=False)
 
 
 async def warn_if_unreachable(client: AsyncClient) -> None:

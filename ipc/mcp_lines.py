@@ -14,18 +14,35 @@ Request naming what is wrong, with the request's id (each request of a batch its
 or with a null id when none can be read (Parse error for text that is not JSON). A
 response of the wrong shape gets no answer (JSON-RPC answers none); stderr, the MCP
 client's log, says so.
+
+The lines come from :func:`bounded_lines`, which keeps at most :data:`MAX_LINE_BYTES` of
+one: a longer line (the SDK read it whole, however long) is read through, answered
+Invalid Request with its id when its start shows it, and passed by.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 import mcp.types as types
 from anyio.streams.memory import MemoryObjectSendStream
 from pydantic import ValidationError
 
+#: The longest line read from the client (a whole conversation for ``memory_add_turns``
+#: fits; the bridge sends it on in parts): a longer one is answered and passed by, so the
+#: bridge's memory does not grow with what a client writes.
+MAX_LINE_BYTES = 16 << 20
+#: Bytes read from stdin at once.
+READ_BYTES = 64 << 10
+#: The start of a line too long to read, kept to find its id in.
+HEAD_BYTES = 4096
+# Where a top-level id's value begins (told from one among the arguments by coming
+# before "params").
+_ID = re.compile(r'"id"\s*:\s*')
 #: A bad line's answer: the message to send back, or None (answer nothing), and why.
 Refusal = tuple[types.JSONRPCError | None, str]
 _ADAPTER = types.jsonrpc_message_adapter
@@ -127,11 +144,71 @@ def check_line(line: str) -> tuple[str | None, list[Refusal]]:
     return whole, []
 
 
+@dataclass(frozen=True)
+class LongLine:
+    """A line longer than ``MAX_LINE_BYTES``: its start and how long it was."""
+
+    head: bytes
+    size: int
+
+    def answer(self) -> types.JSONRPCError | None:
+        """The error for the request whose start this is, with its id if the start shows
+        it (before its ``params``), else a null id; None for a response."""
+        head = self.head.decode("utf-8", "replace")
+        if '"method"' not in head and ('"result"' in head or '"error"' in head):
+            return None
+        found, params = _ID.search(head), head.find('"params"')
+        request_id = None
+        if found is not None and (params < 0 or found.start() < params):
+            try:
+                read, _ = json.JSONDecoder().raw_decode(head, found.end())
+            except ValueError:
+                read = None
+            request_id = read if type(read) is int or isinstance(read, str) else None
+        return _error(request_id, types.INVALID_REQUEST,
+                      f"Invalid Request: a line of {self.size} bytes is longer than the "
+                      f"{MAX_LINE_BYTES} one message may take: send less at once")
+
+
+async def bounded_lines(read: Callable[[int], Awaitable[bytes]],
+                        max_bytes: int = MAX_LINE_BYTES) -> AsyncIterator[str | LongLine]:
+    """The lines of what ``read(n)`` gives until it gives nothing (each decoded as UTF-8,
+    a byte that is not read as U+FFFD, its newline kept), holding at most ``max_bytes``
+    of one: a longer line is read through and given as a :class:`LongLine`."""
+    buffer = bytearray()
+    scanned = 0  # the bytes of the buffer known to hold no newline
+    long: LongLine | None = None
+    while chunk := await read(READ_BYTES):
+        if long is not None:  # the rest of a long line is read through, not kept
+            end = chunk.find(b"\n")
+            long = LongLine(long.head, long.size + (len(chunk) if end < 0 else end))
+            if end < 0:
+                continue
+            yield long
+            long, chunk = None, chunk[end + 1:]
+        buffer += chunk
+        while (end := buffer.find(b"\n", scanned)) >= 0:
+            line = bytes(buffer[:end + 1])
+            del buffer[:end + 1]
+            scanned = 0
+            yield (line.decode("utf-8", "replace") if end <= max_bytes
+                   else LongLine(line[:HEAD_BYTES], end))
+        scanned = len(buffer)
+        if len(buffer) > max_bytes:
+            long = LongLine(bytes(buffer[:HEAD_BYTES]), len(buffer))
+            buffer.clear()
+            scanned = 0
+    if long is not None:
+        yield long
+    elif buffer:
+        yield buffer.decode("utf-8", "replace")
+
+
 class CheckedLines:
     """The client's lines as the SDK's stdio transport reads them (``async for``): those
     it reads, while the answers to the others go to ``answers``, closed at the end."""
 
-    def __init__(self, lines: AsyncIterable[str],
+    def __init__(self, lines: AsyncIterable[str | LongLine],
                  answers: MemoryObjectSendStream[types.JSONRPCError]) -> None:
         self._lines = lines
         self._answers = answers
@@ -142,6 +219,14 @@ class CheckedLines:
     async def _checked(self) -> AsyncIterator[str]:
         async with self._answers:
             async for line in self._lines:
+                if isinstance(line, LongLine):
+                    answer = line.answer()
+                    print(f"recalld mcp: refused a line of {line.size} bytes (longer than "
+                          f"{MAX_LINE_BYTES}): {line.head[:200]!r}", file=sys.stderr,
+                          flush=True)
+                    if answer is not None:
+                        await self._answers.send(answer)
+                    continue
                 if not line.strip():
                     continue
                 forward, refusals = check_line(line)
