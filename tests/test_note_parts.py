@@ -93,3 +93,18 @@ def test_the_mcp_bridge_records_a_note_longer_than_one_call_takes(
     body = _bodies(root / "memory", "agent-notes*.md")
     assert body.count("gate 3 sticks") == 2 * CHAPTER.count("gate 3 sticks")
     assert all(f"- sluice {n}: «ouverte» à {n % 24}h 🚢\n" in body for n in range(600))
+
+
+def test_content_that_redaction_lengthens_is_taken(daemon: DaemonHandle) -> None:
+    # Under the 32,000 characters a call takes as sent; longer once each password is
+    # masked, which a caller cannot foresee.
+    content = "\n".join(f"- replica {n}: postgres://ops:k@db-{n}.lan/orders"
+                         for n in range(640))
+    assert len(content) < 32_000
+    with Client(daemon.socket_path) as c:
+        c.workspace_open("dba")
+        note = c.add_note("dba", content, session_id="replicas")
+        text = c.read("dba", note["path"])["text"]
+    assert note["changed"] and len(text) > 32_000
+    assert all(f"- replica {n}: postgres://ops:[REDACTED]@db-{n}.lan/orders" in text
+               for n in range(640))

@@ -126,11 +126,13 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
         # Kept masked, the note would never be found by the author filter.
         raise InvalidParams("param 'author' looks like a credential; use another name",
                             {LOOKS_LIKE_A_CREDENTIAL: "author"})
+    # The bound is on what the caller sent: redaction may make it longer ("u:p@" of a
+    # URL masked), and a caller cannot know by how much.
+    if len(content.strip()) > MAX_NOTE_CHARS:
+        raise InvalidParams(f"param 'content' is longer than {MAX_NOTE_CHARS} characters")
     text = (await redact_async(content, limiter=ctx.state.services.cpu)).strip()
     if not text:
         raise InvalidParams("param 'content' must not be empty")
-    if len(text) > MAX_NOTE_CHARS:
-        raise InvalidParams(f"param 'content' is longer than {MAX_NOTE_CHARS} characters")
     if not has_name(name):
         raise InvalidParams("param 'name' must contain letters or digits")
     ws = ctx.workspace(agent_id)
