@@ -24,8 +24,7 @@ from recalld.ipc.answers import JsonObject, TurnsAdded
 MAX_TURN_MESSAGES = 1000
 #: What a ``memory.add_turns`` request holds besides its messages (method, ids, flags).
 REQUEST_ROOM_BYTES = 4096
-#: The characters one ``memory.add_note`` takes (32,000), less room for what redaction
-#: adds to the text it checks.
+#: The characters one ``memory.add_note`` takes (32,000), less some to spare.
 MAX_NOTE_PART_CHARS = 30_000
 
 V = TypeVar("V")
@@ -147,6 +146,8 @@ async def in_note_parts(text: str, limit_bytes: int,
     ``request_id``, or of a new one for a text of several parts): the daemon appends a
     part that repeats an earlier one, and a part sent again adds nothing twice."""
     parts = text_parts(text, limit_bytes - REQUEST_ROOM_BYTES, MAX_NOTE_PART_CHARS)
+    # A part of blank lines only says nothing, and the daemon refuses an empty note.
+    parts = [part for part in parts if part.strip()] or parts[:1]
     if request_id is None and len(parts) > 1:
         request_id = f"note-{uuid.uuid4().hex}"
     answer: V | None = None

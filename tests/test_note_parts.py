@@ -79,20 +79,27 @@ def test_the_mcp_bridge_records_a_note_longer_than_one_call_takes(
         f"- sluice {n}: «ouverte» à {n % 24}h 🚢" for n in range(600))
     assert len(content) > 2 * MAX_NOTE_PART_CHARS
 
-    async def main() -> str:
+    # Blank lines enough to make a part of their own between two facts.
+    spaced = "- The upper gate is green.\n" + " \n" * 40_000 + "- The lower gate is red."
+
+    async def main() -> list[str]:
         async with bridge(daemon, "lock-keeper") as s:
-            note = await s.call_tool("memory_add_note", {"content": content,
-                                                         "session_id": "canal 2"})
-            assert not note.is_error, _text(note)
-            return _text(note)
+            said = []
+            for text in (content, spaced):
+                note = await s.call_tool("memory_add_note", {"content": text,
+                                                             "session_id": "canal 2"})
+                assert not note.is_error, _text(note)
+                said.append(_text(note))
+            return said
 
     said = asyncio.run(main())
-    assert said.startswith("recorded in memory/"), said
+    assert all(text.startswith("recorded in memory/") for text in said), said
     with Client(daemon.socket_path) as c:
         root = Path(c.workspace_open("lock-keeper")["path"])
     body = _bodies(root / "memory", "agent-notes*.md")
     assert body.count("gate 3 sticks") == 2 * CHAPTER.count("gate 3 sticks")
     assert all(f"- sluice {n}: «ouverte» à {n % 24}h 🚢\n" in body for n in range(600))
+    assert "- The upper gate is green.\n" in body and "- The lower gate is red.\n" in body
 
 
 def test_content_that_redaction_lengthens_is_taken(daemon: DaemonHandle) -> None:
