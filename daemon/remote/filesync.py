@@ -360,6 +360,8 @@ class FileSync(ReplicaFiles):
                     if row.path in failed:
                         blocked[row.path] = f"cannot write {row.path}: {failed[row.path]}"
                         hold = row.version if hold is None else min(hold, row.version)
+                    elif row.path in self._feed_blocked:  # written now: status says so now
+                        del self._feed_blocked[row.path]
                 cursor = after if hold is None else min(after, hold - 1)
                 with trio.CancelScope(shield=True):
                     await in_thread(partial(self.state.record, updates, cursor))
