@@ -47,6 +47,7 @@ from recalld.daemon.workspaces import (
     check_still_there,
     describe_failure,
 )
+from recalld.daemon.writegate import WriteGates
 from recalld.ipc.errors import InvalidParams, RecalldError, UnknownWorkspace
 
 if TYPE_CHECKING:
@@ -73,6 +74,8 @@ class WorkspaceRegistry:
         self._locks: dict[str, trio.Lock] = {}
         #: Agents whose files a restore is replacing: opening them waits (:meth:`held`).
         self._held: dict[str, trio.Event] = {}
+        #: Writes to each agent's workspace, which a restore holds (:mod:`writegate`).
+        self.writes = WriteGates()
         self._nursery: trio.Nursery | None = None
         self._changed = trio.Event()
 

@@ -135,45 +135,46 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
         raise InvalidParams("param 'content' must not be empty")
     if not has_name(name):
         raise InvalidParams("param 'name' must contain letters or digits")
-    ws = ctx.workspace(agent_id)
-    ops = fileops_for(ws, session_id=session_id)
-    day = check_date(None, ops.today)
-    # A note that cannot take the content and a new frontmatter is continued in the next
-    # one: a busy day of notes would have every later call refused as too large.
-    room_for = len(text.encode()) + len((description or "").encode()) + NOTE_HEADER_BYTES
-    async with ws.services.note_lock:  # appending reads the note and writes it back
-        if (now := ctx.workspace(agent_id)) is not ws:
-            # A restore held the lock, and closed the workspace and opened it again: write
-            # through the one open now (the lock is the agent's, that one's too).
-            ws, ops = now, fileops_for(now, session_id=session_id)
-        answers = ws.services.sessions
-        if (prior := answers.answer_for(request_id)) is not None:
-            return prior  # type: ignore[return-value]  # recorded from a NoteAdded below
-        notes = await _own_notes(ws, ops.day_folder(day), slug(name), session_id)
-        held = None if request_id is not None else next(
-            (rel for rel, _, body in notes if f"\n\n{text}\n\n" in f"\n\n{body}\n\n"), None)
-        rel, body = next(((rel, body) for rel, whole, body in notes
-                          if has_room(whole, room_for)), ("", ""))
-        if held is not None and held != rel:  # in a note that is full now
-            return {"agent_id": agent_id, "session_id": session_id, "date": day,
-                    "path": held, "created": False, "changed": False}
-        if held is not None:
-            # Already said in this note, word for word: a call sent again after its answer
-            # was lost (a restart, a dropped connection) adds nothing twice.
-            new_body = f"{body}\n"
-        else:
-            new_body = f"{body}\n\n{text}\n" if body else f"{text}\n"
-        result = await ops.daily_write(session_id, name, new_body, date=day,
-                                       description=description,
-                                       extra={"author": author} if author else None,
-                                       room_for=room_for)
-        added: NoteAdded = {"agent_id": agent_id, "session_id": session_id, "date": day,
-                            "path": result.path, "created": result.created,
-                            "changed": result.changed}
-        try:
-            await answers.remember(request_id, added)
-        except StorageError as exc:  # written: a retry then appends it a second time
-            log.warning("%s: the answer to %s was not saved: %s", agent_id, request_id, exc)
+    async with ctx.writable(agent_id) as ws:
+        ops = fileops_for(ws, session_id=session_id)
+        day = check_date(None, ops.today)
+        # A note that cannot take the content and a new frontmatter is continued in the
+        # next one: a busy day of notes would have every later call refused as too large.
+        room_for = len(text.encode()) + len((description or "").encode()) + NOTE_HEADER_BYTES
+        async with ws.services.note_lock:  # appending reads the note and writes it back
+            if (now := ctx.workspace(agent_id)) is not ws:
+                # Closed and opened again while this waited for the lock: write through
+                # the one open now (the lock is the agent's, that one's too).
+                ws, ops = now, fileops_for(now, session_id=session_id)
+            answers = ws.services.sessions
+            if (prior := answers.answer_for(request_id)) is not None:
+                return prior  # type: ignore[return-value]  # recorded from a NoteAdded below
+            notes = await _own_notes(ws, ops.day_folder(day), slug(name), session_id)
+            held = None if request_id is not None else next(
+                (rel for rel, _, body in notes if f"\n\n{text}\n\n" in f"\n\n{body}\n\n"), None)
+            rel, body = next(((rel, body) for rel, whole, body in notes
+                              if has_room(whole, room_for)), ("", ""))
+            if held is not None and held != rel:  # in a note that is full now
+                return {"agent_id": agent_id, "session_id": session_id, "date": day,
+                        "path": held, "created": False, "changed": False}
+            if held is not None:
+                # Already said in this note, word for word: a call sent again after its
+                # answer was lost (a restart, a dropped connection) adds nothing twice.
+                new_body = f"{body}\n"
+            else:
+                new_body = f"{body}\n\n{text}\n" if body else f"{text}\n"
+            result = await ops.daily_write(session_id, name, new_body, date=day,
+                                           description=description,
+                                           extra={"author": author} if author else None,
+                                           room_for=room_for)
+            added: NoteAdded = {"agent_id": agent_id, "session_id": session_id, "date": day,
+                                "path": result.path, "created": result.created,
+                                "changed": result.changed}
+            try:
+                await answers.remember(request_id, added)
+            except StorageError as exc:  # written: a retry then appends it a second time
+                log.warning("%s: the answer to %s was not saved: %s", agent_id, request_id,
+                            exc)
     return added
 
 
@@ -430,12 +431,12 @@ async def topic_write(ctx: CallContext, params: JsonObject) -> TopicWritten:
     type_ = p.text("type")
     body = p.text("body")
     p.done()
-    ws = ctx.workspace(agent_id)
-    rel = topics.topic_path(topics.digest_folder(ws), path)
-    body = await redact_async(body, limiter=ctx.state.services.cpu)  # a long one: a worker
-    text = topics.render_topic(name, description, type_, body)
-    result = await fileops_for(ws).write(rel, text)
-    return await _topic_done(ws, rel, result.created, result.changed, "written")
+    async with ctx.writable(agent_id) as ws:
+        rel = topics.topic_path(topics.digest_folder(ws), path)
+        body = await redact_async(body, limiter=ctx.state.services.cpu)  # long: a worker
+        text = topics.render_topic(name, description, type_, body)
+        result = await fileops_for(ws).write(rel, text)
+        return await _topic_done(ws, rel, result.created, result.changed, "written")
 
 
 @METHODS.add("memory.topic_edit")
@@ -448,22 +449,23 @@ async def topic_edit(ctx: CallContext, params: JsonObject) -> TopicWritten:
     old = p.text("old")
     new = p.text("new")
     p.done()
-    ws = ctx.workspace(agent_id)
-    rel = topics.topic_path(topics.digest_folder(ws), path)
-    if not old:
-        raise InvalidParams("param 'old' must not be empty")
-    before = await trio.to_thread.run_sync(read_confined, ws.root, rel)
-    if before is None:
-        raise NotFound(f"no such topic file: {rel}")
-    count = before.count(old)
-    if count != 1:
-        raise InvalidParams(f"'old' occurs {count} times in {rel}; it must occur exactly once")
-    new = await redact_async(new, limiter=ctx.state.services.cpu)
-    topics.checked_topic(before.replace(old, new, 1), rel)
-    # The file operations apply the edit under the workspace write lock, against the
-    # file as it is then (so a write in between is never lost).
-    result = await fileops_for(ws).edit(rel, old, new)
-    return await _topic_done(ws, rel, False, result.changed, "edited")
+    async with ctx.writable(agent_id) as ws:
+        rel = topics.topic_path(topics.digest_folder(ws), path)
+        if not old:
+            raise InvalidParams("param 'old' must not be empty")
+        before = await trio.to_thread.run_sync(read_confined, ws.root, rel)
+        if before is None:
+            raise NotFound(f"no such topic file: {rel}")
+        count = before.count(old)
+        if count != 1:
+            raise InvalidParams(f"'old' occurs {count} times in {rel}; it must occur "
+                                "exactly once")
+        new = await redact_async(new, limiter=ctx.state.services.cpu)
+        topics.checked_topic(before.replace(old, new, 1), rel)
+        # The file operations apply the edit under the workspace write lock, against the
+        # file as it is then (so a write in between is never lost).
+        result = await fileops_for(ws).edit(rel, old, new)
+        return await _topic_done(ws, rel, False, result.changed, "edited")
 
 
 # -------------------------------------------------------------------------- memory.select

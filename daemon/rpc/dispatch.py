@@ -27,9 +27,10 @@ any other exception becomes a generic internal error on the wire (and is logged)
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, overload
 
@@ -121,6 +122,13 @@ class CallContext:
     def workspace(self, agent_id: str) -> Workspace:
         """The ready workspace of ``agent_id`` (UnknownWorkspace otherwise)."""
         return self.state.registry.get(agent_id)
+
+    @contextlib.asynccontextmanager
+    async def writable(self, agent_id: str) -> AsyncIterator[Workspace]:
+        """:meth:`workspace` for a call that writes to it, which a restore of the agent
+        waits for, and which waits for a restore (:mod:`recalld.daemon.writegate`)."""
+        async with self.state.registry.writes.writing(agent_id):
+            yield self.workspace(agent_id)
 
     async def searchable(self, agent_id: str) -> Workspace:
         """The workspace of ``agent_id`` to search: ready, or opening with its search

@@ -23,7 +23,8 @@ async def dream_undo(ctx: CallContext, params: JsonObject) -> DreamUndone:
     run_id = p.text("run_id")
     force = p.boolean("force", False)
     p.done()
-    return await dreamruns.undo(ctx.workspace(agent_id), run_id, force=force)
+    async with ctx.writable(agent_id) as ws:
+        return await dreamruns.undo(ws, run_id, force=force)
 
 
 @METHODS.add("dream.runs", positional=("agent_id",))

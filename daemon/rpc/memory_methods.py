@@ -47,56 +47,57 @@ async def add_turns(ctx: CallContext, params: JsonObject) -> TurnsAdded | JsonOb
         # session is another request (no session id has a '/').
         request_id = f"{session_id}/{request_id}"
     messages = check_messages(raw_messages if raw_messages is not None else [])
-    ws = ctx.workspace(agent_id)
-    store = ws.services.sessions
-    async with store.lock:
-        prior = store.answer_for(request_id)
-        if prior is not None:
-            return prior
-        before = store.info(session_id)
-        added = await store.add(session_id, messages, request_id, answer=None)
+    # Saved after a restore's snapshot and before its files, turns would be in neither.
+    async with ctx.writable(agent_id) as ws:
+        store = ws.services.sessions
+        async with store.lock:
+            prior = store.answer_for(request_id)
+            if prior is not None:
+                return prior
+            before = store.info(session_id)
+            added = await store.add(session_id, messages, request_id, answer=None)
 
-        def answer(job_id: str | None) -> TurnsAdded:
-            out: TurnsAdded = {
-                "session_id": session_id,
-                "added_messages": max(0, added.pending_messages - before.pending_messages),
-                "pending_turns": added.pending_turns,
-                "pending_messages": added.pending_messages,
-                "user_turns_total": added.user_turns_total,
-            }
-            if job_id is not None:
-                out["job_id"] = job_id
-            return out
+            def answer(job_id: str | None) -> TurnsAdded:
+                out: TurnsAdded = {
+                    "session_id": session_id,
+                    "added_messages": max(0, added.pending_messages - before.pending_messages),
+                    "pending_turns": added.pending_turns,
+                    "pending_messages": added.pending_messages,
+                    "user_turns_total": added.user_turns_total,
+                }
+                if job_id is not None:
+                    out["job_id"] = job_id
+                return out
 
-        interval = ws.settings.auto_memory_interval
-        periodic = interval is not None and interval > 0 and added.since_submit >= interval
-        has_pending = added.pending_messages > 0 or added.pending_turns > 0
-        capture = ws.services.capture
-        if added.pending_messages > before.pending_messages or (
-                added.pending_turns > before.pending_turns):
-            capture.touched(session_id)
-        job_id: str | None = None
-        if (periodic or flush) and has_pending:
-            if not periodic and capture.covered(added):
-                job_id = added.last_job_id  # a queued or running job covers it all
-                capture.watch(session_id)
-            else:
-                try:
-                    job_id = await capture.submit(session_id, added.upto, request_id,
-                                                  lambda jid: dict(answer(jid)),
-                                                  trigger="interval" if periodic else "flush")
-                    return answer(job_id)
-                except StorageError as exc:
-                    # The turns are saved: an error now would have the caller add them
-                    # again. They stay pending for the next turns' or the idle flush.
-                    log.warning("%s: turns of session %s saved, but no auto_memory job "
-                                "could be queued: %s", agent_id, session_id, exc)
-        result = answer(job_id)
-        try:
-            await store.remember(request_id, result)
-        except StorageError as exc:  # the turns record holds an answer for a retry
-            log.warning("%s: the answer to %s was not saved: %s", agent_id, request_id, exc)
-        return result
+            interval = ws.settings.auto_memory_interval
+            periodic = interval is not None and interval > 0 and added.since_submit >= interval
+            has_pending = added.pending_messages > 0 or added.pending_turns > 0
+            capture = ws.services.capture
+            if added.pending_messages > before.pending_messages or (
+                    added.pending_turns > before.pending_turns):
+                capture.touched(session_id)
+            job_id: str | None = None
+            if (periodic or flush) and has_pending:
+                if not periodic and capture.covered(added):
+                    job_id = added.last_job_id  # a queued or running job covers it all
+                    capture.watch(session_id)
+                else:
+                    try:
+                        job_id = await capture.submit(session_id, added.upto, request_id,
+                                                      lambda jid: dict(answer(jid)),
+                                                      trigger="interval" if periodic else "flush")
+                        return answer(job_id)
+                    except StorageError as exc:
+                        # The turns are saved: an error now would have the caller add them
+                        # again. They stay pending for the next turns' or the idle flush.
+                        log.warning("%s: turns of session %s saved, but no auto_memory job "
+                                    "could be queued: %s", agent_id, session_id, exc)
+            result = answer(job_id)
+            try:
+                await store.remember(request_id, result)
+            except StorageError as exc:  # the turns record holds an answer for a retry
+                log.warning("%s: the answer to %s was not saved: %s", agent_id, request_id, exc)
+            return result
 
 
 @METHODS.add("memory.changes", positional=("agent_id",))
@@ -143,6 +144,6 @@ async def inbox_ack(ctx: CallContext, params: JsonObject) -> InboxAcked:
     agent_id = p.agent_id()
     ids = p.strings("ids")
     p.done()
-    inbox = ctx.workspace(agent_id).services.inbox
-    acked = await inbox.ack(ids)
+    async with ctx.writable(agent_id) as ws:
+        acked = await ws.services.inbox.ack(ids)
     return {"agent_id": agent_id, "acked": acked["acked"], "unknown": acked["unknown"]}

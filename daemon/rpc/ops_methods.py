@@ -212,11 +212,16 @@ def ops_methods() -> Methods:
         # files are restored would be in neither, and a note appended to as it was before
         # would undo the restore of that note: such writes wait until the restore ends.
         # Jobs under way (a dream, auto_memory) would write what they read before it: they
-        # stop first and run again after it, on the restored files.
+        # stop first and run again after it, on the restored files. Calls that write
+        # (notes, turns, topic files) end first, and those that come wait until the
+        # restored workspaces are open again (writegate), also ones it closed.
         async with contextlib.AsyncExitStack() as writes_held:
             for plan in plans:
                 await writes_held.enter_async_context(
                     state.services.jobs.paused(plan.agent_id, "restoring from a backup"))
+            for plan in plans:
+                await writes_held.enter_async_context(
+                    state.registry.writes.closed(plan.agent_id))
             for plan in plans:
                 if (held := open_ws.get(plan.agent_id)) is not None:
                     for lock in (held.services.note_lock, held.services.write_lock):

@@ -43,11 +43,11 @@ async def remote_release(ctx: CallContext, params: JsonObject) -> JsonObject:
     p.done()
     if action not in ("upload", "restore"):
         raise InvalidParams(f"action must be 'upload' or 'restore', not {action!r}")
-    ws = ctx.workspace(agent_id)
-    replica = ws.services.remote.replica
-    if replica is None:
-        raise InvalidParams(f"workspace {agent_id} is not shared (it has no remote)")
-    released = await replica.release_held(action)
+    async with ctx.writable(agent_id) as ws:
+        replica = ws.services.remote.replica
+        if replica is None:
+            raise InvalidParams(f"workspace {agent_id} is not shared (it has no remote)")
+        released = await replica.release_held(action)
     return {"agent_id": agent_id, "action": action, "released": released}
 
 

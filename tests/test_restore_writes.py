@@ -1,0 +1,116 @@
+"""Calls that write to a workspace while a backup restore replaces its files: each waits
+for the restore and lands on the restored files, none is refused or lost."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import DaemonFactory, DaemonHandle
+from waits import wait_for
+
+from recalld.ipc.errors import RecalldError
+
+# The restore stops at PAUSE_AT (after its snapshot is recorded, or once it closed the
+# workspace and is about to write its files) until the test opens the FIFO RESTORE_PAUSE
+# (ops_methods imported after the patch of what it imports by name).
+PAUSING = (
+    sys.executable, "-c",
+    "import os, sys\n"
+    "from recalld.daemon.rpc import restore_record\n"
+    "def pausing(fn):\n"
+    "    def paused(*args, **kwargs):\n"
+    "        with open(os.environ['RESTORE_PAUSE'], 'rb') as fifo:\n"
+    "            fifo.read()\n"
+    "        return fn(*args, **kwargs)\n"
+    "    return paused\n"
+    "if os.environ['PAUSE_AT'] == 'snapshot':\n"
+    "    restore_record.prune_snapshots = pausing(restore_record.prune_snapshots)\n"
+    "else:\n"
+    "    from recalld.daemon.rpc import ops_methods\n"
+    "    ops_methods.apply_restore = pausing(ops_methods.apply_restore)\n"
+    "from recalld.daemon.main import main\n"
+    "sys.exit(main(sys.argv[1:]))\n",
+)
+
+WRITES: dict[str, tuple[str, dict[str, Any]]] = {
+    "note": ("memory.add_note", {"agent_id": "w", "content": "during the restore: the ruff"}),
+    "turns": ("memory.add_turns", {"agent_id": "w", "session_id": "s2", "messages": [
+        {"role": "user", "content": "during the restore: a dunlin on the mudflat"}]}),
+    "topic": ("memory.topic_write", {
+        "agent_id": "w", "path": "waders.md", "name": "waders", "description": "shore birds",
+        "type": "user", "body": "The whimbrel passes in May."}),
+    "ack": ("inbox.ack", {"agent_id": "w", "ids": ["no-such-item"]}),
+}
+
+
+def _waiting(d: DaemonHandle, count: int, results: dict[str, Any]) -> Any:
+    seen: list[bool] = []
+
+    def check() -> bool:  # at two looks in a row: the calls wait (this one counts too)
+        seen.append(d.call("daemon.status")["queues"]["server"]["calls_in_flight"] > count)
+        return bool(results) or seen[-2:] == [True, True]
+    return check
+
+
+@pytest.mark.parametrize("pause_at", ["snapshot", "closed"])
+def test_writes_during_a_restore_wait_for_it_and_are_kept(
+        daemon_factory: DaemonFactory, tmp_path: Path, pause_at: str) -> None:
+    # After the snapshot, turns were acknowledged and then replaced with the backup's
+    # pending log (in neither); once the restore closed the workspace, every write was
+    # refused with "a restore is replacing its files".
+    fifo = tmp_path / "pause"
+    os.mkfifo(fifo)
+    d = daemon_factory(launcher=PAUSING, RESTORE_PAUSE=str(fifo), PAUSE_AT=pause_at)
+    root = tmp_path / "ws"
+    (root / "memory").mkdir(parents=True)
+    (root / "memory" / "a.md").write_text("The heron stood in the reeds.\n")
+    d.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    d.call("memory.add_turns", {"agent_id": "w", "session_id": "s1", "messages": [
+        {"role": "user", "content": "backed up: a curlew"}]})  # the restore closes it
+    archive = d.call("backup.create", {"agents": ["w"]})["file"]
+    results: dict[str, Any] = {}
+
+    def call(key: str, method: str, params: dict[str, Any]) -> threading.Thread:
+        def run() -> None:
+            try:
+                results[key] = d.call(method, params)
+            except RecalldError as exc:
+                results[key] = exc
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    threads = [call("restore", "backup.restore", {"file": archive, "agents": ["w"]})]
+    if pause_at == "snapshot":
+        wait_for((d.data_dir / "backups" / "rollback.json").exists, "the snapshot recorded")
+    else:
+        wait_for(lambda: [w["state"] for w in d.call("workspace.list")["workspaces"]
+                          if w["agent_id"] == "w"] == ["closed"],
+                 "the workspace closed by the restore")
+    try:
+        threads += [call(key, *write) for key, write in WRITES.items()]
+        wait_for(_waiting(d, 1 + len(WRITES), results), "the writes answered or waiting")
+        assert not results, results  # neither refused nor acknowledged before the end
+    finally:
+        with open(fifo, "wb"):
+            pass
+        for thread in threads:
+            thread.join()
+    assert all(isinstance(r, dict) for r in results.values()), results
+    assert results["turns"]["added_messages"] == 1
+    pending = (root / "mem_metadata" / "sessions" / "pending.jsonl").read_text()
+    assert "a dunlin" in pending and "a curlew" in pending
+    with zipfile.ZipFile(results["restore"]["snapshot"]) as zf:
+        assert not any(b"dunlin" in zf.read(n) for n in zf.namelist())
+    note = (root / results["note"]["path"]).read_text()
+    assert "the ruff" in note
+    assert "whimbrel" in (root / results["topic"]["path"]).read_text()
+    # Written through the workspace open after the restore: searchable at the answer.
+    found = d.call("memory.search", {"agent_id": "w", "query": "whimbrel"})["results"]
+    assert [r["path"] for r in found] == [results["topic"]["path"]]
