@@ -1,21 +1,23 @@
 """Backups asked for in odd ways: an empty selection of agents, an archive named where it
-cannot be written, and workspace files deep enough that their member names approach
-the limits a restore checks."""
+cannot be written, workspace files deep enough that their member names approach the
+limits a restore checks, and an archive whose recorded settings are refused here."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
-from conftest import DaemonHandle
+from conftest import DaemonFactory, DaemonHandle
 from test_backup import NOTES, tree, write_tree
 
-from recalld.daemon import backup
+from recalld.daemon import backup, remembered
 from recalld.ipc.client import Client
 from recalld.ipc.errors import InvalidParams
 
@@ -174,3 +176,40 @@ def test_a_restore_into_a_deeper_folder_than_paths_allow_says_how_short_it_must_
     assert not (long / "memory" / "x").exists()
     assert daemon.call("index.sync", {"agent_id": "w"}) is not None
     assert daemon.call("backup.list", {})["rollback"] is None  # no snapshot was taken
+
+
+def _with_record(archive: Path, out: Path, agent_id: str, config: dict[str, str]) -> None:
+    """``archive`` as ``out``, its record of workspaces giving ``agent_id`` ``config``
+    (checksums made to match: the archive passes every check)."""
+    with zipfile.ZipFile(archive) as src, zipfile.ZipFile(out, "w") as dst:
+        meta = orjson.loads(src.read("meta.json"))
+        record = orjson.loads(src.read("daemon/workspaces.json"))["workspaces"]
+        record[agent_id]["config"] = config
+        data = remembered.dump(record)
+        for member in meta["files"]:
+            if member["path"] == "daemon/workspaces.json":
+                member.update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+        for name in src.namelist():
+            if name != "meta.json":
+                dst.writestr(name, data if name == "daemon/workspaces.json" else src.read(name))
+        dst.writestr("meta.json", orjson.dumps(meta))
+
+
+def test_settings_of_the_backup_refused_here_are_said_to_be_the_backups(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Restored where it was never open, a workspace opens with the settings the backup
+    # recorded for it; refused, the message named a "workspace config" nobody here gave.
+    d1 = daemon_factory()
+    write_tree(tmp_path / "ws", NOTES)
+    d1.call("workspace.open", {"agent_id": "w", "path": str(tmp_path / "ws")})
+    archive = Path(d1.call("backup.create", {"agents": ["w"]})["file"])
+    bad = tmp_path / "bad.zip"
+    _with_record(archive, bad, "w", {"daily_dir": "memory/../../elsewhere"})
+    d2 = daemon_factory()
+    with pytest.raises(InvalidParams) as refused:
+        d2.call("backup.restore", {"file": str(bad), "agents": ["w"]})
+    assert refused.value.message.startswith(
+        "cannot restore workspace 'w': the settings backup bad.zip recorded for it are "
+        "refused here (workspace config daily_dir"), refused.value.message
+    assert "nothing was restored" in refused.value.message
+    assert not (d2.data_dir / "workspaces" / "w").exists()

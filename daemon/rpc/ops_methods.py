@@ -192,8 +192,15 @@ def ops_methods() -> Methods:
             except InvalidParams as exc:
                 raise InvalidParams(f"cannot restore workspace {agent_id!r} to {root}: "
                                     f"{exc.message}") from None
-            settings = config_mod.workspace_settings_from_params(
-                cfg.workspace_settings(agent_id), overrides)
+            try:
+                settings = config_mod.workspace_settings_from_params(
+                    cfg.workspace_settings(agent_id), overrides)
+            except InvalidParams as exc:  # its overrides: where they come from, and why
+                whose = ("this daemon recorded" if agent_id in known
+                         else f"backup {path.name} recorded")
+                raise InvalidParams(
+                    f"cannot restore workspace {agent_id!r}: the settings {whose} for it "
+                    f"are refused here ({exc.message}); nothing was restored") from None
             targets.append(bk.AgentSource(agent_id, root, dirs_of(settings)))
         sink.phase("planning", total=len(targets))
 
