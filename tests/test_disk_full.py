@@ -23,9 +23,9 @@ LAUNCHER = (
     sys.executable, "-c",
     "import errno, os, sys\n"
     "from pathlib import Path\n"
-    "from recalld.daemon.store import fsio\n"
+    "from recalld.daemon.store import failingfs, fsio\n"
     "trigger = Path(os.environ['DISK_FULL_TRIGGER'])\n"
-    "class Full(fsio.FailingFS):\n"
+    "class Full(failingfs.FailingFS):\n"
     "    def _check(self, op):\n"
     "        return trigger.exists() and super()._check(op)\n"
     "full = Full(int(os.environ['DISK_FULL_AT']), persistent=True,\n"

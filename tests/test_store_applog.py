@@ -11,7 +11,7 @@ from crash.damage import extend, flip, restore, temp_files, truncate
 
 from recalld.daemon.store.applog import AppendLog, encode_line, replay
 from recalld.daemon.store.errors import DiskFull, StorageError
-from recalld.daemon.store.fsio import FailingFS
+from recalld.daemon.store.failingfs import FailingFS
 
 RECORDS: list[dict[str, Any]] = [
     {"job": i, "kind": "embed", "texts": ["记忆", "x" * i]} for i in range(5)

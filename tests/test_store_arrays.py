@@ -24,7 +24,8 @@ from recalld.daemon.store.arrays import (
     write_blob,
 )
 from recalld.daemon.store.errors import CorruptState, DiskFull, UnsupportedVersion
-from recalld.daemon.store.fsio import REAL, FailingFS, FileEntry, adopt_file, checksum, temp_name
+from recalld.daemon.store.failingfs import FailingFS
+from recalld.daemon.store.fsio import REAL, FileEntry, adopt_file, checksum, temp_name
 from recalld.daemon.store.manifest import GenerationStore
 
 ARRAYS: dict[str, np.ndarray[Any, Any]] = {

@@ -10,10 +10,10 @@ import pytest
 from crash.damage import temp_files
 
 from recalld.daemon.store.errors import CorruptState, DiskFull, StorageError, StorageIOError
+from recalld.daemon.store.failingfs import FailingFS
 from recalld.daemon.store.fsio import (
     REAL,
     TEMP_RE,
-    FailingFS,
     adopt_file,
     atomic_write,
     atomic_writer,

@@ -15,7 +15,8 @@ from crash.damage import damaged, extend, flip, restore, temp_files, truncate
 
 from recalld.daemon.store.arrays import write_arrays, write_blob
 from recalld.daemon.store.errors import CorruptState, DiskFull, StorageError
-from recalld.daemon.store.fsio import REAL, FailingFS, FileEntry, checksum, temp_name
+from recalld.daemon.store.failingfs import FailingFS
+from recalld.daemon.store.fsio import REAL, FileEntry, checksum, temp_name
 from recalld.daemon.store.manifest import GenerationStore, manifest_name
 from recalld.daemon.store.records import read_records, write_records
 

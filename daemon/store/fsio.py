@@ -3,8 +3,8 @@
 Owns nothing long-lived and starts nothing. ``FS`` is the seam: the handful of mutating
 primitives the store uses (open for write or append, write, fsync, truncate, close, replace,
 link, fsync of a directory, unlink, listdir, mkdir). ``REAL`` is the process-wide real one;
-``FailingFS`` is the test double that raises ``OSError(ENOSPC)`` on the k-th counted call,
-once or persistently. Reads do not go through the seam: they cannot corrupt anything.
+``failingfs.FailingFS`` is the test double that raises ``OSError(ENOSPC)`` on the k-th
+counted call, once or persistently. Reads do not go through the seam: they cannot corrupt anything.
 
 ``atomic_write`` / ``atomic_writer`` publish a file the way SQLite and Lucene do: a temp file
 ``.<name>.tmp-<random>`` in the same directory, write, fsync, ``os.replace``, fsync the
@@ -21,7 +21,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,91 +122,6 @@ class FS:
 
 #: The process-wide real filesystem.
 REAL = FS()
-
-
-class FailingFS(FS):
-    """A filesystem that fails the ``fail_at``-th counted call with ``OSError(err)``.
-
-    ``ops`` names the counted methods (default: only ``write``). With ``persistent`` every
-    counted call from the ``fail_at``-th on fails (a disk that stays full); otherwise only
-    that one does (space freed right after). With ``partial_write`` a failing write first
-    writes half its bytes, as a real ENOSPC does. ``calls`` counts counted calls so far;
-    ``failures`` counts the raised errors.
-    """
-
-    def __init__(
-        self,
-        fail_at: int,
-        *,
-        persistent: bool = False,
-        ops: Collection[str] = ("write",),
-        err: int = errno.ENOSPC,
-        partial_write: bool = True,
-    ) -> None:
-        self.fail_at = fail_at
-        self.persistent = persistent
-        self.ops = frozenset(ops)
-        self.err = err
-        self.partial_write = partial_write
-        self.calls = 0
-        self.failures = 0
-
-    def _check(self, op: str) -> bool:
-        if op not in self.ops:
-            return False
-        self.calls += 1
-        return self.calls == self.fail_at or (self.persistent and self.calls > self.fail_at)
-
-    def _fail(self, op: str) -> OSError:
-        self.failures += 1
-        return OSError(self.err, f"{os.strerror(self.err)} (injected at {op} #{self.calls})")
-
-    def open_write(self, path: Path) -> int:
-        if self._check("open_write"):
-            raise self._fail("open_write")
-        return super().open_write(path)
-
-    def open_append(self, path: Path) -> int:
-        if self._check("open_append"):
-            raise self._fail("open_append")
-        return super().open_append(path)
-
-    def write(self, fd: int, data: bytes | memoryview) -> None:
-        if self._check("write"):
-            if self.partial_write and len(data) > 1:
-                super().write(fd, memoryview(data)[: len(data) // 2])
-            raise self._fail("write")
-        super().write(fd, data)
-
-    def fsync(self, fd: int) -> None:
-        if self._check("fsync"):
-            raise self._fail("fsync")
-        super().fsync(fd)
-
-    def truncate(self, fd: int, size: int) -> None:
-        if self._check("truncate"):
-            raise self._fail("truncate")
-        super().truncate(fd, size)
-
-    def replace(self, src: Path, dst: Path) -> None:
-        if self._check("replace"):
-            raise self._fail("replace")
-        super().replace(src, dst)
-
-    def link(self, src: Path, dst: Path) -> None:
-        if self._check("link"):
-            raise self._fail("link")
-        super().link(src, dst)
-
-    def fsync_dir(self, path: Path) -> None:
-        if self._check("fsync_dir"):
-            raise self._fail("fsync_dir")
-        super().fsync_dir(path)
-
-    def mkdir(self, path: Path) -> None:
-        if self._check("mkdir"):
-            raise self._fail("mkdir")
-        super().mkdir(path)
 
 
 def mkdir_private(path: Path) -> bool:
