@@ -90,13 +90,13 @@ NAMED_LAUNCHER = (
     sys.executable, "-c",
     "import errno, os, sys\n"
     "from recalld.daemon.store import fsio\n"
-    "real_open_write = fsio.FS.open_write\n"
-    "def open_write(self, path):\n"
+    "real_open_write = fsio.FS.open_write_at\n"
+    "def open_write(self, folder, name):\n"
     "    if (os.path.exists(os.environ['DISK_FULL_TRIGGER'])\n"
-    "            and os.environ['DISK_FULL_NAME'] in path.name):\n"
+    "            and os.environ['DISK_FULL_NAME'] in name):\n"
     "        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
-    "    return real_open_write(self, path)\n"
-    "fsio.FS.open_write = open_write\n"
+    "    return real_open_write(self, folder, name)\n"
+    "fsio.FS.open_write_at = open_write\n"
     "from recalld.daemon.main import main\n"
     "sys.exit(main(sys.argv[1:]))\n",
 )

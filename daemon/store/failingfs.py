@@ -53,6 +53,11 @@ class FailingFS(FS):
             raise self._fail("open_write")
         return super().open_write(path)
 
+    def open_write_at(self, folder: int, name: str) -> int:
+        if self._check("open_write"):
+            raise self._fail("open_write")
+        return super().open_write_at(folder, name)
+
     def open_append(self, path: Path) -> int:
         if self._check("open_append"):
             raise self._fail("open_append")
@@ -79,6 +84,11 @@ class FailingFS(FS):
         if self._check("replace"):
             raise self._fail("replace")
         super().replace(src, dst)
+
+    def replace_at(self, folder: int, src: str, dst: str) -> None:
+        if self._check("replace"):
+            raise self._fail("replace")
+        super().replace_at(folder, src, dst)
 
     def link(self, src: Path, dst: Path) -> None:
         if self._check("link"):

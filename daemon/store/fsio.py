@@ -75,6 +75,11 @@ class FS:
         """Create ``path`` exclusively for writing and return its descriptor."""
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE)
 
+    def open_write_at(self, folder: int, name: str) -> int:
+        """:meth:`open_write` of ``name`` in the folder opened as ``folder``."""
+        return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE,
+                       dir_fd=folder)
+
     def open_append(self, path: Path) -> int:
         """Open (creating if needed) ``path`` to append (and read back); never via a link."""
         return os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
@@ -98,6 +103,10 @@ class FS:
 
     def replace(self, src: Path, dst: Path) -> None:
         os.replace(src, dst)
+
+    def replace_at(self, folder: int, src: str, dst: str) -> None:
+        """:meth:`replace` of ``src`` by ``dst``, both in the folder opened as ``folder``."""
+        os.replace(src, dst, src_dir_fd=folder, dst_dir_fd=folder)
 
     def link(self, src: Path, dst: Path) -> None:
         os.link(src, dst)

@@ -1,0 +1,54 @@
+"""A link put in place of a workspace folder while a restore writes its files: no file
+lands where the link leads."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import DaemonFactory
+
+from recalld.ipc.errors import PathOutsideWorkspace
+
+# Just before the restore writes the member named SWAP_MEMBER (its target checked),
+# SWAP_FOLDER is moved to SWAP_AWAY and a link to SWAP_TO takes its place, as another
+# program could at that moment.
+SWAPPING = (
+    sys.executable, "-c",
+    "import os, sys\n"
+    "from recalld.daemon import backup_restore\n"
+    "stage = backup_restore._stage\n"
+    "def swapped(zf, member, *args, **kwargs):\n"
+    "    folder = os.environ['SWAP_FOLDER']\n"
+    "    if member == os.environ['SWAP_MEMBER'] and not os.path.islink(folder):\n"
+    "        os.rename(folder, os.environ['SWAP_AWAY'])\n"
+    "        os.symlink(os.environ['SWAP_TO'], folder)\n"
+    "    return stage(zf, member, *args, **kwargs)\n"
+    "backup_restore._stage = swapped\n"
+    "from recalld.daemon.main import main\n"
+    "sys.exit(main(sys.argv[1:]))\n",
+)
+
+
+@pytest.mark.parametrize("swapped", ["memory/2026-01-01", "memory"])
+def test_a_link_swapped_in_while_a_restore_writes_is_not_followed(
+        daemon_factory: DaemonFactory, tmp_path: Path, swapped: str) -> None:
+    # Each target was checked for links by its path and then written by its path: a
+    # folder swapped for a link in between had the file written where the link led
+    # (another agent's memory, a system folder).
+    root, outside = tmp_path / "ws", tmp_path / "outside"
+    outside.mkdir()
+    (root / "memory" / "2026-01-01").mkdir(parents=True)
+    (root / "memory" / "2026-01-01" / "a.md").write_text("The heron fished at dawn.\n")
+    d = daemon_factory(launcher=SWAPPING, SWAP_FOLDER=str(root / swapped),
+                       SWAP_AWAY=str(tmp_path / "moved"), SWAP_TO=str(outside),
+                       SWAP_MEMBER="agents/w/memory/2026-01-01/a.md")
+    d.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    archive = d.call("backup.create", {"agents": ["w"]})["file"]
+    with pytest.raises(PathOutsideWorkspace, match="passes through a symlink"):
+        d.call("backup.restore", {"file": archive, "agents": ["w"]})
+    assert sorted(p.name for p in outside.rglob("*")) == []
+    moved = tmp_path / "moved"  # the folder as it was, a temp file left beside at most
+    kept = "a.md" if swapped != "memory" else "2026-01-01/a.md"
+    assert (moved / kept).read_text() == "The heron fished at dawn.\n"
