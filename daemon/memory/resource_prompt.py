@@ -4,9 +4,10 @@ functions."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from recalld.daemon.providers.chat import ChatMessage
+if TYPE_CHECKING:  # the chat client loads the redaction rules: not at a warm start
+    from recalld.daemon.providers.chat import ChatMessage
 
 SYSTEM_PROMPT: Final = """\
 You turn a file the user saved into a memory note. Write concise Markdown: one line saying
