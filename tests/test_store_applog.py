@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import errno
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +151,39 @@ def test_rewrite_compacts_atomically(tmp_path: Path) -> None:
         log.rewrite([])
     log.close()
     assert replay(path)[0] == [*RECORDS[3:], {"job": 10}]
+    assert temp_files(path.parent) == []
+
+
+# Rewrites the log at argv[1] to nothing, SIGKILLed just before it renames the new file.
+KILLED_REWRITE = """
+import os, signal, sys
+from pathlib import Path
+from recalld.daemon.store import fsio
+from recalld.daemon.store.applog import AppendLog
+
+fsio.FS.replace = lambda self, src, dst: os.kill(os.getpid(), signal.SIGKILL)
+with AppendLog(Path(sys.argv[1])) as log:
+    log.rewrite([])
+"""
+
+
+def test_a_rewrite_killed_before_its_rename_is_tidied_at_the_next_open(
+        tmp_path: Path) -> None:
+    # The temp file stayed for good (a compacted embedding cache is as large as the cache).
+    path = written(tmp_path)
+    other = written(tmp_path / "b").replace(path.parent / "other.log")
+    for log in (path, other):
+        killed = subprocess.run([sys.executable, "-c", KILLED_REWRITE, str(log)], check=False)
+        assert killed.returncode == -signal.SIGKILL
+    assert len(temp_files(path.parent)) == 2
+    (path.parent / ".note.txt").write_text("not a temp file")
+    with AppendLog(path) as log:
+        assert log.opened[0] == RECORDS  # the rewrite never happened
+    (left,) = temp_files(path.parent)  # only this log's own: the other's is its to tidy
+    assert left.startswith(".other.log.tmp-")
+    assert (path.parent / ".note.txt").exists()
+    with AppendLog(other) as log:
+        assert log.opened[0] == RECORDS
     assert temp_files(path.parent) == []
 
 

@@ -18,9 +18,11 @@ by keeping the whole log under another name (``<name>.corrupt-<ns>``), which its
 quarantine record names. A log that is no file at all (a directory, a device) is renamed
 that way and starts empty.
 
-``rewrite`` compacts the log into exactly the given records through an atomic publish. A
-failed append is rolled back (the file is truncated to its previous length), so a disk-full
-error never leaves half a line behind. Blocking I/O: run it in a worker thread.
+``rewrite`` compacts the log into exactly the given records through an atomic publish;
+``open`` removes what a rewrite killed before its rename left (the log's own temp files:
+a compacted embedding cache is as large as the cache). A failed append is rolled back
+(the file is truncated to its previous length), so a disk-full error never leaves half
+a line behind. Blocking I/O: run it in a worker thread.
 """
 
 from __future__ import annotations
@@ -40,7 +42,15 @@ import orjson
 
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.errors import CorruptState, StorageError, translate_os_error
-from recalld.daemon.store.fsio import FS, REAL, atomic_write, ensure_dir, open_state
+from recalld.daemon.store.fsio import (
+    FS,
+    REAL,
+    TEMP_RE,
+    atomic_write,
+    ensure_dir,
+    open_state,
+    temp_name,
+)
 from recalld.daemon.store.records import BadLine
 
 _CRC_LEN = 8
@@ -246,6 +256,7 @@ class AppendLog:
     def open(self) -> tuple[list[JsonObject], ReplayReport]:
         """Recover the log (see ``replay``) and open it for appending."""
         ensure_dir(self.fs, self.path.parent)
+        self._remove_unfinished()
         existed = self.path.exists()
         records, report = replay(self.path, self.fs, repair=True, quarantine=self.quarantine)
         self._reopen()
@@ -256,6 +267,22 @@ class AppendLog:
                 raise translate_os_error(exc, self.path.parent) from exc
         self.opened = (records, report)
         return records, report
+
+    def _remove_unfinished(self) -> None:
+        """Remove the temp files of a rewrite of this log that a crash cut short (nobody
+        else names a file so: the log has one writer). Best effort: a file that cannot
+        be removed only takes room."""
+        own = temp_name(self.path.name).rsplit(".tmp-", 1)[0] + ".tmp-"
+        try:
+            names = self.fs.listdir(self.path.parent)
+        except OSError:
+            return
+        for name in names:
+            if name.startswith(own) and TEMP_RE.match(name):
+                try:
+                    self.fs.unlink(self.path.parent / name)
+                except OSError as exc:
+                    log.warning("could not remove %s: %s", self.path.parent / name, exc)
 
     def _reopen(self) -> None:
         self.close()
