@@ -117,12 +117,13 @@ class ForkedProcess:
 class ForkServer:
     """One server process and the worker's end of its socket."""
 
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self, env: Mapping[str, str], *, script: str = __file__) -> None:
+        """``script``: the server's program (it runs ``_serve``), this module by default."""
         self._lock = threading.Lock()  # one request in flight: answers come in order
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
             self.proc = subprocess.Popen(
-                [sys.executable, "-u", __file__, str(theirs.fileno())],
+                [sys.executable, "-u", script, str(theirs.fileno())],
                 env=dict(env), stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
             )
 
