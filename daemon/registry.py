@@ -46,6 +46,7 @@ from recalld.daemon.workspaces import (
     check_root,
     check_still_there,
     describe_failure,
+    resolved,
 )
 from recalld.daemon.writegate import WriteGates
 from recalld.ipc.errors import InvalidParams, RecalldError, UnknownWorkspace
@@ -241,7 +242,7 @@ class WorkspaceRegistry:
             raise InvalidParams("workspace path must be absolute")
         # Resolving symlinks stats every component: on a slow or hung mount that takes
         # long, so not on the event loop.
-        given_root, root = root, await trio.to_thread.run_sync(root.resolve)
+        given_root, root = root, await trio.to_thread.run_sync(resolved, root)
         if given_root != root:
             check_not_anothers(agent_id, given_root, root, self._places())
         recorded = self._records.entries.get(agent_id)
@@ -282,7 +283,7 @@ class WorkspaceRegistry:
                 # Served elsewhere, it would move back to its configured place at the next
                 # start, its notes written meanwhile left behind unserved.
                 place = await trio.to_thread.run_sync(
-                    config.workspace_path(agent_id).expanduser().resolve)
+                    resolved, config.workspace_path(agent_id).expanduser())
                 if place != root:
                     raise InvalidParams(
                         f"the config file puts workspace {agent_id!r} at {place}: open it "

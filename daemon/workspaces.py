@@ -85,6 +85,17 @@ WorkspaceStarter = Callable[["Workspace", trio.Nursery], Awaitable[None]]
 StatusProvider = Callable[[], Mapping[str, object]]
 
 
+def resolved(root: Path) -> Path:
+    """``root`` with its symbolic links resolved (blocking). InvalidParams if they loop,
+    as :func:`check_root` says of a path it cannot stat: Python 3.11's ``resolve`` raises
+    RuntimeError there, which would fail a start or a reload, not this one workspace."""
+    try:
+        return root.resolve()
+    except RuntimeError:
+        raise InvalidParams(f"workspace {root} is not available: "
+                            f"{os.strerror(errno.ELOOP)}") from None
+
+
 def check_root(root: Path) -> None:
     """InvalidParams unless ``root`` (absolute, resolved) may be a workspace: not a system
     folder, and a directory of the user who runs the daemon if it exists, named in UTF-8

@@ -1,0 +1,57 @@
+"""The workspaces a configuration reload opens and the ones it no longer names: a bad
+place fails that one workspace (as at the start), and one that never opened is not
+shown as failing once the file stops naming it."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from waits import wait_for
+
+from recalld.ipc.errors import InvalidParams
+
+if TYPE_CHECKING:
+    from conftest import DaemonFactory, DaemonHandle
+
+
+def _reload(d: DaemonHandle, text: str) -> None:
+    done = d.log().count("configuration reloaded")
+    d.config_path.write_text(text, encoding="utf-8")
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: d.log().count("configuration reloaded") > done, "the reload")
+
+
+def _listed(d: DaemonHandle) -> dict[str, dict[str, object]]:
+    return {w["agent_id"]: w for w in d.call("workspace.list")["workspaces"]}
+
+
+def _link_loop(tmp_path: Path) -> Path:
+    """A path whose symbolic links lead to each other: no folder at all."""
+    (tmp_path / "loop-a").symlink_to(tmp_path / "loop-b")
+    (tmp_path / "loop-b").symlink_to(tmp_path / "loop-a")
+    return tmp_path / "loop-a" / "notes"
+
+
+def test_a_workspace_path_in_a_link_loop_fails_that_workspace_only(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # At the start, at a reload and in workspace.open alike: the daemon serves the
+    # others and says why this one is not open, as for a file where its folder goes.
+    looped = _link_loop(tmp_path)
+    d = daemon_factory(f'[workspaces.looped]\npath = "{looped}"\n')
+    listed = _listed(d)
+    assert listed["default"]["state"] == "ready"
+    assert listed["looped"]["state"] == "failed"
+    assert "Too many levels of symbolic links" in str(listed["looped"]["error"])
+    with pytest.raises(InvalidParams, match="Too many levels of symbolic links"):
+        d.call("workspace.open", {"agent_id": "other", "path": str(looped)})
+    _reload(d, f'[workspaces.looped]\npath = "{looped}"\n'
+               f'[workspaces.again]\npath = "{tmp_path / "loop-b" / "x"}"\n')
+    again = _listed(d)["again"]
+    assert again["state"] == "failed", again
+    assert "Too many levels of symbolic links" in str(again["error"])
+    assert d.call("daemon.ping")["pong"] is True
+    assert d.stop() == 0
+
