@@ -24,7 +24,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -150,6 +150,20 @@ class WorkspaceRegistry:
     def reloaded(self, old: DaemonConfig, new: DaemonConfig) -> builtins.list[str]:
         """Apply a reload to the open workspaces (:func:`reload_sharing.reloaded`)."""
         return reload_sharing.reloaded(self.list(), old, new, self._records.config_at)
+
+    def drop_unopened(self, configured: Collection[str]) -> builtins.list[str]:
+        """Drop the workspaces that never opened (refused, or failed while they opened)
+        and that neither ``configured`` names nor the record reopens: nothing opens them
+        again, so a reload that took them out of the file leaves no failure to show (a
+        start would show none). Returns their agent ids."""
+        dropped = [agent_id for agent_id, ws in self._workspaces.items()
+                   if ws.state == "failed" and not ws.served and agent_id not in configured
+                   and agent_id not in self._records.entries]
+        for agent_id in dropped:
+            del self._workspaces[agent_id]
+        if dropped:
+            self._pulse()
+        return dropped
 
     def settings_of(self, agent_id: str) -> WorkspaceSettings | None:
         """The settings of ``agent_id``'s workspace: its own while the registry has it

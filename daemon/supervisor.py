@@ -358,6 +358,10 @@ class Supervisor:
             set_log_level(new.log_level)
         self.services.scheduler.set_jitter(new.schedule_jitter_s)
         changed = self.registry.reloaded(old, new)
+        dropped = self.registry.drop_unopened(new.configured_agents())
+        if dropped:
+            log.info("reload: workspace(s) %s, which did not open, are no longer named in "
+                     "the configuration", ", ".join(dropped))
         at_open = [name for name in AT_OPEN if getattr(new, name) != getattr(old, name)]
         if at_open:
             log.warning("reload: %s changed; open workspaces keep what they were opened with "

@@ -55,3 +55,29 @@ def test_a_workspace_path_in_a_link_loop_fails_that_workspace_only(
     assert d.call("daemon.ping")["pong"] is True
     assert d.stop() == 0
 
+
+def test_a_reload_that_no_longer_names_a_workspace_that_did_not_open_drops_it(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Refused (a file where its folder goes) it was never recorded: once the file names
+    # it no more nothing opens it, and status would otherwise report it failing until a
+    # restart. One still named stays failed; a recorded one stays listed.
+    afile = tmp_path / "notes-file"
+    afile.write_text("not a folder\n", encoding="utf-8")
+    text = (f'[workspaces.gone]\npath = "{afile}"\n'
+            f'[workspaces.kept]\npath = "{afile}"\n')
+    d = daemon_factory(text)
+    d.call("workspace.open", {"agent_id": "adhoc", "path": str(tmp_path / "adhoc")})
+    assert {a: w["state"] for a, w in _listed(d).items()} == {
+        "adhoc": "ready", "default": "ready", "gone": "failed", "kept": "failed"}
+    _reload(d, f'[workspaces.kept]\npath = "{afile}"\n'
+               f'[workspaces.late]\npath = "{tmp_path / "late-file"}"\n')
+    # A workspace refused by this reload is shown, one it no longer names is not.
+    listed = _listed(d)
+    assert "gone" not in listed, listed
+    assert listed["kept"]["state"] == "failed"
+    assert listed["adhoc"]["state"] == "ready"
+    assert listed["late"]["state"] == "ready"
+    status = d.call("daemon.status")
+    assert "gone" not in {w["agent_id"] for w in status["workspaces"]}
+    assert "did not open, are no longer named" in d.log()
+    assert d.stop() == 0
