@@ -148,8 +148,20 @@ class WorkspaceRegistry:
         return self.get(agent_id)
 
     def reloaded(self, old: DaemonConfig, new: DaemonConfig) -> builtins.list[str]:
-        """Apply a reload to the open workspaces (:func:`reload_sharing.reloaded`)."""
-        return reload_sharing.reloaded(self.list(), old, new, self._records.config_at)
+        """Apply a reload to the open workspaces (:func:`reload_sharing.reloaded`), and
+        stop those that now hold or lie in another's folder without each being shared
+        with the other's agent: a start would refuse both (:func:`check_overlap`), and
+        served on, each agent would read the other's memory."""
+        changed = reload_sharing.reloaded(self.list(), old, new, self._records.config_at)
+        for ws in self.list():
+            if ws.state not in ("opening", "ready"):
+                continue
+            try:
+                self._check_overlap(ws.agent_id, ws.root, ws.settings)
+            except InvalidParams as exc:
+                ws.stop(f"{exc.message} (the reloaded configuration shares them so no "
+                        "more; the workspace stopped)")
+        return changed
 
     def drop_unopened(self, configured: Collection[str]) -> builtins.list[str]:
         """Drop the workspaces that never opened (refused, or failed while they opened)

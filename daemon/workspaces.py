@@ -258,7 +258,7 @@ class Workspace:
         self._status: dict[StatusName, StatusProvider] = {}
         self._cancel_scope: trio.CancelScope | None = None
         self._finished = trio.Event()
-        self._root_moved = trio.Event()
+        self._stopped = trio.Event()  # :meth:`stop`
         self._root_id: tuple[int, int] | None = None  # (st_dev, st_ino) of its folder
 
     @property
@@ -379,17 +379,19 @@ class Workspace:
                 self._cancel_scope = scope
                 async with trio.open_nursery() as nursery:
                     await start(self, nursery)
-                    self.state = "ready"
+                    if not self._stopped.is_set():  # stopped while it opened: failed
+                        self.state = "ready"
                     log.info("workspace %s: every service started", self.agent_id)
                     self.served = True
                     task_status.started()
                     # Its services read and write by path: once a link took its folder's
                     # place (:meth:`root_leads`) they would serve and change another
-                    # folder's files, another agent's memory among them.
-                    await self._root_moved.wait()
+                    # folder's files, another agent's memory among them; so they would
+                    # once a reload stopped sharing it with a workspace it holds or lies in.
+                    await self._stopped.wait()
                     nursery.cancel_scope.cancel()
-            if self._root_moved.is_set():
-                raise RecalldError(self.error or "its folder now leads elsewhere")
+            if self._stopped.is_set():
+                raise RecalldError(self.error or "the workspace stopped")
         finally:
             lock.release()
             if self.state != "failed":
@@ -411,12 +413,17 @@ class Workspace:
     def root_leads(self, elsewhere: str) -> None:
         """The workspace folder now leads to ``elsewhere``: the workspace stops, with
         ``error`` saying so at once."""
+        self.stop(f"its folder {self.root} now leads to {elsewhere}: a link took its "
+                  "place (or that of a folder on its path), and the workspace stopped "
+                  "rather than read or write that folder's files; put its folder back "
+                  "and open it again")
+
+    def stop(self, error: str) -> None:
+        """The workspace stops serving, ``failed`` with ``error`` at once; its services
+        end and its task reports the failure (the registry holds its jobs)."""
         self.state = "failed"
-        self.error = (f"its folder {self.root} now leads to {elsewhere}: a link took its "
-                      "place (or that of a folder on its path), and the workspace stopped "
-                      "rather than read or write that folder's files; put its folder back "
-                      "and open it again")
-        self._root_moved.set()
+        self.error = error
+        self._stopped.set()
 
     def refuse(self, error: str) -> None:
         """Mark a workspace that never started as refused (``failed`` with ``error``):

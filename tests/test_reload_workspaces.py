@@ -1,6 +1,7 @@
-"""The workspaces a configuration reload opens and the ones it no longer names: a bad
-place fails that one workspace (as at the start), and one that never opened is not
-shown as failing once the file stops naming it."""
+"""The workspaces a configuration reload opens, stops and no longer names: a bad place
+fails that one workspace (as at the start), nested workspaces no longer shared with each
+other stop, and one that never opened is not shown as failing once the file stops naming
+it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 from waits import wait_for
 
-from recalld.ipc.errors import InvalidParams
+from recalld.ipc.errors import InvalidParams, UnknownWorkspace
 
 if TYPE_CHECKING:
     from conftest import DaemonFactory, DaemonHandle
@@ -80,4 +81,32 @@ def test_a_reload_that_no_longer_names_a_workspace_that_did_not_open_drops_it(
     status = d.call("daemon.status")
     assert "gone" not in {w["agent_id"] for w in status["workspaces"]}
     assert "did not open, are no longer named" in d.log()
+    assert d.stop() == 0
+
+
+def test_a_reload_that_stops_sharing_nested_workspaces_stops_both(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # One workspace may lie in another only while each is shared with the other's
+    # agent: the outer one's index holds the inner one's notes. Taken back by a reload,
+    # the sharing must not go on in the outer one's own search and reads; a start would
+    # refuse both, so the reload stops both and says why.
+    outer, inner = tmp_path / "outer", tmp_path / "outer" / "memory" / "inner"
+    nested = (f'[workspaces.outer]\npath = "{outer}"\nshared_with = ["inner"]\n'
+              f'[workspaces.inner]\npath = "{inner}"\n')
+    d = daemon_factory(nested + 'shared_with = ["outer"]\n')
+    note = d.call("memory.add_note", {"agent_id": "inner", "content": "the narwhal plan"})
+    found = d.call("memory.search", {"agent_id": "outer", "query": "narwhal", "sync": True})
+    assert [r["path"] for r in found["results"]] == [f"memory/inner/{note['path']}"]
+    _reload(d, nested)
+    listed = _listed(d)
+    for agent_id in ("outer", "inner"):
+        assert listed[agent_id]["state"] == "failed", listed[agent_id]
+        assert "shares them so no more" in str(listed[agent_id]["error"]), listed[agent_id]
+    with pytest.raises(UnknownWorkspace):
+        d.call("memory.search", {"agent_id": "outer", "query": "narwhal"})
+    with pytest.raises(UnknownWorkspace):
+        d.call("memory.read", {"agent_id": "outer", "path": found["results"][0]["path"]})
+    with pytest.raises(UnknownWorkspace):
+        d.call("memory.add_note", {"agent_id": "inner", "content": "after the reload"})
+    assert listed["default"]["state"] == "ready"
     assert d.stop() == 0
