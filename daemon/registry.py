@@ -160,7 +160,8 @@ class WorkspaceRegistry:
                 self._check_overlap(ws.agent_id, ws.root, ws.settings)
             except InvalidParams as exc:
                 ws.stop(f"{exc.message} (the reloaded configuration shares them so no "
-                        "more; the workspace stopped)")
+                        "more, so it stopped; once it does again, reload, then: recalld "
+                        f"workspace open {ws.agent_id})")
         return changed
 
     def drop_unopened(self, configured: Collection[str]) -> builtins.list[str]:

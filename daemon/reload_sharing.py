@@ -25,13 +25,15 @@ RecordedConfig = Callable[[str, Path], JsonObject | None]
 
 def reloaded(workspaces: Iterable[Workspace], old: DaemonConfig, new: DaemonConfig,
              recorded_config: RecordedConfig) -> list[str]:
-    """Give the open ``workspaces`` the sharing ``new`` opens them with, at once (a
-    revoked reader is refused from its next call on, not from the next open); return
+    """Give the open (and failed) ``workspaces`` the sharing ``new`` opens them with, at
+    once (a revoked reader is refused from its next call on, not from the next open); return
     the ready ones whose other settings or path differ in ``new``, which keep what
     they were opened with until they are opened again."""
     changed = []
     for ws in workspaces:
-        if ws.state in ("opening", "ready"):
+        if ws.state in ("opening", "ready", "failed"):
+            # A failed one too: opening another one inside or around it is checked
+            # against the sharing it has.
             share_as(ws, new, recorded_config)
         if ws.state == "ready" and (
                 unshared(old.workspace_settings(ws.agent_id))

@@ -109,4 +109,10 @@ def test_a_reload_that_stops_sharing_nested_workspaces_stops_both(
     with pytest.raises(UnknownWorkspace):
         d.call("memory.add_note", {"agent_id": "inner", "content": "after the reload"})
     assert listed["default"]["state"] == "ready"
+    # Shared again, each opens again as the message says, in either order.
+    _reload(d, nested + 'shared_with = ["outer"]\n')
+    for agent_id in ("outer", "inner"):
+        assert d.call("workspace.open", {"agent_id": agent_id})["state"] == "ready"
+    found = d.call("memory.search", {"agent_id": "outer", "query": "narwhal", "sync": True})
+    assert [r["path"] for r in found["results"]] == [f"memory/inner/{note['path']}"]
     assert d.stop() == 0
