@@ -325,9 +325,13 @@ class WorkspaceRegistry:
             await trio.to_thread.run_sync(check_daemon_folders, root, config)
             if self._nursery is None:
                 raise RecalldError("the workspace registry is not running")
-            # Checked again and registered with no wait between: another agent's open
-            # that ran meanwhile (each holds only its own agent's lock) sees this one, or
-            # this one sees it, so the two never nest.
+            # Settings as the configuration in force says, and checked again, with no
+            # wait before it is registered: a reload that ran meanwhile gave the open
+            # workspaces their sharing, not this one yet; another agent's open that ran
+            # meanwhile (each holds only its own agent's lock) sees this one, or this one
+            # sees it, so the two never nest.
+            settings = workspace_settings_from_params(
+                self._get_config().workspace_settings(agent_id), overrides)
             self._check_overlap(agent_id, root, settings)
             ws = Workspace(agent_id, root, settings, on_change=self._pulse)
             self._workspaces[agent_id] = ws

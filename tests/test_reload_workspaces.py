@@ -5,14 +5,17 @@ it."""
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from test_reload import _launcher
+from test_warm_start import _open_writer
 from waits import wait_for
 
-from recalld.ipc.errors import InvalidParams, UnknownWorkspace
+from recalld.ipc.errors import InvalidParams, NotAllowed, UnknownWorkspace
 
 if TYPE_CHECKING:
     from conftest import DaemonFactory, DaemonHandle
@@ -115,4 +118,36 @@ def test_a_reload_that_stops_sharing_nested_workspaces_stops_both(
         assert d.call("workspace.open", {"agent_id": agent_id})["state"] == "ready"
     found = d.call("memory.search", {"agent_id": "outer", "query": "narwhal", "sync": True})
     assert [r["path"] for r in found["results"]] == [f"memory/inner/{note['path']}"]
+    assert d.stop() == 0
+
+
+def test_a_workspace_opening_while_a_reload_revokes_its_sharing_opens_with_the_new_file(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # An open that read the configuration before a reload and registers its workspace
+    # after it: the reload gave the open workspaces their new sharing, not this one, so
+    # it opened shared as the old file said, until its next open. It is held in its
+    # folder check (in a thread) while the reload runs.
+    fifo = tmp_path / "hold"
+    os.mkfifo(fifo)
+    held = _launcher(
+        "import os",
+        "from recalld.daemon import registry",
+        "check = registry.check_root",
+        "def held(root):",
+        "    if root.name == 'held':",
+        "        open(os.environ['HOLD'], 'rb').read()",
+        "    return check(root)",
+        "registry.check_root = held")
+    d = daemon_factory('[workspace_defaults]\nshared_with = ["reader"]\n', launcher=held,
+                       HOLD=str(fifo))
+    with d.connect() as conn:
+        conn.request("workspace.open", {"agent_id": "held", "path": str(tmp_path / "held")})
+        writer = wait_for(lambda: _open_writer(fifo), "the open checks its folder")
+        try:
+            _reload(d, "")
+        finally:
+            os.close(writer)
+        assert conn.recv_response()["result"]["state"] == "ready"
+    with pytest.raises(NotAllowed):
+        d.call("memory.search", {"agent_id": "reader", "query": "x", "agents": ["held"]})
     assert d.stop() == 0
