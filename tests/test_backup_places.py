@@ -77,6 +77,28 @@ def test_an_archive_named_longer_than_the_system_takes_is_refused_naming_why(
     assert daemon.call("backup.list", {})["backups"] == []
 
 
+def test_paths_in_a_loop_of_links_are_refused_naming_the_loop(
+        daemon: DaemonHandle, ws: Path, tmp_path: Path) -> None:
+    # Python 3.11's resolve raises RuntimeError on a loop: an "internal error" for an
+    # archive named through one, and for a closed workspace whose folder became one.
+    (tmp_path / "loop-a").symlink_to(tmp_path / "loop-b")
+    (tmp_path / "loop-b").symlink_to(tmp_path / "loop-a")
+    out = tmp_path / "loop-a"
+    with pytest.raises(InvalidParams) as caught:
+        daemon.call("backup.create", {"agents": ["w"], "out": str(out)})
+    assert caught.value.message == (
+        f"cannot write the backup to {out}: Too many levels of symbolic links")
+    made = daemon.call("backup.create", {"agents": ["w"]})
+    daemon.call("workspace.close", {"agent_id": "w"})
+    shutil.move(ws, tmp_path / "ws-moved")
+    ws.symlink_to(tmp_path / "loop-a")
+    for method, params in (("backup.create", {"agents": ["w"]}),
+                           ("backup.restore", {"file": made["file"], "agents": ["w"]})):
+        with pytest.raises(InvalidParams, match="Too many levels of symbolic links"):
+            daemon.call(method, params)
+    assert daemon.call("daemon.ping", {})
+
+
 @contextlib.contextmanager
 def _folder_fd(root: Path, parts: list[str]) -> Iterator[int]:
     """A descriptor of ``root/parts...``, created as needed (walked one name at a time:

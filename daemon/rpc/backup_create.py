@@ -24,7 +24,7 @@ from recalld.daemon.rpc.restore_config import closed_home
 from recalld.daemon.rpc.restore_record import backups_dir
 from recalld.daemon.safepath import why_not_made
 from recalld.daemon.store import errors as store_errors
-from recalld.daemon.workspaces import Workspace, check_agent_id
+from recalld.daemon.workspaces import Workspace, check_agent_id, resolved
 from recalld.ipc.errors import DiskFull, InvalidParams
 
 
@@ -82,7 +82,7 @@ async def _closed_source(state: DaemonState, agent_id: str) -> bk.AgentSource | 
             known is None and agent_id not in cfg.configured_agents()):
         return None
     where, overrides = closed_home(cfg, agent_id, known, None)
-    root = await trio.to_thread.run_sync(where.expanduser().resolve)
+    root = await trio.to_thread.run_sync(resolved, where.expanduser())
     if not await trio.to_thread.run_sync(root.is_dir):
         what = "is not a folder" if await trio.to_thread.run_sync(root.exists) else "is gone"
         raise InvalidParams(f"workspace {agent_id!r} is closed and its folder {root} "
@@ -159,7 +159,11 @@ async def create_backup(ctx: CallContext, agents: list[str] | None, out: str | N
                                 f"(e.g. {path / 'recalld-backup.zip'})")
         if exists:
             raise InvalidParams(f"{path} exists; choose another name")
-        real = await trio.to_thread.run_sync(path.resolve)
+        try:
+            real = await trio.to_thread.run_sync(path.resolve)
+        except RuntimeError:  # a loop of symbolic links (Python 3.11)
+            raise InvalidParams(f"cannot write the backup to {path}: "
+                                f"{os.strerror(errno.ELOOP)}") from None
         for w in ctx.state.registry.list():
             if real.is_relative_to(w.root):
                 # Read as its memory (a resource file, say) and in its next backups.

@@ -60,7 +60,7 @@ from recalld.daemon.rpc.restore_record import (
     write_record,
 )
 from recalld.daemon.store import errors as store_errors
-from recalld.daemon.workspaces import check_agent_id
+from recalld.daemon.workspaces import check_agent_id, resolved
 from recalld.ipc.errors import DiskFull, InvalidParams, NotFound
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ def ops_methods() -> Methods:
                 targets.append(source_of(ws))
                 continue
             where, overrides = homes[agent_id]
-            root = await trio.to_thread.run_sync(where.resolve)
+            root = await trio.to_thread.run_sync(resolved, where)
             try:  # it opens there after the restore: nothing is written where it cannot
                 await state.registry.check_place(agent_id, root)
             except InvalidParams as exc:

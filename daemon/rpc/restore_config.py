@@ -97,7 +97,9 @@ def moved_by(new: DaemonConfig, old: DaemonConfig,
     out = []
     for agent_id, ws in sorted(open_ws.items()):
         where = new.workspace_path(agent_id).expanduser()
-        if agent_id in new.configured_agents() and where.resolve() != ws.root.resolve() and (
+        # realpath: a loop of links is a place of its own, never RuntimeError (resolve)
+        elsewhere = os.path.realpath(where) != os.path.realpath(ws.root)
+        if agent_id in new.configured_agents() and elsewhere and (
                 agent_id not in old.configured_agents() or where != old.workspace_path(agent_id)):
             out.append((agent_id, where))
     return out
