@@ -16,7 +16,8 @@ import zstandard
 from crash.damage import damaged, extend, flip, restore, temp_files, truncate
 
 from recalld.daemon.store.errors import CorruptState, DiskFull
-from recalld.daemon.store.fsio import REAL, FailingFS, FileEntry, checksum
+from recalld.daemon.store.failingfs import FailingFS
+from recalld.daemon.store.fsio import REAL, FileEntry, checksum
 from recalld.daemon.store.records import (
     iter_records,
     read_foreign_records,
