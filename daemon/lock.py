@@ -15,6 +15,8 @@ import stat
 from pathlib import Path
 from types import TracebackType
 
+from recalld.daemon.store import confine
+
 
 class AlreadyServing(Exception):
     """Another daemon owns the data directory or the socket (exit status 3)."""
@@ -63,8 +65,11 @@ class FileLock:
 
     def acquire(self) -> None:
         try:  # never through a link: the pid would truncate whatever file it names
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
-                         | os.O_NOFOLLOW, 0o600)
+            with confine.at(self.path) as (folder, name):
+                fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
+                             | os.O_NOFOLLOW, 0o600, dir_fd=folder)
+        except confine.WritesElsewhere:  # a link on the way: it says where
+            raise
         except OSError as exc:
             if exc.errno != errno.ELOOP:
                 raise

@@ -119,9 +119,9 @@ class WorkspaceRegistry:
         # Looked at whenever the workspace is used (a call names it, a job starts), not on
         # a timer: its services read and write by path, and a link put in its folder's
         # place would lead them into another folder, another agent's memory among them.
-        elsewhere = ws.leads_elsewhere()
-        if elsewhere is not None:
-            ws.root_leads(elsewhere)
+        moved = ws.leads_elsewhere()
+        if moved is not None:
+            ws.root_leads(*moved)
             self._hold_jobs(ws)
             raise UnknownWorkspace(f"workspace {agent_id!r} failed: {ws.error}")
         return ws

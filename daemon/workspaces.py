@@ -32,6 +32,7 @@ from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.config_rules import AGENT_ID_RULE, valid_agent_id
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.lock import AlreadyServing, FileLock
+from recalld.daemon.store import confine
 from recalld.ipc.answers import WorkspaceInfo
 from recalld.ipc.errors import (
     AlreadyRunning,
@@ -260,6 +261,7 @@ class Workspace:
         self._finished = trio.Event()
         self._stopped = trio.Event()  # :meth:`stop`
         self._root_id: tuple[int, int] | None = None  # (st_dev, st_ino) of its folder
+        self._meta_id: tuple[int, int] | None = None  # ... and of its metadata_dir
 
     @property
     def state(self) -> State:
@@ -323,6 +325,8 @@ class Workspace:
                 d.mkdir(parents=True, exist_ok=True)
             st = os.stat(self.root)
             self._root_id = (st.st_dev, st.st_ino)
+            st = os.lstat(self.root / self.settings.metadata_dir)
+            self._meta_id = (st.st_dev, st.st_ino)
         except OSError as exc:
             raise _open_error(f"cannot create workspace directories under {self.root}",
                               exc) from None
@@ -366,6 +370,8 @@ class Workspace:
         # path opened under two agent ids) would write the same derived state.
         lock = FileLock(self.root / self.settings.metadata_dir / LOCK_NAME,
                         f"workspace {self.root}")
+        # Its services write by path; from here on, through handles (:mod:`confine`).
+        confine.guard(self.root)
         try:
             await trio.to_thread.run_sync(self._create_directories)
             try:
@@ -394,26 +400,39 @@ class Workspace:
                 raise RecalldError(self.error or "the workspace stopped")
         finally:
             lock.release()
+            confine.release(self.root)
             if self.state != "failed":
                 self.state = "closed"
             self._finished.set()
 
-    def leads_elsewhere(self) -> str | None:
-        """Where the workspace folder now leads, when a link took its place (or that of a
-        folder on its path) since it opened; None while it is where it was, or gone. One
-        ``stat`` while the folder is the one it opened (a use of the workspace asks)."""
+    def leads_elsewhere(self) -> tuple[Path, str] | None:
+        """The folder and where it now leads, when a link took the place of the
+        workspace folder (or of a folder on its path) or of its ``metadata_dir`` (where
+        its services keep their state) since it opened; None while each is where it was,
+        or gone. Two ``stat`` calls while both are the ones it opened (a use of the
+        workspace asks)."""
         try:
             st = os.stat(self.root)
         except OSError:
             return None  # missing (moved away, a disk not mounted), not elsewhere
-        if (st.st_dev, st.st_ino) == self._root_id:
+        if (st.st_dev, st.st_ino) != self._root_id:
+            elsewhere = safepath.leads_elsewhere(self.root)
+            if elsewhere is not None:
+                return self.root, elsewhere
+        meta = self.root / self.settings.metadata_dir
+        try:
+            st = os.lstat(meta)
+        except OSError:
             return None
-        return safepath.leads_elsewhere(self.root)
+        if (st.st_dev, st.st_ino) == self._meta_id:
+            return None
+        elsewhere = safepath.leads_elsewhere(meta)
+        return None if elsewhere is None else (meta, elsewhere)
 
-    def root_leads(self, elsewhere: str) -> None:
-        """The workspace folder now leads to ``elsewhere``: the workspace stops, with
-        ``error`` saying so at once."""
-        self.stop(f"its folder {self.root} now leads to {elsewhere}: a link took its "
+    def root_leads(self, folder: Path, elsewhere: str) -> None:
+        """The workspace folder (or its ``metadata_dir``), ``folder``, now leads to
+        ``elsewhere``: the workspace stops, with ``error`` saying so at once."""
+        self.stop(f"its folder {folder} now leads to {elsewhere}: a link took its "
                   "place (or that of a folder on its path), and the workspace stopped "
                   "rather than read or write that folder's files; put its folder back "
                   "and open it again")

@@ -48,6 +48,7 @@ from recalld.daemon.index.reme_chunks import ReMeChunk
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.providers.embedding_formats import DEFAULT_BASE_URLS
 from recalld.daemon.store.errors import StorageError
+from recalld.daemon.store.fsio import REAL
 from recalld.daemon.store.records import ZSTD_MAGIC, read_foreign_records
 
 log = logging.getLogger(__name__)
@@ -198,7 +199,7 @@ def remove_own_mirrors(metadata_dir: Path) -> list[str]:
         rec = first_record(path) if path.is_file() else None
         if rec is not None and ours(rec):
             try:
-                path.unlink()
+                REAL.unlink(path)
                 removed.append(rel)
             except OSError as exc:
                 log.warning("cannot remove %s: %s", path, exc)

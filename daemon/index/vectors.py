@@ -32,6 +32,9 @@ import numpy.typing as npt
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.exactvectors import EXACT_MAX, ExactVectors
 from recalld.daemon.index.windows import SLOTS
+from recalld.daemon.store import confine
+from recalld.daemon.store.errors import translate_os_error
+from recalld.daemon.store.fsio import REAL, ensure_dir
 
 if TYPE_CHECKING:
     import hnswlib
@@ -433,16 +436,31 @@ class WindowVectors:
 
 @contextlib.contextmanager
 def _scratch(tmp_dir: Path | None) -> Iterator[Path]:
-    """A private scratch file named like an interrupted publish (``.x.tmp-<hex>``)."""
+    """A private scratch file named like an interrupted publish (``.x.tmp-<hex>``). In
+    ``tmp_dir`` it is named through a handle of that folder (``/proc/self/fd/N/name``):
+    hnswlib writes by name, and a link put in the folder's place meanwhile (or in that of
+    a folder on its path) cannot take the write elsewhere."""
     if tmp_dir is None:
         with tempfile.TemporaryDirectory(prefix="recalld-hnsw-") as tmp:
             yield Path(tmp) / "index.bin"
         return
-    tmp_dir.mkdir(parents=True, exist_ok=True)
-    path = tmp_dir / f".hnsw.tmp-{secrets.token_hex(6)}"
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    ensure_dir(REAL, tmp_dir)
+    name = f".hnsw.tmp-{secrets.token_hex(6)}"
     try:
-        yield path
+        folder = confine.open_folder(tmp_dir)
+    except OSError as exc:
+        raise translate_os_error(exc, tmp_dir) from exc
+    try:
+        try:
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                             0o600, dir_fd=folder))
+        except OSError as exc:
+            raise translate_os_error(exc, tmp_dir / name) from exc
+        try:
+            handle = Path(f"/proc/self/fd/{folder}")
+            yield (handle if handle.is_dir() else tmp_dir) / name
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=folder)
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+        os.close(folder)

@@ -70,7 +70,7 @@ def save_catalog(path: Path, records: Mapping[str, Mapping[str, object]]) -> Non
         # recalld's old copy in ReMe's folder goes, so ReMe finds nothing it cannot read.
         try:
             if _ours(list(read_records(legacy))):
-                legacy.unlink()
+                REAL.unlink(legacy)
         except (CorruptState, OSError) as exc:
             log.warning("leaving %s in place: %s", legacy, exc)
 

@@ -34,7 +34,7 @@ import orjson
 
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.errors import CorruptState, StorageError
-from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, read_verified
+from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, read_verified, remove_if_there
 from recalld.ipc.answers import DreamRun
 from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, RecalldError
 
@@ -375,8 +375,8 @@ def prune_records(directory: Path, keep: int) -> int:
     ids = sorted(record_ids(directory))
     old = ids[: max(0, len(ids) - keep)]
     for run_id in old:
-        (directory / f"{run_id}.json").unlink(missing_ok=True)
-        (directory / f"{run_id}.md").unlink(missing_ok=True)
+        remove_if_there(REAL, directory / f"{run_id}.json")
+        remove_if_there(REAL, directory / f"{run_id}.md")
     return len(old)
 
 

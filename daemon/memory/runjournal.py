@@ -26,6 +26,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import changelog
 from recalld.daemon.store.applog import AppendLog, replay
 from recalld.daemon.store.errors import StorageError
+from recalld.daemon.store.fsio import REAL, remove_if_there
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class Journal:
         told. ``keep``: the inbox could not be told, the next :func:`recover` tells it."""
         self._log.close()
         if self._open and not keep:
-            self._log.path.unlink(missing_ok=True)
+            remove_if_there(self._log.fs, self._log.path)
 
 
 def from_journal(records: Sequence[JsonObject]) -> changelog.RunLog | None:
@@ -121,7 +122,7 @@ def recover(directory: Path, running: Collection[str]) -> list[tuple[changelog.R
                 log.info("dream run %s was cut short; its record is recovered", run_id)
             done.append((run, cut))
         try:
-            path.unlink(missing_ok=True)
+            remove_if_there(REAL, path)
         except OSError as exc:  # a folder of that name: not a journal of ours
             log.warning("leaving %s in place: %s", path, exc)
     return done

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno as errno_codes
 import os
 
+from recalld.daemon.store.confine import WritesElsewhere
 from recalld.ipc.errors import RecalldError
 
 #: errno values that mean "no space left": a full disk or an exhausted quota.
@@ -87,6 +88,8 @@ def translate_os_error(exc: OSError, path: str | os.PathLike[str] | None = None)
     text = exc.strerror or str(exc)
     if exc.errno in _SPACE_ERRNOS:
         return DiskFull(where, exc.errno, f"disk full writing {where}: {text}")
+    if isinstance(exc, WritesElsewhere):  # a link on the way, not at the file itself
+        return StorageIOError(where, exc.errno, f"{where} was not written: {text}")
     if exc.errno == errno_codes.ELOOP:  # opened with O_NOFOLLOW: a link where a file should be
         return StorageIOError(where, exc.errno, f"{where} is a symbolic link, which recalld "
                               "does not write through: remove it")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from recalld.daemon.safepath import MAX_NAME_BYTES
+from recalld.daemon.store import confine
 from recalld.daemon.store.errors import CorruptState, translate_os_error
 
 #: A temp file left by an interrupted publish: ``.<name>.tmp-<hex>``.
@@ -73,7 +74,9 @@ class FS:
 
     def open_write(self, path: Path) -> int:
         """Create ``path`` exclusively for writing and return its descriptor."""
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE)
+        with confine.at(path) as (folder, name):
+            return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                           _FILE_MODE, dir_fd=folder)
 
     def open_write_at(self, folder: int, name: str) -> int:
         """:meth:`open_write` of ``name`` in the folder opened as ``folder``."""
@@ -82,8 +85,9 @@ class FS:
 
     def open_append(self, path: Path) -> int:
         """Open (creating if needed) ``path`` to append (and read back); never via a link."""
-        return os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-                       | os.O_NOFOLLOW, _FILE_MODE)
+        with confine.at(path) as (folder, name):
+            return os.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+                           | os.O_NOFOLLOW, _FILE_MODE, dir_fd=folder)
 
     def write(self, fd: int, data: bytes | memoryview) -> None:
         """Write all of ``data`` (looping over short writes)."""
@@ -102,31 +106,38 @@ class FS:
         os.close(fd)
 
     def replace(self, src: Path, dst: Path) -> None:
-        os.replace(src, dst)
+        with confine.at(src) as (src_folder, src_name), \
+                confine.at(dst) as (dst_folder, dst_name):
+            os.replace(src_name, dst_name, src_dir_fd=src_folder, dst_dir_fd=dst_folder)
 
     def replace_at(self, folder: int, src: str, dst: str) -> None:
         """:meth:`replace` of ``src`` by ``dst``, both in the folder opened as ``folder``."""
         os.replace(src, dst, src_dir_fd=folder, dst_dir_fd=folder)
 
     def link(self, src: Path, dst: Path) -> None:
-        os.link(src, dst)
+        with confine.at(src) as (src_folder, src_name), \
+                confine.at(dst) as (dst_folder, dst_name):
+            os.link(src_name, dst_name, src_dir_fd=src_folder, dst_dir_fd=dst_folder,
+                    follow_symlinks=False)
 
     def fsync_dir(self, path: Path) -> None:
         """Make a directory's entries (creates, renames, unlinks) durable."""
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = confine.open_folder(path)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
 
     def unlink(self, path: Path) -> None:
-        os.unlink(path)
+        with confine.at(path) as (folder, name):
+            os.unlink(name, dir_fd=folder)
 
     def listdir(self, path: Path) -> list[str]:
         return os.listdir(path)
 
     def mkdir(self, path: Path) -> None:
-        os.mkdir(path, 0o755)
+        with confine.at(path) as (folder, name):
+            os.mkdir(name, 0o755, dir_fd=folder)
 
 
 #: The process-wide real filesystem.
@@ -414,6 +425,15 @@ def remove_temp_files(fs: FS, directory: Path) -> list[str]:
     for name in removed:
         _quietly(fs.unlink, directory / name)
     return removed
+
+
+def remove_if_there(fs: FS, path: Path) -> None:
+    """Remove the file ``path`` through ``fs`` (through handles below a workspace's
+    folder); nothing there is no error."""
+    try:
+        fs.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _quietly(func: Callable[..., object], *args: object) -> None:

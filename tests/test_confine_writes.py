@@ -1,0 +1,131 @@
+"""Writes below an open workspace's folder never go through a link swapped in since it
+opened (the folder itself, ``mem_metadata/``, a folder below): they are refused, the
+link's target is left as it was, and the workspace says why at its next use.
+
+The seam tests guard a folder under tmp_path as an open workspace does and drive the
+storage layer's writers (atomic publish, append logs, removals, the scratch file of the
+vector index) on real files; the daemon test swaps a real daemon's folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from waits import wait_committed, wait_for
+
+from recalld.daemon.index.vectors import _scratch
+from recalld.daemon.memory import changelog
+from recalld.daemon.store import confine
+from recalld.daemon.store.applog import AppendLog
+from recalld.daemon.store.errors import StorageIOError
+from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
+from recalld.ipc import errors
+
+
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every entry below ``root``: its size and mtime, to tell any write."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        out[str(path.relative_to(root))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+@pytest.fixture
+def swapped(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """An open workspace ``bob`` whose ``mem_metadata/`` was swapped for a link to
+    another agent's (``alice``'s, holding a run record and a log); yields both."""
+    bob, alice = tmp_path / "bob", tmp_path / "alice"
+    runs = alice / "mem_metadata" / "dream" / "runs"
+    runs.mkdir(parents=True)
+    (runs / "20261101T000000Z-a1b2c3.json").write_text("{}")
+    (runs / "20261101T000000Z-a1b2c3.md").write_text("# run\n")
+    (alice / "mem_metadata" / "inbox.jsonl").write_text("{}\n")
+    (bob / "old").mkdir(parents=True)
+    confine.guard(bob)
+    try:
+        (bob / "mem_metadata").symlink_to(alice / "mem_metadata")
+        yield bob, alice
+    finally:
+        confine.release(bob)
+
+
+def test_the_storage_writers_refuse_a_link_in_place_of_a_folder(
+        swapped: tuple[Path, Path]) -> None:
+    bob, alice = swapped
+    before = tree(alice)
+    meta = bob / "mem_metadata"
+    with pytest.raises(StorageIOError, match="mem_metadata is a symbolic link"):
+        atomic_write(REAL, meta / "catalog.jsonl", b"bob's\n")
+    with pytest.raises(StorageIOError, match="symbolic link"):
+        ensure_dir(REAL, meta / "index")  # is_dir() follows the link; mkdir does not
+    with pytest.raises(StorageIOError, match="symbolic link"):
+        atomic_write(REAL, meta / "dream" / "runs" / "x.json", b"{}")
+    with pytest.raises(StorageIOError, match="symbolic link"):
+        AppendLog(meta / "inbox.jsonl").open()
+    with pytest.raises(OSError, match="symbolic link"):
+        REAL.unlink(meta / "inbox.jsonl")
+    # A dream's pruning of old run records removed the other agent's records.
+    with pytest.raises(OSError, match="symbolic link"):
+        changelog.prune_records(meta / "dream" / "runs", keep=0)
+    (alice / "mem_metadata" / "index").mkdir()
+    before = tree(alice)
+    with pytest.raises(StorageIOError, match="symbolic link"), _scratch(meta / "index"):
+        pass
+    assert tree(alice) == before
+    # The daemon's own folders, below no workspace, are used as ever.
+    ensure_dir(REAL, bob.parent / "state")
+    atomic_write(REAL, bob.parent / "state" / "x.json", b"{}")
+    assert (bob.parent / "state" / "x.json").read_bytes() == b"{}"
+
+
+def test_a_link_in_place_of_the_workspace_folder_takes_no_write(tmp_path: Path) -> None:
+    bob, alice = tmp_path / "bob", tmp_path / "alice"
+    (alice / "mem_metadata").mkdir(parents=True)
+    (bob / "mem_metadata").mkdir(parents=True)
+    confine.guard(bob)
+    try:
+        atomic_write(REAL, bob / "mem_metadata" / "a.json", b"bob's own")
+        bob.rename(tmp_path / "bob.old")
+        bob.symlink_to(alice)
+        before = tree(alice)
+        with pytest.raises(StorageIOError, match="now leads to"):
+            atomic_write(REAL, bob / "mem_metadata" / "a.json", b"bob's")
+        with pytest.raises(OSError, match="now leads to"):
+            REAL.fsync_dir(bob / "mem_metadata")
+        assert tree(alice) == before
+    finally:
+        confine.release(bob)
+    assert (tmp_path / "bob.old" / "mem_metadata" / "a.json").read_bytes() == b"bob's own"
+
+
+def test_a_link_in_place_of_the_metadata_folder_stops_the_workspace_alone(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # Swapped for a link to alice's metadata while bob served, bob's next index commit
+    # wrote its generation into alice's index folder (alice, started again, would load
+    # bob's notes), and bob went on serving: no use of bob looked below its folder.
+    alice, bob = tmp_path / "alice", tmp_path / "bob"
+    d = daemon_factory("".join(f'[workspaces.{a}]\npath = "{tmp_path / a}"\n'
+                               for a in ("alice", "bob")))
+    (alice / "memory" / "2026-12-01").mkdir(parents=True)
+    (alice / "memory" / "2026-12-01" / "owl.md").write_text("# Owl\n\nalice's owl\n")
+    wait_committed(d, "alice")
+    wait_committed(d, "bob")
+    (bob / "mem_metadata").rename(tmp_path / "bob-meta")
+    (bob / "mem_metadata").symlink_to(alice / "mem_metadata")
+    before = tree(alice)
+    (bob / "memory" / "2026-12-02").mkdir(parents=True)
+    (bob / "memory" / "2026-12-02" / "wombat.md").write_text("# Wombat\n\nbob's wombat\n")
+    # bob's commit, refused or written (then into alice's folder).
+    wait_for(lambda: "bob: saving the index failed" in d.log() or tree(alice) != before,
+             "bob's commit")
+    assert tree(alice) == before
+    assert "mem_metadata is a symbolic link, which recalld does not write through" in d.log()
+    with pytest.raises(errors.UnknownWorkspace, match=r"bob/mem_metadata now leads to "):
+        d.call("memory.add_note", {"agent_id": "bob", "content": "bob's note"})
+    found = d.call("memory.search", {"agent_id": "alice", "query": "owl"})["results"]
+    assert [r["path"] for r in found] == ["memory/2026-12-01/owl.md"]
+    assert tree(alice) == before
