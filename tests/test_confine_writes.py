@@ -18,6 +18,7 @@ from waits import wait_committed, wait_for
 
 from recalld.daemon.index.vectors import _scratch
 from recalld.daemon.memory import changelog
+from recalld.daemon.remote.localfs import Confinement
 from recalld.daemon.store import confine
 from recalld.daemon.store.applog import AppendLog
 from recalld.daemon.store.errors import StorageIOError
@@ -129,3 +130,23 @@ def test_a_link_in_place_of_the_metadata_folder_stops_the_workspace_alone(
     found = d.call("memory.search", {"agent_id": "alice", "query": "owl"})["results"]
     assert [r["path"] for r in found] == ["memory/2026-12-01/owl.md"]
     assert tree(alice) == before
+
+
+def test_a_replicas_removal_goes_not_through_a_link_in_place_of_the_workspace(
+        tmp_path: Path) -> None:
+    # A note deleted on another host was removed below the workspace folder as it was
+    # opened by name: with a link in that folder's place, from the other agent's notes.
+    bob, alice = tmp_path / "bob", tmp_path / "alice"
+    for root in (bob, alice):
+        (root / "memory" / "2026-12-01").mkdir(parents=True)
+        (root / "memory" / "2026-12-01" / "a.md").write_text(f"# {root.name}\n")
+    replica = Confinement(bob, ("memory", "digest"))
+    confine.guard(bob)
+    try:
+        bob.rename(tmp_path / "bob.old")
+        bob.symlink_to(alice)
+        with pytest.raises(OSError, match="now leads to"):
+            replica.remove("memory/2026-12-01/a.md")
+    finally:
+        confine.release(bob)
+    assert (alice / "memory" / "2026-12-01" / "a.md").read_text() == "# alice\n"

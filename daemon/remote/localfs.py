@@ -31,6 +31,7 @@ from recalld.daemon.libc import (
     renameat2,
 )
 from recalld.daemon.memory.fileops import write_confined
+from recalld.daemon.store import confine
 from recalld.daemon.store.fsio import REAL, fit_name, temp_name
 from recalld.ipc.errors import RecalldError
 
@@ -238,29 +239,38 @@ class Confinement:
         between the comparison and the rename: the rename exchanges the two files (or
         does not replace one), and what came out is compared; a save found so is put
         back with a second exchange. Where the file system cannot, compared, then
-        renamed (a save in between is overwritten)."""
+        renamed (a save in between is overwritten). Both are in one folder, reached
+        through the folders the workspace opened without following a link."""
+        with confine.at(target) as (folder, name):
+            self._publish_in(path, expect, folder,
+                             os.fspath(tmp) if folder is None else tmp.name, name)
+
+    def _publish_in(self, path: str, expect: str | object | None, folder: int | None,
+                    tmp: str, target: str) -> None:
+        """:meth:`_publish` of ``tmp`` to ``target``, names in ``folder``."""
+        at = {"src_dir_fd": folder, "dst_dir_fd": folder}
         try:
             if expect is None:
-                renameat2(tmp, target, RENAME_NOREPLACE)
+                renameat2(tmp, target, RENAME_NOREPLACE, **at)
                 return
-            ours = _inode(tmp)
-            renameat2(tmp, target, RENAME_EXCHANGE)
+            ours = _inode(tmp, folder)
+            renameat2(tmp, target, RENAME_EXCHANGE, **at)
         except OSError as exc:
             if exc.errno not in RENAME_UNSUPPORTED | {errno.EEXIST, errno.ENOENT}:
                 raise
             self._unchanged(path, expect)  # EEXIST, ENOENT: the file is not as read
-            os.replace(tmp, target)
+            os.replace(tmp, target, **at)
             return
-        if _read_hash(tmp) == expect:  # what the target held until the exchange
-            os.unlink(tmp)
+        if _read_hash(tmp, folder) == expect:  # what the target held until the exchange
+            os.unlink(tmp, dir_fd=folder)
             return
         # Saved since the replica read it: the save goes back to its place. A save made
         # at the target meanwhile (over ours) is newer still: exchanged back there, and
         # so on, until the file that comes out is the one that went in.
         for _ in range(_EXCHANGES):
-            going = _inode(tmp)
-            renameat2(tmp, target, RENAME_EXCHANGE)
-            if _inode(tmp) == ours:
+            going = _inode(tmp, folder)
+            renameat2(tmp, target, RENAME_EXCHANGE, **at)
+            if _inode(tmp, folder) == ours:
                 break
             ours = going
         raise EditedMeanwhile(self.read(path))  # the temp file is removed by the writer
@@ -281,7 +291,7 @@ class Confinement:
         if not self.accepts(path):
             raise RecalldError(f"refusing to delete a path the replica does not own: {path}")
         parts = safepath.split_relative(path)
-        fds = [os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+        fds = [confine.open_folder(self.root)]  # checked where it lies, if guarded
         try:
             for name in parts[:-1]:
                 try:
@@ -341,8 +351,8 @@ class Confinement:
 _EXCHANGES = 8
 
 
-def _inode(path: Path) -> tuple[int, int]:
-    st = os.stat(path, follow_symlinks=False)
+def _inode(name: str, folder: int | None) -> tuple[int, int]:
+    st = os.stat(name, dir_fd=folder, follow_symlinks=False)
     return st.st_dev, st.st_ino
 
 
