@@ -37,6 +37,7 @@ from recalld.daemon.backup import (
     walk_files,
 )
 from recalld.daemon.backup_check import CheckedBackup, file_in_the_way, refuse
+from recalld.daemon.store import confine
 from recalld.daemon.store.errors import translate_os_error
 from recalld.daemon.store.fsio import REAL, ensure_dir, temp_name
 from recalld.daemon.watchrecords import ReconcileRecord
@@ -231,6 +232,17 @@ def _check_no_symlink(root: Path, rel: str) -> None:
 
 def apply_restore(backup: CheckedBackup, plan: RestorePlan,
                   progress: ProgressSink = NO_PROGRESS) -> Restored:
+    """:func:`_apply`, with the workspace folder guarded (:mod:`confine`) meanwhile: a
+    link put in the place of a folder of it while the restore runs takes no write, nor
+    removal, out of it."""
+    confine.guard(plan.root)
+    try:
+        return _apply(backup, plan, progress)
+    finally:
+        confine.release(plan.root)
+
+
+def _apply(backup: CheckedBackup, plan: RestorePlan, progress: ProgressSink) -> Restored:
     """Write ``plan``'s files (checksums verified again while copying), then remove the
     files the backup lacks. Returns counts. All files are written under temp names first
     and renamed into place only once every one is written: on an error while writing

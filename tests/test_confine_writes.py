@@ -16,6 +16,9 @@ from typing import Any
 import pytest
 from waits import wait_committed, wait_for
 
+from recalld.daemon.backup import AgentSource, create_backup
+from recalld.daemon.backup_check import open_checked
+from recalld.daemon.backup_restore import apply_restore, plan_restore
 from recalld.daemon.index.vectors import _scratch
 from recalld.daemon.memory import changelog
 from recalld.daemon.remote.localfs import Confinement
@@ -150,3 +153,28 @@ def test_a_replicas_removal_goes_not_through_a_link_in_place_of_the_workspace(
     finally:
         confine.release(bob)
     assert (alice / "memory" / "2026-12-01" / "a.md").read_text() == "# alice\n"
+
+
+def test_a_restore_writes_nothing_through_a_link_in_place_of_the_workspace(
+        tmp_path: Path) -> None:
+    # A link put in the workspace folder's place between the plan of a restore and its
+    # writes: the backup's notes were written into the link's target (alice's folder),
+    # and the notes the backup lacks removed from it.
+    bob, alice = tmp_path / "bob", tmp_path / "alice"
+    dirs = {"daily_dir": "memory", "digest_dir": "digest", "session_dir": "mem_session",
+            "resource_dir": "resource", "metadata_dir": "mem_metadata"}
+    (bob / "memory" / "2026-12-01").mkdir(parents=True)
+    (bob / "memory" / "2026-12-01" / "b.md").write_text("# bob\n")
+    archive = tmp_path / "b.zip"
+    create_backup(archive, [AgentSource("bob", bob, dirs)])
+    (bob / "memory" / "2026-12-01" / "later.md").write_text("# bob, later\n")
+    (alice / "memory" / "2026-12-01").mkdir(parents=True)
+    (alice / "memory" / "2026-12-01" / "later.md").write_text("# alice\n")
+    checked = open_checked(archive)
+    plan = plan_restore(checked, "bob", bob, dirs)
+    bob.rename(tmp_path / "bob.old")
+    bob.symlink_to(alice)
+    before = tree(alice)
+    with pytest.raises((OSError, StorageIOError), match="now leads to"):
+        apply_restore(checked, plan)
+    assert tree(alice) == before
