@@ -1,7 +1,8 @@
 """One client connection of the JSON-RPC server: read frames, run calls, write answers.
 
 :class:`Connection` owns, for one accepted client stream: the sans-IO protocol state and
-line framer, a write lock, its running calls and, once the client calls
+line framer, a :class:`~recalld.daemon.rpc.frame_writer.FrameWriter` for its answers,
+its running calls and, once the client calls
 ``events.subscribe``, an event subscription with its pump. Calls and the pump run in a
 nursery of the connection's own, opened by :meth:`Connection.serve`; the stream and the
 task that runs ``serve`` belong to :class:`recalld.daemon.rpc.server.RpcServer`, which accepts,
@@ -46,6 +47,7 @@ from recalld.daemon.config import DaemonConfig
 from recalld.daemon.events import EventBus, Subscription, View
 from recalld.daemon.rpc.calls import CallCounters, encodable, run_call
 from recalld.daemon.rpc.connection_events import EVENT_QUEUE_SIZE, check_subscription, pump_events
+from recalld.daemon.rpc.frame_writer import FrameWriter
 from recalld.ipc import errors
 from recalld.ipc.protocol import (
     Answer,
@@ -108,7 +110,8 @@ class Connection:
         self._counters = counters
         self._protocol = ServerProtocol(max_batch=config.max_batch)
         self._framer = LineFramer(config.max_request_bytes)
-        self._write_lock = trio.Lock()
+        self._writer = FrameWriter(self._fd, connection_id=connection_id,
+                                   write_timeout_s=config.write_timeout_s, counters=counters)
         self._in_flight = 0  # lines running (inline or in a task)
         self._unsent = 0  # bytes of answers handed to send() and not yet written
         self._answer_estimate = INITIAL_ANSWER_ESTIMATE
@@ -124,7 +127,6 @@ class Connection:
         self._idle_expired = False
         self._nursery: trio.Nursery | None = None
         self._stopping = False
-        self._broken = False
         self._last_frame = 0.0
         self._unrun: list[bytes] = []  # lines read, not run when reading stopped
         self.subscription: Subscription | None = None
@@ -349,7 +351,7 @@ class Connection:
                 answers = await self._run_calls(incoming)
             except trio.Cancelled:
                 if self._stopping:  # the server's grace ran out: say so if it can be said
-                    self._write_now(self._protocol.reply(incoming, [
+                    self._writer.write_now(self._protocol.reply(incoming, [
                         None if c.is_notification else
                         error_response(c.id, errors.SHUTTING_DOWN, _CUT)
                         for c in incoming.calls]))
@@ -403,71 +405,15 @@ class Connection:
         queue or the write lock for long (RELIABILITY 17). Cancelled while writing (the
         connection is ending), a half written frame marks the connection broken.
         """
-        lock = self._write_lock
         self._unsent += len(data)
         try:
-            try:
-                # Uncontended (the usual case): no scheduler round trip for the lock.
-                lock.acquire_nowait()
-            except trio.WouldBlock:
-                await lock.acquire()
-            try:
-                written = await self._write(data)
-            finally:
-                lock.release()
+            written = await self._writer.write(data)
             if not written and abort:
                 self.abort()
             return written
         finally:
             self._unsent -= len(data)
             self._wake_reader()
-
-    def _write_now(self, data: bytes | None) -> None:
-        """Write ``data`` now if the socket takes it (the connection is being cut)."""
-        if data is None or self._broken or self._write_lock.locked():
-            return
-        try:
-            sent = os.write(self._fd, data)
-        except OSError:  # full (BlockingIOError), or the client is gone
-            sent = 0
-        self._broken = 0 < sent < len(data)
-
-    async def _write(self, data: bytes) -> bool:
-        """Write all of ``data`` (the caller holds the write lock); False if the client
-        is gone or did not read for ``write_timeout_s``."""
-        if self._broken:
-            return False
-        fd = self._fd
-        try:
-            # Most answers fit the socket buffer: then no wait, no timer, no checkpoint
-            # (every caller checkpoints while it waits for its next piece of work).
-            sent = os.write(fd, data)
-        except BlockingIOError:
-            sent = 0
-        except OSError:  # EPIPE, ECONNRESET: the client is gone
-            self._broken = True
-            return False
-        if sent == len(data):
-            return True
-        view = memoryview(data)[sent:]
-        try:
-            with trio.move_on_after(self._config.write_timeout_s) as timer:
-                while view:
-                    try:
-                        await trio.lowlevel.wait_writable(fd)
-                        view = view[os.write(fd, view):]
-                    except BlockingIOError:
-                        continue
-                    except (OSError, trio.ClosedResourceError):
-                        break
-        finally:
-            # A frame cut short (also by cancellation) leaves the stream unusable.
-            self._broken = bool(view)
-        if view and timer.cancelled_caught:
-            self._counters.timeouts_total += 1
-            log.info("connection %d: client did not read for %.1f s, closing",
-                     self._id, self._config.write_timeout_s)
-        return not view
 
     async def notify(self, topic: str, payload: Mapping[str, object]) -> bool:
         """One ``event`` notification to this connection only (see :class:`Peer`): the
