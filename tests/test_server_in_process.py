@@ -10,6 +10,7 @@ it on a real listening socket.
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
@@ -65,6 +66,7 @@ class InProcess:
                                    config_path=short / "none.toml", **limits)
         self.release = trio.Event()
         self.started: list[int] = []
+        self.finished: list[int] = []
         self._block_started = trio.Event()
         test_methods = Methods()
 
@@ -73,6 +75,7 @@ class InProcess:
             self.started.append(params["n"])
             self._block_started.set()
             await self.release.wait()
+            self.finished.append(params["n"])
             return params["n"]
 
         @test_methods.add("test.maybe",
@@ -310,6 +313,50 @@ async def test_requests_sent_while_draining_are_each_refused_once(short_dir: Pat
             with pytest.raises(EOFError):
                 await client.recv()
         await client.aclose()
+
+
+@pytest.mark.parametrize("last", ["answer", "error", "event"])
+async def test_a_call_whose_client_is_gone_runs_to_its_end(short_dir: Path, last: str) -> None:
+    # As the client says (ipc/progress.following): a call it stopped waiting for ends in
+    # the daemon, as it does after a plain EOF. Something else written to the gone client
+    # (the answer of a later request, the error of a bad line, an event) must not cut it.
+    app = InProcess(short_dir)
+    ours, theirs = trio.socket.socketpair()
+    stream = trio.SocketStream(ours)
+    conn = Connection(stream, connection_id=1, peer_pid=None, config=app.config,
+                      dispatch=app.dispatch, answers_now=app.dispatch.is_immediate,
+                      counters=app.counters)
+    client = LineClient(trio.SocketStream(theirs))
+    served = trio.Event()
+
+    async def serve() -> None:
+        await conn.serve()
+        served.set()
+
+    async with stream, trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        if last == "event":
+            await client.send({"jsonrpc": "2.0", "method": "events.subscribe",
+                               "params": {"topics": ["job.*"]}, "id": 1})
+            assert (await client.recv())["id"] == 1
+        await client.send({"jsonrpc": "2.0", "method": "test.block", "params": {"n": 7},
+                           "id": 2})
+        with trio.fail_after(5):
+            await app.wait_started(1)
+        # Sent and closed with no checkpoint between: the daemon reads it once it is gone.
+        os.write(client.stream.socket.fileno(), {
+            "answer": b'{"jsonrpc":"2.0","method":"daemon.ping","id":3}\n',
+            "error": b"not json\n", "event": b""}[last])
+        client.stream.socket.close()
+        await trio.testing.wait_all_tasks_blocked()
+        if last == "event":
+            app.state.events.publish("job.progress", {"i": 1})
+            await trio.testing.wait_all_tasks_blocked()
+        assert not served.is_set()  # the call still runs
+        app.release.set()
+        with trio.fail_after(5):
+            await served.wait()
+    assert app.finished == [7]
 
 
 async def test_slow_subscriber_gets_dropped_event(short_dir: Path) -> None:

@@ -25,8 +25,10 @@ Limits (RELIABILITY 16-17, ADR 0008 and 0018):
 Calls that the API marks immediate (``daemon.ping``, ``daemon.status``...: they never
 wait) run on the reader itself and take no call slot; every other call gets a task.
 
-Stopping: :meth:`Connection.serve` returns at EOF, after :meth:`Connection.stop_reading`
-(the server draining) once running calls have answered, or at once after a fatal frame,
+Stopping: :meth:`Connection.serve` returns at EOF, after a write that finds the client
+gone, or after :meth:`Connection.stop_reading` (the server draining) once running calls
+have answered (a client gone does not cut a call short: it was told that a call it
+stopped waiting for ends in the daemon), or at once after a fatal frame,
 an idle timeout, a client that stops reading, or :meth:`Connection.abort`; returning
 cancels running calls and the event pump. Cancelling ``serve`` cancels all of them too.
 While the server drains, requests read but not started, and those that come meanwhile,
@@ -147,7 +149,7 @@ class Connection:
 
     def _stop_requested(self) -> bool:
         # A call, not the attribute: it changes while the reader awaits.
-        return self._stopping
+        return self._stopping or self._writer.gone
 
     def abort(self) -> None:
         """Close at once: stop reading, cancel running calls and the event pump."""
@@ -244,7 +246,7 @@ class Connection:
             self._counters.errors_total += 1
             reply = self._protocol.reply(incoming, [])
             if reply is not None and not await self.send(reply):
-                return False
+                return self._writer.gone
             fatal = incoming.fatal
             return fatal is None or fatal["error"]["code"] != errors.REQUEST_TOO_LARGE
         inline = all(self._answers_now(call) for call in incoming.calls)
@@ -397,8 +399,9 @@ class Connection:
         return answers
 
     async def send(self, data: bytes, *, abort: bool = True) -> bool:
-        """Write one frame; False (and, with ``abort``, the connection aborted) if the
-        client is gone or stuck.
+        """Write one frame; False if the client is stuck (and, with ``abort``, the
+        connection is aborted) or gone (then, as at EOF, nothing more is read and the
+        calls running end before the connection closes).
 
         Frames are written whole and one at a time. A client that does not take a frame
         within ``write_timeout_s`` is cut off, so it cannot hold call slots, an event
@@ -408,9 +411,16 @@ class Connection:
         self._unsent += len(data)
         try:
             written = await self._writer.write(data)
-            if not written and abort:
+            if written:
+                return True
+            if self._writer.gone:
+                # As at EOF: read nothing more, let the running calls end (a client that
+                # stopped waiting was told they do), then close.
+                if self._waiting or self._parked:
+                    self._read_scope.cancel()
+            elif abort:
                 self.abort()
-            return written
+            return False
         finally:
             self._unsent -= len(data)
             self._wake_reader()

@@ -2,7 +2,9 @@
 
 :class:`FrameWriter` owns, for one connection, the write lock and whether the stream
 is still usable; it writes with plain non-blocking writes on the descriptor (ADR 0018).
-It starts no task. The connection decides what a failed write means for it.
+It starts no task. The connection decides what a failed write means for it: a client
+that is :attr:`FrameWriter.gone` (it closed, or shut down its reading) is not one that is
+stuck (it did not read for ``write_timeout_s``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,13 @@ class FrameWriter:
         self._counters = counters
         self._lock = trio.Lock()
         self._broken = False
+        self._gone = False
+
+    @property
+    def gone(self) -> bool:
+        """True once a write found the client gone (EPIPE, ECONNRESET): it takes nothing
+        more, and it did not merely stop reading for a while."""
+        return self._gone
 
     async def write(self, data: bytes) -> bool:
         """Write all of ``data`` after the frames before it; False if the client is gone
@@ -66,7 +75,7 @@ class FrameWriter:
         except BlockingIOError:
             sent = 0
         except OSError:  # EPIPE, ECONNRESET: the client is gone
-            self._broken = True
+            self._broken = self._gone = True
             return False
         if sent == len(data):
             return True
@@ -79,7 +88,10 @@ class FrameWriter:
                         view = view[os.write(fd, view):]
                     except BlockingIOError:
                         continue
-                    except (OSError, trio.ClosedResourceError):
+                    except OSError:  # the client is gone
+                        self._gone = True
+                        break
+                    except trio.ClosedResourceError:
                         break
         finally:
             # A frame cut short (also by cancellation) leaves the stream unusable.
