@@ -28,6 +28,7 @@ from recalld.ipc.errors import ErrorObject
 JSONRPC = "2.0"
 DEFAULT_MAX_FRAME_BYTES = 1 << 20
 DEFAULT_MAX_BATCH = 100
+_CR = ord("\r")
 
 Id = int | str | None
 
@@ -69,11 +70,12 @@ class LineFramer:
     def feed(self, data: bytes) -> list[bytes]:
         """Add bytes; return every complete line (without the newline), blank lines dropped.
 
-        Raises :class:`FrameTooLarge` once a line exceeds the limit.
+        Raises :class:`FrameTooLarge` once a line exceeds the limit. The limit is on the
+        frame, not on the line's end: ``\r\n`` counts no more than ``\n``.
         """
         if not self._buffer and data.find(b"\n") == len(data) - 1 >= 0:
             # Exactly one whole line, the usual case: no copy through the buffer.
-            if len(data) - 1 > self.max_frame_bytes:
+            if len(data) - 1 - data.endswith(b"\r\n") > self.max_frame_bytes:
                 raise FrameTooLarge
             line = data[:-1].strip()
             return [line] if line else []
@@ -85,7 +87,8 @@ class LineFramer:
             end = self._buffer.find(b"\n", search_from)
             if end < 0:
                 break
-            if end - start > self.max_frame_bytes:
+            if end - start - (end > start and self._buffer[end - 1] == _CR) \
+                    > self.max_frame_bytes:
                 raise FrameTooLarge
             line = bytes(self._buffer[start:end]).strip()
             if line:
@@ -93,8 +96,8 @@ class LineFramer:
             start = search_from = end + 1
         del self._buffer[:start]
         self._scanned = len(self._buffer)
-        if len(self._buffer) > self.max_frame_bytes:
-            raise FrameTooLarge
+        if len(self._buffer) - self._buffer.endswith(b"\r") > self.max_frame_bytes:
+            raise FrameTooLarge  # (a frame of the limit may wait for the \n of its \r\n)
         return lines
 
 

@@ -266,6 +266,20 @@ def test_frame_limit_exact_size_is_accepted() -> None:
     assert framer.pending_bytes == 0
 
 
+@pytest.mark.parametrize("chunks", [
+    [b"x" * 10 + b"\r\n"], [b"x" * 10 + b"\r", b"\n"], [b"x" * 10, b"\r\n"],
+    [b"y\n" + b"x" * 10 + b"\r\n"], [b"y\n" + b"x" * 10 + b"\r", b"\n"]])
+def test_frame_limit_is_the_same_for_crlf(chunks: list[bytes]) -> None:
+    # The limit is on the frame: one of exactly the limit ends with \r\n as with \n.
+    framer = LineFramer(max_frame_bytes=10)
+    got = [line for chunk in chunks for line in framer.feed(chunk)]
+    assert got[-1] == b"x" * 10 and framer.pending_bytes == 0
+    with pytest.raises(FrameTooLarge):
+        LineFramer(max_frame_bytes=10).feed(b"x" * 11 + b"\r\n")
+    with pytest.raises(FrameTooLarge):
+        LineFramer(max_frame_bytes=10).feed(b"y\n" + b"x" * 11 + b"\r")
+
+
 def test_frame_limit_complete_line_too_long() -> None:
     with pytest.raises(FrameTooLarge):
         LineFramer(max_frame_bytes=10).feed(b"x" * 11 + b"\n")
@@ -437,8 +451,9 @@ def test_fuzz_framer_matches_split(chunks: list[bytes], limit: int) -> None:
             got += framer.feed(chunk)
     except FrameTooLarge:
         parts = stream.split(b"\n")
-        assert any(len(p) > limit for p in parts)
+        assert any(len(p.removesuffix(b"\r")) > limit for p in parts)
         return
     complete = stream.split(b"\n")[:-1]
     assert got == [p.strip() for p in complete if p.strip()]
-    assert framer.pending_bytes == len(stream.split(b"\n")[-1]) <= limit
+    last = stream.split(b"\n")[-1]
+    assert framer.pending_bytes == len(last) <= limit + last.endswith(b"\r")
