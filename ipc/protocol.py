@@ -14,8 +14,9 @@ Rules kept exactly as the specification says:
 from __future__ import annotations
 
 import itertools
+import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict, TypeGuard
 
@@ -212,6 +213,75 @@ def _member(obj: object) -> Request | ErrorResponse:
     return Request(method=method, params=params, id=id_, is_notification=not has_id)
 
 
+_LONE_SURROGATE = ("a \\u escape names a lone surrogate (\\ud800-\\udfff without its pair), "
+                   "which UTF-8 cannot carry")
+
+
+def _read_int(text: str) -> int | float:
+    # As orjson reads them: an integer past 64 bits is a float (and refused as an id).
+    value = int(text)
+    return value if -(1 << 63) <= value < (1 << 64) else float(value)
+
+
+def _read_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number is infinity when parsed as double: {text}")
+    return value
+
+
+def _refuse_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _with_lone_surrogates(line: bytes) -> object | None:
+    """``line`` read as JSON whose strings may hold lone surrogates (``"\\ud800"``: valid
+    JSON that orjson refuses); None if it is not JSON at all."""
+    try:
+        value: object = json.loads(line.decode("utf-8"), parse_int=_read_int,
+                                   parse_float=_read_float, parse_constant=_refuse_constant)
+        return value
+    except (ValueError, RecursionError):
+        return None
+
+
+def _lone_surrogate(value: object) -> bool:
+    """Does ``value`` hold, at any depth (keys too), text with a lone surrogate?"""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack += item.keys()
+            stack += item.values()
+        elif isinstance(item, list):
+            stack += item
+    return False
+
+
+def _member_text(obj: object) -> Request | ErrorResponse | None:
+    """:func:`_member` for a value whose text may hold lone surrogates: a member holding
+    one is refused with its id (no id if the id holds it); a notification, unanswered."""
+    if isinstance(obj, dict) and _lone_surrogate(obj.get("id")):
+        return error_response(None, errors.INVALID_REQUEST,
+                              f"invalid request: id must be valid Unicode text: {_LONE_SURROGATE}")
+    member = _member(obj)
+    if not isinstance(member, Request):
+        return member
+    if _lone_surrogate(member.method):
+        return error_response(member.id, errors.INVALID_REQUEST, "invalid request: method "
+                              f"must be valid Unicode text: {_LONE_SURROGATE}")
+    if _lone_surrogate(member.params):
+        return None if member.is_notification else error_response(
+            member.id, errors.INVALID_PARAMS,
+            f"invalid params: text must be valid Unicode: {_LONE_SURROGATE}")
+    return member
+
+
 class ServerProtocol:
     """Turns request lines into :class:`Incoming` and assembles the answer line."""
 
@@ -219,12 +289,18 @@ class ServerProtocol:
         self.max_batch = max_batch
 
     def receive_line(self, line: bytes) -> Incoming:
+        member_of: Callable[[object], Request | ErrorResponse | None] = _member
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            # What is wrong and where: a byte order mark, bytes that are not UTF-8, NaN,
-            # nesting over 1024 deep, a frame cut short...
-            return Incoming(fatal=error_response(None, errors.PARSE_ERROR, f"parse error: {exc}"))
+            # Valid JSON orjson refuses: answered with its id, as its member's error.
+            obj = _with_lone_surrogates(line) if "surrogate" in str(exc) else None
+            if obj is None:
+                # What is wrong and where: a byte order mark, bytes that are not UTF-8,
+                # NaN, nesting over 1024 deep, a frame cut short...
+                return Incoming(fatal=error_response(None, errors.PARSE_ERROR,
+                                                     f"parse error: {exc}"))
+            member_of = _member_text
         if isinstance(obj, list):
             if not obj:
                 return Incoming(
@@ -242,16 +318,16 @@ class ServerProtocol:
                 )
             incoming = Incoming(is_batch=True)
             for item in obj:
-                member = _member(item)
+                member = member_of(item)
                 if isinstance(member, Request):
                     incoming.calls.append(member)
-                else:
+                elif member is not None:
                     incoming.errors.append(member)
             return incoming
-        member = _member(obj)
+        member = member_of(obj)
         if isinstance(member, Request):
             return Incoming(calls=[member])
-        return Incoming(errors=[member])
+        return Incoming(errors=[member] if member is not None else [])
 
     def refuse(self, line: bytes, code: int, message: str) -> bytes | None:
         """The line that answers ``line`` when none of its calls may run: each request

@@ -127,6 +127,19 @@ SINGLE_CASES: list[tuple[str, bytes, Any, int | None]] = [
     ("id array", line(req(id_=[1])), None, errors.INVALID_REQUEST),
     ("invalid notification (no method)", line({"jsonrpc": "2.0"}), None,
      errors.INVALID_REQUEST),
+    # Valid JSON that orjson does not read: answered with the request's id, not -32700.
+    ("lone surrogate in params", rb'{"jsonrpc":"2.0","method":"m","params":{"q":"a\ud800"},'
+     rb'"id":4}', 4, errors.INVALID_PARAMS),
+    ("lone low surrogate in a key", rb'{"jsonrpc":"2.0","method":"m","params":[{"\udc00":1}],'
+     rb'"id":"k"}', "k", errors.INVALID_PARAMS),
+    ("lone surrogate in method", rb'{"jsonrpc":"2.0","method":"m\udfff","id":5}', 5,
+     errors.INVALID_REQUEST),
+    ("lone surrogate in id", rb'{"jsonrpc":"2.0","method":"m","id":"\ud83d"}', None,
+     errors.INVALID_REQUEST),
+    ("lone surrogate and NaN", rb'{"jsonrpc":"2.0","method":"m","params":["\ud800",NaN],'
+     rb'"id":6}', None, errors.PARSE_ERROR),
+    ("lone surrogate, cut short", rb'{"jsonrpc":"2.0","method":"m","params":["\ud800"]', None,
+     errors.PARSE_ERROR),
 ]
 
 
@@ -159,6 +172,19 @@ def test_single(name: str, data: bytes, want_id: Any, want_code: int | None) -> 
         assert reply["result"] == {"method": "m"}
     else:
         assert reply["error"]["code"] == want_code
+
+
+def test_lone_surrogates_in_a_batch_refuse_only_their_members() -> None:
+    ok = rb'{"jsonrpc":"2.0","method":"m","params":{"q":"\ud83d\ude00"},"id":1}'
+    bad = rb'{"jsonrpc":"2.0","method":"m","params":{"q":"\ud83d"},"id":2}'
+    quiet = rb'{"jsonrpc":"2.0","method":"m","params":{"q":"\ud83d"}}'  # a notification
+    big = rb'{"jsonrpc":"2.0","method":"m","id":123456789012345678901234567890}'
+    incoming = ServerProtocol().receive_line(b"[" + b",".join([ok, bad, quiet, big]) + b"]")
+    assert [(c.id, c.params) for c in incoming.calls] == [(1, {"q": "\U0001f600"})]
+    assert [(e["id"], e["error"]["code"]) for e in incoming.errors] == [
+        (2, errors.INVALID_PARAMS), (None, errors.INVALID_REQUEST)]
+    assert "lone surrogate" in incoming.errors[0]["error"]["message"]
+    assert ServerProtocol().receive_line(quiet).errors == []  # a notification: no answer
 
 
 def test_request_fields_are_kept() -> None:
