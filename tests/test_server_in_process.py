@@ -315,6 +315,40 @@ async def test_requests_sent_while_draining_are_each_refused_once(short_dir: Pat
         await client.aclose()
 
 
+async def test_requests_waiting_for_a_slot_when_the_daemon_stops_are_refused(
+        short_dir: Path) -> None:
+    # Read, but waiting for a call slot (and those after them in the same read): the stop
+    # cancelled that wait and the lines were lost, neither run nor answered.
+    app = InProcess(short_dir, graceful_timeout_s=60.0, max_concurrent_calls_per_connection=1)
+    server_scope = trio.CancelScope()
+
+    async def run_server(*, task_status: trio.TaskStatus[None]) -> None:
+        with server_scope:
+            await RpcServer(app.config, app.dispatch).run(task_status=task_status)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(run_server)
+        client = await app.connect()
+        await client.stream.send_all(b"".join(orjson.dumps(
+            {"jsonrpc": "2.0", "method": method, "params": params, "id": n}) + b"\n"
+            for n, method, params in [(1, "test.block", {"n": 1}), (2, "test.block", {"n": 2}),
+                                      (3, "daemon.ping", {})]))
+        with trio.fail_after(5):
+            await app.wait_started(1)
+        await trio.testing.wait_all_tasks_blocked()  # the second waits for the slot
+        server_scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        app.release.set()
+        with trio.fail_after(5):
+            replies = [await client.recv() for _ in range(3)]
+            with pytest.raises(EOFError):
+                await client.recv()
+        await client.aclose()
+    assert sorted((r["id"], r.get("result", r.get("error", {}).get("code"))) for r in replies) \
+        == [(1, 1), (2, errors.SHUTTING_DOWN), (3, errors.SHUTTING_DOWN)]
+    assert app.started == [1]
+
+
 @pytest.mark.parametrize("last", ["answer", "error", "event"])
 async def test_a_call_whose_client_is_gone_runs_to_its_end(short_dir: Path, last: str) -> None:
     # As the client says (ipc/progress.following): a call it stopped waiting for ends in

@@ -119,13 +119,13 @@ class Connection:
         self._answer_estimate = INITIAL_ANSWER_ESTIMATE
         self._progress: trio.Event | None = None  # the reader waits for a slot or a write
         self._calls_done: trio.Event | None = None
-        # Around the whole read loop, but cancelled only while the reader waits: the idle
-        # watch and stop_reading interrupt that wait and nothing else, so a call the
-        # reader runs inline still answers. One scope per connection
+        # Around the whole read loop, but cancelled only while the reader waits for bytes:
+        # the idle watch and stop_reading interrupt that wait and nothing else, so a call
+        # the reader runs inline still answers, and a line waiting for room is kept (to be
+        # refused, not lost: stop_reading wakes that wait instead). One scope per connection
         # rather than one per wait, which would cost a ping as much as its parsing.
         self._read_scope = trio.CancelScope()
         self._waiting = False  # for bytes
-        self._parked = False  # for a call slot or for the answers to drain
         self._idle_expired = False
         self._nursery: trio.Nursery | None = None
         self._stopping = False
@@ -144,8 +144,14 @@ class Connection:
     def stop_reading(self) -> None:
         """Stop taking requests; answers to calls already running are still sent."""
         self._stopping = True
-        if self._waiting or self._parked:
+        self._interrupt_reader()
+
+    def _interrupt_reader(self) -> None:
+        """Make the reader see that it must stop: end its wait for bytes, or wake its wait
+        for room (which then keeps the line it holds for the refusals)."""
+        if self._waiting:
             self._read_scope.cancel()
+        self._wake_reader()
 
     def _stop_requested(self) -> bool:
         # A call, not the attribute: it changes while the reader awaits.
@@ -328,16 +334,12 @@ class Connection:
     async def _wait_room(self, *, need_slot: bool) -> bool:
         """Wait until a new call may start: a slot is free (if ``need_slot``) and the
         answers waiting to be written leave room for it. False if the connection stops
-        reading; stop_reading interrupts the wait."""
+        reading; stop_reading wakes the wait."""
         while not self._has_room(need_slot=need_slot):
             if self._stop_requested():
                 return False
             self._progress = progress = trio.Event()
-            self._parked = True
-            try:
-                await progress.wait()
-            finally:
-                self._parked = False
+            await progress.wait()
         return True
 
     def _wake_reader(self) -> None:
@@ -416,8 +418,7 @@ class Connection:
             if self._writer.gone:
                 # As at EOF: read nothing more, let the running calls end (a client that
                 # stopped waiting was told they do), then close.
-                if self._waiting or self._parked:
-                    self._read_scope.cancel()
+                self._interrupt_reader()
             elif abort:
                 self.abort()
             return False
