@@ -26,14 +26,22 @@ DEFAULT_MAX_QUEUED = 256
 #: What a subscriber may see of an event, by its topic and payload: the payload, a part
 #: of it, or None (nothing).
 View = Callable[[str, Mapping[str, object]], Mapping[str, object] | None]
+MAX_PATTERN_CHARS = 200
 _TOPIC = re.compile(r"^(\*|[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(\.\*|\*)?)\Z")
 
 
 def check_topic_pattern(pattern: object) -> str:
-    """A valid topic or ``prefix*`` pattern, or ValueError."""
-    if not isinstance(pattern, str) or len(pattern) > 200 or not _TOPIC.match(pattern):
-        raise ValueError(f"invalid topic pattern: {pattern!r}")
-    return pattern
+    """A valid topic or ``prefix*`` pattern, or ValueError (which names at most the
+    pattern's first :data:`MAX_PATTERN_CHARS` characters, and says when it is too long)."""
+    if isinstance(pattern, str) and len(pattern) <= MAX_PATTERN_CHARS \
+            and _TOPIC.match(pattern):
+        return pattern
+    if not isinstance(pattern, str):
+        raise ValueError(f"invalid topic pattern: {type(pattern).__name__}, not a string")
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise ValueError(f"invalid topic pattern: {pattern[:40]!r}… is {len(pattern)} "
+                         f"characters long; at most {MAX_PATTERN_CHARS}")
+    raise ValueError(f"invalid topic pattern: {pattern!r}")
 
 
 def topic_matches(pattern: str, topic: str) -> bool:

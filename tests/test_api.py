@@ -208,6 +208,21 @@ def test_event_bus_drops_a_slow_subscriber_without_blocking() -> None:
     assert DROPPED_TOPIC == "events.dropped"
 
 
+def test_a_topic_pattern_too_long_is_refused_without_being_echoed(daemon: DaemonHandle) -> None:
+    # The whole pattern came back in the error, up to the frame limit, and the message
+    # did not say what was wrong with a pattern that was merely long.
+    with daemon.connect() as conn:
+        for size in (201, 500_000):
+            with pytest.raises(errors.InvalidParams) as refused:
+                conn.call("events.subscribe", {"topics": ["job.progress", "a" * size]})
+            assert f"is {size} characters long; at most 200" in refused.value.message
+            assert len(refused.value.message) < 200
+        with pytest.raises(errors.InvalidParams, match=r"invalid topic pattern: 'a\.\.b'$"):
+            conn.call("events.subscribe", {"topics": ["a..b"]})
+        assert conn.call("events.subscribe", {"topics": ["a" * 200]}) == {
+            "subscribed": ["a" * 200]}
+
+
 def test_events_reach_subscribers_over_the_socket(daemon: DaemonHandle, tmp_path: Path) -> None:
     with daemon.connect() as listener:
         got = listener.call("events.subscribe", {"topics": ["workspace.*", "job.done"],
