@@ -223,6 +223,27 @@ def test_a_topic_pattern_too_long_is_refused_without_being_echoed(daemon: Daemon
             "subscribed": ["a" * 200]}
 
 
+def test_error_messages_do_not_send_a_long_input_back_whole(daemon: DaemonHandle) -> None:
+    # "method not found: <the whole name>", "unknown param(s): <every name>", a refused
+    # path twice in one message: up to several times the request came back as the error.
+    long = "x" * 300_000
+    with daemon.connect() as conn:
+        for method, params, begins, ends in [
+            (long, {}, "method not found: xxx", "xxx"),
+            ("daemon.ping", {long: 1}, "unknown param(s): xxx", "xxx"),
+            ("jobs.submit", {"agent_id": "default", "kind": long}, "unknown job kind 'xxx",
+             "auto_resource, reindex)"),
+        ]:
+            with pytest.raises(errors.RecalldError) as refused:
+                conn.call(method, params)
+            message = refused.value.message
+            assert len(message) < 2200, len(message)
+            assert message.startswith(begins) and message.endswith(ends), message[-100:]
+            assert "characters cut]" in message
+        with pytest.raises(errors.InvalidParams, match=r"^unknown param\(s\): y{500}$"):
+            conn.call("daemon.ping", {"y" * 500: 1})  # a message of a usual size: whole
+
+
 def test_events_reach_subscribers_over_the_socket(daemon: DaemonHandle, tmp_path: Path) -> None:
     with daemon.connect() as listener:
         got = listener.call("events.subscribe", {"topics": ["workspace.*", "job.done"],

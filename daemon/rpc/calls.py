@@ -22,7 +22,10 @@ from recalld.ipc import errors
 from recalld.ipc.protocol import Answer, Request, error_response, result_response
 
 log = logging.getLogger(__name__)
-P = TypeVar("P")  # what the dispatcher is given of the connection
+P = TypeVar("P")
+# An error message is sent whole up to some 2 KiB (a long path and its reason); longer,
+# its middle is cut (see shown_message).
+MESSAGE_END_CHARS = 1000  # what the dispatcher is given of the connection
 
 
 @dataclass(slots=True)
@@ -33,6 +36,17 @@ class CallCounters:
     requests_total: int = 0
     errors_total: int = 0
     timeouts_total: int = 0
+
+
+def shown_message(message: str) -> str:
+    """``message`` as sent: one that quotes what the client sent (a method name, a param,
+    a path) is kept to its first and last :data:`MESSAGE_END_CHARS` characters, so that
+    the reason, often at its end, stays and the client's input does not come back whole."""
+    if len(message) <= 2 * MESSAGE_END_CHARS + 100:
+        return message
+    cut = len(message) - 2 * MESSAGE_END_CHARS
+    return (f"{message[:MESSAGE_END_CHARS]}…[{cut} characters cut]…"
+            f"{message[-MESSAGE_END_CHARS:]}")
 
 
 async def run_call(dispatch: Callable[[Request, P], Awaitable[object]], request: Request,
@@ -55,7 +69,8 @@ async def run_call(dispatch: Callable[[Request, P], Awaitable[object]], request:
             log.exception("method %s failed", request.method)
             response = error_response(request.id, errors.INTERNAL_ERROR, "internal error")
         else:
-            response = error_response(request.id, err.code, err.message, err.data)
+            response = error_response(request.id, err.code, shown_message(err.message),
+                                      err.data)
     else:
         response = result_response(request.id, result)
     finally:
