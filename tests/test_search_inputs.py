@@ -255,3 +255,18 @@ def test_words_are_found_whatever_their_accents(daemon: Any, tmp_path: Path) -> 
     for query in ("Kraków_v2 错误", "krakow_v2 错误"):
         top = search(daemon, query)["results"][0]
         assert (top["path"], top.get("exact")) == ("memory/2026-05-01/needle.md", True), query
+
+
+def test_a_note_with_a_nul_is_refused_and_nothing_written(daemon: Any) -> None:
+    # A NUL in a Markdown note makes it a binary file to every other tool (grep, git,
+    # editors); it was written as sent, alone ("\x00") or inside a sentence.
+    from recalld.ipc.client import Client
+
+    with Client(daemon.socket_path) as c:
+        for params in ({"content": "\x00"}, {"content": "the kestrel\x00 hovers"},
+                       {"content": "the kestrel", "description": "bird\x00"}):
+            with pytest.raises(InvalidParams, match="must not contain NUL"):
+                c.call("memory.add_note", {"agent_id": "default", **params})
+        assert c.call("memory.list", {"agent_id": "default"})["files"] == []
+        added = c.call("memory.add_note", {"agent_id": "default", "content": "the kestrel"})
+        assert added["created"]

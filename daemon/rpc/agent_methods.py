@@ -120,6 +120,8 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
         # Kept beside memory.add_turns' ids (whose session ids hold no space); the same id
         # from another session is another request.
         request_id = f"note {session_id}/{request_id}"
+    if "\x00" in content + (description or ""):  # a NUL makes the note a binary file
+        raise InvalidParams("params 'content' and 'description' must not contain NUL")
     if author is not None and not has_name(author):
         raise InvalidParams("param 'author' must contain letters or digits")
     if author is not None and masked_in(author, "author: {}"):
