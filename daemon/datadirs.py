@@ -18,7 +18,14 @@ from pathlib import Path
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.lock import PLACE_ERRNOS, data_dir_lock
 from recalld.daemon.store.errors import StorageError
-from recalld.daemon.store.fsio import REAL, mkdir_private, remove_temp_files
+from recalld.daemon.store.fsio import (
+    REAL,
+    file_times_now,
+    mkdir_private,
+    remove_left_over,
+    remove_temp_files,
+    temp_prefix,
+)
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +106,14 @@ def owning_data_dir(cfg: DaemonConfig) -> Iterator[None]:
 
 def remove_unfinished(cfg: DaemonConfig) -> None:
     """Remove what a daemon killed while it wrote them left behind under temp names: a
-    backup's unfinished archive (as large as the memory), a state file's. Only the lock's
-    owner writes there."""
+    backup's unfinished archive (as large as the memory), a state file's (only the lock's
+    owner writes there), the config file's that a restore writes (dated: another daemon
+    may read the same config file)."""
+    config = cfg.config_path
+    removed = remove_left_over(config.parent, file_times_now(), prefix=temp_prefix(config.name))
+    if removed:
+        log.info("removed %d unfinished file(s) in %s: %s", len(removed), config.parent,
+                 ", ".join(removed))
     for folder in (cfg.state_dir, cfg.data_dir / "backups"):
         try:
             removed = remove_temp_files(REAL, folder)
@@ -110,3 +123,16 @@ def remove_unfinished(cfg: DaemonConfig) -> None:
         if removed:
             log.info("removed %d unfinished file(s) in %s: %s", len(removed), folder,
                      ", ".join(removed))
+
+
+def remove_unfinished_below(label: str, folders: tuple[Path, ...]) -> None:
+    """Remove the temp files of writes a kill cut short (a change log's, a catalog's, a
+    dialog log's) anywhere below ``folders`` (a workspace's metadata and session folders,
+    which the watcher's scans pass by), those last changed before now only; ``label``
+    names the workspace in the log (blocking)."""
+    before = file_times_now()
+    for folder in folders:
+        removed = remove_left_over(folder, before)
+        if removed:
+            log.info("workspace %s: removed %d unfinished file(s) in %s: %s",
+                     label, len(removed), folder, ", ".join(removed))

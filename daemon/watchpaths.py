@@ -13,13 +13,12 @@ import contextlib
 import errno
 import logging
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final, TypedDict
 
 from recalld.daemon import safepath
-from recalld.daemon.store.fsio import TEMP_RE
+from recalld.daemon.store.fsio import TEMP_RE, file_times_now
 from recalld.ipc.errors import RecalldError
 
 __all__ = ["IGNORE_DIRS", "WatchedRoots", "passed_by"]
@@ -29,10 +28,6 @@ log = logging.getLogger("recalld.daemon.watcher")
 
 # Names editors use for probes and backups that never are Markdown notes.
 _JUNK_NAMES = frozenset({"4913"})
-
-#: Linux's CLOCK_REALTIME_COARSE, which file times are taken from (a tick behind the
-#: precise clock: a reading of that one could date after a file made just after it).
-_FILE_TIMES_CLOCK: Final = 5
 
 #: Folders the watcher passes by (besides hidden ones): the daemon's own state.
 IGNORE_DIRS: Final = ("mem_metadata",)
@@ -78,7 +73,7 @@ class WatchedRoots:
         # The daemon's own temp files (an atomic write's, a restore's) whose inode last
         # changed before the workspace opened are what a kill cut short. Read on the clock
         # file times are taken from: none made after this dates from before it.
-        self._opened_ns = time.clock_gettime_ns(_FILE_TIMES_CLOCK)
+        self._opened_ns = file_times_now()
 
     # -- path classification (pure, cheap: runs for every raw event) ----------------------
 

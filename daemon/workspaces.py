@@ -30,6 +30,7 @@ import trio
 from recalld.daemon import safepath
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.config_rules import AGENT_ID_RULE, valid_agent_id
+from recalld.daemon.datadirs import remove_unfinished_below
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.lock import AlreadyServing, FileLock
 from recalld.daemon.store import confine
@@ -381,6 +382,10 @@ class Workspace:
                                      ) from None
             except OSError as exc:
                 raise _open_error(f"cannot lock workspace {self.root}", exc) from None
+            # Run with the lock held, before any service writes; those of the watched
+            # folders go with the scans.
+            await trio.to_thread.run_sync(remove_unfinished_below, self.agent_id, (
+                self.root / self.settings.metadata_dir, self.root / self.settings.session_dir))
             with trio.CancelScope() as scope:
                 self._cancel_scope = scope
                 async with trio.open_nursery() as nursery:

@@ -19,10 +19,13 @@ from recalld.daemon.store.fsio import (
     atomic_writer,
     checksum,
     ensure_dir,
+    file_times_now,
     publish_copy,
     read_verified,
+    remove_left_over,
     remove_temp_files,
     temp_name,
+    temp_prefix,
     verify_file,
 )
 
@@ -171,6 +174,31 @@ def test_remove_temp_files_only_removes_temp_names(tmp_path: Path) -> None:
     assert len(removed) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == [".hidden", "a.bin", "notes.tmp"]
     assert remove_temp_files(REAL, tmp_path / "missing") == []
+
+
+def test_remove_left_over_takes_only_files_of_the_daemons_naming_dated_before(
+        tmp_path: Path) -> None:
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    ours = [tmp_path / temp_name("x.json"), deep / temp_name("y.jsonl")]
+    theirs = [tmp_path / ".draft.tmp-notes", deep / "y.jsonl", tmp_path / "z.tmp-0123abcd"]
+    for path in [*ours, *theirs]:
+        path.write_bytes(b"")
+    link, folder = deep / temp_name("link"), deep / temp_name("folder")
+    link.symlink_to(ours[0])
+    folder.mkdir()
+    # Changed after the time given (written by a live writer): kept.
+    assert remove_left_over(tmp_path, 0) == []
+    # With a prefix: that file's own, in the folder itself.
+    assert remove_left_over(tmp_path, file_times_now() + 10**9,
+                            prefix=temp_prefix("y.jsonl")) == []
+    assert remove_left_over(tmp_path, file_times_now() + 10**9,
+                            prefix=temp_prefix("x.json")) == [ours[0].name]
+    assert remove_left_over(tmp_path, file_times_now() + 10**9) == [
+        str(ours[1].relative_to(tmp_path))]
+    assert all(path.exists() for path in theirs)
+    assert link.is_symlink() and folder.is_dir()
+    assert remove_left_over(tmp_path / "missing", file_times_now()) == []
 
 
 def test_ensure_dir_creates_parents_durably(tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ layer runs them in worker threads) of ``ops_methods.py``.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from recalld.daemon import remembered
 from recalld.daemon.backup_check import CheckedBackup
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.rpc.dispatch import DaemonState
-from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
+from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, temp_name
 from recalld.daemon.workspaces import Workspace
 
 
@@ -51,7 +50,8 @@ def incoming_config(state: DaemonState, data: bytes) -> DaemonConfig:
     """The running configuration with the workspace settings (defaults, tables, paths) of
     config file ``data``: where the restored workspaces go and how they are opened. The
     daemon's own settings apply at the next reload or start. Raises ConfigError."""
-    probe = state.config.state_dir / f".config-restore-{os.getpid()}.toml"
+    # A temp name: a kill before the unlink leaves it to the next start's tidying.
+    probe = state.config.state_dir / temp_name("config-restore.toml")
     ensure_dir(REAL, probe.parent)
     try:
         atomic_write(REAL, probe, data)

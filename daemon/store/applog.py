@@ -49,7 +49,7 @@ from recalld.daemon.store.fsio import (
     atomic_write,
     ensure_dir,
     open_state,
-    temp_name,
+    temp_prefix,
 )
 from recalld.daemon.store.records import BadLine
 
@@ -272,7 +272,7 @@ class AppendLog:
         """Remove the temp files of a rewrite of this log that a crash cut short (nobody
         else names a file so: the log has one writer). Best effort: a file that cannot
         be removed only takes room."""
-        own = temp_name(self.path.name).rsplit(".tmp-", 1)[0] + ".tmp-"
+        own = temp_prefix(self.path.name)
         try:
             names = self.fs.listdir(self.path.parent)
         except OSError:
