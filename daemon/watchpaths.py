@@ -19,6 +19,7 @@ from typing import Final, TypedDict
 
 from recalld.daemon import safepath
 from recalld.daemon.store.fsio import TEMP_RE, file_times_now
+from recalld.daemon.watchsource import COOKIE_PREFIX
 from recalld.ipc.errors import RecalldError
 
 __all__ = ["IGNORE_DIRS", "WatchedRoots", "passed_by"]
@@ -155,7 +156,7 @@ class WatchedRoots:
                 continue
             for entry in entries:
                 if entry.name.startswith("."):
-                    if TEMP_RE.match(entry.name):
+                    if TEMP_RE.match(entry.name) or entry.name.startswith(COOKIE_PREFIX):
                         self._remove_left_over(entry)
                     continue
                 try:
@@ -184,8 +185,9 @@ class WatchedRoots:
 
     def _remove_left_over(self, entry: os.DirEntry[str]) -> None:
         """Remove the temp file of a write a kill cut short (hidden, never indexed, as
-        large as the note it was to be): one whose inode last changed before the workspace
-        opened (a restore's file moved aside has a new ``ctime``, whatever its ``mtime``)."""
+        large as the note it was to be) or a sync cookie a kill left: one whose inode last
+        changed before the workspace opened (a restore's file moved aside has a new
+        ``ctime``, whatever its ``mtime``; a cookie of this daemon's is newer)."""
         with contextlib.suppress(OSError):
             if (entry.is_file(follow_symlinks=False)
                     and entry.stat(follow_symlinks=False).st_ctime_ns < self._opened_ns):

@@ -87,3 +87,17 @@ def test_temp_files_of_killed_writes_are_removed_at_the_next_start_and_open(
     assert config.read_text(encoding="utf-8") == ""  # the restore never happened
     assert list((root / "mem_metadata" / "dream" / "runs").iterdir()) == []
     assert not (root / "mem_session" / "dialog" / "s-1.jsonl").exists()
+
+
+def test_a_sync_cookie_a_kill_left_in_the_notes_is_removed_by_the_next_scan(
+        daemon: Any, tmp_path: Path) -> None:
+    # A daemon killed while it waited for a sync's cookie left it (empty, hidden) for good.
+    root = tmp_path / "ws"
+    cookie = root / "memory" / ".recalld-cookie-4242-7"
+    cookie.parent.mkdir(parents=True)
+    cookie.touch()
+    mine = root / "memory" / ".recalld-cookies.md"  # hidden, but not a cookie's name
+    mine.write_text("mine", encoding="utf-8")
+    daemon.call("workspace.open", {"agent_id": "tidy", "path": str(root)})
+    daemon.call("index.sync", {"agent_id": "tidy"})  # its syncs' own cookies come and go
+    assert sorted(p.name for p in cookie.parent.iterdir()) == [mine.name]
