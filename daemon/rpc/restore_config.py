@@ -9,6 +9,7 @@ layer runs them in worker threads) of ``ops_methods.py``.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
