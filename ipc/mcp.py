@@ -17,7 +17,9 @@ an agent framework) launches ``recalld mcp --agent coder`` (or
 Every line the client writes is checked first (:mod:`recalld.ipc.mcp_lines`): one that
 is not a single JSON-RPC message (not JSON, a batch, a request of the wrong shape) gets an
 error answer, with the request's id when it can be read, and the bridge reads on; so
-does a line longer than the 16 MiB the bridge holds of one.
+does a line longer than the 16 MiB the bridge holds of one. At the end of stdin the
+requests read before it are served and answered (for at most a minute) before the
+bridge stops, so ``printf '...' | recalld mcp`` gets every answer.
 
 The tools and the prompt are defined in :mod:`recalld.ipc.mcp_tools`. Tool arguments are
 checked against the tool's input schema first: arguments of the wrong
@@ -58,7 +60,7 @@ from recalld.ipc.agent_ids import owner_name, session_key
 from recalld.ipc.answers import JsonObject, Recall
 from recalld.ipc.cli_args import Parser, agent_name
 from recalld.ipc.known_ids import KnownIds, provisional_id
-from recalld.ipc.mcp_lines import CheckedLines, bounded_lines
+from recalld.ipc.mcp_lines import AnsweringStream, CheckedLines, bounded_lines
 from recalld.ipc.mcp_tools import (
     RECALL_PROMPT,
     RECALL_WRAP,
@@ -405,7 +407,9 @@ async def serve(agent: str = DEFAULT_AGENT, socket_path: str | Path | None = Non
 
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(answer_lines)
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+            # Each answer is told to the lines, whose end waits for those still due.
+            await server.run(read_stream, AnsweringStream(write_stream, lines.in_flight),
+                             server.create_initialization_options())
 
 
 def _stdin_bytes() -> BinaryIO:

@@ -18,6 +18,12 @@ client's log, says so.
 The lines come from :func:`bounded_lines`, which keeps at most :data:`MAX_LINE_BYTES` of
 one: a longer line (the SDK read it whole, however long) is read through, answered
 Invalid Request with its id when its start shows it, and passed by.
+
+At the end of stdin the SDK cancels the requests it still serves (answering "Connection
+closed", or nothing for one it had not started), so a script that writes its requests and
+closes its end would lose their answers. :class:`CheckedLines` therefore ends its lines
+only once every request it handed on has been answered (:class:`InFlight`, told of each
+answer by :class:`AnsweringStream`), or after :data:`EOF_GRACE_S`.
 """
 
 from __future__ import annotations
@@ -25,11 +31,16 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections import Counter
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from types import TracebackType
 
+import anyio
 import mcp.types as types
 from anyio.streams.memory import MemoryObjectSendStream
+from mcp.shared._stream_protocols import WriteStream
+from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 #: The longest line read from the client (a whole conversation for ``memory_add_turns``
@@ -40,6 +51,9 @@ MAX_LINE_BYTES = 16 << 20
 READ_BYTES = 64 << 10
 #: The start of a line too long to read, kept to find its id in.
 HEAD_BYTES = 4096
+#: How long the end of stdin waits for the answers to the requests read before it (one
+#: daemon call takes at most the client's 30 s; a tool may make a few).
+EOF_GRACE_S = 60.0
 # Where a top-level id's value begins (told from one among the arguments by coming
 # before "params").
 _ID = re.compile(r'"id"\s*:\s*')
@@ -108,6 +122,12 @@ def _refusal(message: object, why: str) -> list[Refusal]:
 
 def check_line(line: str) -> tuple[str | None, list[Refusal]]:
     """The line to hand the SDK (None: none), and the answers to the rest of it."""
+    forward, _, refusals = _checked_line(line)
+    return forward, refusals
+
+
+def _checked_line(line: str) -> tuple[str | None, types.JSONRPCMessage | None, list[Refusal]]:
+    """:func:`check_line`, with the message the SDK reads in the line handed on."""
     refused: ValidationError | None = None
     try:
         read = _ADAPTER.validate_json(line, by_name=False)
@@ -117,31 +137,33 @@ def check_line(line: str) -> tuple[str | None, list[Refusal]]:
     # (it has a method and no id the SDK knows) and answers nothing.
     if read is not None and not (isinstance(read, types.JSONRPCNotification)
                                  and '"id"' in line):
-        return line, []
+        return line, read, []
     try:
         message = json.loads(line)
     except (ValueError, RecursionError) as exc:
-        return None, [(_error(None, types.PARSE_ERROR, f"Parse error: {exc}"), "not JSON")]
+        return None, None, [(_error(None, types.PARSE_ERROR, f"Parse error: {exc}"),
+                             "not JSON")]
     if isinstance(message, list):
         answers: list[Refusal] = [
             (_error(_request_id(m), types.INVALID_REQUEST, f"Invalid Request: {_NO_BATCHES}"),
              "a batch") for m in message
             if _request_id(m) is not None and not _is_response(m)]
-        return None, answers or [
+        return None, None, answers or [
             (_error(None, types.INVALID_REQUEST, f"Invalid Request: {_NO_BATCHES}"), "a batch")]
     with_id = isinstance(message, dict) and "id" in message
     if read is not None:
-        return (None, _refusal(message, _problem(message, None))) if with_id else (line, [])
+        return ((None, None, _refusal(message, _problem(message, None))) if with_id
+                else (line, read, []))
     try:
         whole = json.dumps(_whole_text(message), ensure_ascii=False)
         repaired = _ADAPTER.validate_json(whole, by_name=False)
     except RecursionError:
-        return None, _refusal(message, "Invalid JSON: nested too deeply")
+        return None, None, _refusal(message, "Invalid JSON: nested too deeply")
     except ValidationError as exc:
-        return None, _refusal(message, _problem(message, exc))
+        return None, None, _refusal(message, _problem(message, exc))
     if with_id and isinstance(repaired, types.JSONRPCNotification):
-        return None, _refusal(message, _problem(message, refused))
-    return whole, []
+        return None, None, _refusal(message, _problem(message, refused))
+    return whole, repaired, []
 
 
 @dataclass(frozen=True)
@@ -204,14 +226,85 @@ async def bounded_lines(read: Callable[[int], Awaitable[bytes]],
         yield buffer.decode("utf-8", "replace")
 
 
+RequestId = int | str
+
+
+class InFlight:
+    """The requests handed to the SDK and not answered yet (an id sent twice counts twice)."""
+
+    def __init__(self) -> None:
+        self._ids: Counter[RequestId] = Counter()
+        self._changed = anyio.Event()
+
+    def __len__(self) -> int:
+        return self._ids.total()
+
+    def read(self, message: types.JSONRPCMessage) -> None:
+        """Note ``message``, handed to the SDK: a request waits for its answer; one the
+        client cancels gets none (MCP answers no cancelled request)."""
+        if isinstance(message, types.JSONRPCRequest):
+            self._ids[message.id] += 1
+        elif (isinstance(message, types.JSONRPCNotification)
+              and message.method == "notifications/cancelled"
+              and isinstance(message.params, dict)):
+            cancelled = message.params.get("requestId")
+            if type(cancelled) is int or isinstance(cancelled, str):
+                self.answered(cancelled)
+
+    def answered(self, request_id: RequestId) -> None:
+        if self._ids[request_id] > 1:
+            self._ids[request_id] -= 1
+        else:
+            self._ids.pop(request_id, None)
+        self._changed.set()
+
+    async def wait_answered(self) -> None:
+        """Return once every request noted has been answered (or cancelled)."""
+        while self._ids:
+            self._changed = anyio.Event()
+            await self._changed.wait()
+
+
+class AnsweringStream:
+    """The SDK's write stream, telling ``in_flight`` of each answer it carries."""
+
+    def __init__(self, stream: WriteStream[SessionMessage], in_flight: InFlight) -> None:
+        self._stream = stream
+        self._in_flight = in_flight
+
+    async def send(self, item: SessionMessage, /) -> None:
+        try:
+            await self._stream.send(item)
+        finally:  # an answer that could not be written is not waited for either
+            message = item.message
+            if isinstance(message, types.JSONRPCResponse | types.JSONRPCError) \
+                    and message.id is not None:
+                self._in_flight.answered(message.id)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> AnsweringStream:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc_val: BaseException | None, exc_tb: TracebackType | None) -> None:
+        await self.aclose()
+
+
 class CheckedLines:
     """The client's lines as the SDK's stdio transport reads them (``async for``): those
-    it reads, while the answers to the others go to ``answers``, closed at the end."""
+    it reads, while the answers to the others go to ``answers``, closed at the end. The
+    lines end once the requests handed on (``in_flight``) are answered after the end of
+    ``lines``, or ``grace_s`` after it."""
 
     def __init__(self, lines: AsyncIterable[str | LongLine],
-                 answers: MemoryObjectSendStream[types.JSONRPCError]) -> None:
+                 answers: MemoryObjectSendStream[types.JSONRPCError],
+                 in_flight: InFlight | None = None, grace_s: float = EOF_GRACE_S) -> None:
         self._lines = lines
         self._answers = answers
+        self.in_flight = in_flight if in_flight is not None else InFlight()
+        self._grace_s = grace_s
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._checked()
@@ -229,7 +322,7 @@ class CheckedLines:
                     continue
                 if not line.strip():
                     continue
-                forward, refusals = check_line(line)
+                forward, message, refusals = _checked_line(line)
                 if refusals:
                     print(f"recalld mcp: refused a line ({refusals[0][1]}): "
                           f"{line[:200].rstrip()}", file=sys.stderr, flush=True)
@@ -237,4 +330,12 @@ class CheckedLines:
                     if answer is not None:
                         await self._answers.send(answer)
                 if forward is not None:
+                    if message is not None:
+                        self.in_flight.read(message)
                     yield forward
+            with anyio.move_on_after(self._grace_s):
+                await self.in_flight.wait_answered()
+            if self.in_flight:
+                print(f"recalld mcp: stdin closed; {len(self.in_flight)} request(s) still "
+                      f"unanswered after {self._grace_s:g} s are cancelled", file=sys.stderr,
+                      flush=True)
