@@ -11,6 +11,7 @@ and the middlewares the user's message they search for (:func:`search_query`).
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -26,8 +27,23 @@ MAX_TURN_MESSAGES = 1000
 REQUEST_ROOM_BYTES = 4096
 #: The characters one ``memory.add_note`` takes (32,000), less some to spare.
 MAX_NOTE_PART_CHARS = 30_000
+#: The characters of the caller's id a part's id keeps (the daemon takes 200 in all).
+PART_ID_PREFIX_CHARS = 150
 
 V = TypeVar("V")
+
+
+def part_id(request_id: str | None, n: int) -> str | None:
+    """The request id of part ``n`` (from 0) of a write the caller identified as
+    ``request_id``: that id for the first part, for each later one an id made of it that
+    names the part and a digest of the whole id. So a later part is not taken for a
+    call the caller identified as ``X#1`` (its answer given again, the part lost), nor
+    for the same part of another write whose id begins alike; the same write sent again
+    has the same part ids, and adds nothing twice."""
+    if request_id is None or n == 0:
+        return request_id
+    digest = hashlib.sha256(request_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{request_id[:PART_ID_PREFIX_CHARS]}#{n}~{digest}"
 
 
 def text_parts(text: str, max_bytes: int, max_chars: int | None = None) -> list[str]:
@@ -129,8 +145,8 @@ async def add_turns_in_parts(client: AsyncClient, agent_id: str, session_id: str
     parts = turn_parts(messages, client.request_limit)
     added = 0
     for n, part in enumerate(parts):
-        part_id = request_id if n == 0 or request_id is None else f"{request_id[:190]}#{n}"
-        answer = await client.add_turns(agent_id, session_id, part, request_id=part_id,
+        answer = await client.add_turns(agent_id, session_id, part,
+                                        request_id=part_id(request_id, n),
                                         flush=flush and n == len(parts) - 1)
         added += answer["added_messages"]
     answer["added_messages"] = added
@@ -152,7 +168,6 @@ async def in_note_parts(text: str, limit_bytes: int,
         request_id = f"note-{uuid.uuid4().hex}"
     answer: V | None = None
     for n, part in enumerate(parts):
-        part_id = request_id if n == 0 or request_id is None else f"{request_id[:190]}#{n}"
-        answer = await add(part, part_id)
+        answer = await add(part, part_id(request_id, n))
     assert answer is not None  # text_parts gives at least one part
     return answer

@@ -115,3 +115,53 @@ def test_content_that_redaction_lengthens_is_taken(daemon: DaemonHandle) -> None
     assert note["changed"] and len(text) > 32_000
     assert all(f"- replica {n}: postgres://ops:[REDACTED]@db-{n}.lan/orders" in text
                for n in range(640))
+
+
+def test_part_ids_are_no_callers_own_id_and_a_resend_adds_nothing(
+        daemon: DaemonHandle) -> None:
+    import orjson
+
+    from recalld.ipc.request_parts import add_turns_in_parts
+
+    # Two parts each: 1,000 messages per memory.add_turns, 30,000 characters per note.
+    wharf = "\n".join(f"- wharf {n}: crane {n % 7} lifts ☂ bales" for n in range(900))
+    assert len(text_parts(wharf, 1 << 20, MAX_NOTE_PART_CHARS)) == 2
+    turns = [{"role": "user", "content": f"bale {n} landed"} for n in range(1_300)]
+    # Ids a caller gave its own calls of the same session, shaped as parts' ids were,
+    # and two ids alike in their first 195 characters.
+    long_a, long_b = "q" * 195 + "-a", "q" * 195 + "-b"
+    sizes = {"shift": 1_100, long_a: 1_200, long_b: 1_300}
+
+    async def main() -> list[int]:
+        async with AsyncClient(daemon.socket_path) as c:
+            await c.workspace_open("stevedore")
+            await c.add_note("stevedore", "- The tide table is on the door.",
+                             session_id="dock", request_id="shift#1")
+            await c.add_turns("stevedore", "dock", [{"role": "user", "content": "hello"}],
+                              request_id="shift#1")
+            added = []
+            for request_id in ("shift", "shift", long_a, long_b):  # "shift" sent again
+                await in_note_parts(
+                    wharf.replace("wharf", request_id[-7:]), c.request_limit,
+                    lambda part, part_id: c.add_note("stevedore", part, session_id="dock",
+                                                     request_id=part_id),
+                    request_id)
+                answer = await add_turns_in_parts(c, "stevedore", "dock",
+                                                  turns[:sizes[request_id]], request_id)
+                added.append(answer["added_messages"])
+            return added
+
+    # The resend gets the first answer again.
+    assert asyncio.run(main()) == [1_100, 1_100, 1_200, 1_300]
+    with Client(daemon.socket_path) as c:
+        root = Path(c.workspace_open("stevedore")["path"])
+    body = _bodies(root / "memory", "agent-notes*.md")
+    for name in ("shift", long_a[-7:], long_b[-7:]):
+        # Every line once: the second part too, and nothing twice for the resend.
+        assert all(body.count(f"- {name} {n}: crane {n % 7} lifts ☂ bales\n") == 1
+                   for n in range(900)), name
+    said = [m["content"] for line in (root / "mem_metadata/sessions/pending.jsonl")
+            .read_bytes().splitlines()
+            for m in orjson.loads(line.split(b" ", 1)[1]).get("messages") or []]
+    assert [said.count(f"bale {n} landed") for n in (1_050, 1_150, 1_250)] == [3, 2, 1]
+    assert said.count("hello") == 1
