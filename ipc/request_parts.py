@@ -12,6 +12,7 @@ and the middlewares the user's message they search for (:func:`search_query`).
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -33,6 +34,17 @@ PART_ID_PREFIX_CHARS = 150
 V = TypeVar("V")
 
 
+def json_size(value: object) -> int:
+    """The bytes of JSON ``value`` takes, also for text JSON cannot carry (lone surrogates,
+    bytes that were not UTF-8): measured as if it could, so that the request, not the
+    cutting, refuses it, as one ``InvalidParams`` saying why."""
+    try:
+        return len(orjson.dumps(value))
+    except TypeError:
+        return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+                   .encode("utf-8", "surrogatepass"))
+
+
 def part_id(request_id: str | None, n: int) -> str | None:
     """The request id of part ``n`` (from 0) of a write the caller identified as
     ``request_id``: that id for the first part, for each later one an id made of it that
@@ -50,7 +62,7 @@ def text_parts(text: str, max_bytes: int, max_chars: int | None = None) -> list[
     """``text`` in consecutive pieces of at most ``max_bytes`` of JSON (and ``max_chars``
     characters) each, cut after a line where there is one (the daemon strips what it is
     given: a cut between two lines loses nothing)."""
-    if len(text) < 2 or (len(orjson.dumps(text)) <= max_bytes
+    if len(text) < 2 or (json_size(text) <= max_bytes
                          and (max_chars is None or len(text) <= max_chars)):
         return [text]
     half = len(text) // 2
@@ -68,7 +80,7 @@ def _fitting(text: str, max_bytes: int, *, tail: bool = False) -> str:
     while low < high:  # the longest length that fits, by bisection
         mid = (low + high + 1) // 2
         piece = text[len(text) - mid:] if tail else text[:mid]
-        if len(orjson.dumps(piece)) <= max_bytes:
+        if json_size(piece) <= max_bytes:
             low = mid
         else:
             high = mid - 1
@@ -84,7 +96,7 @@ def search_query(text: str, limit_bytes: int) -> str:
     whole if it fits, else its start and its end (where a request around a pasted text
     usually is), cut between lines, each half of what fits."""
     budget = max(limit_bytes - REQUEST_ROOM_BYTES, 1024)
-    if len(orjson.dumps(text)) <= budget:
+    if json_size(text) <= budget:
         return text
     half = budget // 2 - 8
     return f"{_fitting(text, half)}\n{_fitting(text, half, tail=True)}"
@@ -94,21 +106,21 @@ def _cut(message: JsonObject, max_bytes: int) -> list[JsonObject]:
     """``message`` as consecutive messages of its role whose content takes at most
     ``max_bytes`` of JSON each: its text cut, its blocks spread."""
     content = message.get("content")
-    if len(orjson.dumps(content)) <= max_bytes or not isinstance(content, str | list):
+    if json_size(content) <= max_bytes or not isinstance(content, str | list):
         return [message]
     if isinstance(content, str):
         return [{**message, "content": piece} for piece in text_parts(content, max_bytes)]
     blocks: list[JsonObject] = []
     for block in content:
         text = block.get("text")
-        if isinstance(text, str) and len(orjson.dumps(block)) > max_bytes:
+        if isinstance(text, str) and json_size(block) > max_bytes:
             blocks += [{**block, "text": piece} for piece in text_parts(text, max_bytes - 64)]
         else:
             blocks.append(block)
     out: list[JsonObject] = []
     for block in blocks:
         last = out[-1]["content"] if out else None
-        if isinstance(last, list) and len(orjson.dumps([*last, block])) <= max_bytes:
+        if isinstance(last, list) and json_size([*last, block]) <= max_bytes:
             last.append(block)
         else:
             out.append({**message, "content": [block]})
@@ -125,7 +137,7 @@ def turn_parts(messages: Sequence[JsonObject], limit_bytes: int,
     size = 0
     for message in messages:
         for piece in _cut(message, budget - 256):
-            piece_size = len(orjson.dumps(piece)) + 1
+            piece_size = json_size(piece) + 1
             if parts[-1] and (size + piece_size > budget
                               or len(parts[-1]) >= MAX_TURN_MESSAGES):
                 parts.append([])

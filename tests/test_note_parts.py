@@ -165,3 +165,30 @@ def test_part_ids_are_no_callers_own_id_and_a_resend_adds_nothing(
             for m in orjson.loads(line.split(b" ", 1)[1]).get("messages") or []]
     assert [said.count(f"bale {n} landed") for n in (1_050, 1_150, 1_250)] == [3, 2, 1]
     assert said.count("hello") == 1
+def test_text_json_cannot_carry_is_refused_by_the_request_not_the_cutting(
+        daemon: DaemonHandle) -> None:
+    import pytest
+
+    from recalld.ipc.errors import InvalidParams
+    from recalld.ipc.request_parts import add_turns_in_parts
+
+    # Bytes that were not UTF-8, as Python decodes them (a lone surrogate), in a note
+    # of one part and in one of several, and in turns.
+    bad = "- the caf\udce9 on the quay\n"
+
+    async def main() -> list[str]:
+        refused = []
+        async with AsyncClient(daemon.socket_path) as c:
+            await c.workspace_open("quay")
+            for text in (bad, bad * 2_000):
+                with pytest.raises(InvalidParams) as caught:
+                    await in_note_parts(text, c.request_limit, lambda part, part_id: c.add_note(
+                        "quay", part, request_id=part_id))
+                refused.append(caught.value.message)
+            with pytest.raises(InvalidParams) as caught:
+                await add_turns_in_parts(c, "quay", "s", [{"role": "user", "content": bad}],
+                                         None)
+            refused.append(caught.value.message)
+        return refused
+
+    assert all("text must be valid UTF-8" in message for message in asyncio.run(main()))
