@@ -26,6 +26,7 @@ from recalld.ipc.cli_ops import (
 )
 from recalld.ipc.client import Client
 from recalld.ipc.render import print_json, render_read, say, table
+from recalld.ipc.request_parts import note_parts
 
 
 def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -213,11 +214,20 @@ def _note(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
     content = _stdin_text() if ns.content == "-" else ns.content
     if not content.strip():
         raise errors.InvalidParams("the note is empty")
-    result = client.add_note(ns.agent, content, session_id=ns.session_id, name=ns.name)
+    # A note longer than one call takes goes in parts, as the bridge and the middlewares
+    # send it; the answer is the last part's, created if the first part created it.
+    answers = [client.add_note(ns.agent, part, session_id=ns.session_id, name=ns.name,
+                               request_id=part_id)
+               for part, part_id in note_parts(content, client.request_limit)]
+    result = {**answers[-1], "created": any(a.get("created") for a in answers),
+              "changed": any(a.get("changed") for a in answers)}
+    paths = list(dict.fromkeys(a["path"] for a in answers))  # a full note is continued
     if as_json:
         print_json(out, result)
+    elif len(paths) > 1:
+        out.write(f"wrote {', '.join(paths)} (searchable now)\n")
     else:
-        verb = "created" if result.get("created") else "appended to"
+        verb = "created" if result["created"] else "appended to"
         out.write(f"{verb} {result['path']} (searchable now)\n")
     return EXIT_OK
 

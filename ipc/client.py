@@ -101,6 +101,11 @@ class Client(_flavours.SyncMethods):
             self._drop()
 
     @property
+    def request_limit(self) -> int:
+        """The largest request the daemon takes, in bytes of JSON (``max_request_bytes``)."""
+        return self._request_limit
+
+    @property
     def connected(self) -> bool:
         return self._sock is not None
 

@@ -5,8 +5,9 @@ A ``memory.add_turns`` request takes at most ``max_request_bytes`` of JSON (1 Mi
 default) and 1,000 messages; a ``memory.add_note`` at most 32,000 characters. A longer
 conversation or note goes in consecutive requests that each fit, a message or text cut
 between its lines (the daemon strips what it is given: a cut between two lines loses
-nothing). The AgentScope middlewares and the MCP bridge send their writes through here,
-and the middlewares the user's message they search for (:func:`search_query`).
+nothing). The AgentScope middlewares, the MCP bridge and ``recalld note`` send their
+writes through here, and the middlewares the user's message they search for
+(:func:`search_query`).
 """
 
 from __future__ import annotations
@@ -165,21 +166,28 @@ async def add_turns_in_parts(client: AsyncClient, agent_id: str, session_id: str
     return answer
 
 
-async def in_note_parts(text: str, limit_bytes: int,
-                        add: Callable[[str, str | None], Awaitable[V]],
-                        request_id: str | None = None) -> V:
-    """``add(part, part_id)`` (a ``memory.add_note``) each part of ``text`` one note takes
-    at once (:data:`MAX_NOTE_PART_CHARS`, one request of ``limit_bytes``), cut between
-    lines, in order; the answer to the last. Each part has its own request id (made of
-    ``request_id``, or of a new one for a text of several parts): the daemon appends a
-    part that repeats an earlier one, and a part sent again adds nothing twice."""
+def note_parts(text: str, limit_bytes: int, request_id: str | None = None,
+               ) -> list[tuple[str, str | None]]:
+    """The parts of ``text`` one ``memory.add_note`` takes at once
+    (:data:`MAX_NOTE_PART_CHARS`, one request of ``limit_bytes``), cut between lines, in
+    order, each with its request id (:func:`part_id` of ``request_id``, or of a new one
+    for a text of several parts): the daemon appends a part that repeats an earlier one,
+    and a part sent again adds nothing twice."""
     parts = text_parts(text, limit_bytes - REQUEST_ROOM_BYTES, MAX_NOTE_PART_CHARS)
     # A part of blank lines only says nothing, and the daemon refuses an empty note.
     parts = [part for part in parts if part.strip()] or parts[:1]
     if request_id is None and len(parts) > 1:
         request_id = f"note-{uuid.uuid4().hex}"
+    return [(part, part_id(request_id, n)) for n, part in enumerate(parts)]
+
+
+async def in_note_parts(text: str, limit_bytes: int,
+                        add: Callable[[str, str | None], Awaitable[V]],
+                        request_id: str | None = None) -> V:
+    """``add(part, part_id)`` (a ``memory.add_note``) each of the :func:`note_parts` of
+    ``text``, in order; the answer to the last."""
     answer: V | None = None
-    for n, part in enumerate(parts):
-        answer = await add(part, part_id(request_id, n))
+    for part, part_id_ in note_parts(text, limit_bytes, request_id):
+        answer = await add(part, part_id_)
     assert answer is not None  # text_parts gives at least one part
     return answer

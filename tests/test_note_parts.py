@@ -5,6 +5,9 @@ its ``request_id``. Real daemons, real sockets; the MCP bridge is a real subproc
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import DaemonFactory, DaemonHandle
@@ -192,3 +195,24 @@ def test_text_json_cannot_carry_is_refused_by_the_request_not_the_cutting(
         return refused
 
     assert all("text must be valid UTF-8" in message for message in asyncio.run(main()))
+
+
+def test_recalld_note_takes_a_note_longer_than_one_call_takes(daemon: DaemonHandle) -> None:
+    from test_cli import SCRIPT
+
+    # About 90,000 characters piped in: three calls' worth, the chapter twice among them.
+    content = f"{TWICE}" + "\n".join(f"- pier {n}: « la marée » monte à {n % 12}h ⚓"
+                                     for n in range(900))
+    assert len(content) > 2 * MAX_NOTE_PART_CHARS
+    with Client(daemon.socket_path) as c:
+        root = Path(c.workspace_open("harbour")["path"])
+    cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "recalld.ipc"]
+    done = subprocess.run([*cmd, "note", "-", "--agent", "harbour", "--name", "tides",
+                           "--json"], input=content.encode(), capture_output=True,
+                          env=daemon.env, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    answer = json.loads(done.stdout)
+    assert answer["created"] and answer["path"].endswith("/tides.md"), answer
+    body = _bodies(root / "memory", "tides*.md")
+    assert body.count("gate 3 sticks") == 2 * CHAPTER.count("gate 3 sticks")
+    assert all(f"- pier {n}: « la marée » monte à {n % 12}h ⚓\n" in body for n in range(900))
