@@ -14,12 +14,10 @@ every other command stays light.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
-import math
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
 import orjson
@@ -31,13 +29,13 @@ from recalld.ipc import (
     cli_memory,
     cli_ops,
     cli_remote,
+    cli_search,
     errors,
     paths,
 )
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.cli_args import Parser, agent_name
 from recalld.ipc.client import Client
-from recalld.ipc.progress import IndexingNotice
 from recalld.ipc.render import (
     JobWaiter,
     closed_pipe,
@@ -49,7 +47,6 @@ from recalld.ipc.render import (
     say,
     table,
 )
-from recalld.ipc.types import SearchResult, visible
 
 DEFAULT_AGENT = "default"
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -76,16 +73,6 @@ def _seconds(value: str) -> float:
     if not 0 < seconds < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite number more than 0, not {value}")
     return seconds
-
-
-def _score(value: str) -> float:
-    try:
-        score = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
-    if not math.isfinite(score):  # JSON has no nan or inf: it would go as no minimum
-        raise argparse.ArgumentTypeError(f"must be a finite number, not {value}")
-    return score
 
 
 def _lines(value: str) -> tuple[int, int]:
@@ -141,13 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     read.add_argument("--agent", default=DEFAULT_AGENT)
     read.add_argument("--lines", type=_lines, metavar="N-M", help="1-based inclusive range")
 
-    search = add("search", "search an agent's memory")
-    search.add_argument("query")
-    search.add_argument("--agent", default=DEFAULT_AGENT)
-    search.add_argument("-n", "--max-results", type=int, default=5)
-    search.add_argument("--min-score", type=_score)
-    search.add_argument("--sync", action="store_true",
-                        help="wait until every earlier file change is indexed")
+    cli_search.add_parser(sub, common)
 
     reindex = add("reindex", "rebuild an agent's index, showing progress")
     reindex.add_argument("--agent", default=DEFAULT_AGENT)
@@ -339,65 +320,6 @@ def _workspace(client: Client, ns: argparse.Namespace, out: TextIO, as_json: boo
     return EXIT_OK
 
 
-def _search(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    with contextlib.ExitStack() as stack:
-        if ns.sync and not as_json:  # say what a long wait (a first build) waits for
-            stack.enter_context(IndexingNotice(client.socket_path, ns.agent, sys.stderr))
-        answer = client.search(ns.agent, ns.query, max_results=ns.max_results,
-                               min_score=ns.min_score, sync=ns.sync)
-    if not ns.sync:
-        note = _index_incomplete_note(client, ns.agent)
-        if note is not None:
-            say(sys.stderr, note)
-    if as_json:
-        print_json(out, answer.to_dict())
-        return EXIT_OK
-    if answer.extra.get("vector_error"):
-        print(f"note: keyword results only: the query could not be embedded "
-              f"({answer.extra['vector_error']})", file=sys.stderr)
-    if not answer.results:
-        out.write("no results\n")
-    for r in answer.results:
-        out.write(_rendered(r) + "\n\n")
-    if answer.expanded:
-        out.write("linked:\n\n")
-        for r in answer.expanded:
-            out.write(_rendered(r) + "\n\n")
-    return EXIT_OK
-
-
-#: Health reasons that mean files on disk are not all in the index yet (a first build,
-#: a rebuild, changes still to apply); lagging vectors or captures are not.
-_INDEX_INCOMPLETE = ("disk scan", "change(s) waiting", "differ from the index", "rebuilding",
-                     "watcher starting", "watcher rescanning")
-
-
-def _index_incomplete_note(client: Client, agent: str) -> str | None:
-    """A note for stderr when the searched workspace's index is still being built (its
-    health is ``pending`` for that), read from ``workspace.list``, an answer from memory;
-    None when complete or when the check itself fails (it is only a note)."""
-    try:
-        listed = client.workspace_list()
-    except (errors.RecalldError, OSError, TimeoutError):
-        return None
-    ws = next((w for w in listed if w.get("agent_id") == agent), None)
-    health = ws.get("health") if ws is not None else None
-    if not isinstance(health, Mapping) or health.get("state") != "pending":
-        return None
-    reasons = [str(r) for r in health.get("reasons") or []
-               if any(mark in str(r) for mark in _INDEX_INCOMPLETE)]
-    if not reasons:
-        return None
-    return (f"recalld: note: the index of {agent} is still being built ({'; '.join(reasons)}); "
-            "results may be incomplete (search --sync waits for it)")
-
-
-def _rendered(r: SearchResult) -> str:
-    text = r.rendered or (
-        f"========== {visible(r.path)}:{r.start_line}-{r.end_line} ==========\n{r.text}")
-    return text.rstrip("\n")
-
-
 def _job(kind: str) -> Handler:
     def handler(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
         waiter = JobWaiter(client, ns.agent, out=out, as_json=as_json)
@@ -476,7 +398,7 @@ def _mcp(ns: argparse.Namespace, err: TextIO) -> int:
 _HANDLERS: dict[str, Handler] = {
     "ping": _ping,
     "workspace": _workspace,
-    "search": _search,
+    **cli_search.HANDLERS,  # search
     "reindex": _job("reindex"),
     "dream": _dream,
     **cli_memory.HANDLERS,  # jobs, inbox, note

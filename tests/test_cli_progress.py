@@ -24,7 +24,7 @@ from test_cli import recalld
 from test_progress import Clock
 from waits import wait_for
 
-from recalld.ipc.cli import _index_incomplete_note
+from recalld.ipc.cli_search import _index_incomplete_note
 from recalld.ipc.client import Client
 from recalld.ipc.progress import Progress
 
