@@ -31,7 +31,11 @@ def add_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     """Add ``search`` to ``sub`` (the main parser's subparsers)."""
     search = add_command(sub, common, "search", "search an agent's memory")
     search.add_argument("query")
-    search.add_argument("--agent", default=DEFAULT_AGENT)
+    search.add_argument("--agent", default=DEFAULT_AGENT,
+                        help="the agent searching (its workspace unless --agents)")
+    search.add_argument("--agents", type=_agent_list, metavar="A,B",
+                        help="search these agents' workspaces instead, as --agent (each must "
+                             "be shared with it); those not open are named, not searched")
     search.add_argument("-n", "--max-results", type=int, default=5)
     search.add_argument("--min-score", type=_score)
     search.add_argument("--sync", action="store_true",
@@ -48,14 +52,22 @@ def _score(value: str) -> float:
     return score
 
 
+def _agent_list(value: str) -> list[str]:
+    agents = [a.strip() for a in value.split(",")]
+    if not all(agents):
+        raise argparse.ArgumentTypeError(f"a comma-separated list of agents, not {value!r}")
+    return list(dict.fromkeys(agents))
+
+
 def _search(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     with contextlib.ExitStack() as stack:
         if ns.sync and not as_json:  # say what a long wait (a first build) waits for
             stack.enter_context(IndexingNotice(client.socket_path, ns.agent, sys.stderr))
         answer = client.search(ns.agent, ns.query, max_results=ns.max_results,
-                               min_score=ns.min_score, sync=ns.sync)
-    if not ns.sync:
-        note = _index_incomplete_note(client, ns.agent)
+                               min_score=ns.min_score, sync=ns.sync, agents=ns.agents)
+    searched = answer.extra.get("agents") if ns.agents else [ns.agent]
+    for agent in searched if not ns.sync and isinstance(searched, list) else ():
+        note = _index_incomplete_note(client, str(agent))
         if note is not None:
             say(sys.stderr, note)
     if as_json:
@@ -72,6 +84,12 @@ def _search(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         out.write("linked:\n\n")
         for r in answer.expanded:
             out.write(_rendered(r) + "\n\n")
+    # Workspaces of --agents that are not open were passed by: said, not taken for empty.
+    skipped = answer.extra.get("skipped")
+    if isinstance(skipped, Mapping) and skipped:
+        out.write("not searched:\n")
+        out.writelines(f"  {visible(str(agent))}: {visible(str(why))}\n"
+                       for agent, why in skipped.items())
     return EXIT_OK
 
 

@@ -51,3 +51,37 @@ def test_a_closed_workspace_is_passed_by_and_named(daemon_factory: DaemonFactory
                                "as_agent": "ann"})
     with pytest.raises(UnknownWorkspace, match="cat"):  # its owner is told it is closed
         d.call("memory.read", {"agent_id": "cat", "path": "memory/2026-09-01/cat.md"})
+
+
+def test_recalld_search_names_the_agents_it_passed_by(daemon_factory: DaemonFactory,
+                                                      tmp_path: Path) -> None:
+    import json
+
+    from test_cli import recalld
+
+    config = ""
+    for agent in ("dora", "emil", "finn"):
+        root = tmp_path / agent
+        config += f'[workspaces.{agent}]\npath = "{root}"\nshared_with = ["dora"]\n'
+        write(root, f"memory/2026-09-02/{agent}.md", f"# {agent}\nthe heron weir of {agent}\n")
+    d = daemon_factory(config)
+    for agent in ("dora", "emil", "finn"):
+        d.call("index.sync", {"agent_id": agent})
+    assert d.call("workspace.close", {"agent_id": "emil"})["closed"]
+    shown = recalld("search", "heron weir", "--agent", "dora", "--agents",
+                    "finn, emil,dora,finn", env=d.env)
+    assert shown.returncode == 0, shown.stderr
+    assert "[dora] memory/2026-09-02/dora.md" in shown.stdout
+    assert "[finn] memory/2026-09-02/finn.md" in shown.stdout
+    assert shown.stdout.endswith("not searched:\n  emil: workspace 'emil' is not open\n"), \
+        shown.stdout
+    answer = json.loads(recalld("search", "heron weir", "--agent", "dora", "--agents",
+                                "emil,finn", "--json", env=d.env).stdout)
+    assert {r["agent_id"] for r in answer["results"]} == {"finn"}
+    assert list(answer["skipped"]) == ["emil"]
+    # Nothing found where it looked: said, and where it did not look.
+    nothing = recalld("search", "kingfisher", "--agent", "dora", "--agents", "emil,finn",
+                      env=d.env)
+    assert nothing.stdout == "no results\nnot searched:\n  emil: workspace 'emil' is not open\n"
+    bad = recalld("search", "heron", "--agents", "dora,,finn", env=d.env)
+    assert bad.returncode == 2 and "comma-separated list of agents" in bad.stderr, bad.stderr
