@@ -255,20 +255,23 @@ def _read(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
     start, end = ns.lines if ns.lines else (1, None)
     first = client.read(ns.agent, ns.path, start_line=start, end_line=end)
     pieces, piece = [first], first
+    texts = [first.get("text", "")]
     cut: list[int] = []
     while piece.get("truncated"):
-        if not piece.get("text", "").endswith("\n"):
+        if not texts[-1].endswith("\n"):
             cut.append(piece["end_line"])  # one line longer than a slice: its head only
+            texts[-1] += "\n"  # which the next line does not continue
         if piece["end_line"] >= (end if end is not None else piece.get("total_lines", 0)):
             break
         piece = client.read(ns.agent, ns.path, start_line=piece["end_line"] + 1,
                             end_line=end)
         pieces.append(piece)
+        texts.append(piece.get("text", ""))
     if ns.lines and not first.get("text") and start > first.get("total_lines", 0):
         say(sys.stderr, f"recalld: {ns.path} has {first.get('total_lines', 0)} line(s): "
             f"none from line {start} on")
         return EXIT_ERROR
-    whole: ReadResult = {**first, "text": "".join(p.get("text", "") for p in pieces),
+    whole: ReadResult = {**first, "text": "".join(texts),
                          "end_line": pieces[-1]["end_line"], "truncated": bool(cut)}
     if as_json:
         print_json(out, whole)

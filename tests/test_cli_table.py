@@ -4,6 +4,7 @@ daemon), 2 usage (ours or found by the daemon), 3 no daemon; a closed pipe ends 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -339,3 +340,22 @@ def test_an_archive_of_a_later_format_says_to_upgrade(daemon: DaemonHandle,
                      ["backup", "restore", str(archive), "--dry-run"]):
             line = assert_one_line_error(recalld(*args, env=daemon.env), 1)
             assert line == f"recalld: refusing backup {archive}: {said} (code -32012)", line
+
+
+def test_a_line_longer_than_one_answer_does_not_swallow_the_next(daemon: DaemonHandle) -> None:
+    # Its head is shown (the daemon hands out at most 512 KiB at once), and each line
+    # after it on a line of its own, in the text and in --json.
+    note = daemon.data_dir / "workspaces" / "default" / "memory" / "2026-07-24" / "dump.md"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text("# Dump\n" + "ű" * 400_000 + "\nthe pump is in bay 4\nend\n",
+                    encoding="utf-8")
+    rel = "memory/2026-07-24/dump.md"
+    proc = recalld("read", rel, env=daemon.env)
+    assert proc.returncode == 1 and "line(s) 2 of" in proc.stderr, proc.stderr
+    shown = proc.stdout.split("\n")
+    assert shown[0] == "# Dump" and set(shown[1]) == {"ű"}, shown[1][-40:]
+    assert shown[2:] == ["the pump is in bay 4", "end", ""], shown[2:]
+    as_text = recalld("read", rel, "--json", env=daemon.env)
+    assert as_text.returncode == 1, as_text.stderr  # as without --json
+    got = json.loads(as_text.stdout)
+    assert got["truncated"] and got["text"].split("\n")[2:] == shown[2:]
