@@ -47,6 +47,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 import anyio
 import mcp.types as types
+from anyio.streams.memory import MemoryObjectReceiveStream
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
@@ -69,6 +70,7 @@ from recalld.ipc.mcp_tools import (
     argument_error,
     prompt_flag,
 )
+from recalld.ipc.mcp_wire import StdoutWire, claimed_stdout
 from recalld.ipc.request_parts import add_turns_in_parts, in_note_parts
 from recalld.ipc.types import render_linked, render_skipped
 
@@ -393,9 +395,17 @@ async def serve(agent: str = DEFAULT_AGENT, socket_path: str | Path | None = Non
         MAX_LINE_ANSWERS)
     stdin = anyio.wrap_file(_stdin_bytes())
     lines = CheckedLines(bounded_lines(stdin.read), send_answers)
-    # The transport only iterates its stdin (``async for``).
-    async with stdio_server(stdin=cast("anyio.AsyncFile[str]", lines)) as (read_stream,
-                                                                           write_stream):
+    with claimed_stdout() as stdout:
+        await _serve_stdio(server, lines, answers, stdout)
+
+
+async def _serve_stdio(server: Server[_Lifespan], lines: CheckedLines,
+                       answers: MemoryObjectReceiveStream[types.JSONRPCError],
+                       stdout: StdoutWire) -> None:
+    # The transport only iterates its stdin (``async for``) and writes its stdout.
+    async with stdio_server(stdin=cast("anyio.AsyncFile[str]", lines),
+                            stdout=cast("anyio.AsyncFile[str]", stdout)) as (read_stream,
+                                                                             write_stream):
         # A clone: the answers to the last lines still go out after the server has
         # closed its own stream at the end of stdin.
         out = write_stream.clone()

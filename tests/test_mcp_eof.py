@@ -93,3 +93,30 @@ async def test_the_end_of_the_lines_waits_for_answers_then_at_most_the_grace(
         assert not ended.is_set()
         await ended.wait()  # 2 never answered: the grace ends the lines
     assert "1 request(s) still unanswered after 30 s" in capsys.readouterr().err
+
+
+def test_a_client_gone_from_stdout_has_what_it_sent_finished_quietly(
+        daemon: DaemonHandle) -> None:
+    with subprocess.Popen(
+            [sys.executable, "-m", "recalld.ipc.mcp", "--agent", "coder",
+             "--socket", str(daemon.socket_path)], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=daemon.env) as bridge:
+        assert bridge.stdin and bridge.stdout and bridge.stderr
+        bridge.stdin.write(json.dumps(INIT).encode() + b"\n")
+        bridge.stdin.flush()
+        assert json.loads(bridge.stdout.readline())["id"] == 0
+        bridge.stdout.close()  # the client stops reading: its answers cannot be written
+        bridge.stdin.write(
+            b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n' + b"".join(
+                _call(f"note{n}", "memory_add_note", {"content": f"Pier {n} has a red crane"})
+                for n in range(8)))
+        bridge.stdin.close()
+        said = bridge.stderr.read().decode()  # to its end, when the bridge exits
+        assert bridge.wait(timeout=100) == 0, said
+    assert "closed its end of stdout" in said and "Traceback" not in said, said
+    assert "InvalidStateError" not in said, said
+    with daemon.connect() as conn:
+        found = conn.call("memory.search", {"agent_id": "coder", "query": "red crane pier",
+                                            "max_results": 20})
+    text = "\n".join(hit["text"] for hit in found["results"])
+    assert all(f"Pier {n} has a red crane" in text for n in range(8)), text
