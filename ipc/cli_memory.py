@@ -10,6 +10,7 @@ an exit code.
 from __future__ import annotations
 
 import argparse
+import codecs
 import sys
 import time
 from typing import TextIO
@@ -232,12 +233,29 @@ def _note(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
     return EXIT_OK
 
 
+#: Byte order marks and the codec that reads past them (UTF-32 LE's begins as UTF-16 LE's).
+_BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF32_LE, "utf-32"),
+         (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF16_LE, "utf-16"),
+         (codecs.BOM_UTF16_BE, "utf-16"))
+
+
 def _stdin_text() -> str:
     """The note piped in, as notes are: UTF-8 (whatever the locale, so a file piped in
-    keeps its characters), else text in the locale's encoding (typed in a Latin-1 terminal)."""
+    keeps its characters) or the UTF its byte order mark names, else text in the
+    locale's encoding (typed in a Latin-1 terminal)."""
     if sys.stdin is None:  # closed from the start (<&-)
         raise errors.InvalidParams("note -: stdin is closed; pipe the text in or give it as TEXT")
     data = sys.stdin.buffer.read()
+    # A file an editor saved with a byte order mark (Windows Notepad): in its encoding,
+    # without the mark, which would stand in the note before its first line's Markdown.
+    codec = next((codec for bom, codec in _BOMS if data.startswith(bom)), None)
+    if codec is not None:
+        try:
+            return data.decode(codec)
+        except UnicodeDecodeError as exc:
+            raise errors.InvalidParams(f"note -: stdin is not {codec[:6].upper()} text "
+                                       f"after its byte order mark ({exc.reason} at offset "
+                                       f"{exc.start})") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

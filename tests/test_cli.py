@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import signal
@@ -345,6 +346,28 @@ def test_text_that_is_not_utf8_is_a_usage_error_in_one_line(daemon: DaemonHandle
                  ["read", "memory/a.md", "--lines", "1-99999999999999999999"]):
         line = assert_one_line_error(recalld(*args, env=daemon.env), 2)
         assert "numbers must lie within" in line and "UTF-8" not in line, line
+
+
+def test_a_note_piped_in_with_a_byte_order_mark_is_read_past_it(daemon: DaemonHandle) -> None:
+    # As Windows editors save text: UTF-8 with a mark, UTF-16 and UTF-32 with theirs.
+    # The mark is no part of the note: its first line stays a Markdown heading.
+    cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "recalld.ipc"]
+    text = "# Boiler room\n- the valve 弁 is under the stairs\n"
+    for n, data in enumerate((codecs.BOM_UTF8 + text.encode(), text.encode("utf-16"),
+                              text.encode("utf-32"), text.encode("utf-16-be"))):
+        marked = data if n < 3 else codecs.BOM_UTF16_BE + data
+        proc = subprocess.run([*cmd, "note", "-", "--name", f"boiler-{n}", "--json"],
+                              input=marked, capture_output=True, env=daemon.env, timeout=60,
+                              check=False)
+        assert proc.returncode == 0, proc.stderr
+        note = daemon.data_dir / "workspaces" / "default" / json.loads(proc.stdout)["path"]
+        assert note.read_text(encoding="utf-8").endswith("\n---\n" + text), n
+    # Bytes its mark's encoding cannot read: one line and exit 2, naming it.
+    proc = subprocess.run([*cmd, "note", "-"], input=codecs.BOM_UTF16_LE + b"\x00\xd8",
+                          capture_output=True, env=daemon.env, timeout=60, check=False)
+    line = assert_one_line_error(subprocess.CompletedProcess(
+        proc.args, proc.returncode, "", proc.stderr.decode()), 2)
+    assert "not UTF-16 text after its byte order mark" in line, line
 
 
 def test_note_from_stdin_in_any_locale_and_a_closed_stdin(daemon: DaemonHandle,
