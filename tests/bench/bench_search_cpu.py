@@ -1,9 +1,9 @@
 """The daemon's CPU time per keyword search, source trees side by side, in turns.
 
 Wall-clock latency on a shared machine drifts by tens of percent within seconds; the CPU
-time the daemon spends per ``memory.search`` (its process CPU clock, nanoseconds,
-every thread included) is far steadier, so two trees compare on
-it within a few percent. Each tree runs its own ``recalld serve`` (the tree's
+time the daemon spends per ``memory.search`` (its process CPU clock, nanoseconds, every
+thread included; the client's own thread CPU time beside it) is far steadier, so two
+trees compare on it within a few percent. Each tree runs its own ``recalld serve`` (the tree's
 ``daemon/`` and ``ipc/`` put first on the import path) on its own copy of the workspace,
 whose derived state it builds once (kept under ``--state-root`` for later runs); every
 measurement is of a warm start, as the index bench's query rounds are (``--fresh``:
@@ -163,17 +163,18 @@ class Side:
             if used_ms < 5.0 or time.perf_counter() - t0 > timeout_s:
                 return used_ms
 
-    def round(self, queries: list[str], n: int, offset: int) -> tuple[list[float], int]:
+    def round(self, queries: list[str], n: int, offset: int) -> tuple[list[float], int, int]:
+        """Wall milliseconds of each search; the daemon's and this client's CPU ns."""
         assert self.daemon is not None and self.daemon.proc is not None
         pid = self.daemon.proc.pid
         lat = []
-        cpu0 = daemon_cpu_ns(pid)
+        cpu0, own0 = daemon_cpu_ns(pid), time.thread_time_ns()
         for j in range(n):
             q = queries[(offset + j) % len(queries)]
             t0 = time.perf_counter()
             self.search(q)
             lat.append((time.perf_counter() - t0) * 1e3)
-        return lat, daemon_cpu_ns(pid) - cpu0
+        return lat, daemon_cpu_ns(pid) - cpu0, time.thread_time_ns() - own0
 
     def dump(self, queries: list[str], path: Path) -> str:
         assert self.daemon is not None
@@ -261,18 +262,22 @@ def main(argv: list[str] | None = None) -> int:
         idle_ms = {s.name: s.wait_idle() for s in sides}
         lat: dict[str, list[float]] = {s.name: [] for s in sides}
         cpu: dict[str, list[float]] = {s.name: [] for s in sides}
+        client: dict[str, list[float]] = {s.name: [] for s in sides}
         for r in range(args.rounds):
             order = sides if r % 2 == 0 else sides[::-1]
             for s in order:
-                ms, ns = s.round(queries, args.per_round, r * args.per_round)
+                ms, ns, own_ns = s.round(queries, args.per_round, r * args.per_round)
                 lat[s.name] += ms
                 cpu[s.name].append(ns / args.per_round / 1e3)
+                client[s.name].append(own_ns / args.per_round / 1e3)
         for s in sides:
             result["sides"][s.name] = {
                 "tree": str(s.tree), "searches": len(lat[s.name]),
                 "p50_ms": pct(lat[s.name], 50), "p90_ms": pct(lat[s.name], 90),
                 "cpu_us_per_search": sorted(cpu[s.name]),
                 "cpu_us_median": pct(cpu[s.name], 50),
+                "cpu_us_by_round": cpu[s.name],  # in turns with the other sides' rounds
+                "client_cpu_us_median": pct(client[s.name], 50),
                 "idle_cpu_ms_per_s_before": idle_ms[s.name]}
         result["load_after"] = os.getloadavg()
     finally:
