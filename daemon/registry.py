@@ -147,6 +147,16 @@ class WorkspaceRegistry:
             return ws
         return self.get(agent_id)
 
+    def serving(self, agent_id: str) -> Workspace | None:
+        """The workspace :meth:`searchable` would give, None where it would refuse,
+        without looking at its folder: for deciding how to run a call, which then asks
+        :meth:`searchable` (one look at the folder per call, not two)."""
+        ws = self._workspaces.get(agent_id)
+        if ws is not None and (ws.state == "ready" or (ws.state == "opening"
+                                                       and ws.search_ready)):
+            return ws
+        return None
+
     def reloaded(self, old: DaemonConfig, new: DaemonConfig) -> builtins.list[str]:
         """Apply a reload to the open workspaces (:func:`reload_sharing.reloaded`), and
         stop those that now hold or lie in another's folder without each being shared

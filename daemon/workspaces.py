@@ -263,6 +263,8 @@ class Workspace:
         self._stopped = trio.Event()  # :meth:`stop`
         self._root_id: tuple[int, int] | None = None  # (st_dev, st_ino) of its folder
         self._meta_id: tuple[int, int] | None = None  # ... and of its metadata_dir
+        # Its metadata_dir (fixed while open: it holds the lock), as looked at on every use.
+        self._meta_path = os.fspath(root / settings.metadata_dir)
 
     @property
     def state(self) -> State:
@@ -326,7 +328,7 @@ class Workspace:
                 d.mkdir(parents=True, exist_ok=True)
             st = os.stat(self.root)
             self._root_id = (st.st_dev, st.st_ino)
-            st = os.lstat(self.root / self.settings.metadata_dir)
+            st = os.lstat(self._meta_path)
             self._meta_id = (st.st_dev, st.st_ino)
         except OSError as exc:
             raise _open_error(f"cannot create workspace directories under {self.root}",
@@ -424,15 +426,14 @@ class Workspace:
             elsewhere = safepath.leads_elsewhere(self.root)
             if elsewhere is not None:
                 return self.root, elsewhere
-        meta = self.root / self.settings.metadata_dir
         try:
-            st = os.lstat(meta)
+            st = os.lstat(self._meta_path)
         except OSError:
             return None
         if (st.st_dev, st.st_ino) == self._meta_id:
             return None
-        elsewhere = safepath.leads_elsewhere(meta)
-        return None if elsewhere is None else (meta, elsewhere)
+        elsewhere = safepath.leads_elsewhere(self._meta_path)
+        return None if elsewhere is None else (Path(self._meta_path), elsewhere)
 
     def root_leads(self, folder: Path, elsewhere: str) -> None:
         """The workspace folder (or its ``metadata_dir``), ``folder``, now leads to

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import DaemonFactory, DaemonHandle
 from waits import wait_value, workspace_status
 
@@ -164,3 +165,24 @@ def test_a_memory_folder_moved_out_with_a_link_left_keeps_its_notes(
     assert [h["path"] for h in hits] == [NOTE]
     assert not daemon.call("memory.search", {"agent_id": "bob", "query": "Fridays"})["results"]
     assert daemon.call("index.verify", {"agent_id": "bob"})["ok"] is True
+
+
+@pytest.mark.parametrize("replaced", ["folder", "metadata_dir"])
+def test_the_first_quick_search_after_a_link_took_the_place_is_refused(
+        daemon_factory: DaemonFactory, tmp_path: Path, replaced: str) -> None:
+    # A short keyword search answers on the connection's reader; deciding that reads
+    # no folder, and the search itself still looks, the first time it is asked.
+    daemon = daemon_factory(CONFIG, RECALLD_DATA_DIR=str(tmp_path / "data"))
+    alice = _open(daemon, "alice", "Alice keeps the quokkaword in her isolated notes.")
+    bob = _open(daemon, "bob", "Bob keeps the quokkaword too, in his own notes.")
+    query = {"agent_id": "bob", "query": "quokkaword"}
+    assert [h["path"] for h in daemon.call("memory.search", query)["results"]] == [NOTE]
+    moved, target = ((bob, alice) if replaced == "folder"
+                     else (bob / "mem_metadata", alice / "mem_metadata"))
+    os.rename(moved, moved.with_name(moved.name + ".old"))
+    os.symlink(target, moved)
+    with pytest.raises(errors.UnknownWorkspace) as refused:
+        daemon.call("memory.search", query)
+    assert f"{moved} now leads to {target}" in refused.value.message
+    assert [h["path"] for h in daemon.call(
+        "memory.search", {"agent_id": "alice", "query": "quokkaword"})["results"]] == [NOTE]

@@ -8,7 +8,6 @@ from recalld.daemon.remote.hook import server_search
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.answers import Synced
-from recalld.ipc.errors import UnknownWorkspace
 
 METHODS = Methods()
 
@@ -21,9 +20,9 @@ def _search_answers_now(state: DaemonState, params: JsonObject) -> bool:
     agent_id, query = params.get("agent_id"), params.get("query")
     if not isinstance(agent_id, str) or not isinstance(query, str):
         return False
-    try:
-        ws = state.registry.searchable(agent_id)
-    except UnknownWorkspace:
+    # The call itself looks whether a link took the folder's place.
+    ws = state.registry.serving(agent_id)
+    if ws is None:
         return False
     remote = ws.settings.remote
     if remote is not None and remote.search_mode == "server":
