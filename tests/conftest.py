@@ -7,6 +7,10 @@ expected to exit, ``args=[...]`` for extra ``serve`` options). Every daemon gets
 HOME / XDG_* dirs under tmp_path and a short XDG_RUNTIME_DIR under /tmp (AF_UNIX paths
 must stay under 108 bytes); all are stopped and checked at teardown.
 
+``fake`` is the scripted embedding and chat provider of tests/fakes/provider_server.py on
+its defaults; a module that needs other dimensions, a key or a default answer defines a
+``fake`` of its own, which pytest prefers there.
+
 A daemon is a fork of the worker's fork server (tests/forkserver.py: an interpreter that
 has done what ``recalld.daemon.main`` does before it serves, imports included), which
 then runs ``main`` as ``python -m recalld.daemon.main serve`` would; a launcher,
@@ -33,6 +37,7 @@ from typing import Any, Literal
 
 import orjson
 import pytest
+from fakes.provider_server import FakeProvider
 from forkserver import ForkedProcess, ForkServers, pidfds_work
 
 from recalld.ipc.errors import error_from_wire
@@ -349,3 +354,9 @@ def daemon_factory(tmp_path: Path, pycache: Path,
 @pytest.fixture
 def daemon(daemon_factory: DaemonFactory) -> DaemonHandle:
     return daemon_factory()
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with FakeProvider() as provider:
+        yield provider

@@ -18,13 +18,11 @@ pytest.importorskip("agentscope", reason="needs agentscope, which '.[test]' inst
 
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
-from test_agentscope import NOTE, _chat_requests, _non_system, _open, _reply, fake, scripted
+from test_agentscope import NOTE, _chat_requests, _non_system, _open, _reply, scripted
 
 from recalld.ipc.agentscope import RecalldMem0Middleware, RecalldMemoryMiddleware, session_key
 from recalld.ipc.client import Client
 from recalld.ipc.request_parts import search_query, turn_parts
-
-__all__ = ["fake"]  # the fake provider, as test_agentscope has it
 
 PENDING = "mem_metadata/sessions/pending.jsonl"
 

@@ -23,14 +23,12 @@ from agentscope.model import OpenAIChatModel
 from agentscope.tool import Toolkit
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
-from test_agentscope import _chat_requests, _non_system, _system, fake, scripted
+from test_agentscope import _chat_requests, _non_system, _system, scripted
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.ipc.agent_ids import stand_in_name
 from recalld.ipc.agentscope import RecalldMem0Middleware, RecalldMemoryMiddleware
 from recalld.ipc.client import Client
-
-__all__ = ["fake"]
 
 
 def test_every_mem0_keyword_is_accepted_with_its_default() -> None:

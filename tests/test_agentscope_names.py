@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,12 +27,6 @@ from recalld.ipc.agentscope import RecalldMem0Middleware, RecalldMemoryMiddlewar
 from recalld.ipc.client import Client
 
 SECRET = "The door code of the Basel office is 7731-kestrel."
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as provider:
-        yield provider
 
 
 def _text(content: Any) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +25,6 @@ from recalld.ipc.errors import InvalidParams
 SECRET = "sk-proj-" + "Zq8Lm3Nx7Vb2Kc5Hj1Gf4Dd9Ss6Aa0Pp"
 IMAGE = "data:image/png;base64," + "iVBORw0KGgoAAAANSUhEUgAA" * 20
 TOOL_RESULT = "RECALLED: the user's cat is named Whiskers"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as provider:
-        yield provider
 
 
 def config(root: Path, fake: FakeProvider | None, interval: int = 2) -> str:

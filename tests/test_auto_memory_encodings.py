@@ -11,9 +11,7 @@ from pathlib import Path
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 from test_auto_memory import add, turn
-from test_dream import AGENT, ScriptedModel, dream, fake, open_ws, run_job, write
-
-__all__ = ["fake"]  # the fixture, used by name
+from test_dream import AGENT, ScriptedModel, dream, open_ws, run_job, write
 
 
 def test_a_sessions_note_saved_as_gbk_is_left_alone(

@@ -11,13 +11,13 @@ from typing import Any
 import orjson
 import pytest
 from fakes.provider_server import FakeProvider, Reply, chat_answer
-from test_auto_memory import add, config, done, fake, turn  # noqa: F401
+from test_auto_memory import add, config, done, turn
 from waits import wait_job
 
 from recalld.ipc.errors import InvalidParams
 
 
-def test_a_long_conversation_reaches_the_model_whole(daemon_factory: Any, fake: FakeProvider,  # noqa: F811
+def test_a_long_conversation_reaches_the_model_whole(daemon_factory: Any, fake: FakeProvider,
                                                     tmp_path: Path) -> None:
     # More than one prompt holds: an early fact, a pasted log of 150k characters with a
     # fact in its middle, and a late fact. Every one of them is shown to the model.
@@ -51,7 +51,7 @@ def test_a_long_conversation_reaches_the_model_whole(daemon_factory: Any, fake: 
     assert len(said) == 6 and said[2] == paste.strip()
 
 
-def test_a_failed_part_keeps_the_parts_before_it(daemon_factory: Any, fake: FakeProvider,  # noqa: F811
+def test_a_failed_part_keeps_the_parts_before_it(daemon_factory: Any, fake: FakeProvider,
                                                  tmp_path: Path) -> None:
     root = tmp_path / "ws"
     d = daemon_factory(config(root, fake, interval=0))
@@ -89,7 +89,7 @@ def test_ids_with_a_trailing_newline_are_refused(daemon_factory: Any, tmp_path: 
 
 
 def test_turns_after_the_pending_log_was_removed_reach_the_dialog(
-        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:  # noqa: F811
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
     # Without its pending-turns log (mem_metadata removed while the daemon was down) a
     # workspace numbers turns from 1 again: the dialog file, which skipped every turn
     # numbered below its last one, lost the new turns of its conversation.

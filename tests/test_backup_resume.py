@@ -9,21 +9,13 @@ from __future__ import annotations
 
 import json
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 from waits import wait_job
 
 SECRET = "sk-test-" + "Q7w8E9r0T1y2U3i4O5p6"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as provider:
-        yield provider
 
 
 def note_reply(name: str, body: str) -> list[Reply]:

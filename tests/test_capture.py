@@ -6,19 +6,12 @@ Idle times are small settings (1-3 s) and every wait is on a condition with a ge
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 from waits import ACTIVE, wait_for, wait_job
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as provider:
-        yield provider
 
 
 def config(root: Path, fake: FakeProvider | None, *, idle_s: float = 600.0,

@@ -9,16 +9,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fakes.provider_server import FakeProvider, chat_answer, tool_call
 from test_capture import add, config, done, memory_jobs, notes, turn, write_note
 from waits import ACTIVE, wait_for, wait_job
-
-
-@pytest.fixture
-def fake() -> Any:
-    with FakeProvider() as provider:
-        yield provider
 
 
 def test_a_prose_line_added_by_the_agent_is_not_dropped_by_a_rewrite(

@@ -12,13 +12,11 @@ from typing import Any
 
 import orjson
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
-from test_capture import add, config, done, fake, notes, turn, write_note
+from test_capture import add, config, done, notes, turn, write_note
 from waits import wait_job
 
 PENDING = "mem_metadata/sessions/pending.jsonl"
 DAY_S = 86_400
-
-__all__ = ["fake"]  # the scripted chat server, as test_capture has it
 
 
 def _rewrite_log(path: Path, change: dict[str, float | None]) -> None:

@@ -9,7 +9,6 @@ on 127.0.0.1.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +41,6 @@ SLOW_COMMITS = (
     "from recalld.daemon.main import main\n"
     "sys.exit(main(sys.argv[1:]))\n",
 )
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as provider:
-        yield provider
 
 
 def test_a_note_the_disk_refused_leaves_the_turns_pending(daemon_factory: Any,

@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 from test_capture import add, config, done, notes, turn, write_note
 from test_cli import recalld
@@ -25,12 +24,6 @@ FIRST = ("- 妹妹安娜住在格拉茨\n"
          "- Brother Tom is a pilot\n"
          "  - flies the A320 out of Vienna\n"
          "- 花粉症：每年春天都很严重")
-
-
-@pytest.fixture
-def fake() -> Any:
-    with FakeProvider() as provider:
-        yield provider
 
 
 def records(root: Path) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 from fakes.provider_server import FakeProvider, chat_answer
-from test_auto_memory import add, config, fake, turn  # noqa: F401
+from test_auto_memory import add, config, turn
 from waits import wait_job
 
 
@@ -30,7 +30,7 @@ def _capture(d: Any, session: str, text: str) -> None:
 
 
 def test_a_torn_last_line_is_cut_and_its_turns_come_whole(
-        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:  # noqa: F811
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
     # A kill in the middle of an append leaves part of a line at the end, its turns not
     # committed. The next run writes them whole after the last whole line; nothing of the
     # torn piece stays, and the lines before it are not written again.
@@ -52,7 +52,7 @@ def test_a_torn_last_line_is_cut_and_its_turns_come_whole(
 
 
 def test_turns_written_before_a_kill_are_not_written_twice(
-        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:  # noqa: F811
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
     # Killed after its append and before its commit, a run leaves its turns in the log
     # and pending: the run again adds only those after them. A hand-edited last line
     # without its newline is kept.
@@ -73,7 +73,7 @@ def test_turns_written_before_a_kill_are_not_written_twice(
 
 
 def test_a_log_past_256_mib_still_takes_turns(
-        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:  # noqa: F811
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
     # A long conversation's log was read whole and written anew by every run, and a run
     # refused once it passed 256 MiB: the turns stayed pending for good. (The log is
     # sparse here, to spare the disk: 300 MiB of NULs stand for the earlier lines, and

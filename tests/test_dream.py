@@ -10,7 +10,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +59,6 @@ class ScriptedModel:
         calls = [tool_call(name, args, f"{note}_{step}_{i}")
                  for i, (name, args) in enumerate(turns[step])]
         return chat_answer(None, tool_calls=calls)
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as provider:
-        yield provider
 
 
 def chat_config(fake: FakeProvider) -> dict[str, Any]:

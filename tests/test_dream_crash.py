@@ -12,13 +12,11 @@ from typing import Any
 import pytest
 from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider, Reply
-from test_dream import AGENT, HALF_A, HALF_B, dream, dream_until_the_second_note, fake, open_ws
+from test_dream import AGENT, HALF_A, HALF_B, dream, dream_until_the_second_note, open_ws
 from waits import wait_for, wait_job
 
 from recalld.daemon.memory import changelog, runjournal
 from recalld.ipc.errors import AlreadyRunning
-
-__all__ = ["fake"]  # the fixture, used by name
 
 
 def test_a_dream_killed_midway_keeps_its_undo_record_and_goes_on_once_at_the_start(

@@ -9,11 +9,9 @@ from pathlib import Path
 
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
-from test_dream import AGENT, ScriptedModel, dream, fake, node, open_ws, write
+from test_dream import AGENT, ScriptedModel, dream, node, open_ws, write
 
 from recalld.daemon.memory.digest import MAX_HISTORY_ENTRIES
-
-__all__ = ["fake"]  # the fixture, imported for the tests here
 
 CAT = "digest/personal/cat.md"
 

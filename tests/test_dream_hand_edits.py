@@ -7,10 +7,8 @@ from pathlib import Path
 
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
-from test_dream import ScriptedModel, dream, fake, node, open_ws, write
+from test_dream import ScriptedModel, dream, node, open_ws, write
 from test_dream_history import history_text
-
-__all__ = ["fake"]  # the fixture, imported for the tests here
 
 TRIP = "digest/personal/trip-to-lisbon.md"
 HAND = "- la réservation est au nom de Zoë Ørsted (ajouté à la main)"

@@ -8,12 +8,10 @@ from pathlib import Path
 
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, Reply
-from test_dream import AGENT, ScriptedModel, dream, fake, node, open_ws, run_job, write
+from test_dream import AGENT, ScriptedModel, dream, node, open_ws, run_job, write
 from waits import wait_job
 
 from recalld.daemon.memory import digest
-
-__all__ = ["fake"]  # the fixture, imported for the tests here
 
 SECRET = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1w"
 

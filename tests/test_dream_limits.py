@@ -17,9 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
-from test_dream import AGENT, ScriptedModel, dream, fake, node, open_ws, run_job, write
-
-__all__ = ["fake"]  # the fixture, used by name
+from test_dream import AGENT, ScriptedModel, dream, node, open_ws, run_job, write
 
 STEPS = 12  # DreamConfig.max_steps_per_note
 

@@ -6,9 +6,7 @@ from pathlib import Path
 
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
-from test_dream import ScriptedModel, dream, fake, node, open_ws, write
-
-__all__ = ["fake"]  # the fixture, imported for the tests here
+from test_dream import ScriptedModel, dream, node, open_ws, write
 
 
 def test_related_links_follow_a_node_renamed_by_hand(

@@ -13,14 +13,12 @@ import orjson
 import pytest
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
-from test_dream import AGENT, ScriptedModel, dream, fake, node, open_ws, write
+from test_dream import AGENT, ScriptedModel, dream, node, open_ws, write
 from waits import wait_status
 
 from recalld.daemon.store.fsio import REAL
 from recalld.daemon.store.records import write_records
 from recalld.ipc.errors import NotAllowed
-
-__all__ = ["fake"]  # the fixture, imported for the tests here
 
 
 def digest_files(root: Path) -> list[str]:

@@ -10,14 +10,12 @@ from pathlib import Path
 import pytest
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, Reply
-from test_dream import AGENT, ScriptedModel, dream, fake, node, open_ws, write
+from test_dream import AGENT, ScriptedModel, dream, node, open_ws, write
 from waits import wait_for
 
 from recalld.daemon.memory import changelog, runjournal
 from recalld.daemon.memory.catalog import load_catalog, save_catalog, undo_changes
 from recalld.ipc.errors import AlreadyRunning
-
-__all__ = ["fake"]  # the fixture, imported for the tests here
 
 CAT = "digest/personal/cat.md"
 

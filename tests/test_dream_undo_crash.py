@@ -16,14 +16,12 @@ import orjson
 import pytest
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
-from test_dream import AGENT, ScriptedModel, chat_config, dream, fake, open_ws, run_job, write
+from test_dream import AGENT, ScriptedModel, chat_config, dream, open_ws, run_job, write
 
 from recalld.daemon.memory import changelog, dreamundo
 from recalld.daemon.memory.catalog import load_catalog
 from recalld.daemon.memory.changelog import DamagedRecord
 from recalld.ipc.errors import InvalidParams
-
-__all__ = ["fake"]  # the fixture, used by name
 
 CAT = "digest/personal/cat.md"
 NOTE, OTHER = "memory/2026-05-02/tortoise.md", "memory/2026-05-03/bins.md"

@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +56,6 @@ LAUNCHER = (
     "sys.argv = ['recalld-daemon', *sys.argv[1:]]\n"
     "runpy.run_module('recalld.daemon.main', run_name='__main__')\n"
 )
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as provider:
-        yield provider
 
 
 def modules(d: DaemonHandle, out: Path) -> set[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,12 +112,6 @@ async def test_push_disabled_and_trim_and_compaction(tmp_path: Path) -> None:
 
 
 # -- through the daemon --------------------------------------------------------------------
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as provider:
-        yield provider
 
 
 def wait_job(d: Any, job_id: str) -> dict[str, Any]:

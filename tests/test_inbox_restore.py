@@ -9,10 +9,8 @@ from typing import Any
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_dream import ScriptedModel, write
-from test_resource import fake, open_ws, wait_state
+from test_resource import open_ws, wait_state
 from waits import wait_for, workspace_status
-
-__all__ = ["fake"]  # the fixture, shared with test_resource
 
 
 def items(daemon: DaemonHandle, **params: Any) -> list[dict[str, Any]]:

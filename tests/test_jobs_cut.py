@@ -6,20 +6,12 @@ wait is on a condition (the fake's gate, the daemon's answers) with a generous c
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fakes.provider_server import FakeProvider
 from test_capture import add, chat_requests, config, done, notes, turn, write_note
 from waits import wait_job
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as provider:
-        yield provider
 
 
 def answered_a_tool(body: Any) -> bool:

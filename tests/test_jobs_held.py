@@ -7,7 +7,6 @@ wait is on a condition (the fake's gate, the daemon's answers) with a generous c
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +17,6 @@ from test_dream import ScriptedModel, chat_config, write
 from waits import wait_committed, wait_job, wait_value, workspace_status
 
 from recalld.ipc import errors
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as provider:
-        yield provider
 
 
 def two_agents(tmp_path: Path, fake: FakeProvider) -> str:

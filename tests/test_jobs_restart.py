@@ -7,22 +7,14 @@ wait is on a condition (the fake's gate, the daemon's answers) with a generous c
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fakes.provider_server import FakeProvider
 from test_capture import done, notes, turn, write_note
 from test_cli import as_json, recalld
 from test_jobs_held import flush, job_state, two_agents
 from waits import wait_job, wait_value, workspace_status
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as provider:
-        yield provider
 
 
 def job_counts(d: Any) -> tuple[int, int, int]:

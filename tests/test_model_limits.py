@@ -10,11 +10,9 @@ from pathlib import Path
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 from test_auto_memory import add, turn
-from test_dream import AGENT, ScriptedModel, dream, fake, inbox_items, open_ws, run_job, write
+from test_dream import AGENT, ScriptedModel, dream, inbox_items, open_ws, run_job, write
 
 from recalld.daemon.memory.llm import MAX_CALLS_PER_ANSWER
-
-__all__ = ["fake"]  # the fixture, used by name
 
 EXTRA = 9  # calls past the limit of one answer
 

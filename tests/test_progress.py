@@ -14,12 +14,10 @@ from typing import Any
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_cli import SCRIPT
-from test_dream import AGENT, fake, open_ws, write
+from test_dream import AGENT, open_ws, write
 from waits import wait_for
 
 from recalld.ipc.progress import LINE_INTERVAL_S, Progress, duration
-
-__all__ = ["fake"]  # the fixture, used by name
 
 
 class Clock:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +25,6 @@ from recalld.ipc.client import Client
 SESSION = "robin-payroll-7f3"
 SECRET = "Quillon wages are 4,812 guilders"
 REPLY = "Stored the wages: 4,812 guilders, see the payroll note"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as provider:
-        yield provider
 
 
 def _chat(fake: FakeProvider) -> str:

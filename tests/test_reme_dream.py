@@ -6,11 +6,9 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import zstandard
 from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider, chat_answer
@@ -37,12 +35,6 @@ class NoteRecorder:
             with self._lock:
                 self.notes.append(user.split(":", 1)[0].removeprefix("Daily note "))
         return chat_answer("nothing to integrate")
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as provider:
-        yield provider
 
 
 def open_ws(daemon: DaemonHandle, root: Path, fake: FakeProvider) -> None:

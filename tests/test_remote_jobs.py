@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from conftest import DaemonFactory
 from fakes.provider_server import FakeProvider
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from test_dream import ScriptedModel
 from test_remote import config, converged, finished_job, remote_status, root, write
 from waits import wait_for
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as provider:
-        yield provider
 
 
 def chat(fake: FakeProvider) -> str:

@@ -14,14 +14,12 @@ from typing import Any
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, Reply
 from test_cli import recalld
-from test_dream import ScriptedModel, chat_config, fake, run_job, write
+from test_dream import ScriptedModel, chat_config, run_job, write
 from waits import wait_for, wait_value, workspace_status
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.store.records import read_records
 from recalld.ipc.errors import MethodNotFound
-
-__all__ = ["fake"]  # the fixture, shared with test_dream
 
 
 def active_jobs(daemon: DaemonHandle, agent: str, kind: str) -> list[dict[str, Any]]:

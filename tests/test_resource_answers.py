@@ -8,9 +8,7 @@ from pathlib import Path
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, Reply, chat_answer
 from test_dream import ScriptedModel, write
-from test_resource import catalog, fake, note_of, open_ws, wait_state
-
-__all__ = ["fake"]  # the fixture, shared with test_resource
+from test_resource import catalog, note_of, open_ws, wait_state
 
 
 def test_a_reasoning_models_thinking_is_not_the_note(daemon: DaemonHandle,

@@ -10,13 +10,11 @@ from pathlib import Path
 from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_dream import ScriptedModel, write
-from test_resource import active_jobs, catalog, fake, note_of, open_ws, wait_state
+from test_resource import active_jobs, catalog, note_of, open_ws, wait_state
 from waits import wait_for
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.memory.resource_files import resource_date
-
-__all__ = ["fake"]  # the fixture, shared with test_resource
 
 
 def resource_notes(root: Path) -> list[str]:

@@ -10,10 +10,8 @@ from typing import Any
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_dream import ScriptedModel, node, run_job, write
-from test_resource import active_jobs, catalog, fake, open_ws, wait_state
+from test_resource import active_jobs, catalog, open_ws, wait_state
 from waits import wait_for
-
-__all__ = ["fake"]  # the fixture, shared with test_resource
 
 AGENT = "papers"
 NODE = "digest/wiki/ferry-timetable.md"

@@ -10,9 +10,7 @@ from pathlib import Path
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_dream import ScriptedModel
-from test_resource import catalog, fake, open_ws, wait_state
-
-__all__ = ["fake"]  # the fixture, used by name
+from test_resource import catalog, open_ws, wait_state
 
 FILES = {  # name: (text, encoding saved in)
     "gbk.txt": ("会议纪要：下周一在北京开会，讨论新产品的发布计划。\n", "gbk"),

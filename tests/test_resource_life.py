@@ -13,7 +13,6 @@ from test_dream_crash import inbox_on_disk
 from test_resource import (
     active_jobs,
     catalog,
-    fake,
     note_of,
     open_ws,
     resource_items,
@@ -22,8 +21,6 @@ from test_resource import (
 from waits import wait_for, workspace_status
 
 from recalld.daemon.store.applog import AppendLog
-
-__all__ = ["fake"]  # the fixture, shared with test_resource
 
 
 def test_a_file_deleted_while_the_model_fails_on_it_is_removed_not_failed(

@@ -12,10 +12,8 @@ from urllib.parse import unquote
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_dream import ScriptedModel, write
-from test_resource import active_jobs, catalog, fake, note_of, open_ws, wait_state
+from test_resource import active_jobs, catalog, note_of, open_ws, wait_state
 from waits import wait_for
-
-__all__ = ["fake"]  # the fixture, shared with test_resource
 
 
 def test_a_folder_link_into_the_notes_is_not_read_as_resources(

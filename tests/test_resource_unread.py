@@ -9,14 +9,12 @@ from pathlib import Path
 
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
-from test_dream import ScriptedModel, fake, write
+from test_dream import ScriptedModel, write
 from test_resource import catalog, open_ws, wait_state
 from test_resource_life import active_jobs
 from waits import wait_for, workspace_status
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
-
-__all__ = ["fake"]  # the fixture, shared with test_dream
 
 
 def chat_calls(fake: FakeProvider) -> int:

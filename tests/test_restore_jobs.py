@@ -8,10 +8,8 @@ from typing import Any
 
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
-from test_dream import AGENT, ScriptedModel, dream, fake, open_ws, write
+from test_dream import AGENT, ScriptedModel, dream, open_ws, write
 from waits import wait_job
-
-__all__ = ["fake"]  # the fixture, imported for the tests here
 
 DOG = "memory/2026-11-21/dog.md"
 

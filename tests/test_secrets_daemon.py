@@ -106,12 +106,6 @@ def _workspace_text(root: Path) -> str:
                      if p.is_file() and p.suffix in (".md", ".jsonl", ".json", ".yaml", ""))
 
 
-@pytest.fixture
-def fake() -> Any:
-    with FakeProvider() as provider:
-        yield provider
-
-
 def test_secrets_reach_no_note_log_index_or_chat_request(
         daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
     root = tmp_path / "ws"

@@ -4,7 +4,6 @@ fallback (real daemon, scripted OpenAI-compatible chat server)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +22,6 @@ TOPICS = {
     "digest/project_q3.md": ("Q3 goal", "ship the ledger rewrite", "project",
                              "Deadline end of September; the ledger moves to Postgres."),
 }
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as provider:
-        yield provider
 
 
 def _open(daemon: DaemonHandle, root: Path, fake: FakeProvider | None) -> None:

@@ -10,11 +10,9 @@ from pathlib import Path
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 from test_auto_memory import add, turn
-from test_dream import AGENT, fake, open_ws, run_job
+from test_dream import AGENT, open_ws, run_job
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
-
-__all__ = ["fake"]  # the fixture, used by name
 
 
 def test_the_model_cannot_give_its_note_to_another_session(

@@ -3,7 +3,6 @@ fake chat server: errors go back to the model, and the step and time limits hold
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,12 +14,6 @@ from recalld.daemon.memory.llm import MAX_CALLS_PER_ANSWER, LoopFailed, ToolBudg
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.chat import ChatClient, function_tool
 from recalld.daemon.providers.retry import RetryPolicy
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as provider:
-        yield provider
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from agentscope.model import OpenAIChatModel
 from agentscope.tool import Toolkit
 from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider
-from test_agentscope import _chat_requests, _system, fake, scripted
+from test_agentscope import _chat_requests, _system, scripted
 from waits import wait_for
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
@@ -28,7 +28,6 @@ from recalld.ipc.agentscope import RecalldMemoryMiddleware
 from recalld.ipc.client import Client
 from recalld.ipc.errors import InvalidParams, NotFound, PathOutsideWorkspace
 
-__all__ = ["fake"]
 
 def _memory_md(root: Path) -> str:
     path = root / "digest" / "MEMORY.md"
