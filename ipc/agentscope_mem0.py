@@ -327,12 +327,9 @@ class _Mem0Tool(_AllowedTool):
 
     is_state_injected = False
 
-    schema: ClassVar[JsonObject] = {}
-
     def __init__(self, middleware: RecalldMem0Middleware) -> None:
         super().__init__()
         self._mw = middleware
-        self.input_schema = dict(self.schema)
 
 
 class Mem0SearchMemoryTool(_Mem0Tool):

@@ -8,7 +8,7 @@ model, never raised.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentscope.message import TextBlock, ToolResultState
 from agentscope.permission import PermissionBehavior, PermissionContext, PermissionDecision
@@ -38,11 +38,18 @@ def _chunk(text: str, *, error: bool = False) -> ToolChunk:
 
 
 class _AllowedTool(ToolBase):
-    """Memory tools are part of the agent's own capabilities: always allowed."""
+    """Memory tools are part of the agent's own capabilities: always allowed. Each
+    instance gets its own copy of the class's ``schema`` as its ``input_schema``."""
 
     is_external_tool = False
     is_mcp = False
     mcp_name = None
+
+    schema: ClassVar[JsonObject] = {}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.input_schema = dict(self.schema)
 
     async def check_permissions(self, tool_input: JsonObject,
                                 context: PermissionContext) -> PermissionDecision:
@@ -51,14 +58,30 @@ class _AllowedTool(ToolBase):
 
 
 class _MemoryTool(_AllowedTool):
-    """A tool of :class:`RecalldMemoryMiddleware`."""
+    """A tool of :class:`RecalldMemoryMiddleware`: :meth:`call` finds the calling agent's
+    workspace and hands the arguments to :meth:`_answer`; a failure of the daemon is
+    the answer ``"<failed>: <the error>"``."""
 
     # The agent state tells which conversation (and so which workspace) calls.
     is_state_injected = True
 
+    failed: ClassVar[str] = "memory tool failed"
+
     def __init__(self, middleware: RecalldMemoryMiddleware) -> None:
         super().__init__()
         self._mw = middleware
+
+    async def call(self, _agent_state: object = None, **arguments: Any) -> ToolChunk:
+        workspace = await self._workspace(_agent_state)
+        if not isinstance(workspace, str):
+            return workspace
+        try:
+            return await self._answer(workspace, _agent_state, **arguments)
+        except _DAEMON_ERRORS as exc:
+            return _chunk(f"{self.failed}: {exc}", error=True)
+
+    async def _answer(self, workspace: str, state: object, /, **arguments: Any) -> ToolChunk:
+        raise NotImplementedError
 
     async def _workspace(self, state: object) -> str | ToolChunk:
         """The calling agent's workspace, or the tool's answer why it has none."""
@@ -79,9 +102,11 @@ class MemorySearchTool(_MemoryTool):
     description = "Search long-term memory (notes from past conversations) for a query."
     is_concurrency_safe = True
     is_read_only = True
+    failed = "memory search failed"
 
     def __init__(self, middleware: RecalldMemoryMiddleware) -> None:
         super().__init__(middleware)
+        # The default limit is the middleware's.
         self.input_schema = {
             "type": "object",
             "properties": {
@@ -94,17 +119,11 @@ class MemorySearchTool(_MemoryTool):
             "required": ["query"],
         }
 
-    async def call(self, query: str = "", limit: int | None = None,
-                   _agent_state: object = None, **_: object) -> ToolChunk:
-        workspace = await self._workspace(_agent_state)
-        if not isinstance(workspace, str):
-            return workspace
+    async def _answer(self, workspace: str, state: object, /, query: str = "",
+                      limit: int | None = None, **_: object) -> ToolChunk:
         if not query.strip():
             return _chunk("(no query given: nothing to search)")
-        try:
-            hits = await self._mw.search(workspace, query, limit)
-        except _DAEMON_ERRORS as exc:
-            return _chunk(f"memory search failed: {exc}", error=True)
+        hits = await self._mw.search(workspace, query, limit)
         return _chunk("\n\n".join(hits) if hits else "(no relevant memories found)")
 
 
@@ -116,37 +135,29 @@ class AddMemoryTool(_MemoryTool):
                    "`content` is stored; `thinking` stays in this conversation.")
     is_concurrency_safe = False
     is_read_only = False
+    failed = "recording memory failed"
+    schema: ClassVar[JsonObject] = {
+        "type": "object",
+        "properties": {
+            "thinking": {"type": "string",
+                         "description": "Why this is worth remembering (not stored)."},
+            "content": {"type": "array", "items": {"type": "string"},
+                        "description": "Facts to remember, one complete sentence each."},
+        },
+        "required": ["thinking", "content"],
+    }
 
-    def __init__(self, middleware: RecalldMemoryMiddleware) -> None:
-        super().__init__(middleware)
-        self.input_schema = {
-            "type": "object",
-            "properties": {
-                "thinking": {"type": "string",
-                             "description": "Why this is worth remembering (not stored)."},
-                "content": {"type": "array", "items": {"type": "string"},
-                            "description": "Facts to remember, one complete sentence each."},
-            },
-            "required": ["thinking", "content"],
-        }
-
-    async def call(self, thinking: str = "", content: Sequence[str] | str = (),
-                   _agent_state: object = None, **_: object) -> ToolChunk:
-        workspace = await self._workspace(_agent_state)
-        if not isinstance(workspace, str):
-            return workspace
+    async def _answer(self, workspace: str, state: object, /, thinking: str = "",
+                      content: Sequence[str] | str = (), **_: object) -> ToolChunk:
         facts = _facts(content)
         if not facts:
             return _chunk("`content` is empty: nothing to record", error=True)
-        given = getattr(_agent_state, "session_id", None)
+        given = getattr(state, "session_id", None)
         session = given if isinstance(given, str) else None
-        try:
-            # Facts longer than one note takes at once go in parts.
-            where = await in_note_parts(
-                "\n".join(f"- {f}" for f in facts), self._mw.client.request_limit,
-                lambda part, part_id: self._mw.add(workspace, part, session, part_id))
-        except _DAEMON_ERRORS as exc:
-            return _chunk(f"recording memory failed: {exc}", error=True)
+        # Facts longer than one note takes at once go in parts.
+        where = await in_note_parts(
+            "\n".join(f"- {f}" for f in facts), self._mw.client.request_limit,
+            lambda part, part_id: self._mw.add(workspace, part, session, part_id))
         rationale = f" (rationale: {thinking})" if thinking else ""
         return _chunk(f"Recorded {len(facts)} fact(s) in {where.get('path')}{rationale}")
 
@@ -160,35 +171,25 @@ class MemoryWriteTool(_MemoryTool):
                    "the digest folder). MEMORY.md, the index of them, is kept for you.")
     is_concurrency_safe = False
     is_read_only = False
+    failed = "memory_write failed"
+    schema: ClassVar[JsonObject] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string",
+                     "description": "File name in the digest folder, e.g. user_role.md"},
+            "name": {"type": "string", "description": "Short title."},
+            "description": {"type": "string",
+                            "description": "One line: when this file is worth reading."},
+            "type": {"type": "string", "enum": ["user", "feedback", "project", "reference"]},
+            "body": {"type": "string", "description": "The content (Markdown)."},
+        },
+        "required": ["path", "name", "description", "type", "body"],
+    }
 
-    def __init__(self, middleware: RecalldMemoryMiddleware) -> None:
-        super().__init__(middleware)
-        self.input_schema = {
-            "type": "object",
-            "properties": {
-                "path": {"type": "string",
-                         "description": "File name in the digest folder, e.g. user_role.md"},
-                "name": {"type": "string", "description": "Short title."},
-                "description": {"type": "string",
-                                "description": "One line: when this file is worth reading."},
-                "type": {"type": "string", "enum": ["user", "feedback", "project",
-                                                   "reference"]},
-                "body": {"type": "string", "description": "The content (Markdown)."},
-            },
-            "required": ["path", "name", "description", "type", "body"],
-        }
-
-    async def call(self, path: str = "", name: str = "", description: str = "",
-                   type: str = "", body: str = "", _agent_state: object = None,
-                   **_: object) -> ToolChunk:
-        workspace = await self._workspace(_agent_state)
-        if not isinstance(workspace, str):
-            return workspace
-        try:
-            done = await self._mw.topic_write(workspace, path, name, description, type,
-                                              body)
-        except _DAEMON_ERRORS as exc:
-            return _chunk(f"memory_write failed: {exc}", error=True)
+    async def _answer(self, workspace: str, state: object, /, path: str = "", name: str = "",
+                      description: str = "", type: str = "", body: str = "",
+                      **_: object) -> ToolChunk:
+        done = await self._mw.topic_write(workspace, path, name, description, type, body)
         return _chunk(f"{'Created' if done.get('created') else 'Wrote'} {done.get('path')}; "
                       f"listed in {done.get('memory_md')}")
 
@@ -201,26 +202,18 @@ class MemoryEditTool(_MemoryTool):
                    "`old` with `new` (the frontmatter must stay valid).")
     is_concurrency_safe = False
     is_read_only = False
+    failed = "memory_edit failed"
+    schema: ClassVar[JsonObject] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "The topic file."},
+            "old": {"type": "string", "description": "Exact text to replace (once)."},
+            "new": {"type": "string", "description": "Replacement text."},
+        },
+        "required": ["path", "old", "new"],
+    }
 
-    def __init__(self, middleware: RecalldMemoryMiddleware) -> None:
-        super().__init__(middleware)
-        self.input_schema = {
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "The topic file."},
-                "old": {"type": "string", "description": "Exact text to replace (once)."},
-                "new": {"type": "string", "description": "Replacement text."},
-            },
-            "required": ["path", "old", "new"],
-        }
-
-    async def call(self, path: str = "", old: str = "", new: str = "",
-                   _agent_state: object = None, **_: object) -> ToolChunk:
-        workspace = await self._workspace(_agent_state)
-        if not isinstance(workspace, str):
-            return workspace
-        try:
-            done = await self._mw.topic_edit(workspace, path, old, new)
-        except _DAEMON_ERRORS as exc:
-            return _chunk(f"memory_edit failed: {exc}", error=True)
+    async def _answer(self, workspace: str, state: object, /, path: str = "", old: str = "",
+                      new: str = "", **_: object) -> ToolChunk:
+        done = await self._mw.topic_edit(workspace, path, old, new)
         return _chunk(f"Edited {done.get('path')}; listed in {done.get('memory_md')}")
