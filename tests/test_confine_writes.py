@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from fakes.provider_server import FakeProvider
-from test_dream import ScriptedModel, chat_config, write
+from test_jobs_held import bob_dream_held
 from waits import wait_committed, wait_for
 
 from recalld.daemon.backup import AgentSource, create_backup
@@ -184,39 +184,24 @@ def test_a_restore_writes_nothing_through_a_link_in_place_of_the_workspace(
 
 
 def test_a_dream_whose_metadata_folder_became_a_link_writes_nothing_there(
-        daemon_factory: Any, tmp_path: Path) -> None:
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
     # With no use of bob in between, the dream saved its catalog, its run record and its
     # journal by path: through the link, into alice's metadata.
-    with FakeProvider() as fake:
-        d = daemon_factory(None)
-        alice, bob = tmp_path / "alice", tmp_path / "bob"
-        write(alice, "memory/2026-11-20/x.md", "# Alice\n\nThe quokka password.\n")
-        d.call("workspace.open", {"agent_id": "alice", "path": str(alice),
-                                  "config": {"dream_cron_enabled": False}})
-        model = ScriptedModel(fake)
-        first, second = "memory/2026-11-20/a.md", "memory/2026-11-21/b.md"
-        write(bob, first, "# Monday\n\nThe user prefers tea.\n")
-        write(bob, second, "# Tuesday\n\nDeploy with make.\n")
-        d.call("workspace.open", {"agent_id": "bob", "path": str(bob), "config": {
-            "dream_cron_enabled": False, "chat_model_config": chat_config(fake)}})
-        model.plan[first] = [[("integrate", {
-            "action": "CREATE", "bucket": "personal", "name": "Tea", "description": "drink",
-            "content": "- prefers tea", "sources": [first], "reason": "stated"})]]
-        held = fake.gate(lambda body: f"Daily note {second}" in str(body))
-        wait_committed(d, "alice")
-        job_id = d.call("jobs.submit", {"agent_id": "bob", "kind": "auto_dream"})["job_id"]
-        assert held.entered.wait(30)
-        (bob / "mem_metadata").rename(tmp_path / "bob-meta")
-        (bob / "mem_metadata").symlink_to(alice / "mem_metadata")
-        before = tree(alice)
-        held.open()
-        # The job's end, read from the job journal: a call naming bob would stop it first.
-        journal = Path(d.env["XDG_DATA_HOME"]) / "recalld" / "state" / "jobs.journal"
-        ended = [f'"job_id":"{job_id}"', '"finished_at":1']
-        wait_for(lambda: any(all(t in line for t in ended)
-                             for line in journal.read_text().splitlines()), "the dream's end")
-        assert tree(alice) == before
-        job = d.call("jobs.get", {"agent_id": "bob", "job_id": job_id})
-        assert job["state"] == "failed", job
-        assert "mem_metadata is a symbolic link, which recalld does not write" in job["error"]
-        assert tree(alice) == before
+    d = daemon_factory(None)
+    alice, bob, held = bob_dream_held(d, fake, tmp_path)
+    job_id = d.call("jobs.submit", {"agent_id": "bob", "kind": "auto_dream"})["job_id"]
+    assert held.entered.wait(30)
+    (bob / "mem_metadata").rename(tmp_path / "bob-meta")
+    (bob / "mem_metadata").symlink_to(alice / "mem_metadata")
+    before = tree(alice)
+    held.open()
+    # The job's end, read from the job journal: a call naming bob would stop it first.
+    journal = Path(d.env["XDG_DATA_HOME"]) / "recalld" / "state" / "jobs.journal"
+    ended = [f'"job_id":"{job_id}"', '"finished_at":1']
+    wait_for(lambda: any(all(t in line for t in ended)
+                         for line in journal.read_text().splitlines()), "the dream's end")
+    assert tree(alice) == before
+    job = d.call("jobs.get", {"agent_id": "bob", "job_id": job_id})
+    assert job["state"] == "failed", job
+    assert "mem_metadata is a symbolic link, which recalld does not write" in job["error"]
+    assert tree(alice) == before

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.provider_server import FakeProvider
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider, Gate
 from test_capture import done, notes, turn, write_note
 from test_dream import ScriptedModel, chat_config, write
 from waits import wait_committed, wait_job, wait_value, workspace_status
@@ -116,11 +117,11 @@ def files(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
-def test_a_dream_cut_short_by_a_link_in_place_of_its_folder_writes_nothing_there(
-        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
-    # Stopped once a link took its folder's place, the dream saved its catalog and wrote
-    # its run's record on its way out by path: through the link, into alice's metadata.
-    d = daemon_factory(None)
+def bob_dream_held(d: DaemonHandle, fake: FakeProvider,
+                   tmp_path: Path) -> tuple[Path, Path, Gate]:
+    """alice's workspace (one note, committed) and bob's (two notes, the chat model) open
+    on ``d``: a dream of bob's is held at its second note until the gate opens. Returns
+    alice's folder, bob's folder and the gate."""
     alice, bob = tmp_path / "alice", tmp_path / "bob"
     write(alice, "memory/2026-11-20/x.md", "# Alice\n\nThe quokka password.\n")
     d.call("workspace.open", {"agent_id": "alice", "path": str(alice),
@@ -136,6 +137,15 @@ def test_a_dream_cut_short_by_a_link_in_place_of_its_folder_writes_nothing_there
         "content": "- prefers tea", "sources": [first], "reason": "stated"})]]
     held = fake.gate(lambda body: f"Daily note {second}" in str(body))
     wait_committed(d, "alice")  # its own first commit is no write of bob's
+    return alice, bob, held
+
+
+def test_a_dream_cut_short_by_a_link_in_place_of_its_folder_writes_nothing_there(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    # Stopped once a link took its folder's place, the dream saved its catalog and wrote
+    # its run's record on its way out by path: through the link, into alice's metadata.
+    d = daemon_factory(None)
+    alice, bob, held = bob_dream_held(d, fake, tmp_path)
     alice_before = files(alice)
     job_id = d.call("jobs.submit", {"agent_id": "bob", "kind": "auto_dream"})["job_id"]
     assert held.entered.wait(30)
