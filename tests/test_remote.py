@@ -64,11 +64,13 @@ def write(d: DaemonHandle, rel: str, text: str) -> None:
     tmp.rename(p)
 
 
-def pair(daemon_factory: DaemonFactory, pg: PgServer, extra: str = ""
+def pair(daemon_factory: DaemonFactory, pg: PgServer, extra: str = "", settings: str = ""
          ) -> tuple[DaemonHandle, DaemonHandle, str]:
+    """Two hosts, both online, of one new shared workspace: ``extra`` goes in its
+    ``remote`` table, ``settings`` (TOML) after it; returns them and the workspace's name."""
     name = "t" + uuid.uuid4().hex[:12]
-    a = daemon_factory(config(pg.dsn, name, "hosta", extra))
-    b = daemon_factory(config(pg.dsn, name, "hostb", extra))
+    a = daemon_factory(config(pg.dsn, name, "hosta", extra) + settings)
+    b = daemon_factory(config(pg.dsn, name, "hostb", extra) + settings)
     for d in (a, b):
         wait_for(lambda d=d: remote_status(d)["state"] == "online", what="online")
     return a, b, name
@@ -379,14 +381,9 @@ def test_each_text_is_embedded_once_for_all_hosts(daemon_factory: DaemonFactory,
 
     n = 1000  # enough for both hosts to be embedding the same texts at the same time
     with FakeProvider(dims=8, api_key="k") as fake:
-        extra = ""
-        name = "t" + uuid.uuid4().hex[:12]
         vec = (f'embedding_model_config = {{ backend = "openai", base_url = "{fake.url}/v1", '
                'api_key = "k", model_name = "m", dimensions = 8 }\n')
-        a = daemon_factory(config(pg_server.dsn, name, "hosta", extra) + vec)
-        b = daemon_factory(config(pg_server.dsn, name, "hostb", extra) + vec)
-        for d in (a, b):
-            wait_for(lambda d=d: remote_status(d)["state"] == "online", what="online")
+        a, b, _ = pair(daemon_factory, pg_server, settings=vec)
         # Written on both hosts at once, so both index (and want vectors) concurrently.
         for i in range(n):
             write(a if i % 2 else b, f"memory/2026-07-{1 + i % 28:02d}/v{i}.md",

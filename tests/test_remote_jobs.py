@@ -10,7 +10,7 @@ from conftest import DaemonFactory
 from fakes.provider_server import FakeProvider
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from test_dream import ScriptedModel
-from test_remote import config, converged, finished_job, remote_status, root, write
+from test_remote import config, converged, finished_job, pair, remote_status, root, write
 from waits import wait_for
 
 
@@ -35,11 +35,7 @@ def test_a_note_one_host_dreamed_is_not_dreamed_again_by_another(
         daemon_factory: DaemonFactory, pg_server: PgServer,  # noqa: F811
         fake: FakeProvider) -> None:
     model = ScriptedModel(fake)
-    name = "t" + uuid.uuid4().hex[:12]
-    a = daemon_factory(config(pg_server.dsn, name, "hosta") + chat(fake))
-    b = daemon_factory(config(pg_server.dsn, name, "hostb") + chat(fake))
-    for d in (a, b):
-        wait_for(lambda d=d: remote_status(d)["state"] == "online", what="online")
+    a, b, _ = pair(daemon_factory, pg_server, settings=chat(fake))
     day = ["memory/2026-11-02/tent.md", "memory/2026-11-03/stove.md"]
     write(a, day[0], "# Camping\nWe bought a blue tent.\n")
     write(b, day[1], "# Camping\nThe stove runs on butane.\n")
@@ -73,11 +69,7 @@ def test_the_notes_of_an_undone_run_are_dreamed_again_by_every_host(
     # server still had them processed, and it wins when a dream reads its catalog, so no
     # host dreamed them again (dreamed_again said otherwise).
     model = ScriptedModel(fake)
-    name = "t" + uuid.uuid4().hex[:12]
-    a = daemon_factory(config(pg_server.dsn, name, "hosta") + chat(fake))
-    b = daemon_factory(config(pg_server.dsn, name, "hostb") + chat(fake))
-    for d in (a, b):
-        wait_for(lambda d=d: remote_status(d)["state"] == "online", what="online")
+    a, b, _ = pair(daemon_factory, pg_server, settings=chat(fake))
     note, kayak = "memory/2026-11-04/kayak.md", "digest/wiki/kayak.md"
     write(a, note, "# Paddling\nThe kayak is kept in the boathouse, second rack.\n")
     wait_for(lambda: converged(a, b) and (root(b) / note).exists(), what="the note on b")
@@ -143,11 +135,7 @@ def test_a_renamed_note_leaves_no_old_name_in_the_shared_catalog(
     # not from the server's: the next run, on either host, read it back, took the note
     # for deleted since and wrote a run record that changed nothing.
     model = ScriptedModel(fake)
-    name = "t" + uuid.uuid4().hex[:12]
-    a = daemon_factory(config(pg_server.dsn, name, "hosta") + chat(fake))
-    b = daemon_factory(config(pg_server.dsn, name, "hostb") + chat(fake))
-    for d in (a, b):
-        wait_for(lambda d=d: remote_status(d)["state"] == "online", what="online")
+    a, b, _ = pair(daemon_factory, pg_server, settings=chat(fake))
     old, new = "memory/2026-11-06/Überfahrt nach Sylt.md", "memory/2026-11-06/fähre.md"
     write(a, old, "# Fähre\nDie Fähre nach Sylt fährt um 7:40 ab Havneby.\n")
     model.plan[old] = [[("integrate", {"action": "CREATE", "bucket": "wiki", "name": "Fähre",

@@ -95,12 +95,8 @@ def test_a_deletion_that_loses_to_an_edit_where_a_folder_now_is_holds_back_only_
 
 def test_note_folders_deeper_than_one_level_are_replicated(
         daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
-    name = "t" + uuid.uuid4().hex[:12]
     folders = 'daily_dir = "notes/daily"\ndigest_dir = "notes/digest"\n'
-    a = daemon_factory(config(pg_server.dsn, name, "hosta") + folders)
-    b = daemon_factory(config(pg_server.dsn, name, "hostb") + folders)
-    for d in (a, b):
-        wait_for(lambda d=d: remote_status(d)["state"] == "online", what="online")
+    a, b, _ = pair(daemon_factory, pg_server, settings=folders)
     write(a, "notes/daily/2026-07-27/walk.md", "# Walk\nheron by the canal\n")
     write(a, "notes/digest/birds.md", "# Birds\nheron\n")
     wait_for(lambda: (root(b) / "notes/daily/2026-07-27/walk.md").exists()
