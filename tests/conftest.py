@@ -9,7 +9,8 @@ must stay under 108 bytes); all are stopped and checked at teardown.
 
 ``fake`` is the scripted embedding and chat provider of tests/fakes/provider_server.py on
 its defaults; a module that needs other dimensions, a key or a default answer defines a
-``fake`` of its own, which pytest prefers there.
+``fake`` of its own, which pytest prefers there. ``bridge`` is a running ProviderBridge
+(the daemon's thread for provider HTTP calls) on its defaults, for trio tests.
 
 A daemon is a fork of the worker's fork server (tests/forkserver.py: an interpreter that
 has done what ``recalld.daemon.main`` does before it serves, imports included), which
@@ -37,9 +38,11 @@ from typing import Any, Literal
 
 import orjson
 import pytest
+import trio
 from fakes.provider_server import FakeProvider
 from forkserver import ForkedProcess, ForkServers, pidfds_work
 
+from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.ipc.errors import error_from_wire
 
 # Generous caps: the suite runs on busy 2-core machines; passing tests never wait them out.
@@ -360,3 +363,10 @@ def daemon(daemon_factory: DaemonFactory) -> DaemonHandle:
 def fake() -> Iterator[FakeProvider]:
     with FakeProvider() as provider:
         yield provider
+
+
+@pytest.fixture
+async def bridge(nursery: trio.Nursery) -> ProviderBridge:
+    b = ProviderBridge()
+    await nursery.start(b.run)
+    return b

@@ -43,13 +43,6 @@ def fake() -> Iterator[FakeProvider]:
         yield server
 
 
-@pytest.fixture
-async def bridge(nursery: trio.Nursery) -> ProviderBridge:
-    b = ProviderBridge()
-    await nursery.start(b.run)
-    return b
-
-
 def client(fake: FakeProvider, bridge: ProviderBridge, **fields: object) -> ChatClient:
     cfg = ChatModelConfig(**{"base_url": fake.url + "/v1", "api_key": KEY,  # type: ignore[arg-type]
                              "model_name": "qwen-test", **fields})

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import trio
 from fakes.provider_server import FakeProvider, Reply, fake_vector
-from test_embedding_backends import DIMS, KEY, bridge, expected, fake, make  # noqa: F401
+from test_embedding_backends import DIMS, KEY, expected, fake, make  # noqa: F401
 from trio.testing import MockClock
 
 from recalld.daemon.providers.bridge import ProviderBridge
@@ -112,7 +112,7 @@ async def test_vectors_of_strings_or_booleans_are_refused(
 ])
 async def test_an_error_answered_with_http_200_is_quoted(
         backend: str, answer: dict[str, object], said: str, fake: FakeProvider,  # noqa: F811
-        bridge: ProviderBridge) -> None:  # noqa: F811
+        bridge: ProviderBridge) -> None:
     # Some gateways send their errors with HTTP 200: the error says what the provider
     # said, not that the answer lacks its vectors.
     client = make(fake, bridge, backend)

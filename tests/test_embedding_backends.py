@@ -56,13 +56,6 @@ def fake() -> Iterator[FakeProvider]:
         yield server
 
 
-@pytest.fixture
-async def bridge(nursery: trio.Nursery) -> ProviderBridge:
-    b = ProviderBridge()
-    await nursery.start(b.run)
-    return b
-
-
 def make(fake: FakeProvider, bridge: ProviderBridge, backend: str = "openai", *,
          policy: RetryPolicy = FAST, breaker: CircuitBreaker | None = None,
          env: dict[str, str] | None = None, **fields: object) -> EmbeddingClient:

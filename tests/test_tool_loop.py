@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import trio
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 
 from recalld.daemon.config import ChatModelConfig
@@ -14,13 +13,6 @@ from recalld.daemon.memory.llm import MAX_CALLS_PER_ANSWER, LoopFailed, ToolBudg
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.chat import ChatClient, function_tool
 from recalld.daemon.providers.retry import RetryPolicy
-
-
-@pytest.fixture
-async def bridge(nursery: trio.Nursery) -> ProviderBridge:
-    b = ProviderBridge()
-    await nursery.start(b.run)
-    return b
 
 
 def loop_client(fake: FakeProvider, bridge: ProviderBridge) -> ChatClient:

@@ -120,13 +120,6 @@ async def ask(index: WorkspaceIndex, query: str, **kw: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def bridge(nursery: trio.Nursery) -> ProviderBridge:
-    b = ProviderBridge()
-    await nursery.start(b.run)
-    return b
-
-
-@pytest.fixture
 def h(tmp_path: Path, bridge: ProviderBridge) -> Harness:
     harness = Harness(tmp_path, bridge)
     for rel, text in NOTES.items():

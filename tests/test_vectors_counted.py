@@ -7,7 +7,7 @@ from pathlib import Path
 
 import trio
 from fakes.provider_server import FakeProvider
-from test_vectors import BACKFILL, NOTES, Harness, bridge, full, wait_for, write
+from test_vectors import BACKFILL, NOTES, Harness, full, wait_for, write
 
 from recalld.daemon.config import WorkspaceSettings
 from recalld.daemon.index.embedder import VectorWorker
@@ -15,8 +15,6 @@ from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.maintenance import Health
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.workspaces import Workspace
-
-__all__ = ["bridge"]  # the fixture, used by name
 
 
 async def test_coverage_is_not_counted_before_the_first_scan(tmp_path: Path,

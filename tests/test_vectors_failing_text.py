@@ -10,14 +10,12 @@ from typing import Any
 
 import pytest
 from fakes.provider_server import FakeProvider, Reply
-from test_vectors import BACKFILL, FAST, Harness, ask, bridge, full, passage_counts, wait_for, write
+from test_vectors import BACKFILL, FAST, Harness, ask, full, passage_counts, wait_for, write
 
 from recalld.daemon.index.parking import PARKED_LOG
 from recalld.daemon.index.spaces import VectorSpaces
 from recalld.daemon.providers.breaker import BreakerConfig
 from recalld.daemon.providers.bridge import ProviderBridge
-
-__all__ = ["bridge"]  # the fixture, used by name
 
 WORD = "quasarflux"
 

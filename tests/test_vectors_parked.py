@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 from fakes.provider_server import FakeProvider, Reply
 from test_cli import recalld
-from test_vectors import FAST, bridge, passage_counts, wait_for
+from test_vectors import FAST, passage_counts, wait_for
 from test_vectors_daemon import vectors_status, write
 from test_vectors_failing_text import WORD, failing, harness
 from test_vectors_failing_text import notes as failing_notes
@@ -20,8 +20,6 @@ from test_vectors_refused import Refusing, config, notes
 from waits import wait_value
 
 from recalld.daemon.index.parking import PARKED_LOG
-
-__all__ = ["bridge"]  # the fixture, used by name
 
 
 def sent(fake: FakeProvider, word: str, skip: int = 0) -> int:

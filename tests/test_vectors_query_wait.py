@@ -6,13 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from fakes.provider_server import FakeProvider, Reply
-from test_vectors import FAST, NOTES, Harness, ask, bridge, full, write
+from test_vectors import FAST, NOTES, Harness, ask, full, write
 
 from recalld.daemon.index.spaces import VectorSpaces
 from recalld.daemon.providers.breaker import BreakerConfig
 from recalld.daemon.providers.bridge import ProviderBridge
-
-__all__ = ["bridge"]  # the fixture, used by name
 
 
 async def test_an_open_circuit_is_named_as_such(tmp_path: Path,
