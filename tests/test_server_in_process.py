@@ -112,6 +112,18 @@ class InProcess:
     async def connect(self) -> LineClient:
         return LineClient(await trio.open_unix_socket(str(self.config.socket_path)))
 
+    async def serve(self, nursery: trio.Nursery) -> trio.CancelScope:
+        """An :class:`RpcServer` started in ``nursery``; cancelling the scope returned stops
+        it as a daemon's stop does (its connections drain) while the nursery runs on."""
+        scope = trio.CancelScope()
+
+        async def run_server(*, task_status: trio.TaskStatus[None]) -> None:
+            with scope:
+                await RpcServer(self.config, self.dispatch).run(task_status=task_status)
+
+        await nursery.start(run_server)
+        return scope
+
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[LineClient]:
         """A :class:`Connection` serving one end of a socket pair; the client the other."""
@@ -234,14 +246,8 @@ async def test_call_tasks_are_reused_and_stay_concurrent(short_dir: Path) -> Non
 
 async def test_graceful_shutdown_answers_in_flight_calls(short_dir: Path) -> None:
     app = InProcess(short_dir, graceful_timeout_s=5.0)
-    server_scope = trio.CancelScope()
-
-    async def run_server(*, task_status: trio.TaskStatus[None]) -> None:
-        with server_scope:
-            await RpcServer(app.config, app.dispatch).run(task_status=task_status)
-
     async with trio.open_nursery() as nursery:
-        await nursery.start(run_server)
+        server_scope = await app.serve(nursery)
         client = await app.connect()
         await client.send({"jsonrpc": "2.0", "method": "test.block", "params": {"n": 9},
                            "id": 1})
@@ -283,14 +289,8 @@ async def test_requests_sent_while_draining_are_each_refused_once(short_dir: Pat
     # it answered the lines it had read before once more, so a client that sent one
     # request at a time got the previous refusal again instead of the new one's.
     app = InProcess(short_dir, graceful_timeout_s=60.0)
-    server_scope = trio.CancelScope()
-
-    async def run_server(*, task_status: trio.TaskStatus[None]) -> None:
-        with server_scope:
-            await RpcServer(app.config, app.dispatch).run(task_status=task_status)
-
     async with trio.open_nursery() as nursery:
-        await nursery.start(run_server)
+        server_scope = await app.serve(nursery)
         client = await app.connect()
         await client.send({"jsonrpc": "2.0", "method": "test.block", "params": {"n": 1},
                            "id": 1})
@@ -320,14 +320,8 @@ async def test_requests_waiting_for_a_slot_when_the_daemon_stops_are_refused(
     # Read, but waiting for a call slot (and those after them in the same read): the stop
     # cancelled that wait and the lines were lost, neither run nor answered.
     app = InProcess(short_dir, graceful_timeout_s=60.0, max_concurrent_calls_per_connection=1)
-    server_scope = trio.CancelScope()
-
-    async def run_server(*, task_status: trio.TaskStatus[None]) -> None:
-        with server_scope:
-            await RpcServer(app.config, app.dispatch).run(task_status=task_status)
-
     async with trio.open_nursery() as nursery:
-        await nursery.start(run_server)
+        server_scope = await app.serve(nursery)
         client = await app.connect()
         await client.stream.send_all(b"".join(orjson.dumps(
             {"jsonrpc": "2.0", "method": method, "params": params, "id": n}) + b"\n"
