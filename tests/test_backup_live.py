@@ -7,14 +7,13 @@ import os
 import sys
 import threading
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from conftest import DaemonFactory, DaemonHandle
-from waits import wait_for, wait_value
+from waits import CallsInThreads, wait_for, wait_value
 
 from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, RecalldError
 
@@ -99,34 +98,17 @@ def test_a_note_added_during_a_restore_is_in_its_snapshot_or_after_it(
     d.call("memory.add_note", {"agent_id": "w", "content": "backed up: the heron"})
     archive = d.call("backup.create", {"agents": ["w"]})["file"]
     d.call("memory.add_note", {"agent_id": "w", "content": "before the restore: the egret"})
-    results: dict[str, Any] = {}
-
-    def call(key: str, method: str, params: dict[str, Any]) -> None:
-        try:
-            results[key] = d.call(method, params)
-        except RecalldError as exc:
-            results[key] = exc
-
-    calls = [threading.Thread(target=call, args=("restore", "backup.restore",
-                                                 {"file": archive, "agents": ["w"]}))]
-    calls[0].start()
+    calls = CallsInThreads(d)
+    results = calls.results
+    calls.start("restore", "backup.restore", {"file": archive, "agents": ["w"]})
     wait_for((d.data_dir / "backups" / "rollback.json").exists, "the snapshot recorded")
-    calls.append(threading.Thread(target=call, args=("note", "memory.add_note", {
-        "agent_id": "w", "content": "during the restore: the bittern"})))
-    calls[1].start()
-    waiting: list[bool] = []
-
-    def written_or_waiting() -> bool:
-        # The restore, the note and this status call in flight at two looks in a row.
-        status = d.call("daemon.status")
-        waiting.append(status["queues"]["server"]["calls_in_flight"] >= 3)
-        return "note" in results or waiting[-2:] == [True, True]
-
-    wait_for(written_or_waiting, "the note written or waiting")
+    calls.start("note", "memory.add_note", {
+        "agent_id": "w", "content": "during the restore: the bittern"})
+    # The restore, the note and the status call of the check in flight.
+    wait_for(calls.answered_or_waiting(3, "note"), "the note written or waiting")
     with open(fifo, "wb"):
         pass
-    for thread in calls:
-        thread.join()
+    calls.join()
     assert isinstance(results["restore"], dict), results
     note = next((root / "memory").glob("*/agent-notes.md")).read_text()
     with zipfile.ZipFile(results["restore"]["snapshot"]) as zf:
@@ -168,45 +150,26 @@ def test_a_note_that_waited_out_a_restore_and_one_after_it_are_both_kept(
     d.call("workspace.open", {"agent_id": "w", "path": str(root)})
     d.call("memory.add_note", {"agent_id": "w", "content": "backed up: the heron"})
     archive = d.call("backup.create", {"agents": ["w"]})["file"]
-    results: dict[str, Any] = {}
-
-    def call(key: str, method: str, params: dict[str, Any]) -> threading.Thread:
-        def run() -> None:
-            try:
-                results[key] = d.call(method, params)
-            except RecalldError as exc:
-                results[key] = exc
-        thread = threading.Thread(target=run)
-        thread.start()
-        return thread
-
-    def waiting(key: str) -> Callable[[], bool]:
-        seen: list[bool] = []
-
-        def check() -> bool:  # in flight at two looks in a row: held by a lock
-            status = d.call("daemon.status")
-            seen.append(status["queues"]["server"]["calls_in_flight"] >= 3)
-            return key in results or seen[-2:] == [True, True]
-        return check
-
-    threads = [call("restore", "backup.restore", {"file": archive, "agents": ["w"]})]
+    calls = CallsInThreads(d)
+    results = calls.results
+    restore = calls.start("restore", "backup.restore", {"file": archive, "agents": ["w"]})
     wait_for((d.data_dir / "backups" / "rollback.json").exists, "the snapshot recorded")
     arm.touch()
-    threads.append(call("waited", "memory.add_note", {
-        "agent_id": "w", "content": "waited out the restore: the bittern"}))
-    wait_for(waiting("waited"), "the note waiting for the restore")
+    calls.start("waited", "memory.add_note", {
+        "agent_id": "w", "content": "waited out the restore: the bittern"})
+    # Held by a lock: in flight with the restore and the status call of the check.
+    wait_for(calls.answered_or_waiting(3, "waited"), "the note waiting for the restore")
     with open(restore_pause, "wb"):
         pass
-    threads[0].join()
+    restore.join()
     assert isinstance(results["restore"], dict), results
     wait_for(lambda: not arm.exists(), "the waiting note read")
-    threads.append(call("after", "memory.add_note", {
-        "agent_id": "w", "content": "after the restore: the kingfisher"}))
-    wait_for(waiting("after"), "the later note written or waiting")
+    calls.start("after", "memory.add_note", {
+        "agent_id": "w", "content": "after the restore: the kingfisher"})
+    wait_for(calls.answered_or_waiting(3, "after"), "the later note written or waiting")
     with open(note_pause, "wb"):
         pass
-    for thread in threads:
-        thread.join()
+    calls.join()
     assert isinstance(results["waited"], dict) and isinstance(results["after"], dict), results
     note = next((root / "memory").glob("*/agent-notes.md")).read_text()
     assert "the heron" in note and "the bittern" in note and "the kingfisher" in note, note

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DaemonFactory, DaemonHandle
-from waits import wait_for
-
-from recalld.ipc.errors import RecalldError
+from conftest import DaemonFactory
+from waits import CallsInThreads, wait_for
 
 # The restore stops at PAUSE_AT (after its snapshot is recorded, or once it closed the
 # workspace and is about to write its files) until the test opens the FIFO RESTORE_PAUSE
@@ -49,15 +46,6 @@ WRITES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def _waiting(d: DaemonHandle, count: int, results: dict[str, Any]) -> Any:
-    seen: list[bool] = []
-
-    def check() -> bool:  # at two looks in a row: the calls wait (this one counts too)
-        seen.append(d.call("daemon.status")["queues"]["server"]["calls_in_flight"] > count)
-        return bool(results) or seen[-2:] == [True, True]
-    return check
-
-
 @pytest.mark.parametrize("pause_at", ["snapshot", "closed"])
 def test_writes_during_a_restore_wait_for_it_and_are_kept(
         daemon_factory: DaemonFactory, tmp_path: Path, pause_at: str) -> None:
@@ -74,19 +62,9 @@ def test_writes_during_a_restore_wait_for_it_and_are_kept(
     d.call("memory.add_turns", {"agent_id": "w", "session_id": "s1", "messages": [
         {"role": "user", "content": "backed up: a curlew"}]})  # the restore closes it
     archive = d.call("backup.create", {"agents": ["w"]})["file"]
-    results: dict[str, Any] = {}
-
-    def call(key: str, method: str, params: dict[str, Any]) -> threading.Thread:
-        def run() -> None:
-            try:
-                results[key] = d.call(method, params)
-            except RecalldError as exc:
-                results[key] = exc
-        thread = threading.Thread(target=run)
-        thread.start()
-        return thread
-
-    threads = [call("restore", "backup.restore", {"file": archive, "agents": ["w"]})]
+    calls = CallsInThreads(d)
+    results = calls.results
+    calls.start("restore", "backup.restore", {"file": archive, "agents": ["w"]})
     if pause_at == "snapshot":
         wait_for((d.data_dir / "backups" / "rollback.json").exists, "the snapshot recorded")
     else:
@@ -94,14 +72,15 @@ def test_writes_during_a_restore_wait_for_it_and_are_kept(
                           if w["agent_id"] == "w"] == ["closed"],
                  "the workspace closed by the restore")
     try:
-        threads += [call(key, *write) for key, write in WRITES.items()]
-        wait_for(_waiting(d, 1 + len(WRITES), results), "the writes answered or waiting")
+        for key, write in WRITES.items():
+            calls.start(key, *write)
+        # The restore, the writes and the status call of the check in flight.
+        wait_for(calls.answered_or_waiting(2 + len(WRITES)), "the writes answered or waiting")
         assert not results, results  # neither refused nor acknowledged before the end
     finally:
         with open(fifo, "wb"):
             pass
-        for thread in threads:
-            thread.join()
+        calls.join()
     assert all(isinstance(r, dict) for r in results.values()), results
     assert results["turns"]["added_messages"] == 1
     pending = (root / "mem_metadata" / "sessions" / "pending.jsonl").read_text()

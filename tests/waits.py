@@ -1,15 +1,19 @@
 """Waiting on a condition in tests: poll until it holds, with a generous cap (never a
-fixed sleep standing in for the condition)."""
+fixed sleep standing in for the condition); and daemon calls made in threads of their own,
+for a test that holds the daemon while they wait (:class:`CallsInThreads`)."""
 
 from __future__ import annotations
 
 import inspect
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
+
+from recalld.ipc.errors import RecalldError
 
 T = TypeVar("T")
 
@@ -112,3 +116,41 @@ def alive(pid: int) -> bool:
 def wait_gone(pid: int, what: str, deadline_s: float = 120.0) -> None:
     """Return once process ``pid`` has exited."""
     wait_for(lambda: not alive(pid), what, deadline_s)
+
+
+class CallsInThreads:
+    """Daemon calls, each made in a thread of its own: ``results[key]`` is a call's answer,
+    or the RecalldError it raised, once it came."""
+
+    def __init__(self, d: Any) -> None:
+        self.d = d
+        self.results: dict[str, Any] = {}
+        self.threads: list[threading.Thread] = []
+
+    def start(self, key: str, method: str, params: dict[str, Any]) -> threading.Thread:
+        def run() -> None:
+            try:
+                self.results[key] = self.d.call(method, params)
+            except RecalldError as exc:
+                self.results[key] = exc
+        thread = threading.Thread(target=run)
+        thread.start()
+        self.threads.append(thread)
+        return thread
+
+    def answered_or_waiting(self, in_flight: int, key: str | None = None) -> Callable[[], bool]:
+        """A condition for :func:`wait_for`: ``key`` answered (any call, without one), or
+        at least ``in_flight`` calls in flight (this status call among them) at two looks
+        in a row: the calls wait."""
+        seen: list[bool] = []
+
+        def check() -> bool:
+            status = self.d.call("daemon.status")
+            seen.append(status["queues"]["server"]["calls_in_flight"] >= in_flight)
+            answered = key in self.results if key is not None else bool(self.results)
+            return answered or seen[-2:] == [True, True]
+        return check
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join()
