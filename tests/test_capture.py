@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
+from fakes.provider_server import FakeProvider, Reply, chat_answer
+from test_auto_memory import add, done, turn, write_note
 from waits import ACTIVE, wait_for, wait_job
 
 
@@ -23,25 +24,6 @@ def config(root: Path, fake: FakeProvider | None, *, idle_s: float = 600.0,
     return (f"[daemon]\ngraceful_timeout_s = {graceful_s}\n"
             f'[workspaces.w]\npath = "{root}"\nauto_memory_interval = {interval}\n'
             f"auto_memory_idle_s = {idle_s}\n{chat}")
-
-
-def add(d: Any, session: str, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    result: dict[str, Any] = d.call("memory.add_turns", {
-        "agent_id": "w", "session_id": session, "messages": messages, **extra})
-    return result
-
-
-def turn(user: str) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": user}, {"role": "assistant", "content": "Noted."}]
-
-
-def write_note(name: str, body: str) -> Reply:
-    return Reply(json=chat_answer(None, [tool_call("daily_write", {
-        "name": name, "description": "what matters", "content": body})]))
-
-
-def done() -> Reply:
-    return Reply(json=chat_answer("saved"))
 
 
 def notes(root: Path) -> list[Path]:
