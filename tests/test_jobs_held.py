@@ -140,6 +140,21 @@ def bob_dream_held(d: DaemonHandle, fake: FakeProvider,
     return alice, bob, held
 
 
+def link_in_place_of_bob(d: DaemonHandle, held: Gate, tmp_path: Path, job_id: str) -> None:
+    """With bob's job held at the gate: bob's folder moved to ``bob.old`` and a link to
+    alice's put in its place. The workspace fails at once; the job, let go, stops and is
+    queued again."""
+    alice, bob = tmp_path / "alice", tmp_path / "bob"
+    assert held.entered.wait(30)
+    os.rename(bob, tmp_path / "bob.old")
+    os.symlink(alice, bob)
+    assert workspace_status(d, "bob")["state"] == "failed"  # type: ignore[index]
+    held.open()
+    state = wait_value(lambda: job_state(d, "bob", job_id), lambda s: s != "running",
+                       "bob's job stopped", 60)
+    assert state == "queued"
+
+
 def test_a_dream_cut_short_by_a_link_in_place_of_its_folder_writes_nothing_there(
         daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
     # Stopped once a link took its folder's place, the dream saved its catalog and wrote
@@ -148,14 +163,7 @@ def test_a_dream_cut_short_by_a_link_in_place_of_its_folder_writes_nothing_there
     alice, bob, held = bob_dream_held(d, fake, tmp_path)
     alice_before = files(alice)
     job_id = d.call("jobs.submit", {"agent_id": "bob", "kind": "auto_dream"})["job_id"]
-    assert held.entered.wait(30)
-    os.rename(bob, tmp_path / "bob.old")
-    os.symlink(alice, bob)
-    assert workspace_status(d, "bob")["state"] == "failed"  # type: ignore[index]
-    held.open()
-    state = wait_value(lambda: job_state(d, "bob", job_id), lambda s: s != "running",
-                       "bob's dream stopped", 60)
-    assert state == "queued"
+    link_in_place_of_bob(d, held, tmp_path, job_id)
     assert files(alice) == alice_before
 
     os.unlink(bob)
@@ -172,7 +180,7 @@ def test_auto_memory_cut_short_by_a_link_in_place_of_its_folder_writes_nothing_t
     # The run had written bob's note when the link came: cut short, it wrote its change
     # log record by path, through the link, into alice's metadata.
     d = daemon_factory(two_agents(tmp_path, fake))
-    alice, bob = tmp_path / "alice", tmp_path / "bob"
+    alice = tmp_path / "alice"
     d.call("workspace.open", {"agent_id": "alice"})
     wait_committed(d, "alice")  # its own first commit is no write of bob's
     alice_before = files(alice)
@@ -180,13 +188,6 @@ def test_auto_memory_cut_short_by_a_link_in_place_of_its_folder_writes_nothing_t
                                       for m in body.get("messages", [])))
     fake.script(write_note("tea", "- Bob drinks green tea"), done())
     job_id = flush(d, "bob", "I drink green tea.")
-    assert held.entered.wait(30)
-    os.rename(bob, tmp_path / "bob.old")
-    os.symlink(alice, bob)
-    assert workspace_status(d, "bob")["state"] == "failed"  # type: ignore[index]
-    held.open()
-    state = wait_value(lambda: job_state(d, "bob", job_id), lambda s: s != "running",
-                       "bob's job stopped", 60)
-    assert state == "queued"
+    link_in_place_of_bob(d, held, tmp_path, job_id)
     assert files(alice) == alice_before
     assert len(notes(tmp_path / "bob.old")) == 1  # written before the link came
