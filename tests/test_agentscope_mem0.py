@@ -15,15 +15,11 @@ import pytest
 
 pytest.importorskip("agentscope", reason="needs agentscope, which '.[test]' installs")
 
-from agentscope.agent import Agent
-from agentscope.credential import OpenAICredential
-from agentscope.message import UserMsg
 from agentscope.middleware import Mem0Middleware
-from agentscope.model import OpenAIChatModel
-from agentscope.tool import Toolkit
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_agentscope import _chat_requests, _non_system, _system, scripted
+from test_agentscope import _reply as _agent_reply
 
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.ipc.agent_ids import stand_in_name
@@ -47,15 +43,8 @@ def test_every_mem0_keyword_is_accepted_with_its_default() -> None:
 
 
 async def _reply(fake: FakeProvider, mw: Any, name: str, text: str) -> str:
-    model = OpenAIChatModel(credential=OpenAICredential(api_key="k", base_url=fake.url + "/v1"),
-                            model="fake", stream=False, max_retries=0)
-    agent = Agent(name=name, system_prompt="You are a helpful assistant.", model=model,
-                  toolkit=Toolkit(tools=await mw.list_tools()), middlewares=[mw])
-    try:
-        msg = await agent.reply(UserMsg(name="user", content=text))
-    finally:
-        await model.client.close()
-    return msg.get_text_content() or ""
+    """The text of agent ``name``'s reply to ``text``, with ``mw`` as its middleware."""
+    return (await _agent_reply(fake, mw, name, text))[1]
 
 
 def _turn(daemon: DaemonHandle, fake: FakeProvider, text: str, **kwargs: Any) -> str:
