@@ -17,20 +17,13 @@ from typing import IO, Any
 import orjson
 import pytest
 from conftest import DaemonHandle
-from test_backup import NOTES, tree, write_tree
+from test_backup import tree, write_tree, ws
 
 from recalld.daemon import backup
 from recalld.daemon.backup_check import BackupInvalid, BackupLimits, open_checked
 from recalld.ipc.errors import InvalidBackup, InvalidParams, UnknownWorkspace
 
-
-@pytest.fixture
-def ws(tmp_path: Path, daemon: DaemonHandle) -> Path:
-    root = tmp_path / "ws"
-    write_tree(root, NOTES)
-    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
-    daemon.call("index.sync", {"agent_id": "w"})
-    return root
+__all__ = ["ws"]  # the fixture, used by name
 
 
 def test_a_backup_names_the_symlinks_and_hidden_files_it_leaves_out(
