@@ -72,6 +72,23 @@ def write(root: Path, rel: str, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
+def indexed_then_stopped(daemon_factory: DaemonFactory, root: Path, day: str,
+                         notes: list[str], needle: str, query: str) -> str:
+    """A workspace of ``notes`` (one a day from ``day``-01, named ``log.md``) and
+    ``needle`` (``memory/<day>-20/needle.md``), indexed by a daemon that has stopped since:
+    the next daemon's start is a warm one. Returns the configuration."""
+    for i, text in enumerate(notes):
+        write(root, f"memory/{day}-{1 + i:02d}/log.md", text)
+    write(root, f"memory/{day}-20/needle.md", needle)
+    config = f'[workspaces.k]\npath = "{root}"\ndream_cron_enabled = false\n'
+    first = daemon_factory(config)
+    built = first.call("memory.search", {"agent_id": "k", "query": query,
+                                         "sync": True})["results"]
+    assert built[0]["path"] == f"memory/{day}-20/needle.md"
+    assert first.stop() == 0
+    return config
+
+
 def test_a_search_imports_no_capture_dream_or_chat_code_until_they_are_used(
         daemon_factory: DaemonFactory, fake: FakeProvider, tmp_path: Path) -> None:
     keyword = tmp_path / "keyword"
@@ -159,17 +176,10 @@ def test_a_keyword_search_after_a_warm_start_does_not_import_the_redaction_rules
         daemon_factory: DaemonFactory, tmp_path: Path) -> None:
     # No vectors serve, so the query goes to no provider and has nothing to be masked
     # from: the first answer of a warm start does not wait for the rules' import.
-    root = tmp_path / "ws"
-    for i in range(12):
-        write(root, f"memory/2026-10-{1 + i:02d}/day.md",
-              f"# Tag {i}\n\nDie Fähre Nummer {i} legt um {7 + i} Uhr ab.\n")
-    write(root, "memory/2026-10-20/needle.md", "# Nadel\n\nDer Bernsteinkompass liegt im Keller.\n")
-    config = f'[workspaces.k]\npath = "{root}"\ndream_cron_enabled = false\n'
-    first = daemon_factory(config)
-    built = first.call("memory.search", {"agent_id": "k", "query": "Bernsteinkompass",
-                                         "sync": True})["results"]
-    assert built[0]["path"] == "memory/2026-10-20/needle.md"
-    assert first.stop() == 0
+    config = indexed_then_stopped(
+        daemon_factory, tmp_path / "ws", "2026-10",
+        [f"# Tag {i}\n\nDie Fähre Nummer {i} legt um {7 + i} Uhr ab.\n" for i in range(12)],
+        "# Nadel\n\nDer Bernsteinkompass liegt im Keller.\n", "Bernsteinkompass")
 
     imported_by = tmp_path / "imported_by.txt"
     warm = daemon_factory(config, launcher=(sys.executable, "-c", REDACT_LAUNCHER),
@@ -198,17 +208,10 @@ NOT_FOR_A_WARM_START = (
 
 def test_a_warm_start_imports_no_pool_date_hint_or_archive_modules(
         daemon_factory: DaemonFactory, tmp_path: Path) -> None:
-    root = tmp_path / "ws"
-    for i in range(12):
-        write(root, f"memory/2026-09-{1 + i:02d}/log.md",
-              f"# Shift {i}\n\nThe ferry log {i} notes a calm crossing.\n")
-    write(root, "memory/2026-09-20/needle.md", "# Needle\n\nThe basalt weathervane turned.\n")
-    config = f'[workspaces.k]\npath = "{root}"\ndream_cron_enabled = false\n'
-    first = daemon_factory(config)
-    built = first.call("memory.search", {"agent_id": "k", "query": "basalt weathervane",
-                                         "sync": True})["results"]
-    assert built[0]["path"] == "memory/2026-09-20/needle.md"
-    assert first.stop() == 0
+    config = indexed_then_stopped(
+        daemon_factory, tmp_path / "ws", "2026-09",
+        [f"# Shift {i}\n\nThe ferry log {i} notes a calm crossing.\n" for i in range(12)],
+        "# Needle\n\nThe basalt weathervane turned.\n", "basalt weathervane")
 
     out = tmp_path / "modules.json"
     warm = daemon_factory(config, launcher=(sys.executable, "-c", LAUNCHER),
