@@ -40,6 +40,22 @@ def report(d: Any, ws: Path) -> dict[str, Any]:
     return out
 
 
+def reme_workspace(tmp_path: Path) -> tuple[Path, str]:
+    """A copy of the ReMe fixture workspace and a configuration serving it with the
+    fixture's embedding model (and a short persist delay)."""
+    ws = copy_fixture(tmp_path / "ws")
+    return ws, (f'[workspaces.w]\npath = "{ws}"\n{embedding_toml()}'
+                '[daemon]\npersist_delay_s = 0.05\n')
+
+
+def restarted(daemon_factory: Any, d: Any, config: str) -> tuple[Any, dict[str, Any]]:
+    """A daemon on ``d``'s data, once its index is synced and every vector is there; and
+    its vectors' status."""
+    d2 = daemon_factory(config, RECALLD_DATA_DIR=str(d.data_dir))
+    d2.call("index.sync", {"agent_id": "w"})
+    return d2, wait_full(d2)
+
+
 def first_import(daemon_factory: Any, ws: Path, config: str) -> tuple[Any, dict[str, Any]]:
     d = daemon_factory(config)
     d.call("index.sync", {"agent_id": "w"})
@@ -53,15 +69,11 @@ def first_import(daemon_factory: Any, ws: Path, config: str) -> tuple[Any, dict[
 
 def test_a_restart_reads_remes_store_only_for_a_note_prepared_again(
         daemon_factory: Any, tmp_path: Path) -> None:
-    ws = copy_fixture(tmp_path / "ws")
-    config = (f'[workspaces.w]\npath = "{ws}"\n{embedding_toml()}'
-              '[daemon]\npersist_delay_s = 0.05\n')
+    ws, config = reme_workspace(tmp_path)
     with fixture_provider() as fake:
         d, before = first_import(daemon_factory, ws, config)
         assert before["chunks"]["reme_boundaries"] == before["chunks"]["total"]
-        d2 = daemon_factory(config, RECALLD_DATA_DIR=str(d.data_dir))
-        d2.call("index.sync", {"agent_id": "w"})
-        wait_full(d2)
+        d2, _ = restarted(daemon_factory, d, config)
         again = report(d2, ws)
         # Nothing of the store was read, and the report says what the first one said.
         assert READ not in d2.log()
@@ -81,17 +93,13 @@ def test_a_restart_reads_remes_store_only_for_a_note_prepared_again(
 
 def test_a_lost_index_and_cache_are_seeded_from_remes_store_again(
         daemon_factory: Any, tmp_path: Path) -> None:
-    ws = copy_fixture(tmp_path / "ws")
-    config = (f'[workspaces.w]\npath = "{ws}"\n{embedding_toml()}'
-              '[daemon]\npersist_delay_s = 0.05\n')
+    ws, config = reme_workspace(tmp_path)
     with fixture_provider() as fake:
         d, before = first_import(daemon_factory, ws, config)
         # recalld's own state is gone (its record of ReMe's store stays).
         shutil.rmtree(ws / "mem_metadata" / "index")
         shutil.rmtree(d.data_dir / "state" / "embeddings")
-        d2 = daemon_factory(config, RECALLD_DATA_DIR=str(d.data_dir))
-        d2.call("index.sync", {"agent_id": "w"})
-        st = wait_full(d2)
+        d2, st = restarted(daemon_factory, d, config)
         assert st["reused_vectors"] == st["total"] == before["chunks"]["total"]
         assert passage_texts(fake) == []
         assert d2.stop() == 0
@@ -99,9 +107,7 @@ def test_a_lost_index_and_cache_are_seeded_from_remes_store_again(
 
 def test_a_store_reme_changed_between_starts_is_read_at_the_start(
         daemon_factory: Any, tmp_path: Path) -> None:
-    ws = copy_fixture(tmp_path / "ws")
-    config = (f'[workspaces.w]\npath = "{ws}"\n{embedding_toml()}'
-              '[daemon]\npersist_delay_s = 0.05\n')
+    ws, config = reme_workspace(tmp_path)
     with fixture_provider() as fake:
         d, before = first_import(daemon_factory, ws, config)
         # ReMe indexed a new note meanwhile: its chunk and vector are in the store.
@@ -115,9 +121,7 @@ def test_a_store_reme_changed_between_starts_is_read_at_the_start(
                         "metadata": {},
                         "_embedding_f16_b64": encode_f16(unit(fake_vector(text, DIMS)))})
         write_records(REAL, store, records)
-        d2 = daemon_factory(config, RECALLD_DATA_DIR=str(d.data_dir))
-        d2.call("index.sync", {"agent_id": "w"})
-        st = wait_full(d2)
+        d2, st = restarted(daemon_factory, d, config)
         assert READ in d2.log()
         assert st["total"] == before["chunks"]["total"] + 1
         assert report(d2, ws)["reme_store"]["chunks"] == before["reme_store"]["chunks"] + 1
