@@ -147,6 +147,14 @@ def test_logs_and_records_that_are_no_files_are_set_aside(daemon_factory: Daemon
     assert daemon.call("jobs.get", {"agent_id": AGENT, "job_id": job["job_id"]})
 
 
+def _add_turn(daemon: DaemonHandle, text: str) -> int:
+    """One user turn added to session s1; the messages pending there since."""
+    answer = daemon.call("memory.add_turns", {
+        "agent_id": AGENT, "session_id": "s1",
+        "messages": [{"role": "user", "content": text}]})
+    return int(answer["pending_messages"])
+
+
 def test_turns_acknowledged_after_the_workspace_folder_was_removed_survive(
         daemon_factory: DaemonFactory, tmp_path: Path) -> None:
     """The open pending-turns log pointed at a removed file: turns acknowledged after the
@@ -156,21 +164,15 @@ def test_turns_acknowledged_after_the_workspace_folder_was_removed_survive(
     _write_notes(root)
     daemon = daemon_factory(CONFIG, **env)
 
-    def add(text: str) -> int:
-        answer = daemon.call("memory.add_turns", {
-            "agent_id": AGENT, "session_id": "s1",
-            "messages": [{"role": "user", "content": text}]})
-        return int(answer["pending_messages"])
-
-    assert add("before") == 1
+    assert _add_turn(daemon, "before") == 1
     gone = root.with_name("gone")
     root.rename(gone)
     for path in sorted(gone.rglob("*"), reverse=True):  # rm -r
         path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
     gone.rmdir()
-    assert add("while it is gone") == 2
+    assert _add_turn(daemon, "while it is gone") == 2
     (root / "memory").mkdir(parents=True, exist_ok=True)
-    assert add("after it is made again") == 3
+    assert _add_turn(daemon, "after it is made again") == 3
     daemon.kill()
 
     daemon = daemon_factory(CONFIG, **env)
@@ -188,18 +190,12 @@ def test_turns_acknowledged_after_the_log_was_saved_over_survive(
     _write_notes(root)
     daemon = daemon_factory(CONFIG, **env)
 
-    def add(text: str) -> int:
-        answer = daemon.call("memory.add_turns", {
-            "agent_id": AGENT, "session_id": "s1",
-            "messages": [{"role": "user", "content": text}]})
-        return int(answer["pending_messages"])
-
-    assert add("before the save") == 1
+    assert _add_turn(daemon, "before the save") == 1
     pending = root / "mem_metadata" / "sessions" / "pending.jsonl"
     copy = pending.with_name(".pending.jsonl.swp")
     copy.write_bytes(pending.read_bytes().replace(b"before the save", b"edited by hand!"))
     copy.rename(pending)
-    assert add("after the save") == 2
+    assert _add_turn(daemon, "after the save") == 2
     kept = [p.name for p in pending.parent.iterdir() if p.name.startswith("pending.jsonl.")]
     assert len(kept) == 1 and b"edited by hand!" in (pending.parent / kept[0]).read_bytes()
     daemon.kill()
