@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.provider_server import FakeProvider, Reply, chat_answer
+from fakes.provider_server import FakeProvider, Gate, Reply, chat_answer
 from test_auto_memory import add, done, turn, write_note
 from waits import ACTIVE, wait_for, wait_job
 
@@ -328,6 +328,20 @@ def test_health_names_a_failed_flush_that_nothing_retries(daemon_factory: Any,
     assert not [r for r in health(d).get("reasons", []) if "auto_memory" in r]
 
 
+def closed_under_a_held_job(d: Any, fake: FakeProvider) -> tuple[dict[str, Any], Gate]:
+    """Workspace w closed while its auto_memory job (a flush of one turn) waits for the
+    model at a gate: the close stops the job, which is queued again. The model has two
+    notes and a last answer scripted. Returns the flush's answer and the gate."""
+    held = fake.gate(lambda body: True)
+    fake.script(write_note("dog", "- Dog named Rex"), write_note("dog", "- Dog named Rex"),
+                done())
+    first = add(d, "s1", turn("My dog is called Rex."), flush=True)
+    assert held.entered.wait(30)
+    d.call("workspace.close", {"agent_id": "w"})
+    assert jobs_at_work(d) == {"running": 0, "queued": 1}  # stopped by the close
+    return first, held
+
+
 def test_a_job_across_a_close_and_reopen_commits_its_turns(daemon_factory: Any,
                                                            fake: FakeProvider,
                                                            tmp_path: Path) -> None:
@@ -337,15 +351,9 @@ def test_a_job_across_a_close_and_reopen_commits_its_turns(daemon_factory: Any,
     # nothing of it is written) and the reopen runs it again, once.
     root = tmp_path / "ws"
     d = daemon_factory(config(root, fake, idle_s=600))
-    held = fake.gate(lambda body: True)
     # The first answer goes to the job the close stopped; the run after the reopen gets
     # the other two.
-    fake.script(write_note("dog", "- Dog named Rex"), write_note("dog", "- Dog named Rex"),
-                done())
-    first = add(d, "s1", turn("My dog is called Rex."), flush=True)
-    assert held.entered.wait(30)
-    d.call("workspace.close", {"agent_id": "w"})
-    assert jobs_at_work(d) == {"running": 0, "queued": 1}  # stopped by the close
+    first, held = closed_under_a_held_job(d, fake)
     d.call("workspace.open", {"agent_id": "w", "path": str(root)})
     held.open()
     job = wait_job(d, first["job_id"])
@@ -365,13 +373,7 @@ def test_a_job_of_a_closed_workspace_waits_for_it_and_runs_once_after_a_restart(
     root = tmp_path / "ws"
     text = config(root, fake, idle_s=600)
     d = daemon_factory(text)
-    held = fake.gate(lambda body: True)
-    fake.script(write_note("dog", "- Dog named Rex"), write_note("dog", "- Dog named Rex"),
-                done())
-    first = add(d, "s1", turn("My dog is called Rex."), flush=True)
-    assert held.entered.wait(30)
-    d.call("workspace.close", {"agent_id": "w"})
-    assert jobs_at_work(d) == {"running": 0, "queued": 1}  # stopped by the close
+    first, held = closed_under_a_held_job(d, fake)
     held.open()
     assert d.stop() == 0
     assert not notes(root)  # the stopped job wrote nothing to the closed folder
