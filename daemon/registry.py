@@ -13,7 +13,8 @@ Closing a workspace first stops its running jobs (they wait, queued, until it op
 again), then cancels its nursery and waits for the services to finish their shielded
 cleanup. Cancelling the registry closes every workspace (the daemon's stop has stopped
 the jobs before). A
-service that crashes, or a link in place of its folder, marks its workspace ``failed``
+service that crashes, or a link in place of its folder (found at a use, or by a read or
+write below it: :func:`confine.told`), marks its workspace ``failed``
 (visible in ``daemon.status``) without taking the daemon down, and stops its running jobs
 at once (held, queued, as a close holds them); ``workspace.open`` on a failed workspace
 starts it again once its services stopped (they hold its lock), and lets them run.
@@ -35,6 +36,7 @@ from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_set
 from recalld.daemon.events import EventBus
 from recalld.daemon.recordbook import RecordBook
 from recalld.daemon.remembered import check_owner
+from recalld.daemon.store import confine
 from recalld.daemon.workspaces import (
     Place,
     Workspace,
@@ -423,8 +425,14 @@ class WorkspaceRegistry:
 
     async def _host(self, ws: Workspace, *, task_status: trio.TaskStatus[None]) -> None:
         """Run one workspace; a crash is contained and recorded, never propagated."""
+        token = trio.lowlevel.current_trio_token()
+
+        def link_met(exc: confine.WritesElsewhere) -> None:  # in any thread
+            token.run_sync_soon(self._link_met, ws, exc)
+
         try:
-            await ws.run(self._start, task_status=task_status)
+            with confine.told(ws.root, link_met):
+                await ws.run(self._start, task_status=task_status)
         except Exception as exc:
             ws.state = "failed"
             ws.error = describe_failure(exc)
@@ -436,6 +444,19 @@ class WorkspaceRegistry:
                 log.exception("workspace %s failed", ws.agent_id)
             self._hold_jobs(ws)
             self._events.publish("workspace.failed", {"agent_id": ws.agent_id, "error": ws.error})
+
+    def _link_met(self, ws: Workspace, exc: confine.WritesElsewhere) -> None:
+        """A read or write below ``ws``'s folder met a link in place of a folder: it
+        stops at once, as a use finding it would stop it, rather than retry in the
+        background (an index save, a dream) what cannot succeed."""
+        if ws.state not in ("opening", "ready"):
+            return
+        moved = ws.leads_elsewhere()  # its folder or metadata_dir: say so as a use does
+        if moved is not None:
+            ws.root_leads(*moved)
+        else:
+            ws.stop(f"{exc.strerror}; the workspace stopped rather than read or write "
+                    "that folder's files: put its folder back and open it again")
 
     def _hold_jobs(self, ws: Workspace) -> None:
         """``ws`` stopped serving: its running jobs stop at once, and its jobs wait,

@@ -130,7 +130,8 @@ def test_a_link_in_place_of_the_metadata_folder_stops_the_workspace_alone(
     wait_for(lambda: "bob: saving the index failed" in d.log() or tree(alice) != before,
              "bob's commit")
     assert tree(alice) == before
-    assert "mem_metadata is a symbolic link, which recalld does not write through" in d.log()
+    assert ("mem_metadata is a symbolic link, which recalld does not read or write through"
+            in d.log())
     with pytest.raises(errors.UnknownWorkspace, match=r"bob/mem_metadata now leads to "):
         d.call("memory.add_note", {"agent_id": "bob", "content": "bob's note"})
     found = d.call("memory.search", {"agent_id": "alice", "query": "owl"})["results"]
@@ -203,5 +204,5 @@ def test_a_dream_whose_metadata_folder_became_a_link_writes_nothing_there(
     assert tree(alice) == before
     job = d.call("jobs.get", {"agent_id": "bob", "job_id": job_id})
     assert job["state"] == "failed", job
-    assert "mem_metadata is a symbolic link, which recalld does not write" in job["error"]
+    assert "mem_metadata is a symbolic link, which recalld does not read" in job["error"]
     assert tree(alice) == before

@@ -41,6 +41,7 @@ from typing import NotRequired, TypedDict
 import orjson
 
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.store import confine
 from recalld.daemon.store.errors import CorruptState, StorageError, translate_os_error
 from recalld.daemon.store.fsio import (
     FS,
@@ -324,7 +325,7 @@ class AppendLog:
         place is kept beside it (``<name>.corrupt-<ns>``); one put there while the open
         file is still linked elsewhere (its folder moved away) is left alone."""
         try:
-            os.stat(self.path)
+            confine.stat_file(self.path)
             if os.fstat(fd).st_nlink > 0:
                 return fd
             replaced: Path | None = set_aside(self.fs, self.path)
@@ -383,7 +384,7 @@ class AppendLog:
         if self._rollback_pending or self._size != len(data):
             return False
         try:
-            here, opened = os.stat(self.path), os.fstat(fd)
+            here, opened = confine.stat_file(self.path), os.fstat(fd)
             if (here.st_dev, here.st_ino) != (opened.st_dev, opened.st_ino):
                 return False
             return os.pread(fd, len(data) + 1, 0) == data

@@ -1,4 +1,4 @@
-"""Writes below an open workspace's folder, made through folder handles.
+"""Writes and state reads below an open workspace's folder, made through folder handles.
 
 While a workspace is open its folder (absolute, resolved when it opened) is *guarded*
 (:func:`guard`, :func:`release`). A mutating call of the filesystem seam
@@ -10,6 +10,13 @@ place of the workspace folder, of ``mem_metadata/`` or of any folder below, betw
 of the workspace, cannot lead a write (an index generation, a log's append, a catalog's or
 a run record's save, a removal) into another folder, another agent's among them: the call
 raises :class:`WritesElsewhere`, which the storage layer reports as the write refused.
+The storage layer's reads of state files (a manifest, an index file, a log's replay, a
+folder's listing, a file's stat) go the same way (:func:`open_file`, :func:`stat_file`,
+:func:`listdir`), so nothing of another folder is read into this workspace's memory.
+
+The owner of a guarded folder may be told (:func:`told`) whenever a call below it meets
+a link, in whatever thread made the call: an open workspace then stops at once rather
+than retry, in the background, what cannot succeed.
 
 Paths below no guarded folder (the daemon's own state folders) are used as given. Owns
 the set of guarded folders only; no task. Everything here blocks.
@@ -22,7 +29,7 @@ import os
 import stat
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -33,17 +40,21 @@ _lock = threading.Lock()
 _guarded: Counter[str] = Counter()
 #: The same, longest first (the nearest guarded folder of a path), read without the lock.
 _roots: tuple[str, ...] = ()
+#: Told when a call below a guarded folder meets a link (:func:`told`).
+_on_link: dict[str, list[Callable[[WritesElsewhere], object]]] = {}
 
 
 class WritesElsewhere(OSError):
-    """A write below a guarded folder that would have gone through a symbolic link."""
+    """A write (or a state read) below a guarded folder that would have gone through a
+    symbolic link."""
 
     def __init__(self, message: str, path: str) -> None:
         super().__init__(errno.ELOOP, message, path)
 
 
 def guard(root: Path) -> None:
-    """From now on, writes below ``root`` (absolute, resolved) go through handles."""
+    """From now on, writes and state reads below ``root`` (absolute, resolved) go
+    through handles."""
     global _roots
     with _lock:
         _guarded[os.path.abspath(root)] += 1
@@ -59,6 +70,31 @@ def release(root: Path) -> None:
         if _guarded[key] <= 0:
             del _guarded[key]
         _roots = tuple(sorted(_guarded, key=len, reverse=True))
+
+
+@contextmanager
+def told(root: Path, on_link: Callable[[WritesElsewhere], object]) -> Iterator[None]:
+    """Within the block, ``on_link`` is called with each WritesElsewhere raised below
+    ``root`` (guarded), in the thread that met the link: it must not block."""
+    key = os.path.abspath(root)
+    with _lock:
+        _on_link.setdefault(key, []).append(on_link)
+    try:
+        yield
+    finally:
+        with _lock:
+            _on_link[key].remove(on_link)
+            if not _on_link[key]:
+                del _on_link[key]
+
+
+def _tell(root: str, exc: WritesElsewhere) -> WritesElsewhere:
+    """Call the ``on_link`` callbacks of ``root`` with ``exc``; returns ``exc``."""
+    with _lock:
+        told = list(_on_link.get(root, ()))
+    for callback in told:
+        callback(exc)
+    return exc
 
 
 def _below(path: str | os.PathLike[str]) -> tuple[str, list[str]] | None:
@@ -82,18 +118,19 @@ def _open_below(root: str, names: list[str]) -> int:
         except OSError:  # no /proc: nothing to compare
             real = root
         if real != root:
-            raise WritesElsewhere(f"the workspace folder {root} now leads to {real} (a "
-                                  "symbolic link took its place or that of a folder on "
-                                  "its path), which recalld does not write through", root)
+            raise _tell(root, WritesElsewhere(
+                f"the workspace folder {root} now leads to {real} (a symbolic link took "
+                "its place or that of a folder on its path), which recalld does not "
+                "read or write through", root))
         for i, name in enumerate(names):
             try:
                 child = os.open(name, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(fd, name):
                     place = os.path.join(root, *names[: i + 1])
-                    raise WritesElsewhere(f"{place} is a symbolic link, which recalld "
-                                          "does not write through: put the folder back",
-                                          place) from None
+                    raise _tell(root, WritesElsewhere(
+                        f"{place} is a symbolic link, which recalld does not read or "
+                        "write through: put the folder back", place)) from None
                 raise
             os.close(fd)
             fd = child
@@ -134,3 +171,31 @@ def open_folder(path: str | os.PathLike[str]) -> int:
     if below is None:
         return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     return _open_below(*below)
+
+
+def open_file(path: str | os.PathLike[str], flags: int) -> int:
+    """``os.open(path, flags)``; below a guarded folder through its folders' handles, and
+    not through a link at ``path`` itself either (ELOOP). Raises WritesElsewhere."""
+    with at(path) as (folder, name):
+        if folder is not None:
+            flags |= os.O_NOFOLLOW
+        return os.open(name, flags, dir_fd=folder)
+
+
+def stat_file(path: str | os.PathLike[str]) -> os.stat_result:
+    """``os.stat(path)``; below a guarded folder through its folders' handles, of a link
+    at ``path`` itself rather than of its target. Raises WritesElsewhere."""
+    with at(path) as (folder, name):
+        return os.stat(name, dir_fd=folder, follow_symlinks=folder is None)
+
+
+def listdir(path: str | os.PathLike[str]) -> list[str]:
+    """``os.listdir(path)``; below a guarded folder, of the folder opened through
+    handles. Raises WritesElsewhere."""
+    if _below(path) is None:
+        return os.listdir(path)
+    fd = open_folder(path)
+    try:
+        return os.listdir(fd)
+    finally:
+        os.close(fd)

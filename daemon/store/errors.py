@@ -89,7 +89,7 @@ def translate_os_error(exc: OSError, path: str | os.PathLike[str] | None = None)
     if exc.errno in _SPACE_ERRNOS:
         return DiskFull(where, exc.errno, f"disk full writing {where}: {text}")
     if isinstance(exc, WritesElsewhere):  # a link on the way, not at the file itself
-        return StorageIOError(where, exc.errno, f"{where} was not written: {text}")
+        return StorageIOError(where, exc.errno, f"{where}: {text}")
     if exc.errno == errno_codes.ELOOP:  # opened with O_NOFOLLOW: a link where a file should be
         return StorageIOError(where, exc.errno, f"{where} is a symbolic link, which recalld "
                               "does not write through: remove it")

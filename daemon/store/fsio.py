@@ -4,7 +4,9 @@ Owns nothing long-lived and starts nothing. ``FS`` is the seam: the handful of m
 primitives the store uses (open for write or append, write, fsync, truncate, close, replace,
 link, fsync of a directory, unlink, listdir, mkdir). ``REAL`` is the process-wide real one;
 ``failingfs.FailingFS`` is the test double that raises ``OSError(ENOSPC)`` on the k-th
-counted call, once or persistently. Reads do not go through the seam: they cannot corrupt anything.
+counted call, once or persistently. Reads do not go through the seam: they cannot corrupt
+anything; below an open workspace they go through its folders' handles all the same
+(:mod:`confine`), so that none reads another folder's state through a link.
 
 ``atomic_write`` / ``atomic_writer`` publish a file the way SQLite and Lucene do: a temp file
 ``.<name>.tmp-<random>`` in the same directory, write, fsync, ``os.replace``, fsync the
@@ -137,7 +139,7 @@ class FS:
             os.unlink(name, dir_fd=folder)
 
     def listdir(self, path: Path) -> list[str]:
-        return os.listdir(path)
+        return confine.listdir(path)
 
     def mkdir(self, path: Path) -> None:
         with confine.at(path) as (folder, name):
@@ -307,9 +309,12 @@ def open_state(path: Path) -> BinaryIO:
     A directory, device, FIFO or socket in its place is damage with the remedy of a
     garbled file, not an I/O error; the open does not wait for a FIFO's writer.
     FileNotFoundError is left to the caller (a missing file means different things).
+    Below an open workspace it is opened through its folders' handles (:mod:`confine`):
+    a link in place of a folder on the way raises WritesElsewhere, one in place of the
+    file itself OSError(ELOOP), as the writers refuse it.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = confine.open_file(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         if exc.errno == errno.ENXIO:  # a socket
             raise CorruptState(path, "not a regular file (a socket)") from exc

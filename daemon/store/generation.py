@@ -8,7 +8,6 @@ others keep serving. Readers block: run them in a worker thread.
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from typing import TypeVar
 
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store import arrays as arrays_mod
+from recalld.daemon.store import confine
 from recalld.daemon.store import records as records_mod
 from recalld.daemon.store.errors import CorruptState, StorageError
 from recalld.daemon.store.fsio import FileEntry, read_verified, verify_file
@@ -93,7 +93,7 @@ class Generation:
             if logical in self.corrupt:
                 continue
             try:
-                st = os.stat(self.path(logical))
+                st = confine.stat_file(self.path(logical))
             except OSError:
                 continue
             self.stats[logical] = (st.st_ino, st.st_size, st.st_mtime_ns)
@@ -107,7 +107,7 @@ class Generation:
             if logical in self.corrupt:
                 continue
             try:
-                st = os.stat(self.path(logical))
+                st = confine.stat_file(self.path(logical))
             except FileNotFoundError:
                 why = "missing"
             except OSError as exc:

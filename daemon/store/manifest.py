@@ -28,7 +28,6 @@ Everything blocks: run it in a worker thread.
 
 from __future__ import annotations
 
-import os
 import re
 import stat
 import time
@@ -39,6 +38,7 @@ from typing import Literal, NotRequired, TypedDict
 
 import orjson
 
+from recalld.daemon.store import confine
 from recalld.daemon.store.errors import (
     CorruptState,
     StorageError,
@@ -457,7 +457,7 @@ def _check_rel(rel: str) -> None:
 
 def _check_size(path: Path, entry: FileEntry) -> None:
     try:
-        st = os.stat(path)
+        st = confine.stat_file(path)
     except FileNotFoundError as exc:
         raise CorruptState(path, "missing") from exc
     except OSError as exc:
@@ -471,7 +471,7 @@ def _check_size(path: Path, entry: FileEntry) -> None:
 def _same_file(src: Path, dst: Path, entry: FileEntry) -> bool:
     """Whether the mirror ``dst`` already holds the generation file's bytes."""
     try:
-        a, b = os.stat(src), os.stat(dst)
+        a, b = confine.stat_file(src), confine.stat_file(dst)
     except FileNotFoundError:
         return False
     if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
