@@ -16,11 +16,18 @@ from types import TracebackType
 
 from recalld.daemon.providers.errors import ProviderError
 from recalld.daemon.store import errors as store
-from recalld.ipc.errors import DiskFull, InternalError, ProviderUnavailable, RecalldError
+from recalld.ipc.errors import (
+    DiskFull,
+    InternalError,
+    PathOutsideWorkspace,
+    ProviderUnavailable,
+    RecalldError,
+)
 
 #: Domain family -> the wire error a client sees. The first matching row wins.
 WIRE_ERRORS: Mapping[type[RecalldError], type[RecalldError]] = {
     store.DiskFull: DiskFull,
+    store.LinkOnTheWay: PathOutsideWorkspace,
     store.StorageError: InternalError,
     ProviderError: ProviderUnavailable,
 }

@@ -205,4 +205,6 @@ def test_a_dream_whose_metadata_folder_became_a_link_writes_nothing_there(
     job = d.call("jobs.get", {"agent_id": "bob", "job_id": job_id})
     assert job["state"] == "failed", job
     assert "mem_metadata is a symbolic link, which recalld does not read" in job["error"]
+    # Refused as a path out of the workspace, not an internal error (-32603).
+    assert job["error_code"] == errors.PATH_OUTSIDE_WORKSPACE, job
     assert tree(alice) == before

@@ -82,6 +82,13 @@ class DiskFull(StorageIOError):
         self.data = {"errno": errno_codes.errorcode.get(errno or 0, "ENOSPC")}
 
 
+class LinkOnTheWay(StorageIOError):
+    """A read or write below an open workspace's folder met a symbolic link in place of
+    a folder on the way (:class:`~recalld.daemon.store.confine.WritesElsewhere`): it
+    would have reached another folder's files, perhaps another agent's. Nothing was read
+    or written; on the wire it is ``PathOutsideWorkspace``, not an internal error."""
+
+
 def translate_os_error(exc: OSError, path: str | os.PathLike[str] | None = None) -> StorageIOError:
     """The storage error for an OSError (DiskFull for ENOSPC/EDQUOT)."""
     where = path if path is not None else exc.filename
@@ -89,7 +96,7 @@ def translate_os_error(exc: OSError, path: str | os.PathLike[str] | None = None)
     if exc.errno in _SPACE_ERRNOS:
         return DiskFull(where, exc.errno, f"disk full writing {where}: {text}")
     if isinstance(exc, WritesElsewhere):  # a link on the way, not at the file itself
-        return StorageIOError(where, exc.errno, f"{where}: {text}")
+        return LinkOnTheWay(where, exc.errno, f"{where}: {text}")
     if exc.errno == errno_codes.ELOOP:  # opened with O_NOFOLLOW: a link where a file should be
         return StorageIOError(where, exc.errno, f"{where} is a symbolic link, which recalld "
                               "does not write through: remove it")
