@@ -72,3 +72,13 @@ def client_error(exc: BaseException) -> RecalldError | None:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc if isinstance(exc, RecalldError) else None
+
+
+def remade_error(exc: BaseException, message: str) -> RecalldError | None:
+    """The wire error of ``exc``'s client-visible error (:func:`client_error`), made
+    again with ``message`` (its data kept); None when it has none."""
+    inner = client_error(exc)
+    if inner is None:
+        return None
+    wire = wire_error(inner)
+    return type(wire)(message, wire.data)

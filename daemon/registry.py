@@ -33,6 +33,7 @@ import trio
 
 from recalld.daemon import reload_sharing, remembered
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_settings_from_params
+from recalld.daemon.errors import remade_error
 from recalld.daemon.events import EventBus
 from recalld.daemon.recordbook import RecordBook
 from recalld.daemon.remembered import check_owner
@@ -357,8 +358,11 @@ class WorkspaceRegistry:
                     raise
                 if isinstance(exc, RecalldError):
                     raise
-                log.exception("workspace %s failed to open", agent_id)
-                raise RecalldError(f"workspace {agent_id!r} failed to open: {ws.error}") from None
+                failed = f"workspace {agent_id!r} failed to open: {ws.error}"
+                mapped = remade_error(exc, failed)  # one service's error: its own code
+                if mapped is None:
+                    log.exception("workspace %s failed to open", agent_id)
+                raise mapped or RecalldError(failed) from None
             if self._jobs is not None:
                 self._jobs.release(agent_id)  # held since it closed
             await self._records.remember(agent_id, root, overrides, name)
@@ -429,7 +433,6 @@ class WorkspaceRegistry:
 
         def link_met(exc: confine.WritesElsewhere) -> None:  # in any thread
             token.run_sync_soon(self._link_met, ws, exc)
-
         try:
             with confine.told(ws.root, link_met):
                 await ws.run(self._start, task_status=task_status)
@@ -446,17 +449,16 @@ class WorkspaceRegistry:
             self._events.publish("workspace.failed", {"agent_id": ws.agent_id, "error": ws.error})
 
     def _link_met(self, ws: Workspace, exc: confine.WritesElsewhere) -> None:
-        """A read or write below ``ws``'s folder met a link in place of a folder: it
-        stops at once, as a use finding it would stop it, rather than retry in the
-        background (an index save, a dream) what cannot succeed."""
+        """A read or write below ``ws``'s folder met a link in place of a folder: it stops
+        at once, as a use finding it would, rather than retry what cannot succeed."""
         if ws.state not in ("opening", "ready"):
             return
         moved = ws.leads_elsewhere()  # its folder or metadata_dir: say so as a use does
         if moved is not None:
             ws.root_leads(*moved)
         else:
-            ws.stop(f"{exc.strerror}; the workspace stopped rather than read or write "
-                    "that folder's files: put its folder back and open it again")
+            ws.stop(f"{exc.strerror}, then open it again (the workspace stopped rather "
+                    "than read or write another folder's files)")
 
     def _hold_jobs(self, ws: Workspace) -> None:
         """``ws`` stopped serving: its running jobs stop at once, and its jobs wait,

@@ -147,3 +147,24 @@ def test_a_link_in_place_of_the_index_folder_stops_the_workspace_at_once(
     d.call("workspace.open", {"agent_id": "bob"})
     found = d.call("memory.search", {"agent_id": "bob", "query": "wombat"})["results"]
     assert [r["path"] for r in found] == ["memory/2026-12-01/w.md"]
+
+
+def test_a_workspace_whose_index_folder_is_a_link_is_refused_as_outside(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # A link there before bob opened: its load refused to read through it, but the open
+    # answered an internal error (-32603), with a traceback in the log.
+    d = daemon_factory(None)
+    alice, bob = _notes(tmp_path)
+    d.call("workspace.open", {"agent_id": "alice", "path": str(alice)})
+    wait_committed(d, "alice")
+    (bob / "mem_metadata").mkdir()
+    (bob / "mem_metadata" / "index").symlink_to(alice / "mem_metadata" / "index")
+    before = sorted((p.name, p.stat().st_mtime_ns)
+                    for p in (alice / "mem_metadata" / "index").iterdir())
+    with pytest.raises(errors.PathOutsideWorkspace, match="index is a symbolic link"):
+        d.call("workspace.open", {"agent_id": "bob", "path": str(bob)})
+    assert "Traceback" not in d.log()
+    assert sorted((p.name, p.stat().st_mtime_ns)
+                  for p in (alice / "mem_metadata" / "index").iterdir()) == before
+    found = d.call("memory.search", {"agent_id": "alice", "query": "owl"})["results"]
+    assert [r["path"] for r in found] == ["memory/2026-12-01/owl.md"]

@@ -24,6 +24,7 @@ the set of guarded folders only; no task. Everything here blocks.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -93,7 +94,9 @@ def _tell(root: str, exc: WritesElsewhere) -> WritesElsewhere:
     with _lock:
         told = list(_on_link.get(root, ()))
     for callback in told:
-        callback(exc)
+        # One that cannot be told now (its event loop ended): the error raised says it.
+        with contextlib.suppress(Exception):
+            callback(exc)
     return exc
 
 
