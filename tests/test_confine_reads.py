@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from waits import wait_committed, wait_for, workspace_status
 
+from recalld.daemon.memory import changelog, runjournal
 from recalld.daemon.store import confine
 from recalld.daemon.store.applog import AppendLog, replay
 from recalld.daemon.store.arrays import write_arrays
@@ -81,6 +82,17 @@ def test_the_storage_readers_refuse_a_link_in_place_of_a_folder(
     (meta / "inbox" / "inbox.jsonl").symlink_to(alice / "mem_metadata" / "inbox" / "inbox.jsonl")
     with pytest.raises(StorageIOError, match="symbolic link"):
         replay(meta / "inbox" / "inbox.jsonl", REAL, repair=False)
+    # The list of dream runs (their ids), and the journals of runs under way.
+    runs = alice / "mem_metadata" / "dream" / "runs"
+    runs.mkdir(parents=True)
+    (runs / "20261101T000000Z-a1b2c3.json").write_text("{}")
+    (runs / "20261101T000000Z-a1b2c3.journal").write_text("{}\n")
+    (meta / "dream").mkdir()
+    (meta / "dream" / "runs").symlink_to(runs)
+    with pytest.raises(StorageIOError, match="runs is a symbolic link"):
+        changelog.record_ids(meta / "dream" / "runs")
+    with pytest.raises(StorageIOError, match="runs is a symbolic link"):
+        runjournal.running_runs(meta / "dream" / "runs", ())
     # Below no workspace, reads are as ever.
     assert replay(alice / "mem_metadata" / "inbox" / "inbox.jsonl", REAL,
                   repair=False)[0] == [{"secret": "alice's"}]

@@ -76,7 +76,7 @@ def test_the_storage_writers_refuse_a_link_in_place_of_a_folder(
     with pytest.raises(OSError, match="symbolic link"):
         REAL.unlink(meta / "inbox.jsonl")
     # A dream's pruning of old run records removed the other agent's records.
-    with pytest.raises(OSError, match="symbolic link"):
+    with pytest.raises(StorageIOError, match="symbolic link"):
         changelog.prune_records(meta / "dream" / "runs", keep=0)
     (alice / "mem_metadata" / "index").mkdir()
     before = tree(alice)

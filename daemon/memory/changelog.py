@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
-import os
 import re
 import secrets
 import sys
@@ -33,7 +32,7 @@ from typing import Final, NotRequired, TypedDict, TypeVar
 import orjson
 
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.store.errors import CorruptState, StorageError
+from recalld.daemon.store.errors import CorruptState, StorageError, translate_os_error
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, read_verified, remove_if_there
 from recalld.ipc.answers import DreamRun
 from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, RecalldError
@@ -327,10 +326,14 @@ def load_run(directory: Path, run_id: str) -> JsonObject:
 
 
 def record_ids(directory: Path) -> list[str]:
+    """The run ids of the records in ``directory`` (listed as the storage layer lists a
+    folder: below a workspace, never through a link; StorageError)."""
     try:
-        names = os.listdir(directory)
+        names = REAL.listdir(directory)
     except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise translate_os_error(exc, directory) from exc
     return [n.removesuffix(".json") for n in names
             if n.endswith(".json") and RUN_ID_RE.match(n.removesuffix(".json"))]
 

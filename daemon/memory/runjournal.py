@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Final, cast
@@ -25,7 +24,7 @@ from typing import Final, cast
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import changelog
 from recalld.daemon.store.applog import AppendLog, replay
-from recalld.daemon.store.errors import StorageError
+from recalld.daemon.store.errors import StorageError, translate_os_error
 from recalld.daemon.store.fsio import REAL, remove_if_there
 
 log = logging.getLogger(__name__)
@@ -93,9 +92,11 @@ def from_journal(records: Sequence[JsonObject]) -> changelog.RunLog | None:
 
 def _journals(directory: Path, skip: Collection[str]) -> list[tuple[str, Path]]:
     try:
-        names = os.listdir(directory)
+        names = REAL.listdir(directory)  # below a workspace, never through a link
     except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise translate_os_error(exc, directory) from exc
     return [(run_id, directory / name) for name in sorted(names)
             if name.endswith(SUFFIX)
             and changelog.RUN_ID_RE.match(run_id := name.removesuffix(SUFFIX))
