@@ -32,20 +32,19 @@ from typing import TYPE_CHECKING
 import trio
 
 from recalld.daemon import reload_sharing, remembered
-from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_settings_from_params
+from recalld.daemon.config import DaemonConfig, workspace_settings_from_params
 from recalld.daemon.errors import remade_error
 from recalld.daemon.events import EventBus
 from recalld.daemon.recordbook import RecordBook
+from recalld.daemon.registry_places import KnownPlaces
 from recalld.daemon.remembered import check_owner
 from recalld.daemon.store import confine
 from recalld.daemon.workspaces import (
-    Place,
     Workspace,
     WorkspaceStarter,
     check_agent_id,
     check_daemon_folders,
     check_not_anothers,
-    check_overlap,
     check_root,
     check_still_there,
     describe_failure,
@@ -61,7 +60,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("recalld.daemon.workspaces")
 
 
-class WorkspaceRegistry:
+class WorkspaceRegistry(KnownPlaces):
     """Opens, lists and closes workspaces; a service that runs in the supervisor."""
 
     def __init__(self, get_config: Callable[[], DaemonConfig], events: EventBus,
@@ -190,23 +189,6 @@ class WorkspaceRegistry:
         if dropped:
             self._pulse()
         return dropped
-
-    def settings_of(self, agent_id: str) -> WorkspaceSettings | None:
-        """The settings of ``agent_id``'s workspace: its own while the registry has it
-        (open, opening, failed), else those it would open with if it is configured or
-        recorded; None for an agent with no workspace here."""
-        ws = self._workspaces.get(agent_id)
-        if ws is not None:
-            return ws.settings
-        config = self._get_config()
-        record = self._records.entries.get(agent_id)
-        if record is None and agent_id not in config.configured_agents():
-            return None
-        try:
-            return workspace_settings_from_params(config.workspace_settings(agent_id),
-                                                  record["config"] if record else None)
-        except InvalidParams:
-            return None  # recorded settings the file no longer takes: it cannot open
 
     def exists(self, agent_id: str) -> bool:
         """True if ``agent_id`` has a workspace here, in any state."""
@@ -386,46 +368,6 @@ class WorkspaceRegistry:
         ws.refuse(error)
         self._workspaces[agent_id] = ws
         self._pulse()
-
-    def home(self, agent_id: str) -> Path:
-        """Where ``agent_id``'s workspace opens when no path is given: where it is open;
-        else at its configured place if the configuration names it, else where it is
-        recorded; else at the default place (a start opens them there too)."""
-        current = self._workspaces.get(agent_id)
-        if current is not None and current.state in ("opening", "ready"):
-            return current.root
-        config = self._get_config()
-        record = self._records.entries.get(agent_id)
-        if record is not None and agent_id not in config.configured_agents():
-            return Path(record["path"])
-        return config.workspace_path(agent_id)
-
-    def _places(self) -> dict[str, Path]:
-        """Each configured or recorded workspace's folder: a configured one's where the
-        configuration puts it, another where it is recorded."""
-        config = self._get_config()
-        places = {a: Path(rec["path"]) for a, rec in self._records.entries.items()}
-        places.update((a, config.workspace_path(a)) for a in config.configured_agents())
-        return places
-
-    async def check_place(self, agent_id: str, root: Path) -> None:
-        """InvalidParams unless ``agent_id``'s workspace may lie at ``root`` (absolute,
-        resolved), as :meth:`open` checks before it starts one: a restore checks the
-        place of a workspace that is not open before writing anything there."""
-        await trio.to_thread.run_sync(check_root, root)
-        config = self._get_config()
-        self._check_overlap(agent_id, root,
-                            self.settings_of(agent_id) or config.workspace_settings(agent_id))
-        await trio.to_thread.run_sync(check_daemon_folders, root, config)
-
-    def _check_overlap(self, agent_id: str, root: Path, settings: WorkspaceSettings) -> None:
-        """:func:`check_overlap` against every other workspace, open or recorded to reopen
-        (with the settings it has or would open with)."""
-        others: dict[str, Place] = {
-            a: (Path(rec["path"]), False) for a, rec in self._records.entries.items()}
-        others.update((w.agent_id, (w.root, True)) for w in self._workspaces.values()
-                      if w.state in ("opening", "ready"))
-        check_overlap(agent_id, root, settings, others, self.settings_of)
 
     async def _host(self, ws: Workspace, *, task_status: trio.TaskStatus[None]) -> None:
         """Run one workspace; a crash is contained and recorded, never propagated."""

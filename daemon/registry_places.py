@@ -1,0 +1,89 @@
+"""Where the registry's workspaces lie and with which settings: the places of open,
+configured and recorded workspaces, and the checks an open or a restore makes of a new
+one's place against them. :class:`KnownPlaces` is the part of
+:class:`~recalld.daemon.registry.WorkspaceRegistry` that answers those questions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
+
+from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_settings_from_params
+from recalld.daemon.recordbook import RecordBook
+from recalld.daemon.workspaces import (
+    Place,
+    Workspace,
+    check_daemon_folders,
+    check_overlap,
+    check_root,
+)
+from recalld.ipc.errors import InvalidParams
+
+
+class KnownPlaces:
+    """The places and settings of the workspaces a registry knows (open, opening,
+    failed, configured or recorded)."""
+
+    _get_config: Callable[[], DaemonConfig]
+    _records: RecordBook
+    _workspaces: dict[str, Workspace]
+
+    def settings_of(self, agent_id: str) -> WorkspaceSettings | None:
+        """The settings of ``agent_id``'s workspace: its own while the registry has it
+        (open, opening, failed), else those it would open with if it is configured or
+        recorded; None for an agent with no workspace here."""
+        ws = self._workspaces.get(agent_id)
+        if ws is not None:
+            return ws.settings
+        config = self._get_config()
+        record = self._records.entries.get(agent_id)
+        if record is None and agent_id not in config.configured_agents():
+            return None
+        try:
+            return workspace_settings_from_params(config.workspace_settings(agent_id),
+                                                  record["config"] if record else None)
+        except InvalidParams:
+            return None  # recorded settings the file no longer takes: it cannot open
+
+    def home(self, agent_id: str) -> Path:
+        """Where ``agent_id``'s workspace opens when no path is given: where it is open;
+        else at its configured place if the configuration names it, else where it is
+        recorded; else at the default place (a start opens them there too)."""
+        current = self._workspaces.get(agent_id)
+        if current is not None and current.state in ("opening", "ready"):
+            return current.root
+        config = self._get_config()
+        record = self._records.entries.get(agent_id)
+        if record is not None and agent_id not in config.configured_agents():
+            return Path(record["path"])
+        return config.workspace_path(agent_id)
+
+    def _places(self) -> dict[str, Path]:
+        """Each configured or recorded workspace's folder: a configured one's where the
+        configuration puts it, another where it is recorded."""
+        config = self._get_config()
+        places = {a: Path(rec["path"]) for a, rec in self._records.entries.items()}
+        places.update((a, config.workspace_path(a)) for a in config.configured_agents())
+        return places
+
+    async def check_place(self, agent_id: str, root: Path) -> None:
+        """InvalidParams unless ``agent_id``'s workspace may lie at ``root`` (absolute,
+        resolved), as :meth:`open` checks before it starts one: a restore checks the
+        place of a workspace that is not open before writing anything there."""
+        await trio.to_thread.run_sync(check_root, root)
+        config = self._get_config()
+        self._check_overlap(agent_id, root,
+                            self.settings_of(agent_id) or config.workspace_settings(agent_id))
+        await trio.to_thread.run_sync(check_daemon_folders, root, config)
+
+    def _check_overlap(self, agent_id: str, root: Path, settings: WorkspaceSettings) -> None:
+        """:func:`check_overlap` against every other workspace, open or recorded to reopen
+        (with the settings it has or would open with)."""
+        others: dict[str, Place] = {
+            a: (Path(rec["path"]), False) for a, rec in self._records.entries.items()}
+        others.update((w.agent_id, (w.root, True)) for w in self._workspaces.values()
+                      if w.state in ("opening", "ready"))
+        check_overlap(agent_id, root, settings, others, self.settings_of)
