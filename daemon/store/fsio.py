@@ -318,6 +318,10 @@ def open_state(path: Path) -> BinaryIO:
     except OSError as exc:
         if exc.errno == errno.ENXIO:  # a socket
             raise CorruptState(path, "not a regular file (a socket)") from exc
+        if exc.errno == errno.ELOOP and not isinstance(exc, confine.WritesElsewhere):
+            # A link in the file's own place (below a workspace, never followed): damage
+            # to set aside as a directory there is, not a folder leading elsewhere.
+            raise CorruptState(path, "not a regular file (a symbolic link)") from exc
         raise
     try:
         mode = os.fstat(fd).st_mode
