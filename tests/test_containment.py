@@ -383,12 +383,12 @@ def test_a_log_that_is_a_link_out_of_the_workspace_is_never_appended_to(
     victim.write_text('{"kept": true}\n')
     (root / "mem_metadata" / "inbox").mkdir(parents=True)
     (root / "mem_metadata" / "inbox" / "inbox.jsonl").symlink_to(victim)
-    try:
-        daemon.call("workspace.open", {"agent_id": "linked", "path": str(root)})
-    except errors.RecalldError as exc:
-        assert "inbox.jsonl is a symbolic link, which recalld does not write through" in (
-            exc.message), exc.message
-    else:
-        raise AssertionError("opened with its inbox log a link")
+    # A link in the log's own place is damage, as a folder or FIFO there is: set aside
+    # (the link renamed, never followed), a new log made, the workspace served.
+    daemon.call("workspace.open", {"agent_id": "linked", "path": str(root)})
+    assert "inbox.jsonl is not a regular file (a symbolic link)" in daemon.log()
+    inbox = root / "mem_metadata" / "inbox"
+    [aside] = [p for p in inbox.iterdir() if ".corrupt" in p.name]
+    assert aside.is_symlink() and aside.readlink() == victim
     assert victim.read_text() == '{"kept": true}\n'
     assert daemon.call("daemon.ping")["pong"] is True
