@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,11 @@ def test_a_sync_cookie_a_kill_left_in_the_notes_is_removed_by_the_next_scan(
     cookie.touch()
     mine = root / "memory" / ".recalld-cookies.md"  # hidden, but not a cookie's name
     mine.write_text("mine", encoding="utf-8")
+    # Left before the workspace opens, on the coarse clock file times are taken from (in
+    # the same tick it would be as new as the open, which a live sync's cookie is).
+    made = cookie.stat().st_ctime_ns
+    while time.clock_gettime_ns(5) <= made:  # CLOCK_REALTIME_COARSE
+        pass
     daemon.call("workspace.open", {"agent_id": "tidy", "path": str(root)})
     daemon.call("index.sync", {"agent_id": "tidy"})  # its syncs' own cookies come and go
     assert sorted(p.name for p in cookie.parent.iterdir()) == [mine.name]
