@@ -237,9 +237,18 @@ class WatchedRoots:
 
     def make_roots(self, leave: frozenset[str] = frozenset()) -> None:
         """Create the roots that are missing but those named in ``leave`` (blocking)."""
-        for rel, root in zip(self.root_rels, self.roots, strict=True):
+        for rel in self.root_rels:
             if rel not in leave:
-                root.mkdir(parents=True, exist_ok=True)
+                self._make_below(rel)
+
+    def _make_below(self, rel: str) -> None:
+        """Make the root ``rel`` folder by folder below the workspace folder, never the
+        workspace folder itself: one removed meanwhile (a link in its place taken away) is
+        not made again, empty, where the user is about to put it back (FileNotFoundError)."""
+        folder = self.workspace
+        for name in rel.split("/"):
+            folder = folder / name
+            folder.mkdir(exist_ok=True)
 
     def make_removed_roots(self, leave: frozenset[str]) -> None:
         """Create the roots gone from a workspace folder still there, but those named in
@@ -249,7 +258,7 @@ class WatchedRoots:
         for rel, root in zip(self.root_rels, self.roots, strict=True):
             if rel not in leave and not os.path.lexists(root):
                 try:
-                    root.mkdir(parents=True, exist_ok=True)
+                    self._make_below(rel)
                 except OSError as exc:
                     log.debug("root %s not made again: %s", root, exc)
 
