@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 from recalld.daemon.jsontypes import JsonObject
 
@@ -67,7 +67,7 @@ class FileInfo:
                    rec.get("secret_name") is True, str(rec.get("encoding") or ""))
 
 
-def _record_keys(keys: Any) -> Sequence[int]:
+def _record_keys(keys: list[int]) -> Sequence[int]:
     """A catalog record's ``keys`` as :func:`compact_keys` makes them of their ints.
 
     Nearly every file's keys are consecutive ints, as the index hands them out: those
