@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_confine_writes import metadata_linked
 from waits import wait_committed, wait_for, workspace_status
 
 from recalld.daemon.memory import changelog, runjournal
@@ -48,12 +49,8 @@ def swapped(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     log.append([{"secret": "alice's"}])
     log.close()
     bob.mkdir()
-    confine.guard(bob)
-    try:
-        (bob / "mem_metadata").symlink_to(alice / "mem_metadata")
+    with metadata_linked(bob, alice):
         yield bob, alice
-    finally:
-        confine.release(bob)
 
 
 def test_the_storage_readers_refuse_a_link_in_place_of_a_folder(

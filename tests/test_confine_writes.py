@@ -9,6 +9,7 @@ vector index) on real files; the daemon test swaps a real daemon's folder.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,10 +53,18 @@ def swapped(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     (runs / "20261101T000000Z-a1b2c3.md").write_text("# run\n")
     (alice / "mem_metadata" / "inbox.jsonl").write_text("{}\n")
     (bob / "old").mkdir(parents=True)
+    with metadata_linked(bob, alice):
+        yield bob, alice
+
+
+@contextlib.contextmanager
+def metadata_linked(bob: Path, alice: Path) -> Iterator[None]:
+    """``bob`` (a folder) guarded as an open workspace, its ``mem_metadata/`` a link to
+    ``alice``'s, for the ``with`` block."""
     confine.guard(bob)
     try:
         (bob / "mem_metadata").symlink_to(alice / "mem_metadata")
-        yield bob, alice
+        yield
     finally:
         confine.release(bob)
 
