@@ -171,12 +171,14 @@ def test_a_mem0_message_larger_than_a_request_gets_its_recall(
         c.add_note("user-ines", "Ines keeps her kayak at the boathouse on pier 9.",
                    session_id="mem0-guide", name="mem0-guide", author="guide")
     fake.chat_default = scripted()
+    log = LOG[:LOG.index("步骤20000:")]  # over one request (1 MiB), no larger
+    assert len(orjson.dumps(log)) > 1 << 20
 
     async def main() -> None:
         mw = RecalldMem0Middleware(user_id="user-ines", agent_id="guide",
                                    mode="static_control", socket_path=daemon.socket_path)
         try:
-            await _reply(fake, mw, "guide", f"where is my kayak kept?\n{LOG}")
+            await _reply(fake, mw, "guide", f"where is my kayak kept?\n{log}")
         finally:
             await mw.close()
 
