@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
@@ -47,8 +48,8 @@ from recalld.daemon.index.embedcache import decode_f16
 from recalld.daemon.index.reme_chunks import ReMeChunk
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.providers.embedding_formats import DEFAULT_BASE_URLS
-from recalld.daemon.store.errors import StorageError
-from recalld.daemon.store.fsio import REAL
+from recalld.daemon.store.errors import CorruptState, StorageError
+from recalld.daemon.store.fsio import REAL, open_state
 from recalld.daemon.store.records import ZSTD_MAGIC, read_foreign_records
 
 log = logging.getLogger(__name__)
@@ -315,16 +316,22 @@ def load_npz(path: Path, dims: int) -> dict[str, F16]:
     import zipfile  # only an import with ReMe's caches reads one
 
     try:
-        size = path.stat().st_size
-        if size > MAX_NPZ_BYTES:
-            raise ValueError(f"{size} bytes is more than an embedding cache holds")
-        with zipfile.ZipFile(path) as zf:
-            members = sorted(zf.namelist())
-        if members != ["embeddings.npy", "keys.npy"]:
-            raise ValueError(f"unexpected members {members[:5]}")
-        with np.load(path, allow_pickle=False) as data:
-            keys, emb = data["keys"], data["embeddings"]
-    except (OSError, zipfile.BadZipFile, EOFError, KeyError) as exc:
+        # Opened as a state file is: a FIFO in its place is not waited on, a link there
+        # is not followed (both are refused as damage).
+        with open_state(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_NPZ_BYTES:
+                raise ValueError(f"{size} bytes is more than an embedding cache holds")
+            with zipfile.ZipFile(f) as zf:
+                members = sorted(zf.namelist())
+            if members != ["embeddings.npy", "keys.npy"]:
+                raise ValueError(f"unexpected members {members[:5]}")
+            f.seek(0)
+            with np.load(f, allow_pickle=False) as data:
+                keys, emb = data["keys"], data["embeddings"]
+    except CorruptState as exc:
+        raise ValueError(exc.reason) from None
+    except (OSError, StorageError, zipfile.BadZipFile, EOFError, KeyError) as exc:
         raise ValueError(f"not a readable archive: {exc}") from None
     if keys.dtype.kind != "U" or keys.ndim != 1:
         raise ValueError(f"keys of dtype {keys.dtype} and shape {keys.shape}")

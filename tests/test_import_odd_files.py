@@ -1,0 +1,49 @@
+"""A QwenPaw workspace whose files are not regular files where ReMe or QwenPaw keep them.
+
+A FIFO (a named pipe) in the place of one of ReMe's files is read by nobody: opening it
+for reading waits for a writer that never comes. It is refused with what it is, as a
+damaged file is, and the rest of the workspace is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from conftest import DaemonHandle
+from reme_fixture_util import copy_fixture, fixture_provider, passage_texts
+from test_import_qwenpaw import agent_json, cli
+
+from recalld.daemon.index import reme_import
+
+
+def test_a_fifo_or_link_in_place_of_remes_cache_is_refused(daemon: DaemonHandle,
+                                                           tmp_path: Path) -> None:
+    kept = tmp_path / "kept.npz"
+    for kind in ("fifo", "link"):
+        ws = copy_fixture(tmp_path / kind)
+        (ws / "agent.json").write_text(json.dumps(agent_json()), "utf-8")
+        npz = next((ws / "mem_metadata" / reme_import.EMBEDDING_DIR).glob("*.npz"))
+        if not kept.exists():
+            shutil.copy(npz, kept)
+        npz.unlink()
+        if kind == "fifo":
+            os.mkfifo(npz)
+        else:  # a good cache file, but elsewhere: not read through the link
+            npz.symlink_to(kept)
+        stored = reme_import.read_store(ws / "mem_metadata")
+        assert stored is not None
+        with fixture_provider() as fake:
+            proc = cli(daemon, "--json", "import-qwenpaw", str(ws), "--agent", kind)
+            assert proc.returncode == 0, proc.stderr
+            vec = json.loads(proc.stdout)["import"]["vectors"]
+            assert "not a regular file" in vec["reme"]["refused"][npz.name], vec
+            # The chunk store's vectors, with nothing in ReMe's cache to contradict them.
+            assert vec["reused_from_reme"] == len(stored) and vec["to_embed"] == 0
+            text = cli(daemon, "import-qwenpaw", str(ws), "--agent", kind).stdout
+            assert f"refused {npz.name}: " in text, text
+            assert passage_texts(fake) == []
+        assert npz.is_symlink() or npz.is_fifo()  # ReMe's files are left as they are
+
