@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from recalld.ipc import paths
+
 #: Workspace-level fields QwenPaw writes that recalld accepts and ignores, with the reason.
 IGNORED_WORKSPACE: dict[str, str] = {
     "auto_memory_inbox_push_enabled":
@@ -230,7 +232,7 @@ def read_agent_json(value: object, cfg_path: Path) -> Mapping[str, object]:
         raise ValueError(f"{cfg_path}: qwenpaw_agent_json must be a path")
     path = cfg_path.parent / Path(value).expanduser()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(paths.read_regular_file(path).decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None
     if not isinstance(data, Mapping):

@@ -117,7 +117,7 @@ def earlier_imports(client: Client, name: str, agent: str, root: Path) -> list[s
 def read_agent_json(path: Path, explicit: bool) -> JsonObject | None:
     """The parsed ``agent.json`` (None when absent and not named explicitly)."""
     try:
-        raw = path.read_bytes()
+        raw = paths.read_regular_file(path)
     except FileNotFoundError:
         if explicit:
             raise errors.InvalidParams(f"{path}: no such file") from None
@@ -141,7 +141,7 @@ def qwenpaw_home_agents(root: Path) -> dict[str, Path] | None:
     if (root / "agent.json").exists():
         return None  # an agent's workspace
     try:
-        data = orjson.loads((root / "config.json").read_bytes())
+        data = orjson.loads(paths.read_regular_file(root / "config.json"))
     except (OSError, orjson.JSONDecodeError):
         return None
     agents = data.get("agents") if isinstance(data, dict) else None

@@ -22,6 +22,7 @@ since the daemon and its clients need not share a working directory. A relative
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -120,6 +121,35 @@ def config_path(explicit: str | os.PathLike[str] | None = None,
     return utf8_path(Path(base).expanduser() / "recalld" / "config.toml",
                      "$XDG_CONFIG_HOME/recalld/config.toml" if xdg_dir(env, "XDG_CONFIG_HOME")
                      else "~/.config/recalld/config.toml")
+
+
+class NotRegularFile(OSError):
+    """A FIFO, device, socket or directory where a file to read was named."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def read_regular_file(path: Path) -> bytes:
+    """All bytes of the regular file at ``path`` (a link to one is followed).
+
+    Anything else raises NotRegularFile saying what it is: opening a FIFO for reading
+    would wait for a writer that may never come, a device may never end. Other OSErrors
+    (FileNotFoundError, ...) are the caller's.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a socket
+            raise NotRegularFile("not a regular file (a socket)") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                    else "a device or socket")
+            raise NotRegularFile(f"not a regular file ({kind})")
+        return f.read()
 
 
 def read_config(path: Path, *, required: bool = False) -> dict[str, object]:

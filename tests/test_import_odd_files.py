@@ -1,8 +1,8 @@
 """A QwenPaw workspace whose files are not regular files where ReMe or QwenPaw keep them.
 
-A FIFO (a named pipe) in the place of one of ReMe's files is read by nobody: opening it
-for reading waits for a writer that never comes. It is refused with what it is, as a
-damaged file is, and the rest of the workspace is imported.
+A FIFO (a named pipe) in the place of one of ReMe's files or of ``agent.json`` is read by
+nobody: opening it for reading waits for a writer that never comes. It is refused with
+what it is, as a damaged file is, and the rest of the workspace is imported.
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
 from conftest import DaemonHandle
 from reme_fixture_util import copy_fixture, fixture_provider, passage_texts
 from test_import_qwenpaw import agent_json, cli
 
+from recalld.daemon import config
 from recalld.daemon.index import reme_import
 
 
@@ -47,3 +49,18 @@ def test_a_fifo_or_link_in_place_of_remes_cache_is_refused(daemon: DaemonHandle,
             assert passage_texts(fake) == []
         assert npz.is_symlink() or npz.is_fifo()  # ReMe's files are left as they are
 
+
+def test_an_agent_json_that_is_a_fifo_is_refused(daemon: DaemonHandle, tmp_path: Path) -> None:
+    ws = copy_fixture(tmp_path / "coder")
+    os.mkfifo(ws / "agent.json")
+    for args in ((), ("--agent-json", str(ws / "agent.json"))):
+        proc = cli(daemon, "import-qwenpaw", str(ws), *args)
+        assert proc.returncode == 2, proc
+        assert f"{ws / 'agent.json'}: not a regular file" in proc.stderr, proc.stderr
+    assert [w["agent_id"] for w in daemon.call("workspace.list")["workspaces"]] == ["default"]
+    # The same file named by the config file: the configuration is refused, saying why.
+    cfg_file = tmp_path / "config.toml"
+    cfg_file.write_text(f'[workspaces.coder]\npath = "{ws}"\n'
+                        'qwenpaw_agent_json = "coder/agent.json"\n', "utf-8")
+    with pytest.raises(config.ConfigError, match=r"agent\.json: not a regular file \(a FIFO\)"):
+        config.load(config=cfg_file, environ={"HOME": str(tmp_path)})
