@@ -14,11 +14,16 @@ from pathlib import Path
 
 import pytest
 from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider
 from reme_fixture_util import copy_fixture, fixture_provider, passage_texts
 from test_import_qwenpaw import agent_json, cli
+from test_reme_dream import AGENT, NoteRecorder, dream, open_ws
 
 from recalld.daemon import config
 from recalld.daemon.index import reme_import
+from recalld.daemon.memory.reme_dream import REME_DREAM_CATALOG
+from recalld.daemon.store.fsio import REAL
+from recalld.daemon.store.records import read_foreign_records, write_records
 
 
 def test_a_fifo_or_link_in_place_of_remes_cache_is_refused(daemon: DaemonHandle,
@@ -64,3 +69,24 @@ def test_an_agent_json_that_is_a_fifo_is_refused(daemon: DaemonHandle, tmp_path:
                         'qwenpaw_agent_json = "coder/agent.json"\n', "utf-8")
     with pytest.raises(config.ConfigError, match=r"agent\.json: not a regular file \(a FIFO\)"):
         config.load(config=cfg_file, environ={"HOME": str(tmp_path)})
+
+
+def test_paths_no_note_can_have_in_remes_dream_record_are_skipped(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # ReMe's dream record damaged or written by something else: a path with a NUL byte,
+    # one leaving the workspace, one too long for the file system. None of them is a
+    # note; the other records still count, for the import report as for the dream.
+    ws = copy_fixture(tmp_path / "ws")
+    record = ws / "mem_metadata" / REME_DREAM_CATALOG
+    records = read_foreign_records(record).records
+    odd = ["memory/2026-06-10/a\x00b.md", "memory/../../outside.md",
+           "memory/2026-06-10/" + "n" * 300 + ".md"]
+    write_records(REAL, record, [*records, *({"path": p, "st_mtime": 1.0} for p in odd)])
+    model = NoteRecorder(fake)
+    open_ws(daemon, ws, fake)
+    report = daemon.call("workspace.open", {"agent_id": AGENT, "path": str(ws),
+                                            "import_report": True})["import"]["dream"]
+    assert report["recognised"] == len(records) and report["gone"] == 0, report
+    result = dream(daemon)
+    assert result["recognised_from_reme"] == len(records)
+    assert not set(model.notes) & {r["path"] for r in records}

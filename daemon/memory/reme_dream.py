@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from recalld.daemon import safepath
 from recalld.daemon.index import reme_import
 from recalld.daemon.index.reme_chunks import ReMeChunk, still_says
 from recalld.daemon.memory.fileops import read_confined
@@ -83,6 +84,11 @@ def read_reme_dreamed(root: Path, metadata_dir: str, daily_dir: str,
             continue
         if not rel.startswith(prefix) or not rel.endswith(".md"):
             continue  # day indexes (``memory/<day>.md``)
+        try:
+            safepath.split_relative(rel)
+        except RecalldError:  # a NUL byte, ``..``, a name too long: no note of this workspace
+            out.skipped += 1
+            continue
         ours = (known or {}).get(rel)
         try:
             st = os.stat(root / rel, follow_symlinks=False)
