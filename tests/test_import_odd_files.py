@@ -7,11 +7,14 @@ what it is, as a damaged file is, and the rest of the workspace is imported.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
+import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
@@ -90,3 +93,52 @@ def test_paths_no_note_can_have_in_remes_dream_record_are_skipped(
     result = dream(daemon)
     assert result["recognised_from_reme"] == len(records)
     assert not set(model.notes) & {r["path"] for r in records}
+
+
+def npy_bytes(arr: np.ndarray, shape: tuple[int, ...] | None = None) -> bytes:
+    """``arr`` as a .npy file, its header claiming ``shape`` when given."""
+    header = np.lib.format.header_data_from_array_1_0(arr)
+    if shape is not None:
+        header["shape"] = shape
+    out = io.BytesIO()
+    np.lib.format.write_array_header_1_0(out, header)
+    return out.getvalue() + arr.tobytes()
+
+
+def test_a_cache_file_declaring_more_than_it_holds_is_refused(daemon: DaemonHandle,
+                                                              tmp_path: Path) -> None:
+    # A damaged header claims 2**36 vectors: numpy would allocate them all before
+    # finding the data missing, and the MemoryError failed the whole workspace.
+    ws = copy_fixture(tmp_path / "coder")
+    (ws / "agent.json").write_text(json.dumps(agent_json()), "utf-8")
+    npz = next((ws / "mem_metadata" / reme_import.EMBEDDING_DIR).glob("*.npz"))
+    with np.load(npz) as data:
+        keys, emb = data["keys"], data["embeddings"]
+    with zipfile.ZipFile(npz, "w") as zf:
+        zf.writestr("keys.npy", npy_bytes(keys))
+        zf.writestr("embeddings.npy", npy_bytes(emb, (2**36, emb.shape[1])))
+    stored = reme_import.read_store(ws / "mem_metadata")
+    assert stored is not None
+    with fixture_provider() as fake:
+        proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+        assert proc.returncode == 0, proc.stderr
+        vec = json.loads(proc.stdout)["import"]["vectors"]
+        assert "embeddings.npy declares" in vec["reme"]["refused"][npz.name], vec
+        assert vec["reused_from_reme"] == len(stored) and vec["to_embed"] == 0
+        assert passage_texts(fake) == []
+    ws_state = next(w for w in daemon.call("workspace.list")["workspaces"]
+                    if w["agent_id"] == "coder")
+    assert ws_state["state"] == "ready"
+
+
+def test_a_cache_file_larger_unpacked_than_a_cache_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Compressed, an archive of zeros is small on disk and large once read.
+    monkeypatch.setattr(reme_import, "MAX_NPZ_BYTES", 1 << 20)
+    npz = tmp_path / "default_v1_0123456789ab.npz"
+    rows = 1 << 14
+    np.savez_compressed(npz, keys=np.array([f"{i:064x}" for i in range(rows)]),
+                        embeddings=np.zeros((rows, 64), np.float16))
+    assert npz.stat().st_size < reme_import.MAX_NPZ_BYTES
+    with pytest.raises(ValueError, match="unpacked"):
+        reme_import.load_npz(npz, 64)

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -51,6 +52,9 @@ from recalld.daemon.providers.embedding_formats import DEFAULT_BASE_URLS
 from recalld.daemon.store.errors import CorruptState, StorageError
 from recalld.daemon.store.fsio import REAL, open_state
 from recalld.daemon.store.records import ZSTD_MAGIC, read_foreign_records
+
+if TYPE_CHECKING:
+    import zipfile
 
 log = logging.getLogger(__name__)
 
@@ -314,6 +318,7 @@ def load_npz(path: Path, dims: int) -> dict[str, F16]:
     anything else raises ValueError, as does an archive with no finite vector (one with
     some gives those)."""
     import zipfile  # only an import with ReMe's caches reads one
+    import zlib
 
     try:
         # Opened as a state file is: a FIFO in its place is not waited on, a link there
@@ -324,14 +329,16 @@ def load_npz(path: Path, dims: int) -> dict[str, F16]:
                 raise ValueError(f"{size} bytes is more than an embedding cache holds")
             with zipfile.ZipFile(f) as zf:
                 members = sorted(zf.namelist())
-            if members != ["embeddings.npy", "keys.npy"]:
-                raise ValueError(f"unexpected members {members[:5]}")
+                if members != ["embeddings.npy", "keys.npy"]:
+                    raise ValueError(f"unexpected members {members[:5]}")
+                _check_sizes(zf)
             f.seek(0)
             with np.load(f, allow_pickle=False) as data:
                 keys, emb = data["keys"], data["embeddings"]
     except CorruptState as exc:
         raise ValueError(exc.reason) from None
-    except (OSError, StorageError, zipfile.BadZipFile, EOFError, KeyError) as exc:
+    except (OSError, StorageError, zipfile.BadZipFile, zlib.error, EOFError,
+            KeyError) as exc:
         raise ValueError(f"not a readable archive: {exc}") from None
     if keys.dtype.kind != "U" or keys.ndim != 1:
         raise ValueError(f"keys of dtype {keys.dtype} and shape {keys.shape}")
@@ -347,6 +354,29 @@ def load_npz(path: Path, dims: int) -> dict[str, F16]:
         log.warning("ReMe embedding cache %s: %d vector(s) with non-finite values left out",
                     path, int((~finite).sum()))
     return {str(k): rows[i] for i, k in enumerate(keys) if finite[i]}
+
+
+def _check_sizes(zf: zipfile.ZipFile) -> None:
+    """ValueError unless the archive's arrays unpack to at most ``MAX_NPZ_BYTES`` and each
+    array's header declares no more data than its member holds: numpy allocates what a
+    header declares before it reads (a damaged one asked for terabytes, and the
+    MemoryError failed the whole workspace)."""
+    total = sum(info.file_size for info in zf.infolist())
+    if total > MAX_NPZ_BYTES:
+        raise ValueError(f"{total} bytes unpacked is more than an embedding cache holds")
+    for info in zf.infolist():
+        with zf.open(info) as member:
+            version = np.lib.format.read_magic(member)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+            elif version == (2, 0):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+            else:
+                raise ValueError(f"{info.filename}: .npy format {version} not read")
+        declared = math.prod(shape) * dtype.itemsize
+        if declared > info.file_size:
+            raise ValueError(f"{info.filename} declares {declared} bytes of data, "
+                             f"more than its {info.file_size}")
 
 
 #: Two vectors of one text closer than this (cosine) are of one space: a provider's own
