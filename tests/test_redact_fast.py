@@ -4,7 +4,9 @@
 anchors of the context rules with one factored pattern (``anchors``), and runs a token
 rule's pattern before looking for its hints where the runs are a small part of the text.
 Each must give what the plain definitions give: ``TOKEN_RUN.finditer``, one ``find`` loop
-per anchor word, and every rule's hints checked first.
+per anchor word, and every rule's hints checked first; and it reads a text through
+the invisible characters inside its tokens by one pass over their runs, as dropping them
+one by one and mapping each span back gives.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from recalld.daemon.memory import secret_anchors, secret_rules
 from recalld.daemon.memory.redact import _merge, find_spans
 from recalld.daemon.memory.secret_anchors import anchor_words, anchors
 from recalld.daemon.memory.secret_rules import (
+    INVISIBLE_IN_TOKEN,
     RULES,
     TOKEN_RUN,
     Rule,
@@ -53,6 +56,17 @@ def reference_anchors(text: str, lower: str) -> list[int]:
 
 
 def reference_find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]:
+    """:func:`_hints_first` on the text, and on the text without the invisible
+    characters inside its tokens, each span found there mapped back by the positions of
+    the characters kept."""
+    hidden = {i for m in INVISIBLE_IN_TOKEN.finditer(text) for i in range(*m.span())}
+    kept = [i for i in range(len(text)) if i not in hidden]
+    seen = "".join(text[i] for i in kept)
+    return _merge(_hints_first(text, rules) + [
+        (kept[s], kept[e - 1] + 1) for s, e in (_hints_first(seen, rules) if hidden else [])])
+
+
+def _hints_first(text: str, rules: Sequence[Rule]) -> list[Span]:
     """Every rule's hints checked first, each rule's pattern run where they are (on the
     text with full-width ASCII forms read as ASCII, as the rules read it)."""
     if not text:
@@ -82,7 +96,8 @@ _PIECE = st.sampled_from([
     " ", "\n", "\n\n", ". ", ", ", ": ", "=", "-", "_", "/", "the note says ", "password",
     "Password", "PASS", "pw", "apin", "appat", "token", "api_key", "dbPassword", "DB_",
     "--token ", "sig=", "://", "user:", "@host", "Bearer ", "key-", "sk-", "ghp_", "AKIA",
-    "akia", "eyJ", "密码是", "口令：", "记忆", "中文", "😀", "🔑", "é", "İ", "ß", "ﬃ",
+    "akia", "eyJ", "\u200b", "\u00ad", "\ufeff",
+    "密码是", "口令：", "记忆", "中文", "😀", "🔑", "é", "İ", "ß", "ﬃ",
     "a" * 15, "b" * 16, "c" * 17, "x9Y" * 7, "0123456789abcdef" * 3, "-" * 16, "Q~",
 ])
 _TEXT = st.lists(_PIECE | st.sampled_from(_SECRETS) | st.sampled_from(_SENTENCES),

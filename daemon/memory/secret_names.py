@@ -55,10 +55,19 @@ def _hints() -> re.Pattern[str] | None:
 
 def could_hold(name: str) -> bool:
     """Could the redaction rules find anything in ``name``? False only when they cannot."""
+    from recalld.daemon.memory.secret_rules import INVISIBLE_IN_TOKEN
+
+    if name.isascii():
+        return _could_hold(name)
+    name = name.translate(_FULLWIDTH)  # read as the rules read it: as it is, and as it
+    # shows (without what shows nothing inside a token)
+    visible = INVISIBLE_IN_TOKEN.sub("", name)
+    return _could_hold(name) or (visible != name and _could_hold(visible))
+
+
+def _could_hold(name: str) -> bool:
     from recalld.daemon.memory.secret_rules import rules_token_prefilter, token_runs
 
-    if not name.isascii():
-        name = name.translate(_FULLWIDTH)  # read as the rules read it
     runs = token_runs(name)
     if runs:
         tokens = rules_token_prefilter()

@@ -106,6 +106,19 @@ _SKIP_TO_RUN: Final = re.compile(
     rf"({_RUN_CHAR}{{{MIN_RUN_CHARS},}})?")
 
 
+#: Characters that show nothing (format characters: zero-width space and joiners, soft
+#: hyphen, word joiner, byte order mark, bidi marks; the combining grapheme joiner,
+#: variation selectors) between two token characters. Put inside a key (by a page or a
+#: chat that breaks long words, or on purpose) they cut it into pieces no rule knows while
+#: it still reads and copies as one: the rules read a text without them too
+#: (``redact.find_spans``). Between letters of other scripts (a Persian word's joiner)
+#: they belong to the text.
+INVISIBLE_IN_TOKEN: Final = re.compile(
+    rf"(?<={_RUN_CHAR})[\u00ad\u034f\u061c\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
+    rf"\u202a-\u202e\u2060-\u206f\ufe00-\ufe0f\ufeff\ufff9-\ufffb"
+    rf"\U000e0000-\U000e0fff]+(?={_RUN_CHAR})")
+
+
 def token_runs(text: str) -> list[Span]:
     """The spans of ``TOKEN_RUN``'s matches in ``text`` (``finditer``'s, found faster)."""
     return [m.span(1) for m in _SKIP_TO_RUN.finditer(text) if m.start(1) >= 0]

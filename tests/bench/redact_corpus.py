@@ -236,7 +236,23 @@ KINDS: dict[str, tuple[Callable[[random.Random], str], tuple[str, ...]]] = {
     "base64_wrapped": (lambda r: _b64_of(rng_choice(r, ["ghp_", "sk-proj-", "glpat-"])
                                          + _mixed(r, B62, 36)),
                        ("echo {s} | base64 -d", "the blob {s} from the manifest")),
+    "invisible_cut": (lambda r: _invisible_cut(r),
+                      ("the token is {s}", "copied from the wiki: {s}", "KEY={s}")),
 }
+
+
+#: Characters that show nothing, as pages and chats put them inside long words.
+INVISIBLE = ("\u200b", "\u00ad", "\u2060", "\ufeff", "\u200c")
+
+
+def _invisible_cut(rng: random.Random) -> str:
+    """A prefixed token with one or two invisible characters inside it."""
+    token = rng_choice(rng, ["ghp_", "sk-ant-api03-", "glpat-", "xoxb-1234567890-"]) \
+        + _mixed(rng, B62, 36)
+    for _ in range(rng.randint(1, 2)):
+        at = rng.randrange(2, len(token) - 2)
+        token = token[:at] + rng.choice(INVISIBLE) + token[at:]
+    return token
 
 
 def _b64_of(text: str) -> str:
