@@ -71,10 +71,13 @@ FORMAT_VERSION = 1
 # credential word, "the token passing-scheme-for-rings"; a token whose alphabet holds
 # "-" is found with a "-" or "_" joining a word right after it, ``old_<secret>-2.md``, and
 # base64 wrapping a token right after a "/", ``digest/procedure/<base64>.md``); 22: a
-# token is read through characters that show nothing inside it (``redact._INVISIBLE``); a
-# generation saved under other rules has its files chunked, masked and tokenized again after a load.
+# token is read through characters that show nothing inside it
+# (``secret_rules.INVISIBLE_IN_TOKEN``); 23: a number after a count of tokens
+# (``max_tokens: 4096``) and a setting of words and a number (``token_budget=2000``) are
+# not masked; a generation saved under other rules has its files chunked, masked and
+# tokenized again after a load.
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 22
+CHUNKING = 23
 # Checked after a warm start is serving: the mapped arrays (hundreds of MB at 100k chunks,
 # slow to hash) and the chunk records, which a load reads only when the table is bad.
 DEFERRED = ("bm25", "chunk_table", "chunks")

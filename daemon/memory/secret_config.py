@@ -66,9 +66,9 @@ def _block(text: str, a: int) -> Span | None:
     if first < 0:
         return None
     value = " ".join(lines)
-    if kind in ("key", "datakey", "session"):
+    if kind in ("key", "datakey", "random"):
         joined = "".join(lines)
-        ok = looks_random(joined, 12) if kind == "session" else keyish(
+        ok = looks_random(joined, 12) if kind == "random" else keyish(
             joined, data=kind == "datakey")
         return (first, end) if ok else None
     span = value_span(kind, value, first, phrase_words(m.group("key")))

@@ -51,13 +51,15 @@ _NAME_SPLIT = re.compile(r"[_.\-\s]+|(?<=[a-z0-9])(?=[A-Z])")
 
 #: A name ending in one of these names something about a credential, not the credential:
 #: where it is (``password_file``, ``token_url``, ``api_key_env``, ``--password-stdin``),
-#: what kind (``auth_type``, ``signature_algorithm``) or how long it lasts (``token_ttl``).
+#: what kind (``auth_type``, ``signature_algorithm``), how long it lasts (``token_ttl``,
+#: ``token_expiry_s``) or how many there may be (``token_limit``, ``api_key_quota``).
 _ABOUT_PARTS: Final = frozenset({
     "file", "files", "path", "dir", "url", "uri", "endpoint", "host", "env", "var", "stdin",
     "cmd", "command", "type", "kind", "name", "algorithm", "alg", "format", "mode", "length",
     "len", "ttl", "timeout", "expiry", "expires", "lifetime", "seconds", "secs", "ms",
     "minutes", "hours", "days", "count", "policy", "prompt", "label", "field", "header",
-    "required", "enabled", "rounds", "attempts", "provider", "helper", "source",
+    "required", "enabled", "rounds", "attempts", "provider", "helper", "source", "limit",
+    "limits", "budget", "quota", "usage", "max", "min", "s", "sec",
 })
 
 
@@ -74,15 +76,22 @@ def name_kind(name: str) -> str | None:
     """'password' for password-like names, 'secret' for other credential names, 'key' for
     names ending in key (need a random-looking value, a UUID or a long hex string),
     'datakey' for a bare "key" or a data key's name (see ``keyish``),
-    'session' for a session's id (a random-looking value), None otherwise (also a name
-    about a credential: see ``_ABOUT_PARTS``)."""
+    'random' for a name whose value is a credential only when it looks random (a
+    session's id; a count of a model's tokens, ``max_tokens``), None otherwise (also a
+    name about a credential: see ``_ABOUT_PARTS``)."""
     parts = [p.lower() for p in _NAME_SPLIT.split(name.strip("\"'`$-[]")) if p]
     if not parts or (len(parts) >= 2 and parts[-1] in _ABOUT_PARTS):
         return None
     joined = {a + b for a, b in itertools.pairwise(parts)}
     if any(p in _PASSWORD_PARTS or p.endswith(_PASSWORD_ENDINGS) for p in parts):
         return "password"
-    if any(p in _STRONG_PARTS for p in parts) or joined & _STRONG_PARTS - _ONE_WORD:
+    strong = {p for p in parts if p in _STRONG_PARTS} | (joined & _STRONG_PARTS - _ONE_WORD)
+    if strong == {"tokens"}:
+        # A model's tokens counted (``max_tokens: 4096``, ``total_tokens``,
+        # ``tokens_per_minute``), far more often than a list of credentials: a number
+        # there is no secret; a random-looking value still is.
+        return "random"
+    if strong:
         return "secret"
     if parts[-1] in ("key", "keys"):
         return "datakey" if len(parts) == 1 or parts[-2] in _DATA_KEY_PARTS else "key"
@@ -92,7 +101,7 @@ def name_kind(name: str) -> str | None:
     # number, "telegram-12345") far more often than a web session's token in memory: only
     # a value that looks random is one.
     if joined & _ONE_WORD:
-        return "session"
+        return "random"
     return None
 
 
@@ -121,7 +130,7 @@ def value_span(kind: str, value: str, start: int, min_words: int,
         if (inner.startswith(("[REDACTED", "${", "{{", "<")) or PLACEHOLDER.match(inner)
                 or len(inner) < 3
                 or (kind in ("key", "datakey") and not keyish(inner, data=kind == "datakey"))
-                or (kind == "session" and not looks_random(inner, 12))):
+                or (kind == "random" and not looks_random(inner, 12))):
             return None
         return start + 1, start + len(value) - 1
     words = value.split()
@@ -130,7 +139,7 @@ def value_span(kind: str, value: str, start: int, min_words: int,
         return None  # a remark in brackets: "password: (see the wiki)"
     if kind in ("key", "datakey"):
         return (start, start + len(first)) if keyish(first, data=kind == "datakey") else None
-    if kind == "session":
+    if kind == "random":
         return (start, start + len(first)) if looks_random(first, 12) else None
     if looks_secret(first):
         return start, start + len(first)
@@ -218,7 +227,7 @@ def find_assignments(text: str, starts: Sequence[int]) -> Iterable[Span]:
         m = _XML.match(text, a - 1) if a and text[a - 1] == "<" else None
         if m is not None and (kind := name_kind(m.group("key"))) is not None:
             value = m.group("value").strip()
-            if kind == "session":
+            if kind == "random":
                 if looks_random(value, 12):
                     yield m.start("value"), m.end("value")
             elif value and (looks_secret(value) or kind == "password"):
@@ -322,7 +331,8 @@ def find_statements(text: str, starts: Sequence[int]) -> Iterable[Span]:
             continue
         if value[:1] == "“":
             value = '"' + value[1:-1] + '"'
-        if cred.lower().endswith("s") and not cred.lower().endswith(("pass", "ss")):
+        if (kind != "random" and cred.lower().endswith("s")
+                and not cred.lower().endswith(("pass", "ss"))):
             kind = "secret"  # "PINs are ...", "passwords are ...": about them in general
         first = value.split()[0] if value.split() else ""
         if first.endswith("ly") and not any(c.isdigit() for c in first):

@@ -69,10 +69,10 @@ _NUMBERED_WORD = re.compile(r"[A-Z]?[a-z]{2,}\d{1,4}")
 
 
 def _compound(value: str) -> bool:
-    """Words joined by ``-``, ``_`` or ``.`` ("NLRP12-associated", "helix-loop-helix",
-    "test_disk_full", "Python3-compatible-wrapper"): every piece a lowercase word, a word
-    with a number after it, or short; one a real word."""
-    pieces = [p for p in re.split(r"[-_.]+", value) if p]
+    """Words joined by ``-``, ``_``, ``.`` or ``=`` ("NLRP12-associated", "helix-loop-helix",
+    "test_disk_full", "Python3-compatible-wrapper", a setting "max_batch_size=2000"): every
+    piece a lowercase word, a word with a number after it, or short; one a real word."""
+    pieces = [p for p in re.split(r"[-_.=]+", value) if p]
     return len(pieces) >= 2 and any(len(p) >= 4 and p.isalpha() and p.islower() for p in pieces) \
         and all((p.isalpha() and (p.islower() or p.istitle())) or len(p) <= 6
                 or _NUMBERED_WORD.fullmatch(p) for p in pieces)
