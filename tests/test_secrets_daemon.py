@@ -368,6 +368,24 @@ def test_a_token_split_over_two_messages_is_masked_in_both(
     assert not [p for p in (token[:18], token[18:], key[:13], key[13:]) if p in pending], pending
 
 
+def test_a_url_cut_inside_its_password_is_masked_in_both_calls(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    """The cut falls inside a connection URL's password, before its ``@``: the first call
+    is logged before the second comes, and ends in what can only be a password (a port
+    is digits); the second starts with the rest of it. A URL ending in a port stays."""
+    root = tmp_path / "ws"
+    d = daemon_factory(_config(root, fake))
+    pw = "Zx" + _rand(10)
+    for n, text in enumerate((f"the db is postgres://app:{pw[:6]}",
+                              f"{pw[6:]}@db.internal:5432/prod ok",
+                              "and the api runs at http://localhost:8080")):
+        d.call("memory.add_turns", {"agent_id": "w", "session_id": "url", "messages": [
+            {"role": "user", "content": text}], "request_id": f"url-{n}"})
+    pending = (root / "mem_metadata" / "sessions" / "pending.jsonl").read_text()
+    assert "postgres://app:[REDACTED]" in pending and "http://localhost:8080" in pending
+    assert not [p for p in (pw[:6], pw[6:]) if p in pending], pending
+
+
 def test_session_ids_in_notes_recalld_writes_are_indexed_as_written(
         daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
     """A conversation's id (a random-looking slug, a chat's number, a ULID, a nanoid, a

@@ -336,6 +336,14 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
     _regex_rule("url_password", ("://",),
                 r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@\"'<>]*:([^\s/\"'<>]+)@(?=[\w.\-\[])",
                 group=1, check=lambda v: not PLACEHOLDER.match(v), token=False),
+    # A text that ends inside such a URL's password, before its ``@`` (a chat client cut
+    # a long paste into two messages there): what follows the user's ``:`` is no port
+    # (digits), nor a word standing for one (``host:port``, ``user:password``, ``PORT``).
+    _regex_rule("url_password", ("://",),
+                r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@\"'<>\[\]]*:([^\s/@\"'<>\[\]]+)\Z",
+                group=1, check=lambda v: not (
+                    v.isdigit() or (v.isalpha() and (v.islower() or v.isupper()))
+                    or PLACEHOLDER.match(v) or v.startswith(("$", "%", "{"))), token=False),
     # A line of a PostgreSQL password file: ``host:port:database:user:password``.
     _regex_rule("pgpass", (":",),
                 r"(?m)^[\w.\-*]+:(?:\d{2,5}|\*):[\w.\-*]+:[\w.\-*@]+:([^\s:]{3,200})[ \t]*$",
