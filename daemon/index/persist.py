@@ -74,10 +74,11 @@ FORMAT_VERSION = 1
 # token is read through characters that show nothing inside it
 # (``secret_rules.INVISIBLE_IN_TOKEN``); 23: a number after a count of tokens
 # (``max_tokens: 4096``) and a setting of words and a number (``token_budget=2000``) are
-# not masked; 24: a text ending inside a URL's password, before its "@", is; a generation
+# not masked; 24: a text ending inside a URL's password, before its "@", is; 25: a number
+# after a tokenizer's token id (``eos_token_id: 151645``) is not; a generation
 # saved under other rules has its files chunked, masked and tokenized again after a load.
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 24
+CHUNKING = 25
 # Checked after a warm start is serving: the mapped arrays (hundreds of MB at 100k chunks,
 # slow to hash) and the chunk records, which a load reads only when the table is bad.
 DEFERRED = ("bm25", "chunk_table", "chunks")

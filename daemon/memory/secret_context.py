@@ -86,10 +86,12 @@ def name_kind(name: str) -> str | None:
     if any(p in _PASSWORD_PARTS or p.endswith(_PASSWORD_ENDINGS) for p in parts):
         return "password"
     strong = {p for p in parts if p in _STRONG_PARTS} | (joined & _STRONG_PARTS - _ONE_WORD)
-    if strong == {"tokens"}:
+    if strong == {"tokens"} or (strong and strong <= {"token", "tokens"}
+                                and parts[-1] in ("id", "ids")):
         # A model's tokens counted (``max_tokens: 4096``, ``total_tokens``,
-        # ``tokens_per_minute``), far more often than a list of credentials: a number
-        # there is no secret; a random-looking value still is.
+        # ``tokens_per_minute``) or a token's number in its vocabulary (``eos_token_id``),
+        # far more often than a list of credentials: a number there is no secret; a
+        # random-looking value still is.
         return "random"
     if strong:
         return "secret"
