@@ -81,6 +81,23 @@ def test_a_key_cut_by_invisible_characters_is_masked_whole(
         assert _leaks(str(found)) == [], key[:8]
 
 
+def test_a_key_cut_between_two_messages_at_an_invisible_character_is_masked(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    """A chat client cuts a long paste in two messages where an invisible character sits
+    inside the key: it ends the first message or starts the second."""
+    root = tmp_path / "ws"
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\nauto_memory_interval = 0\n')
+    for n, (head, tail) in enumerate(((GITHUB[:14] + "\u200b", GITHUB[14:]),
+                                      (ANTHROPIC[:30], "\u00ad\u2060" + ANTHROPIC[30:]))):
+        d.call("memory.add_turns", {"agent_id": "w", "session_id": f"cut{n}", "messages": [
+            {"role": "user", "content": f"pasting it: {head}"},
+            {"role": "user", "content": f"{tail} and that is all"}]})
+    pending = (root / "mem_metadata" / "sessions" / "pending.jsonl").read_text()
+    assert pending.count("pasting it: [REDACTED]") == 2, pending
+    assert pending.count("[REDACTED] and that is all") == 2, pending
+    assert _leaks(pending) == []
+
+
 def test_redaction_reads_a_key_through_invisible_characters() -> None:
     """The rules read a token as it shows: whatever invisible characters are inside it,
     however many, and wherever in it."""

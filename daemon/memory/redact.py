@@ -24,6 +24,7 @@ from recalld.daemon.memory.secret_anchors import ANCHOR_WORDS, anchor_words, anc
 from recalld.daemon.memory.secret_names import MASK as MASK
 from recalld.daemon.memory.secret_rules import (
     FORMAT_RULES,
+    INVISIBLE_CHARS,
     INVISIBLE_IN_TOKEN,
     MIN_RUN_CHARS,
     RULES,
@@ -313,10 +314,11 @@ def redact_parts(parts: Sequence[str], also: Sequence[Sequence[Span]] = ()) -> l
 
 
 #: How much of each side of a seam between two messages is read, and the token runs a
-#: secret cut there is made of (``secret_rules.TOKEN_RUN``'s characters).
+#: secret cut there is made of (``secret_rules.TOKEN_RUN``'s characters; characters that
+#: show nothing, ``secret_rules.INVISIBLE_CHARS``, may end the one or start the other).
 _SEAM: Final = 400
-_RUN_END: Final = re.compile(rf"[{RUN_CHARS}]+\Z")
-_RUN_START: Final = re.compile(rf"[{RUN_CHARS}]+")
+_RUN_END: Final = re.compile(rf"[{RUN_CHARS}]+[{INVISIBLE_CHARS}]*\Z")
+_RUN_START: Final = re.compile(rf"[{INVISIBLE_CHARS}]*[{RUN_CHARS}]+")
 
 
 def seam_spans(before: str, after: str) -> tuple[list[Span], list[Span]]:
