@@ -11,8 +11,8 @@ turn was said). Steps:
    (one note per session per day: a second write updates it; the tools refuse touching
    another session's note), with the current note in the prompt so it is merged, not
    duplicated; model-written text is redacted again (by the file operations). Turns
-   longer than one prompt (``MAX_PROMPT_CHARS``) go in consecutive parts, a turn longer
-   than that in numbered pieces, each part with the note as the part before left it;
+   longer than one prompt go in consecutive parts, a turn longer than that in numbered
+   pieces (:mod:`capture_parts`), each part with the note as the part before left it;
    the turns a part finished are saved and committed before the next part is sent;
 3. append the turns to ``<session_dir>/dialog/<session_id>.jsonl`` (:mod:`dialog_log`:
    turns the log already ends with are not repeated, so a re-run after a crash adds
@@ -53,7 +53,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
 import trio
@@ -62,6 +61,7 @@ from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatt
 from recalld.daemon.jobrecords import JobContext
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import capture_log, dialog_log
+from recalld.daemon.memory.capture_parts import conversation_parts
 from recalld.daemon.memory.changelog import new_run_id
 from recalld.daemon.memory.fileops import (
     DAY_INDEX,
@@ -92,7 +92,6 @@ MAX_STEPS = 8
 #: note); those past it are refused, and the result counts them (``tool_calls_refused``).
 TOOL_CALLS_PER_PART = 64
 DEADLINE_S = 600.0
-MAX_PROMPT_CHARS = 60_000
 #: How much of the model's last answer a job's result quotes (``model_text``).
 MODEL_TEXT_CHARS = 500
 #: How long the end of a run (its logs, the day index, the inbox item, the commit) may
@@ -133,59 +132,6 @@ class CaptureResult(TypedDict):
     refused: NotRequired[list[capture_log.Refusal]]
     tool_calls_refused: NotRequired[int]
     log: NotRequired[str | None]
-
-
-@dataclass(frozen=True, slots=True)
-class _Part:
-    """Turns as one prompt's conversation text, and the seq of the last turn it ends
-    (None: it ends inside a turn that goes on in the next part)."""
-
-    text: str
-    done: int | None
-
-
-def _pieces(text: str, size: int) -> list[str]:
-    """``text`` in pieces of at most ``size`` characters that join to it again, cut
-    after a line or a word where one ends in the piece's second half."""
-    out: list[str] = []
-    start = 0
-    while len(text) - start > size:
-        end = start + size
-        at = max(text.rfind("\n", start + size // 2, end), text.rfind(" ", start + size // 2, end))
-        end = at + 1 if at >= 0 else end
-        out.append(text[start:end])
-        start = end
-    out.append(text[start:])
-    return out
-
-
-def _conversation_parts(turns: list[JsonObject]) -> list[_Part]:
-    """The turns as conversation texts of at most ``MAX_PROMPT_CHARS`` each, in order:
-    nothing is left out; a turn longer than one prompt is split into numbered pieces."""
-    piece_chars = MAX_PROMPT_CHARS - 100  # room for the piece's label
-    parts: list[_Part] = []
-    lines: list[str] = []
-    size = 0
-    done: int | None = None
-    for t in turns:
-        role, content, seq = t["role"], str(t["content"]), t["seq"]
-        if len(content) <= piece_chars:
-            pieces = [f"{role}: {content}"]
-        else:
-            cut = _pieces(content, piece_chars)
-            pieces = [f"{role} (part {k + 1} of {len(cut)}): {piece}"
-                      for k, piece in enumerate(cut)]
-        for k, piece in enumerate(pieces):
-            if lines and size + len(piece) > MAX_PROMPT_CHARS:
-                parts.append(_Part("\n\n".join(lines), done))
-                lines, size, done = [], 0, None
-            lines.append(piece)
-            size += len(piece) + 2
-            if k == len(pieces) - 1 and isinstance(seq, int):
-                done = seq
-    if lines:
-        parts.append(_Part("\n\n".join(lines), done))
-    return parts
 
 
 def _prompt(session_id: str, date: str, note_path: str | None, note_text: str | None,
@@ -364,7 +310,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                 session_id, job.job_id, date, len(turns),
                 trigger=trigger if isinstance(trigger, str) else None, note=note_path,
                 refused=tools.refused)
-            parts = _conversation_parts(turns)
+            parts = conversation_parts(turns)
             budget = ToolBudget(TOOL_CALLS_PER_PART * len(parts))
             steps, calls, finished, final_text = 0, list[str](), True, ""
             try:
