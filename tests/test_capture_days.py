@@ -66,3 +66,52 @@ def test_turns_are_filed_under_the_day_they_were_said(daemon_factory: Any,
     assert any(f"Date: {said.isoformat()}" in p and "quince" in p for p in prompts)
     index = (root / f"memory/{today.isoformat()}/index.md").read_text().splitlines()
     assert index[-2:] == ["", "- [shed](shed.md): where keys are --- session_id: x"], index
+
+
+def _shift_said(path: Path, words: str, seconds: float) -> None:
+    """Move the turns holding ``words`` back by ``seconds`` (each line's checksum made
+    again): said then, as if the daemon had been down since."""
+    lines = []
+    for line in path.read_bytes().splitlines():
+        rec = orjson.loads(line.split(b" ", 1)[1])
+        for msg in rec.get("messages") or []:
+            if words in msg["content"]:
+                msg["at"] -= seconds
+        body = orjson.dumps(rec)
+        lines.append(b"%08x %s\n" % (zlib.crc32(body), body))
+    path.write_bytes(b"".join(lines))
+
+
+def test_turns_said_on_several_days_go_to_each_days_note(daemon_factory: Any,
+                                                        fake: FakeProvider,
+                                                        tmp_path: Path) -> None:
+    # One conversation's turns wait over a night (the daemon was down, the chat model
+    # failed until the morning): those said yesterday are yesterday's memory, not today's.
+    root = tmp_path / "ws"
+    cfg = config(root, fake, idle_s=0)
+    d = daemon_factory(cfg)
+    add(d, "s", turn("I planted the quince tree."))
+    d.kill()
+    _shift_said(root / PENDING, "quince", DAY_S)
+    d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    add(d2, "s", turn("I pruned the pear tree."))
+    today = dt.date.today().isoformat()
+    said = (dt.datetime.now() - dt.timedelta(seconds=DAY_S)).date().isoformat()
+    fake.script(write_note("quince", "- Planted a quince tree"), done(),
+                write_note("pear", "- Pruned the pear tree"), done())
+    job = wait_job(d2, add(d2, "s", [], flush=True)["job_id"], agent="w")
+    assert job["state"] == "succeeded", job
+    by_day = {p.parent.name: p.read_text() for p in notes(root)}
+    assert sorted(by_day) == [said, today], by_day
+    assert "quince" in by_day[said] and "pear" not in by_day[said]
+    assert "pear" in by_day[today] and "quince" not in by_day[today]
+    prompts = [r.json["messages"][1]["content"] for r in fake.requests
+               if r.path.endswith("/chat/completions") and len(r.json["messages"]) == 2]
+    assert [(f"Date: {said}" in p, "quince" in p, "pear" in p) for p in prompts] == [
+        (True, True, False), (False, False, True)], prompts
+    result = job["result"]
+    assert result["dates"] == [said, today] and result["date"] == today, result
+    assert result["turns"] == 4 and add(d2, "s", [])["pending_messages"] == 0, result
+    dialog = (root / "mem_session/dialog/s.jsonl").read_text().splitlines()
+    assert [orjson.loads(line)["content"] for line in dialog] == [
+        "I planted the quince tree.", "Noted.", "I pruned the pear tree.", "Noted."]

@@ -1,11 +1,13 @@
 """The ``auto_memory`` job: turn a session's pending turns into its daily note.
 
 Job params: ``{session_id, upto?, date?}`` (``upto``: the last turn sequence number to
-cover, default all pending; ``date``: YYYY-MM-DD of the note, default the day the last
-turn was said). Steps:
+cover, default all pending; ``date``: YYYY-MM-DD of the note for all of them, default
+the day, in local time, each turn was said). Steps, for the turns of one day, then the
+next day's (without ``date``: turns pending over a night are each day's memory):
 
 1. take the session's uncommitted turns up to ``upto`` (already sanitized and redacted
-   when they were added; see :mod:`sessions`); nothing pending -> done, no change;
+   when they were added; see :mod:`sessions`) said on the first day among them;
+   nothing pending -> done, no change;
 2. ask the workspace's chat model, in a tool-calling loop, to extract durable facts,
    decisions and preferences into the session's note of the day through ``daily_write``
    (one note per session per day: a second write updates it; the tools refuse touching
@@ -123,6 +125,7 @@ class CaptureResult(TypedDict):
     message: NotRequired[str]
     upto: NotRequired[int]
     date: NotRequired[str]
+    dates: NotRequired[list[str]]
     dialog: NotRequired[str]
     steps: NotRequired[int]
     tool_calls: NotRequired[list[str]]
@@ -206,6 +209,33 @@ def _day_said(turns: list[JsonObject], today: Callable[[], dt.date]) -> str | No
     return min(day, today()).isoformat()
 
 
+def _first_day(turns: list[JsonObject], today: Callable[[], dt.date]) -> list[JsonObject]:
+    """The first of ``turns`` up to the last said on the same day as the first (local
+    time): one day's note's turns. A turn kept without its time goes with those before
+    it (with the first day's when it leads)."""
+    days = [_day_said([t], today) for t in turns]
+    first = next((day for day in days if day is not None), None)
+    end = next((i for i, day in enumerate(days) if day not in (None, first)), len(turns))
+    return turns[:end]
+
+
+def _merged(days: list[CaptureResult]) -> CaptureResult:
+    """One job's result from its days' results: the last day's, with the turns, files,
+    steps, tool calls and refusals of them all, and every day written (``dates``)."""
+    days = [d for d in days if d["turns"]] or days[-1:]  # a later day another job took
+    merged = days[-1]
+    if len(days) > 1:
+        merged = {**merged, "turns": sum(d["turns"] for d in days),
+                  "changed": sorted({p for d in days for p in d["changed"]}),
+                  "dates": [date for d in days for date in d.get("dates", [])],
+                  "steps": sum(d.get("steps", 0) for d in days),
+                  "tool_calls": [c for d in days for c in d.get("tool_calls", [])],
+                  "finished": all(d.get("finished", True) for d in days),
+                  "refused": [r for d in days for r in d.get("refused", [])],
+                  "tool_calls_refused": sum(d.get("tool_calls_refused", 0) for d in days)}
+    return merged
+
+
 def _reopened(get_workspace: Callable[[str], Workspace], ws: Workspace) -> Workspace:
     """``ws``, or the workspace opened again on its folder since the job started (closed
     and opened while the model answered): the job's turns are that one's to commit, and
@@ -272,6 +302,18 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
     the workspaces change (:func:`workspace_of_job`)."""
 
     async def run(job: JobContext) -> CaptureResult:
+        # One day's turns at a time, each day's into that day's note, committed before
+        # the next day's are sent: a failure on a later day leaves the earlier ones written.
+        days: list[CaptureResult] = []
+        more = True
+        while more:
+            result, more = await run_day(job)
+            days.append(result)
+        return _merged(days)
+
+    async def run_day(job: JobContext) -> tuple[CaptureResult, bool]:
+        """The turns said on the first day of those pending, as that day's memory; True
+        if turns said on a later day are left."""
         params = job.params
         session_id = check_session_id(params.get("session_id"))
         date = check_date(params.get("date"), today)
@@ -288,14 +330,18 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
             if store.info(session_id).pending_messages == 0:
                 await store.commit(session_id, upto)
                 return {"session_id": session_id, "turns": 0, "changed": [],
-                        "note": None, "message": "nothing pending"}
+                        "note": None, "message": "nothing pending"}, False
             chat = ws.services.chat.client()  # before reading the turns back from disk
             turns = await store.pending(session_id, upto)
             if not turns:
                 await store.commit(session_id, upto)
                 return {"session_id": session_id, "turns": 0, "changed": [],
-                        "note": None, "message": "nothing pending"}
+                        "note": None, "message": "nothing pending"}, False
+            more = False
             if params.get("date") is None:
+                day = _first_day(turns, today)
+                if len(day) < len(turns) and isinstance(day[-1]["seq"], int):
+                    turns, upto, more = day, day[-1]["seq"], True
                 date = _day_said(turns, today) or date
             job.set_progress(0, 4, f"{len(turns)} turns")
             ops = fileops_for(ws, policy=WritePolicy((ws.settings.daily_dir,), (".md",)),
@@ -400,12 +446,13 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
             model_text = redact(final_text[:4 * MODEL_TEXT_CHARS])[:MODEL_TEXT_CHARS]
             return {
                 "session_id": session_id, "turns": len(turns), "upto": upto, "date": date,
+                "dates": [date],
                 "note": note, "changed": changed, "dialog": dialog,
                 "steps": steps, "tool_calls": calls,
                 "finished": finished, "model_text": model_text,
                 "inbox_item": item["id"] if item else None,
                 "refused": tools.refused, "log": log_rel,
                 "tool_calls_refused": budget.refused,
-            }
+            }, more
 
     return run
