@@ -416,3 +416,20 @@ def test_health_tells_turns_a_running_job_covers_from_those_after_it(
     assert wait_job(d, first["job_id"])["state"] == "succeeded"
     assert health(d)["reasons"] == [
         f"4 conversation message(s) of 2 session(s) {said}waiting for 5 user turns or a flush"]
+
+
+def test_health_names_the_latest_failure_of_several_sessions(daemon_factory: Any,
+                                                            fake: FakeProvider,
+                                                            tmp_path: Path) -> None:
+    # Two conversations' jobs fail, each its own way: health speaks of the latest one,
+    # not of whichever session it happens to look at first.
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, idle_s=0, interval=0))
+    for session, reply in (("old", Reply(raw=b"<html>bad gateway</html>")),
+                           ("new", Reply(json={"choices": [{"message": None}]}))):
+        fake.script(reply)
+        job = wait_job(d, add(d, session, turn(f"A fact of {session}."), flush=True)["job_id"])
+        assert job["state"] == "failed", job
+    (reason,) = [r for r in health(d)["reasons"] if "wait for auto_memory" in r]
+    assert "2 session(s)" in reason and "has no message" in reason, reason
+    assert "not valid JSON" not in reason, reason

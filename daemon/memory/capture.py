@@ -257,7 +257,9 @@ class SessionFlusher:
         return reason
 
     def _last_error(self, sessions: list[str]) -> str | None:
-        """How the last job of one of ``sessions`` failed, if one did."""
+        """How the latest to end of the failed last jobs of ``sessions`` failed, if one
+        did (the sessions' order says nothing of when their jobs ran)."""
+        latest: tuple[float, str] | None = None
         for session_id in sessions:
             job_id = self.store.info(session_id).last_job_id
             try:
@@ -266,8 +268,11 @@ class SessionFlusher:
                 continue
             if job is not None and job["state"] in ("failed", "cancelled"):
                 error = job.get("error")
-                return f"{job['state']}: {error}" if error else str(job["state"])
-        return None
+                ended = job.get("finished_at")
+                at = float(ended) if isinstance(ended, int | float) else 0.0
+                if latest is None or at >= latest[0]:
+                    latest = (at, f"{job['state']}: {error}" if error else str(job["state"]))
+        return latest[1] if latest is not None else None
 
     def waiting_reason(self) -> str | None:
         """One line for ``health``: what waits for auto_memory and why; None if nothing."""
