@@ -166,6 +166,26 @@ def test_one_note_per_session_and_no_overwrite_across_sessions(
     assert "(trips.md)" in index and "(trips-2.md)" in index
 
 
+@pytest.mark.parametrize("lead", ["\n", "\n\n", " \t\n", "\r\n", "\ufeff"])
+def test_a_frontmatter_block_after_blank_lines_is_the_notes_frontmatter(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path, lead: str) -> None:
+    # Models often open their answer with a blank line. The block after it is the note's
+    # frontmatter, never body lines a later rewrite would be refused for leaving out.
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, interval=0))
+    fake.script(write_note("n", f"{lead}---\nname: n\ntags: [garden]\n---\n- Grows quinces"),
+                done())
+    assert wait_job(d, add(d, "s", turn("I grow quinces."), flush=True)["job_id"])[
+        "state"] == "succeeded"
+    fake.script(write_note("n", "- Grows quinces\n- Grows pears"), done())
+    job = wait_job(d, add(d, "s", turn("And pears."), flush=True)["job_id"])
+    assert job["state"] == "succeeded" and job["result"]["refused"] == [], job
+    text = (root / "memory" / today() / "n.md").read_text()
+    fields, start = parse_frontmatter(text)
+    assert fields["tags"] == ["garden"] and fields["session_id"] == "s", text
+    assert text.split("\n")[start:] == ["- Grows quinces", "- Grows pears", ""], text
+
+
 def test_tools_refuse_other_sessions_and_outside_paths(
         daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
     root = tmp_path / "ws"

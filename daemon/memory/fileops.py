@@ -71,6 +71,9 @@ SYNC_TIMEOUT_S = 30.0
 DAY_INDEX = "index.md"
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _NAME_BAD = re.compile(r"[^\w\-]+")
+#: Blank lines a note's content opens with (a model's answer often does): the body is
+#: written without them, so a frontmatter block after them is the note's.
+_LEADING_BLANKS = re.compile(r"\A(?:[ \t\r]*\n)+")
 
 Sync = Callable[[], Awaitable[None]]
 
@@ -375,7 +378,7 @@ class FileOps:
         from recalld.daemon.memory.redact import redact, redact_async, redact_value
 
         stem = slug(redact(name))
-        content = await redact_async(content)
+        content = _LEADING_BLANKS.sub("", await redact_async(content))
         description = redact(description) if description else description
         extra = redact_value(dict(extra)) if extra else extra
         given, body_start = parse_frontmatter(content)
