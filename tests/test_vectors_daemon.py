@@ -23,9 +23,9 @@ def write(root: Path, rel: str, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def vectors_status(d: Any) -> dict[str, Any]:
+def vectors_status(d: Any, agent_id: str = "w") -> dict[str, Any]:
     status = d.call("daemon.status")
-    ws = next(w for w in status["workspaces"] if w["agent_id"] == "w")
+    ws = next(w for w in status["workspaces"] if w["agent_id"] == agent_id)
     out: dict[str, Any] = ws["index"]["vectors"]
     return out
 

@@ -33,7 +33,6 @@ from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.embedding import DEADLINE_MARGIN_S, EmbeddingClient
 from recalld.daemon.providers.errors import (
     DimensionMismatch,
-    ProviderRetryableStatus,
     ProviderTimeout,
 )
 from recalld.daemon.providers.local import PassageLane
@@ -133,13 +132,11 @@ class VectorSpace:
         if cached is not None:
             self._queries.move_to_end(text)
             return cached
-        quiet = self.client.quiet_s()
-        if quiet > 0:
-            # The provider asked to be left alone (Retry-After): asking again now would
-            # only be refused again, and every search would send it another request.
-            raise ProviderRetryableStatus(
-                f"the embedding provider asked to wait {quiet:.0f}s more (Retry-After) "
-                f"after: {self.client.last_error}", retry_after_s=quiet)
+        quiet = self.client.quiet_error()
+        if quiet is not None:
+            # The provider asked to be left alone (Retry-After): a search does not wait
+            # for it, and every search would send it another request to refuse.
+            raise quiet
         # The retries stop at ``timeout_s`` with the provider's own error (a Retry-After
         # past it, or failures until then); the scope bounds the rest (a local model).
         with trio.move_on_after(timeout_s + DEADLINE_MARGIN_S) as scope:

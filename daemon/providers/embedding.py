@@ -49,6 +49,7 @@ from recalld.daemon.providers.errors import (
     ProviderBadResponse,
     ProviderConfigError,
     ProviderError,
+    ProviderRetryableStatus,
     ProviderTimeout,
     input_refused,
     redact,
@@ -251,10 +252,21 @@ class EmbeddingClient:
         cancellation the HTTP attempt in flight is cancelled; nothing is half-returned.
         ``deadline_s`` shortens the retry policy's deadline for each batch: a retry whose
         wait would pass it is not started, and the provider's last error is raised.
-        ``on_wait(delay_s, error)`` is told of each wait before a retry as it starts.
+        ``on_wait(delay_s, error)`` is told of each wait before a retry as it starts. While
+        the provider's last Retry-After runs (another call was asked to wait), the call
+        waits it out before sending, or raises at once, sending nothing, when that passes
+        the deadline.
         """
-        told = None if on_wait is None else (
-            lambda delay_s, exc: on_wait(delay_s, self._redact(str(exc))))
+        def told(delay_s: float, exc: ProviderError) -> None:
+            if exc.retry_after_s is not None and not isinstance(exc, CircuitOpen):
+                # The provider asked to be left alone while this call waits to try again:
+                # other calls (a search's query vector) keep off meanwhile (``quiet_s``),
+                # and say after what.
+                self._quiet_until = max(self._quiet_until, trio.current_time() + delay_s)
+                self.note_error(self._redact(str(exc)))
+            if on_wait is not None:
+                on_wait(delay_s, self._redact(str(exc)))
+
         self._require_enabled()
         if kind not in ("passage", "query"):
             raise ValueError(f"kind must be 'passage' or 'query', not {kind!r}")
@@ -267,6 +279,7 @@ class EmbeddingClient:
             policy = dataclasses.replace(
                 policy, deadline_s=min(policy.deadline_s, deadline_s),
                 attempt_timeout_s=min(policy.attempt_timeout_s, deadline_s))
+        policy = await self._wait_quiet(policy, on_wait)
         parts: list[F32] = []
         started = time.monotonic()
         try:
@@ -293,6 +306,32 @@ class EmbeddingClient:
         self.health, self.fails_for_good = "ok", False
         rows: F32 = np.concatenate(parts) if len(parts) > 1 else parts[0]
         return rows
+
+    async def _wait_quiet(self, policy: RetryPolicy, on_wait: OnWait | None) -> RetryPolicy:
+        """Wait out the provider's last Retry-After (another call was asked to wait) before
+        sending, told to ``on_wait``; ``policy`` with what is left of its deadline. Raises
+        the error of :meth:`quiet_error` at once, sending nothing, when the wait would
+        pass the deadline. On cancellation nothing was sent."""
+        error = self.quiet_error()
+        if error is None:
+            return policy
+        wait = error.retry_after_s or 0.0
+        if wait >= policy.deadline_s:
+            raise error
+        if on_wait is not None:
+            on_wait(wait, str(error))
+        await trio.sleep(wait)
+        return dataclasses.replace(policy, deadline_s=policy.deadline_s - wait)
+
+    def quiet_error(self) -> ProviderRetryableStatus | None:
+        """What a call made now meets without being sent while the provider's last
+        Retry-After runs (None when none does): asking again would only be refused again."""
+        quiet = self.quiet_s()
+        if quiet <= 0:
+            return None
+        return ProviderRetryableStatus(
+            f"the embedding provider asked to wait {quiet:.0f}s more (Retry-After) "
+            f"after: {self.last_error}", retry_after_s=quiet)
 
     async def _embed_batch(self, batch: list[str], kind: Kind, policy: RetryPolicy,
                            on_wait: Callable[[float, ProviderError], None] | None) -> F32:

@@ -1,0 +1,73 @@
+"""A daemon whose embedding provider asks it to wait (Retry-After) in the middle of a
+backfill call: searches keep off the provider meanwhile, and the status stays true."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fakes.provider_server import FakeProvider, Reply
+from test_vectors_daemon import fake_config, vectors_status, wait_covered, write
+from waits import wait_value
+
+
+def test_a_search_keeps_off_a_provider_a_backfill_call_waits_for(daemon_factory: Any,
+                                                                  tmp_path: Path) -> None:
+    # The backfill's call for a new note is answered 429 with Retry-After: 40 s and waits
+    # that out before its next try. A search meanwhile sends no query to the provider
+    # (it would only be asked to wait again): keyword results at once, saying why.
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-23/commute.md", "# Commute\n\nThe 7:40 train to Zurich.\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(fake_config(root, fake))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_covered(d)
+        fake.script(Reply(status=429, headers={"Retry-After": "40"}))
+        write(root, "memory/2026-07-24/dentist.md", "# Dentist\n\nThe dentist on Friday.\n")
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_value(lambda: vectors_status(d),
+                        lambda st: st["state"] == "backoff" and (st["wait_s"] or 0) > 1,
+                        "the backfill call waiting out the Retry-After")
+        assert "HTTP 429" in st["last_error"], st
+        sent = len(fake.requests)
+        for query in ("dentist appointment", "a train to Zurich", "Friday"):
+            res = d.call("memory.search", {"agent_id": "w", "query": query})
+            assert res["mode"] == "keyword" and res["results"], res
+            assert "Retry-After" in res["vector_error"], res["vector_error"]
+            assert "HTTP 429" in res["vector_error"], res["vector_error"]
+        assert len(fake.requests) == sent
+        assert d.stop() == 0
+
+
+def test_a_workspace_of_the_same_space_waits_out_the_retry_after_too(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # Workspaces w and v embed in one vector space. While w's backfill call waits out the
+    # provider's Retry-After, v's backfill waits too (its status says so) rather than
+    # send its new note to be refused the same way.
+    roots = {agent: tmp_path / agent for agent in "wv"}
+    write(roots["w"], "memory/2026-07-23/commute.md", "# Commute\n\nThe train to Zurich.\n")
+    write(roots["v"], "memory/2026-07-23/bus.md", "# Bus\n\nThe bus to Bern.\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        config = fake_config(roots["w"], fake) + fake_config(roots["v"], fake).replace(
+            "[workspaces.w]", "[workspaces.v]").replace(
+            "[daemon]\npersist_delay_s = 0.05\n", "")
+        d = daemon_factory(config)
+        for agent in "wv":
+            d.call("index.sync", {"agent_id": agent})
+        wait_covered(d)
+        wait_value(lambda: vectors_status(d, "v"), lambda st: st["coverage"] >= 1.0,
+                   "v's vectors")
+        fake.script(Reply(status=429, headers={"Retry-After": "40"}))
+        write(roots["w"], "memory/2026-07-24/dentist.md", "# Dentist\n\nOn Friday.\n")
+        d.call("index.sync", {"agent_id": "w"})
+        wait_value(lambda: vectors_status(d),
+                   lambda st: st["state"] == "backoff" and (st["wait_s"] or 0) > 1,
+                   "w's call waiting out the Retry-After")
+        write(roots["v"], "memory/2026-07-24/plumber.md", "# Plumber\n\nPLUMBER-MONDAY.\n")
+        d.call("index.sync", {"agent_id": "v"})
+        st = wait_value(lambda: vectors_status(d, "v"),
+                        lambda st: st["state"] == "backoff" and (st["wait_s"] or 0) > 1,
+                        "v's backfill waiting for the same Retry-After")
+        assert "Retry-After" in st["last_error"] and st["pending"] == 1, st
+        assert not any("PLUMBER-MONDAY" in t for r in fake.requests for t in r.json["input"])
+        assert d.stop() == 0
