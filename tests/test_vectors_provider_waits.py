@@ -71,3 +71,31 @@ def test_a_workspace_of_the_same_space_waits_out_the_retry_after_too(
         assert "Retry-After" in st["last_error"] and st["pending"] == 1, st
         assert not any("PLUMBER-MONDAY" in t for r in fake.requests for t in r.json["input"])
         assert d.stop() == 0
+
+
+def test_the_counts_follow_the_notes_while_a_call_waits_out_a_retry_after(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # While the backfill's call waits out a Retry-After of 40 s, a note is written and
+    # the one note with a vector deleted: the status counts them at once, not after the
+    # call ends.
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-23/commute.md", "# Commute\n\nThe train to Zurich.\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(fake_config(root, fake))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_covered(d)
+        fake.script(Reply(status=429, headers={"Retry-After": "40"}))
+        write(root, "memory/2026-07-24/dentist.md", "# Dentist\n\nOn Friday.\n")
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_value(lambda: vectors_status(d),
+                        lambda st: st["state"] == "backoff" and (st["wait_s"] or 0) > 1,
+                        "the backfill call waiting out the Retry-After")
+        assert (st["embedded"], st["total"]) == (1, 2), st
+        write(root, "memory/2026-07-25/plumber.md", "# Plumber\n\nOn Monday.\n")
+        (root / "memory/2026-07-23/commute.md").unlink()
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_value(lambda: vectors_status(d),
+                        lambda st: (st["embedded"], st["total"]) == (0, 2),
+                        "the counts of the notes on disk")
+        assert st["state"] == "backoff" and st["pending"] == 2 and st["coverage"] == 0.0, st
+        assert d.stop() == 0

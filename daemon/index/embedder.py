@@ -300,11 +300,15 @@ class VectorWorker(VectorServing):
             backoff = self.cfg.backoff_base_s
             self._done.append((trio.current_time(), len(rnd.items)))
 
-    async def _counting(self, wait: Callable[[], Awaitable[None]]) -> None:
+    async def _counting(self, wait: Callable[[], Awaitable[None]], *,
+                        after: trio.Event | None = None) -> None:
         """``await wait()`` (a wait on the provider, which an outage makes last hours) while
-        the coverage counts follow the index: read now and again after each change, not
-        left at what the last round saw."""
+        the coverage counts follow the index: read now (``after``: once it is set) and
+        again after each change, not left at what the last round saw. Its error is
+        raised as it is."""
         async def count() -> None:
+            if after is not None:
+                await after.wait()
             while True:
                 changed = self.index.changed
                 rnd = await self.index.locked(
@@ -316,10 +320,15 @@ class VectorWorker(VectorServing):
                 self._counted = True
                 await changed.wait()
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(count)
-            await wait()
-            nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(count)
+                await wait()
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            if len(group.exceptions) == 1:  # the wait's own, as it would come without count
+                raise group.exceptions[0] from None
+            raise
 
     async def _embed_round(self, items: list[tuple[int, str]],
                            units: list[list[str]] | None = None) -> int:
@@ -369,13 +378,19 @@ class VectorWorker(VectorServing):
             missing.sort(key=lambda i: (self.calls.order(hashes[i]), len(texts[i])))
             step = space.client.max_batch_size
             refused: dict[str, str] = {}  # text -> why the provider will not embed it
-            try:
+
+            async def send() -> None:
                 # Batch by batch, each kept as it arrives: a later batch's failure must not
                 # throw away (and so pay again for) what the provider already answered.
                 for start in range(0, len(missing), step):
                     part = missing[start:start + step]
                     await self.calls.send([hashes[i] for i in part],
                                           [texts[i] for i in part], vectors, refused)
+
+            try:
+                # A call waiting to retry (a Retry-After may last a minute) leaves the
+                # counts following the index meanwhile, as the backoff between rounds does.
+                await self._counting(send, after=self.calls.watch_waits())
             except ProviderError:
                 # What was refused is parked though a later batch failed (else it would
                 # be sent again, and fail again, first thing next round).

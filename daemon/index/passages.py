@@ -76,6 +76,7 @@ class PassageCalls:
         #: Until when (trio clock) a call waits to retry, and the error it follows.
         self._retry_until = -math.inf
         self._retry_error = ""
+        self._wait_seen = trio.Event()
 
     def retry_wait(self) -> tuple[float, str] | None:
         """``(seconds left, error)`` while a call waits to retry (the provider's
@@ -83,9 +84,15 @@ class PassageCalls:
         left = self._retry_until - trio.current_time()
         return (left, self._retry_error) if left > 0 else None
 
+    def watch_waits(self) -> trio.Event:
+        """An event set once a call next starts to wait to retry."""
+        self._wait_seen = trio.Event()
+        return self._wait_seen
+
     def _waiting(self, delay_s: float, error: str) -> None:
         self._retry_until = trio.current_time() + delay_s
         self._retry_error = error
+        self._wait_seen.set()
 
     def start_round(self, hashes: Sequence[str]) -> None:
         """Forget the strikes of texts no longer in the round."""
