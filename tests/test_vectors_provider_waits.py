@@ -99,3 +99,36 @@ def test_the_counts_follow_the_notes_while_a_call_waits_out_a_retry_after(
                         "the counts of the notes on disk")
         assert st["state"] == "backoff" and st["pending"] == 2 and st["coverage"] == 0.0, st
         assert d.stop() == 0
+
+
+def test_a_failed_round_s_error_goes_once_its_note_is_deleted(daemon_factory: Any,
+                                                              tmp_path: Path) -> None:
+    # The provider fails (500) every call holding one new note's text; the note is
+    # deleted while the backfill waits to try again. Once a search's query is embedded
+    # (the provider answers again), no error holds: neither the backfill's nor the
+    # breaker's (the provider's own last_error keeps it, with its time).
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-23/commute.md", "# Commute\n\nThe train to Zurich.\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(fake_config(root, fake))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_covered(d)
+        fake.reply_for = lambda body: Reply(status=500) if any(
+            "DOOMED" in t for t in body["input"]) else None
+        write(root, "memory/2026-07-24/doomed.md", "# Doomed\n\nDOOMED note.\n")
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_value(lambda: vectors_status(d),
+                        lambda st: st["provider"]["breaker"]["last_error"] is not None
+                        and st["state"] == "backoff", "a failed call of the new note")
+        (root / "memory/2026-07-24/doomed.md").unlink()
+        d.call("index.sync", {"agent_id": "w"})
+        wait_value(lambda: vectors_status(d),
+                   lambda st: st["state"] == "idle" and st["total"] == 1, "the backfill idle")
+        res = d.call("memory.search", {"agent_id": "w", "query": "a train to Zurich"})
+        assert res["mode"] == "hybrid", res
+        st = vectors_status(d)
+        assert st["health"] == "ok" and st["coverage"] == 1.0, st
+        assert st["last_error"] is None, st
+        assert st["provider"]["breaker"]["last_error"] is None, st["provider"]
+        assert "HTTP 500" in st["provider"]["last_error"], st["provider"]
+        assert d.stop() == 0

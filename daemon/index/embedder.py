@@ -249,6 +249,10 @@ class VectorWorker(VectorServing):
             if not rnd.items:
                 # An idle spell is no part of the rate: the next round starts a new stretch.
                 self._working = False
+                if not rnd.pending:
+                    # A failed round's error held for its chunks, which are embedded or gone
+                    # now (``provider.last_error`` keeps it, with its time).
+                    self.last_error = None
                 if self.fill.migrating and rnd.pending == len(self.fill.failed):
                     swapped = await self.index.locked(self.fill.swap)
                     if swapped:

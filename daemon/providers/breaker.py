@@ -110,12 +110,14 @@ class CircuitBreaker:
         )
 
     def record_success(self) -> None:
-        """The provider answered (even with a permanent error): close the circuit."""
+        """The provider answered (even with a permanent error): close the circuit. The
+        failures counted before are past, and so is the last one's error."""
         self._open = False
         self._opened_at = None
         self._reopens = 0
         self._probe_in_flight = False
         self.consecutive_failures = 0
+        self.last_error = None
 
     def record_failure(self, error: BaseException) -> None:
         """A transient failure: count it; open (or reopen) when due."""
