@@ -136,7 +136,7 @@ def _vectors(worker: VectorWorker | None,
     reme = worker.reme_hashes
     use_cache = worker.config.enable_cache
     pending = [(text, text_hash(text)) for text, has in texts if not has]
-    found = worker.target.cache.get_many([h for _, h in pending])
+    found = worker.target.cache.get_many([worker.cache_key(text) for text, _ in pending])
     for (text, h), vec in zip(pending, found, strict=True):
         if h in reme or worker.reme_vector(text) is not None:
             from_reme += 1
@@ -152,7 +152,7 @@ def _vectors(worker: VectorWorker | None,
                 embedded += 1
     # What goes to the provider: each chunk's windows (or its text), those not cached.
     units = list(dict.fromkeys(u for text in missing for u in worker.fill.units(text)))
-    hits = (worker.target.cache.get_many([text_hash(u) for u in units]) if use_cache
+    hits = (worker.target.cache.get_many([worker.cache_key(u) for u in units]) if use_cache
             else [None] * len(units))
     to_embed = sum(1 for hit in hits if hit is None)
     batch = worker.target.client.max_batch_size

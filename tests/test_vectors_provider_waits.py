@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from fakes.provider_server import FakeProvider, Reply
+from test_reload_workspaces import _reload
 from test_vectors_daemon import fake_config, vectors_status, wait_covered, write
 from waits import wait_value
 
@@ -131,4 +132,33 @@ def test_a_failed_round_s_error_goes_once_its_note_is_deleted(daemon_factory: An
         assert st["last_error"] is None, st
         assert st["provider"]["breaker"]["last_error"] is None, st["provider"]
         assert "HTTP 500" in st["provider"]["last_error"], st["provider"]
+        assert d.stop() == 0
+
+
+def test_a_stricter_workspace_joining_the_space_gets_vectors_of_its_own_cut(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # w embeds a note whole (the default input budget); v, joining the same vector space
+    # at a reload with a budget of 16 tokens, holds the same note. The cached vector is
+    # of the whole text: v's is made of the text cut as its budget cuts it.
+    text = "# Long\n\n" + "The fox jumps over the dog by the river bank. " * 4 + "\n"
+    roots = {agent: tmp_path / agent for agent in "wv"}
+    for root in roots.values():
+        write(root, "memory/2026-07-23/fox.md", text)
+    with FakeProvider(dims=8, api_key="k") as fake:
+        config = fake_config(roots["w"], fake)
+        d = daemon_factory(config)
+        d.call("index.sync", {"agent_id": "w"})
+        wait_covered(d)
+        sent = len(fake.requests)
+        _reload(d, config + fake_config(roots["v"], fake).replace(
+            "[workspaces.w]", "[workspaces.v]").replace(
+            "dimensions = 8}", "dimensions = 8, max_input_length = 16}").replace(
+            "[daemon]\npersist_delay_s = 0.05\n", ""))
+        d.call("index.sync", {"agent_id": "v"})
+        st = wait_value(lambda: vectors_status(d, "v"),
+                        lambda st: st["coverage"] == 1.0 and st["total"] == 1, "v's vector")
+        assert st["provider"]["max_input_length"] == 16
+        inputs = [t for r in fake.requests[sent:] for t in r.json["input"] if t != "ping"]
+        assert len(inputs) == 1 and text.startswith(inputs[0]) and len(inputs[0]) < 60, inputs
+        assert st["provider_texts"] == 1 and st["cache_texts"] == 0, st
         assert d.stop() == 0

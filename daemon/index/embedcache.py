@@ -3,7 +3,8 @@
 One cache per vector space (backend, model, dimensions, endpoint: the provider client's
 ``vector_space_key()``), shared by every workspace that embeds into that space, stored as an
 append log ``<state_dir>/embeddings/<space>.log`` of ``{"h": <blake2b-16 of the exact input
-text>, "v": <float16 little-endian, base64>}`` records (the vector encoding QwenPaw uses for
+text, as sent: cut to the client's input budget (``VectorSpace.cache_key``)>, "v": <float16
+little-endian, base64>}`` records (the vector encoding QwenPaw uses for
 ``_embedding_f16_b64``). A rebuilt index, a second workspace with the same notes, or a
 restart in the middle of a backfill finds its vectors here instead of paying the provider
 again.

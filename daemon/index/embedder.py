@@ -125,6 +125,7 @@ class VectorWorker(VectorServing):
         self._counted = False
         self.calls = PassageCalls(index.ws, self.target, use_cache=config.enable_cache,
                                   isolate_after=self.cfg.isolate_after)
+        self.calls.cache_key = self.cache_key
         self.cache_texts = 0
         self.seeded = 0
         #: ReMe's embedding cache of this space (ReMe text key -> vector) and its hits.
@@ -222,6 +223,12 @@ class VectorWorker(VectorServing):
     def _reme_made(self, text: str) -> bool:
         """Whether ReMe made the vector of ``text`` (its chunk store or its cache)."""
         return text_hash(text) in self.reme_hashes or self.reme_vector(text) is not None
+
+    def cache_key(self, text: str) -> str:
+        """The key of ``text``'s vector in the space's cache (``VectorSpace.cache_key``);
+        a vector taken from ReMe's chunk store is its text's, however it was cut."""
+        h = text_hash(text)
+        return h if h in self.reme_hashes else self.target.cache_key(text)
 
     def reme_vector(self, text: str) -> F32 | None:
         """The vector ReMe's cache holds for ``text`` in this space, if any."""
@@ -349,12 +356,13 @@ class VectorWorker(VectorServing):
             units = [[text] for _, text in items]
         texts = list(dict.fromkeys(t for ts in units for t in ts))
         hashes = [text_hash(t) for t in texts]
+        keys = [self.cache_key(t) for t in texts]
         # With the cache off, the vectors taken from ReMe's chunk store (kept in the
         # cache) are still read: ReMe paid for them.
         lookup = [i for i, h in enumerate(hashes) if use_cache or h in self.reme_hashes]
         # Texts another workspace of the space is embedding now are waited for and read
         # from the cache; this round's misses are its own until its provider calls end.
-        async with space.claim(hashes, lookup, claim=use_cache) as cached:
+        async with space.claim(keys, lookup, claim=use_cache) as cached:
             vectors: dict[str, F32] = {}
             missing: list[int] = []
             for i, vec in enumerate(cached):
@@ -366,7 +374,7 @@ class VectorWorker(VectorServing):
             from_reme = [(i, v) for i in missing if (v := self.reme_vector(texts[i])) is not None]
             if from_reme:
                 await trio.to_thread.run_sync(
-                    space.cache.put_many, [(hashes[i], v) for i, v in from_reme])
+                    space.cache.put_many, [(keys[i], v) for i, v in from_reme])
                 for i, v in from_reme:
                     vectors[texts[i]] = v
                 self.reme_cache_texts += len(from_reme)
@@ -481,7 +489,7 @@ class VectorWorker(VectorServing):
         for member in list(space.members):
 
             def hashes(st: IndexState, m: VectorWorker = member) -> set[str]:
-                return {text_hash(unit) for _, text in st.chunks.texts()
+                return {m.cache_key(unit) for _, text in st.chunks.texts()
                         for unit in {text, *m.fill.units(text)}}
 
             live |= await member.index.locked(hashes)

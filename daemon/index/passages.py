@@ -31,7 +31,7 @@ again.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -77,6 +77,9 @@ class PassageCalls:
         self._retry_until = -math.inf
         self._retry_error = ""
         self._wait_seen = trio.Event()
+        #: The key a text's vector is cached under (the space's ``cache_key`` unless the
+        #: worker says otherwise).
+        self.cache_key: Callable[[str], str] = space.cache_key
 
     def retry_wait(self) -> tuple[float, str] | None:
         """``(seconds left, error)`` while a call waits to retry (the provider's
@@ -158,6 +161,8 @@ class PassageCalls:
         transient failure strikes the texts (and a text singled out by it goes into
         ``refused``)."""
         space = self.space
+        # Keyed by what the call sends (a stricter workspace may join meanwhile).
+        keys = [self.cache_key(t) for t in texts]
         try:
             rows = await embed_passages(self.workspace, space.key, hashes, texts,
                                         partial(space.client.embed, kind="passage",
@@ -178,7 +183,7 @@ class PassageCalls:
             self._strikes.pop(h, None)
         if self.use_cache:
             await trio.to_thread.run_sync(space.cache.put_many,
-                                          list(zip(hashes, rows, strict=True)))
+                                          list(zip(keys, rows, strict=True)))
         for j, t in enumerate(texts):
             vectors[t] = rows[j]
 

@@ -26,7 +26,7 @@ import trio
 
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import EmbeddingModelConfig
-from recalld.daemon.index.embedcache import EmbeddingCache
+from recalld.daemon.index.embedcache import EmbeddingCache, text_hash
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.providers.breaker import BreakerConfig, CircuitBreaker
 from recalld.daemon.providers.bridge import ProviderBridge
@@ -71,6 +71,12 @@ class VectorSpace:
         self.members: set[VectorWorker] = set()
         #: Text hashes a member is embedding now (set once that call has ended).
         self._inflight: dict[str, trio.Event] = {}
+
+    def cache_key(self, text: str) -> str:
+        """The key of ``text``'s vector in the cache: the hash of what the client sends for
+        it now, so a vector made of a longer cut (before a stricter workspace joined the
+        space) is not taken for it."""
+        return text_hash(self.client.sent_text(text))
 
     def join(self, member: VectorWorker) -> None:
         """Add ``member``: the client applies its limits too, if stricter."""

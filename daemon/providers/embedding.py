@@ -223,6 +223,11 @@ class EmbeddingClient:
         self._batch_limit = max(1, min(c.max_batch_size for c in configs))
         self.input_limit = min(c.max_input_length for c in configs)
 
+    def sent_text(self, text: str) -> str:
+        """What is sent for ``text`` now: cut to the input budget (the strictest of the
+        workspaces sharing the client), a blank one as a space."""
+        return truncate_to_budget(text, self.input_limit) or " "
+
     def vector_space_key(self) -> str:
         """A stable, filename-safe key for (backend, model, dimensions, endpoint). A local
         model counts by its canonical name: its aliases make the same vectors."""
@@ -272,8 +277,7 @@ class EmbeddingClient:
             raise ValueError(f"kind must be 'passage' or 'query', not {kind!r}")
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
-        budget = self.input_limit
-        prepared = [truncate_to_budget(t, budget) or " " for t in texts]
+        prepared = [self.sent_text(t) for t in texts]
         policy = self.policy
         if deadline_s is not None:
             policy = dataclasses.replace(
