@@ -186,12 +186,14 @@ def _changes(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool)
         if found is None:
             raise errors.NotFound(f"no change record {ns.show} for agent {ns.agent} "
                                   "(recalld changes lists them)")
-        text = client.read(ns.agent, str(found["log"]))["text"]
+        # The whole log, however long: read in as many slices as the daemon hands out.
+        log, cut = read_whole(client, ns.agent, str(found["log"]))
+        text = log["text"]
         if as_json:
             print_json(out, {**found, "text": text})
         else:
             out.write(text if text.endswith("\n") else text + "\n")
-        return EXIT_OK
+        return _say_cut(str(found["log"]), cut) if cut else EXIT_OK
     changes = client.memory_changes(ns.agent, kind=ns.kind, limit=ns.limit)
     if as_json:
         print_json(out, changes)
@@ -267,11 +269,12 @@ def _stdin_text() -> str:
                 f"{exc.start}); convert it first, e.g. iconv -f latin1 -t utf-8") from None
 
 
-def _read(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    """The whole file (or range): the daemon answers at most a bounded slice per call, so
-    the rest is asked for until the range is complete."""
-    start, end = ns.lines if ns.lines else (1, None)
-    first = client.read(ns.agent, ns.path, start_line=start, end_line=end)
+def read_whole(client: Client, agent: str, path: str, start: int = 1,
+               end: int | None = None) -> tuple[ReadResult, list[int]]:
+    """Lines ``start`` to ``end`` (the last if None) of ``path``, whole: the daemon answers
+    at most a bounded slice per call (512 KiB), so the rest is asked for until the range
+    is complete. Also the lines longer than one slice, of which only the head is given."""
+    first = client.read(agent, path, start_line=start, end_line=end)
     pieces, piece = [first], first
     texts = [first.get("text", "")]
     cut: list[int] = []
@@ -281,25 +284,33 @@ def _read(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
             texts[-1] += "\n"  # which the next line does not continue
         if piece["end_line"] >= (end if end is not None else piece.get("total_lines", 0)):
             break
-        piece = client.read(ns.agent, ns.path, start_line=piece["end_line"] + 1,
-                            end_line=end)
+        piece = client.read(agent, path, start_line=piece["end_line"] + 1, end_line=end)
         pieces.append(piece)
         texts.append(piece.get("text", ""))
-    if ns.lines and not first.get("text") and start > first.get("total_lines", 0):
-        say(sys.stderr, f"recalld: {ns.path} has {first.get('total_lines', 0)} line(s): "
-            f"none from line {start} on")
-        return EXIT_ERROR
     whole: ReadResult = {**first, "text": "".join(texts),
                          "end_line": pieces[-1]["end_line"], "truncated": bool(cut)}
+    return whole, cut
+
+
+def _say_cut(path: str, cut: list[int]) -> int:
+    say(sys.stderr, f"recalld: line(s) {', '.join(map(str, cut))} of {path} are "
+         "longer than the daemon hands out in one answer; only their first part is shown")
+    return EXIT_ERROR
+
+
+def _read(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    """The whole file (or range), :func:`read_whole`."""
+    start, end = ns.lines if ns.lines else (1, None)
+    whole, cut = read_whole(client, ns.agent, ns.path, start, end)
+    if ns.lines and not whole.get("text") and start > whole.get("total_lines", 0):
+        say(sys.stderr, f"recalld: {ns.path} has {whole.get('total_lines', 0)} line(s): "
+            f"none from line {start} on")
+        return EXIT_ERROR
     if as_json:
         print_json(out, whole)
     else:
         out.write(render_read(whole))
-    if cut:
-        say(sys.stderr, f"recalld: line(s) {', '.join(map(str, cut))} of {ns.path} are "
-             "longer than the daemon hands out in one answer; only their first part is shown")
-        return EXIT_ERROR
-    return EXIT_OK
+    return _say_cut(ns.path, cut) if cut else EXIT_OK
 
 
 HANDLERS: dict[str, Handler] = {"jobs": _jobs, "inbox": _inbox, "note": _note,

@@ -198,3 +198,27 @@ def test_an_edit_that_empties_a_bullet_from_inside_is_refused(
     fake.script(edit_note(rel, "is a pilot", "is a senior pilot"), done())
     job = wait_job(d, add(d, "s1", turn("Tom was promoted."), flush=True)["job_id"])
     assert job["result"]["refused"] == [] and "Tom is a senior pilot" in note.read_text(), job
+
+
+def test_changes_show_prints_a_log_longer_than_one_read(daemon_factory: Any,
+                                                        fake: FakeProvider,
+                                                        tmp_path: Path) -> None:
+    """A run that added long facts (a pasted itinerary each) has a log longer than one
+    ``memory.read`` answers (512 KiB): ``recalld changes --show`` prints all of it."""
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, idle_s=0))
+    facts = [f"- Reise {i}: " + ", ".join(f"Zug nach Triest {i}.{k} um {k % 24:02d}:15"
+                                         for k in range(140)) for i in range(150)]
+    fake.script(write_note("travel", "\n".join(facts)), done())
+    job = wait_job(d, add(d, "trip", turn("Meine Reisen, alle."), flush=True)["job_id"])
+    assert job["state"] == "succeeded", job
+    (record,) = records(root)
+    log = (root / job["result"]["log"]).read_text()
+    assert len(log.encode()) > 512 * 1024 and facts[-1] in log
+    shown = recalld("changes", "--agent", "w", "--show", record["run_id"], env=d.env)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == log
+    as_json = recalld("changes", "--agent", "w", "--show", record["run_id"], "--json",
+                      env=d.env)
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["text"] == log
