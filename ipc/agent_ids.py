@@ -147,6 +147,14 @@ def session_key(session: str) -> str:
     return _session_key(session, _digest(_nfc(session)))
 
 
+def note_session_key(given: object) -> str | None:
+    """The session of a note (``memory.add_note``'s ``session_id``) for a conversation
+    id given to the MCP bridge or ``recalld note --session``: its :func:`session_key`
+    ("chat 42" is ``chat_42-<digest>`` in both), None (the daemon's default session) for
+    none or an empty one."""
+    return session_key(given) if isinstance(given, str) and given else None
+
+
 def _session_key(session: str, digest: str) -> str:
     folded = unicodedata.normalize("NFKD", session).encode("ascii", "ignore").decode()
     base = NOT_SESSION_CHARS.sub("_", folded)[:100].strip("._-") or "session"

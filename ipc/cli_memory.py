@@ -16,6 +16,7 @@ import time
 from typing import TextIO
 
 from recalld.ipc import errors
+from recalld.ipc.agent_ids import note_session_key
 from recalld.ipc.answers import ChangeRecord, JobInfo, ReadResult
 from recalld.ipc.cli_ops import (
     DEFAULT_AGENT,
@@ -71,7 +72,9 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     note.add_argument("content", help="Markdown text; - reads it from stdin")
     note.add_argument("--agent", default=DEFAULT_AGENT)
     note.add_argument("--name", help="the note's file name (default agent-notes)")
-    note.add_argument("--session", dest="session_id", help="session id (default agent-notes)")
+    note.add_argument("--session", dest="session_id",
+                      help="session id (default agent-notes); one the daemon does not take "
+                           "(\"chat 42\") is mapped as the MCP bridge maps it")
 
 
 # -------------------------------------------------------------------------------- jobs
@@ -219,7 +222,9 @@ def _note(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
         raise errors.InvalidParams("the note is empty")
     # A note longer than one call takes goes in parts, as the bridge and the middlewares
     # send it; the answer is the last part's, created if the first part created it.
-    answers = [client.add_note(ns.agent, part, session_id=ns.session_id, name=ns.name,
+    # A session id the daemon would refuse ("chat 42") is mapped as the MCP bridge maps it.
+    session = note_session_key(ns.session_id)
+    answers = [client.add_note(ns.agent, part, session_id=session, name=ns.name,
                                request_id=part_id)
                for part, part_id in note_parts(content, client.request_limit)]
     result = {**answers[-1], "created": any(a.get("created") for a in answers),

@@ -57,7 +57,7 @@ from mcp.shared.message import SessionMessage
 from recalld.ipc import __version__, errors
 from recalld.ipc._reopen import on_workspace
 from recalld.ipc.aclient import AsyncClient
-from recalld.ipc.agent_ids import owner_name, session_key
+from recalld.ipc.agent_ids import note_session_key, owner_name, session_key
 from recalld.ipc.answers import JsonObject, Recall
 from recalld.ipc.cli_args import Parser, agent_name
 from recalld.ipc.known_ids import KnownIds, provisional_id
@@ -174,8 +174,7 @@ class Bridge:
                 self._unflushed[session] = None
             return _text(json.dumps(answer), structured=answer)
         if name == "memory_add_note":
-            given = args.get("session_id")
-            owner = session_key(given) if isinstance(given, str) and given else None
+            owner = note_session_key(args.get("session_id"))
             # Content longer than one call takes goes in parts, as the middlewares send it.
             note = await in_note_parts(
                 str(args.get("content", "")), self.client.request_limit,

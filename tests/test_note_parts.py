@@ -13,6 +13,7 @@ from pathlib import Path
 from conftest import DaemonFactory, DaemonHandle
 
 from recalld.ipc.aclient import AsyncClient
+from recalld.ipc.agent_ids import session_key
 from recalld.ipc.answers import NoteAdded
 from recalld.ipc.client import Client
 from recalld.ipc.request_parts import MAX_NOTE_PART_CHARS, in_note_parts, text_parts
@@ -216,3 +217,31 @@ def test_recalld_note_takes_a_note_longer_than_one_call_takes(daemon: DaemonHand
     body = _bodies(root / "memory", "tides*.md")
     assert body.count("gate 3 sticks") == 2 * CHAPTER.count("gate 3 sticks")
     assert all(f"- pier {n}: « la marée » monte à {n % 12}h ⚓\n" in body for n in range(900))
+
+
+def _note_cli(daemon: DaemonHandle, content: str, *args: str,
+              ) -> subprocess.CompletedProcess[bytes]:
+    from test_cli import SCRIPT
+
+    cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "recalld.ipc"]
+    return subprocess.run([*cmd, "note", "-", "--json", *args], input=content.encode(),
+                          capture_output=True, env=daemon.env, timeout=60, check=False)
+
+
+def test_recalld_note_takes_the_session_ids_the_mcp_bridge_maps(
+        daemon: DaemonHandle) -> None:
+    """``--session "chat 42/b"`` (a space and a slash the daemon does not take) is the
+    session the MCP bridge gives that id, and the same one each time; an empty one is
+    refused as a usage error."""
+    with Client(daemon.socket_path) as c:
+        c.workspace_open("helpdesk")
+    answers = []
+    for text in ("Printer on floor 3 jams on A3.", "Toner ordered for floor 3."):
+        done = _note_cli(daemon, text, "--agent", "helpdesk", "--session", "chat 42/b")
+        assert done.returncode == 0, done.stderr.decode()
+        answers.append(json.loads(done.stdout))
+    assert answers[0]["session_id"] == session_key("chat 42/b") != "chat 42/b"
+    assert answers[1]["path"] == answers[0]["path"] and not answers[1]["created"]
+    bare = _note_cli(daemon, "Floor 3 is fine again.", "--agent", "helpdesk",
+                     "--session", "")
+    assert bare.returncode == 2 and b"--session: must not be empty" in bare.stderr
