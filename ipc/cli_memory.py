@@ -226,7 +226,7 @@ def _note(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
     session = note_session_key(ns.session_id)
     answers = [client.add_note(ns.agent, part, session_id=session, name=ns.name,
                                request_id=part_id)
-               for part, part_id in note_parts(content, client.request_limit)]
+               for part, part_id in note_parts(content, client.request_limit, name=ns.name)]
     result = {**answers[-1], "created": any(a.get("created") for a in answers),
               "changed": any(a.get("changed") for a in answers)}
     paths = list(dict.fromkeys(a["path"] for a in answers))  # a full note is continued

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import date
 from typing import TypeVar
 
 import orjson
@@ -166,28 +166,40 @@ async def add_turns_in_parts(client: AsyncClient, agent_id: str, session_id: str
     return answer
 
 
+def content_request_id(text: str, name: str | None = None, day: date | None = None) -> str:
+    """The request id of a note written in parts that its caller gave none: made of the
+    day (``day``, today by default), the note's ``name`` and its text, so that the same
+    command run again that day (after a failure part-way) adds none of its parts twice,
+    as the daemon takes a one-part note that the day's note already holds for one sent
+    again. Another day, the same text is appended again."""
+    seen = (day or date.today()).isoformat()
+    whole = f"{seen}\0{name or ''}\0{text}".encode("utf-8", "surrogatepass")
+    return f"note-{seen}-{hashlib.sha256(whole).hexdigest()[:32]}"
+
+
 def note_parts(text: str, limit_bytes: int, request_id: str | None = None,
-               ) -> list[tuple[str, str | None]]:
+               name: str | None = None) -> list[tuple[str, str | None]]:
     """The parts of ``text`` one ``memory.add_note`` takes at once
     (:data:`MAX_NOTE_PART_CHARS`, one request of ``limit_bytes``), cut between lines, in
-    order, each with its request id (:func:`part_id` of ``request_id``, or of a new one
-    for a text of several parts): the daemon appends a part that repeats an earlier one,
-    and a part sent again adds nothing twice."""
+    order, each with its request id (:func:`part_id` of ``request_id``, or of
+    :func:`content_request_id` for a text of several parts for the note ``name``): the
+    daemon appends a part that repeats an earlier one, and a part sent again adds
+    nothing twice."""
     parts = text_parts(text, limit_bytes - REQUEST_ROOM_BYTES, MAX_NOTE_PART_CHARS)
     # A part of blank lines only says nothing, and the daemon refuses an empty note.
     parts = [part for part in parts if part.strip()] or parts[:1]
     if request_id is None and len(parts) > 1:
-        request_id = f"note-{uuid.uuid4().hex}"
+        request_id = content_request_id(text, name)
     return [(part, part_id(request_id, n)) for n, part in enumerate(parts)]
 
 
 async def in_note_parts(text: str, limit_bytes: int,
                         add: Callable[[str, str | None], Awaitable[V]],
-                        request_id: str | None = None) -> V:
-    """``add(part, part_id)`` (a ``memory.add_note``) each of the :func:`note_parts` of
-    ``text``, in order; the answer to the last."""
+                        request_id: str | None = None, name: str | None = None) -> V:
+    """``add(part, part_id)`` (a ``memory.add_note`` to the note ``name``) each of the
+    :func:`note_parts` of ``text``, in order; the answer to the last."""
     answer: V | None = None
-    for part, part_id_ in note_parts(text, limit_bytes, request_id):
+    for part, part_id_ in note_parts(text, limit_bytes, request_id, name):
         answer = await add(part, part_id_)
     assert answer is not None  # text_parts gives at least one part
     return answer

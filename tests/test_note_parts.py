@@ -228,6 +228,23 @@ def _note_cli(daemon: DaemonHandle, content: str, *args: str,
                           capture_output=True, env=daemon.env, timeout=60, check=False)
 
 
+def test_recalld_note_run_again_adds_no_part_twice(daemon: DaemonHandle) -> None:
+    """The same long note given twice (a command run again after it failed part-way)
+    is in the note once; to another note's name, it is written there too."""
+    log = "\n".join(f"- Schleuse {n % 13}: Tor {n % 5} klemmt, Pegel {n % 40} cm"
+                    for n in range(3000))
+    assert len(log) > 2 * MAX_NOTE_PART_CHARS
+    with Client(daemon.socket_path) as c:
+        root = Path(c.workspace_open("schleusen")["path"])
+    for name in ("pegel", "pegel", "tore"):
+        done = _note_cli(daemon, log, "--agent", "schleusen", "--name", name)
+        assert done.returncode == 0, done.stderr.decode()
+    for name in ("pegel", "tore"):
+        body = _bodies(root / "memory", f"{name}*.md")
+        assert body.count("- Schleuse 4: Tor 1 klemmt, Pegel 36 cm\n") == log.count(
+            "- Schleuse 4: Tor 1 klemmt, Pegel 36 cm\n"), name
+
+
 def test_recalld_note_takes_the_session_ids_the_mcp_bridge_maps(
         daemon: DaemonHandle) -> None:
     """``--session "chat 42/b"`` (a space and a slash the daemon does not take) is the
