@@ -55,7 +55,7 @@ from recalld.ipc.agentscope_workspace import (
 )
 from recalld.ipc.answers import JsonObject, NoteAdded, TopicWritten
 from recalld.ipc.known_ids import KnownIds, provisional_id
-from recalld.ipc.request_parts import add_turns_in_parts, search_query
+from recalld.ipc.request_parts import add_turns_in_parts, fitting_request_id, search_query
 
 if TYPE_CHECKING:
     from agentscope.agent import Agent
@@ -388,8 +388,8 @@ class RecalldMemoryMiddleware(MiddlewareBase):
             before.update(m.id for m in current)  # not written back twice at reply end
         messages = _turns(current)
         key = session_key(session)
-        request_id = f"asc:{key}:{agent.state.reply_id}:{current[0].id}"[:200] if (
-            messages) else ""
+        request_id = fitting_request_id(
+            f"asc:{key}:{agent.state.reply_id}:{current[0].id}") if messages else ""
         try:
             if messages:
                 await self._on(workspace, lambda: add_turns_in_parts(
@@ -440,7 +440,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         if not any(m["role"] == "assistant" for m in messages):
             return  # no real exchange (interrupted, or only tool calls)
         # The reply id makes a write-back sent again add nothing twice.
-        request_id = f"as:{session_key(session)}:{agent.state.reply_id}"[:200]
+        request_id = fitting_request_id(f"as:{session_key(session)}:{agent.state.reply_id}")
         self._keep_unsent(request_id, (workspace, session, messages))
         await self._send_unsent()
 

@@ -29,6 +29,8 @@ MAX_TURN_MESSAGES = 1000
 REQUEST_ROOM_BYTES = 4096
 #: The characters one ``memory.add_note`` takes (32,000), less some to spare.
 MAX_NOTE_PART_CHARS = 30_000
+#: The characters of a request id the daemon takes.
+MAX_REQUEST_ID_CHARS = 200
 #: The characters of the caller's id a part's id keeps (the daemon takes 200 in all).
 PART_ID_PREFIX_CHARS = 150
 
@@ -46,6 +48,20 @@ def json_size(value: object) -> int:
                    .encode("utf-8", "surrogatepass"))
 
 
+def _id_digest(request_id: str, chars: int) -> str:
+    return hashlib.sha256(request_id.encode("utf-8", "surrogatepass")).hexdigest()[:chars]
+
+
+def fitting_request_id(request_id: str) -> str:
+    """``request_id`` as the daemon takes it (:data:`MAX_REQUEST_ID_CHARS`): itself if
+    it fits, else its start and a digest of the whole, so that two long ids alike in
+    their first 200 characters (a long session and reply id) stay two requests, and the
+    same id is the same request every time."""
+    if len(request_id) <= MAX_REQUEST_ID_CHARS:
+        return request_id
+    return f"{request_id[:MAX_REQUEST_ID_CHARS - 25]}~{_id_digest(request_id, 24)}"
+
+
 def part_id(request_id: str | None, n: int) -> str | None:
     """The request id of part ``n`` (from 0) of a write the caller identified as
     ``request_id``: that id for the first part, for each later one an id made of it that
@@ -55,8 +71,7 @@ def part_id(request_id: str | None, n: int) -> str | None:
     has the same part ids, and adds nothing twice."""
     if request_id is None or n == 0:
         return request_id
-    digest = hashlib.sha256(request_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    return f"{request_id[:PART_ID_PREFIX_CHARS]}#{n}~{digest}"
+    return f"{request_id[:PART_ID_PREFIX_CHARS]}#{n}~{_id_digest(request_id, 12)}"
 
 
 def text_parts(text: str, max_bytes: int, max_chars: int | None = None) -> list[str]:

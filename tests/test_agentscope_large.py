@@ -8,6 +8,7 @@ the fake provider on 127.0.0.1. What the daemon holds is read from its pending-t
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,13 @@ import pytest
 
 pytest.importorskip("agentscope", reason="needs agentscope, which '.[test]' installs")
 
+import agentscope
+from agentscope._utils import _common
+from agentscope.agent import Agent
+from agentscope.credential import OpenAICredential
+from agentscope.message import UserMsg
+from agentscope.model import OpenAIChatModel
+from agentscope.tool import Toolkit
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_agentscope import NOTE, _chat_requests, _non_system, _open, _reply, scripted
@@ -197,3 +205,40 @@ def test_a_search_query_fits_and_keeps_both_ends() -> None:
                                  and text.endswith(query.rsplit("\n")[-1]))
     assert search_query(LOG, limit).startswith("步骤0: ")
     assert search_query(LOG, limit).endswith('步骤44999: 构建 "wren-44999" 🔧 失败\t退出码 3\n')
+
+
+def test_write_backs_of_replies_whose_long_ids_begin_alike_are_all_kept(
+        daemon: DaemonHandle, fake: FakeProvider) -> None:
+    """A host whose ids are long and begin alike (a tenant path before each uuid): each
+    reply's write-back is its own request, not taken for the one before sent again."""
+    fake.chat_default = scripted()
+    tenant = "tenants/acme-logistics/regions/eu-central-1/deployments/" * 4
+    default_factory = _common._id_factory
+
+    async def main() -> str:
+        mw = RecalldMemoryMiddleware(socket_path=daemon.socket_path, agent_id="dispatch")
+        model = OpenAIChatModel(credential=OpenAICredential(
+            api_key="k", base_url=fake.url + "/v1"), model="fake", stream=False,
+            max_retries=0)
+        agent = Agent(name="dispatch", system_prompt="You dispatch trucks.", model=model,
+                      toolkit=Toolkit(tools=await mw.list_tools()), middlewares=[mw])
+        try:
+            for text in ("Truck 7 leaves Linz at 06:10.", "Truck 9 waits in Graz.",
+                         "Truck 7 is back."):
+                await agent.reply(UserMsg(name="user", content=text))
+            return str(agent.state.session_id)
+        finally:
+            await model.client.close()
+            await mw.close()
+
+    agentscope.set_id_factory(lambda: tenant + uuid.uuid4().hex)
+    try:
+        session = asyncio.run(main())
+    finally:
+        agentscope.set_id_factory(default_factory)
+    assert len(session) > 200
+    with Client(daemon.socket_path) as c:
+        root = Path(c.workspace_open("dispatch")["path"])
+    assert _said(root, session, "user") == ("Truck 7 leaves Linz at 06:10.\n"
+                                             "Truck 9 waits in Graz.\nTruck 7 is back.")
+    assert _said(root, session, "assistant").count("plain answer") == 3
