@@ -16,6 +16,7 @@ from pathlib import PurePath
 from typing import Any
 
 from recalld.ipc.answers import DaemonStatus, JobInfo, WorkspaceInfo
+from recalld.ipc.commands import agent_operand, agent_option
 from recalld.ipc.health_remote import remote_facts
 from recalld.ipc.problems import Assessment, Problem
 from recalld.ipc.types import visible
@@ -79,10 +80,10 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
             f"give it a folder of its own ([workspaces.{agent}] path in the config file, "
             f"then kill -HUP the daemon), or stop serving it: take [workspaces.{agent}] out "
             f"of the config file if it is there, kill -HUP the daemon, then: recalld "
-            f"workspace close {agent} --forget"))
+            f"workspace close --forget {agent_operand(agent)}"))
     elif ws.get("state") == "failed":
         a.problems.append(Problem("fail", f"workspace failed: {ws.get('error')}",
-                                  f"recalld workspace open {agent}"))
+                                  f"recalld workspace open {agent_operand(agent)}"))
     elif state == "degraded":
         reasons = [str(r) for r in h.get("reasons") or []]
         partly = h.get("partly_indexed_paths") or []
@@ -106,8 +107,7 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
             a.problems.append(Problem(
                 "warn" if stuck == "for good" else "info", "pending: " + "; ".join(behind),
                 f"no wait brings their vectors: fix what the embedding provider refuses "
-                f"(the problem below), then: recalld workspace close {agent}; recalld "
-                f"workspace open {agent}" if stuck == "for good"
+                f"(the problem below), then: {_reopen(agent)}" if stuck == "for good"
                 else "wait: the backfill resumes by itself once the embedding provider "
                      "answers again (the problem below says what fails)"))
         if capture:
@@ -128,16 +128,22 @@ DEGRADED_FIXES = (
      "it can"),
     ("watcher failed", "fix what the reason names; the watcher tries again by itself and a "
      "rescan every reconcile_interval_s catches up meanwhile (README: Troubleshooting)"),
-    ("derived state was corrupt", "recalld compact --agent {agent} saves it again now"),
-    ("index file ", "recalld compact --agent {agent} saves a new generation now"),
-    ("the index in memory is damaged", "recalld reindex --agent {agent}"),
+    ("derived state was corrupt", "recalld compact {agent} saves it again now"),
+    ("index file ", "recalld compact {agent} saves a new generation now"),
+    ("the index in memory is damaged", "recalld reindex {agent}"),
     (OVERSIZED, "split the note(s) named into smaller ones (only the first part of each is "
-     "searchable); recalld verify --agent {agent} lists them"),
+     "searchable); recalld verify {agent} lists them"),
     (NOT_UTF8, "open the note(s) named in an editor that reads their encoding and save them "
      "as UTF-8; they are indexed again as they change"),
     ("note(s) could not be read", "check the disk and the permissions of the note named; "
      "it is read again at its next change or rescan"),
 )
+
+
+def _reopen(agent: str) -> str:
+    """The commands that open ``agent``'s workspace again, with its settings of now."""
+    return (f"recalld workspace close {agent_operand(agent)}; "
+            f"recalld workspace open {agent_operand(agent)}")
 
 
 def _degraded_fix(reasons: Sequence[str], agent: str) -> str:
@@ -148,9 +154,10 @@ def _degraded_fix(reasons: Sequence[str], agent: str) -> str:
                    else r.startswith(key) or r.lstrip("0123456789 ").startswith(key)
                    for r in reasons)
 
-    fixes = [fix.format(agent=agent) for key, fix in DEGRADED_FIXES if told(key)]
-    return "; ".join(fixes) or (f"recalld verify --agent {agent} says what differs; "
-                                f"recalld reindex --agent {agent} rebuilds the index")
+    option = agent_option(agent)
+    fixes = [fix.format(agent=option) for key, fix in DEGRADED_FIXES if told(key)]
+    return "; ".join(fixes) or (f"recalld verify {option} says what differs; "
+                                f"recalld reindex {option} rebuilds the index")
 
 
 def _is_capture(reason: str, ws: WorkspaceInfo) -> bool:
@@ -232,7 +239,7 @@ def _vector_facts(a: Assessment, ws: WorkspaceInfo) -> None:
     breaker = (provider.get("breaker") or {}).get("state")
     if v.get("health") == "fail" or breaker == "open":
         reopen = ("a fixed embedding_model_config applies when the workspace opens again: "
-                  f"recalld workspace close {a.agent_id}; recalld workspace open {a.agent_id}")
+                  + _reopen(a.agent_id))
         a.problems.append(Problem(
             "fail", f"embedding provider failing: {error or 'circuit open'}",
             "check base_url, the key, model_name and dimensions: the provider refuses "
@@ -252,8 +259,7 @@ def _vector_facts(a: Assessment, ws: WorkspaceInfo) -> None:
             "others; they are tried again when their hour is up (a restart keeps them "
             "parked until then), and at once when the workspace opens with a changed "
             "embedding_model_config (if it refuses every text, a wrong dimensions value "
-            f"or a rejected key: fix it, then: recalld workspace close {a.agent_id}; "
-            f"recalld workspace open {a.agent_id})"))
+            f"or a rejected key: fix it, then: {_reopen(a.agent_id)})"))
 
 
 def _last_job(jobs: Sequence[JobInfo], kind: str) -> JobInfo | None:
@@ -285,7 +291,7 @@ def _dream(a: Assessment, ws: WorkspaceInfo, jobs: Sequence[JobInfo]) -> None:
             a.problems.append(Problem(
                 "info", f"the last dream read as many notes as a run reads; {left} changed "
                         "daily note(s) wait for the next run",
-                "to read them now: recalld dream"))
+                f"to read them now: recalld dream {agent_option(a.agent_id)}"))
     else:
         last_text = (f"last run {_when(last.get('finished_at'))} {last.get('state')}: "
                      f"{last.get('error') or '-'}")
@@ -293,8 +299,8 @@ def _dream(a: Assessment, ws: WorkspaceInfo, jobs: Sequence[JobInfo]) -> None:
         a.facts.append(("dream", f"NOT scheduled: {d['error']}; {last_text}"))
         a.problems.append(Problem(
             "fail", f"dream_cron {d.get('cron')!r} is not scheduled: {d['error']}",
-            "set dream_cron to 5 cron fields, e.g. \"0 23 * * *\", then: recalld workspace "
-            f"close {a.agent_id}; recalld workspace open {a.agent_id}"))
+            "set dream_cron to 5 cron fields, e.g. \"0 23 * * *\", then: "
+            + _reopen(a.agent_id)))
     elif not d.get("enabled"):
         a.facts.append(("dream", f"off (dream_cron_enabled = false); {last_text}"))
     else:
@@ -306,7 +312,7 @@ def _dream(a: Assessment, ws: WorkspaceInfo, jobs: Sequence[JobInfo]) -> None:
         first = (_chat_model_fix(a.agent_id) if error.startswith(NO_CHAT_MODEL)
                  else f"recalld jobs get {last.get('job_id')}")
         a.problems.append(Problem("warn", f"the last dream failed: {error}",
-                                  f"{first}; then recalld dream --agent {a.agent_id}"))
+                                  f"{first}; then recalld dream {agent_option(a.agent_id)}"))
 
 
 def _resources(a: Assessment, ws: WorkspaceInfo) -> None:
@@ -403,7 +409,7 @@ def not_open(listed: Sequence[WorkspaceInfo], status: DaemonStatus,
         lines += ["", f"{agent}: not open  ({ws.get('state')}, {ws.get('path')})"]
         if held:
             lines.append(f"  jobs: {', '.join(str(j.get('kind')) for j in held)} wait for it "
-                         f"to open (recalld workspace open {agent})")
+                         f"to open (recalld workspace open {agent_operand(agent)})")
     return lines
 
 
@@ -431,7 +437,7 @@ def assess(ws: WorkspaceInfo, jobs: Sequence[JobInfo] = ()) -> Assessment:
     inbox = ws.get("inbox") or {}
     if inbox.get("unacked"):
         a.facts.append(("inbox", f"{inbox['unacked']} unseen item(s) "
-                                 f"(recalld inbox list --agent {a.agent_id})"))
+                                 f"(recalld inbox list {agent_option(a.agent_id)})"))
     active = [j for j in mine if j.get("state") in ("queued", "running")]
     if active:
         a.facts.append(("jobs", ", ".join(f"{j.get('kind')} {j.get('state')}"

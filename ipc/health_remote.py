@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from recalld.ipc.answers import WorkspaceInfo
+from recalld.ipc.commands import agent_operand
 from recalld.ipc.problems import Assessment, Problem
 
 
@@ -28,9 +29,10 @@ def remote_facts(a: Assessment, ws: WorkspaceInfo) -> None:
             "warn", f"shared workspace {a.agent_id}: {count} note deletion(s) held back, "
                     f"not sent to the other hosts: {held.get('why')} (e.g. "
                     f"{', '.join(str(p) for p in held.get('paths') or ())})",
-            f"restore the files, or run `recalld remote release {a.agent_id} --restore` to "
-            f"write them back from the server, or `recalld remote release {a.agent_id} "
-            "--upload` to delete them on every host"))
+            "restore the files, or run `recalld remote release --restore "
+            f"{agent_operand(a.agent_id)}` to write them back from the server, or "
+            f"`recalld remote release --upload {agent_operand(a.agent_id)}` to delete them "
+            "on every host"))
     outside = remote.get("outside")
     if isinstance(outside, Mapping) and outside.get("notes"):
         a.problems.append(Problem(

@@ -22,6 +22,7 @@ import orjson
 from recalld.ipc import errors
 from recalld.ipc.answers import JOB_TERMINAL_STATES, ReadResult
 from recalld.ipc.client import Client
+from recalld.ipc.commands import agent_operand
 from recalld.ipc.progress import Mode, Progress
 from recalld.ipc.types import for_terminal, visible
 
@@ -206,19 +207,19 @@ def hint(exc: errors.RecalldError, command: Sequence[str | None] = (),
         return ""
     agent = m[1]
     if listed is None:
-        return f"; open it with: recalld workspace open {agent}"
+        return f"; open it with: recalld workspace open {agent_operand(agent)}"
     try:
         ids = sorted({str(ws.get("agent_id")) for ws in listed()})
     except (errors.RecalldError, OSError, TimeoutError):
         return ""
     if agent in ids:
-        return f"; open it with: recalld workspace open {agent}"
+        return f"; open it with: recalld workspace open {agent_operand(agent)}"
     close = difflib.get_close_matches(agent, ids, n=3, cutoff=0.6)
     if close:
         return (f"; no workspace {agent!r} is configured or recorded: did you mean "
                 f"{' or '.join(close)}?")
     return (f"; no workspace {agent!r} is configured or recorded (recalld workspace list "
-            f"shows them; recalld workspace open {agent} makes a new one)")
+            f"shows them; recalld workspace open {agent_operand(agent)} makes a new one)")
 
 
 class _TerminalStream(io.TextIOWrapper):

@@ -3,10 +3,13 @@ explains it: real daemons, the real ``recalld`` commands."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from conftest import DaemonFactory
 from test_cli import as_json, recalld
+
+from recalld.ipc.cli_ops import render_status
 
 
 def test_configured_workspaces_that_are_not_open_are_listed(
@@ -140,3 +143,40 @@ def test_an_import_takes_another_id_than_a_configured_workspace_closed_and_forgo
     proc = recalld("import-qwenpaw", str(ws), env=env)
     assert proc.returncode == 0, proc
     assert f"opened {ws} as agent qwenpaw-default" in proc.stdout, proc.stdout
+
+
+def _suggested(text: str, after: str, before: str = "\n") -> list[str]:
+    """The command line ``text`` suggests after ``after`` (up to ``before``), as words."""
+    return shlex.split(text.split(after, 1)[1].split(before, 1)[0])
+
+
+def test_commands_suggested_for_an_agent_id_that_begins_with_a_dash_run(
+        daemon_factory: DaemonFactory) -> None:
+    """``-night-shift`` is a valid agent id that argparse takes for an option: the
+    commands an error or ``recalld status`` suggest for it are written so that they run
+    (``--agent=-night-shift``, ``-- -night-shift``), and do what they say."""
+    daemon = daemon_factory()
+    env = daemon.env
+    agent = "-night-shift"
+    assert recalld("workspace", "open", "--", agent, env=env).returncode == 0
+    assert recalld("workspace", "close", "--", agent, env=env).returncode == 0
+    proc = recalld("note", "hi", f"--agent={agent}", env=env)
+    assert proc.returncode == 1, proc
+    words = _suggested(proc.stderr, "; open it with: recalld ")
+    assert words == ["workspace", "open", "--", agent], proc.stderr
+    assert recalld(*words, env=env).returncode == 0
+    assert recalld("note", "hi", f"--agent={agent}", env=env).returncode == 0
+
+    proc = recalld("search", "q", "--agent=-zzqx", env=env)
+    assert proc.returncode == 1, proc
+    words = _suggested(proc.stderr, "; recalld ", " makes a new one")
+    assert words == ["workspace", "open", "--", "-zzqx"], proc.stderr
+
+    assert recalld("workspace", "close", "--", agent, env=env).returncode == 0
+    held = {"job_id": "j1", "agent_id": agent, "kind": "reindex", "state": "queued",
+            "held": True, "progress": {}}
+    text = render_status(daemon.call("daemon.status"), str(daemon.socket_path), [held],
+                         daemon.call("workspace.list")["workspaces"])
+    words = _suggested(text, "wait for it to open (recalld ", ")\n")
+    assert words == ["workspace", "open", "--", agent], text
+    assert recalld(*words, env=env).returncode == 0
