@@ -69,7 +69,8 @@ log = logging.getLogger("recalld")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from recalld.ipc.cli_args import Parser  # an empty --config, --socket, ... is refused
+    # An empty --config, --socket, ... is refused, and one that is not UTF-8.
+    from recalld.ipc.cli_args import Parser, local_file
 
     parser = Parser(
         prog="recalld serve", description="Run the recalld daemon in the foreground."
@@ -83,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="accepted for clarity; the daemon never forks")
     parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS,
                         help="overrides [daemon] log_level")
-    parser.add_argument("--log-file", help="log to this file, rotated at "
+    parser.add_argument("--log-file", type=local_file, help="log to this file, rotated at "
                         f"{LOG_FILE_BYTES >> 20} MiB ({LOG_FILE_BACKUPS} old files kept), "
                         "instead of stderr")
     parser.add_argument("--check-config", action="store_true",

@@ -1,7 +1,7 @@
 """The argument parser of the ``recalld`` command line and of ``recalld serve``.
 
-Every option or argument value is text that must not be empty, unless the option declares
-a type of its own: an empty value (``--socket ""``, ``--undo "$RUN"`` with ``RUN`` unset)
+Every option or argument value is UTF-8 text that must not be empty, unless the option
+declares a type of its own: an empty value (``--socket ""``, ``--undo "$RUN"`` with ``RUN`` unset)
 is a variable that was not set far more often than a choice, and taken as "not given" it
 would pick another default without a word (the default socket, and so another daemon's
 memory; running a dream instead of undoing one). It is a usage error (exit status 2).
@@ -10,15 +10,38 @@ memory; running a dream instead of undoing one). It is a usage error (exit statu
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, NoReturn
 
 from recalld.ipc.agent_ids import workspace_id
 
+#: What a value that is not UTF-8 is told (on one line: the usage says nothing of it).
+NOT_UTF8 = "is not valid UTF-8 text"
 
-def nonempty(value: str) -> str:
-    """``value`` unchanged; an empty one is refused (argparse makes it a usage error)."""
+
+def local_file(value: str) -> str:
+    """``value`` unchanged, a file this process opens itself (``serve --log-file``,
+    ``import-qwenpaw --agent-json``), whose name may be in any encoding; an empty one is
+    refused (argparse makes it a usage error)."""
     if not value:
         raise argparse.ArgumentTypeError("must not be empty")
+    return value
+
+
+def nonempty(value: str) -> str:
+    """``value`` unchanged; an empty one, or one that is not UTF-8 (bytes of another
+    encoding, which Python hands on as lone surrogates and no request can carry), is
+    refused (argparse makes it a usage error naming the argument)."""
+    local_file(value)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raw = value.encode("utf-8", "surrogateescape")
+        shown = raw.decode("utf-8", "backslashreplace")
+        byte = raw[len(value[:exc.start].encode())]
+        raise argparse.ArgumentTypeError(
+            f"{NOT_UTF8}: '{shown}' (byte 0x{byte:02x}); give it in UTF-8 (a "
+            "file named in another encoding: rename it, e.g. convmv -f latin1 -t utf8)"
+        ) from None
     return value
 
 
@@ -41,6 +64,13 @@ class Parser(argparse.ArgumentParser):
         # The conversion argparse applies to a value of an action with no type: for every
         # action of this parser, its groups and the parents it copies actions from.
         self.register("type", None, nonempty)
+
+    def error(self, message: str) -> NoReturn:
+        """As argparse's (the usage, then the error; exit status 2), but one line for a
+        value that is not UTF-8, which the usage does not explain."""
+        if NOT_UTF8 in message:
+            self.exit(2, f"recalld: {message}\n")
+        super().error(message)
 
     def add_subparsers(self, **kwargs: Any) -> Any:
         """As argparse's; the words after the command go to the command's own parser

@@ -29,6 +29,7 @@ from recalld.ipc.agent_ids import (
     workspace_name,
 )
 from recalld.ipc.answers import JsonObject
+from recalld.ipc.cli_args import local_file
 from recalld.ipc.cli_ops import Subparsers, add_command
 from recalld.ipc.client import Client
 from recalld.ipc.progress import following
@@ -44,7 +45,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = add_command(sub, common, "import-qwenpaw", help_)
     p.add_argument("path", help="the QwenPaw workspace directory (where memory/ is)")
     p.add_argument("--agent", help="agent id (default: agent.json's id, else the folder name)")
-    p.add_argument("--agent-json", metavar="FILE",
+    p.add_argument("--agent-json", metavar="FILE", type=local_file,
                    help="QwenPaw agent.json to take the settings from (default: PATH/agent.json)")
 
 

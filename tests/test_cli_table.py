@@ -318,6 +318,30 @@ def test_an_empty_value_is_a_usage_error_never_a_default(daemon: DaemonHandle) -
         Client("")
 
 
+def test_a_value_that_is_not_utf8_is_a_usage_error_naming_it(daemon: DaemonHandle) -> None:
+    # Typed in a Latin-1 terminal, or a file name in another encoding: the daemon's
+    # refusal of the request ("the params cannot be sent") named no argument.
+    env = daemon.env
+    latin1 = os.fsdecode(b"caf\xe9 cr\xe8me")
+    for args, name in ((["note", latin1], "content"), (["search", latin1], "query"),
+                       (["search", "q", "--agent", latin1], "--agent"),
+                       (["read", f"memory/{latin1}.md"], "path"),
+                       (["note", "hi", "--name", latin1], "--name"),
+                       (["workspace", "open", latin1], "agent"),
+                       (["--socket", f"/tmp/{latin1}.sock", "ping"], "--socket")):
+        proc = recalld(*args, env=env)
+        assert proc.returncode == 2, (args, proc.returncode, proc.stdout, proc.stderr)
+        line = proc.stderr.splitlines()[-1]
+        assert f"argument {name}: is not valid UTF-8 text: " in line, (args, line)
+        assert "caf\\xe9 cr\\xe8me" in line and "(byte 0xe9)" in line, (args, line)
+    said = recalld("note", "café crème ☕", "--json", env=env)
+    assert said.returncode == 0, said.stderr
+    # A file the command opens itself may be named in any encoding.
+    log = daemon.data_dir.parent / f"{latin1}.log"
+    checked = recalld("serve", "--log-file", str(log), "--check-config", env=env)
+    assert "UTF-8" not in checked.stderr and checked.returncode == 0, checked.stderr
+
+
 def test_an_archive_of_a_later_format_says_to_upgrade(daemon: DaemonHandle,
                                                       tmp_path: Path) -> None:
     # "unsupported backup version 2" did not say that the archive is newer than this
