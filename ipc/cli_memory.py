@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import re
 import sys
 import time
 from typing import TextIO
@@ -29,6 +30,9 @@ from recalld.ipc.cli_ops import (
 from recalld.ipc.client import Client
 from recalld.ipc.render import print_json, render_read, say, table
 from recalld.ipc.request_parts import note_parts
+
+#: A change record's run id (``20261129T230012Z-a1b2c3``).
+RUN_ID = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}")
 
 
 def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -180,17 +184,47 @@ def _what(change: ChangeRecord) -> str:
     return ", ".join(parts)
 
 
+#: The records ``memory.changes`` lists at most (auto_memory keeps 2,000 of its own).
+MAX_LISTED_CHANGES = 500
+#: The folder of each kind's records in the metadata directory.
+_RUNS_FOLDERS = {"auto_memory": "auto_memory/runs", "auto_dream": "dream/runs"}
+
+
+def _older_record(client: Client, ns: argparse.Namespace, listed: list[ChangeRecord],
+                  ) -> tuple[ChangeRecord, tuple[ReadResult, list[int]]]:
+    """The log of record ``ns.show`` older than the newest ones the daemon lists, read
+    where the listed ones lie; NotFound if there is none."""
+    missing = errors.NotFound(f"no change record {ns.show} for agent {ns.agent} "
+                              "(recalld changes lists them)")
+    if len(listed) < MAX_LISTED_CHANGES or not RUN_ID.fullmatch(ns.show):
+        raise missing
+    # <metadata_dir>/<kind folder>/runs/<run id>.md
+    metas = dict.fromkeys(str(c["log"]).rsplit("/", 3)[0] for c in listed if c.get("log"))
+    for meta in metas:
+        for kind, folder in _RUNS_FOLDERS.items():
+            if ns.kind in (None, kind):
+                path = f"{meta}/{folder}/{ns.show}.md"
+                try:
+                    read = read_whole(client, ns.agent, path)
+                except errors.NotFound:
+                    continue
+                return {"kind": kind, "run_id": ns.show, "started": None, "log": path,
+                        "trigger": None, "files": []}, read
+    raise missing
+
+
 def _changes(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     if ns.limit < 1:
         raise errors.InvalidParams("-n must be at least 1")
     if ns.show:
-        listed = client.memory_changes(ns.agent, kind=ns.kind, limit=500)
-        found = next((c for c in listed if c.get("run_id") == ns.show), None)
-        if found is None:
-            raise errors.NotFound(f"no change record {ns.show} for agent {ns.agent} "
-                                  "(recalld changes lists them)")
+        listed = client.memory_changes(ns.agent, kind=ns.kind, limit=MAX_LISTED_CHANGES)
+        found: ChangeRecord | None = next(
+            (c for c in listed if c.get("run_id") == ns.show), None)
         # The whole log, however long: read in as many slices as the daemon hands out.
-        log, cut = read_whole(client, ns.agent, str(found["log"]))
+        if found is not None:
+            log, cut = read_whole(client, ns.agent, str(found["log"]))
+        else:
+            found, (log, cut) = _older_record(client, ns, listed)
         text = log["text"]
         if as_json:
             print_json(out, {**found, "text": text})

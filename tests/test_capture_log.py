@@ -222,3 +222,31 @@ def test_changes_show_prints_a_log_longer_than_one_read(daemon_factory: Any,
                       env=d.env)
     assert as_json.returncode == 0, as_json.stderr
     assert json.loads(as_json.stdout)["text"] == log
+
+
+def test_changes_show_finds_a_record_older_than_the_newest_listed(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    """auto_memory keeps 2,000 records and ``memory.changes`` lists the newest 500: a
+    run among the older ones is still shown by ``--show``, not said to be missing."""
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, idle_s=0))
+    fake.script(write_note("garden", "- Tomatoes go in after the last frost"), done())
+    job = wait_job(d, add(d, "garden", turn("Tomatoes after the frost."), flush=True)["job_id"])
+    assert job["state"] == "succeeded", job
+    (first,) = records(root)
+    runs = root / "mem_metadata" / "auto_memory" / "runs"
+    log = (runs / f"{first['run_id']}.md").read_text()
+    # 500 later runs, as the daemon writes them (record and log), a minute apart.
+    for n in range(500):
+        run_id = f"20991231T{n // 60:02d}{n % 60:02d}00Z-{n:06x}"
+        (runs / f"{run_id}.json").write_text(json.dumps(
+            {**first, "run_id": run_id, "started": f"2099-12-31T{n // 60:02d}:{n % 60:02d}:00Z"}))
+        (runs / f"{run_id}.md").write_text(log.replace(first["run_id"], run_id))
+    listed = d.call("memory.changes", {"agent_id": "w", "limit": 500})["changes"]
+    assert first["run_id"] not in {c["run_id"] for c in listed}  # the case itself
+    shown = recalld("changes", "--agent", "w", "--show", first["run_id"], env=d.env)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == log
+    missing = recalld("changes", "--agent", "w", "--show", "20000101T000000Z-abcdef",
+                      env=d.env)
+    assert missing.returncode == 1 and "no change record" in missing.stderr, missing
