@@ -21,8 +21,11 @@ cache of the configured space holds for the same text, or is the one its cache o
 space holds (ReMe changed its model and has not re-indexed yet): then only the stored
 vectors the cache of the configured space confirms are used.
 
-Nothing here writes: ReMe's files stay as ReMe wrote them. Blocking; call from worker
-threads.
+Nothing here writes: ReMe's files stay as ReMe wrote them. They are listed, looked at and
+read through the workspace folder's handles (:mod:`confine`) and opened as state files
+are (:func:`~recalld.daemon.store.fsio.open_state`): a link in place of one of ReMe's
+folders reads nothing of another folder, and a FIFO or a device named like one of its
+files is passed by, never waited on. Blocking; call from worker threads.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from recalld.daemon.index.embedcache import decode_f16
 from recalld.daemon.index.reme_chunks import ReMeChunk
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.providers.embedding_formats import DEFAULT_BASE_URLS
+from recalld.daemon.store import confine
 from recalld.daemon.store.errors import CorruptState, StorageError
 from recalld.daemon.store.fsio import REAL, open_state
 from recalld.daemon.store.records import ZSTD_MAGIC, read_foreign_records
@@ -142,10 +146,18 @@ def other_chunk_stores(metadata_dir: Path) -> list[str]:
     store name, or of a later release. They are not read (their format is not known to
     be 0.4.2's, nor whether ReMe still uses them); the import report names them."""
     folder = (metadata_dir / CHUNK_STORE).parent
-    if not folder.is_dir():
+    return sorted(f"{folder.name}/{name}" for name in _names(folder)
+                  if name.startswith("file_chunks_") and name.endswith(".jsonl.zst")
+                  and f"{folder.name}/{name}" != CHUNK_STORE)
+
+
+def _names(folder: Path) -> list[str]:
+    """The names in ReMe's ``folder`` (none when it cannot be listed), listed through
+    the workspace folder's handles."""
+    try:
+        return sorted(confine.listdir(folder))
+    except OSError:
         return []
-    return sorted(f"{folder.name}/{p.name}" for p in folder.glob("file_chunks_*.jsonl.zst")
-                  if f"{folder.name}/{p.name}" != CHUNK_STORE)
 
 
 def _chunk_of(rec: Mapping[str, object]) -> tuple[str, ReMeChunk] | None:
@@ -181,7 +193,7 @@ def first_record(path: Path, limit: int = 1 << 16) -> JsonObject | None:
     """The first JSON record of a (zstd) JSONL file, reading at most ``limit`` bytes of
     it; None when empty or unreadable."""
     try:
-        with path.open("rb") as f:
+        with open_state(path) as f:
             head = f.read(4)
             f.seek(0)
             if head == ZSTD_MAGIC:
@@ -189,7 +201,7 @@ def first_record(path: Path, limit: int = 1 << 16) -> JsonObject | None:
             else:
                 data = f.read(limit)
         rec = orjson.loads(data.split(b"\n", 1)[0])
-    except (OSError, zstandard.ZstdError, orjson.JSONDecodeError):
+    except (OSError, StorageError, zstandard.ZstdError, orjson.JSONDecodeError):
         return None
     return rec if isinstance(rec, dict) else None
 
@@ -257,12 +269,14 @@ def seed_key(metadata_dir: Path, config: EmbeddingModelConfig, space: str) -> Js
     mtime and inode of each of ReMe's cache files (which vouch for the store's vectors)."""
     files: list[list[object]] = []
     folder = metadata_dir / EMBEDDING_DIR
-    for path in sorted(folder.glob("*.npz")) if folder.is_dir() else ():
+    for name in _names(folder):
+        if not name.endswith(".npz"):
+            continue
         try:
-            st = path.stat()
+            st = confine.stat_file(folder / name)
         except OSError:
             continue
-        files.append([path.name, st.st_size, st.st_mtime_ns, st.st_ino])
+        files.append([name, st.st_size, st.st_mtime_ns, st.st_ino])
     return {"space": space, "reme_space": space_id(config), "dims": config.dimensions,
             "max_input_length": config.max_input_length, "npz": files}
 
@@ -291,9 +305,7 @@ def read_embeddings(metadata_dir: Path, config: EmbeddingModelConfig) -> ReMeEmb
     sid = space_id(config)
     out = ReMeEmbeddings(sid)
     folder = metadata_dir / EMBEDDING_DIR
-    if not folder.is_dir():
-        return out
-    for path in sorted(folder.glob("*.npz")):
+    for path in (folder / name for name in _names(folder)):
         m = _NPZ_NAME.match(path.name)
         if m is None:
             continue

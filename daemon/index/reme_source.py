@@ -23,7 +23,6 @@ given limiter; cancelled there, the read finishes in its thread and is kept.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -38,8 +37,9 @@ from recalld.daemon.index.embedcache import EmbeddingCache, text_hash
 from recalld.daemon.index.reme_chunks import ReMeChunk
 from recalld.daemon.index.vector_status import ReMeVectors
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.store import confine
 from recalld.daemon.store.errors import StorageError
-from recalld.daemon.store.fsio import REAL
+from recalld.daemon.store.fsio import REAL, ensure_dir
 from recalld.daemon.store.records import read_records, write_records
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ SEEN_VERSION: Final = 1
 
 def _identity(path: Path) -> list[int] | None:
     try:
-        st = path.stat()
+        st = confine.stat_file(path)  # below the workspace: through its folders' handles
     except OSError:
         return None
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
@@ -225,7 +225,7 @@ class ReMeSource:
 
     def _write_seen(self) -> None:
         try:
-            os.makedirs(self._seen_path.parent, exist_ok=True)
+            ensure_dir(REAL, self._seen_path.parent)
             write_records(REAL, self._seen_path, [self._seen])
         except (OSError, StorageError) as exc:
             # Only the next start pays: it reads the store again.
