@@ -18,14 +18,8 @@ from pathlib import Path
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.lock import PLACE_ERRNOS, data_dir_lock
 from recalld.daemon.store.errors import StorageError
-from recalld.daemon.store.fsio import (
-    REAL,
-    file_times_now,
-    mkdir_private,
-    remove_left_over,
-    remove_temp_files,
-    temp_prefix,
-)
+from recalld.daemon.store.fsio import REAL, mkdir_private, remove_temp_files, temp_prefix
+from recalld.daemon.store.leftovers import file_times_now, remove_left_over
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Final, TypedDict
 
 from recalld.daemon import safepath
-from recalld.daemon.store.fsio import TEMP_RE, file_times_now
+from recalld.daemon.store.fsio import TEMP_RE
+from recalld.daemon.store.leftovers import file_times_now
 from recalld.daemon.watchsource import COOKIE_PREFIX
 from recalld.ipc.errors import RecalldError
 

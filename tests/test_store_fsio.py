@@ -19,15 +19,14 @@ from recalld.daemon.store.fsio import (
     atomic_writer,
     checksum,
     ensure_dir,
-    file_times_now,
     publish_copy,
     read_verified,
-    remove_left_over,
     remove_temp_files,
     temp_name,
     temp_prefix,
     verify_file,
 )
+from recalld.daemon.store.leftovers import file_times_now, remove_left_over
 
 
 def test_atomic_write_publishes_and_reports_entry(tmp_path: Path) -> None:

@@ -23,12 +23,11 @@ import os
 import re
 import secrets
 import stat
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Final
+from typing import BinaryIO
 
 from recalld.daemon.safepath import MAX_NAME_BYTES
 from recalld.daemon.store import confine
@@ -36,9 +35,6 @@ from recalld.daemon.store.errors import CorruptState, translate_os_error
 
 #: A temp file left by an interrupted publish: ``.<name>.tmp-<hex>``.
 TEMP_RE = re.compile(r"^\..+\.tmp-[0-9a-f]{8,}$")
-#: Linux's CLOCK_REALTIME_COARSE, which file times are taken from (a tick behind the
-#: precise clock: a reading of that one could date after a file made just after it).
-FILE_TIMES_CLOCK: Final = 5
 
 _CHECKSUM_BYTES = 32  # blake2b-256: ample against accidental corruption, fast in hashlib
 _READ_CHUNK = 1 << 20
@@ -429,42 +425,6 @@ def adopt_file(fs: FS, tmp: Path, path: Path) -> FileEntry:
 def temp_prefix(name: str) -> str:
     """What every ``temp_name(name)`` starts with: the temp files of ``name`` alone."""
     return temp_name(name).rsplit(".tmp-", 1)[0] + ".tmp-"
-
-
-def file_times_now() -> int:
-    """Now, in ns, on the clock file times are taken from: a file changed after this
-    reading never has an earlier ``st_ctime_ns``."""
-    return time.clock_gettime_ns(FILE_TIMES_CLOCK)
-
-
-def remove_left_over(top: Path, before_ns: int, *, prefix: str | None = None) -> list[str]:
-    """Remove the temp files of the daemon's own naming (``TEMP_RE``) anywhere under
-    ``top`` whose inode last changed before ``before_ns`` (:func:`file_times_now`, read
-    once the folder's one writer is this process): what writes a kill cut short left,
-    never one a live writer still holds. Links are not followed; a folder that cannot be
-    listed is passed by (best effort: a file left only takes room). With ``prefix``
-    (:func:`temp_prefix`), only those in ``top`` itself named so: a folder of the user's
-    where the daemon publishes one file. Returns the removed paths, relative to ``top``."""
-    removed: list[str] = []
-    stack = [top]
-    while stack:
-        folder = stack.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if prefix is None and entry.is_dir(follow_symlinks=False):
-                    stack.append(Path(entry.path))
-                elif (TEMP_RE.match(entry.name) and entry.name.startswith(prefix or "")
-                      and entry.is_file(follow_symlinks=False)
-                      and entry.stat(follow_symlinks=False).st_ctime_ns < before_ns):
-                    os.unlink(entry.path)
-                    removed.append(os.path.relpath(entry.path, top))
-            except OSError:
-                continue
-    return sorted(removed)
 
 
 def remove_temp_files(fs: FS, directory: Path) -> list[str]:
