@@ -17,7 +17,8 @@ from pathlib import Path
 
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.lock import PLACE_ERRNOS, data_dir_lock
-from recalld.daemon.store.errors import StorageError
+from recalld.daemon.store import confine
+from recalld.daemon.store.errors import StorageError, translate_os_error
 from recalld.daemon.store.fsio import REAL, mkdir_private, remove_temp_files, temp_prefix
 from recalld.daemon.store.leftovers import file_times_now, remove_left_over
 
@@ -123,10 +124,14 @@ def remove_unfinished_below(label: str, folders: tuple[Path, ...]) -> None:
     """Remove the temp files of writes a kill cut short (a change log's, a catalog's, a
     dialog log's) anywhere below ``folders`` (a workspace's metadata and session folders,
     which the watcher's scans pass by), those last changed before now only; ``label``
-    names the workspace in the log (blocking)."""
+    names the workspace in the log (blocking). A link in place of one of ``folders``
+    raises LinkOnTheWay: the workspace is not served through it."""
     before = file_times_now()
     for folder in folders:
-        removed = remove_left_over(folder, before)
+        try:
+            removed = remove_left_over(folder, before)
+        except confine.WritesElsewhere as exc:  # nothing removed there, nor anywhere else
+            raise translate_os_error(exc, folder) from None
         if removed:
             log.info("workspace %s: removed %d unfinished file(s) in %s: %s",
                      label, len(removed), folder, ", ".join(removed))

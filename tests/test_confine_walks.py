@@ -1,0 +1,40 @@
+"""What an open workspace's start looks at below its folder without a state file's checks
+(the removal of a killed write's temp files, the count of set-aside turns, the owner
+named in its lock file) goes through its folders' handles and waits on nothing: a link in
+place of one of its folders leads nothing into another folder, and a FIFO where a file
+is expected holds neither the start nor a status call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recalld.ipc import errors
+
+TEMP = ".dialog.jsonl.tmp-0123456789ab"  # named as an interrupted publish of the daemon's
+
+
+def test_a_link_in_place_of_the_session_folder_removes_nothing_elsewhere(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # Another folder (another agent's sessions, say) with temp files older than bob's
+    # open: bob's start removed them through its linked mem_session/, and served on.
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "deeper").mkdir(parents=True)
+    for temp in (elsewhere / TEMP, elsewhere / "deeper" / TEMP):
+        temp.write_text("a write under way there\n")
+    bob = tmp_path / "bob"
+    bob.mkdir()
+    (bob / "mem_session").symlink_to(elsewhere)
+    d = daemon_factory(None)
+    with pytest.raises(errors.PathOutsideWorkspace, match="mem_session is a symbolic link"):
+        d.call("workspace.open", {"agent_id": "bob", "path": str(bob)})
+    assert (elsewhere / TEMP).exists() and (elsewhere / "deeper" / TEMP).exists()
+    ws = next(w for w in d.call("workspace.list")["workspaces"] if w["agent_id"] == "bob")
+    assert ws["state"] == "failed" and "mem_session is a symbolic link" in ws["error"], ws
+    # Put back, bob opens.
+    (bob / "mem_session").unlink()
+    (bob / "mem_session").mkdir()
+    assert d.call("workspace.open", {"agent_id": "bob"})["state"] == "ready"
+    assert "Traceback" not in d.log()
