@@ -39,9 +39,22 @@ LISTENING = "listening"
 
 
 def read_owner_pid(path: Path) -> int | None:
-    """The pid written into a lock file, if it holds one."""
+    """The pid written into a lock file, if it holds one (a FIFO or device in its place
+    holds none, and is not waited on; nor is a link followed)."""
     try:
-        text = path.read_text(encoding="ascii", errors="replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return _owner_pid(fd) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    finally:
+        os.close(fd)
+
+
+def _owner_pid(fd: int) -> int | None:
+    """The pid at the start of the open lock file ``fd``."""
+    try:
+        text = os.pread(fd, 64, 0).decode("ascii", errors="replace")
     except OSError:
         return None
     first = text.split("\n", 1)[0].strip()
@@ -80,8 +93,10 @@ class FileLock:
                 raise OSError(errno.EINVAL, "not a regular file; remove it", str(self.path))
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            # From the file it locked, not by its name: whatever took the name since
+            # (a link elsewhere, a FIFO) is neither read nor waited on.
+            pid = _owner_pid(fd)
             os.close(fd)
-            pid = read_owner_pid(self.path)
             owner = f" (pid {pid})" if pid is not None else ""
             raise AlreadyServing(f"recalld is already running for {self.what}{owner}") from None
         except BaseException:

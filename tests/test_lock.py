@@ -146,3 +146,34 @@ def test_a_socket_claimed_by_a_daemon_not_yet_listening_is_starting(
     assert proc.stdout.strip() == (
         f"recalld (pid {os.getpid()}) is starting and does not answer on {socket_path} "
         "yet; try again in a moment"), proc
+
+
+def test_the_owner_is_read_from_the_locked_file_not_from_what_took_its_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Between the second open and its flock, a link to another file took the lock
+    # file's name: the owner named in the refusal was read through it.
+    from hooks import run_first
+
+    from recalld.daemon import lock as lock_module
+
+    path = tmp_path / "daemon.lock"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("4242\n")
+    first = FileLock(path, "x")
+    first.acquire()
+    try:
+        def swap() -> None:
+            path.rename(tmp_path / "daemon.lock.held")
+            path.symlink_to(elsewhere)
+
+        run_first(monkeypatch, lock_module.fcntl, "flock", swap)
+        with pytest.raises(AlreadyServing, match=rf"\(pid {os.getpid()}\)"):
+            FileLock(path, "x").acquire()
+        monkeypatch.undo()
+        # Read by name, a link or a FIFO there names no owner.
+        assert read_owner_pid(path) is None
+        path.unlink()
+        os.mkfifo(path)
+        assert read_owner_pid(path) is None
+    finally:
+        first.release()
