@@ -6,14 +6,17 @@ is expected holds neither the start nor a status call."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+from waits import workspace_status
 
 from recalld.ipc import errors
 
 TEMP = ".dialog.jsonl.tmp-0123456789ab"  # named as an interrupted publish of the daemon's
+QUARANTINE = "mem_metadata/sessions/pending.quarantine.jsonl"
 
 
 def test_a_link_in_place_of_the_session_folder_removes_nothing_elsewhere(
@@ -38,3 +41,25 @@ def test_a_link_in_place_of_the_session_folder_removes_nothing_elsewhere(
     (bob / "mem_session").mkdir()
     assert d.call("workspace.open", {"agent_id": "bob"})["state"] == "ready"
     assert "Traceback" not in d.log()
+
+
+def test_a_fifo_or_a_link_in_place_of_the_quarantine_file_holds_nothing(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # A FIFO named like the file of set-aside turns held bob's sessions store as it
+    # counted them, and with it bob's start, every call waiting for it (a status among
+    # them) and the daemon's stop; a link there counted another file's lines.
+    bob, carol = tmp_path / "bob", tmp_path / "carol"
+    for root in (bob, carol):
+        (root / "mem_metadata" / "sessions").mkdir(parents=True)
+    os.mkfifo(bob / QUARANTINE)
+    (tmp_path / "elsewhere.jsonl").write_text('{"a": 1}\n{"b": 2}\n')
+    (carol / QUARANTINE).symlink_to(tmp_path / "elsewhere.jsonl")
+    d = daemon_factory("".join(f'[workspaces.{a}]\npath = "{tmp_path / a}"\n'
+                               for a in ("bob", "carol")))
+    for agent in ("bob", "carol"):
+        sessions = workspace_status(d, agent)["sessions"]
+        assert sessions["quarantined_records"] == 0, sessions
+        assert f"{tmp_path / agent / QUARANTINE}: not a regular file" in d.log()
+    assert d.call("memory.add_turns", {"agent_id": "bob", "session_id": "s", "messages": [
+        {"role": "user", "content": "the heron came back"}]})["pending_messages"] == 1
+    assert d.stop() == 0

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 import pytest
+from hooks import sessions_held
 from test_systemd import FakeSystemd, short_dir
 from test_warm_start import _open_writer
 from waits import wait_for
@@ -54,15 +55,15 @@ def test_a_stop_cancels_the_reload_under_way(daemon_factory: DaemonFactory, shor
                                              tmp_path: Path) -> None:
     # A reload that reads its file while the daemon stops must not go on to open
     # workspaces or tell systemd READY=1 after STOPPING=1. The stop is held in its drain
-    # by a call under way: a workspace.open held on a FIFO in place of its sessions
-    # store's quarantine file (as in test_warm_start).
-    held = tmp_path / "held" / "mem_metadata" / "sessions" / "pending.quarantine.jsonl"
-    held.parent.mkdir(parents=True)
+    # by a call under way: a workspace.open held as its sessions store starts (as in
+    # test_warm_start).
+    held = tmp_path / "hold"
     os.mkfifo(held)
     fake = FakeSystemd(short_dir / "notify")
     writers: list[int] = []
     try:
         d = daemon_factory("[daemon]\ngraceful_timeout_s = 120\n", wait=False,
+                           launcher=sessions_held(), HOLD=str(held), HOLD_AGENT="held",
                            NOTIFY_SOCKET=str(fake.path))
         fake.wait_for("READY")
         with d.connect() as conn:

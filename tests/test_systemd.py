@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import trio
+from hooks import sessions_held
 from test_warm_start import _open_writer
 from waits import wait_for
 
@@ -163,16 +164,15 @@ def test_sighup_reload_reports_and_survives_bad_file(
 def test_a_reload_during_the_start_leaves_ready_to_its_end(
     daemon_factory: DaemonFactory, short_dir: Path, tmp_path: Path
 ) -> None:
-    # A FIFO in place of the sessions store's quarantine file holds the start until a
-    # writer comes (as in test_warm_start).
+    # The sessions store holds the start until a writer comes (as in test_warm_start).
     root = tmp_path / "ws"
-    held = root / "mem_metadata" / "sessions" / "pending.quarantine.jsonl"
-    held.parent.mkdir(parents=True)
+    held = tmp_path / "hold"
     os.mkfifo(held)
     fake = FakeSystemd(short_dir / "notify")
     writer = None
     try:
         d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n', wait=False,
+                           launcher=sessions_held(), HOLD=str(held), HOLD_AGENT="w",
                            NOTIFY_SOCKET=str(fake.path))
         writer = wait_for(lambda: _open_writer(held), "the sessions store opens the FIFO")
         d.signal(signal.SIGHUP)

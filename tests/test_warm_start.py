@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fakes.provider_server import FakeProvider
+from hooks import sessions_held
 from test_resource import catalog
 from waits import wait_for, wait_log, workspace_status
 
@@ -125,12 +126,12 @@ def test_searches_are_answered_before_the_other_services_and_the_startup_reconci
     config, data_dir = build_and_stop(daemon_factory, root)
 
     write(root, "memory/2026-07-25/hike.md", "# Hike\nMarmots on the ridge above Arosa.\n")
-    # The sessions store (after the search stage) counts its quarantined records when it
-    # starts: a FIFO there holds its start, and so the daemon's, until a writer comes.
-    held = root / "mem_metadata" / "sessions" / "pending.quarantine.jsonl"
-    held.parent.mkdir(parents=True, exist_ok=True)
+    # The sessions store (after the search stage) is held as it starts (hooks.py), and
+    # so the daemon's start, until a writer comes.
+    held = tmp_path / "hold"
     os.mkfifo(held)
-    d2 = daemon_factory(config, wait="searchable", RECALLD_DATA_DIR=str(data_dir))
+    d2 = daemon_factory(config, wait="searchable", launcher=sessions_held(), HOLD=str(held),
+                        HOLD_AGENT="w", RECALLD_DATA_DIR=str(data_dir))
     status: list[Any] = []
     asked = threading.Thread(target=lambda: status.append(d2.call("daemon.status")),
                              daemon=True)
@@ -143,8 +144,7 @@ def test_searches_are_answered_before_the_other_services_and_the_startup_reconci
         assert paths(d2, "marmots Arosa") == []
         assert not status and asked.is_alive()
     finally:
-        os.close(writer)  # the store reads an empty file and starts
-        held.unlink()
+        os.close(writer)  # the store starts
     asked.join(60)
     assert status, "daemon.status answered once the start ended"
     states = {w["agent_id"]: w["state"] for w in status[0]["workspaces"]}
@@ -162,11 +162,11 @@ def test_a_stop_during_the_start_fails_the_calls_that_wait_for_it(
     config, data_dir = build_and_stop(daemon_factory, root)
     # A second workspace whose sessions store holds the start (as above); w opens whole.
     other = tmp_path / "other"
-    held = other / "mem_metadata" / "sessions" / "pending.quarantine.jsonl"
-    held.parent.mkdir(parents=True, exist_ok=True)
+    held = tmp_path / "hold"
     os.mkfifo(held)
     config += f'[workspaces.v]\npath = "{other}"\n'
-    d2 = daemon_factory(config, wait="searchable", RECALLD_DATA_DIR=str(data_dir))
+    d2 = daemon_factory(config, wait="searchable", launcher=sessions_held(), HOLD=str(held),
+                        HOLD_AGENT="v", RECALLD_DATA_DIR=str(data_dir))
     answers: dict[str, Any] = {}
 
     def ask(name: str, method: str, params: Any = None) -> threading.Thread:
@@ -197,8 +197,7 @@ def test_a_stop_during_the_start_fails_the_calls_that_wait_for_it(
         assert isinstance(synced, dict), answers
         assert [r["path"] for r in synced["results"]] == ["memory/2026-07-23/commute.md"]
     finally:
-        os.close(writer)  # the held store's thread reads an empty file: the stop goes on
-        held.unlink()
+        os.close(writer)  # the held store's thread goes on: so does the stop
     assert d2.stop() == 0
     assert "stopping" in d2.log()
 
@@ -208,15 +207,15 @@ def test_the_vector_backfill_waits_for_the_start(daemon_factory: Any, tmp_path: 
     write(root, "memory/2026-07-23/commute.md", "# Commute\nThe 7:40 train to Zurich.\n")
     config, data_dir = build_and_stop(daemon_factory, root)  # keyword only: no vectors yet
     other = tmp_path / "other"  # its sessions store holds the start (as above)
-    held = other / "mem_metadata" / "sessions" / "pending.quarantine.jsonl"
-    held.parent.mkdir(parents=True, exist_ok=True)
+    held = tmp_path / "hold"
     os.mkfifo(held)
     with FakeProvider(dims=8, api_key="k") as fake:
         vectors = (f'embedding_model_config = {{backend = "openai", base_url = '
                    f'"{fake.url}/v1", api_key = "k", model_name = "m", dimensions = 8}}\n')
         config = config.replace("[daemon]\n", vectors + "[daemon]\n", 1)
         config += f'[workspaces.v]\npath = "{other}"\n'
-        d2 = daemon_factory(config, wait="searchable", RECALLD_DATA_DIR=str(data_dir))
+        d2 = daemon_factory(config, wait="searchable", launcher=sessions_held(),
+                            HOLD=str(held), HOLD_AGENT="v", RECALLD_DATA_DIR=str(data_dir))
         writer = wait_for(lambda: _open_writer(held), "the sessions store opens the FIFO")
         try:
             # The provider's health check is made at once; no chunk text is sent for its
@@ -227,7 +226,6 @@ def test_the_vector_backfill_waits_for_the_start(daemon_factory: Any, tmp_path: 
             assert not any(b"7:40" in r.body for r in fake.requests), fake.requests
         finally:
             os.close(writer)
-            held.unlink()
         wait_for(lambda: any(b"7:40" in r.body for r in fake.requests),
                  "the backfill once the start ended")
         vectors_status = ws_status(d2)["index"]["vectors"]

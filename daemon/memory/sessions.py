@@ -53,7 +53,8 @@ from recalld.daemon.memory.turns import (
     text_chars,
 )
 from recalld.daemon.store.applog import AppendLog, replay
-from recalld.daemon.store.errors import StorageError
+from recalld.daemon.store.errors import CorruptState, StorageError
+from recalld.daemon.store.fsio import open_state
 from recalld.ipc.errors import UnknownWorkspace
 
 log = logging.getLogger(__name__)
@@ -198,10 +199,15 @@ class SessionStore:
         self._open = True
 
     def _count_quarantined(self) -> int:
+        """The quarantine file's lines, read as a state file (never waiting on a FIFO);
+        something else in its place (a FIFO, a folder, a link) is logged, counting none."""
         try:
-            with self.quarantine_path.open("rb") as fh:
+            with open_state(self.quarantine_path) as fh:
                 return sum(1 for line in fh if line.strip())
         except FileNotFoundError:
+            return 0
+        except CorruptState as exc:
+            log.warning("%s: %s; no set-aside turns counted", self.agent_id, exc.detail)
             return 0
 
     def close(self) -> None:
