@@ -10,6 +10,7 @@ vector index) on real files; the daemon test swaps a real daemon's folder.
 from __future__ import annotations
 
 import contextlib
+import errno
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from recalld.daemon.remote.localfs import Confinement
 from recalld.daemon.store import confine
 from recalld.daemon.store.applog import AppendLog
 from recalld.daemon.store.errors import StorageIOError
-from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
+from recalld.daemon.store.fsio import FS, REAL, adopt_file, atomic_write, ensure_dir, publish_copy
 from recalld.ipc import errors
 from recalld.ipc.errors import PathOutsideWorkspace
 
@@ -217,3 +218,31 @@ def test_a_dream_whose_metadata_folder_became_a_link_writes_nothing_there(
     # Refused as a path out of the workspace, not an internal error (-32603).
     assert job["error_code"] == errors.PATH_OUTSIDE_WORKSPACE, job
     assert tree(alice) == before
+
+
+class _NoLinks(FS):
+    """A file system where hard links fail as across devices (publish_copy copies)."""
+
+    def link(self, src: Path, dst: Path) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link", str(src))
+
+
+def test_a_copy_or_an_adopted_file_reads_nothing_through_a_link(tmp_path: Path) -> None:
+    # A copy made where a hard link fails, and a natively written file adopted, read
+    # their source by path: through a link in place of its folder, alice's bytes.
+    bob, alice = tmp_path / "bob", tmp_path / "alice"
+    (alice / "index").mkdir(parents=True)
+    (alice / "index" / "gen.bin").write_bytes(b"alice's postings")
+    (alice / "index" / ".x.tmp-0123456789ab").write_bytes(b"alice's graph")
+    (bob / "mirror").mkdir(parents=True)
+    (bob / "index").symlink_to(alice / "index")
+    confine.guard(bob)
+    try:
+        with pytest.raises(StorageIOError, match="index is a symbolic link"):
+            publish_copy(_NoLinks(), bob / "index" / "gen.bin", bob / "mirror" / "gen.bin")
+        with pytest.raises(StorageIOError, match="index is a symbolic link"):
+            adopt_file(REAL, bob / "index" / ".x.tmp-0123456789ab", bob / "mirror" / "g.bin")
+    finally:
+        confine.release(bob)
+    assert list((bob / "mirror").iterdir()) == []
+    assert (alice / "index" / ".x.tmp-0123456789ab").read_bytes() == b"alice's graph"

@@ -294,7 +294,7 @@ def publish_copy(fs: FS, src: Path, dst: Path) -> None:
 
 
 def _copy(fs: FS, src: Path, dst: Path) -> None:
-    with atomic_writer(fs, dst) as out, src.open("rb") as f:
+    with open_state(src) as f, atomic_writer(fs, dst) as out:
         while block := f.read(_READ_CHUNK):
             out.write(block)
 
@@ -402,15 +402,11 @@ def adopt_file(fs: FS, tmp: Path, path: Path) -> FileEntry:
     try:
         h = new_hash()
         size = 0
-        with tmp.open("rb") as f:
+        with open_state(tmp) as f:  # below a workspace: through its folders' handles
             while block := f.read(_READ_CHUNK):
                 h.update(block)
                 size += len(block)
-        fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            fs.fsync(fd)
-        finally:
-            os.close(fd)
+            fs.fsync(f.fileno())
         fs.replace(tmp, path)
         published = True
         fs.fsync_dir(path.parent)
