@@ -20,7 +20,7 @@ import pytest
 from test_confine_writes import metadata_linked
 from waits import wait_committed, wait_for, workspace_status
 
-from recalld.daemon.memory import changelog, runjournal
+from recalld.daemon.memory import changelog, dreamundo, runjournal
 from recalld.daemon.store import confine
 from recalld.daemon.store.applog import AppendLog, replay
 from recalld.daemon.store.arrays import write_arrays
@@ -180,3 +180,23 @@ def test_a_workspace_whose_index_folder_is_a_link_is_refused_as_outside(
                   for p in (alice / "mem_metadata" / "index").iterdir()) == before
     found = d.call("memory.search", {"agent_id": "alice", "query": "owl"})["results"]
     assert [r["path"] for r in found] == ["memory/2026-12-01/owl.md"]
+
+
+def test_the_undos_to_finish_are_not_listed_through_a_link(tmp_path: Path) -> None:
+    # The markers of undos a kill cut short were listed by path: through a link in
+    # place of bob's runs folder, alice's (each refused on its own, and passed by).
+    bob, alice = tmp_path / "bob", tmp_path / "alice"
+    runs = alice / "mem_metadata" / "dream" / "runs"
+    runs.mkdir(parents=True)
+    (runs / "20261101T000000Z-a1b2c3.undoing").write_text("")
+    (bob / "mem_metadata" / "dream").mkdir(parents=True)
+    (bob / "mem_metadata" / "dream" / "runs").symlink_to(runs)
+    confine.guard(bob)
+    try:
+        with pytest.raises(StorageIOError, match="runs is a symbolic link"):
+            dreamundo.finish_pending(bob, bob / "mem_metadata" / "dream" / "runs",
+                                     digest_dir="digest",
+                                     catalog=bob / "mem_metadata" / "catalog.jsonl.zst")
+    finally:
+        confine.release(bob)
+    assert [p.name for p in runs.iterdir()] == ["20261101T000000Z-a1b2c3.undoing"]

@@ -24,6 +24,7 @@ from recalld.daemon.memory.changelog import (
     record_ids,
     sha256,
 )
+from recalld.daemon.store.errors import translate_os_error
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
 from recalld.ipc.answers import DreamUndone
 from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, RecalldError
@@ -243,11 +244,14 @@ def finish_pending(root: Path, directory: Path, *, digest_dir: str,
     """Finish each undo of a run in ``directory`` that a kill cut short (see
     :func:`undo_run`); a marker left by a kill before the undo was decided goes. The
     records of those finished here (``undo_pending`` left in those whose shared catalog is
-    still to be put back)."""
-    try:
-        names = [n for n in os.listdir(directory) if n.endswith(PENDING_SUFFIX)]
+    still to be put back). StorageError when the folder cannot be listed (a link in
+    place of a folder on its way)."""
+    try:  # as the storage layer lists a folder: below a workspace, never through a link
+        names = [n for n in REAL.listdir(directory) if n.endswith(PENDING_SUFFIX)]
     except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise translate_os_error(exc, directory) from exc
     done = []
     for name in sorted(names):
         run_id = name.removesuffix(PENDING_SUFFIX)
