@@ -6,10 +6,12 @@ is expected holds neither the start nor a status call."""
 
 from __future__ import annotations
 
+import base64
 import os
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from waits import workspace_status
 
@@ -62,4 +64,26 @@ def test_a_fifo_or_a_link_in_place_of_the_quarantine_file_holds_nothing(
         assert f"{tmp_path / agent / QUARANTINE}: not a regular file" in d.log()
     assert d.call("memory.add_turns", {"agent_id": "bob", "session_id": "s", "messages": [
         {"role": "user", "content": "the heron came back"}]})["pending_messages"] == 1
+    assert d.stop() == 0
+
+
+def test_damaged_turns_are_set_aside_in_a_file_not_in_a_fifo(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # The damaged pieces of the pending-turns log were appended to a FIFO in place of the
+    # quarantine file: lost once it closed, and past a pipe's buffer the start held.
+    bob = tmp_path / "bob"
+    (bob / "mem_metadata" / "sessions").mkdir(parents=True)
+    garbage = b"".join(b"%06d not a record of the log, a line of damage\n" % i
+                       for i in range(2000))
+    (bob / "mem_metadata" / "sessions" / "pending.jsonl").write_bytes(garbage)
+    os.mkfifo(bob / QUARANTINE)
+    d = daemon_factory(f'[workspaces.bob]\npath = "{bob}"\n')
+    sessions = workspace_status(d, "bob")["sessions"]
+    assert sessions["quarantined_records"] == 1, sessions  # one garbled piece
+    (line,) = (bob / QUARANTINE).read_bytes().splitlines()
+    piece = orjson.loads(line.split(b" ", 1)[1])  # after its checksum
+    assert base64.b64decode(piece["raw_b64"]) == garbage
+    aside = [p.name for p in (bob / "mem_metadata" / "sessions").iterdir()
+             if p.name.startswith("pending.quarantine.jsonl.corrupt-")]
+    assert len(aside) == 1 and (bob / QUARANTINE).is_file(), aside
     assert d.stop() == 0

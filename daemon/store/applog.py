@@ -28,6 +28,7 @@ a line behind. Blocking I/O: run it in a worker thread.
 from __future__ import annotations
 
 import base64
+import errno
 import logging
 import os
 import time
@@ -45,6 +46,7 @@ from recalld.daemon.store import confine
 from recalld.daemon.store.errors import CorruptState, StorageError, translate_os_error
 from recalld.daemon.store.fsio import (
     FS,
+    NOT_A_FILE,
     REAL,
     TEMP_RE,
     atomic_write,
@@ -192,6 +194,19 @@ def _move_aside(fs: FS, path: Path, reason: str) -> ReplayReport:
     return ReplayReport(set_aside=f"{aside.name}: {reason}")
 
 
+def _open_quarantine(fs: FS, quarantine: Path) -> int:
+    """The quarantine file opened to append; a FIFO or device in its place is set aside
+    first (what is set aside must not be lost)."""
+    try:
+        return fs.open_append(quarantine)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL or exc.strerror != NOT_A_FILE:
+            raise
+    aside = set_aside(fs, quarantine)
+    log.warning("%s is %s; set aside as %s", quarantine, NOT_A_FILE, aside.name)
+    return fs.open_append(quarantine)
+
+
 def replay(
     path: Path, fs: FS = REAL, *, repair: bool = True, quarantine: Path | None = None
 ) -> tuple[list[JsonObject], ReplayReport]:
@@ -215,7 +230,7 @@ def replay(
         pieces = _set_aside(data, report, good_end, lambda: _keep_whole(fs, path))
         ensure_dir(fs, quarantine.parent)
         try:
-            fd = fs.open_append(quarantine)
+            fd = _open_quarantine(fs, quarantine)
             try:
                 fs.write(fd, encode(pieces))
                 fs.fsync(fd)

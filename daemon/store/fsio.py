@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Final
 
 from recalld.daemon.safepath import MAX_NAME_BYTES
 from recalld.daemon.store import confine
@@ -39,6 +39,8 @@ TEMP_RE = re.compile(r"^\..+\.tmp-[0-9a-f]{8,}$")
 _CHECKSUM_BYTES = 32  # blake2b-256: ample against accidental corruption, fast in hashlib
 _READ_CHUNK = 1 << 20
 _FILE_MODE = 0o644  # umask applies, like the Markdown files next to it
+#: Why :meth:`FS.open_append` refused what it found (a FIFO, a device, a socket).
+NOT_A_FILE: Final = "not a regular file (a device, FIFO or socket)"
 #: A file read whole with no expected size (a manifest, another tool's record file) is
 #: refused past this: they are small, and nothing may read a device in its place forever.
 MAX_UNVERIFIED_BYTES = 1 << 30
@@ -86,10 +88,16 @@ class FS:
                        dir_fd=folder)
 
     def open_append(self, path: Path) -> int:
-        """Open (creating if needed) ``path`` to append (and read back); never via a link."""
+        """Open (creating if needed) ``path`` to append (and read back); never via a link,
+        and only a regular file: appends to a FIFO or a device (OSError EINVAL) would be
+        lost, or wait for a reader for good."""
         with confine.at(path) as (folder, name):
-            return os.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-                           | os.O_NOFOLLOW, _FILE_MODE, dir_fd=folder)
+            fd = os.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+                         | os.O_NOFOLLOW | os.O_NONBLOCK, _FILE_MODE, dir_fd=folder)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, NOT_A_FILE, os.fspath(path))
+        return fd
 
     def write(self, fd: int, data: bytes | memoryview) -> None:
         """Write all of ``data`` (looping over short writes)."""
