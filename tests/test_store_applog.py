@@ -264,3 +264,35 @@ def test_a_damaged_piece_too_big_to_copy_keeps_the_whole_log(tmp_path: Path) -> 
     assert (tmp_path / piece["kept_in"]).read_bytes() == original
     assert aside.stat().st_size < 1024
     assert [r["n"] for r in replay(path)[0]] == [1, 2]
+
+
+def test_a_log_made_in_place_of_a_link_is_made_durable(tmp_path: Path) -> None:
+    # A link at the log's path (set aside by the replay) was taken for the log's file:
+    # the file made in its place had its folder's entry left unsynced.
+    from recalld.daemon.store import confine
+    from recalld.daemon.store.fsio import FS
+
+    class Synced(FS):
+        def __init__(self) -> None:
+            self.folder_syncs: list[tuple[Path, list[str]]] = []
+
+        def fsync_dir(self, path: Path) -> None:
+            self.folder_syncs.append((path, sorted(p.name for p in path.iterdir())))
+            super().fsync_dir(path)
+
+    (tmp_path / "elsewhere.log").write_bytes(encode_line({"job": 1}))
+    path = tmp_path / "queue" / "pending.log"
+    path.parent.mkdir()
+    path.symlink_to(tmp_path / "elsewhere.log")
+    fs = Synced()
+    confine.guard(tmp_path)  # as an open workspace's folder
+    try:
+        with AppendLog(path, fs) as log:
+            assert log.opened[0] == []  # nothing read through the link
+            log.append([{"job": 2}])
+    finally:
+        confine.release(tmp_path)
+    assert path.is_file() and not path.is_symlink()
+    # The last sync of the folder came once the new log was there.
+    last = [names for folder, names in fs.folder_syncs if folder == path.parent][-1]
+    assert "pending.log" in last, fs.folder_syncs

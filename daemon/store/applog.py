@@ -31,6 +31,7 @@ import base64
 import errno
 import logging
 import os
+import stat
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping
@@ -273,7 +274,7 @@ class AppendLog:
         """Recover the log (see ``replay``) and open it for appending."""
         ensure_dir(self.fs, self.path.parent)
         self._remove_unfinished()
-        existed = self.path.exists()
+        existed = self._is_file()
         records, report = replay(self.path, self.fs, repair=True, quarantine=self.quarantine)
         self._reopen()
         if not existed:
@@ -283,6 +284,14 @@ class AppendLog:
                 raise translate_os_error(exc, self.path.parent) from exc
         self.opened = (records, report)
         return records, report
+
+    def _is_file(self) -> bool:
+        """Whether a regular file is at the log's path (a link there is not followed:
+        replay sets it aside, and the log made in its place is new)."""
+        try:
+            return stat.S_ISREG(confine.stat_file(self.path).st_mode)
+        except OSError:
+            return False
 
     def _remove_unfinished(self) -> None:
         """Remove the temp files of a rewrite of this log that a crash cut short (nobody
