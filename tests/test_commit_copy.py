@@ -17,7 +17,7 @@ from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.store import arrays
 from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.workspaces import Workspace
-from recalld.ipc.cli_ops import COMMIT_WAIT_SHOWN_S, render_internals
+from recalld.ipc.cli_status import COMMIT_WAIT_SHOWN_S, render_internals
 
 
 @pytest.mark.parametrize("notes", [40, 600])  # an edit's commit; a large pass's (reload)

@@ -10,7 +10,7 @@ from conftest import DaemonFactory, DaemonHandle
 from test_cli import recalld
 from waits import wait_status
 
-from recalld.ipc.cli_ops import render_status
+from recalld.ipc.cli_status import render_status
 from recalld.ipc.health import assess
 
 NO_KEY = {"OPENAI_API_KEY": "", "RECALLD_EMBEDDING_API_KEY": ""}

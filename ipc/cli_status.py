@@ -1,0 +1,142 @@
+"""The human form of ``recalld status``: per workspace, is its memory OK, what waits,
+what is wrong and the fix; ``--verbose`` adds the queues and counters. No I/O but the
+client's calls in :func:`status_command`."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from recalld.ipc import errors
+from recalld.ipc.answers import DaemonStatus, JobInfo, WorkspaceInfo
+from recalld.ipc.client import Client
+from recalld.ipc.health import assess, daemon_problems, not_open
+from recalld.ipc.progress import size
+from recalld.ipc.render import _cell, _uptime, print_json, table
+
+EXIT_OK = 0
+
+
+def _size(n: object) -> str:
+    return size(n) if isinstance(n, int) else "-"
+
+
+def _header(status: DaemonStatus, socket_path: str) -> list[str]:
+    return [f"recalld {status.get('version', '?')} running (pid {status.get('pid', '?')}, "
+            f"up {_uptime(status.get('uptime_s'))})",
+            f"  socket: {status.get('socket_path', socket_path)}",
+            f"  config: {_config_shown(status.get('config_path'))}",
+            f"  data:   {status.get('data_dir', '-')}"]
+
+
+def _config_shown(path: object) -> str:
+    """The daemon's config file, or that there is none (its defaults serve)."""
+    if not isinstance(path, str) or not path:
+        return "-"
+    return path if Path(path).exists() else f"{path} (no such file: the defaults apply)"
+
+
+MARKS = {"fail": "FAIL", "warn": "WARN", "info": "note"}
+
+
+def render_status(status: DaemonStatus, socket_path: str, jobs: Sequence[JobInfo] = (),
+                  listed: Sequence[WorkspaceInfo] = ()) -> str:
+    """Per workspace first: is its memory OK, what waits, what is wrong and the fix; then
+    those of ``listed`` (``workspace.list``) that are not open."""
+    lines = _header(status, socket_path)
+    for p in daemon_problems(status):
+        lines += [f"  [{MARKS[p.severity]}] {p.what}", f"         fix: {p.fix}"]
+    for ws in status.get("workspaces") or []:
+        a = assess(ws, jobs)
+        problems = [p for p in a.problems if p.severity != "info"]
+        verdict = "OK" if not problems else f"{len(problems)} problem(s)"
+        lines += ["", f"{a.agent_id}: {verdict}  ({ws.get('state')}, {ws.get('path')})"]
+        width = max((len(label) for label, _ in a.facts), default=0) + 1
+        lines += [f"  {(label + ':').ljust(width)} {text}" for label, text in a.facts]
+        for p in a.problems:
+            lines.append(f"  [{MARKS[p.severity]}] {p.what}")
+            if p.fix:
+                lines.append(f"         fix: {p.fix}")
+    if not status.get("workspaces"):
+        lines += ["", "no open workspaces (recalld workspace open AGENT)"]
+    return "\n".join(lines + not_open(listed, status, jobs)) + "\n"
+
+
+#: A commit that waited this long to start is named in ``status --verbose``.
+COMMIT_WAIT_SHOWN_S = 1.0
+
+
+def _pairs(value: Mapping[str, object], prefix: str = "") -> str:
+    """``k=v, ...`` of a status object, nested objects as ``outer.k=v`` (lists left out)."""
+    return ", ".join(_pairs(v, f"{prefix}{k}.") if isinstance(v, dict)
+                     else f"{prefix}{k}={_cell(v, k)}" for k, v in value.items()
+                     if not isinstance(v, list) and v != {})
+
+
+def render_internals(status: DaemonStatus) -> str:
+    """``status --verbose``: queues and counters, and the per-workspace table."""
+    lines = ["", "internals:"]
+    for name, value in (status.get("queues") or {}).items():
+        if value and all(isinstance(v, dict) for v in value.values()):
+            # One entry each (vector_spaces: per space), not a blank line.
+            lines += [f"  {name} {key}: {_pairs(entry)}" for key, entry in value.items()
+                      if isinstance(entry, dict)]
+        elif isinstance(value, dict):
+            lines.append(f"  {name}: {_pairs(value) or '-'}")
+    rows, notes = [], []
+    for ws in status.get("workspaces") or []:
+        agent = ws.get("agent_id", "?")
+        h = ws.get("health") or {}
+        idx = ws.get("index") or {}
+        watcher = idx.get("watcher") or {}
+        rows.append({
+            "agent": agent,
+            "state": ws.get("state"),
+            "health": h.get("state", "-"),
+            "files": f"{_cell(h.get('files_on_disk'))}/{_cell(idx.get('files'))}",
+            "chunks": idx.get("chunks"),
+            "pending": idx.get("pending_changes"),
+            "watcher": watcher.get("state"),
+            "derived": _size(h.get("derived_bytes")),
+        })
+        if h.get("scanned_at"):
+            notes.append(f"  {agent}: files on disk and derived size as of the disk scan at "
+                         f"{_cell(h['scanned_at'], 'scanned_at')}")
+        if h.get("unindexed_paths"):
+            notes.append(f"  {agent}: not indexed: {', '.join(h['unindexed_paths'])}")
+        if h.get("unreadable_paths"):
+            notes.append(f"  {agent}: could not be read: {', '.join(h['unreadable_paths'])}")
+        waiting = idx.get("commit_waiting_s")
+        if isinstance(waiting, int | float) and waiting >= COMMIT_WAIT_SHOWN_S:
+            notes.append(f"  {agent}: {_cell(idx.get('uncommitted_changes'))} change(s) not "
+                         f"saved yet: their commit has waited {waiting:.0f} s behind other work")
+        for err in h.get("last_errors") or []:
+            notes.append(f"  {agent} error {_cell(err.get('time'), 'time_at')}: "
+                         f"{err.get('what')}: {err.get('error')}")
+    text = "\n".join(lines) + "\n"
+    if rows:
+        text += table(rows, ["agent", "state", "health", "files", "chunks", "pending",
+                             "watcher", "derived"])
+        text += "  (files: on disk/indexed)\n"
+    return text + "".join(n + "\n" for n in notes)
+
+
+def _jobs_or_none(client: Client) -> list[JobInfo]:
+    try:
+        return client.jobs_of_every_workspace()
+    except errors.MethodNotFound:
+        return []  # a daemon without jobs: the rest of the status still shows
+
+
+def status_command(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    status = client.status()
+    if as_json:
+        print_json(out, status)
+        return EXIT_OK
+    out.write(render_status(status, str(client.socket_path), _jobs_or_none(client),
+                            client.workspace_list()))
+    if getattr(ns, "verbose", False):
+        out.write(render_internals(status))
+    return EXIT_OK
