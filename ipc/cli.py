@@ -231,8 +231,10 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
         if command == "mcp":
             return _mcp(ns, err)
         socket = getattr(ns, "socket", None)
-        if command == "doctor":  # a config file it cannot read is one of its findings
-            socket = cli_ops.doctor_socket(socket)
+        if command in ("status", "doctor"):
+            # A config file that is refused is one of their findings: the daemon runs on
+            # what it read, at the socket the file still names (or the default one).
+            socket, ns.config_refused = paths.socket_despite_file(socket)
         client = Client(paths.socket_path(socket), timeout_s=getattr(ns, "timeout", 30.0))
         with client:
             handler = _HANDLERS[command]

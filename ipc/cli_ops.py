@@ -13,7 +13,6 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TextIO, TypeAlias
 
 from recalld.ipc import errors, paths
@@ -333,16 +332,6 @@ def _metrics(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool)
 
 
 # ------------------------------------------------------------------------ doctor, status
-
-
-def doctor_socket(explicit: str | None) -> Path:
-    """The socket doctor checks: as every command finds it, or, when the config file
-    cannot be read, the one the environment and defaults name (doctor's config check
-    then says what is wrong with the file)."""
-    try:
-        return paths.socket_path(explicit)
-    except paths.PathError:
-        return paths.choose_socket(explicit, os.environ, None, Path())
 
 
 def _doctor(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:

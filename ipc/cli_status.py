@@ -5,18 +5,20 @@ client's calls in :func:`status_command`."""
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from recalld.ipc import errors
+from recalld.ipc import errors, paths
 from recalld.ipc.answers import DaemonStatus, JobInfo, WorkspaceInfo
 from recalld.ipc.client import Client
 from recalld.ipc.health import assess, daemon_problems, not_open
+from recalld.ipc.problems import Problem
 from recalld.ipc.progress import size
 from recalld.ipc.render import _cell, _uptime, print_json, table
 
-EXIT_OK = 0
+EXIT_OK, EXIT_USAGE = 0, 2
 
 
 def _size(n: object) -> str:
@@ -42,11 +44,16 @@ MARKS = {"fail": "FAIL", "warn": "WARN", "info": "note"}
 
 
 def render_status(status: DaemonStatus, socket_path: str, jobs: Sequence[JobInfo] = (),
-                  listed: Sequence[WorkspaceInfo] = ()) -> str:
+                  listed: Sequence[WorkspaceInfo] = (), *,
+                  refused: paths.PathError | None = None) -> str:
     """Per workspace first: is its memory OK, what waits, what is wrong and the fix; then
-    those of ``listed`` (``workspace.list``) that are not open."""
+    those of ``listed`` (``workspace.list``) that are not open. ``refused``: why the
+    config file on disk is refused (said unless a failed reload already says it)."""
     lines = _header(status, socket_path)
-    for p in daemon_problems(status):
+    problems = daemon_problems(status)
+    if refused is not None and not any(str(refused) in p.what for p in problems):
+        problems.insert(0, file_refused(status, refused))
+    for p in problems:
         lines += [f"  [{MARKS[p.severity]}] {p.what}", f"         fix: {p.fix}"]
     for ws in status.get("workspaces") or []:
         a = assess(ws, jobs)
@@ -62,6 +69,16 @@ def render_status(status: DaemonStatus, socket_path: str, jobs: Sequence[JobInfo
     if not status.get("workspaces"):
         lines += ["", "no open workspaces (recalld workspace open AGENT)"]
     return "\n".join(lines + not_open(listed, status, jobs)) + "\n"
+
+
+def file_refused(status: DaemonStatus, refused: paths.PathError) -> Problem:
+    """The config file on disk, which the running daemon has not read (or a reload of
+    which failed): a reload or restart would refuse it."""
+    return Problem(
+        "fail", f"config file: {refused}: a reload or restart would refuse it; the running "
+                "daemon keeps the configuration it last read",
+        f"mend the file, then: systemctl --user reload recalld (or kill -HUP "
+        f"{status.get('pid', '<pid>')})", "config")
 
 
 #: A commit that waited this long to start is named in ``status --verbose``.
@@ -131,12 +148,23 @@ def _jobs_or_none(client: Client) -> list[JobInfo]:
 
 
 def status_command(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    status = client.status()
+    """``recalld status``. ``ns.config_refused``: why the config file this shell reads is
+    refused (:func:`paths.socket_despite_file`); the daemon still answers on the settings
+    it read, so its state shows, with that error, and the exit status is 2."""
+    refused: paths.PathError | None = getattr(ns, "config_refused", None)
+    try:
+        status = client.status()
+    except errors.DaemonNotRunning:
+        if refused is not None:
+            raise refused from None  # no daemon to show: the file is what to mend
+        raise
     if as_json:
         print_json(out, status)
-        return EXIT_OK
-    out.write(render_status(status, str(client.socket_path), _jobs_or_none(client),
-                            client.workspace_list()))
-    if getattr(ns, "verbose", False):
-        out.write(render_internals(status))
-    return EXIT_OK
+        if refused is not None:
+            sys.stderr.write(f"recalld: configuration error: {refused}\n")
+    else:
+        out.write(render_status(status, str(client.socket_path), _jobs_or_none(client),
+                                client.workspace_list(), refused=refused))
+        if getattr(ns, "verbose", False):
+            out.write(render_internals(status))
+    return EXIT_OK if refused is None else EXIT_USAGE

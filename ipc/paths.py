@@ -26,6 +26,7 @@ import errno
 import json
 import logging
 import os
+import re
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -243,19 +244,84 @@ def socket_path(explicit: str | os.PathLike[str] | None = None,
     unusable, is passed by with a warning and the default socket taken, so a typo in the
     file does not cut every agent off a daemon that still runs on the settings it read;
     the command line reports it instead (PathError)."""
-    env = _env(environ)
+    if not lenient:
+        return _socket_from_file(explicit, _env(environ), config)
+    found, refused = socket_despite_file(explicit, environ, config=config)
+    if refused is not None:
+        logging.getLogger("recalld.ipc").warning(
+            "recalld: configuration error: %s; looking for the daemon at %s", refused, found)
+    return found
+
+
+def _socket_from_file(explicit: str | os.PathLike[str] | None, env: Mapping[str, str],
+                      config: str | os.PathLike[str] | None) -> Path:
     if explicit is not None or env.get("RECALLD_SOCKET"):
         return choose_socket(explicit, env, None, Path())
+    configured, cfg = _configured("socket_path", config, env)
+    return choose_socket(None, env, configured, cfg)
+
+
+def socket_despite_file(explicit: str | os.PathLike[str] | None = None,
+                        environ: Mapping[str, str] | None = None,
+                        *, config: str | os.PathLike[str] | None = None,
+                        ) -> tuple[Path, PathError | None]:
+    """The socket as :func:`socket_path` finds it, and None; when the config file cannot
+    be read or parsed, or names a socket no daemon could use: the socket its own
+    ``socket_path`` line still names (:func:`_salvaged_socket`), else the default one,
+    and why the file is refused. A daemon that runs keeps the configuration it read, so
+    a typo elsewhere in the file must not hide it. ``--socket`` and ``RECALLD_SOCKET``
+    are not the file's: one of them that is unusable raises PathError."""
+    env = _env(environ)
+    if explicit is not None or env.get("RECALLD_SOCKET"):
+        return choose_socket(explicit, env, None, Path()), None
     try:
-        configured, cfg = _configured("socket_path", config, env)
-        return choose_socket(None, env, configured, cfg)
+        return _socket_from_file(None, env, config), None
     except PathError as exc:
-        if not lenient:
-            raise
-        logging.getLogger("recalld.ipc").warning(
-            "recalld: configuration error: %s; looking for the daemon at the default socket",
-            exc)
-        return choose_socket(None, env, None, Path())
+        refused = exc
+    try:
+        cfg = config_path(config, env)
+        named = _salvaged_socket(cfg)
+        if named is not None:
+            return choose_socket(None, env, named, cfg), refused
+    except PathError:
+        pass  # the line is as unusable as the file: the default socket
+    return choose_socket(None, env, None, Path()), refused
+
+
+#: A table's header line (``[daemon]``), and a line that sets the daemon's socket in it
+#: (``socket_path = ...``) or before any table (``daemon.socket_path = ...``).
+_TABLE_LINE = re.compile(r"\s*\[\s*([^\[\]]*?)\s*\](?:\s*#.*)?\s*")
+_SOCKET_LINE = re.compile(r"\s*(?:daemon\s*\.\s*)?socket_path\s*=")
+
+
+def _salvaged_socket(path: Path) -> object | None:
+    """The ``[daemon] socket_path`` value of a config file that does not parse as a
+    whole, read from its own line (None: none can be read). TOML's errors are local: a
+    typo in another line leaves this one meaning what it meant when the daemon read it."""
+    import tomllib
+
+    try:
+        text = path.read_bytes().decode("utf-8-sig", errors="replace")
+    except OSError:
+        return None
+    table = ""
+    for line in text.splitlines():
+        header = _TABLE_LINE.fullmatch(line)
+        if header is not None:
+            table = header[1].strip('"\' ')
+            continue
+        if table not in ("", "daemon") or not _SOCKET_LINE.match(line):
+            continue
+        try:
+            parsed: Mapping[str, object] = tomllib.loads(line)
+        except tomllib.TOMLDecodeError:
+            continue
+        if table == "":
+            inner = parsed.get("daemon")
+            parsed = inner if isinstance(inner, Mapping) else {}
+        if "socket_path" in parsed:
+            return parsed["socket_path"]
+    return None
 
 
 def data_dir(environ: Mapping[str, str] | None = None,

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import DaemonFactory
 from test_cli import assert_one_line_error, recalld
+from waits import wait_for
 
 
 def test_config_socket_is_found_by_status_doctor_and_install_service(
@@ -118,10 +122,7 @@ def test_a_typo_in_the_config_file_does_not_cut_agents_off_the_daemon(
         daemon_factory: DaemonFactory) -> None:
     """The daemon runs on the file it read; the file is then broken by an edit. The
     client library (every agent's middleware) still reaches the daemon at the default
-    socket, saying why in a warning; the command line says what is wrong (exit 2)."""
-    import subprocess
-    import sys
-
+    socket, saying why in a warning; status shows it too, with what is wrong (exit 2)."""
     d = daemon_factory("[workspace_defaults]\nauto_memory_interval = 4\n")
     for broken in ("[workspace_defaults\nauto_memory_interval = 4\n",  # TOML syntax
                    '[daemon]\nsocket_path = "relative.sock"\n',  # a value no start takes
@@ -137,8 +138,58 @@ def test_a_typo_in_the_config_file_does_not_cut_agents_off_the_daemon(
                               text=True, timeout=60, check=False)
         assert proc.returncode == 0 and proc.stdout.split() == ["True", "True"], proc.stderr
         assert f"configuration error: {d.config_path}" in proc.stderr, proc.stderr
-        line = assert_one_line_error(recalld("status", env=d.env), 2)
-        assert str(d.config_path) in line
+        status = recalld("status", env=d.env)
+        assert status.returncode == 2 and "Traceback" not in status.stderr, status.stderr
+        assert f"pid {d.pid}" in status.stdout, status.stdout
+        assert f"config file: {d.config_path}: " in status.stdout, status.stdout
+
+
+def _client_reaches(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    script = ("from recalld.ipc.client import Client\n"
+              "with Client() as c:\n    print(c.ping()['pong'])\n")
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def test_a_typo_in_a_file_naming_the_socket_leaves_the_daemon_in_view(
+        daemon_factory: DaemonFactory) -> None:
+    """A file that names its socket and then no longer parses (a table header cut short,
+    a table declared twice, a value left out): status and doctor still find the daemon at
+    the socket the file's own line names, show its state with the error (where in the
+    file) and that it keeps what it read; so does the client library."""
+    env = daemon_factory.environment()
+    sock = Path(env["XDG_RUNTIME_DIR"]) / "elsewhere" / "r.sock"
+    good = f'[daemon]\nsocket_path = "{sock}"\n[workspace_defaults]\nauto_memory_interval = 4\n'
+    d = daemon_factory(good, wait=False)
+    d.socket_path = sock
+    d.wait_ready()
+    for broken, where in ((f"[daemon\n{good}", "line 1"),
+                          (f'{good}[daemon]\nlog_level = "DEBUG"\n', "line 5"),
+                          (f'daemon.socket_path = "{sock}"\ndaemon.max_batch = \n', "line 2")):
+        d.config_path.write_text(broken, encoding="utf-8")
+        status = recalld("status", env=d.env)
+        assert status.returncode == 2, (status.stdout, status.stderr)
+        assert f"pid {d.pid}" in status.stdout and f"socket: {sock}" in status.stdout
+        said = next(line for line in status.stdout.splitlines() if "config file:" in line)
+        assert str(d.config_path) in said and f"(at {where}, column" in said, said
+        assert "the running daemon keeps the configuration it last read" in said, said
+        doctor = json.loads(recalld("doctor", "--json", env=d.env).stdout)
+        checks = {c["name"]: c for c in doctor["checks"]}
+        assert checks["daemon"]["status"] == "ok", checks["daemon"]
+        assert checks["config file"]["status"] == "fail" and where in \
+            checks["config file"]["detail"], checks["config file"]
+        proc = _client_reaches(d.env)
+        assert proc.returncode == 0 and proc.stdout.split() == ["True"], proc.stderr
+    # A reload of it fails and says so: status says it once.
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: "reload failed" in d.log(), "the reload fails")
+    status = recalld("status", env=d.env)
+    assert status.returncode == 2 and status.stdout.count("(at line 2, column") == 1, \
+        status.stdout
+    # Without a daemon, the command says what is wrong with the file, as before.
+    assert d.stop() == 0
+    line = assert_one_line_error(recalld("status", env=d.env), 2)
+    assert f"configuration error: {d.config_path}" in line, line
 
 
 def test_a_socket_path_naming_a_folder_or_a_file_says_so(daemon_factory: DaemonFactory,
