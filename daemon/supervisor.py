@@ -24,7 +24,8 @@ any that come after the receiver closed from killing the process). SIGHUP reload
 in a task of its own, which a stop cancels: the stop does not wait for the file's read;
 a workspace the reload was opening closes like any other, as slowly as its open)
 the configuration file into a new frozen object; what can change at runtime (log level,
-workspace tables for workspaces opened from now on, newly configured workspaces) is
+workspace tables for workspaces opened from now on, newly configured workspaces and
+configured ones that failed) is
 applied, a bad file is logged and reported in STATUS= while the old config keeps running.
 """
 
@@ -357,6 +358,9 @@ class Supervisor:
         if new.log_level != old.log_level:
             set_log_level(new.log_level)
         self.services.scheduler.set_jitter(new.schedule_jitter_s)
+        # Those that failed before this reload open again, as a start would open them;
+        # not those this reload stops (their sharing ended): opened, they would fail again.
+        failed = {w.agent_id for w in self.registry.list() if w.state == "failed"}
         changed = self.registry.reloaded(old, new)
         dropped = self.registry.drop_unopened(new.configured_agents())
         if dropped:
@@ -374,8 +378,8 @@ class Supervisor:
                         "AGENT) or the daemon restarts", ", ".join(changed))
         opened: list[str] = []
         for agent_id in new.configured_agents():
-            if agent_id not in {w.agent_id for w in self.registry.list()
-                                if not w.refused}:
+            ws = self.registry.find(agent_id)
+            if ws is None or agent_id in failed:
                 try:
                     await self.registry.open(agent_id)
                     opened.append(agent_id)

@@ -151,3 +151,29 @@ def test_a_workspace_opening_while_a_reload_revokes_its_sharing_opens_with_the_n
     with pytest.raises(NotAllowed):
         d.call("memory.search", {"agent_id": "reader", "query": "x", "agents": ["held"]})
     assert d.stop() == 0
+
+
+def test_a_reload_opens_again_a_configured_workspace_that_failed_while_open(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # It served, then failed (a link took its folder's place, found at a use); once the
+    # folder is back, a reload opens it again as a start would, its notes with it.
+    home = tmp_path / "keeper"
+    (home / "memory").mkdir(parents=True)
+    (home / "memory" / "kept.md").write_text("the wombatfig recipe\n", encoding="utf-8")
+    text = f'[workspaces.keeper]\npath = "{home}"\n'
+    d = daemon_factory(text)
+    d.call("index.sync", {"agent_id": "keeper"})
+    home.rename(tmp_path / "keeper.real")
+    (tmp_path / "elsewhere").mkdir()
+    home.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(UnknownWorkspace, match="now leads to"):
+        d.call("memory.search", {"agent_id": "keeper", "query": "wombatfig"})
+    assert _listed(d)["keeper"]["state"] == "failed"
+    home.unlink()
+    (tmp_path / "keeper.real").rename(home)
+    _reload(d, text)
+    wait_for(lambda: _listed(d)["keeper"]["state"] == "ready", "keeper opens again")
+    d.call("index.sync", {"agent_id": "keeper"})
+    hits = d.call("memory.search", {"agent_id": "keeper", "query": "wombatfig"})["results"]
+    assert [h["path"] for h in hits] == ["memory/kept.md"], hits
+    assert d.stop() == 0
