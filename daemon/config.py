@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 from recalld.daemon import config_rules, qwenpaw
 from recalld.daemon.dsn import mask_dsn
+from recalld.daemon.dsn import problem as dsn_problem
 from recalld.ipc import paths
 from recalld.ipc.errors import InvalidParams
 
@@ -128,6 +129,9 @@ class RemoteConfig:
             raise ConfigError(f"{where}: kind must be \"postgres\"")
         if not self.dsn:
             raise ConfigError(f"{where}: dsn is required (postgresql://user@host/db)")
+        unusable = dsn_problem(self.dsn)  # found now, not as the workspace opens
+        if unusable is not None:
+            raise ConfigError(f"{where}: {unusable}")
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", self.name):
             raise ConfigError(f"{where}: name must be 1-64 characters of A-Z a-z 0-9 _ . -")
         if self.host and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", self.host):

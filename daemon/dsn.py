@@ -62,6 +62,20 @@ def params(dsn: str) -> dict[str, str]:
     return {key: str(value) for key, value in parsed.items()}
 
 
+def problem(dsn: str) -> str | None:
+    """Why ``dsn`` cannot be used as written (:func:`params`), or None: it can, or no
+    psycopg is installed to tell (the shared workspace then says that it is missing)."""
+    from importlib.util import find_spec
+
+    if find_spec("psycopg") is None:
+        return None
+    try:
+        params(dsn)
+    except UnusableDsn as exc:
+        return str(exc)
+    return None
+
+
 def mask_dsn(dsn: str) -> str:
     """``dsn`` with its password (a URI's user part or ``password`` parameter, a
     ``password=`` keyword) as ``***``, found where libpq's own parser (psycopg's) finds it.
