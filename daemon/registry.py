@@ -74,6 +74,7 @@ class WorkspaceRegistry(KnownPlaces):
         self._events = events
         self._start = start
         self._workspaces: dict[str, Workspace] = {}
+        self._left_behind: dict[str, str] = {}
         self._locks: dict[str, trio.Lock] = {}
         #: Agents whose files a restore is replacing: opening them waits (:meth:`held`).
         self._held: dict[str, trio.Event] = {}
@@ -347,6 +348,7 @@ class WorkspaceRegistry(KnownPlaces):
                 raise mapped or RecalldError(failed) from None
             if self._jobs is not None:
                 self._jobs.release(agent_id)  # held since it closed
+            await self.moved(agent_id, root)
             await self._records.remember(agent_id, root, overrides, name)
         self._events.publish("workspace.opened", {"agent_id": agent_id, "path": str(root)})
         return ws

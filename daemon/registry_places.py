@@ -6,6 +6,8 @@ one's place against them. :class:`KnownPlaces` is the part of
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,6 +32,33 @@ class KnownPlaces:
     _get_config: Callable[[], DaemonConfig]
     _records: RecordBook
     _workspaces: dict[str, Workspace]
+    #: By agent: the folder it served before the configuration moved it (:meth:`moved`).
+    _left_behind: dict[str, str]
+
+    def left_behind(self, agent_id: str) -> str | None:
+        """The folder ``agent_id``'s workspace served before the configuration put it
+        where it is open now, whose files it no longer serves (None: none)."""
+        return self._left_behind.get(agent_id)
+
+    async def moved(self, agent_id: str, root: Path) -> None:
+        """Before ``agent_id``'s workspace is recorded at ``root``: if the configuration
+        put it there while it was recorded at another folder that still holds files, say
+        so (a WARNING, and :meth:`left_behind` for status): a path changed in the file by
+        mistake would otherwise show as a memory emptied without a word."""
+        record = self._records.entries.get(agent_id)
+        self._left_behind.pop(agent_id, None)
+        if (record is None or record["path"] == str(root)
+                or agent_id not in self._get_config().configured_agents()):
+            return
+        before = record["path"]
+        if not await trio.to_thread.run_sync(_holds_files, before):
+            return  # moved along with its folder, or never wrote a file there
+        self._left_behind[agent_id] = before
+        logging.getLogger("recalld.daemon.workspaces").warning(
+            "workspace %s opens at %s, where the configuration now puts it, and no longer "
+            "serves %s, where it was before and whose files stay there; if the path was "
+            "changed by mistake, put it back in the config file, then: recalld workspace "
+            "close %s, and reload", agent_id, root, before, agent_id)
 
     def settings_of(self, agent_id: str) -> WorkspaceSettings | None:
         """The settings of ``agent_id``'s workspace: its own while the registry has it
@@ -87,3 +116,11 @@ class KnownPlaces:
         others.update((w.agent_id, (w.root, True)) for w in self._workspaces.values()
                       if w.state in ("opening", "ready"))
         check_overlap(agent_id, root, settings, others, self.settings_of)
+
+
+def _holds_files(folder: str) -> bool:
+    try:
+        with os.scandir(folder) as entries:
+            return next(entries, None) is not None
+    except OSError:
+        return False

@@ -48,6 +48,8 @@ class WorkspaceInfo(TypedDict):
     #: workspace.list: the agent's name recorded as the workspace's owner, if one was
     name: NotRequired[str]
     secrets_left_out: NotRequired[list[str]]  # restored without these override secrets
+    #: The folder it served before the configuration moved it (its files stay there).
+    left_behind: NotRequired[str]
     index: NotRequired[JsonObject]
     health: NotRequired[JsonObject]
     vectors: NotRequired[JsonObject]

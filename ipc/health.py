@@ -430,6 +430,13 @@ def assess(ws: WorkspaceInfo, jobs: Sequence[JobInfo] = ()) -> Assessment:
             "let the agent hand its model over again (an AgentScope middleware given "
             "chat_model / embedding_model does when it opens the workspace), or set it in "
             "the config file, or restore a backup made with --include-secrets"))
+    if ws.get("left_behind"):
+        a.problems.append(Problem(
+            "warn", f"opened at {ws.get('path')}, where the configuration now puts it; the "
+                    f"files of {ws['left_behind']}, where it was before, are not served",
+            f"if the path was changed by mistake, put it back in the config file, then: "
+            f"recalld workspace close {a.agent_id}, and reload; else move those files "
+            f"to {ws.get('path')}"))
     sessions = ws.get("sessions") or {}
     if sessions.get("pending_messages"):
         a.facts.append(("capture", f"{sessions['pending_messages']} conversation message(s) "

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from test_cli import recalld
 from test_reload import _launcher
 from test_warm_start import _open_writer
-from waits import wait_for
+from waits import wait_for, wait_value
 
 from recalld.ipc.errors import InvalidParams, NotAllowed, UnknownWorkspace
 
@@ -176,4 +177,30 @@ def test_a_reload_opens_again_a_configured_workspace_that_failed_while_open(
     d.call("index.sync", {"agent_id": "keeper"})
     hits = d.call("memory.search", {"agent_id": "keeper", "query": "wombatfig"})["results"]
     assert [h["path"] for h in hits] == ["memory/kept.md"], hits
+    assert d.stop() == 0
+
+
+def test_a_closed_workspace_the_file_moves_says_where_its_notes_stay(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Its path changed in the file while it was closed (by mistake, say): the reload opens
+    # it at the new, empty folder, and says that the old one's files are not served.
+    first, second = tmp_path / "notes-here", tmp_path / "typo" / "notes-there"
+    d = daemon_factory(f'[workspaces.mover]\npath = "{first}"\n')
+    d.call("memory.add_note", {"agent_id": "mover", "content": "the okapi lantern"})
+    d.call("workspace.close", {"agent_id": "mover"})
+    _reload(d, f'[workspaces.mover]\npath = "{second}"\n')
+    mover = wait_value(lambda: _listed(d)["mover"], lambda w: w["state"] == "ready",
+                       "mover opens at its new place")
+    assert mover["path"] == str(second), mover
+    shown = next(w for w in d.call("daemon.status")["workspaces"] if w["agent_id"] == "mover")
+    assert shown["left_behind"] == str(first), shown
+    assert f"no longer serves {first}" in d.log()
+    status = recalld("status", env=d.env).stdout
+    said = next(line for line in status.splitlines() if "are not served" in line)
+    assert "[WARN]" in said and str(first) in said, status
+    # One opened where it was recorded says nothing of the kind.
+    d.call("workspace.close", {"agent_id": "mover"})
+    _reload(d, f'[workspaces.mover]\npath = "{second}"\n')
+    shown = next(w for w in d.call("daemon.status")["workspaces"] if w["agent_id"] == "mover")
+    assert shown["state"] == "ready" and "left_behind" not in shown, shown
     assert d.stop() == 0

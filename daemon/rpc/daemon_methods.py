@@ -65,12 +65,17 @@ def _with_left_out(registry: WorkspaceRegistry, info: WorkspaceInfo,
                    ws: Workspace | None = None) -> WorkspaceInfo:
     """``info`` with ``secrets_left_out`` when a restore could not put back secrets of
     the workspace's overrides (model keys handed over by its agent) and its settings do
-    not have them from elsewhere either (the config file)."""
-    missing = registry.left_out(str(info.get("agent_id")))
+    not have them from elsewhere either (the config file), and with ``left_behind`` when
+    the configuration moved it from a folder that still holds files."""
+    agent_id = str(info.get("agent_id"))
+    missing = registry.left_out(agent_id)
     if missing and ws is not None:
         settings = dataclasses.asdict(ws.settings)
         missing = [k for k in missing if not remembered.has_value(settings, k)]
-    return {**info, "secrets_left_out": missing} if missing else info
+    if missing:
+        info = {**info, "secrets_left_out": missing}
+    before = registry.left_behind(agent_id) if ws is not None else None
+    return {**info, "left_behind": before} if before else info
 
 
 def workspace_info(ws: Workspace) -> WorkspaceInfo:
