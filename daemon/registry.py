@@ -75,6 +75,10 @@ class WorkspaceRegistry(KnownPlaces):
         self._start = start
         self._workspaces: dict[str, Workspace] = {}
         self._left_behind: dict[str, str] = {}
+        #: By open agent: the settings a reload changed that wait for its next open, and
+        #: the place the configuration gave it when it opened (None: not configured).
+        self.waiting: dict[str, builtins.list[str]] = {}
+        self._opened_place: dict[str, Path | None] = {}
         self._locks: dict[str, trio.Lock] = {}
         #: Agents whose files a restore is replacing: opening them waits (:meth:`held`).
         self._held: dict[str, trio.Event] = {}
@@ -169,6 +173,8 @@ class WorkspaceRegistry(KnownPlaces):
         for ws in self.list():
             if ws.state not in ("opening", "ready"):
                 continue
+            self.waiting[ws.agent_id] = reload_sharing.waiting(
+                ws, new, self._records.config_at, self._opened_place.get(ws.agent_id))
             try:
                 self._check_overlap(ws.agent_id, ws.root, ws.settings)
             except InvalidParams as exc:
@@ -331,6 +337,9 @@ class WorkspaceRegistry(KnownPlaces):
             self._check_overlap(agent_id, root, settings)
             ws = Workspace(agent_id, root, settings, on_change=self._pulse)
             self._workspaces[agent_id] = ws
+            self.waiting.pop(agent_id, None)
+            self._opened_place[agent_id] = (config.workspace_path(agent_id) if agent_id
+                                            in config.configured_agents() else None)
             self._pulse()
             try:
                 await self._nursery.start(self._host, ws)
@@ -435,6 +444,7 @@ class WorkspaceRegistry(KnownPlaces):
                     # it is shared with hear of it as they heard of its opening.
                     self._events.publish("workspace.closed", {"agent_id": agent_id})
                 del self._workspaces[agent_id]
+                self.waiting.pop(agent_id, None)
                 self._pulse()
             if known:
                 del self._records.entries[agent_id]

@@ -60,3 +60,21 @@ def share_as(ws: Workspace, config: DaemonConfig, recorded_config: RecordedConfi
 def unshared(settings: WorkspaceSettings) -> WorkspaceSettings:
     """``settings`` but for who may read the workspace (:data:`SHARING`)."""
     return dataclasses.replace(settings, shared_with=(), memory_isolation=True)
+
+
+def waiting(ws: Workspace, config: DaemonConfig, recorded_config: RecordedConfig,
+            opened_place: Path | None) -> list[str]:
+    """The settings of the open ``ws`` that differ from those an open under ``config``
+    would give it (``path``: the configured place differs from ``opened_place``, where the
+    configuration put it when it opened), which it keeps until it is opened again."""
+    try:
+        would = workspace_settings_from_params(
+            config.workspace_settings(ws.agent_id), recorded_config(ws.agent_id, ws.root))
+    except InvalidParams:
+        return []  # its recorded settings no longer go with the file: it cannot reopen
+    names = [f.name for f in dataclasses.fields(WorkspaceSettings)
+             if f.name not in (*SHARING, "ignored_fields")
+             and getattr(ws.settings, f.name) != getattr(would, f.name)]
+    if opened_place is not None and config.workspace_path(ws.agent_id) != opened_place:
+        names.append("path")
+    return names

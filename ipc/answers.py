@@ -50,6 +50,8 @@ class WorkspaceInfo(TypedDict):
     secrets_left_out: NotRequired[list[str]]  # restored without these override secrets
     #: The folder it served before the configuration moved it (its files stay there).
     left_behind: NotRequired[str]
+    #: Settings a reload changed that it keeps as opened until it is opened again.
+    waiting_for_reopen: NotRequired[list[str]]
     index: NotRequired[JsonObject]
     health: NotRequired[JsonObject]
     vectors: NotRequired[JsonObject]

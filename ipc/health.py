@@ -437,6 +437,12 @@ def assess(ws: WorkspaceInfo, jobs: Sequence[JobInfo] = ()) -> Assessment:
             f"if the path was changed by mistake, put it back in the config file, then: "
             f"recalld workspace close {a.agent_id}, and reload; else move those files "
             f"to {ws.get('path')}"))
+    reopen = [str(name) for name in ws.get("waiting_for_reopen") or ()]
+    if reopen:
+        a.problems.append(Problem(
+            "info", f"{', '.join(reopen)} changed in the config file; the workspace keeps "
+                    "what it was opened with until it is opened again",
+            f"recalld workspace close {a.agent_id}, then: recalld workspace open {a.agent_id}"))
     sessions = ws.get("sessions") or {}
     if sessions.get("pending_messages"):
         a.facts.append(("capture", f"{sessions['pending_messages']} conversation message(s) "

@@ -204,3 +204,33 @@ def test_a_closed_workspace_the_file_moves_says_where_its_notes_stay(
     shown = next(w for w in d.call("daemon.status")["workspaces"] if w["agent_id"] == "mover")
     assert shown["state"] == "ready" and "left_behind" not in shown, shown
     assert d.stop() == 0
+
+
+def test_status_lists_the_settings_that_wait_for_a_reopen(daemon_factory: DaemonFactory,
+                                                         tmp_path: Path) -> None:
+    here, there = tmp_path / "here", tmp_path / "there"
+
+    def text(place: Path, cron: str) -> str:
+        return f'[workspaces.w]\npath = "{place}"\ndream_cron = "{cron}"\n'
+
+    def waiting() -> object:
+        shown = next(w for w in d.call("daemon.status")["workspaces"] if w["agent_id"] == "w")
+        return shown.get("waiting_for_reopen")
+
+    d = daemon_factory(text(here, "0 23 * * *"))
+    assert waiting() is None
+    _reload(d, text(there, "15 4 * * 1"))
+    assert waiting() == ["dream_cron", "path"]
+    said = next(line for line in recalld("status", env=d.env).stdout.splitlines()
+                if "changed in the config file" in line)
+    assert "[note] dream_cron, path changed" in said, said
+    # Changed back, nothing waits; changed again, the next open takes it.
+    _reload(d, text(here, "0 23 * * *"))
+    assert waiting() is None
+    _reload(d, text(here, "15 4 * * 1"))
+    assert waiting() == ["dream_cron"]
+    d.call("workspace.close", {"agent_id": "w"})
+    opened = d.call("workspace.open", {"agent_id": "w"})
+    assert opened["settings"]["dream_cron"] == "15 4 * * 1"
+    assert waiting() is None
+    assert d.stop() == 0

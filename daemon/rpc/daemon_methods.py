@@ -65,8 +65,9 @@ def _with_left_out(registry: WorkspaceRegistry, info: WorkspaceInfo,
                    ws: Workspace | None = None) -> WorkspaceInfo:
     """``info`` with ``secrets_left_out`` when a restore could not put back secrets of
     the workspace's overrides (model keys handed over by its agent) and its settings do
-    not have them from elsewhere either (the config file), and with ``left_behind`` when
-    the configuration moved it from a folder that still holds files."""
+    not have them from elsewhere either (the config file), with ``left_behind`` when
+    the configuration moved it from a folder that still holds files, and with
+    ``waiting_for_reopen``: the settings a reload changed that it takes when opened again."""
     agent_id = str(info.get("agent_id"))
     missing = registry.left_out(agent_id)
     if missing and ws is not None:
@@ -75,7 +76,10 @@ def _with_left_out(registry: WorkspaceRegistry, info: WorkspaceInfo,
     if missing:
         info = {**info, "secrets_left_out": missing}
     before = registry.left_behind(agent_id) if ws is not None else None
-    return {**info, "left_behind": before} if before else info
+    if before:
+        info = {**info, "left_behind": before}
+    waiting = registry.waiting.get(agent_id) if ws is not None else None
+    return {**info, "waiting_for_reopen": waiting} if waiting else info
 
 
 def workspace_info(ws: Workspace) -> WorkspaceInfo:
