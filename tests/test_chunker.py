@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recalld.daemon.index.bm25 import BM25Index
-from recalld.daemon.index.chunker import Chunk, chunk_id, chunk_markdown
+from recalld.daemon.index.chunker import Chunk, chunk_id, chunk_markdown, split_line
 from recalld.daemon.index.frontmatter import (
     DELETE,
     parse_frontmatter,
@@ -77,7 +77,8 @@ def _check_invariants(text: str, chunks: list[Chunk], max_chars: int) -> None:
     for i, line in enumerate(lines, start=1):
         if line.strip():
             assert i in owner, f"line {i} is in no chunk"
-    # Pieces of a split line put the line back together exactly.
+    # Pieces of a split line put the line back together exactly, but for those alike to
+    # an earlier piece of it (the same chunk again).
     by_line: dict[int, str] = {}
     for n, c in enumerate(chunks):
         piece = c.text
@@ -88,7 +89,8 @@ def _check_invariants(text: str, chunks: list[Chunk], max_chars: int) -> None:
             if len(lines[c.end_line - 1]) > max_chars:
                 by_line[c.end_line] = by_line.get(c.end_line, "") + piece
     for ln, joined in by_line.items():
-        assert joined == lines[ln - 1]
+        assert joined == "".join(dict.fromkeys(split_line(lines[ln - 1], max_chars)))
+    assert len({c.id for c in chunks}) == len(chunks)
 
 
 def test_note_chunks_and_line_ranges() -> None:
@@ -157,7 +159,8 @@ def test_frontmatter_words_are_searchable() -> None:
 
 
 def test_overlong_paragraph_split_by_lines_and_line_by_chars() -> None:
-    text = "\n".join(f"line {i} " + "word " * 10 for i in range(10)) + "\n" + "x" * 250 + "\n"
+    long_word = "".join(f"{i:03d}" for i in range(84))[:250]  # no piece alike another
+    text = "\n".join(f"line {i} " + "word " * 10 for i in range(10)) + "\n" + long_word + "\n"
     chunks = chunk_markdown("long.md", text, max_chars=100)
     _check_invariants(text, chunks, 100)
     long_line = [c for c in chunks if c.start_line == 11]
@@ -193,6 +196,12 @@ def test_chunk_ids_are_stable_and_distinct() -> None:
     assert len({c.id for c in a}) == len(a)
     assert len(a[0].id) == 16 and int(a[0].id, 16) >= 0
     assert chunk_id("a.md", 1, 2, "x") != chunk_id("b.md", 1, 2, "x")
+    # A line repeating one run of text: its pieces alike are one chunk, not several.
+    text = "# Rule\n" + "-" * 250 + "\n" + "ab " * 90 + "end\n"
+    chunks = chunk_markdown("r.md", text, max_chars=100)
+    _check_invariants(text, chunks, 100)
+    assert [(c.start_line, c.text) for c in chunks] == [
+        (1, "# Rule"), (2, "-" * 100), (2, "-" * 50), (3, "ab " * 33), (3, "ab " * 24 + "end")]
 
 
 def test_empty_and_blank_files() -> None:

@@ -270,3 +270,27 @@ def test_a_note_with_a_nul_is_refused_and_nothing_written(daemon: Any) -> None:
         assert c.call("memory.list", {"agent_id": "default"})["files"] == []
         added = c.call("memory.add_note", {"agent_id": "default", "content": "the kestrel"})
         assert added["created"]
+
+
+def test_a_line_repeating_one_run_of_text_is_not_a_page_of_copies(daemon: Any,
+                                                                  tmp_path: Path) -> None:
+    # A line longer than a chunk is cut into pieces that all keep its line number; a line
+    # that repeats one run of text (a pasted log of one word, a rule of dashes, a run of
+    # one letter) gave pieces alike in place and text: the same chunk id several times,
+    # one hit shown again and again, crowding out the other notes.
+    root = tmp_path / "ws"
+    write(root, "digest/wiki/dump.md", "# Dump\n" + "ab " * 5000 + "\n")
+    write(root, "digest/wiki/run.md", "# Dump run\n" + "z" * 9000 + "tail\n")
+    write(root, "memory/2026-07-23/log.md", "# Log\n\nthe nightly dump ran at noon.\n")
+    open_ws(daemon, root)
+    answer = search(daemon, "dump", max_results=10)
+    hits = [(r["path"], r["start_line"], r["end_line"], r["text"]) for r in answer["results"]]
+    assert len(set(hits)) == len(hits), [h[:3] for h in hits]
+    assert len({r["chunk_id"] for r in answer["results"]}) == len(hits)
+    # Each note is there, and each different piece of a long line once.
+    assert set(paths(answer)) == {"digest/wiki/dump.md", "digest/wiki/run.md",
+                                  "memory/2026-07-23/log.md"}
+    dump_pieces = [t for p, s, _, t in hits if p == "digest/wiki/dump.md" and s == 2]
+    assert sorted(dump_pieces) == sorted({"ab " * 666, "ab " * 338})
+    assert [t for p, s, _, t in hits if p == "digest/wiki/run.md" and s == 2][-1].endswith(
+        "tail")

@@ -20,7 +20,8 @@ Rules:
   line of its fence's character, at least as many, and nothing else, as in CommonMark). Adjacent
   paragraphs of one section merge while the chunk stays within ``max_chars``; chunks never cross
   a heading. An overlong paragraph is split by lines, an overlong line by characters (all pieces
-  keep that line's number), so no chunk exceeds the cap unless it is part of one line.
+  keep that line's number; a piece alike to an earlier one of its line is left out, as it
+  would be the same chunk again), so no chunk exceeds the cap unless it is part of one line.
 - Every non-blank line lands in exactly one chunk (blank lines between paragraphs of a chunk are
   inside it; blank lines between chunks belong to none); chunk ranges are increasing.
 """
@@ -196,7 +197,9 @@ class _Builder:
             if n <= self.max_chars:
                 cur_start, cur_size = i, n
             else:
-                for piece in split_line(self.lines[i], self.max_chars):
+                # Pieces alike (a line repeating one run of text) would be one chunk
+                # several times, the same place, text and id: each is emitted once.
+                for piece in dict.fromkeys(split_line(self.lines[i], self.max_chars)):
                     self.emit(i, i, headings, piece)
         if cur_start >= 0:
             self.emit(cur_start, end, headings)
