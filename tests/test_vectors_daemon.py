@@ -345,3 +345,32 @@ def test_a_base_url_with_credentials_sends_them(daemon_factory: Any, tmp_path: P
         assert d.call("memory.search", {"agent_id": "w", "query": "roof"})["mode"] == "hybrid"
         assert "pr0xy-pass" not in d.log() and "Traceback" not in d.log()
         assert d.stop() == 0
+
+
+def test_a_query_typed_composed_or_decomposed_is_one_query(daemon_factory: Any,
+                                                           tmp_path: Path) -> None:
+    # "Zoë" typed composed (NFC) or decomposed (NFD: macOS file names, some keyboards) is
+    # one text to Unicode and to the keyword index; the query's vector was the embedding
+    # of the bytes as sent, so the two forms ranked the notes differently.
+    import unicodedata
+
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-23/trip.md", "# Trip\n\nMet Zoë at the café in Malmö.\n")
+    for i in range(6):
+        write(root, f"digest/wiki/n{i}.md", f"# Note {i}\n\nAnother note, number {i}.\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(fake_config(root, fake))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_covered(d)
+        answers = []
+        for form in ("NFC", "NFD"):
+            query = unicodedata.normalize(form, "Zoë café Malmö")
+            sent = len(fake.requests)
+            res = d.call("memory.search", {"agent_id": "w", "query": query, "max_results": 7})
+            assert res["mode"] == "hybrid"
+            res.pop("took_ms")
+            answers.append(res)
+            embedded = [t for r in fake.requests[sent:] for t in r.json["input"]]
+            assert embedded in ([unicodedata.normalize("NFC", query)], []), embedded
+        assert answers[0] == answers[1]
+        assert answers[0]["results"][0]["path"] == "memory/2026-07-23/trip.md"

@@ -8,6 +8,7 @@ keeps (declared below, set by the worker) and starts no task: nothing to stop.
 
 from __future__ import annotations
 
+import unicodedata
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -77,6 +78,9 @@ class VectorServing:
         serving = self._serving_now()
         if serving is None:
             return None
+        # Composed or decomposed (NFC, NFD), the same text is one query: the keyword
+        # branch reads both alike, and the vector branch must not rank them apart.
+        query = unicodedata.normalize("NFC", query)
         vec = await serving.embed_query(query, timeout_s=self.cfg.query_timeout_s)
         return serving.key, vec
 
