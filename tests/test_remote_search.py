@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import re
+import unicodedata
 import uuid
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,9 @@ def generate(seed: int) -> dict[str, str]:
                            for _ in range(rng.randint(1, 4)))
         notes[f"digest/{bucket}/node{j}.md"] = (
             f"---\nname: node{j}\nauthor: {author}\n---\n# Node {j}\n\n{body}\n")
+    # A folder named decomposed (macOS) holding a note named composed.
+    notes[f"memory/2026-07-04/{unicodedata.normalize('NFD', 'Réunions')}/équipe.md"] = (
+        "# Équipe\n\nmeadow violin rehearsal\n")
     # The same note in several places, written last first: tied hits.
     for k in reversed(range(8)):
         notes[f"memory/2026-07-{21 + k % 3}/twin{k}.md"] = "the heron waits at the estuary\n"
@@ -82,6 +86,9 @@ QUERIES: list[tuple[str, dict[str, Any] | None]] = [
     ("向量检索 satellite", None),
     ("会", None),
     ("meadow violin", {"path_prefix": "memory/2026-07-03"}),
+    ("meadow violin", {"path_prefix": "memory/2026-07-04/Réunions"}),
+    ("meadow violin", {"path_prefix": unicodedata.normalize(
+        "NFD", "memory/2026-07-04/Réunions/équipe.md")}),
     ("festival", {"date_from": "2026-07-05", "date_to": "2026-07-09"}),
     ("archive falcon", {"bucket": "wiki"}),
     ("ledger", {"author": "alice"}),
@@ -184,6 +191,13 @@ def test_server_search_returns_the_local_hits(daemon_factory: DaemonFactory,
         compared += bool(local["results"])
     # Most shapes find something; the nonsense word finds nothing on both sides.
     assert compared >= len(QUERIES) - 1
+    # A folder named decomposed on disk is found by its name typed composed, and the
+    # other way round, in the server as in the local index.
+    team = f"memory/2026-07-04/{unicodedata.normalize('NFD', 'Réunions')}/équipe.md"
+    for agent in ("loc", "srv"):
+        for prefix in ("memory/2026-07-04/Réunions", unicodedata.normalize("NFD", team)):
+            found = search(d, agent, "meadow violin", {"path_prefix": prefix})
+            assert [r["path"] for r in found["results"]] == [team], (agent, prefix)
     assert ws_status(d, "srv")["remote"]["search"]["server_searches"] >= len(QUERIES)
     # A larger pool, as an agent asking for more would get.
     for query in ("garden river", "项目进度报告", "parseRequests"):

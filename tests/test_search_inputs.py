@@ -294,3 +294,28 @@ def test_a_line_repeating_one_run_of_text_is_not_a_page_of_copies(daemon: Any,
     assert sorted(dump_pieces) == sorted({"ab " * 666, "ab " * 338})
     assert [t for p, s, _, t in hits if p == "digest/wiki/run.md" and s == 2][-1].endswith(
         "tail")
+
+
+def test_a_path_prefix_is_found_typed_composed_or_decomposed(daemon: Any,
+                                                             tmp_path: Path) -> None:
+    # A folder or note whose name holds accents, written to disk decomposed (macOS, a
+    # synced folder) or composed, is one path to the person naming it: a path_prefix
+    # (or bucket) typed in the other form named nothing, and the search found nothing.
+    nfd = unicodedata.normalize("NFD", "Réunions")
+    root = tmp_path / "ws"
+    write(root, f"memory/2026-07-23/{nfd}/équipe.md", "# Team\n\nThe heron survey.\n")
+    write(root, "digest/Café/menu.md", "# Menu\n\nThe heron pie.\n")
+    write(root, "digest/wiki/other.md", "# Other\n\nThe heron elsewhere.\n")
+    open_ws(daemon, root)
+    team = f"memory/2026-07-23/{nfd}/équipe.md"
+    menu = "digest/Café/menu.md"
+    for form in ("NFC", "NFD"):
+        def named(filters: dict[str, Any], form: str = form) -> list[str]:
+            typed = {k: unicodedata.normalize(form, v) for k, v in filters.items()}
+            return paths(search(daemon, "heron", filters=typed))
+        assert named({"path_prefix": "memory/2026-07-23/Réunions"}) == [team], form
+        assert named({"path_prefix": "memory/2026-07-23/Réunions/équipe.md"}) == [team], form
+        assert named({"path_prefix": "digest/Café"}) == [menu], form
+        assert named({"bucket": "Café"}) == [menu], form
+    # A name the notes hold in neither form still names nothing.
+    assert paths(search(daemon, "heron", filters={"path_prefix": "digest/Cafe"})) == []

@@ -12,7 +12,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["Filters", "author_names", "authors_of", "note_date"]
+__all__ = ["Filters", "author_names", "authors_of", "composed", "note_date"]
 
 # A day's folder (memory/2026-07-23/...), or a day's note named by its date
 # (memory/2026-07-23.md, as in ReMe's file-based memory layout).
@@ -34,6 +34,13 @@ class Filters:
     def empty(self) -> bool:
         return not (self.path_prefixes or self.date_from or self.date_to or self.buckets
                     or self.authors)
+
+
+def composed(path: str) -> str:
+    """``path`` in NFC form, as path filters compare paths: a folder named decomposed on
+    disk (macOS, a synced folder) and one typed composed, or the other way round, are one
+    folder to the person naming it."""
+    return path if path.isascii() else unicodedata.normalize("NFC", path)
 
 
 def note_date(path: str) -> str | None:

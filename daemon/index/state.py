@@ -21,7 +21,7 @@ from pyroaring import BitMap
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
-from recalld.daemon.index.filters import Filters, authors_of, note_date
+from recalld.daemon.index.filters import Filters, authors_of, composed, note_date
 from recalld.daemon.index.frontmatter import body_of
 from recalld.daemon.index.fusion import keyword_reach
 from recalld.daemon.index.links import Link, LinkGraph, name_key, resolve_links
@@ -123,13 +123,16 @@ class IndexState:
         out = BitMap()
         # Sets, matched against each path's folders: a client may name thousands, and
         # each path is then looked up a few times, not compared with every one.
-        prefixes = frozenset(p.strip("/") for p in filters.path_prefixes)
-        buckets = frozenset(f"{self.digest_dir}/{b.strip('/')}" for b in filters.buckets)
+        # Names compared composed (NFC), whichever form the disk or the client has.
+        prefixes = frozenset(composed(p.strip("/")) for p in filters.path_prefixes)
+        buckets = frozenset(composed(f"{self.digest_dir}/{b.strip('/')}")
+                            for b in filters.buckets)
         authors = frozenset(filters.authors)
         for path, info in self.files.items():
-            if prefixes and path not in prefixes and prefixes.isdisjoint(_folders(path)):
+            named = composed(path)
+            if prefixes and named not in prefixes and prefixes.isdisjoint(_folders(named)):
                 continue
-            if buckets and buckets.isdisjoint(_folders(path)):
+            if buckets and buckets.isdisjoint(_folders(named)):
                 continue
             if filters.date_from or filters.date_to:
                 day = note_date(path) if path.startswith(self.daily_dir + "/") else None

@@ -35,7 +35,7 @@ from pyroaring import BitMap
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.chunker import chunk_id
 from recalld.daemon.index.exact import exact_first
-from recalld.daemon.index.filters import Filters
+from recalld.daemon.index.filters import Filters, composed
 from recalld.daemon.index.reads import Candidates, places
 from recalld.daemon.index.state import StoredChunk
 from recalld.daemon.index.ties import exact_by_place, hits_by_place, settled
@@ -59,15 +59,21 @@ def filter_sql(filters: Filters, *, daily_dir: str, digest_dir: str
     parameters: what ``IndexState.allowed`` keeps."""
     parts: list[sql.Composable] = []
     params: list[object] = []
-    prefixes = [p.strip("/") for p in filters.path_prefixes]
+    # Paths compared composed (NFC), as IndexState.allowed compares them; only for a
+    # name that is not ASCII (an ASCII one is alike in every form, and normalize() needs a
+    # UTF8 database).
+    prefixes = [composed(p.strip("/")) for p in filters.path_prefixes]
+    buckets = [composed(f"{digest_dir}/{b.strip('/')}/") for b in filters.buckets]
+    ascii_names = all(name.isascii() for name in (*prefixes, *buckets))
+    path = sql.SQL("c.path" if ascii_names else "normalize(c.path, NFC)")
     if prefixes:
-        parts.append(sql.SQL(" AND (c.path = ANY(%s) OR EXISTS (SELECT 1 FROM unnest(%s::text[])"
-                             " p WHERE starts_with(c.path, p || '/')))"))
+        parts.append(sql.SQL(" AND ({path} = ANY(%s) OR EXISTS (SELECT 1 FROM unnest(%s::text[])"
+                             " p WHERE starts_with({path}, p || '/')))").format(path=path))
         params += [prefixes, prefixes]
     if filters.buckets:
         parts.append(sql.SQL(" AND EXISTS (SELECT 1 FROM unnest(%s::text[]) p"
-                             " WHERE starts_with(c.path, p))"))
-        params.append([f"{digest_dir}/{b.strip('/')}/" for b in filters.buckets])
+                             " WHERE starts_with({path}, p))").format(path=path))
+        params.append(buckets)
     if filters.date_from or filters.date_to:
         day = sql.SQL("substring(c.path from {})").format(sql.Literal(_DAILY_DATE))
         parts.append(sql.SQL(" AND starts_with(c.path, %s)"))
