@@ -9,7 +9,7 @@ from pathlib import Path
 from conftest import DaemonFactory
 from test_cli import as_json, recalld
 
-from recalld.ipc.cli_ops import render_status
+from recalld.ipc.cli_status import render_status
 
 
 def test_configured_workspaces_that_are_not_open_are_listed(
