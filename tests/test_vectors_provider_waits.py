@@ -12,6 +12,17 @@ from test_vectors_daemon import fake_config, vectors_status, wait_covered, write
 from waits import wait_value
 
 
+def retry_after_waited(d: Any, fake: FakeProvider, root: Path, text: str) -> dict[str, Any]:
+    """Workspace w's status once the backfill's call for a new note holding ``text``
+    (written in ``root``) waits out the provider's Retry-After of 40 s, its first answer."""
+    fake.script(Reply(status=429, headers={"Retry-After": "40"}))
+    write(root, "memory/2026-07-24/dentist.md", text)
+    d.call("index.sync", {"agent_id": "w"})
+    return wait_value(lambda: vectors_status(d),
+                      lambda st: st["state"] == "backoff" and (st["wait_s"] or 0) > 1,
+                      "the backfill call waiting out the Retry-After")
+
+
 def test_a_search_keeps_off_a_provider_a_backfill_call_waits_for(daemon_factory: Any,
                                                                   tmp_path: Path) -> None:
     # The backfill's call for a new note is answered 429 with Retry-After: 40 s and waits
@@ -23,12 +34,7 @@ def test_a_search_keeps_off_a_provider_a_backfill_call_waits_for(daemon_factory:
         d = daemon_factory(fake_config(root, fake))
         d.call("index.sync", {"agent_id": "w"})
         wait_covered(d)
-        fake.script(Reply(status=429, headers={"Retry-After": "40"}))
-        write(root, "memory/2026-07-24/dentist.md", "# Dentist\n\nThe dentist on Friday.\n")
-        d.call("index.sync", {"agent_id": "w"})
-        st = wait_value(lambda: vectors_status(d),
-                        lambda st: st["state"] == "backoff" and (st["wait_s"] or 0) > 1,
-                        "the backfill call waiting out the Retry-After")
+        st = retry_after_waited(d, fake, root, "# Dentist\n\nThe dentist on Friday.\n")
         assert "HTTP 429" in st["last_error"], st
         sent = len(fake.requests)
         for query in ("dentist appointment", "a train to Zurich", "Friday"):
@@ -58,12 +64,7 @@ def test_a_workspace_of_the_same_space_waits_out_the_retry_after_too(
         wait_covered(d)
         wait_value(lambda: vectors_status(d, "v"), lambda st: st["coverage"] >= 1.0,
                    "v's vectors")
-        fake.script(Reply(status=429, headers={"Retry-After": "40"}))
-        write(roots["w"], "memory/2026-07-24/dentist.md", "# Dentist\n\nOn Friday.\n")
-        d.call("index.sync", {"agent_id": "w"})
-        wait_value(lambda: vectors_status(d),
-                   lambda st: st["state"] == "backoff" and (st["wait_s"] or 0) > 1,
-                   "w's call waiting out the Retry-After")
+        retry_after_waited(d, fake, roots["w"], "# Dentist\n\nOn Friday.\n")
         write(roots["v"], "memory/2026-07-24/plumber.md", "# Plumber\n\nPLUMBER-MONDAY.\n")
         d.call("index.sync", {"agent_id": "v"})
         st = wait_value(lambda: vectors_status(d, "v"),
@@ -85,12 +86,7 @@ def test_the_counts_follow_the_notes_while_a_call_waits_out_a_retry_after(
         d = daemon_factory(fake_config(root, fake))
         d.call("index.sync", {"agent_id": "w"})
         wait_covered(d)
-        fake.script(Reply(status=429, headers={"Retry-After": "40"}))
-        write(root, "memory/2026-07-24/dentist.md", "# Dentist\n\nOn Friday.\n")
-        d.call("index.sync", {"agent_id": "w"})
-        st = wait_value(lambda: vectors_status(d),
-                        lambda st: st["state"] == "backoff" and (st["wait_s"] or 0) > 1,
-                        "the backfill call waiting out the Retry-After")
+        st = retry_after_waited(d, fake, root, "# Dentist\n\nOn Friday.\n")
         assert (st["embedded"], st["total"]) == (1, 2), st
         write(root, "memory/2026-07-25/plumber.md", "# Plumber\n\nOn Monday.\n")
         (root / "memory/2026-07-23/commute.md").unlink()
