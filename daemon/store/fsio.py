@@ -20,8 +20,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import re
-import secrets
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Final
 
-from recalld.daemon.safepath import MAX_NAME_BYTES
 from recalld.daemon.store import confine
 from recalld.daemon.store.errors import CorruptState, translate_os_error
-
-#: A temp file left by an interrupted publish: ``.<name>.tmp-<hex>``.
-TEMP_RE = re.compile(r"^\..+\.tmp-[0-9a-f]{8,}$")
+from recalld.daemon.store.tempnames import TEMP_RE as TEMP_RE
+from recalld.daemon.store.tempnames import fit_name as fit_name
+from recalld.daemon.store.tempnames import temp_name as temp_name
+from recalld.daemon.store.tempnames import temp_prefix as temp_prefix
 
 _CHECKSUM_BYTES = 32  # blake2b-256: ample against accidental corruption, fast in hashlib
 _READ_CHUNK = 1 << 20
@@ -165,21 +163,6 @@ def mkdir_private(path: Path) -> bool:
         return False
     os.chmod(path, 0o700)  # ours, just made: only the umask could have narrowed it
     return True
-
-
-def temp_name(name: str) -> str:
-    """A fresh temp name for publishing ``name`` (matches ``TEMP_RE``); ``name`` is cut
-    short where the whole would pass ``MAX_NAME_BYTES``."""
-    suffix = f".tmp-{secrets.token_hex(6)}"
-    return "." + fit_name(name, MAX_NAME_BYTES - 1 - len(suffix)) + suffix
-
-
-def fit_name(text: str, limit: int) -> str:
-    """``text`` cut at a character boundary to at most ``limit`` bytes as a file name."""
-    n = min(len(text), limit)  # a character takes at least one byte
-    while n and len(os.fsencode(text[:n])) > limit:
-        n -= 1
-    return text[:n]
 
 
 def ensure_dir(fs: FS, path: Path) -> None:
@@ -424,11 +407,6 @@ def adopt_file(fs: FS, tmp: Path, path: Path) -> FileEntry:
         if not published:
             _quietly(fs.unlink, tmp)
     return FileEntry(path.name, size, h.hexdigest())
-
-
-def temp_prefix(name: str) -> str:
-    """What every ``temp_name(name)`` starts with: the temp files of ``name`` alone."""
-    return temp_name(name).rsplit(".tmp-", 1)[0] + ".tmp-"
 
 
 def remove_temp_files(fs: FS, directory: Path) -> list[str]:
