@@ -42,6 +42,7 @@ import orjson
 from recalld.daemon import safepath
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.fsio import REAL, TEMP_RE, atomic_writer, ensure_dir, temp_name
+from recalld.daemon.store.tempnames import remove_dead_temps
 from recalld.daemon.watchsource import COOKIE_PREFIX
 from recalld.ipc.agent_ids import MAX_AGENT_ID_CHARS
 from recalld.ipc.errors import InvalidParams, RecalldError
@@ -110,6 +111,16 @@ def restorable_path(path: str | os.PathLike[str]) -> bool:
     """Whether a restore can write a file at the absolute ``path``: with its temp name,
     the path stays within PATH_MAX."""
     return len(os.fsencode(path)) + TEMP_NAME_EXTRA < PATH_MAX_BYTES
+
+#: How an archive's temp file is named (``.recalld-unfinished-<name>.tmp-<hex>``): its
+#: writer holds a lock on it, so that the next backup to the same folder removes one
+#: that a daemon killed while writing left, wherever a client put it.
+UNFINISHED = "recalld-unfinished-"
+
+
+def _archive_temp(name: str) -> str:
+    return temp_name(UNFINISHED + name)
+
 
 COPY_CHUNK = 1 << 20
 #: A member of at least RATIO_MIN_BYTES that inflates more than MAX_RATIO times is taken
@@ -283,6 +294,9 @@ def create_backup(
     created = time.time()
     stamp = time.localtime(created)[:6]
     ensure_dir(REAL, out.parent)
+    for name in remove_dead_temps(out.parent, "." + UNFINISHED):
+        log.warning("removed %s: an archive a backup killed meanwhile left unfinished",
+                    out.parent / name)
     progress.phase("listing files")
     listed: list[tuple[AgentSource, list[tuple[str, int]]]] = []
     left_out: dict[str, dict[str, list[str]]] = {
@@ -381,7 +395,8 @@ def _write_archive(
     # Private: the archive holds every file of the workspaces (and with ``secrets``, the
     # model keys), wherever ``out`` puts it.
     # AtomicFile has no tell(): zipfile then streams members with data descriptors.
-    with atomic_writer(REAL, out, private=True) as raw, zipfile.ZipFile(
+    with atomic_writer(REAL, out, private=True, temp_of=_archive_temp,
+                       locked=True) as raw, zipfile.ZipFile(
         cast(IO[bytes], raw), "w", compression=zipfile.ZIP_DEFLATED,
         compresslevel=COMPRESS_LEVEL
     ) as zf:

@@ -31,6 +31,7 @@ from recalld.daemon.store import confine
 from recalld.daemon.store.errors import CorruptState, translate_os_error
 from recalld.daemon.store.tempnames import TEMP_RE as TEMP_RE
 from recalld.daemon.store.tempnames import fit_name as fit_name
+from recalld.daemon.store.tempnames import lock_temp
 from recalld.daemon.store.tempnames import temp_name as temp_name
 from recalld.daemon.store.tempnames import temp_prefix as temp_prefix
 
@@ -213,7 +214,8 @@ class AtomicFile:
 
 @contextmanager
 def atomic_writer(fs: FS, path: Path, *, sync_dir: bool = True,
-                  private: bool = False) -> Iterator[AtomicFile]:
+                  private: bool = False, temp_of: Callable[[str], str] = temp_name,
+                  locked: bool = False) -> Iterator[AtomicFile]:
     """Write ``path`` atomically: ``with atomic_writer(fs, p) as f: f.write(...)``.
 
     The file appears (fully written and fsynced) only if the block exits normally. On any
@@ -221,13 +223,19 @@ def atomic_writer(fs: FS, path: Path, *, sync_dir: bool = True,
     ``path`` (if any) is untouched; OSErrors are raised as StorageIOError / DiskFull.
     ``sync_dir=False`` leaves the fsync of the folder (which makes the rename durable) to
     the caller, who publishes several files in it. ``private``: the file gets mode 0600
-    (whatever the umask), before anything is written to it.
+    (whatever the umask), before anything is written to it. ``temp_of`` names the temp
+    file; ``locked``: the writer holds an exclusive ``flock`` on it till the end, so
+    that :func:`tempnames.remove_dead_temps` tells it from one a killed writer left.
     """
-    tmp = path.with_name(temp_name(path.name))
-    try:
-        fd = fs.open_write(tmp)
-    except OSError as exc:
-        raise translate_os_error(exc, path) from exc
+    while True:
+        tmp = path.with_name(temp_of(path.name))
+        try:
+            fd = fs.open_write(tmp)
+        except OSError as exc:
+            raise translate_os_error(exc, path) from exc
+        if not locked or lock_temp(fd):
+            break
+        _quietly(os.close, fd)  # taken for a dead writer's and removed: another name
     published = False
     closed = False
     try:

@@ -1,11 +1,16 @@
 """The names of temp files: what an atomic publish writes before its rename, and how a
-cleanup knows them (``.<name>.tmp-<hex>``). Owns nothing and starts nothing."""
+cleanup knows them (``.<name>.tmp-<hex>``); and the lock by which a cleanup tells a live
+writer's temp file from one a killed writer left, where no start of the daemon looks
+(an archive written to a folder a client named). Owns nothing and starts nothing."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import secrets
+import stat
+from pathlib import Path
 
 from recalld.daemon.safepath import MAX_NAME_BYTES
 
@@ -31,3 +36,47 @@ def fit_name(text: str, limit: int) -> str:
 def temp_prefix(name: str) -> str:
     """What every ``temp_name(name)`` starts with: the temp files of ``name`` alone."""
     return temp_name(name).rsplit(".tmp-", 1)[0] + ".tmp-"
+
+
+def lock_temp(fd: int) -> bool:
+    """Lock the fresh temp file ``fd`` (exclusive ``flock``, held till it is closed; it
+    dies with the process); whether the file still has its name (a cleanup that took
+    the lock between its open and this one removed it)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:  # no locks on this file system: no cleanup can lock it either
+        return True
+    return os.fstat(fd).st_nlink > 0
+
+
+def remove_dead_temps(directory: Path, prefix: str) -> list[str]:
+    """Remove the temp files in ``directory`` named ``prefix...`` (and ``TEMP_RE``) that
+    no writer holds: those a writer with :func:`lock_temp` left when killed. A live
+    writer's, one that cannot be locked and anything not a regular file stay. Their
+    names. Blocks on the file system."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        if not (name.startswith(prefix) and TEMP_RE.match(name)):
+            continue
+        try:
+            fd = os.open(directory / name,
+                         os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held, there = os.fstat(fd), os.lstat(directory / name)
+            if stat.S_ISREG(held.st_mode) and (held.st_dev, held.st_ino) == (
+                    there.st_dev, there.st_ino):
+                # Under the lock: a writer that locks its file after this sees it gone.
+                os.unlink(directory / name)
+                removed.append(name)
+        except OSError:  # a live writer's (locked), gone meanwhile, or not ours to remove
+            pass
+        finally:
+            os.close(fd)
+    return removed

@@ -1,0 +1,75 @@
+"""Archives left unfinished outside the backups folder: a writer killed while it wrote an
+archive to a folder a client named leaves its temp file where no start of the daemon
+looks; the next backup to that folder removes it, and never a live writer's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from conftest import DaemonHandle
+from test_backup import NOTES, write_tree
+
+# A backup writer in its own process: it lists the workspace, starts writing the archive,
+# says so on stdout, then is killed ("die") or waits for its stdin to close ("wait").
+WRITER = r"""
+import os, signal, sys
+from pathlib import Path
+from recalld.daemon import backup as bk
+
+class Stop:
+    def phase(self, name, total=None, bytes_total=None):
+        self.writing = name == "writing the archive"
+    def advance(self, n=1, nbytes=0):
+        if getattr(self, "writing", False):
+            print("writing", flush=True)
+            self.writing = False
+            if sys.argv[1] == "die":
+                os.kill(os.getpid(), signal.SIGKILL)
+            sys.stdin.read()
+
+source = bk.AgentSource("w", Path(sys.argv[3]), {"daily_dir": "memory"})
+bk.create_backup(Path(sys.argv[2]), [source], progress=Stop())
+"""
+
+
+def _writer(how: str, out: Path, root: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, how, str(out), str(root)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "writing\n"  # its temp file is there, being written
+    return proc
+
+
+def test_a_killed_writers_archive_is_removed_by_the_next_backup_to_its_folder(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write_tree(root, NOTES)
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    mine = outside / ".notes.zip.tmp-0123456789ab"  # another program's temp file
+    mine.write_bytes(b"not the daemon's")
+    with _writer("wait", outside / "live.zip", root) as live:
+        live_temp = [p for p in outside.iterdir() if p != mine]
+        with _writer("die", outside / "dead.zip", root) as dead:
+            assert dead.wait() < 0
+        left = [p for p in outside.iterdir() if p not in (mine, *live_temp)]
+        assert len(left) == 1 and left[0].stat().st_size > 0  # what the kill left
+        made = daemon.call("backup.create", {"agents": ["w"],
+                                             "out": str(outside / "next.zip")})
+        assert made["file"] == str(outside / "next.zip")
+        assert not left[0].exists()  # the dead writer's, gone
+        assert len(live_temp) == 1 and live_temp[0].exists()  # the live one's, kept
+        assert mine.read_bytes() == b"not the daemon's"
+        assert f"removed {left[0]}" in daemon.log()
+        assert live.stdin is not None
+        live.stdin.close()
+        assert live.wait() == 0
+    # The live writer went on and published its archive whole.
+    with zipfile.ZipFile(outside / "live.zip") as zf:
+        assert zf.testzip() is None and "meta.json" in zf.namelist()
+    assert sorted(p.name for p in outside.iterdir()) == [
+        mine.name, "live.zip", "next.zip"]
