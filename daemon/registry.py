@@ -80,8 +80,10 @@ class WorkspaceRegistry(KnownPlaces):
         self.waiting: dict[str, builtins.list[str]] = {}
         self._opened_place: dict[str, Path | None] = {}
         self._locks: dict[str, trio.Lock] = {}
-        #: Agents whose files a restore is replacing: opening them waits (:meth:`held`).
-        self._held: dict[str, trio.Event] = {}
+        #: Agents whose files a restore is replacing, or a backup reading while they are
+        #: closed: opening them waits (:meth:`held`). By agent, the event set when they
+        #: are free and why they are held.
+        self._held: dict[str, tuple[trio.Event, str]] = {}
         #: Writes to each agent's workspace, which a restore holds (:mod:`writegate`).
         self.writes = WriteGates()
         self._nursery: trio.Nursery | None = None
@@ -113,9 +115,8 @@ class WorkspaceRegistry(KnownPlaces):
         """The open (ready) workspace of ``agent_id``, or UnknownWorkspace."""
         ws = self._workspaces.get(agent_id)
         if ws is None:
-            if agent_id in self._held:
-                raise UnknownWorkspace(f"workspace {agent_id!r} is not open: a restore is "
-                                       "replacing its files")
+            if (held := self._held.get(agent_id)) is not None:
+                raise UnknownWorkspace(f"workspace {agent_id!r} is not open: {held[1]}")
             raise UnknownWorkspace(f"workspace {agent_id!r} is not open")
         if ws.state == "failed" and ws.error:
             # Why, and what to do: the same as status says.
@@ -220,13 +221,17 @@ class WorkspaceRegistry(KnownPlaces):
         return self._locks.setdefault(agent_id, trio.Lock())
 
     @contextlib.asynccontextmanager
-    async def held(self, agent_id: str) -> AsyncIterator[None]:
-        """While a restore replaces ``agent_id``'s files: :meth:`open` of it waits until
-        they are in place. Opened meanwhile, it would serve the pending turns and inbox
-        the restore replaces, and go on appending to the replaced files."""
+    async def held(self, agent_id: str,
+                   why: str = "a restore is replacing its files") -> AsyncIterator[None]:
+        """While a restore replaces ``agent_id``'s files (or a backup reads those of a
+        closed workspace: ``why`` says which, to a call that names it meanwhile):
+        :meth:`open` of it waits until they are in place. Opened meanwhile, it would
+        serve the pending turns and inbox the restore replaces, and go on appending to
+        the replaced files."""
         while (busy := self._held.get(agent_id)) is not None:
-            await busy.wait()
-        done = self._held[agent_id] = trio.Event()
+            await busy[0].wait()
+        done = trio.Event()
+        self._held[agent_id] = (done, why)
         try:
             yield
         finally:
@@ -255,7 +260,7 @@ class WorkspaceRegistry(KnownPlaces):
         check_agent_id(agent_id)
         while True:
             while (busy := self._held.get(agent_id)) is not None:
-                await busy.wait()
+                await busy[0].wait()
             ws = await self._open_unless_held(agent_id, path, overrides, again, name)
             if ws is not None:
                 return ws

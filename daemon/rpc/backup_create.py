@@ -175,7 +175,8 @@ async def create_backup(ctx: CallContext, agents: list[str] | None, out: str | N
     sources = sorted([*map(source_of, workspaces), *closed], key=lambda s: s.agent_id)
     async with progress.pumping(), contextlib.AsyncExitStack() as held:
         for source in closed:  # not opened (and written to) while its files are read
-            await held.enter_async_context(ctx.state.registry.held(source.agent_id))
+            await held.enter_async_context(ctx.state.registry.held(
+                source.agent_id, "a backup is reading its files (it opens once written)"))
         try:
             made = await write_backup(ctx.state, sources, path, include_derived, "",
                                       include_secrets, progress)
