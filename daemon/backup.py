@@ -295,7 +295,7 @@ def create_backup(
     stamp = time.localtime(created)[:6]
     ensure_dir(REAL, out.parent)
     for name in remove_dead_temps(out.parent, "." + UNFINISHED):
-        log.warning("removed %s: an archive a backup killed meanwhile left unfinished",
+        log.warning("removed %s: an unfinished archive of a backup killed while writing it",
                     out.parent / name)
     progress.phase("listing files")
     listed: list[tuple[AgentSource, list[tuple[str, int]]]] = []
