@@ -395,8 +395,7 @@ def _write_archive(
     # Private: the archive holds every file of the workspaces (and with ``secrets``, the
     # model keys), wherever ``out`` puts it.
     # AtomicFile has no tell(): zipfile then streams members with data descriptors.
-    with atomic_writer(REAL, out, private=True, temp_of=_archive_temp,
-                       locked=True) as raw, zipfile.ZipFile(
+    with atomic_writer(REAL, out, temp_of=_archive_temp, locked=True) as raw, zipfile.ZipFile(
         cast(IO[bytes], raw), "w", compression=zipfile.ZIP_DEFLATED,
         compresslevel=COMPRESS_LEVEL
     ) as zf:

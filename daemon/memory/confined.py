@@ -15,7 +15,7 @@ from pathlib import Path
 from recalld.daemon import safepath
 from recalld.daemon.notetext import note_text
 from recalld.daemon.store.errors import translate_os_error
-from recalld.daemon.store.fsio import FS, REAL, atomic_writer
+from recalld.daemon.store.fsio import FS, NOTE_MODE, REAL, atomic_writer
 from recalld.ipc.errors import InvalidParams, NotFound, PathOutsideWorkspace
 
 MAX_EDIT_BYTES = 4 << 20
@@ -72,6 +72,7 @@ def write_confined(root: Path, path: str, data: bytes, *, sync_dir: bool = True,
             except OSError as exc:
                 raise translate_os_error(exc, current) from exc
     target = current / parts[-1]
+    mode = NOTE_MODE
     try:
         st = os.lstat(target)
     except FileNotFoundError:
@@ -83,8 +84,9 @@ def write_confined(root: Path, path: str, data: bytes, *, sync_dir: bool = True,
             raise PathOutsideWorkspace(f"path is a symbolic link: {path}")
         if not stat.S_ISREG(st.st_mode):
             raise InvalidParams(f"not a regular file: {path}")
+        mode = stat.S_IMODE(st.st_mode)
     with atomic_writer(REAL if publish is None else _PublishedBy(publish), target,
-                       sync_dir=sync_dir) as out:
+                       sync_dir=sync_dir, mode=mode) as out:
         out.write(data)
 
 

@@ -25,7 +25,7 @@ from recalld.daemon.memory.changelog import (
     sha256,
 )
 from recalld.daemon.store.errors import translate_os_error
-from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
+from recalld.daemon.store.fsio import REAL, atomic_write, atomic_writer, ensure_dir, note_mode
 from recalld.ipc.answers import DreamUndone
 from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, RecalldError
 
@@ -191,7 +191,8 @@ def _finish(root: Path, directory: Path, data: JsonObject, *, digest_dir: str,
                 REAL.unlink(target)
             else:
                 ensure_dir(REAL, target.parent)
-                atomic_write(REAL, target, before)
+                with atomic_writer(REAL, target, mode=note_mode(target)) as out:
+                    out.write(before)
         except FileNotFoundError:
             continue
         except OSError as exc:  # a folder in its place since: the undo is finished later

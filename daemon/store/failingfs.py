@@ -8,7 +8,7 @@ import os
 from collections.abc import Collection
 from pathlib import Path
 
-from recalld.daemon.store.fsio import FS
+from recalld.daemon.store.fsio import FS, PRIVATE_MODE
 
 
 class FailingFS(FS):
@@ -48,10 +48,10 @@ class FailingFS(FS):
         self.failures += 1
         return OSError(self.err, f"{os.strerror(self.err)} (injected at {op} #{self.calls})")
 
-    def open_write(self, path: Path) -> int:
+    def open_write(self, path: Path, mode: int = PRIVATE_MODE) -> int:
         if self._check("open_write"):
             raise self._fail("open_write")
-        return super().open_write(path)
+        return super().open_write(path, mode)
 
     def open_write_at(self, folder: int, name: str) -> int:
         if self._check("open_write"):

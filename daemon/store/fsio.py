@@ -37,7 +37,13 @@ from recalld.daemon.store.tempnames import temp_prefix as temp_prefix
 
 _CHECKSUM_BYTES = 32  # blake2b-256: ample against accidental corruption, fast in hashlib
 _READ_CHUNK = 1 << 20
-_FILE_MODE = 0o644  # umask applies, like the Markdown files next to it
+#: Every state file, log and record recalld writes: they may hold model keys given in a
+#: workspace's config and the users' texts, and a workspace may lie in a folder others can
+#: enter. The umask applies (it can only narrow it).
+PRIVATE_MODE: Final = 0o600
+#: A new note a client writes (umask applies), as an editor makes it; a rewritten note
+#: keeps the mode it has (:func:`note_mode`).
+NOTE_MODE: Final = 0o644
 #: Why :meth:`FS.open_append` refused what it found (a FIFO, a device, a socket).
 NOT_A_FILE: Final = "not a regular file (a device, FIFO or socket)"
 #: A file read whole with no expected size (a manifest, another tool's record file) is
@@ -75,27 +81,35 @@ class FileEntry:
 class FS:
     """The real filesystem. Subclass to inject faults; every method may raise OSError."""
 
-    def open_write(self, path: Path) -> int:
-        """Create ``path`` exclusively for writing and return its descriptor."""
+    def open_write(self, path: Path, mode: int = PRIVATE_MODE) -> int:
+        """Create ``path`` exclusively for writing (``mode``, umask applied) and return its
+        descriptor."""
         with confine.at(path) as (folder, name):
             return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                           _FILE_MODE, dir_fd=folder)
+                           mode, dir_fd=folder)
 
     def open_write_at(self, folder: int, name: str) -> int:
         """:meth:`open_write` of ``name`` in the folder opened as ``folder``."""
-        return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE,
-                       dir_fd=folder)
+        return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                       PRIVATE_MODE, dir_fd=folder)
 
     def open_append(self, path: Path) -> int:
         """Open (creating if needed) ``path`` to append (and read back); never via a link,
         and only a regular file: appends to a FIFO or a device (OSError EINVAL) would be
-        lost, or wait for a reader for good."""
+        lost, or wait for a reader for good. A log made by an older recalld that others
+        may read is made private (PRIVATE_MODE) before anything more is appended."""
         with confine.at(path) as (folder, name):
             fd = os.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-                         | os.O_NOFOLLOW | os.O_NONBLOCK, _FILE_MODE, dir_fd=folder)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+                         | os.O_NOFOLLOW | os.O_NONBLOCK, PRIVATE_MODE, dir_fd=folder)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(errno.EINVAL, NOT_A_FILE, os.fspath(path))
+            if stat.S_IMODE(st.st_mode) & ~PRIVATE_MODE:
+                os.fchmod(fd, stat.S_IMODE(st.st_mode) & PRIVATE_MODE)
+        except OSError:
             os.close(fd)
-            raise OSError(errno.EINVAL, NOT_A_FILE, os.fspath(path))
+            raise
         return fd
 
     def write(self, fd: int, data: bytes | memoryview) -> None:
@@ -214,7 +228,7 @@ class AtomicFile:
 
 @contextmanager
 def atomic_writer(fs: FS, path: Path, *, sync_dir: bool = True,
-                  private: bool = False, temp_of: Callable[[str], str] = temp_name,
+                  mode: int = PRIVATE_MODE, temp_of: Callable[[str], str] = temp_name,
                   locked: bool = False) -> Iterator[AtomicFile]:
     """Write ``path`` atomically: ``with atomic_writer(fs, p) as f: f.write(...)``.
 
@@ -222,15 +236,16 @@ def atomic_writer(fs: FS, path: Path, *, sync_dir: bool = True,
     exception, including cancellation-driven ones, the temp file is removed and the old
     ``path`` (if any) is untouched; OSErrors are raised as StorageIOError / DiskFull.
     ``sync_dir=False`` leaves the fsync of the folder (which makes the rename durable) to
-    the caller, who publishes several files in it. ``private``: the file gets mode 0600
-    (whatever the umask), before anything is written to it. ``temp_of`` names the temp
-    file; ``locked``: the writer holds an exclusive ``flock`` on it till the end, so
-    that :func:`tempnames.remove_dead_temps` tells it from one a killed writer left.
+    the caller, who publishes several files in it. ``mode``: the new file's (umask
+    applied), from its creation on; PRIVATE_MODE but for notes (:func:`note_mode`).
+    ``temp_of`` names the temp file; ``locked``: the writer holds an exclusive ``flock``
+    on it till the end, so that :func:`tempnames.remove_dead_temps` tells it from one a
+    killed writer left.
     """
     while True:
         tmp = path.with_name(temp_of(path.name))
         try:
-            fd = fs.open_write(tmp)
+            fd = fs.open_write(tmp, mode)
         except OSError as exc:
             raise translate_os_error(exc, path) from exc
         if not locked or lock_temp(fd):
@@ -239,8 +254,6 @@ def atomic_writer(fs: FS, path: Path, *, sync_dir: bool = True,
     published = False
     closed = False
     try:
-        if private:
-            os.fchmod(fd, 0o600)
         out = AtomicFile(fs, fd, path, tmp)
         yield out
         fs.fsync(fd)
@@ -265,6 +278,16 @@ def atomic_write(fs: FS, path: Path, data: bytes | bytearray | memoryview, *,
     with atomic_writer(fs, path, sync_dir=sync_dir) as out:
         out.write(data)
     return out.entry()
+
+
+def note_mode(path: Path) -> int:
+    """The mode to write the note ``path`` with: the one it has (a note its user made
+    private stays private), NOTE_MODE for a new one."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return NOTE_MODE
+    return stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else NOTE_MODE
 
 
 def publish_copy(fs: FS, src: Path, dst: Path) -> None:

@@ -33,7 +33,7 @@ from pyroaring import BitMap
 
 from recalld.daemon.store.applog import AppendLog
 from recalld.daemon.store.arrays import write_arrays, write_blob
-from recalld.daemon.store.fsio import FS, REAL
+from recalld.daemon.store.fsio import FS, PRIVATE_MODE, REAL
 from recalld.daemon.store.manifest import GenerationStore
 from recalld.daemon.store.records import write_records
 
@@ -106,9 +106,9 @@ class KillingFS(FS):
             if self.calls == self.kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    def open_write(self, path: Path) -> int:
+    def open_write(self, path: Path, mode: int = PRIVATE_MODE) -> int:
         self._tick()
-        return super().open_write(path)
+        return super().open_write(path, mode)
 
     def open_append(self, path: Path) -> int:
         self._tick()

@@ -1,0 +1,87 @@
+"""The daemon's state files are the owner's only (0600), whatever the umask: the record
+of workspaces holds the model keys given in ``workspace.open``'s ``config``, the logs
+and records hold the users' texts, and a workspace may lie in a folder others can enter.
+A state file an earlier start left readable is tightened when it is next written. Notes
+are the user's: a new one is made as an editor makes it, a rewritten one keeps its mode.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+from conftest import DaemonFactory
+
+KEY = "sk-proj-Zq8Rt2Lm5Vx9Bn3Kc7Hw1Jd4Fg6"
+UMASK_022 = ["sh", "-c", 'umask 022 && exec "$@"', "sh", sys.executable, "-m",
+             "recalld.daemon.main"]
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def _loose(*roots: Path, notes: Path) -> dict[str, int]:
+    """Files below ``roots`` (but the notes below ``notes``) that others may read."""
+    found = {}
+    for root in roots:
+        for folder, _, names in os.walk(root):
+            for name in names:
+                path = Path(folder) / name
+                if path.is_relative_to(notes) and not path.is_relative_to(
+                        notes / "mem_metadata"):
+                    continue
+                if _mode(path) & 0o077:
+                    found[str(path)] = _mode(path)
+    return found
+
+
+def _use(d: object, ws: Path, key: str) -> None:
+    call = d.call  # type: ignore[attr-defined]
+    call("workspace.open", {"agent_id": "coder", "path": str(ws), "config": {
+        "chat_model_config": {"base_url": "http://127.0.0.1:9/v1", "model_name": "m",
+                              "api_key": key}}})
+    call("memory.add_turns", {"agent_id": "coder", "session_id": "s1", "messages": [
+        {"role": "user", "content": "the heron fishes at dawn by the mill"}]})
+    call("memory.add_note", {"agent_id": "coder", "content": "the mill pond freezes in May"})
+
+
+def test_state_files_are_private_and_notes_keep_their_mode(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    ws = tmp_path / "shared" / "coder"  # a workspace in a folder others may enter
+    ws.mkdir(parents=True)
+    os.chmod(ws.parent, 0o755)
+    d = daemon_factory(launcher=UMASK_022)
+    _use(d, ws, KEY)
+    record = d.data_dir / "state" / "workspaces.json"
+    assert KEY in record.read_text()  # the daemon needs it to run
+    assert _loose(d.data_dir, ws, notes=ws) == {}
+    note = ws / "digest" / "hand.md"
+    d.call("memory.topic_write", {"agent_id": "coder", "path": "digest/hand.md",
+                                  "name": "hand", "description": "d", "type": "user",
+                                  "body": "the first draft"})
+    assert _mode(note) == 0o644  # a new note, as an editor makes it under umask 022
+    os.chmod(note, 0o600)  # its user made it private
+    d.call("memory.topic_edit", {"agent_id": "coder", "path": "digest/hand.md",
+                                 "old": "first", "new": "second"})
+    assert "second draft" in note.read_text()
+    assert _mode(note) == 0o600
+    assert d.stop() == 0
+
+    # State an older recalld left readable is tightened as it is next written.
+    for folder, _, names in os.walk(d.data_dir):
+        for name in names:
+            os.chmod(Path(folder) / name, 0o644)
+    for folder, _, names in os.walk(ws / "mem_metadata"):
+        for name in names:
+            os.chmod(Path(folder) / name, 0o644)
+    d2 = daemon_factory(launcher=UMASK_022, RECALLD_DATA_DIR=str(d.data_dir))
+    d2.call("workspace.close", {"agent_id": "coder"})  # to open it with another key
+    _use(d2, ws, KEY + "2")
+    assert KEY + "2" in record.read_text()
+    for path in (record, d.data_dir / "state" / "jobs.journal",
+                 ws / "mem_metadata" / "sessions" / "pending.jsonl"):
+        assert _mode(path) == 0o600, path
+    assert d2.stop() == 0
