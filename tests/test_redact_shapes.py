@@ -234,3 +234,55 @@ def test_values_with_joins_after_a_credential_word_are_still_masked(text: str,
                                                                     secret: str) -> None:
     out = redact(text)
     assert secret not in out and MASK in out, out
+
+
+BCRYPT = "$2y$10$N9qo8uLOickgx2ZMRZoMyeIjZAgcfl7p92ldGxad68LJZdL17lhWy"
+SHA512_CRYPT = ("$6$rounds=5000$Qx7saltz$Jh3kL9mN2pQ5rS8tU1vW4xY7zA0bC3dE6fG9hI2jK5lM8nO1pQ4r"
+                "S7tU0vW3xY6zA9bC2dE5fG8hI1jK4lM7nO0p")
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("bob:$apr1$Xy7z1AbC$kQ3pZ9mN2wR5tY8uI0oPl.", "$apr1$Xy7z1AbC$kQ3pZ9mN2wR5tY8uI0oPl."),
+    (f"root:{SHA512_CRYPT}:19000:0:99999:7:::", SHA512_CRYPT),
+    (f"admin:{BCRYPT}", BCRYPT),
+    (f"the .htpasswd line is `deploy:{BCRYPT.replace('2y', '2b')}`", BCRYPT[7:]),
+    ("root:$1$abcdefgh$ABCDEFGHIJKLMNOPQRSTUV:19000::", "ABCDEFGHIJKLMNOPQRSTUV"),
+    ("me:$y$j9T$F5Jx5fExrKuJdK0ux8aFm1$zkuLbPg3lR0abcdefghijklmnopqrstuvwxyzABCD:20000::",
+     "zkuLbPg3lR0abcdefghijk"),
+    ("userPassword: {SSHA}W6ph5Mm5Pz8GgiULbPgzG37mj9gABCD", "W6ph5Mm5Pz8GgiULbPgzG37mj9g"),
+    ("carol:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=", "W6ph5Mm5Pz8GgiULbPgzG37mj9g="),
+    ("hash = '$argon2id$v=19$m=65536,t=3,p=4$c29tZXNhbHQ$RdescudvJCsgt3ub+b+dWRWJTmaaJObG'",
+     "RdescudvJCsgt3ub+b+dWRWJTmaaJObG"),
+    ("pbkdf2_sha256$600000$Q7xk2LmZ$ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnop=",
+     "ABCDEFGHIJKLMNOPQRSTUVWXYZ"),
+])
+def test_password_hashes_of_shadow_and_htpasswd_lines_are_masked(text: str,
+                                                                 secret: str) -> None:
+    out = redact(text)
+    assert secret not in out and MASK in out, out
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("SSHPASS='Tr0ub4dor&3' sshpass -e ssh root@host", "Tr0ub4dor&3"),
+    ("export SSHPASS=hunter2xyz", "hunter2xyz"),
+    ("ROOTPASS=Plum4821 ./install.sh", "Plum4821"),
+    ("DBPASS: Vx81qLmz", "Vx81qLmz"),
+    ("keytool -importcert -storepass Kp9x2Lq -keypass Zt7w4Rn", "Kp9x2Lq"),
+    ("keytool -importcert -storepass Kp9x2Lq -keypass Zt7w4Rn", "Zt7w4Rn"),
+    ("sshpass -p 'Tr0ub4dor&3' ssh root@host", "Tr0ub4dor&3"),
+])
+def test_passwords_named_owner_and_pass_in_one_word_are_masked(text: str,
+                                                               secret: str) -> None:
+    out = redact(text)
+    assert secret not in out and MASK in out, out
+
+
+@pytest.mark.parametrize("text", [
+    "BYPASS=true", "COMPASS=north-east", "SURPASS: 3", "highpass=200 lowpass=8000",
+    "TRESPASS=forbidden", "s/(a)(b)/$1$2/g", "perl -pe 's/$1$2$3/x/'",
+    "it costs $1$ or $5$ a month", "daemon:*:18000:0:99999:7:::",
+    "the $6$ scheme is sha512crypt; $2y$ is bcrypt", "bob:!:19000:0:99999:7:::",
+    "{SHA} alone names the scheme",
+])
+def test_words_ending_in_pass_and_hash_scheme_names_stay(text: str) -> None:
+    assert redact(text) == text

@@ -46,6 +46,18 @@ _PASSWORD_PARTS: Final = frozenset({"password", "passwd", "passphrase", "passcod
 #: A name part ending in one of these is a password's name glued to its owner's:
 #: ``PGPASSWORD``, ``dbpassword``, ``ROOTPASSWD``.
 _PASSWORD_ENDINGS: Final = ("password", "passwd", "passphrase", "passcode", "passwort")
+#: A name part ``<owner>pass`` is a password's name glued to its owner's (``SSHPASS``,
+#: ``ROOTPASS``, keytool's ``-storepass``) for these owners only: other words end in
+#: "pass" too (``bypass``, ``compass``, ``renderpass``, ``highpass``).
+_PASS_OWNERS: Final = frozenset({
+    "ssh", "sshd", "root", "admin", "user", "usr", "my", "db", "mysql", "pg", "postgres",
+    "redis", "mongo", "smtp", "mail", "imap", "pop", "ftp", "sftp", "ldap", "bind", "vnc",
+    "rdp", "wifi", "wlan", "sudo", "sql", "proxy", "vpn", "git", "svn", "api", "app",
+    "master", "super", "login", "sys", "rabbit", "amqp", "store", "key", "keystore",
+    "truststore", "server", "web", "vault", "ssl", "tls", "cert", "pfx", "jks", "ipmi",
+    "bmc", "rcon", "domain", "client", "bot", "auth", "http", "basic", "default", "new",
+    "old", "dev", "prod", "jenkins", "nexus", "docker", "registry", "oracle", "sa",
+})
 _NAME_SPLIT = re.compile(r"[_.\-\s]+|(?<=[a-z0-9])(?=[A-Z])")
 
 
@@ -83,7 +95,8 @@ def name_kind(name: str) -> str | None:
     if not parts or (len(parts) >= 2 and parts[-1] in _ABOUT_PARTS):
         return None
     joined = {a + b for a, b in itertools.pairwise(parts)}
-    if any(p in _PASSWORD_PARTS or p.endswith(_PASSWORD_ENDINGS) for p in parts):
+    if any(p in _PASSWORD_PARTS or p.endswith(_PASSWORD_ENDINGS)
+           or (p.endswith("pass") and p[:-4] in _PASS_OWNERS) for p in parts):
         return "password"
     strong = {p for p in parts if p in _STRONG_PARTS} | (joined & _STRONG_PARTS - _ONE_WORD)
     if strong == {"tokens"} or (strong and strong <= {"token", "tokens"}

@@ -349,6 +349,19 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
     _regex_rule("pgpass", (":",),
                 r"(?m)^[\w.\-*]+:(?:\d{2,5}|\*):[\w.\-*]+:[\w.\-*@]+:([^\s:]{3,200})[ \t]*$",
                 group=1, check=lambda v: not PLACEHOLDER.match(v), token=False),
+    # Password hashes, as a shadow or htpasswd line holds them (``root:$6$salt$...``,
+    # ``bob:$apr1$...``, ``{SSHA}...``) and libraries store them: an offline guess away
+    # from the password. Crypt's schemes, bcrypt, yescrypt, argon2, LDAP's and PBKDF2's.
+    _regex_rule("password_hash", ("$1$", "$2", "$5$", "$6$", "$apr1$", "$md5", "$sha1$",
+                                  "$y$", "$gy$", "$7$", "$argon2", "{s", "{md5}", "pbkdf2"),
+                r"(?<![\w$])(?:\$(?:1|5|6|apr1|md5|sha1|g?y|7)\$(?:rounds=\d+\$)?"
+                r"(?:[./A-Za-z0-9]{1,64}\$)+[./A-Za-z0-9]{22,}"
+                r"|\$2[abxy]?\$\d\d\$[./A-Za-z0-9]{53}"
+                r"|\$argon2(?:id|i|d)\$v=\d+\$m=\d+,t=\d+,p=\d+\$[A-Za-z0-9+/]{8,}\$"
+                r"[A-Za-z0-9+/]{16,}"
+                r"|\{(?:S?SHA(?:256|384|512)?|S?MD5)\}[A-Za-z0-9+/]{20,}={0,2}"
+                r"|pbkdf2[_\-]sha\d+\$\d+\$[./A-Za-z0-9+]{4,}\$[./A-Za-z0-9+]{20,}={0,2})"
+                r"(?![./A-Za-z0-9+=$])", token=False),
     # Passwords on a command line: ``mysql -u root -pS3cret`` (glued to ``-p``, as the
     # MySQL clients take it) and ``sshpass -p S3cret``.
     _regex_rule("cli_password", ("mysql", "mariadb"),
