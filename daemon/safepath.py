@@ -85,8 +85,17 @@ def below(parts: Sequence[str], folders: Iterable[str]) -> bool:
     return False
 
 
-def _refuse_or_missing(parent_fd: int, name: str, exc: OSError, shown: str) -> Exception:
+def masked(path: str) -> str:
+    """A client-named ``path`` as an error message names it: masked where a part of it
+    looks like a credential, as search and status show such a note's path."""
+    from recalld.daemon.memory.secret_names import mask_path
+
+    return mask_path(path)
+
+
+def _refuse_or_missing(parent_fd: int, name: str, exc: OSError, path: str) -> Exception:
     """Translate a failed step: a symlink is outside, anything missing is NotFound."""
+    shown = masked(path)
     try:
         st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
     except FileNotFoundError:
@@ -156,7 +165,7 @@ def open_confined(root: Path, path: str, *, writable: bool = False) -> int:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise InvalidParams(f"not a regular file: {path}")
+            raise InvalidParams(f"not a regular file: {masked(path)}")
     except BaseException:
         os.close(fd)
         raise
@@ -355,7 +364,7 @@ def open_inside(root: Path, rel: str, real_root: str | None = None) -> int:
         except OSError:  # no /proc: resolve the name instead
             real = os.path.realpath(os.path.join(root, rel))
         if not _within(real, os.path.realpath(root) if real_root is None else real_root):
-            raise PathOutsideWorkspace(f"{rel} lies outside the workspace")
+            raise PathOutsideWorkspace(f"{masked(rel)} lies outside the workspace")
     except BaseException:
         os.close(fd)
         raise

@@ -302,7 +302,7 @@ class FileOps:
         async with self.lock:
             before = await self.read_text(rel, strict=True)
             if before is None:
-                raise NotFound(f"no such file in the workspace: {rel}")
+                raise NotFound(f"no such file in the workspace: {safepath.masked(rel)}")
             count = before.count(old)
             if count != 1:
                 raise InvalidParams(
@@ -326,7 +326,7 @@ class FileOps:
         async with self.lock:
             before = await self.read_text(rel, strict=True)
             if before is None:
-                raise NotFound(f"no such file in the workspace: {rel}")
+                raise NotFound(f"no such file in the workspace: {safepath.masked(rel)}")
             result = await self._publish(rel, before, _update_fm(before, edits))
         await self._searchable()
         return result

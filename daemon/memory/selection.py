@@ -52,7 +52,11 @@ async def select_topics(
     agent_id: str, query: str, limit: int, entries: Sequence[TopicEntry],
     chat: ChatClient | None, search_paths: Callable[[], Awaitable[list[str]]],
 ) -> Selected:
-    """Up to ``limit`` topic files for ``query``: the model's choice, else the search's."""
+    """Up to ``limit`` topic files for ``query``: the model's choice, else the search's.
+    The answer names the query masked, as the index and the model see it."""
+    from recalld.daemon.memory.redact import redact_async
+
+    shown = await redact_async(query)
     by_path: Mapping[str, TopicEntry] = {e["path"]: e for e in entries}
     reason: str | None
     if chat is None:
@@ -67,7 +71,7 @@ async def select_topics(
         try:
             answer = await chat.complete(messages, temperature=0.0)
             chosen = [p for p in dict.fromkeys(parse_paths(answer.content)) if p in by_path]
-            return {"agent_id": agent_id, "query": query, "method": "model",
+            return {"agent_id": agent_id, "query": shown, "method": "model",
                     "fallback": None, "files": [by_path[p] for p in chosen[:limit]]}
         except ProviderError as exc:
             reason = f"chat model failed: {exc}"
@@ -82,5 +86,5 @@ async def select_topics(
                       "description": "", "type": ""})
         if len(files) >= limit:
             break
-    return {"agent_id": agent_id, "query": query, "method": "search", "fallback": reason,
+    return {"agent_id": agent_id, "query": shown, "method": "search", "fallback": reason,
             "files": files}

@@ -356,8 +356,7 @@ async def memory_index(ctx: CallContext, params: JsonObject) -> MemoryIndex:
 
 @METHODS.add("memory.recall", positional=("agent_id", "query"))
 async def memory_recall(ctx: CallContext, params: JsonObject) -> Recall:
-    """The recall block for a query (or the last user messages): hits, their linked
-    context and, with ``include_index``, the memory index, within ``budget_chars``."""
+    """The recall block for a query (or the last user messages), in ``budget_chars``."""
     p = Params(params)
     agent_id = p.agent_id()
     query = query_of(p.text("query", None), p.array("messages", None))
@@ -378,7 +377,8 @@ async def memory_recall(ctx: CallContext, params: JsonObject) -> Recall:
             _index_entries, ws.root, digest, DEFAULT_INDEX_ENTRIES)
         index_text = render_index(entries)
     interests = (await read_interests(ws))[:RECALL_INTERESTS] if include_interests else None
-    return build_recall(agent_id, query, answer, budget_chars=budget, index_text=index_text,
+    shown = await redact_async(query, limiter=ctx.state.services.cpu)  # as the index has it
+    return build_recall(agent_id, shown, answer, budget_chars=budget, index_text=index_text,
                         interests=interests)
 
 
