@@ -125,3 +125,30 @@ def test_deletions_are_held_from_ten_notes_and_more_than_half_at_once(
     why = remote_status(a)["held"]["why"]
     assert why.startswith("10 of 19 notes were deleted at once"), why
     assert sorted(notes(b)) == sorted({**first, **more})
+
+
+def test_notes_made_empty_then_written_go_up_once_with_their_text(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    """A writer that creates a note, then writes it (``open(..., "w")``, ``touch`` then an
+    append) sends the note once, with its text: its empty state is not another host's
+    note in between, nor a version that a host writing the same note crosses. A note
+    left empty still goes up, after the settle window."""
+    import psycopg
+
+    a, b, name = pair(daemon_factory, pg_server)
+    made = [root(a) / f"memory/2026-05-{d:02d}/chat{i:03d}.md" for d in (11, 12)
+            for i in range(150)] + [root(a) / "digest/people/otter.md"]
+    for p in made:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.touch()
+    for i, p in enumerate(made[:-1]):
+        with p.open("a", encoding="utf-8") as f:
+            f.write(f"# Chat {i}\nsandpiper log {i}\n")
+    wait_for(lambda: len(notes(b)) == len(made) and converged(a, b), what="converged")
+    assert (root(b) / "digest/people/otter.md").read_bytes() == b""
+    with psycopg.connect(pg_server.dsn) as conn:
+        counts = conn.execute(
+            "SELECT c.path, count(*) FROM recalld_changes c JOIN recalld_workspaces w "
+            "USING (workspace_id) WHERE w.name = %s GROUP BY c.path", (name,)).fetchall()
+    assert len(counts) == len(made)
+    assert [path for path, n in counts if n != 1] == []

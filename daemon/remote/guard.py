@@ -15,8 +15,9 @@ and then they are *held*: not uploaded, kept in the replica state (so a restart 
 them held), named in status and health, with a log line saying what to do. A held note
 that comes back (the files restored) is simply no longer held; the operator releases the
 rest with ``remote.release`` (``upload``: send the deletions; ``restore``: write the
-notes back from the server). A note emptied (a writer that truncates, then writes) is
-read again after the settle window too, so its empty state is not uploaded in between.
+notes back from the server). A note emptied (a writer that truncates, then writes) or
+made empty (one that creates, then writes) is read again after the settle window too,
+so its empty state is not uploaded in between.
 
 Pure bookkeeping plus ``stat`` of four folders (:meth:`DeletionGuard.folders_changed`,
 blocking: call it in a worker thread); the replica (``remote/replicafiles.py``) asks.

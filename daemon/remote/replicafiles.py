@@ -136,8 +136,10 @@ class ReplicaFiles:
             if f.hash == last:
                 self.guard.pending.pop(f.path, None)
                 continue
-            if (not settled and last is not None
-                    and (f.data is None or (f.data == b"" and last != _EMPTY))):
+            # Gone, or empty where it was not (a writer that creates or truncates, then
+            # writes; a new note too): judged once the changes have settled.
+            if (not settled and ((f.data is None and last is not None)
+                                 or (f.data == b"" and last != _EMPTY))):
                 if f.exists or f.path not in self.guard.held:  # held stays held
                     self.guard.pending.setdefault(f.path, now)
                     self._guard_wake.set()
