@@ -16,7 +16,10 @@ differs from ``version``). The flag is set under the workspace row's lock, which
 upload takes first, so each upload either saw it or committed before it and is
 backfilled. The workspace's catalog records the chunking rules (``persist.CHUNKING``) its
 chunks were made under: a host on newer rules (an upgrade changed the tokenizer or the
-masking) has every file chunked again, as the local index reads every note again.
+masking) has every file chunked again, as the local index reads every note again. It
+records the chunk size too (the ``chunk_max_chars`` of the host that searches in the
+server): every host chunks the workspace's files at that size, whatever its own, so the
+server's chunks are the ones that host's own index makes (:func:`workspace_max_chars`).
 Blocking psycopg calls: run them in worker threads.
 """
 
@@ -129,10 +132,20 @@ def replace(conn: Conn, workspace_id: int, path: str, rows: list[ChunkRow] | Non
                  " WHERE workspace_id = %s AND path = %s", (version, workspace_id, path))
 
 
-def start_chunking(conn: Conn, workspace_id: int) -> bool:
-    """Have every later upload of the workspace write its chunks (see the module), and
-    mark every file for chunking again when its chunks were made under older rules than
-    this host's; whether it did."""
+def workspace_max_chars(conn: Conn, workspace_id: int) -> int:
+    """The chunk size the workspace's server chunks are made at (see the module)."""
+    row = conn.execute("SELECT value FROM recalld_catalog WHERE workspace_id = %s"
+                       " AND job = %s AND key = %s",
+                       (workspace_id, RULES_JOB, RULES_KEY)).fetchone()
+    size = row[0].get("max_chars") if row is not None and isinstance(row[0], dict) else None
+    return size if isinstance(size, int) and size > 0 else DEFAULT_MAX_CHARS
+
+
+def start_chunking(conn: Conn, workspace_id: int, max_chars: int = DEFAULT_MAX_CHARS
+                   ) -> bool:
+    """Have every later upload of the workspace write its chunks (see the module), at
+    ``max_chars``, and mark every file for chunking again when its chunks were made under
+    older rules than this host's or at another size; whether it did."""
     with conn.transaction():
         # The workspace row first, as an upload takes it: no upload writes chunks under
         # the old rules after the files are marked.
@@ -144,7 +157,8 @@ def start_chunking(conn: Conn, workspace_id: int) -> bool:
                            " AND job = %s AND key = %s",
                            (workspace_id, RULES_JOB, RULES_KEY)).fetchone()
         rules = row[0].get("rules") if row is not None and isinstance(row[0], dict) else None
-        if isinstance(rules, int) and rules >= CHUNKING:
+        if (isinstance(rules, int) and rules >= CHUNKING
+                and workspace_max_chars(conn, workspace_id) == max_chars):
             return False
         marked = conn.execute(
             "UPDATE recalld_files SET chunked_version = NULL"
@@ -152,14 +166,16 @@ def start_chunking(conn: Conn, workspace_id: int) -> bool:
         conn.execute(
             "INSERT INTO recalld_catalog (workspace_id, job, key, value) VALUES (%s, %s, %s, %s)"
             " ON CONFLICT (workspace_id, job, key) DO UPDATE SET value = EXCLUDED.value,"
-            " updated_at = now()", (workspace_id, RULES_JOB, RULES_KEY, Jsonb({"rules": CHUNKING})))
+            " updated_at = now()", (workspace_id, RULES_JOB, RULES_KEY,
+                                   Jsonb({"rules": CHUNKING, "max_chars": max_chars})))
         return marked.rowcount > 0
 
 
-def backfill(conn: Conn, workspace_id: int, *, max_chars: int,
-             limit: int = BACKFILL_PAGE) -> int:
-    """Chunk up to ``limit`` files whose chunks are missing or stale; how many were done
-    (0: none left). Each file in a transaction of its own that re-checks its version."""
+def backfill(conn: Conn, workspace_id: int, *, limit: int = BACKFILL_PAGE) -> int:
+    """Chunk up to ``limit`` files whose chunks are missing or stale, at the workspace's
+    size; how many were done (0: none left). Each file in a transaction of its own that
+    re-checks its version."""
+    max_chars = workspace_max_chars(conn, workspace_id)
     todo = conn.execute(
         "SELECT path, version FROM recalld_files WHERE workspace_id = %s"
         " AND chunked_version IS DISTINCT FROM version ORDER BY version LIMIT %s",

@@ -47,7 +47,6 @@ from psycopg.types.json import Jsonb
 
 from recalld.daemon import dsn
 from recalld.daemon.config import RemoteConfig
-from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.remote import chunks
 from recalld.daemon.remote.localfs import conflict_name
@@ -225,16 +224,15 @@ def drain_notifies(conn: Conn) -> int:
 
 
 def upload(conn: Conn, workspace_id: int, host: str, change: Change, target: str,
-           base_version: int, max_chars: int = DEFAULT_MAX_CHARS) -> Answer:
+           base_version: int) -> Answer:
     """Commit ``change`` (stored at ``target``) if it was based on the current version,
-    with its chunks for searching in the server (``max_chars`` as the local index)."""
-    return upload_many(conn, workspace_id, host, [(change, target, base_version)],
-                       max_chars)[0]
+    with its chunks for searching in the server (at the workspace's chunk size, see
+    ``remote/chunks.py``)."""
+    return upload_many(conn, workspace_id, host, [(change, target, base_version)])[0]
 
 
 def upload_many(conn: Conn, workspace_id: int, host: str,
-                changes: Sequence[tuple[Change, str, int]],
-                max_chars: int = DEFAULT_MAX_CHARS) -> list[Answer]:
+                changes: Sequence[tuple[Change, str, int]]) -> list[Answer]:
     """Commit several changes, each as :func:`upload` would, in one transaction: their
     answers in order, all or none recorded. Each ``(change, target, base_version)``
     must name a target no other one in the list names (its base is this host's, not
@@ -244,8 +242,7 @@ def upload_many(conn: Conn, workspace_id: int, host: str,
         with conn.transaction():
             notify = 0
             for change, target, base_version in changes:
-                answer = _upload_one(conn, workspace_id, host, change, target, base_version,
-                                     max_chars)
+                answer = _upload_one(conn, workspace_id, host, change, target, base_version)
                 answers.append(answer)
                 if answer.outcome in ("applied", "conflict") and not answer.replayed:
                     notify = max(notify, answer.version)
@@ -260,7 +257,7 @@ def upload_many(conn: Conn, workspace_id: int, host: str,
 
 
 def _upload_one(conn: Conn, workspace_id: int, host: str, change: Change, target: str,
-                base_version: int, max_chars: int) -> Answer:
+                base_version: int) -> Answer:
     cid = uuid.UUID(change.id)
     done = conn.execute(
         "SELECT outcome, version, stored_path FROM recalld_changes "
@@ -305,7 +302,7 @@ def _upload_one(conn: Conn, workspace_id: int, host: str, change: Change, target
         if search_chunked:
             # Some host searches this workspace in the server: its chunks go along.
             rows = None if change.data is None else chunks.chunk_rows(
-                target, change.data, max_chars=max_chars)
+                target, change.data, max_chars=chunks.workspace_max_chars(conn, workspace_id))
             chunks.replace(conn, workspace_id, stored, rows, version)
     else:
         version = kept_version

@@ -78,10 +78,8 @@ class FileSync(ReplicaFiles):
     """The file exchange of one shared workspace's replica (see the module docstring)."""
 
     def __init__(self, ws: Workspace, cfg: RemoteConfig, *, host: str,
-                 writer_lock: trio.Lock, max_chars: int,
-                 reconcile_interval_s: float) -> None:
+                 writer_lock: trio.Lock, reconcile_interval_s: float) -> None:
         super().__init__(ws, cfg)
-        self._max_chars = max_chars
         self.host = host
         s = ws.settings
         self.watcher = Watcher(
@@ -175,7 +173,7 @@ class FileSync(ReplicaFiles):
         try:
             async with self._writer_lock:
                 answers = await on_conn(conn, db.upload_many, workspace_id, self.host,
-                                        batch, self._max_chars)
+                                        batch)
         except psycopg.Error as exc:
             if not refusals.refuses(exc):
                 raise

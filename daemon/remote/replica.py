@@ -130,7 +130,6 @@ class Replica:
         self._writer: db.Conn | None = None
         self._writer_lock = trio.Lock()
         self._files = FileSync(ws, cfg, host=self.host, writer_lock=self._writer_lock,
-                               max_chars=chunk_max_chars,
                                reconcile_interval_s=reconcile_interval_s)
         self._rng = random.Random()  # noqa: S311 (backoff jitter)
         self._workspace_id: int | None = None

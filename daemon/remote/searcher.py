@@ -86,11 +86,10 @@ class ServerSearcher:
         from recalld.daemon.remote import chunks
 
         async with self._writer_lock:
-            await on_conn(conn, chunks.start_chunking, workspace_id)
+            await on_conn(conn, chunks.start_chunking, workspace_id, self._max_chars)
         while True:
             async with self._writer_lock:
-                done = await on_conn(conn, partial(chunks.backfill,
-                                                   max_chars=self._max_chars), workspace_id)
+                done = await on_conn(conn, chunks.backfill, workspace_id)
             if not done:
                 self.chunks_ready = True
                 return
