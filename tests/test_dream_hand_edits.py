@@ -54,3 +54,31 @@ def test_a_rewrite_of_a_node_edited_by_hand_needs_the_node_read(
         "content": f"- from 10 to 14 June\n- hotel in Alfama, blue door\n{HAND}"})]]
     assert dream(daemon)["actions"] == {"REFINE": 1}
     assert "blue door" in node(root, TRIP)[1]
+
+
+NOTES = "digest/wiki/lab-notebook.md"
+PERSON = "- le carnet bleu est rangé sous l'évier (écrit à la main)"
+
+
+def test_a_node_no_dream_wrote_is_read_before_it_is_rewritten(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # A node a person made in the digest folder (or ReMe wrote, or a dream whose run
+    # records are gone): no run record says what a dream left in it.
+    root = tmp_path / "ws"
+    write(root, NOTES, "---\nname: Lab notebook\nbucket: wiki\n---\n# Lab notebook\n\n"
+                       f"- kept in room 4\n{PERSON}\n")
+    note = "memory/2026-07-02/lab.md"
+    write(root, note, "The lab notebook moved to room 9.\n")
+    model = ScriptedModel(fake)
+    guess = {"action": "CORRECT", "bucket": "wiki", "node": NOTES, "name": "Lab notebook",
+             "content": "- kept in room 9", "reason": "moved"}
+    model.plan[note] = [[("integrate", guess)], [("node_read", {"path": NOTES})],
+                        [("integrate", {**guess, "content": f"- kept in room 9\n{PERSON}"})]]
+    open_ws(daemon, root, fake)
+    result = dream(daemon)
+    assert result["actions"] == {"refused": 1, "CORRECT": 1}, result
+    assert any("edited by hand" in r for r in model.tool_results), model.tool_results
+    _, text = node(root, NOTES)
+    body = text.split("## History")[0]
+    assert PERSON in body and "- kept in room 9" in body, text
+    assert "évier" not in history_text(text) and "room 4" in history_text(text), text

@@ -275,9 +275,11 @@ class _Run:
         return f"{outcome.status}: {outcome.action} {outcome.path}: {outcome.detail}{not_linked}"
 
     def _by_hand(self, rel: str, now: str | None) -> bool:
-        """Whether node ``rel`` holds ``now`` other than a dream last wrote in it."""
+        """Whether node ``rel`` holds ``now`` other than a dream last wrote in it: also
+        when no run kept says what a dream left in it (made by a person or by ReMe, or
+        written before the oldest run record kept): its lines may all be a person's."""
         last = self.log.after[rel] if rel in self.log.after else self.written.get(rel)
-        return now is not None and last is not None and changelog.sha256(now.encode()) != last
+        return now is not None and changelog.sha256(now.encode()) != last
 
     def _changed_by_answer(self, rel: str, now: str | None) -> bool:
         """Whether a call of the current answer changed the content of node ``rel``."""

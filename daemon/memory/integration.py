@@ -19,7 +19,8 @@ decides, deterministically, what the node becomes:
 
 A REFINE or CORRECT proposed on a node other than the model was shown is refused
 (:func:`unknown_to_model`): one changed since it read it, one a call of the same answer
-changed, one edited by hand since a dream last wrote it that it did not read.
+changed, one it did not read that holds what no dream wrote (a hand edit, a node a person
+or ReMe made).
 
 Nothing here touches the disk.
 """
@@ -195,16 +196,18 @@ def unknown_to_model(outcome: Outcome, before: str | None, *, shown: str | None,
     """``outcome``, or its refusal when it rewrites a node's content (REFINE, CORRECT) that
     is not what the model was shown: the node as it read it (``shown``; None if it did not
     read it) changed since (``before``: it now), or a call of the same model answer
-    changed it (``by_answer``), which this call did not know; or a node edited by hand
-    since a dream last wrote it (``by_hand``) that it did not read: the lines a person
-    wrote would go to History on a guess of what the node says."""
+    changed it (``by_answer``), which this call did not know; or a node that holds what no
+    dream wrote (``by_hand``: edited by hand since, or never written by a dream run kept)
+    that it did not read: the lines a person wrote would go to History on a guess of what
+    the node says."""
     if outcome.action not in ("REFINE", "CORRECT"):
         return outcome
     if shown is None and by_hand and outcome.text is not None:
         return Outcome(outcome.action, outcome.path, "refused", None,
-                       "the node was edited by hand since the dream last wrote it, and you "
-                       "have not read it: node_read it and propose on what it says now, "
-                       "keeping what the person wrote unless this note contradicts it")
+                       "the node holds what no dream wrote (edited by hand, or made by a "
+                       "person or another tool), and you have not read it: node_read it and "
+                       "propose on what it says now, keeping what the person wrote unless "
+                       "this note contradicts it")
     if shown not in (None, before):
         return Outcome(outcome.action, outcome.path, "refused", None,
                        "the node changed since you read it (edited meanwhile): node_read it "
