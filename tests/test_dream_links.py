@@ -74,3 +74,38 @@ def test_a_run_with_no_note_to_read_still_follows_a_renamed_node(
     assert dream(daemon)["run_id"] is None  # followed: not again
     daemon.call("dream.undo", {"agent_id": "dreamer", "run_id": second["run_id"]})
     assert (root / cake).read_bytes() == before
+
+
+def test_links_written_as_wikilinks_with_an_alias_or_a_heading_name_their_node(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """``[[node|alias]]``, ``[[Name#heading]]`` and a path without ``.md`` name the node
+    they link in Obsidian; they were dropped without a word, or taken for other nodes."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-09-03/a.md", "memory/2026-09-04/b.md"
+    kettle, tea = "digest/wiki/électrique-kettle.md", "digest/personal/zoë-tea.md"
+    write(root, a, "The électrique kettle boils in 90 s. Zoë drinks oolong.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[
+        ("integrate", {"action": "CREATE", "bucket": "wiki", "name": "Électrique kettle",
+                       "content": "- boils in 90 s", "reason": "fact"}),
+        ("integrate", {"action": "CREATE", "bucket": "personal", "name": "Zoë tea",
+                       "content": "- oolong", "reason": "fact"})]]
+    assert dream(daemon)["actions"] == {"CREATE": 2}
+    write(root, b, "Zoë boils her oolong in the électrique kettle.\n")
+    model.plan[b] = [[("integrate", {
+        "action": "CREATE", "bucket": "procedure", "name": "Making oolong",
+        "content": "- boil water in the kettle", "reason": "how-to",
+        "related": [f"[[{kettle}|the kettle]]", "[[Zoë tea#Oolong]]",
+                    "digest/personal/zoë-tea", "[[Nowhere at all|nothing]]"]}),
+        ("node_read", {"path": f"[[{kettle}#Speed|kettle]]"}),
+        ("integrate", {"action": "CORROBORATE", "bucket": "wiki", "name": "Électrique kettle",
+                       "node": f"[[{kettle}|kettle]]", "reason": "said again"})]]
+    second = dream(daemon)
+    assert second["actions"] == {"CREATE": 1, "CORROBORATE": 1}, (second, model.tool_results)
+    fields, text = node(root, "digest/procedure/making-oolong.md")
+    assert fields["related"] == [kettle, tea], text
+    made, read = model.tool_results[2:4]
+    assert made.endswith("not linked, no such node: digest/procedure/nowhere-at-all.md"), made
+    assert "- boils in 90 s" in read, read
+    assert node(root, kettle)[0]["sources"] == [a, b]

@@ -253,6 +253,14 @@ def link_target(link: re.Match[str]) -> str:
     return target
 
 
+def link_path(value: str) -> str:
+    """A path the model wrote, also as a link (``[[path]]``, ``[[path|alias]]``,
+    ``[[Name#heading]]``): what it links to (:func:`link_target`)."""
+    value = value.strip()
+    link = LINK_RE.fullmatch(value)
+    return value if link is None else link_target(link)
+
+
 # -- parse / render ---------------------------------------------------------------------------
 
 
@@ -439,7 +447,7 @@ def parse_integration(args: Mapping[str, object], *, digest_dir: str,
     node = _string(args, "node", limit=300) or None
     bucket = _string(args, "bucket").lower()
     if node is not None:
-        node = node.removeprefix("[[").removesuffix("]]")
+        node = link_path(node)
         in_bucket = _bucket_of(node, digest_dir)
         if in_bucket is None or node.rsplit("/", 1)[-1].startswith("."):
             raise IntegrationError(
@@ -460,13 +468,15 @@ def parse_integration(args: Mapping[str, object], *, digest_dir: str,
                 f"{', '.join(_MANAGED)} and source links are written from the arguments")
     allowed = set(allowed_sources)
     sources = tuple(dict.fromkeys(
-        s.removeprefix("[[").removesuffix("]]") for s in _as_list(args.get("sources"))
-        if s.removeprefix("[[").removesuffix("]]") in allowed)) or (default_source,)
+        s for s in map(link_path, _as_list(args.get("sources"))) if s in allowed)
+    ) or (default_source,)
     related = []
     for r in _as_list(args.get("related")):
-        r = _one_line(r).removeprefix("[[").removesuffix("]]")
+        r = link_path(_one_line(r))
         if "/" not in r:
             r = node_path(bucket, r, digest_dir)
+        elif not r.endswith(".md"):  # a node linked by its path, as Obsidian links it
+            r += ".md"
         if _bucket_of(r, digest_dir) is not None:
             related.append(r)
     return Integration(

@@ -131,7 +131,7 @@ class _Run:
         if name == "node_search":
             return await self._node_search(args)
         if name == "node_read":
-            path = str(args.get("path") or "").removeprefix("[[").removesuffix("]]")
+            path = digest.link_path(str(args.get("path") or ""))
             if not path.startswith(self.digest_dir + "/"):
                 return f"error: node paths start with {self.digest_dir}/"
             found = await trio.to_thread.run_sync(self._find_and_read, path)
