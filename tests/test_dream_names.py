@@ -157,3 +157,43 @@ def test_prose_after_a_rule_that_looks_like_fields_is_read_by_the_next_run(
     third = dream(daemon)  # read: not again; the other one stayed as it was
     assert third["notes"] == 1 and asked() == [f"Daily note {prose}", f"Daily note {growing}"]
     assert dream(daemon)["notes"] == 0
+
+
+def test_a_new_name_told_apart_only_by_accents_or_punctuation_is_no_second_node(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """``Zoe Orsted`` and ``e-mail setup`` made second nodes beside ``Zoë Ørsted`` and
+    ``Email setup``: the same person or procedure in two files, each half of it. The model
+    is now told the node that exists; words that marks tell apart in other scripts, and
+    names of no letter, stay apart."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    one, two = "memory/2026-11-28/a.md", "memory/2026-11-29/b.md"
+    zoe, mail = "digest/personal/zoë-ørsted.md", "digest/procedure/email-setup.md"
+    write(root, one, "Zoë Ørsted likes tea. Email setup: use IMAP.\n")
+    open_ws(daemon, root, fake)
+
+    def create(bucket: str, name: str, **more: object) -> tuple[str, dict[str, object]]:
+        return ("integrate", {"action": "CREATE", "bucket": bucket, "name": name,
+                              "content": "- likes tea" if bucket == "personal" else
+                              "- use IMAP", "reason": "fact", **more})
+
+    model.plan[one] = [[create("personal", "Zoë Ørsted"), create("procedure", "Email setup"),
+                        create("wiki", "🍵"), create("wiki", "किम")]]
+    assert dream(daemon)["actions"] == {"CREATE": 4}
+    write(root, two, "Zoe Orsted likes tea, again. E-mail setup: IMAP still.\n")
+    model.plan[two] = [
+        [create("personal", "ZOE ORSTED"), create("procedure", "E-mail setup!"),
+         create("wiki", "🚀"), create("wiki", "कोम")],
+        [create("personal", "Zoë Ørsted", node=zoe),
+         create("procedure", "Email setup", node=mail)]]
+    result = dream(daemon)
+    assert result["actions"] == {"refused": 2, "CREATE": 2, "CORROBORATE": 2}, (
+        result, model.tool_results)
+    refusals = [r for r in model.tool_results if r.startswith("refused")]
+    assert len(refusals) == 2 and f"{zoe} ('Zoë Ørsted')" in refusals[0], refusals
+    assert f"{mail} ('Email setup')" in refusals[1], refusals
+    assert sorted(p.name for p in (root / "digest/personal").iterdir()) == ["zoë-ørsted.md"]
+    assert sorted(p.name for p in (root / "digest/procedure").iterdir()) == ["email-setup.md"]
+    assert node(root, zoe)[0]["sources"] == [one, two]
+    assert node(root, mail)[0]["sources"] == [one, two]
+    assert len(list((root / "digest/wiki").iterdir())) == 4

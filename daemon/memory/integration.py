@@ -96,11 +96,20 @@ def _older_than(proposal: Integration, existing: Node) -> str:
     return ""
 
 
-def integrate(existing: Node | None, proposal: Integration, today: str) -> Outcome:
-    """Decide what ``proposal`` does to ``existing`` (None: the node does not exist)."""
+def integrate(existing: Node | None, proposal: Integration, today: str,
+              alike: tuple[str, str] | None = None) -> Outcome:
+    """Decide what ``proposal`` does to ``existing`` (None: the node does not exist).
+    ``alike``: the path and name of a node whose name only accents, case or punctuation
+    tell from the new node's: a CREATE is refused, pointing at it."""
     path = proposal.path
     action = proposal.action
     if existing is None:
+        if action == "CREATE" and alike is not None:
+            return Outcome(action, path, "refused", None,
+                           f"the node {alike[0]} ({alike[1]!r}) has this name but for "
+                           "accents, case or punctuation: name it in `node` to CORROBORATE "
+                           "or REFINE it; if this is something else, give the new node a "
+                           "name told apart by more than that")
         if action != "CREATE":
             return Outcome(action, path, "refused", None,
                            f"{action} needs an existing node; {path} does not exist "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Final
@@ -25,6 +26,9 @@ from recalld.daemon.memory.confined import read_checked, read_confined
 from recalld.ipc.errors import RecalldError
 
 _SLUG_RE: Final = re.compile(r"[^\w]+", re.UNICODE)
+#: Latin letters no accent decomposes from their base letter (``Ø`` is not ``O`` + mark).
+_UNACCENTED: Final = str.maketrans({"ø": "o", "ł": "l", "đ": "d", "ð": "d", "ħ": "h",
+                                    "þ": "th", "æ": "ae", "œ": "oe", "ı": "i"})
 
 
 def legacy_slug(stem: str) -> str:
@@ -144,3 +148,29 @@ def find_node(nodes: Collection[str], path: str,
     bucket = path.split("/")[-2:-1]
     return next((rel for rel in same if rel.split("/")[-2:-1] == bucket),
                 same[0] if same else None)
+
+
+def alike_key(name: str) -> str:
+    """What is left of a name read in a hurry: :func:`digest.name_key` without the accents
+    of Latin letters (``Zoë Ørsted``, ``Zoe Orsted``) nor punctuation (``e-mail``,
+    ``email``). Marks of other scripts stay (a Devanagari vowel sign makes another word);
+    a name of no letter or digit is its own key."""
+    key = digest.name_key(name)
+    out: list[str] = []
+    for ch in unicodedata.normalize("NFKD", key).translate(_UNACCENTED):
+        if unicodedata.category(ch)[0] == "M":  # kept on a letter of another script
+            if out and not out[-1].isascii() and not out[-1].isspace():
+                out.append(ch)
+        elif ch.isalnum() or ch.isspace():
+            out.append(ch)
+    folded = " ".join("".join(out).split())
+    return folded if any(ch.isalnum() for ch in folded) else key
+
+
+def alike_node(names: Mapping[str, str], name: str) -> str | None:
+    """The node of ``names`` (:meth:`NameIndex.scan`; a node of no name by its file name)
+    whose name is ``name`` but for accents, case or punctuation (:func:`alike_key`);
+    None if there is none."""
+    key = alike_key(name)
+    return next((rel for rel, named in names.items()
+                 if alike_key(named or rel.rsplit("/", 1)[-1][:-3]) == key), None)
