@@ -46,17 +46,16 @@ from recalld.daemon.memory import (
     changelog,
     digest,
     dreaminbox,
+    dreaminterests,
     dreamlinks,
     dreamnotes,
     dreamprompt,
     integration,
-    interests,
     nodefiles,
     runjournal,
     textlines,
 )
 from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catalog
-from recalld.daemon.memory.dreamruns import INTERESTS_FILE
 from recalld.daemon.memory.dreamruns import RUNNING as _RUNNING
 from recalld.daemon.memory.fileops import (
     FileOps,
@@ -450,7 +449,7 @@ async def run_dream(
                 **dreamnotes.says(text)})
             await save()  # a daemon killed later does not dream this note again
         progress(len(todo), len(todo), "interests")
-        await _refresh_interests(run)
+        await dreaminterests.refresh(run)
         ended = True
     finally:
         run.log.finished = datetime.now(UTC).isoformat()
@@ -479,20 +478,3 @@ async def run_dream(
                         summary)
     return summary
 
-
-async def _refresh_interests(run: _Run) -> None:
-    if not run.topics:
-        return
-    rel = f"{run.digest_dir}/{INTERESTS_FILE}"
-    for _ in range(WRITE_ATTEMPTS):
-        before = await trio.to_thread.run_sync(read_confined, run.ws.root, rel)
-        topics = interests.refresh(interests.parse_interests(before or ""), run.topics)
-        text = interests.render_interests(topics, run.today)
-        if text == before:
-            return
-        try:
-            await run.write(rel, before, text)
-            return
-        except WriteConflict:
-            continue
-    log.warning("dream of %s: %s kept changing; interests not refreshed", run.ws.agent_id, rel)
