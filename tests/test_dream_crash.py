@@ -75,10 +75,12 @@ def test_a_journal_left_behind_becomes_the_runs_record_once(tmp_path: Path) -> N
     run = changelog.RunLog("20261204T040000Z-abcdef", "2026-12-04T04:00:00+00:00", "cron",
                            notes=["memory/2026-12-03/a.md"])
     journal = runjournal.Journal(runs, run)
-    for rel, before, after in (("digest/wiki/x.md", None, b"x1"),
-                               ("digest/wiki/y.md", b"y0", b"y1"),
-                               ("digest/wiki/x.md", None, b"x2")):
-        journal.append([{"file": rel, **run.record_write(rel, before, after)}])
+    # z: written keeping a person's lines no model read (the next rewrite needs a read).
+    for rel, before, after, unread in (("digest/wiki/x.md", None, b"x1", False),
+                                       ("digest/wiki/y.md", b"y0", b"y1", False),
+                                       ("digest/wiki/z.md", b"z0", b"z1", True),
+                                       ("digest/wiki/x.md", None, b"x2", False)):
+        journal.append([{"file": rel, **run.record_write(rel, before, after, unread)}])
     journal.append([{"failed_note": "memory/2026-12-03/b.md", "reason": "down"}])
     # The daemon dies here, a line half written.
     with open(runjournal.journal_path(runs, run.run_id), "ab") as f:
@@ -90,7 +92,12 @@ def test_a_journal_left_behind_becomes_the_runs_record_once(tmp_path: Path) -> N
     record = changelog.load_run(runs, run.run_id)
     assert record["files"] == {
         "digest/wiki/x.md": {"before": None, "after_sha256": changelog.sha256(b"x2")},
-        "digest/wiki/y.md": {"before": "eTA=", "after_sha256": changelog.sha256(b"y1")}}
+        "digest/wiki/y.md": {"before": "eTA=", "after_sha256": changelog.sha256(b"y1")},
+        "digest/wiki/z.md": {"before": "ejA=", "after_sha256": changelog.sha256(b"z1"),
+                             "unread": True}}
+    assert changelog.last_writes(runs) == {"digest/wiki/x.md": changelog.sha256(b"x2"),
+                                           "digest/wiki/y.md": changelog.sha256(b"y1"),
+                                           "digest/wiki/z.md": None}
     assert record["failed_notes"] == {"memory/2026-12-03/b.md": "down"}
     assert not runjournal.journal_path(runs, run.run_id).exists()
     assert runjournal.recover(runs, set()) == []

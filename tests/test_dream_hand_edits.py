@@ -82,3 +82,30 @@ def test_a_node_no_dream_wrote_is_read_before_it_is_rewritten(
     body = text.split("## History")[0]
     assert PERSON in body and "- kept in room 9" in body, text
     assert "évier" not in history_text(text) and "room 4" in history_text(text), text
+
+
+def test_a_hand_edit_a_dream_wrote_around_unread_still_needs_the_node_read(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A node a person edited, then corroborated by a note whose model did not read it,
+    still holds lines no model read: a later rewrite on a guess is refused as before."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    first, again, moved = ("memory/2026-07-01/lab.md", "memory/2026-07-03/lab.md",
+                           "memory/2026-07-04/lab.md")
+    write(root, first, "The lab notebook is in room 4.\n")
+    made = {"action": "CREATE", "bucket": "wiki", "name": "Lab notebook",
+            "content": "- kept in room 4", "reason": "fact"}
+    model.plan[first] = [[("integrate", made)]]
+    open_ws(daemon, root, fake)
+    assert dream(daemon)["actions"] == {"CREATE": 1}
+    text = (root / NOTES).read_text(encoding="utf-8")
+    (root / NOTES).write_text(text.replace("- kept in room 4\n", f"- kept in room 4\n{PERSON}\n"),
+                              encoding="utf-8")
+    write(root, again, "Yes, the lab notebook is in room 4.\n")
+    model.plan[again] = [[("integrate", {**made, "action": "CORROBORATE", "node": NOTES})]]
+    assert dream(daemon)["actions"] == {"CORROBORATE": 1}
+    write(root, moved, "The lab notebook moved to room 9.\n")
+    model.plan[moved] = [[("integrate", {**made, "action": "CORRECT", "node": NOTES,
+                                         "content": "- kept in room 9", "reason": "moved"})]]
+    assert dream(daemon)["actions"] == {"refused": 1}
+    assert PERSON in node(root, NOTES)[1].split("## History")[0]

@@ -64,6 +64,9 @@ class FileBefore(TypedDict):
 
     before: str | None
     after_sha256: str | None
+    #: The run left lines in it no model read (a hand edit carried along): it wrote the
+    #: file, not what it says.
+    unread: NotRequired[bool]
 
 
 class CatalogChange(TypedDict):
@@ -149,6 +152,8 @@ class RunLog:
     tool_calls_refused: int = 0
     #: The dream catalog records the run changed, for undo (:meth:`record_catalog`).
     catalog: dict[str, CatalogChange] = field(default_factory=dict)
+    #: The files whose last write kept lines no model read (see ``FileBefore.unread``).
+    unread: set[str] = field(default_factory=set)
 
     def record_catalog(self, path: str, before: JsonObject | None,
                        after: JsonObject | None) -> None:
@@ -157,17 +162,24 @@ class RunLog:
         self.catalog[path] = {"before": before if first is None else first["before"],
                               "after": after}
 
-    def record_write(self, path: str, before: bytes | None, after: bytes | None) -> FileBefore:
-        """Remember a write; the first ``before`` of a path is what undo restores. Returns
-        the file's entry as the record holds it."""
+    def record_write(self, path: str, before: bytes | None, after: bytes | None,
+                     unread: bool = False) -> FileBefore:
+        """Remember a write (``unread``: it kept lines no model read); the first
+        ``before`` of a path is what undo restores. Returns the file's entry as the record
+        holds it."""
         self.before.setdefault(path, before)
         self.after[path] = None if after is None else sha256(after)
+        (self.unread.add if unread else self.unread.discard)(path)
         return self.file_entry(path)
 
     def file_entry(self, path: str) -> FileBefore:
         before = self.before[path]
-        return {"before": None if before is None else base64.b64encode(before).decode(),
-                "after_sha256": self.after.get(path)}
+        entry: FileBefore = {
+            "before": None if before is None else base64.b64encode(before).decode(),
+            "after_sha256": self.after.get(path)}
+        if path in self.unread:
+            entry["unread"] = True
+        return entry
 
     def _differs(self, path: str) -> bool:
         before = self.before[path]
@@ -357,10 +369,11 @@ def list_records(directory: Path, summarize: Callable[[JsonObject], S],
     return out[:limit]
 
 
-def last_writes(directory: Path) -> dict[str, str]:
+def last_writes(directory: Path) -> dict[str, str | None]:
     """Per file, the SHA-256 of what the newest run that wrote it (and was not undone)
-    left in it, over the run records kept (blocking)."""
-    out: dict[str, str] = {}
+    left in it, over the run records kept; None if that run kept lines in it no model
+    read (``FileBefore.unread``) (blocking)."""
+    out: dict[str, str | None] = {}
     for data in list_records(directory, lambda data: data, limit=sys.maxsize):
         files = data.get("files")
         if data.get("undone") or not isinstance(files, Mapping):
@@ -368,7 +381,7 @@ def last_writes(directory: Path) -> dict[str, str]:
         for path, entry in files.items():
             after = entry.get("after_sha256") if isinstance(entry, Mapping) else None
             if isinstance(after, str):
-                out.setdefault(str(path), after)
+                out.setdefault(str(path), None if entry.get("unread") is True else after)
     return out
 
 

@@ -120,7 +120,7 @@ class _Run:
     names: nodefiles.NameIndex = field(default_factory=nodefiles.NameIndex)
     #: The SHA-256 of what the last runs left in each file they wrote: a node that holds
     #: something else was edited by hand (or another tool) since.
-    written: dict[str, str] = field(default_factory=dict)
+    written: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def digest_dir(self) -> str:
@@ -188,9 +188,12 @@ class _Run:
         file held when read (WriteConflict if it holds something else now: an undo or a
         person wrote it meanwhile), and record, for undo, the bytes the file really holds;
         returns that text."""
+        # Lines of a person no model read, carried along (a CORROBORATE, a link followed):
+        # the next rewrite still needs the node read.
+        unread = self._by_hand(rel, before) and self.seen.get(rel) != before
         written = (await self.files.replace(rel, before, text)).text
         entry = self.log.record_write(rel, None if before is None else before.encode(),
-                                      written.encode())
+                                      written.encode(), unread)
         # A daemon killed from now on leaves this write undoable.
         await self.journaled({"file": rel, **entry})
         return written
@@ -277,9 +280,13 @@ class _Run:
     def _by_hand(self, rel: str, now: str | None) -> bool:
         """Whether node ``rel`` holds ``now`` other than a dream last wrote in it: also
         when no run kept says what a dream left in it (made by a person or by ReMe, or
-        written before the oldest run record kept): its lines may all be a person's."""
-        last = self.log.after[rel] if rel in self.log.after else self.written.get(rel)
-        return now is not None and changelog.sha256(now.encode()) != last
+        written before the oldest run record kept): its lines may all be a person's. A
+        file a person only renamed or copied holds what a dream left in another."""
+        last = (None if rel in self.log.unread else self.log.after[rel]) \
+            if rel in self.log.after else self.written.get(rel)
+        sha = None if now is None else changelog.sha256(now.encode())
+        return sha not in (None, last) and sha not in self.written.values() and not any(
+            after == sha for p, after in self.log.after.items() if p not in self.log.unread)
 
     def _changed_by_answer(self, rel: str, now: str | None) -> bool:
         """Whether a call of the current answer changed the content of node ``rel``."""

@@ -79,6 +79,7 @@ def from_journal(records: Sequence[JsonObject]) -> changelog.RunLog | None:
                 path, base64.b64decode(before) if isinstance(before, str) else None)
             after = rec.get("after_sha256")
             run.after[path] = after if isinstance(after, str) else None
+            (run.unread.add if rec.get("unread") is True else run.unread.discard)(path)
         elif isinstance(rec.get("action"), dict):
             run.actions.append(cast(changelog.Action, rec["action"]))
         elif isinstance(rec.get("catalog"), str):
