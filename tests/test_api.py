@@ -244,6 +244,25 @@ def test_error_messages_do_not_send_a_long_input_back_whole(daemon: DaemonHandle
             conn.call("daemon.ping", {"y" * 500: 1})  # a message of a usual size: whole
 
 
+def test_error_data_does_not_send_a_long_input_back_whole(daemon: DaemonHandle,
+                                                          tmp_path: Path) -> None:
+    # backup.verify's data names the file refused and why: the path as the client gave it,
+    # twice, came back whole however long, where the message beside it was cut.
+    for name in ("n" * 300_000, "d/" * 40_000 + "x.zip"):
+        with pytest.raises(errors.InvalidBackup) as refused:
+            daemon.call("backup.verify", {"file": str(tmp_path / name)})
+        data = refused.value.data
+        assert isinstance(data, dict) and set(data) == {"file", "reason"}
+        for text in data.values():
+            assert len(text) < 2200 and "characters cut]" in text, len(text)
+        assert data["file"].startswith(str(tmp_path / name)[:1000])
+        assert data["file"].endswith(name[-1000:])
+    short = tmp_path / "absent.zip"
+    with pytest.raises(errors.InvalidBackup) as refused:
+        daemon.call("backup.verify", {"file": str(short)})
+    assert refused.value.data["file"] == str(short)  # a usual size: whole
+
+
 def test_events_reach_subscribers_over_the_socket(daemon: DaemonHandle, tmp_path: Path) -> None:
     with daemon.connect() as listener:
         got = listener.call("events.subscribe", {"topics": ["workspace.*", "job.done"],

@@ -23,8 +23,8 @@ from recalld.ipc.protocol import Answer, Request, error_response, result_respons
 
 log = logging.getLogger(__name__)
 P = TypeVar("P")
-# An error message is sent whole up to some 2 KiB (a long path and its reason); longer,
-# its middle is cut (see shown_message).
+# An error message (and each text of its data) is sent whole up to some 2 KiB (a long
+# path and its reason); longer, its middle is cut (see shown_message).
 MESSAGE_END_CHARS = 1000  # what the dispatcher is given of the connection
 
 
@@ -49,6 +49,20 @@ def shown_message(message: str) -> str:
             f"{message[-MESSAGE_END_CHARS:]}")
 
 
+def shown_data(data: object) -> object:
+    """An error's ``data`` as sent: each text in it, at any depth (keys too), cut as
+    :func:`shown_message` cuts a message, since it too may quote the client's input
+    (a path, a name) and must not send a long one back whole."""
+    if isinstance(data, str):
+        return shown_message(data)
+    if isinstance(data, dict):
+        return {shown_message(k) if isinstance(k, str) else k: shown_data(v)
+                for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [shown_data(v) for v in data]
+    return data
+
+
 async def run_call(dispatch: Callable[[Request, P], Awaitable[object]], request: Request,
                    peer: P, counters: CallCounters) -> Answer | None:
     """The answer to ``request`` (None for a notification), run by ``dispatch``."""
@@ -70,7 +84,7 @@ async def run_call(dispatch: Callable[[Request, P], Awaitable[object]], request:
             response = error_response(request.id, errors.INTERNAL_ERROR, "internal error")
         else:
             response = error_response(request.id, err.code, shown_message(err.message),
-                                      err.data)
+                                      shown_data(err.data))
     else:
         response = result_response(request.id, result)
     finally:
