@@ -25,9 +25,10 @@ Limits (RELIABILITY 16-17, ADR 0008 and 0018):
 Calls that the API marks immediate (``daemon.ping``, ``daemon.status``...: they never
 wait) run on the reader itself and take no call slot; every other call gets a task.
 
-Stopping: :meth:`Connection.serve` returns at EOF, after a write that finds the client
-gone, or after :meth:`Connection.stop_reading` (the server draining) once running calls
-have answered (a client gone does not cut a call short: it was told that a call it
+Stopping: :meth:`Connection.serve` returns at EOF (after a subscriber's half-close, once
+it hangs up or its subscription ends), after a write that finds the client gone, or
+after :meth:`Connection.stop_reading` (the server draining) once running calls have
+answered (a client gone does not cut a call short: it was told that a call it
 stopped waiting for ends in the daemon), or at once after a fatal frame,
 an idle timeout, a client that stops reading, or :meth:`Connection.abort`; returning
 cancels running calls and the event pump. Cancelling ``serve`` cancels all of them too.
@@ -48,7 +49,12 @@ import trio
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.events import EventBus, Subscription, View
 from recalld.daemon.rpc.calls import CallCounters, encodable, run_call
-from recalld.daemon.rpc.connection_events import EVENT_QUEUE_SIZE, check_subscription, pump_events
+from recalld.daemon.rpc.connection_events import (
+    EVENT_QUEUE_SIZE,
+    check_subscription,
+    pump_events,
+    wait_hangup,
+)
 from recalld.daemon.rpc.frame_writer import FrameWriter
 from recalld.ipc import errors
 from recalld.ipc.protocol import (
@@ -131,6 +137,7 @@ class Connection:
         self._stopping = False
         self._last_frame = 0.0
         self._unrun: list[bytes] = []  # lines read, not run when reading stopped
+        self._linger: trio.Event | None = None  # a half-closed subscriber is served
         self.subscription: Subscription | None = None
 
     @property
@@ -152,6 +159,8 @@ class Connection:
         if self._waiting:
             self._read_scope.cancel()
         self._wake_reader()
+        if self._linger is not None:
+            self._linger.set()
 
     def _stop_requested(self) -> bool:
         # A call, not the attribute: it changes while the reader awaits.
@@ -183,7 +192,23 @@ class Connection:
                 # EOF or server draining: let running calls answer, then close.
                 self._calls_done = trio.Event()
                 await self._calls_done.wait()
+            if graceful and self.subscription is not None and not self._stop_requested():
+                await self._serve_events_only(nursery)
             nursery.cancel_scope.cancel()
+
+    async def _serve_events_only(self, nursery: trio.Nursery) -> None:
+        """After the client's half-close (``shutdown(SHUT_WR)``, as ``nc -U`` does at the
+        end of its input), keep sending its events until the subscription ends, the
+        client is gone (a write fails, or it closes: POLLHUP) or stops reading (the
+        write timeout aborts), or the server drains."""
+        self._linger = linger = trio.Event()
+
+        async def hangup() -> None:
+            await wait_hangup(self._fd)
+            linger.set()
+
+        nursery.start_soon(hangup)
+        await linger.wait()
 
     async def _read_loop(self, nursery: trio.Nursery) -> bool:
         """Read frames until EOF or stop_reading (True) or a reason to close at once (False)."""
@@ -454,4 +479,6 @@ class Connection:
         finally:
             if self.subscription is sub:
                 self.subscription = None
+                if self._linger is not None:  # nothing more to send: close
+                    self._linger.set()
 

@@ -5,11 +5,16 @@ writes its subscription's events to it.
 :func:`pump_events` in its nursery. The pump ends when the subscription ends (the bus
 closed it, or dropped it for a full queue: the client is told so) or the client stops
 taking events; either way it closes the subscription. Cancelling it closes it too.
+:func:`wait_hangup` tells when a subscriber that ended its side of the connection (a
+half-close: it still reads) is gone altogether.
 """
 
 from __future__ import annotations
 
+import select
 from collections.abc import Awaitable, Callable, Sequence
+
+import trio
 
 from recalld.daemon.events import DROPPED_TOPIC, Subscription
 from recalld.ipc import errors
@@ -48,3 +53,17 @@ async def pump_events(sub: Subscription, send: Callable[[bytes], Awaitable[bool]
             }))
     finally:
         sub.close()
+
+
+async def wait_hangup(fd: int) -> None:
+    """Return once the peer of the connected socket ``fd`` has closed it (POLLHUP) or it
+    failed (POLLERR); cancellable.
+
+    After the peer's half-close the socket reads as EOF for good, so waiting to read says
+    nothing more: an epoll instance of its own, watching ``fd`` for no event at all, still
+    reports those two (as every epoll does), and is itself readable only then. No timer.
+    """
+    with select.epoll(1) as hangup:
+        hangup.register(fd, 0)
+        while not hangup.poll(0):
+            await trio.lowlevel.wait_readable(hangup.fileno())
