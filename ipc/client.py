@@ -12,16 +12,22 @@ Calls from several threads are serialized by a lock, and the wait for it counts 
 the call's ``timeout_s`` (a thread iterating :meth:`Client.events` without a timeout holds
 it until an event comes); use one client per thread for parallel calls. An answer line
 over 64 MiB ends the connection (:class:`ConnectionLost`). Nothing here starts a thread.
+
+A client copied into a child by ``os.fork`` lets go of its parent's connection (both
+would read the answers meant for either) and of its lock (a thread of the parent may
+have held it), leaving the parent's untouched; its next call connects anew.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import os
 import select
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -81,6 +87,7 @@ class Client(_flavours.SyncMethods):
         self._lock = threading.RLock()
         #: The null-id error a connection of this call ended with (a refusal), if any.
         self._fatal: Response | None = None
+        _CLIENTS.add(self)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -108,6 +115,12 @@ class Client(_flavours.SyncMethods):
     @property
     def connected(self) -> bool:
         return self._sock is not None
+
+    def _forget_after_fork(self) -> None:
+        """In a child just forked: the connection and the lock are the parent's. Closing
+        this process's descriptor leaves the parent's connection open (no shutdown)."""
+        self._lock = threading.RLock()
+        self._drop()
 
     def _drop(self) -> None:
         if self._sock is not None:
@@ -380,3 +393,14 @@ class Client(_flavours.SyncMethods):
             self._dispatch(data, want=None)
 
 
+
+
+_CLIENTS: weakref.WeakSet[Client] = weakref.WeakSet()
+
+
+def _forget_inherited_connections() -> None:
+    for client in list(_CLIENTS):
+        client._forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_forget_inherited_connections)

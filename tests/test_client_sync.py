@@ -5,6 +5,7 @@ one method table every client flavour is built from."""
 from __future__ import annotations
 
 import itertools
+import os
 import socket
 import threading
 import time
@@ -208,3 +209,42 @@ def test_sync_call_waiting_for_another_thread_still_times_out(fake: FakeDaemon) 
         assert time.monotonic() - started < 2.5
         holder.join(5)
         assert client.ping() == {"pong": True}
+
+
+def test_sync_a_forked_child_lets_its_parents_connection_and_lock_go(fake: FakeDaemon) -> None:
+    # A child sharing its parent's connection reads answers meant for either (their ids
+    # run the same), and a lock held by a thread of the parent at the fork is held for
+    # good in the child: each call of the child timed out or took another's answer.
+    with Client(fake.path, timeout_s=5) as client:
+        assert client.call("test.peer") == os.getpid()
+        client.subscribe(["job.*"])
+        holder = threading.Thread(target=lambda: list(client.events(timeout_s=3)),
+                                  daemon=True)
+        holder.start()
+
+        def held_by_the_holder() -> bool:
+            if client._lock.acquire(blocking=False):
+                client._lock.release()
+                return False
+            return True
+
+        wait_for(held_by_the_holder, "events() to hold the client")
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: say what its calls answered, and never return
+            try:
+                said = repr([client.call("test.peer"), client.ping()])
+            except BaseException as exc:
+                said = repr(exc)
+            finally:
+                os.write(write, said.encode())
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            said = pipe.read().decode()
+        os.waitpid(pid, 0)
+        assert said == repr([pid, {"pong": True}])
+        holder.join(5)
+        # The parent's connection is as it was: not closed by the child, not replaced.
+        assert client.call("test.peer") == os.getpid()
+        assert fake.methods().count("events.subscribe") == 2  # the child's, and ours

@@ -6,6 +6,7 @@ The server runs in its own thread (its own trio loop) and is built on the same
 ServerProtocol as the daemon, so the sync, trio and asyncio clients all talk to it the
 same way. It has a few test-only methods: ``test.emit`` sends events before answering,
 ``test.sleep`` answers late, ``test.drop`` closes the connection without an answer,
+``test.peer`` answers the pid of the process that opened the connection,
 ``test.emit_later`` answers first and sends its events once the test sets ``emit_now``.
 """
 
@@ -161,6 +162,9 @@ class FakeDaemon:
         if method == "test.sleep":
             await trio.sleep(params["s"])
             return params.get("value")
+        if method == "test.peer":  # the pid of the process that opened this connection
+            cred = stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+            return int.from_bytes(cred[:4], "little")
         if method == "test.drop":
             await stream.aclose()
             raise _Dropped
