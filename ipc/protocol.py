@@ -234,15 +234,24 @@ def _refuse_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
-def _with_lone_surrogates(line: bytes) -> object | None:
-    """``line`` read as JSON whose strings may hold lone surrogates (``"\\ud800"``: valid
-    JSON that orjson refuses); None if it is not JSON at all."""
+def _with_lone_surrogates(line: bytes, refused: ValueError) -> object:
+    """``line``, which orjson ``refused`` for a surrogate, read as JSON whose strings may
+    hold lone surrogates (``"\\ud800"``: valid JSON that orjson refuses); the
+    :class:`ValueError` saying why if it is not JSON at all (orjson stopped at the
+    surrogate, before what is wrong: a NaN, a frame cut short), ``refused`` if it is
+    not UTF-8."""
     try:
-        value: object = json.loads(line.decode("utf-8"), parse_int=_read_int,
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return refused
+    try:
+        value: object = json.loads(text, parse_int=_read_int,
                                    parse_float=_read_float, parse_constant=_refuse_constant)
         return value
-    except (ValueError, RecursionError):
-        return None
+    except ValueError as exc:
+        return exc
+    except RecursionError:
+        return ValueError("depth limit exceeded")
 
 
 def _lone_surrogate(value: object) -> bool:
@@ -294,12 +303,12 @@ class ServerProtocol:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             # Valid JSON orjson refuses: answered with its id, as its member's error.
-            obj = _with_lone_surrogates(line) if "surrogate" in str(exc) else None
-            if obj is None:
+            obj = _with_lone_surrogates(line, exc) if "surrogate" in str(exc) else exc
+            if isinstance(obj, ValueError):  # (JSONDecodeError is one)
                 # What is wrong and where: a byte order mark, bytes that are not UTF-8,
                 # NaN, nesting over 1024 deep, a frame cut short...
                 return Incoming(fatal=error_response(None, errors.PARSE_ERROR,
-                                                     f"parse error: {exc}"))
+                                                     f"parse error: {obj}"))
             member_of = _member_text
         if isinstance(obj, list):
             if not obj:

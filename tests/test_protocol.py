@@ -152,6 +152,11 @@ SINGLE_CASES: list[tuple[str, bytes, Any, int | None]] = [
     (b'{"jsonrpc":"2.0","method":"m","id":123456789012345678901234567890}',
      "id must be a string, an integer of at most 64 bits, or null"),
     (line(req(id_=True)), "id must be a string, an integer of at most 64 bits, or null"),
+    # A lone surrogate (valid JSON) before what is not JSON: the error names the latter.
+    (rb'{"jsonrpc":"2.0","method":"m","params":["\ud800",NaN],"id":6}', "NaN is not JSON"),
+    (rb'{"jsonrpc":"2.0","method":"m","params":["\ud800",1e999],"id":6}', "infinity"),
+    (rb'{"jsonrpc":"2.0","method":"m","params":["\ud800"]', "Expecting ',' delimiter"),
+    (rb'{"jsonrpc":"2.0","method":"m","params":["\ud800"],"id":6} x', "Extra data"),
 ])
 def test_errors_say_what_is_wrong_with_the_frame(data: bytes, said: str) -> None:
     # A bare "parse error" or "bad id" left the sender guessing (valid JSON nested too
