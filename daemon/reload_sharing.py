@@ -28,19 +28,31 @@ def reloaded(workspaces: Iterable[Workspace], old: DaemonConfig, new: DaemonConf
     """Give the open (and failed) ``workspaces`` the sharing ``new`` opens them with, at
     once (a revoked reader is refused from its next call on, not from the next open); return
     the ready ones whose other settings or path differ in ``new``, which keep what
-    they were opened with until they are opened again."""
+    they were opened with until they are opened again (not those ``new`` no longer names:
+    :func:`unnamed`)."""
     changed = []
+    gone = set(unnamed(workspaces, old, new))
     for ws in workspaces:
         if ws.state in ("opening", "ready", "failed"):
             # A failed one too: opening another one inside or around it is checked
             # against the sharing it has.
             share_as(ws, new, recorded_config)
-        if ws.state == "ready" and (
+        if ws.state == "ready" and ws.agent_id not in gone and (
                 unshared(old.workspace_settings(ws.agent_id))
                 != unshared(new.workspace_settings(ws.agent_id))
                 or old.workspace_path(ws.agent_id) != new.workspace_path(ws.agent_id)):
             changed.append(ws.agent_id)
     return changed
+
+
+def unnamed(workspaces: Iterable[Workspace], old: DaemonConfig,
+            new: DaemonConfig) -> list[str]:
+    """The open ``workspaces`` that ``old`` names and ``new`` no longer does. Each stays
+    open as it was opened; recorded at its folder, it opens there again (at the next
+    start, or an open without a path), without the settings its table gave."""
+    named = set(new.configured_agents())
+    return [ws.agent_id for ws in workspaces if ws.state in ("opening", "ready")
+            and ws.agent_id in old.configured_agents() and ws.agent_id not in named]
 
 
 def share_as(ws: Workspace, config: DaemonConfig, recorded_config: RecordedConfig) -> None:
@@ -75,6 +87,8 @@ def waiting(ws: Workspace, config: DaemonConfig, recorded_config: RecordedConfig
     names = [f.name for f in dataclasses.fields(WorkspaceSettings)
              if f.name not in (*SHARING, "ignored_fields")
              and getattr(ws.settings, f.name) != getattr(would, f.name)]
-    if opened_place is not None and config.workspace_path(ws.agent_id) != opened_place:
+    # One the file no longer names opens again where it is recorded: its folder.
+    if (opened_place is not None and ws.agent_id in config.configured_agents()
+            and config.workspace_path(ws.agent_id) != opened_place):
         names.append("path")
     return names

@@ -43,6 +43,7 @@ from typing import TypedDict
 import trio
 
 from recalld.daemon import config as config_mod
+from recalld.daemon import reload_sharing
 from recalld.daemon.config import ConfigError, DaemonConfig
 from recalld.daemon.datadirs import owning_data_dir
 from recalld.daemon.jsontypes import JsonObject
@@ -361,11 +362,18 @@ class Supervisor:
         # Those that failed before this reload open again, as a start would open them;
         # not those this reload stops (their sharing ended): opened, they would fail again.
         failed = {w.agent_id for w in self.registry.list() if w.state == "failed"}
+        unnamed = reload_sharing.unnamed(self.registry.list(), old, new)
         changed = self.registry.reloaded(old, new)
         dropped = self.registry.drop_unopened(new.configured_agents())
         if dropped:
-            log.info("reload: workspace(s) %s, which did not open, are no longer named in "
-                     "the configuration", ", ".join(dropped))
+            log.info("reload: workspace(s) %s, which did not open and which neither the "
+                     "configuration nor the record names, are no longer shown",
+                     ", ".join(dropped))
+        if unnamed:
+            log.warning("reload: the configuration no longer names open workspace(s) %s; "
+                        "each stays open as it was opened and, recorded, opens again in its "
+                        "folder at the next start, without its table's settings (recalld "
+                        "workspace close --forget AGENT stops serving it)", ", ".join(unnamed))
         at_open = [name for name in AT_OPEN if getattr(new, name) != getattr(old, name)]
         if at_open:
             log.warning("reload: %s changed; open workspaces keep what they were opened with "

@@ -84,7 +84,29 @@ def test_a_reload_that_no_longer_names_a_workspace_that_did_not_open_drops_it(
     assert listed["late"]["state"] == "ready"
     status = d.call("daemon.status")
     assert "gone" not in {w["agent_id"] for w in status["workspaces"]}
-    assert "did not open, are no longer named" in d.log()
+    assert ("workspace(s) gone, which did not open and which neither the configuration "
+            "nor the record names, are no longer shown") in d.log(), d.log()
+    assert d.stop() == 0
+
+
+def test_a_reload_that_no_longer_names_an_open_workspace_says_so(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Taken out of the file, it stays open and recorded at its folder: the log and the
+    # status say that, not that its settings or path changed (its folder did not).
+    place = tmp_path / "ops-place"
+    d = daemon_factory(f'[workspaces."ops.team-2"]\npath = "{place}"\n'
+                       'dream_cron = "0 4 * * *"\n[workspaces.stays]\n')
+    _reload(d, "[workspaces.stays]\n")
+    log = d.log()
+    assert ("reload: the configuration no longer names open workspace(s) ops.team-2; each "
+            "stays open as it was opened and, recorded, opens again in its folder") in log, log
+    assert "changed the settings or path" not in log, log
+    listed = _listed(d)["ops.team-2"]
+    assert listed["state"] == "ready" and listed["path"] == str(place.resolve())
+    assert listed.get("waiting_for_reopen") == ["dream_cron"], listed
+    # Followed, the status note reopens it in its folder, with the defaults.
+    d.call("workspace.close", {"agent_id": "ops.team-2"})
+    assert d.call("workspace.open", {"agent_id": "ops.team-2"})["path"] == str(place.resolve())
     assert d.stop() == 0
 
 
