@@ -23,6 +23,7 @@ from recalld.daemon import config_rules, qwenpaw
 from recalld.daemon.dsn import mask_dsn
 from recalld.daemon.dsn import problem as dsn_problem
 from recalld.ipc import paths
+from recalld.ipc.agent_ids import workspace_table
 from recalld.ipc.errors import InvalidParams
 
 DEFAULT_AGENT = "default"
@@ -463,7 +464,7 @@ def _from_table(table: Mapping[str, object], daemon_table: dict[str, object], cf
         raise ConfigError(f"workspaces = {config_rules.shown(named)}: must be tables "
                           "([workspaces.AGENT])")
     for agent_id, ws_table in named.items():
-        where = f"[workspaces.{agent_id}]"
+        where = workspace_table(agent_id)
         if not config_rules.valid_agent_id(agent_id):
             raise ConfigError(f"[workspaces.{config_rules.shown(agent_id)}]: the agent id "
                               f"must be {config_rules.AGENT_ID_RULE}")

@@ -144,6 +144,7 @@ def _check_workspace_places(cfg: DaemonConfig) -> int:
     daemon's own folders or its config file, as ``~`` does), which the start would only
     show as a failed workspace. EXIT_CONFIG with one line naming the first refused."""
     from recalld.daemon.workspaces import check_daemon_folders, check_root
+    from recalld.ipc.agent_ids import workspace_table
     from recalld.ipc.errors import RecalldError
 
     for agent_id, path in sorted(cfg.workspace_paths.items()):
@@ -157,7 +158,7 @@ def _check_workspace_places(cfg: DaemonConfig) -> int:
             why = exc.message
         else:
             continue
-        print(f"recalld: configuration error: {cfg.config_path}: [workspaces.{agent_id}] "
+        print(f"recalld: configuration error: {cfg.config_path}: {workspace_table(agent_id)} "
               f"path = {str(path)!r}: {why}", file=sys.stderr)
         return EXIT_CONFIG
     return EXIT_OK

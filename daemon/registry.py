@@ -51,6 +51,7 @@ from recalld.daemon.workspaces import (
     resolved,
 )
 from recalld.daemon.writegate import WriteGates
+from recalld.ipc.agent_ids import workspace_table
 from recalld.ipc.errors import InvalidParams, RecalldError, UnknownWorkspace
 
 if TYPE_CHECKING:
@@ -321,7 +322,8 @@ class WorkspaceRegistry(KnownPlaces):
                 if place != root:
                     raise InvalidParams(
                         f"the config file puts workspace {agent_id!r} at {place}: open it "
-                        f"without a path, or change its [workspaces.{agent_id}] path and reload")
+                        "without a path, or change its "
+                        f"{workspace_table(agent_id)} path and reload")
             if current is not None:  # failed: its services may still hold its lock
                 await current.wait_closed()
             await trio.to_thread.run_sync(check_root, root)

@@ -28,6 +28,7 @@ from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.watchpaths import passed_by
 from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.workspaces import SHARED_WITH_EVERYONE, Workspace, check_agent_id, shares
+from recalld.ipc.agent_ids import workspace_table
 from recalld.ipc.answers import JobInfo
 from recalld.ipc.errors import InvalidParams, NotAllowed, UnknownWorkspace
 from recalld.ipc.types import render_result
@@ -99,7 +100,7 @@ def check_read(caller: str, owner: str, settings: WorkspaceSettings) -> None:
     if not shares(owner, settings, caller):
         raise NotAllowed(
             f"agent {caller!r} may not read the workspace of {owner!r}: it is "
-            f"isolated (add {caller!r} to [workspaces.{owner}] shared_with, or "
+            f"isolated (add {caller!r} to {workspace_table(owner)} shared_with, or "
             "set its memory_isolation = false)"
         )
 

@@ -9,7 +9,8 @@ conversation ids of agent frameworks, which the daemon takes in a narrower alpha
 Digests are of a name's NFC form: "Café" typed and "Café" decomposed (as macOS file
 names are) are one name. :func:`earlier_ids` tells the ids earlier versions gave a name
 that it no longer gets, :func:`owner_name` the form of a name the daemon records as a
-workspace's owner. No I/O.
+workspace's owner, :func:`workspace_table` the config table of an id as a hint must
+print it. No I/O.
 """
 
 from __future__ import annotations
@@ -23,6 +24,19 @@ NOT_ID_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 #: An agent id, but for the names '.' and '..' (checked apart).
 MAX_AGENT_ID_CHARS = 64
 AGENT_ID = re.compile(rf"[A-Za-z0-9_.-]{{1,{MAX_AGENT_ID_CHARS}}}")
+
+
+#: A TOML bare key: an agent id with a dot (``ops.team-2``) is a dotted key, so it is quoted.
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def workspace_table(agent_id: str) -> str:
+    """``[workspaces.X]``, X the agent id as a TOML key (``[workspaces."ops.team-2"]``), so a
+    hint that names the table names the one the config file must hold."""
+    if _BARE_KEY.fullmatch(agent_id):
+        return f"[workspaces.{agent_id}]"
+    quoted = agent_id.replace("\\", "\\\\").replace('"', '\\"')
+    return f'[workspaces."{quoted}"]'
 
 
 #: The longest name the daemon records as a workspace's owner (``workspace.open``'s ``name``).

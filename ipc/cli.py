@@ -33,6 +33,7 @@ from recalld.ipc import (
     errors,
     paths,
 )
+from recalld.ipc.agent_ids import workspace_table
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.cli_args import Parser, agent_name
 from recalld.ipc.client import Client
@@ -312,7 +313,7 @@ def _workspace(client: Client, ns: argparse.Namespace, out: TextIO, as_json: boo
         if as_json:
             print_json(out, result)
         elif result.get("configured"):
-            where = "default" if ns.agent == DEFAULT_AGENT else f"[workspaces.{ns.agent}]"
+            where = "default" if ns.agent == DEFAULT_AGENT else workspace_table(ns.agent)
             out.write(f"closed workspace {ns.agent}; it opens again at the next start or "
                       f"reload (the config names it: {where})\n")
         elif result.get("forgotten"):

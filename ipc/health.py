@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import PurePath
 from typing import Any
 
+from recalld.ipc.agent_ids import workspace_table
 from recalld.ipc.answers import DaemonStatus, JobInfo, WorkspaceInfo
 from recalld.ipc.commands import agent_operand, agent_option
 from recalld.ipc.health_remote import remote_facts
@@ -77,8 +78,8 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
     if ws.get("state") == "failed" and ws.get("refused"):
         a.problems.append(Problem(
             "fail", f"workspace not opened: {ws.get('error')}",
-            f"give it a folder of its own ([workspaces.{agent}] path in the config file, "
-            f"then kill -HUP the daemon), or stop serving it: take [workspaces.{agent}] out "
+            f"give it a folder of its own ({workspace_table(agent)} path in the config file, "
+            f"then kill -HUP the daemon), or stop serving it: take {workspace_table(agent)} out "
             f"of the config file if it is there, kill -HUP the daemon, then: recalld "
             f"workspace close --forget {agent_operand(agent)}"))
     elif ws.get("state") == "failed":
@@ -167,7 +168,7 @@ def _is_capture(reason: str, ws: WorkspaceInfo) -> bool:
 
 
 def _chat_model_fix(agent: str) -> str:
-    return (f"give the workspace a chat model (chat_model_config in [workspaces.{agent}] or "
+    return (f"give the workspace a chat model (chat_model_config in {workspace_table(agent)} or "
             f"[workspace_defaults] of the config file, {RESTART_FIX}; or let the agent hand "
             "its own over)")
 

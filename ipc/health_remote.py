@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from recalld.ipc.agent_ids import workspace_table
 from recalld.ipc.answers import WorkspaceInfo
 from recalld.ipc.commands import agent_operand
 from recalld.ipc.problems import Assessment, Problem
@@ -40,7 +41,7 @@ def remote_facts(a: Assessment, ws: WorkspaceInfo) -> None:
                     f"{remote.get('name')} lie outside this host's daily_dir and "
                     f"digest_dir (e.g. {outside.get('example')}) and are not replicated "
                     "here: the hosts sharing it name other folders",
-            f"give [workspaces.{a.agent_id}] the same daily_dir and digest_dir as the other "
+            f"give {workspace_table(a.agent_id)} the same daily_dir and digest_dir as the other "
             "hosts; once changed, the whole change feed is read again"))
     unshared = remote.get("unshared")
     if isinstance(unshared, Mapping) and unshared.get("notes"):
@@ -54,7 +55,7 @@ def remote_facts(a: Assessment, ws: WorkspaceInfo) -> None:
             "fail", f"shared workspace {a.agent_id}: remote misconfigured: "
                     f"{remote.get('last_error')}; {remote.get('outbox')} local change(s) "
                     "wait in the outbox",
-            f"fix the dsn of [workspaces.{a.agent_id}].remote in the config file, then "
+            f"fix the dsn of {workspace_table(a.agent_id)}.remote in the config file, then "
             "restart the daemon (or reload it and open the workspace again)"))
     elif state == "failing":  # the server answers; this host cannot apply or send a change
         a.problems.append(Problem(
@@ -67,7 +68,7 @@ def remote_facts(a: Assessment, ws: WorkspaceInfo) -> None:
             "warn", f"shared workspace {a.agent_id}: remote {state}: "
                     f"{remote.get('last_error') or 'connecting'}; "
                     f"{remote.get('outbox')} local change(s) wait in the outbox",
-            f"check that the PostgreSQL server named by [workspaces.{a.agent_id}].remote is "
+            f"check that the PostgreSQL server named by {workspace_table(a.agent_id)}.remote is "
             "reachable and accepts this host (the user, password, database and TLS settings "
             "of its dsn); the outbox goes up once it does"))
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import tempfile
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -327,3 +329,21 @@ def test_a_backup_name_longer_than_a_file_name_may_be_is_one_clear_error(
             line = assert_one_line_error(proc, proc.returncode)
             assert proc.returncode in (1, 2) and "Errno" not in line, (args, line)
             assert "no such file (code -32012)" in line, (args, line)
+
+
+def test_hints_name_the_table_of_a_dotted_agent_id_as_toml_reads_it(
+        daemon_factory: DaemonFactory) -> None:
+    # A dot in a bare TOML key splits it ([workspaces.ops.team-2] is a table "ops" holding
+    # "team-2"): every hint that names the table of such an agent quotes the id.
+    daemon = daemon_factory('[workspaces."ops.team-2"]\npath = "/usr"\n'
+                            '[workspaces."ops.b"]\n')
+    env = daemon.env
+    shown = recalld("status", env=env).stdout
+    tables = set(re.findall(r"\[workspaces\.[^\]]*\]", shown))
+    assert tables == {'[workspaces."ops.team-2"]'}, shown
+    closed = recalld("workspace", "close", "ops.b", env=env)
+    assert closed.returncode == 0, closed
+    assert '(the config names it: [workspaces."ops.b"])' in closed.stdout, closed.stdout
+    for header in (*tables, '[workspaces."ops.b"]'):
+        [agent] = tomllib.loads(header)["workspaces"]
+        assert agent in ("ops.team-2", "ops.b"), header
