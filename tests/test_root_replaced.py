@@ -186,3 +186,19 @@ def test_the_first_quick_search_after_a_link_took_the_place_is_refused(
     assert f"{moved} now leads to {target}" in refused.value.message
     assert [h["path"] for h in daemon.call(
         "memory.search", {"agent_id": "alice", "query": "quokkaword"})["results"]] == [NOTE]
+
+
+@pytest.mark.parametrize("linked", ["mem_metadata/index", "mem_metadata/sessions",
+                                    "mem_session"])
+def test_a_link_in_place_of_a_workspace_folder_is_named_once(
+        daemon: DaemonHandle, tmp_path: Path, linked: str) -> None:
+    # The error names the link where it lies, once: not "index: index is a symbolic link".
+    root = tmp_path / "linked-ws"
+    (root / linked).parent.mkdir(parents=True)
+    (tmp_path / "other").mkdir()
+    (root / linked).symlink_to(tmp_path / "other")
+    with pytest.raises(errors.RecalldError) as caught:
+        daemon.call("workspace.open", {"agent_id": "linked", "path": str(root)})
+    message = caught.value.message
+    name = linked.rsplit("/", 1)[-1]
+    assert message.count(name) == 1 and "is a symbolic link" in message, message

@@ -96,7 +96,8 @@ def translate_os_error(exc: OSError, path: str | os.PathLike[str] | None = None)
     if exc.errno in _SPACE_ERRNOS:
         return DiskFull(where, exc.errno, f"disk full writing {where}: {text}")
     if isinstance(exc, WritesElsewhere):  # a link on the way, not at the file itself
-        return LinkOnTheWay(where, exc.errno, f"{where}: {text}")
+        # Its text names the link, which may be a folder above ``where``: said once.
+        return LinkOnTheWay(where, exc.errno, text)
     if exc.errno == errno_codes.ELOOP:  # opened with O_NOFOLLOW: a link where a file should be
         return StorageIOError(where, exc.errno, f"{where} is a symbolic link, which recalld "
                               "does not write through: remove it")
