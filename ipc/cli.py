@@ -302,6 +302,8 @@ def _workspace(client: Client, ns: argparse.Namespace, out: TextIO, as_json: boo
             print_json(out, info)
         else:
             out.write(render_workspaces([dict(info)]))
+        # Its services started, then it failed (a link met at once): not opened.
+        return EXIT_ERROR if info.get("state") == "failed" else EXIT_OK
     elif ns.ws_command == "list":
         items = client.workspace_list()
         if as_json:

@@ -33,9 +33,9 @@ from recalld.ipc.cli_args import local_file
 from recalld.ipc.cli_ops import Subparsers, add_command
 from recalld.ipc.client import Client
 from recalld.ipc.progress import following
-from recalld.ipc.render import print_json
+from recalld.ipc.render import print_json, render_workspaces
 
-EXIT_OK = 0
+EXIT_OK, EXIT_ERROR = 0, 1
 # Opening waits for the first indexing pass of the whole workspace.
 IMPORT_TIMEOUT_S = 900.0
 
@@ -194,13 +194,16 @@ def _import(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         info = client.workspace_open(
             agent, path=str(root), config=config, import_report=True, progress_token=token,
             name=owner)
+    failed = info.get("state") == "failed"  # its services started, then it failed
     if as_json:
         print_json(out, {**info, "moved_from": moved} if moved else info)
+    elif failed:
+        out.write(render_workspaces([dict(info)]))
     else:
         report = info.get("import") or {}
         out.write(render_report(agent, str(root), report,
                                 agent_json if config is not None else None, moved))
-    return EXIT_OK
+    return EXIT_ERROR if failed else EXIT_OK
 
 
 def render_report(agent: str, path: str, rep: JsonObject,

@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import signal
+import sys
 import tempfile
 import tomllib
 from pathlib import Path
@@ -347,3 +348,37 @@ def test_hints_name_the_table_of_a_dotted_agent_id_as_toml_reads_it(
     for header in (*tables, '[workspaces."ops.b"]'):
         [agent] = tomllib.loads(header)["workspaces"]
         assert agent in ("ops.team-2", "ops.b"), header
+
+
+def _fails_once_started() -> tuple[str, ...]:
+    """A daemon launcher whose workspace of agent ``FAIL_AGENT`` fails right after its
+    services started, before ``workspace.open`` answers (as a link met at once stops it)."""
+    return (sys.executable, "-c", "\n".join([
+        "import os, runpy, sys",
+        "from recalld.daemon.registry import WorkspaceRegistry",
+        "real = WorkspaceRegistry.moved",
+        "async def moved(self, agent_id, root):",
+        "    if agent_id == os.environ['FAIL_AGENT']:",
+        "        self.find(agent_id).stop(f'{root}/mem_session is a symbolic link')",
+        "    await real(self, agent_id, root)",
+        "WorkspaceRegistry.moved = moved",
+        "sys.argv[0] = 'recalld'",
+        "runpy.run_module('recalld.daemon.main', run_name='__main__')"]))
+
+
+def test_an_open_that_answers_failed_exits_non_zero(daemon_factory: DaemonFactory,
+                                                    tmp_path: Path) -> None:
+    daemon = daemon_factory("", launcher=_fails_once_started(), FAIL_AGENT="brittle")
+    env = daemon.env
+    for extra in ([], ["--json"]):
+        shown = recalld("workspace", "open", "brittle", "--path", str(tmp_path / "b"),
+                        *extra, env=env)
+        assert shown.returncode == 1, shown
+        assert "failed" in shown.stdout and "is a symbolic link" in shown.stdout, shown
+    # So does an import, which opens the folder as that agent's workspace.
+    (tmp_path / "qp" / "memory").mkdir(parents=True)
+    imported = recalld("import-qwenpaw", str(tmp_path / "qp"), "--agent", "brittle", env=env)
+    assert imported.returncode == 1 and "is a symbolic link" in imported.stdout, imported
+    assert "opened" not in imported.stdout, imported
+    opened = recalld("workspace", "open", "sturdy", env=env)
+    assert opened.returncode == 0 and "ready" in opened.stdout, opened
