@@ -15,10 +15,13 @@ interpreter, then runs ``systemctl --user daemon-reload`` and ``enable --now``; 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -202,18 +205,46 @@ def install_service(*, write_only: bool, socket_path: Path | None = None,
         if problem is not None:
             raise _no_systemd(problem, "install-service")
     target = unit_dir(env)
-    target.mkdir(parents=True, exist_ok=True)
-    written: list[str] = []
-    for name, text in render_units(socket_path=socket_path, environment=carried).items():
-        path = target / name
-        tmp = path.with_name(f".{name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-        written.append(str(path))
+    units = render_units(socket_path=socket_path, environment=carried)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for name in units:  # checked first: a refused one leaves the other unwritten
+            if (target / name).is_dir():
+                raise IsADirectoryError(errno.EISDIR, "a folder is in the place of the unit "
+                                        "file: move it away", str(target / name))
+        written: list[str] = []
+        for name, text in units.items():
+            _publish(target / name, text)
+            written.append(str(target / name))
+    except OSError as exc:
+        raise ServiceError(f"cannot write the unit files: {exc.filename}: "
+                           f"{exc.strerror or exc}") from None
     if not write_only:
         _systemctl("daemon-reload")
         _systemctl("enable", "--now", SOCKET_NAME, SERVICE_NAME)
     return written
+
+
+def _publish(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all: a temp file of its own in the same folder,
+    fsynced, renamed over it, the folder fsynced; the temp file removed on any failure."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(text.encode("utf-8"))
+            out.flush()
+            os.fchmod(out.fileno(), 0o644)
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 def uninstall_service(*, write_only: bool) -> list[str]:

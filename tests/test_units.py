@@ -183,3 +183,27 @@ def test_the_service_reads_the_config_and_data_the_installing_shell_names(
     units = {name: (tmp_path / "cfg" / "systemd" / "user" / name).read_text()
              for name in ("recalld.service", "recalld.socket")}
     _verify(tmp_path, units)
+
+
+@pytest.mark.parametrize("in_the_way", ["recalld.service", "recalld.socket"])
+def test_a_folder_in_place_of_a_unit_file_is_refused_and_leaves_nothing(
+        tmp_path: Path, in_the_way: str) -> None:
+    from test_cli import assert_one_line_error, recalld
+
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    env.pop("RECALLD_CONFIG", None)
+    env.pop("RECALLD_DATA_DIR", None)
+    target = tmp_path / "cfg" / "systemd" / "user"
+    (target / in_the_way).mkdir(parents=True)
+    # A temp file of the fixed name an earlier version used, left as a folder: no hindrance.
+    (target / ".recalld.service.tmp").mkdir()
+    line = assert_one_line_error(recalld("install-service", "--write-only", env=env), 1)
+    assert f"{target / in_the_way}: a folder is in the place of the unit file" in line, line
+    assert sorted(p.name for p in target.iterdir()) == [".recalld.service.tmp", in_the_way]
+    (target / in_the_way).rmdir()
+    written = recalld("install-service", "--write-only", env=env)
+    assert written.returncode == 0, written
+    assert sorted(p.name for p in target.iterdir()) == [
+        ".recalld.service.tmp", "recalld.service", "recalld.socket"]
+    assert all(((target / n).stat().st_mode & 0o777) == 0o644
+               for n in ("recalld.service", "recalld.socket"))
