@@ -473,7 +473,7 @@ def _inotify_instances_in_use(proc: Path = Path("/proc")) -> int:
 def _unit_value(unit: Path, key: str) -> str | None:
     """The one value of ``key=`` in the unit file (None: not there, or more than one)."""
     try:
-        lines = unit.read_text(encoding="utf-8").splitlines()
+        lines = paths.read_regular_file(unit).decode("utf-8").splitlines()  # not a FIFO
     except (OSError, UnicodeDecodeError):
         return None
     values = [line.split("=", 1)[1].strip() for line in lines

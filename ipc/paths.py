@@ -144,20 +144,26 @@ def read_regular_file(path: Path) -> bytes:
         if exc.errno == errno.ENXIO:  # a socket
             raise NotRegularFile("not a regular file (a socket)") from None
         raise
-    with os.fdopen(fd, "rb") as f:
+    try:  # asked before fdopen, which refuses a directory with the descriptor's number
         mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-                    else "a device or socket")
-            raise NotRegularFile(f"not a regular file ({kind})")
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                else "a device or socket")
+        raise NotRegularFile(f"not a regular file ({kind})")
+    with os.fdopen(fd, "rb") as f:
         return f.read()
 
 
 def read_config(path: Path, *, required: bool = False) -> dict[str, object]:
-    """The parsed TOML file at ``path``; ``{}`` when it does not exist and is not required."""
+    """The parsed TOML file at ``path``; ``{}`` when it does not exist and is not required.
+    A FIFO, device or folder there is refused (:func:`read_regular_file`), not waited on."""
     try:
         # utf-8-sig: a byte order mark some editors put first is not TOML's business.
-        text = path.read_text(encoding="utf-8-sig")
+        text = read_regular_file(path).decode("utf-8-sig")
     except FileNotFoundError:
         if required:
             raise PathError(f"{path}: no such file") from None
@@ -301,7 +307,7 @@ def _salvaged_socket(path: Path) -> object | None:
     import tomllib
 
     try:
-        text = path.read_bytes().decode("utf-8-sig", errors="replace")
+        text = read_regular_file(path).decode("utf-8-sig", errors="replace")
     except OSError:
         return None
     table = ""

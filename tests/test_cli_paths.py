@@ -4,6 +4,7 @@ file, the same precedence; install-service writes that socket into the units."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -204,3 +205,27 @@ def test_a_socket_path_naming_a_folder_or_a_file_says_so(daemon_factory: DaemonF
             line = assert_one_line_error(recalld(*args, env=where), 3)
             assert f"cannot connect to {place}: it is {what}, not a socket" in line, line
             assert "start it with" not in line, line
+
+
+def test_a_config_path_that_is_no_file_is_refused_not_waited_on(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # A FIFO would hold every reader until a writer came; a folder said "Is a directory".
+    env = daemon_factory.environment()
+    (tmp_path / "fifo.toml").parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(tmp_path / "fifo.toml")
+    (tmp_path / "folder.toml").mkdir()
+    for name, kind in (("fifo.toml", "a FIFO"), ("folder.toml", "a directory")):
+        cfg = tmp_path / name
+        named = {**env, "RECALLD_CONFIG": str(cfg)}
+        for args in (["status"], ["serve"], ["serve", "--check-config"]):
+            line = assert_one_line_error(recalld(*args, env=named), 2)
+            assert f"{cfg}: not a regular file ({kind})" in line, (args, line)
+        doctor = json.loads(recalld("doctor", "--json", env=named).stdout)
+        checks = {c["name"]: c for c in doctor["checks"]}
+        assert f"not a regular file ({kind})" in checks["config file"]["detail"], checks
+    # Nor is a unit file doctor reads.
+    units = Path(env["XDG_CONFIG_HOME"]) / "systemd" / "user"
+    units.mkdir(parents=True)
+    os.mkfifo(units / "recalld.service")
+    doctor = json.loads(recalld("doctor", "--json", env=env).stdout)
+    assert any(c["name"] == "unit" for c in doctor["checks"]), doctor
