@@ -299,6 +299,10 @@ def _main(argv: Sequence[str] | None, hangup: HeldHangup | None) -> int:
             return EXIT_CONFIG
     logging.basicConfig(handlers=[handler], level=ns.log_level or "INFO", format=LOG_FORMAT)
     logging.getLogger().setLevel(level)
+    if sd_env.ignored_listen:
+        log.warning("%s: the sockets it names are not used (a program that starts "
+                    "recalld serve for systemd must exec it, keeping the pid systemd "
+                    "passed them to)", sd_env.ignored_listen)
     before, after = raise_open_files_limit()
     if after != before:
         log.info("open files limit raised from %d to %d", before, after)

@@ -43,6 +43,8 @@ class SystemdEnvironment:
     notify_socket: str | None = None
     watchdog_interval_s: float | None = None
     listen_fds: tuple[int, ...] = ()
+    #: Why ``LISTEN_FDS`` was set but not taken: meant for another pid.
+    ignored_listen: str | None = None
 
 
 def take_environment(environ: MutableMapping[str, str] | None = None) -> SystemdEnvironment:
@@ -62,12 +64,21 @@ def take_environment(environ: MutableMapping[str, str] | None = None) -> Systemd
         if notify and usec and (wd_pid is None or wd_pid == str(pid)):
             watchdog = usec / 1_000_000
         fds: tuple[int, ...] = ()
-        if env.get("LISTEN_PID") == str(pid) and env.get("LISTEN_FDS"):
+        ignored = None
+        listen_pid = env.get("LISTEN_PID")
+        if listen_pid == str(pid) and env.get("LISTEN_FDS"):
             fds = _passed_fds(env["LISTEN_FDS"])
+        elif env.get("LISTEN_FDS"):
+            # Not ours to take; but a wrapper that forks rather than execs recalld leaves
+            # the socket open here, in the place the daemon would bind.
+            ignored = (f"LISTEN_FDS={env['LISTEN_FDS']!r} is meant for "
+                       + (f"pid {listen_pid!r}" if listen_pid else "no pid (no LISTEN_PID)")
+                       + f", not this process ({pid})")
     finally:
         for name in _VARIABLES:
             env.pop(name, None)
-    return SystemdEnvironment(notify_socket=notify, watchdog_interval_s=watchdog, listen_fds=fds)
+    return SystemdEnvironment(notify_socket=notify, watchdog_interval_s=watchdog,
+                              listen_fds=fds, ignored_listen=ignored)
 
 
 def _number(value: str | None) -> int | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -22,9 +23,12 @@ from pathlib import Path
 
 import pytest
 from conftest import DaemonFactory
+from test_systemd import short_dir
 from waits import wait_gone, wait_log
 
 from recalld.ipc.client import Client
+
+__all__ = ["short_dir"]  # a fixture
 
 SCRIPT = Path(sys.executable).parent / "recalld"
 
@@ -350,3 +354,28 @@ def test_an_autostart_stops_waiting_when_the_started_daemon_exits(
     assert "but it exited: recalld: cannot use the data directory" in said, said
     assert f"Is a directory: {state / 'daemon.lock'}" in said, said
     assert "recalld-start.log" in said and len(said.splitlines()) == 1
+
+
+def test_a_socket_passed_to_another_pid_is_named_as_the_reason_the_start_fails(
+        daemon_factory: DaemonFactory, short_dir: Path) -> None:
+    # A wrapper that forks recalld rather than exec'ing it: LISTEN_PID is the wrapper's,
+    # so the passed socket is not taken, yet it listens on the socket's path. The start
+    # fails (another listener is there) and the log says whose socket that is.
+    path = short_dir / "r.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(16)
+    launcher = (sys.executable, "-c",
+                f"import os, sys; os.dup2({listener.fileno()}, 3);"
+                "os.environ['LISTEN_PID'] = str(os.getppid()); os.environ['LISTEN_FDS'] = '1';"
+                "os.execv(sys.executable, [sys.executable, '-m', 'recalld.daemon.main', "
+                "*sys.argv[1:]])")
+    try:
+        d = daemon_factory(launcher=launcher, pass_fds=(listener.fileno(),), wait=False,
+                           RECALLD_SOCKET=str(path))
+        assert d.proc.wait(timeout=60) == 3, d.log()
+        assert f"another recalld is already serving {path}" in d.log()
+        assert "LISTEN_FDS='1' is meant for pid '" in d.log(), d.log()
+        assert "must exec it" in d.log() and "Traceback" not in d.log()
+    finally:
+        listener.close()

@@ -333,6 +333,8 @@ def test_take_environment_ignores_variables_meant_for_another_pid() -> None:
     got = take_environment(env)
     assert got.watchdog_interval_s is None
     assert got.listen_fds == ()
+    assert got.ignored_listen == f"LISTEN_FDS='1' is meant for pid {other!r}, not this " \
+                                 f"process ({os.getpid()})"
     assert env == {}
 
 
