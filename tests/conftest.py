@@ -39,7 +39,6 @@ from typing import Any, Literal
 import orjson
 import pytest
 import trio
-from bytecode import compile_sources
 from fakes.provider_server import FakeProvider
 from forkserver import ForkedProcess, ForkServers, pidfds_work
 
@@ -304,13 +303,6 @@ def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
     if isinstance(factory, DaemonFactory):
         factory.stop_all()
     yield
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """Once per run, before the workers start: the bytecode every interpreter the suite
-    starts would otherwise compile again (tests/bytecode.py)."""
-    if not hasattr(config, "workerinput"):
-        compile_sources()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
