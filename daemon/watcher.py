@@ -33,6 +33,7 @@ from recalld.daemon.watchpaths import WatchedRoots
 from recalld.daemon.watchrecords import (
     ReconcileResult,
     WatcherConfig,
+    WatchErrors,
     WatcherStatus,
     describe_error,
 )
@@ -122,9 +123,7 @@ class Watcher:
         self._unlisted: dict[str, str] = {}  # roots the last scan could not list, and why
         self._unlisted_found = trio.Event()
         self._moved_away: set[str] = set()  # lost roots not to recreate
-        self._errors = 0
-        self._last_error: str | None = None
-        self._last_error_at: float | None = None  # wall clock, for status
+        self._errors = WatchErrors(str(self._workspace))
         self._restarts = 0
         self._sync_fallbacks = 0
         self._overflows = 0
@@ -313,6 +312,7 @@ class Watcher:
             try:
                 await self._flush()
                 backoff = self._config.restart_backoff_initial_s
+                self._errors.recovered("apply failed")
             except Exception as exc:
                 # The paths left pending are unknown now: a reconcile finds them again.
                 self._record_error("apply failed", exc)
@@ -325,14 +325,12 @@ class Watcher:
             await trio.sleep(self._config.reconcile_interval_s)
             try:
                 await self.reconcile("periodic", unattended=True)
+                self._errors.recovered("periodic reconcile failed")
             except Exception as exc:
                 self._record_error("periodic reconcile failed", exc)
 
     def _record_error(self, what: str, exc: BaseException) -> None:
-        self._errors += 1
-        self._last_error = f"{what}: {describe_error(exc)}"
-        self._last_error_at = time.time()
-        log.warning("watcher of %s: %s", self._workspace, self._last_error, exc_info=exc)
+        self._errors.record(what, exc, explained=WatchError)
 
     # -- the native watch, restarted with backoff -----------------------------------------------
 
@@ -348,6 +346,7 @@ class Watcher:
                     async with trio.open_nursery() as nursery:
                         await nursery.start(partial(self._source.run, self._roots, self._ingest))
                         self._watch_state, self._why = "watching", None
+                        self._errors.recovered("watch failed")
                         self._moved_away.clear()
                         if started:
                             self._request_rescan("watch restarted")
@@ -433,7 +432,7 @@ class Watcher:
         self._cookie_n += 1
         name = f"{COOKIE_PREFIX}{os.getpid()}-{self._cookie_n}"
         done = trio.Event()
-        errors = self._errors
+        errors = self._errors.count
         self._cookies[name] = done
         try:
             try:
@@ -451,7 +450,7 @@ class Watcher:
                     # it. An apply that failed meanwhile ends the wait: the reconcile
                     # below raises its error to the caller.
                     owed = self._apply_lock.locked() or self._wake.is_set()
-                    if name not in self._cookie_seen or errors != self._errors or not owed:
+                    if name not in self._cookie_seen or errors != self._errors.count or not owed:
                         break
             self._sync_fallbacks += 1
             await self._sync_by_reconcile("sync cookie not seen")
@@ -489,9 +488,9 @@ class Watcher:
             "pending": self.pending_count(),
             "rescan_owed": self._rescan,
             "last_reconcile": None if last is None else last.as_dict(),
-            "errors": self._errors,
-            "last_error": self._last_error,
-            "last_error_at": self._last_error_at,
+            "errors": self._errors.count,
+            "last_error": self._errors.last,
+            "last_error_at": self._errors.last_at,
             "restarts": self._restarts,
             "overflows": self._overflows,
             "sync_fallbacks": self._sync_fallbacks,

@@ -2,21 +2,26 @@
 
 Owns :class:`WatcherConfig` (frozen), :class:`WatcherStatus` (what ``Watcher.status``
 returns), :class:`ReconcileResult` with its status record (one reconcile: why, when,
-how long, what it found) and :func:`describe_error`, an error as status shows it. Plain
-data: no trio, no I/O.
+how long, what it found), :func:`describe_error`, an error as status shows it, and
+:class:`WatchErrors`, the count and the last of the watcher's errors, which logs them. No
+trio, no other I/O.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+import time
+from dataclasses import dataclass, field
 from typing import TypedDict
 
 from recalld.daemon.watchpaths import IGNORE_DIRS, MisnamedStatus
 
 __all__ = [
-    "ReconcileFound", "ReconcileRecord", "ReconcileResult", "WatcherConfig", "WatcherStatus",
-    "describe_error",
+    "ReconcileFound", "ReconcileRecord", "ReconcileResult", "WatchErrors", "WatcherConfig",
+    "WatcherStatus", "describe_error",
 ]
+
+log = logging.getLogger("recalld.daemon.watcher")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,3 +99,34 @@ def describe_error(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return f"{type(exc).__name__}: {exc}"
+
+
+@dataclass(slots=True)
+class WatchErrors:
+    """The watcher's errors: how many, the last and when (wall clock, for status).
+
+    Each is logged as a warning, but the same error of the same work again (a retry of
+    a lasting cause: a link in place of a root) only at debug level, until that work is
+    :meth:`recovered`; an error said in words (of the ``explained`` type, alone or as
+    every error of a group) has no traceback.
+    """
+
+    workspace: str
+    count: int = 0
+    last: str | None = None
+    last_at: float | None = None
+    lasting: dict[str, str] = field(default_factory=dict)  # work -> its error, till it recovers
+
+    def record(self, what: str, exc: BaseException, *,
+               explained: type[Exception]) -> None:
+        error = f"{what}: {describe_error(exc)}"
+        said = isinstance(exc, explained) or (
+            isinstance(exc, BaseExceptionGroup) and exc.split(explained)[1] is None)
+        again = self.lasting.get(what) == error
+        self.count, self.last, self.last_at = self.count + 1, error, time.time()
+        self.lasting[what] = error
+        log.log(logging.DEBUG if again else logging.WARNING, "watcher of %s: %s",
+                self.workspace, error, exc_info=None if said else exc)
+
+    def recovered(self, what: str) -> None:
+        self.lasting.pop(what, None)

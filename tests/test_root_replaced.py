@@ -150,6 +150,11 @@ def test_a_memory_folder_moved_out_with_a_link_left_keeps_its_notes(
         return found
 
     wait_value(watcher, lambda w: "symbolic link" in str(w["why"]), "bob's watcher failed")
+    # Its retries (with backoff) meet the same cause: said once, in words, no traceback.
+    wait_value(watcher, lambda w: w["errors"] >= 3, "two retries of bob's watch")
+    said = [line for line in daemon.log().splitlines() if "watch failed" in line]
+    assert len(said) == 1 and "WARNING" in said[0] and "symbolic link" in said[0], said
+    assert "Traceback" not in daemon.log()
     for query, paths in (("Fridays", [NOTE]), ("quokkaword", [])):
         hits = daemon.call("memory.search", {"agent_id": "bob", "query": query,
                                              "sync": True})["results"]
@@ -165,6 +170,11 @@ def test_a_memory_folder_moved_out_with_a_link_left_keeps_its_notes(
     assert [h["path"] for h in hits] == [NOTE]
     assert not daemon.call("memory.search", {"agent_id": "bob", "query": "Fridays"})["results"]
     assert daemon.call("index.verify", {"agent_id": "bob"})["ok"] is True
+    # Once watched again, the same cause is news again.
+    os.rename(bob / "memory", tmp_path / "bob-memory")
+    os.symlink(alice / "memory", bob / "memory")
+    wait_value(watcher, lambda w: w["state"] == "failed", "bob's watcher failed again")
+    assert len([line for line in daemon.log().splitlines() if "watch failed" in line]) == 2
 
 
 @pytest.mark.parametrize("replaced", ["folder", "metadata_dir"])
