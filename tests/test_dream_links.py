@@ -109,3 +109,25 @@ def test_links_written_as_wikilinks_with_an_alias_or_a_heading_name_their_node(
     assert made.endswith("not linked, no such node: digest/procedure/nowhere-at-all.md"), made
     assert "- boils in 90 s" in read, read
     assert node(root, kettle)[0]["sources"] == [a, b]
+
+
+def test_a_related_path_that_is_no_node_is_named_to_the_model(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A daily note, a file outside the buckets or a folder deeper than a bucket in
+    ``related`` was dropped without a word: the model took the link as written."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a = "memory/2026-09-05/a.md"
+    write(root, a, "The garden hose is in the shed; see the notes of May.\n")
+    open_ws(daemon, root, fake)
+    odd = ["memory/2026-05-01.md", "[[digest/shed.md]]", "digest/wiki/old/hose.md",
+           "notes/garden"]
+    model.plan[a] = [[("integrate", {
+        "action": "CREATE", "bucket": "wiki", "name": "Garden hose",
+        "content": "- in the shed", "reason": "fact", "related": odd})]]
+    assert dream(daemon)["actions"] == {"CREATE": 1}, model.tool_results
+    fields, _ = node(root, "digest/wiki/garden-hose.md")
+    assert fields.get("related", []) == [], fields
+    told = model.tool_results[0]
+    assert ("not linked, not a node path (digest/<bucket>/<name>.md): memory/2026-05-01.md, "
+            "digest/shed.md, digest/wiki/old/hose.md, notes/garden.md") in told, told

@@ -191,6 +191,9 @@ class Integration:
     related: tuple[str, ...] = ()
     reason: str = ""
     node: str | None = None  # an existing node's path, if the model names one
+    #: The ``related`` entries that are no node's path (a daily note, a file outside the
+    #: buckets): not linked, and the model is told so.
+    not_nodes: tuple[str, ...] = ()
 
     @property
     def path(self) -> str:
@@ -470,15 +473,15 @@ def parse_integration(args: Mapping[str, object], *, digest_dir: str,
     sources = tuple(dict.fromkeys(
         s for s in map(link_path, _as_list(args.get("sources"))) if s in allowed)
     ) or (default_source,)
-    related = []
+    related: list[str] = []
+    not_nodes: list[str] = []
     for r in _as_list(args.get("related")):
         r = link_path(_one_line(r))
         if "/" not in r:
             r = node_path(bucket, r, digest_dir)
         elif not r.endswith(".md"):  # a node linked by its path, as Obsidian links it
             r += ".md"
-        if _bucket_of(r, digest_dir) is not None:
-            related.append(r)
+        (related if _bucket_of(r, digest_dir) is not None else not_nodes).append(r)
     return Integration(
         action=action, bucket=bucket, name=name,
         description=_string(args, "description", limit=300),
@@ -486,4 +489,5 @@ def parse_integration(args: Mapping[str, object], *, digest_dir: str,
         sources=sources, related=tuple(dict.fromkeys(related)),
         reason=_string(args, "reason", limit=500),
         node=node if node is not None else node_path(bucket, name, digest_dir),
+        not_nodes=tuple(dict.fromkeys(not_nodes)),
     )

@@ -275,6 +275,9 @@ class _Run:
             "sources": list(proposal.sources), "note": self.note}
         await self.act(record)
         not_linked = f"; not linked, no such node: {', '.join(unknown)}" if unknown else ""
+        if proposal.not_nodes:
+            not_linked += (f"; not linked, not a node path ({self.digest_dir}/<bucket>/"
+                           f"<name>.md): {', '.join(proposal.not_nodes)}")
         return f"{outcome.status}: {outcome.action} {outcome.path}: {outcome.detail}{not_linked}"
 
     def _by_hand(self, rel: str, now: str | None) -> bool:
