@@ -197,3 +197,37 @@ def test_a_new_name_told_apart_only_by_accents_or_punctuation_is_no_second_node(
     assert node(root, zoe)[0]["sources"] == [one, two]
     assert node(root, mail)[0]["sources"] == [one, two]
     assert len(list((root / "digest/wiki").iterdir())) == 4
+
+
+def test_a_rewrite_naming_an_accent_variant_of_a_node_is_pointed_at_it(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A REFINE, CORROBORATE or CORRECT naming ``Zoe Orsted`` (by its path or its name)
+    beside the node ``Zoë Ørsted`` heard "needs an existing node" and was never told
+    which node it meant; now it is named, and nothing is written."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    one, two = "memory/2026-11-28/a.md", "memory/2026-11-29/b.md"
+    zoe = "digest/personal/zoë-ørsted.md"
+    write(root, one, "Zoë Ørsted likes tea.\n")
+    open_ws(daemon, root, fake)
+    model.plan[one] = [[("integrate", {"action": "CREATE", "bucket": "personal",
+                                       "name": "Zoë Ørsted", "content": "- likes tea",
+                                       "reason": "fact"})]]
+    assert dream(daemon)["actions"] == {"CREATE": 1}
+    before = (root / zoe).read_text(encoding="utf-8")
+    write(root, two, "Zoe Orsted likes green tea.\n")
+    model.plan[two] = [[
+        ("integrate", {"action": "REFINE", "bucket": "personal",
+                       "node": "digest/personal/zoe-orsted.md", "content": "- green tea",
+                       "reason": "detail"}),
+        ("integrate", {"action": "CORROBORATE", "bucket": "personal", "name": "ZOE ORSTED!",
+                       "reason": "again"}),
+        ("integrate", {"action": "CORRECT", "bucket": "personal", "name": "Zoe-Orsted",
+                       "content": "- green tea", "reason": "changed"})]]
+    result = dream(daemon)
+    assert result["actions"] == {"refused": 3}, (result, model.tool_results)
+    for told in model.tool_results[-3:]:
+        assert told.startswith("refused") and f"{zoe} ('Zoë Ørsted')" in told, told
+        assert "accents, case or punctuation" in told, told
+    assert (root / zoe).read_text(encoding="utf-8") == before
+    assert sorted(p.name for p in (root / "digest/personal").iterdir()) == ["zoë-ørsted.md"]

@@ -304,8 +304,9 @@ class _Run:
         """``proposal`` on the nodes that exist (blocking): its path the node it stands for
         (:func:`nodefiles.find_node`: never a second node of one name), its related nodes
         those that exist (a link is never written to nothing); the related paths that
-        name no node; and for a new node, the node of a name alike, if any
-        (:func:`nodefiles.alike_node`) and that name."""
+        name no node; and, when it names no node, the node of a name alike, if any
+        (:func:`nodefiles.alike_node`; by the name proposed or the file name) and that
+        name."""
         nodes = self.names.scan(self.ws.root, self.digest_dir)
         path = nodefiles.find_node(nodes, proposal.path, nodes)
         alike = None
@@ -316,6 +317,10 @@ class _Run:
             path = nodefiles.find_node(nodes, named, nodes)
             alike = None if path else nodefiles.alike_node(nodes, proposal.name)
             path = path or named
+        elif path is None:  # a node named in another spelling: the model is told which
+            stem = proposal.path.rsplit("/", 1)[-1].removesuffix(".md")
+            alike = nodefiles.alike_node(nodes, proposal.name) or nodefiles.alike_node(
+                nodes, stem.replace("-", " ").replace("_", " "))
         path = path or proposal.path
         related: list[str] = []
         unknown: list[str] = []

@@ -100,7 +100,8 @@ def integrate(existing: Node | None, proposal: Integration, today: str,
               alike: tuple[str, str] | None = None) -> Outcome:
     """Decide what ``proposal`` does to ``existing`` (None: the node does not exist).
     ``alike``: the path and name of a node whose name only accents, case or punctuation
-    tell from the new node's: a CREATE is refused, pointing at it."""
+    tell from the one proposed: a CREATE is refused, pointing at it; another action, which
+    needs a node that exists, is pointed at it too."""
     path = proposal.path
     action = proposal.action
     if existing is None:
@@ -110,6 +111,12 @@ def integrate(existing: Node | None, proposal: Integration, today: str,
                            "accents, case or punctuation: name it in `node` to CORROBORATE "
                            "or REFINE it; if this is something else, give the new node a "
                            "name told apart by more than that")
+        if action != "CREATE" and alike is not None:
+            return Outcome(action, path, "refused", None,
+                           f"{action} needs an existing node; {path} does not exist, but "
+                           f"the node {alike[0]} ({alike[1]!r}) has this name but for "
+                           "accents, case or punctuation: name it in `node` if it is the "
+                           "one meant")
         if action != "CREATE":
             return Outcome(action, path, "refused", None,
                            f"{action} needs an existing node; {path} does not exist "
