@@ -235,7 +235,8 @@ class _Run:
             return f"error: {exc}"
         # Nodes hold their secrets masked: compare the proposal with them as it will be kept.
         proposal = dataclasses.replace(proposal, content=await redact_async(proposal.content))
-        proposal, unknown, alike = await trio.to_thread.run_sync(self._on_nodes, proposal)
+        proposal, unknown, alike = await trio.to_thread.run_sync(lambda: nodefiles.on_nodes(
+            self.names.scan(self.ws.root, self.digest_dir), proposal, self.digest_dir))
         for _ in range(WRITE_ATTEMPTS):  # the node read again if it changed meanwhile
             before_text, utf8 = await trio.to_thread.run_sync(nodefiles.read_node,
                                                               self.ws.root, proposal.path)
@@ -298,40 +299,6 @@ class _Run:
         first, content = self.answer_first[rel], textlines.content_lines
         return first is None or now is None or content(digest.parse_node(rel, first).content) \
             != content(digest.parse_node(rel, now).content)
-
-    def _on_nodes(self, proposal: digest.Integration
-                  ) -> tuple[digest.Integration, list[str], tuple[str, str] | None]:
-        """``proposal`` on the nodes that exist (blocking): its path the node it stands for
-        (:func:`nodefiles.find_node`: never a second node of one name), its related nodes
-        those that exist (a link is never written to nothing); the related paths that
-        name no node; and, when it names no node, the node of a name alike, if any
-        (:func:`nodefiles.alike_node`; by the name proposed or the file name) and that
-        name."""
-        nodes = self.names.scan(self.ws.root, self.digest_dir)
-        path = nodefiles.find_node(nodes, proposal.path, nodes)
-        alike = None
-        if path is None and proposal.action == "CREATE":
-            # A new node's file is named by the slug of its name, whatever path the model
-            # wrote: one name is one file, found again by that name.
-            named = digest.node_path(proposal.bucket, proposal.name, self.digest_dir)
-            path = nodefiles.find_node(nodes, named, nodes)
-            alike = None if path else nodefiles.alike_node(nodes, proposal.name)
-            path = path or named
-        elif path is None:  # a node named in another spelling: the model is told which
-            stem = proposal.path.rsplit("/", 1)[-1].removesuffix(".md")
-            alike = nodefiles.alike_node(nodes, proposal.name) or nodefiles.alike_node(
-                nodes, stem.replace("-", " ").replace("_", " "))
-        path = path or proposal.path
-        related: list[str] = []
-        unknown: list[str] = []
-        for rel in proposal.related:
-            found = nodefiles.find_node(nodes, rel, nodes)
-            if found is None and rel != proposal.path:
-                unknown.append(rel)
-            elif found is not None and found != path:
-                related.append(found)
-        return dataclasses.replace(proposal, node=path, related=tuple(dict.fromkeys(
-            related))), unknown, None if alike is None else (alike, nodes[alike] or alike)
 
 
 async def run_dream(

@@ -1,5 +1,6 @@
-"""The digest nodes on disk: listing them for the model and finding the node a path or a
-name stands for (blocking functions; run them in a thread).
+"""The digest nodes on disk: listing them for the model, finding the node a path or a
+name stands for, and the nodes a proposal of the model names (:func:`on_nodes`). Blocking
+functions; run them in a thread.
 
 A node is found by its file name's key (:func:`digest.node_key`: Unicode form and case
 folded), else by its slug (:func:`digest.slugify`), in any bucket, so that a path the
@@ -13,6 +14,7 @@ when that node exists. A node whose file a person renamed (``tea-preference.md``
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import unicodedata
@@ -174,3 +176,36 @@ def alike_node(names: Mapping[str, str], name: str) -> str | None:
     key = alike_key(name)
     return next((rel for rel, named in names.items()
                  if alike_key(named or rel.rsplit("/", 1)[-1][:-3]) == key), None)
+
+
+def on_nodes(nodes: Mapping[str, str], proposal: digest.Integration, digest_dir: str
+             ) -> tuple[digest.Integration, list[str], tuple[str, str] | None]:
+    """``proposal`` on the nodes that exist (``nodes``: :meth:`NameIndex.scan`): its path
+    the node it stands for (:func:`find_node`: never a second node of one name), its
+    related nodes those that exist (a link is never written to nothing); the related
+    paths that name no node; and, when it names no node, the node of a name alike, if any
+    (:func:`alike_node`; by the name proposed or the file name) and that name."""
+    path = find_node(nodes, proposal.path, nodes)
+    alike = None
+    if path is None and proposal.action == "CREATE":
+        # A new node's file is named by the slug of its name, whatever path the model
+        # wrote: one name is one file, found again by that name.
+        named = digest.node_path(proposal.bucket, proposal.name, digest_dir)
+        path = find_node(nodes, named, nodes)
+        alike = None if path else alike_node(nodes, proposal.name)
+        path = path or named
+    elif path is None:  # a node named in another spelling: the model is told which
+        stem = proposal.path.rsplit("/", 1)[-1].removesuffix(".md")
+        alike = alike_node(nodes, proposal.name) or alike_node(
+            nodes, stem.replace("-", " ").replace("_", " "))
+    path = path or proposal.path
+    related: list[str] = []
+    unknown: list[str] = []
+    for rel in proposal.related:
+        found = find_node(nodes, rel, nodes)
+        if found is None and rel != proposal.path:
+            unknown.append(rel)
+        elif found is not None and found != path:
+            related.append(found)
+    return dataclasses.replace(proposal, node=path, related=tuple(dict.fromkeys(
+        related))), unknown, None if alike is None else (alike, nodes[alike] or alike)
