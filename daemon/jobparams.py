@@ -71,3 +71,10 @@ def count(name: str, value: object) -> object:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise InvalidParams(f"job param {name!r} must be an integer >= 0{integer_range(value)}")
     return value
+
+
+def flag(name: str, value: object) -> object:
+    """A boolean."""
+    if not isinstance(value, bool):
+        raise InvalidParams(f"job param {name!r} must be true or false")
+    return value

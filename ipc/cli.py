@@ -145,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
                                   "run changed (run id from its log)")
     dream.add_argument("--force", action="store_true",
                        help="with --undo: restore even files changed since that run")
+    dream.add_argument("--retry-failed", action="store_true",
+                       help="read too the notes the model failed on as they are, which wait "
+                            "for a change")
 
     mcp = add("mcp", "serve an agent's memory to MCP clients over stdio "
                      "(needs recalld[mcp])")
@@ -345,7 +348,9 @@ def _dream(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -
             out.write(table(rows, ("run_id", "started", "trigger", "notes", "files", "undone")))
         return EXIT_OK
     if not ns.undo:
-        return _job("auto_dream")(client, ns, out, as_json)
+        waiter = JobWaiter(client, ns.agent, out=out, as_json=as_json)
+        return waiter.submit_and_wait("auto_dream", wait=not ns.no_wait, params={
+            "retry_failed": True} if ns.retry_failed else None)
     result = client.dream_undo(ns.agent, ns.undo, force=bool(ns.force))
     if as_json:
         print_json(out, result)

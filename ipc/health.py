@@ -268,6 +268,22 @@ def _last_job(jobs: Sequence[JobInfo], kind: str) -> JobInfo | None:
     return max(done, key=lambda j: float(j.get("finished_at") or 0), default=None)
 
 
+def _waiting(a: Assessment, result: Mapping[str, object]) -> None:
+    """The notes the last dream did not read after the model failed on them (dreamretry)."""
+    count, named = result.get("waiting_notes"), result.get("waiting")
+    if not isinstance(count, int) or count <= 0:
+        return
+    shown = "; ".join(f"{visible(str(p))}: {why}" for p, why in list(
+        named.items())[:3]) if isinstance(named, Mapping) else ""
+    a.problems.append(Problem(
+        "warn", f"{count} daily note(s) wait after the model failed on them as they are"
+                + (f" ({shown}{'; ...' if count > 3 else ''})" if shown else ""),
+        "each unchanged note is tried a few times, a run apart, then waits until it changes; "
+        "see why in the last dream's job (recalld jobs list), fix the cause (a node that "
+        f"cannot be read, max_tokens, the model), then: recalld dream --retry-failed "
+        f"{agent_option(a.agent_id)}"))
+
+
 def _dream(a: Assessment, ws: WorkspaceInfo, jobs: Sequence[JobInfo]) -> None:
     d = ws.get("dream")
     if not isinstance(d, Mapping):
@@ -283,9 +299,10 @@ def _dream(a: Assessment, ws: WorkspaceInfo, jobs: Sequence[JobInfo]) -> None:
             last_text += f", {failed} note(s) not processed"
             a.problems.append(Problem(
                 "warn", f"the last dream left {failed} daily note(s) not processed; they "
-                        "are tried again at the next run",
+                        "are tried again by later runs (a few times while unchanged)",
                 f"its run log names each and why: {result.get('log')} (recalld jobs get "
                 f"{last.get('job_id')})"))
+        _waiting(a, result)
         left = result.get("left")
         if isinstance(left, int) and left > 0:
             last_text += f", {left} changed note(s) left for the next run"

@@ -127,8 +127,9 @@ class JobWaiter:
             return "json"
         return "bar" if self.bar.isatty() else "lines"
 
-    def submit_and_wait(self, kind: str, *, wait: bool = True) -> int:
-        submitted = self.client.jobs_submit(self.agent_id, kind)
+    def submit_and_wait(self, kind: str, *, wait: bool = True,
+                        params: Mapping[str, object] | None = None) -> int:
+        submitted = self.client.jobs_submit(self.agent_id, kind, params)
         job_id = str(submitted.get("job_id", ""))
         if not wait:
             if self.as_json:

@@ -92,6 +92,7 @@ class DreamRecord(TypedDict):
     catalog: NotRequired[dict[str, CatalogChange]]  # left out by records of before it
     undo_pending: NotRequired[JsonObject]  # an undo decided, not finished (see dreamundo)
     undone: str | None
+    waiting: NotRequired[dict[str, str]]  # notes not read after failed tries: why
 
 
 class RunSummary(TypedDict):
@@ -108,6 +109,21 @@ class RunSummary(TypedDict):
     log: NotRequired[str]
     #: The model's tool calls not run: past the calls of one answer or the run's budget.
     tool_calls_refused: NotRequired[int]
+    #: The notes not read after failed tries (:mod:`dreamretry`), and why (the first 20).
+    waiting_notes: NotRequired[int]
+    waiting: NotRequired[dict[str, str]]
+
+
+#: The waiting notes a run's summary names (all are counted).
+WAITING_SHOWN: Final = 20
+
+
+def add_waiting(summary: RunSummary, waiting: Mapping[str, str]) -> RunSummary:
+    """``summary`` naming the notes ``waiting`` (not read after failed tries), and why."""
+    if waiting:
+        summary["waiting_notes"] = len(waiting)
+        summary["waiting"] = dict(sorted(waiting.items())[:WAITING_SHOWN])
+    return summary
 
 
 class UndoConflict(NotAllowed):
@@ -154,6 +170,8 @@ class RunLog:
     catalog: dict[str, CatalogChange] = field(default_factory=dict)
     #: The files whose last write kept lines no model read (see ``FileBefore.unread``).
     unread: set[str] = field(default_factory=set)
+    #: The changed notes not read after failed tries (:mod:`dreamretry`), and why.
+    waiting: dict[str, str] = field(default_factory=dict)
 
     def record_catalog(self, path: str, before: JsonObject | None,
                        after: JsonObject | None) -> None:
@@ -191,20 +209,25 @@ class RunLog:
 
     def to_json(self) -> DreamRecord:
         files = {p: self.file_entry(p) for p in sorted(self.before)}
-        return {"version": _VERSION, "run_id": self.run_id, "started": self.started,
-                "finished": self.finished, "trigger": self.trigger, "notes": self.notes,
-                "failed_notes": self.failed_notes, "actions": self.actions, "files": files,
-                "catalog": self.catalog, "undone": None}
+        record: DreamRecord = {
+            "version": _VERSION, "run_id": self.run_id, "started": self.started,
+            "finished": self.finished, "trigger": self.trigger, "notes": self.notes,
+            "failed_notes": self.failed_notes, "actions": self.actions, "files": files,
+            "catalog": self.catalog, "undone": None}
+        if self.waiting:
+            record["waiting"] = self.waiting
+        return record
 
     def summary(self) -> RunSummary:
         counts: dict[str, int] = {}
         for a in self.actions:
             key = a["action"] if a["status"] == "applied" else a["status"]
             counts[key] = counts.get(key, 0) + 1
-        return {"run_id": self.run_id, "notes": len(self.notes), "left": self.left,
-                "failed_notes": len(self.failed_notes), "actions": counts,
-                "files_changed": sorted(p for p in self.before if self._differs(p)),
-                "tool_calls_refused": self.tool_calls_refused}
+        return add_waiting({
+            "run_id": self.run_id, "notes": len(self.notes), "left": self.left,
+            "failed_notes": len(self.failed_notes), "actions": counts,
+            "files_changed": sorted(p for p in self.before if self._differs(p)),
+            "tool_calls_refused": self.tool_calls_refused}, self.waiting)
 
 
 def render_markdown(run: RunLog) -> str:
@@ -219,8 +242,12 @@ def render_markdown(run: RunLog) -> str:
     if run.notes:
         lines += ["## Notes read", ""] + [f"- [[{n}]]" for n in run.notes] + [""]
     if run.failed_notes:
-        lines += ["## Notes not processed (retried next run)", ""]
+        lines += ["## Notes not processed (tried again by later runs, a few times while "
+                  "unchanged)", ""]
         lines += [f"- [[{n}]]: {why}" for n, why in sorted(run.failed_notes.items())] + [""]
+    if run.waiting:
+        lines += ["## Notes not read (the model failed on them as they are)", ""]
+        lines += [f"- [[{n}]]: {why}" for n, why in sorted(run.waiting.items())] + [""]
     applied = [a for a in run.actions if a["status"] == "applied"]
     other = [a for a in run.actions if a["status"] != "applied"]
     lines += ["## Changes", ""]

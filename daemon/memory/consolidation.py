@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import trio
 
-from recalld.daemon.jobparams import choice, params_of, text
+from recalld.daemon.jobparams import choice, flag, params_of, text
 from recalld.daemon.jobrecords import JobContext
 from recalld.daemon.jobs import JobManager
 from recalld.daemon.memory.resource import ResourceCatalog
@@ -48,9 +48,10 @@ log = logging.getLogger(__name__)
 DREAM_KIND = "auto_dream"
 RESOURCE_KIND = "auto_resource"
 #: The params of each kind: who asked (the cron, with its occurrence; the resource
-#: watcher), nothing else. A client's submission is ``manual``, named or not.
+#: watcher), and for a dream whether the notes waiting after failed tries are read too
+#: (:mod:`dreamretry`). A client's submission is ``manual``, named or not.
 DREAM_PARAMS = params_of(DREAM_KIND, {"trigger": choice("manual", "cron"),
-                                      "occurrence": text})
+                                      "occurrence": text, "retry_failed": flag})
 RESOURCE_PARAMS = params_of(RESOURCE_KIND, {"trigger": choice("manual", "cron", "watch")})
 
 
@@ -105,7 +106,8 @@ class Consolidation:
                     await dreamruns.finish_undos(ws, shared)
                 return await dream.run_dream(
                     ws, chat, trigger=str(job.params.get("trigger") or "manual"),
-                    progress=job.set_progress, job_id=job.job_id, shared=shared)
+                    progress=job.set_progress, job_id=job.job_id, shared=shared,
+                    retry_failed=job.params.get("retry_failed") is True)
 
     async def resource_job(self, job: JobContext) -> ResourceResult:
         catalog = self.catalogs.get(job.agent_id)

@@ -16,8 +16,9 @@ has four tools:
 rules: sources, history, refusal of destructive rewrites) and written through the shared
 file operations, so the next search sees it. A note whose conversation failed (provider
 down, malformed answers, or cut off at ``max_steps_per_note`` while the model still called
-tools: the rest of the note may be unread) is left out of the catalog and retried by the
-next run; what it integrated stays; other notes go on. Then ``digest/interests.yaml`` is
+tools: the rest of the note may be unread) is recorded failed in the catalog and read
+again by a later run (a few times while its text is unchanged, then on request:
+:mod:`dreamretry`); what it integrated stays; other notes go on. Then ``digest/interests.yaml`` is
 refreshed, the change log and undo record are written (:mod:`changelog`) and, if memory
 changed, one inbox item is pushed (:mod:`dreaminbox`; a run cancelled or failed too).
 
@@ -50,6 +51,7 @@ from recalld.daemon.memory import (
     dreamlinks,
     dreamnotes,
     dreamprompt,
+    dreamretry,
     integration,
     nodefiles,
     runjournal,
@@ -311,10 +313,12 @@ async def run_dream(
     config: DreamConfig | None = None,
     job_id: str | None = None,
     shared: SharedCatalog | None = None,
+    retry_failed: bool = False,
 ) -> changelog.RunSummary:
     """One dream over ``ws`` (see the module docstring); returns the job result.
     ``shared``: the catalog of a shared workspace's hosts, where what one host dreamed is
-    recorded for all (and read first, so no note is dreamed twice).
+    recorded for all (and read first, so no note is dreamed twice). ``retry_failed``: the
+    notes that wait after failed tries (:mod:`dreamretry`) are read too.
 
     Raises ProviderConfigError without a chat model, JobFailed when every note failed.
     """
@@ -355,7 +359,9 @@ async def run_dream(
     gone, back = await trio.to_thread.run_sync(dreamnotes.deleted_notes, ws.root, catalog,
                                                moves)
     moved = {t[0]: t for t in todo if t[0] in moves}
-    pending = [t for t in todo if t[0] not in moves and t[0] not in copies and t[0] not in same]
+    pending, waiting = dreamretry.hold_back(catalog, [
+        t for t in todo if t[0] not in moves and t[0] not in copies and t[0] not in same],
+        retry=retry_failed)
     todo = pending[: cfg.max_notes_per_run]
     runs_dir = changelog.runs_dir(ws.root, settings.metadata_dir)
     await dreaminbox.recover_journals(ws, runs_dir, _RUNNING)  # also with nothing to do
@@ -364,10 +370,12 @@ async def run_dream(
     if not todo and not moves and not gone and not back and not renamed.found:
         if catalog != known:
             await save()
-        return {"run_id": None, "notes": 0, "changed": False, "actions": {},
-                "recognised_from_reme": recognised}
+        return changelog.add_waiting({"run_id": None, "notes": 0, "changed": False,
+                                      "actions": {}, "recognised_from_reme": recognised},
+                                     waiting)
     run_log = changelog.RunLog(changelog.new_run_id(started), started.isoformat(), trigger,
-                               notes=[p for p, _, _ in todo], left=len(pending) - len(todo))
+                               notes=[p for p, _, _ in todo], left=len(pending) - len(todo),
+                               waiting=waiting)
     run = _Run(ws, fileops_for(ws, policy=WritePolicy((settings.digest_dir,),
                                                  (".md", ".yaml", ".history.txt"))),
                run_log, runjournal.Journal(runs_dir, run_log), today, config=cfg,
@@ -390,6 +398,7 @@ async def run_dream(
             opened = open_fields(text)
             waited = opened and catalog.get(note, {}).get("state") == OPEN_STATE \
                 and catalog[note].get("digest") == sha
+            asked = False  # a model was asked about the note: its failure is one try
             try:
                 parts = (dreamnotes.note_parts(text, cfg.max_note_chars)
                          if has_body(text) or waited else [])
@@ -404,6 +413,7 @@ async def run_dream(
                         {"role": "user",
                          "content": dreamprompt.user_message(note, body, nodes, n,
                                                                 len(parts))}]
+                    asked = asked or not run.budget.spent()
                     result = await run_tools(chat, messages, dreamprompt.tool_schemas(),
                                              run.dispatch,
                                              max_steps=cfg.max_steps_per_note,
@@ -420,9 +430,9 @@ async def run_dream(
                 log.warning("dream of %s: %s not processed: %s", ws.agent_id, note, exc)
                 run.log.failed_notes[note] = exc.message
                 await run.journaled({"failed_note": note, "reason": exc.message})
-                await run.set_catalog(catalog, note, {
-                    "path": note, "digest": sha, "state": "failed", "reason": exc.message,
-                    "run_id": run.log.run_id})
+                await run.set_catalog(catalog, note, dreamretry.failed_record(
+                    catalog.get(note), note, sha, exc.message, run.log.run_id,
+                    counted=asked and isinstance(exc, JobFailed)))
                 continue
             await run.set_catalog(catalog, note, {
                 "path": note, "digest": sha,

@@ -28,7 +28,7 @@ def summary_line(summary: changelog.RunSummary, *, ended: bool) -> str:
     text = f"dream {summary['run_id']}: {', '.join(parts) or 'interest topics refreshed'}"
     if failed := summary.get("failed_notes"):
         text += (f"; {failed} of {summary['notes']} note(s) not processed, read again by "
-                 f"the next dream")
+                 f"a later dream (a few times while unchanged)")
     if refused := summary.get("tool_calls_refused"):
         text += f"; {refused} tool call(s) of the model past its limits not run"
     if not ended:

@@ -1,0 +1,93 @@
+"""auto_dream and a note the model cannot finish as it is: a few tries, a run apart,
+then the note waits for a change or a person, and status says which and why. A failure
+that says nothing of the note (the provider answering garbage) is not counted."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider, Reply
+from test_dream import AGENT, ScriptedModel, dream, open_ws, run_job, write
+
+STEPS = 12  # DreamConfig.max_steps_per_note
+
+
+def _asked(fake: FakeProvider, note: str) -> int:
+    """Chat completions sent about ``note`` so far."""
+    return sum(1 for r in fake.requests if r.path.endswith("/chat/completions")
+               and r.json["messages"][1]["content"].startswith(f"Daily note {note}:"))
+
+
+def test_a_note_the_model_cannot_finish_waits_after_a_few_tries(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-10-02/endless.md"
+    write(root, note, "Lots to look up: the router, the NAS, the printer.\n")
+    open_ws(daemon, root, fake)
+    # The model searches and searches: every conversation is cut off by its step budget.
+    model.plan[note] = [[("node_search", {"query": f"thing {n}"})] for n in range(STEPS + 5)]
+
+    def run(retry: bool = False) -> tuple[dict[str, object], int]:
+        before = _asked(fake, note)
+        job = run_job(daemon, "auto_dream", {"retry_failed": True} if retry else None)
+        return job, _asked(fake, note) - before
+
+    job, asked = run()  # try 1
+    assert job["state"] == "failed" and f"within {STEPS} steps" in job["error"], job
+    assert asked == STEPS
+    job, asked = run()  # try 2, the next run
+    assert job["state"] == "failed" and asked == STEPS, job
+    job, asked = run()  # a run left out before try 3
+    assert job["state"] == "succeeded" and asked == 0, job
+    assert job["result"]["waiting_notes"] == 1, job
+    assert "left out of 1 run(s)" in job["result"]["waiting"][note], job
+    job, asked = run()  # try 3
+    assert job["state"] == "failed" and asked == STEPS, job
+    for _ in range(2):  # then it waits, run after run
+        job, asked = run()
+        assert job["state"] == "succeeded" and asked == 0, job
+        why = job["result"]["waiting"][note]
+        assert "failed on it 3 times" in why and f"within {STEPS} steps" in why, why
+        assert "--retry-failed" in why, why
+    proc = subprocess.run([sys.executable, "-m", "recalld.ipc", "status"], env=daemon.env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    shown = " ".join(proc.stdout.split())
+    assert f"1 daily note(s) wait after the model failed on them as they are ({note}:" \
+        in shown, proc.stdout
+    assert f"recalld dream --retry-failed --agent {AGENT}" in shown, proc.stdout
+    # Asked for, it is tried once more; failing again, it waits again.
+    job, asked = run(retry=True)
+    assert job["state"] == "failed" and asked == STEPS, job
+    job, asked = run()
+    assert job["state"] == "succeeded" and asked == 0, job
+    # Its text changed: tried at once, and what it says now is integrated.
+    write(root, note, "The router is called hal.\n")
+    model.plan[note] = [[("integrate", {"action": "CREATE", "bucket": "wiki",
+                                        "name": "Router", "content": "- it is hal",
+                                        "reason": "fact"})]]
+    result = dream(daemon)
+    assert (result["notes"], result["failed_notes"], result.get("waiting_notes")) == (
+        1, 0, None), result
+    assert (root / "digest/wiki/router.md").exists()
+
+
+def test_a_provider_answering_garbage_does_not_count_as_a_try(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-10-03/d.md"
+    write(root, note, "The build server is called deep-thought.\n")
+    open_ws(daemon, root, fake)
+    for _ in range(4):
+        fake.script(Reply(raw=b"{this is not json"))
+        job = run_job(daemon, "auto_dream")
+        assert job["state"] == "failed" and "no note could be processed" in job["error"], job
+    model.plan[note] = [[("integrate", {"action": "CREATE", "bucket": "wiki",
+                                        "name": "Build server", "content": "- deep-thought",
+                                        "reason": "fact"})]]
+    result = dream(daemon)
+    assert (result["notes"], result["failed_notes"]) == (1, 0), result
