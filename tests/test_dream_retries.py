@@ -91,3 +91,27 @@ def test_a_provider_answering_garbage_does_not_count_as_a_try(
                                         "reason": "fact"})]]
     result = dream(daemon)
     assert (result["notes"], result["failed_notes"]) == (1, 0), result
+
+
+def test_a_note_held_by_a_node_it_cannot_write_waits_and_says_how_to_go_on(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """The note is unchanged; the node is what a person fixes: the note's waiting reason
+    says so, not that the next dream reads it."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note, broken = "memory/2026-10-05/a.md", "digest/wiki/kettle.md"
+    write(root, note, "The kettle boils in 90 s, again.\n")
+    write(root, broken, "---\nname: Kettle\nname: again\n---\n# Kettle\n\n- boils\n")
+    open_ws(daemon, root, fake)
+    model.plan[note] = [[("integrate", {"action": "CORROBORATE", "bucket": "wiki",
+                                        "node": broken, "reason": "again"})]]
+    states = [run_job(daemon, "auto_dream")["state"] for _ in range(4)]
+    assert states == ["failed", "failed", "succeeded", "failed"], states
+    job = run_job(daemon, "auto_dream")
+    why = job["result"]["waiting"][note]
+    assert f"{broken} cannot be read as written" in why, why
+    assert "read again by the next dream" not in why, why
+    assert "once it is fixed: recalld dream --retry-failed" in why, why
+    write(root, broken, "---\nname: Kettle\n---\n# Kettle\n\n- boils\n")
+    job = run_job(daemon, "auto_dream", {"retry_failed": True})
+    assert job["state"] == "succeeded" and job["result"]["actions"] == {"CORROBORATE": 1}, job
