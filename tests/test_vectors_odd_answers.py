@@ -1,11 +1,19 @@
 """Answers a provider should not send: a number no float holds (``1e400``) or JSON has no
-number for (``NaN``, ``-Infinity``) is named as such, in every backend's format."""
+number for (``NaN``, ``-Infinity``) is named as such, in every backend's format; and an
+answer to a search's query that cannot be used (other dimensions, such a number) is kept
+as the provider's last error without judging its health, which the backfill's own calls
+and pings decide."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import pytest
 from fakes.provider_server import FakeProvider, Reply
 from test_embedding_backends import REMOTE, fake, make  # noqa: F401
+from test_vectors_daemon import fake_config, vectors_status, wait_covered, write
+from waits import wait_value
 
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.errors import ProviderBadResponse
@@ -43,3 +51,42 @@ async def test_a_number_out_of_range_or_not_finite_is_named(
     fake.script(Reply(raw=ANSWERS[backend].replace("@", "1e300").encode()))
     assert (await client.embed(["a"])).shape == (1, 8)
 
+
+def test_an_odd_answer_to_a_query_leaves_the_health_to_the_backfill(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "memory/2026-03-01/kiln.md", "# Kiln\n\nThe kiln fires cone 6 glazes.\n")
+    odd = {"glaze chemistry": Reply(dims=5),
+           "kiln wash": Reply(raw=ANSWERS["openai"].replace("@", "1e400").encode())}
+    with FakeProvider(dims=8, api_key="k") as provider:
+        provider.reply_for = lambda body: odd.get((body.get("input") or [""])[0])
+        d = daemon_factory(fake_config(root, provider))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_covered(d)
+        for query, said in (("glaze chemistry", "5-dimensional vectors"),
+                            ("kiln wash", "the number 1e400")):
+            res = d.call("memory.search", {"agent_id": "w", "query": query})
+            assert res["mode"] == "keyword" and said in res["vector_error"], res
+            st = vectors_status(d)
+            # One answer to one query: said, but no verdict on the provider.
+            assert said in st["provider"]["last_error"], st
+            assert st["health"] == "ok" and not st["provider"]["fails_for_good"], st
+            assert st["last_error"] is None, st
+        # The backfill goes on embedding at once (no health-check pings first).
+        pings = sum(1 for r in provider.requests if r.json.get("input") == ["ping"])
+        write(root, "memory/2026-03-02/clay.md", "# Clay\n\nWedge the clay well.\n")
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_value(lambda: vectors_status(d),
+                        lambda st: st["embedded"] == st["total"] == 2, "the new note embedded")
+        assert st["health"] == "ok"
+        assert sum(1 for r in provider.requests if r.json.get("input") == ["ping"]) == pings
+        # The backfill's own answer of other dimensions still fails for good (and so
+        # do its pings from then on).
+        provider.reply_for = lambda body: Reply(dims=5) if any(
+            "bisque" in t or t == "ping" for t in body.get("input") or []) else None
+        write(root, "memory/2026-03-03/glaze.md", "# Glaze\n\nGlazes crawl on dusty bisque.\n")
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_value(lambda: vectors_status(d), lambda st: st["provider"]["fails_for_good"],
+                        "the backfill's verdict")
+        assert st["health"] == "fail" and "5-dimensional" in st["last_error"], st
+        assert d.stop() == 0

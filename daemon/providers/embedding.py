@@ -261,6 +261,12 @@ class EmbeddingClient:
         the provider's last Retry-After runs (another call was asked to wait), the call
         waits it out before sending, or raises at once, sending nothing, when that passes
         the deadline.
+
+        A failure marks the provider failing (``health``, ``fails_for_good``), but for a
+        text it refuses (that says nothing of its health) and for an answer to a query it
+        could not use (other dimensions, not JSON, NaN): that is one answer to one short
+        text, kept as ``last_error``; whether the provider fails for good is for the
+        backfill's calls and its pings (which judge their own answers) to show.
         """
         def told(delay_s: float, exc: ProviderError) -> None:
             if exc.retry_after_s is not None and not isinstance(exc, CircuitOpen):
@@ -297,7 +303,8 @@ class EmbeddingClient:
                 # which ``hold_s`` reads from it).
                 wait = min(max(exc.retry_after_s, 0.0), self.policy.retry_after_cap_s)
                 self._quiet_until = trio.current_time() + wait
-            if not input_refused(exc):  # a text it will not take says nothing of its health
+            if not input_refused(exc) and not (
+                    kind == "query" and isinstance(exc, ProviderBadResponse)):
                 self.failing(for_good=not exc.transient)
             metrics.count("recalld_embed_errors_total")
             raise
