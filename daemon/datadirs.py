@@ -2,13 +2,15 @@
 
 :func:`owning_data_dir` is what the supervisor holds for the daemon's lifetime: the data
 and state directories created private (an existing one is never chmod-ed), the
-data-directory lock taken (a second daemon exits at once), and the temp files a killed
-daemon left behind removed.
+data-directory lock taken (a second daemon exits at once), the temp files a killed
+daemon left behind removed, and the state files an older recalld left readable made
+private.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import stat
@@ -19,7 +21,13 @@ from recalld.daemon.config import DaemonConfig
 from recalld.daemon.lock import PLACE_ERRNOS, data_dir_lock
 from recalld.daemon.store import confine
 from recalld.daemon.store.errors import StorageError, translate_os_error
-from recalld.daemon.store.fsio import REAL, mkdir_private, remove_temp_files, temp_prefix
+from recalld.daemon.store.fsio import (
+    PRIVATE_MODE,
+    REAL,
+    mkdir_private,
+    remove_temp_files,
+    temp_prefix,
+)
 from recalld.daemon.store.leftovers import file_times_now, remove_left_over
 
 log = logging.getLogger(__name__)
@@ -94,6 +102,7 @@ def owning_data_dir(cfg: DaemonConfig) -> Iterator[None]:
         raise DataDirUnusable(f"{exc.strerror}: {exc.filename}", exc.errno) from None
     try:
         remove_unfinished(cfg)
+        make_state_files_private(cfg.state_dir)
         yield
     finally:
         lock.release()
@@ -118,6 +127,54 @@ def remove_unfinished(cfg: DaemonConfig) -> None:
         if removed:
             log.info("removed %d unfinished file(s) in %s: %s", len(removed), folder,
                      ", ".join(removed))
+
+
+def make_state_files_private(state_dir: Path) -> None:
+    """Make every file below the state folder the owner's only (``PRIVATE_MODE``): an
+    older recalld left some readable by others (``workspaces.json`` holds model keys),
+    and a file read at each start but written only on a change would stay so for good.
+    Links are not followed, and only regular files of ours are changed; a file that
+    cannot be changed is named in a WARNING (the daemon starts all the same)."""
+    made, failed = [], []
+    for folder, _, names in os.walk(state_dir):
+        for name in names:
+            path = Path(folder) / name
+            try:
+                if _make_private(path):
+                    made.append(str(path.relative_to(state_dir)))
+            except OSError as exc:
+                failed.append(f"{path}: {exc.strerror}")
+    if made:
+        log.info("made %d state file(s) in %s private (mode %o), left open to others by "
+                 "an earlier recalld: %s", len(made), state_dir, PRIVATE_MODE,
+                 ", ".join(made))
+    if failed:
+        log.warning("could not make these state files private: %s", "; ".join(failed))
+
+
+def _make_private(path: Path) -> bool:
+    """Whether ``path``, a regular file of ours others may read or write, was made
+    private (a link, a FIFO, a device or another user's file is left alone)."""
+    def loose(st: os.stat_result) -> bool:
+        return (stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()
+                and bool(st.st_mode & 0o077))
+
+    try:
+        if not loose(os.lstat(path)):  # only a file to change is opened (not a device)
+            return False
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOENT):  # swapped for a link, or gone
+            return False
+        raise
+    try:
+        st = os.fstat(fd)  # the file opened, not whatever took its name meanwhile
+        if not loose(st):
+            return False
+        os.fchmod(fd, stat.S_IMODE(st.st_mode) & PRIVATE_MODE)
+        return True
+    finally:
+        os.close(fd)
 
 
 def remove_unfinished_below(label: str, folders: tuple[Path, ...]) -> None:

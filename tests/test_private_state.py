@@ -1,8 +1,9 @@
 """The daemon's state files are the owner's only (0600), whatever the umask: the record
 of workspaces holds the model keys given in ``workspace.open``'s ``config``, the logs
 and records hold the users' texts, and a workspace may lie in a folder others can enter.
-A state file an earlier start left readable is tightened when it is next written. Notes
-are the user's: a new one is made as an editor makes it, a rewritten one keeps its mode.
+A state file an earlier start left readable is tightened when it is next written, and
+every file in the state folder at the next start. Notes are the user's: a new one is made
+as an editor makes it, a rewritten one keeps its mode.
 """
 
 from __future__ import annotations
@@ -84,4 +85,31 @@ def test_state_files_are_private_and_notes_keep_their_mode(
     for path in (record, d.data_dir / "state" / "jobs.journal",
                  ws / "mem_metadata" / "sessions" / "pending.jsonl"):
         assert _mode(path) == 0o600, path
+    assert d2.stop() == 0
+
+
+def test_state_files_an_older_recalld_left_open_are_made_private_at_start(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    d = daemon_factory(launcher=UMASK_022)
+    _use(d, tmp_path / "coder", KEY)
+    assert d.stop() == 0
+    state = d.data_dir / "state"
+    loose = {}
+    for folder, _, names in os.walk(state):
+        for name in names:
+            os.chmod(Path(folder) / name, 0o644)
+            loose[Path(folder) / name] = 0o600
+    assert {state / "workspaces.json", state / "scheduler.json"} <= loose.keys()
+    # Not followed: a link's target, nor a FIFO, is the daemon's to change.
+    outside = tmp_path / "outside.txt"
+    outside.write_text("someone else's")
+    os.chmod(outside, 0o644)
+    (state / "a-link").symlink_to(outside)
+    os.mkfifo(state / "a-fifo", 0o644)
+    os.chmod(state / "a-fifo", 0o644)
+    d2 = daemon_factory(launcher=UMASK_022, RECALLD_DATA_DIR=str(d.data_dir))
+    d2.call("daemon.status")  # a start that writes neither file
+    assert {path: _mode(path) for path in loose} == loose
+    assert _mode(outside) == 0o644 and _mode(state / "a-fifo") == 0o644
+    assert "workspaces.json" in d2.log() and "private (mode 600)" in d2.log()
     assert d2.stop() == 0
