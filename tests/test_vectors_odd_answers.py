@@ -1,11 +1,12 @@
 """Answers a provider should not send: a number no float holds (``1e400``) or JSON has no
-number for (``NaN``, ``-Infinity``) is named as such, in every backend's format; and an
-answer to a search's query that cannot be used (other dimensions, such a number) is kept
-as the provider's last error without judging its health, which the backfill's own calls
-and pings decide."""
+number for (``NaN``, ``-Infinity``) is named as such, in every backend's format, and so
+are vectors of mixed dimensions; and an answer to a search's query that cannot be used
+(other dimensions, such a number) is kept as the provider's last error without judging
+its health, which the backfill's own calls and pings decide."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from test_vectors_daemon import fake_config, vectors_status, wait_covered, write
 from waits import wait_value
 
 from recalld.daemon.providers.bridge import ProviderBridge
-from recalld.daemon.providers.errors import ProviderBadResponse
+from recalld.daemon.providers.errors import DimensionMismatch, ProviderBadResponse
 
 #: One vector of 8 values in each backend's answer, its first value ``@`` (replaced).
 ANSWERS = {
@@ -90,3 +91,20 @@ def test_an_odd_answer_to_a_query_leaves_the_health_to_the_backfill(
                         "the backfill's verdict")
         assert st["health"] == "fail" and "5-dimensional" in st["last_error"], st
         assert d.stop() == 0
+
+
+async def test_vectors_of_mixed_dimensions_are_named_so(
+        fake: FakeProvider, bridge: ProviderBridge) -> None:  # noqa: F811
+    client = make(fake, bridge)  # 8 dimensions configured
+    for lengths in ((3, 5), (3, 3, 9)):
+        items = [{"index": i, "embedding": [1.0] * n} for i, n in enumerate(lengths)]
+        fake.script(Reply(raw=json.dumps({"data": items}).encode()))
+        with pytest.raises(ProviderBadResponse) as caught:
+            await client.embed([f"t{i}" for i in range(len(lengths))])
+        assert not isinstance(caught.value, DimensionMismatch)
+        assert (f"vectors of mixed dimensions {sorted(set(lengths))}, configured 8"
+                in str(caught.value)), caught.value
+    items = [{"index": 0, "embedding": [1.0] * 8}, {"index": 1, "embedding": [1.0, "x"]}]
+    fake.script(Reply(raw=json.dumps({"data": items}).encode()))
+    with pytest.raises(ProviderBadResponse, match="not lists of numbers"):
+        await client.embed(["a", "b"])

@@ -396,6 +396,12 @@ FORMATS: dict[str, type[WireFormat]] = {
 }
 
 
+def _numbers(vector: object) -> bool:
+    """Whether ``vector`` is a list of numbers (a boolean is none)."""
+    return isinstance(vector, list) and all(
+        isinstance(x, int | float) and not isinstance(x, bool) for x in vector)
+
+
 def to_unit_rows(vectors: Sequence[object], n: int, dims: int, what: str) -> F32:
     """Validate count, types and dimension, then L2-normalize into float32 rows.
 
@@ -407,10 +413,12 @@ def to_unit_rows(vectors: Sequence[object], n: int, dims: int, what: str) -> F32
         arr = np.asarray(vectors)
     except (TypeError, ValueError):
         lengths = sorted({len(v) for v in vectors if isinstance(v, list)})
-        if len(lengths) > 1 and dims in lengths:
-            raise DimensionMismatch(
-                f"{what}: vectors of mixed dimensions {lengths}, configured {dims}"
-            ) from None
+        if len(lengths) > 1 and all(_numbers(v) for v in vectors):
+            # Lists of numbers all the same, of other lengths than one another.
+            mixed = f"{what}: vectors of mixed dimensions {lengths}, configured {dims}"
+            if dims in lengths:
+                raise DimensionMismatch(mixed) from None
+            raise ProviderBadResponse(mixed) from None
         raise ProviderBadResponse(f"{what}: vectors are not lists of numbers") from None
     # Strings, booleans or nulls make another kind of array than numbers do.
     if arr.ndim != 2 or arr.dtype.kind not in "iuf":
