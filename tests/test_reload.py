@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
 import pytest
-from hooks import sessions_held
+from hooks import CONFIG_READ_HELD, SESSIONS_HELD, launcher
 from test_systemd import FakeSystemd, short_dir
 from test_warm_start import _open_writer
 from waits import wait_for
@@ -27,21 +26,20 @@ __all__ = ["short_dir"]
 
 def _launcher(*lines: str) -> tuple[str, ...]:
     """The daemon, started after ``lines`` (Python) have run."""
-    return (sys.executable, "-c", "\n".join([
-        "import runpy, sys", *lines, "sys.argv[0] = 'recalld'",
-        "runpy.run_module('recalld.daemon.main', run_name='__main__')"]))
+    return launcher(*lines)
 
 
-def test_a_stop_does_not_wait_for_a_reload_that_hangs(daemon_factory: DaemonFactory) -> None:
-    # A configuration file that cannot be read to its end (a FIFO nobody writes, as a
-    # file on a hung mount would) holds a reload: the daemon still answers, and SIGTERM
-    # still stops it, cleanly.
-    d = daemon_factory("")
+def test_a_stop_does_not_wait_for_a_reload_that_hangs(daemon_factory: DaemonFactory,
+                                                      tmp_path: Path) -> None:
+    # A configuration file that cannot be read to its end (as a file on a hung mount:
+    # CONFIG_READ_HELD) holds a reload: the daemon still answers, and SIGTERM still
+    # stops it, cleanly.
+    hold = tmp_path / "hold-config"
+    d = daemon_factory("", launcher=launcher(CONFIG_READ_HELD), HOLD_CONFIG=str(hold))
     assert d.call("daemon.ping")["pong"] is True
-    d.config_path.unlink()
-    os.mkfifo(d.config_path)
+    os.mkfifo(hold)
     d.signal(signal.SIGHUP)
-    writer = wait_for(lambda: _open_writer(d.config_path), "the reload opens the config file")
+    writer = wait_for(lambda: _open_writer(hold), "the reload opens the config file")
     try:
         assert d.call("daemon.ping")["pong"] is True
         assert d.stop() == 0, d.log()[-2000:]
@@ -57,13 +55,14 @@ def test_a_stop_cancels_the_reload_under_way(daemon_factory: DaemonFactory, shor
     # workspaces or tell systemd READY=1 after STOPPING=1. The stop is held in its drain
     # by a call under way: a workspace.open held as its sessions store starts (as in
     # test_warm_start).
-    held = tmp_path / "hold"
+    held, hold_config = tmp_path / "hold", tmp_path / "hold-config"
     os.mkfifo(held)
     fake = FakeSystemd(short_dir / "notify")
     writers: list[int] = []
     try:
         d = daemon_factory("[daemon]\ngraceful_timeout_s = 120\n", wait=False,
-                           launcher=sessions_held(), HOLD=str(held), HOLD_AGENT="held",
+                           launcher=launcher(SESSIONS_HELD, CONFIG_READ_HELD),
+                           HOLD=str(held), HOLD_AGENT="held", HOLD_CONFIG=str(hold_config),
                            NOTIFY_SOCKET=str(fake.path))
         fake.wait_for("READY")
         with d.connect() as conn:
@@ -71,10 +70,9 @@ def test_a_stop_cancels_the_reload_under_way(daemon_factory: DaemonFactory, shor
                                           "params": {"agent_id": "held",
                                                      "path": str(tmp_path / "held")}}) + b"\n")
             writers.append(wait_for(lambda: _open_writer(held), "the open reads the FIFO"))
-            d.config_path.unlink()
-            os.mkfifo(d.config_path)
+            os.mkfifo(hold_config)
             d.signal(signal.SIGHUP)
-            writers.append(wait_for(lambda: _open_writer(d.config_path), "the reload reads"))
+            writers.append(wait_for(lambda: _open_writer(hold_config), "the reload reads"))
             fake.wait_for("RELOADING")
             d.signal(signal.SIGTERM)
             fake.wait_for("STOPPING")
@@ -99,11 +97,11 @@ def test_a_stop_cancels_the_reload_under_way(daemon_factory: DaemonFactory, shor
 def test_sighups_during_a_reload_add_one_reload(daemon_factory: DaemonFactory,
                                                tmp_path: Path) -> None:
     debug = '[daemon]\nlog_level = "DEBUG"\n'
-    d = daemon_factory(debug)
-    d.config_path.unlink()
-    os.mkfifo(d.config_path)
+    hold = tmp_path / "hold-config"
+    d = daemon_factory(debug, launcher=launcher(CONFIG_READ_HELD), HOLD_CONFIG=str(hold))
+    os.mkfifo(hold)
     d.signal(signal.SIGHUP)
-    writer = wait_for(lambda: _open_writer(d.config_path), "the first reload reads")
+    writer = wait_for(lambda: _open_writer(hold), "the first reload reads")
     try:
         d.signal(signal.SIGHUP)
         wait_for(lambda: d.log().count("SIGHUP: a reload follows") == 2,
@@ -114,7 +112,7 @@ def test_sighups_during_a_reload_add_one_reload(daemon_factory: DaemonFactory,
         os.close(writer)
         wait_for(lambda: d.log().count("configuration reloaded") == 1, "the first reload")
         # The one that waited reads the file as it is now.
-        writer = wait_for(lambda: _open_writer(d.config_path), "the second reload reads")
+        writer = wait_for(lambda: _open_writer(hold), "the second reload reads")
         os.write(writer, f'{debug}[workspaces.b]\npath = "{tmp_path / "b"}"\n'.encode())
         os.close(writer)
         wait_for(lambda: d.log().count("configuration reloaded") == 2, "the second reload")
@@ -130,21 +128,22 @@ def test_sighups_during_a_reload_add_one_reload(daemon_factory: DaemonFactory,
 
 def test_a_read_that_does_not_end_fails_the_reload(daemon_factory: DaemonFactory,
                                                   short_dir: Path, tmp_path: Path) -> None:
-    launcher = _launcher("from recalld.daemon import supervisor",
-                         "supervisor.RELOAD_READ_TIMEOUT_S = 0.5")
+    started = launcher(CONFIG_READ_HELD, "from recalld.daemon import supervisor",
+                       "supervisor.RELOAD_READ_TIMEOUT_S = 0.5")
+    hold = tmp_path / "hold-config"
     fake = FakeSystemd(short_dir / "notify")
     try:
-        d = daemon_factory("", wait=False, launcher=launcher, NOTIFY_SOCKET=str(fake.path))
+        d = daemon_factory("", wait=False, launcher=started, NOTIFY_SOCKET=str(fake.path),
+                           HOLD_CONFIG=str(hold))
         fake.wait_for("READY")
-        d.config_path.unlink()
-        os.mkfifo(d.config_path)
+        os.mkfifo(hold)
         d.signal(signal.SIGHUP)
         fake.wait_for("RELOADING")
         failed = fake.wait_for("READY")  # systemd hears the reload is over
         assert "reload failed" in failed["STATUS"], failed
         assert "took over 0.5 s" in d.call("daemon.status")["queues"]["config"]["reload_error"]
         # The next reload reads a file again (the first read stays abandoned).
-        d.config_path.unlink()
+        hold.unlink()
         d.config_path.write_text(f'[workspaces.c]\npath = "{tmp_path / "c"}"\n')
         d.signal(signal.SIGHUP)
         wait_for(lambda: "configuration reloaded" in d.log(), "the next reload")
