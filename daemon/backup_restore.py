@@ -11,14 +11,12 @@ Everything here blocks on the file system; the RPC layer runs it in worker threa
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
-import shutil
 import stat
 import zipfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NotRequired, TypedDict
@@ -37,9 +35,17 @@ from recalld.daemon.backup import (
     walk_files,
 )
 from recalld.daemon.backup_check import CheckedBackup, file_in_the_way, refuse
+from recalld.daemon.restore_folders import (
+    in_folder,
+    open_folder,
+    quietly,
+    remove_entry,
+    rmdir_at,
+    unlink_at,
+)
 from recalld.daemon.store import confine
 from recalld.daemon.store.errors import translate_os_error
-from recalld.daemon.store.fsio import REAL, ensure_dir, temp_name
+from recalld.daemon.store.fsio import REAL, temp_name
 from recalld.daemon.watchrecords import ReconcileRecord
 from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, PathOutsideWorkspace
 
@@ -251,7 +257,7 @@ def _apply(backup: CheckedBackup, plan: RestorePlan, progress: ProgressSink) -> 
     (``plan.clears``) is first moved aside under a hidden temp name, put back on such an
     error and removed with the files the backup lacks. Every change is made in a folder
     opened from ``plan.root`` one folder at a time without following a link
-    (:func:`_open_folder`): a link put on the way meanwhile is refused, never followed.
+    (:mod:`restore_folders`): a link put on the way meanwhile is refused, never followed.
     ``progress``: a ``restoring <agent>`` phase counting files written and removed."""
     progress.phase(f"restoring {plan.agent_id}", total=len(plan.writes) + len(plan.removes),
                    bytes_total=sum(backup.members[n]["size"] for n in plan.writes))
@@ -264,13 +270,13 @@ def _apply(backup: CheckedBackup, plan: RestorePlan, progress: ProgressSink) -> 
         for rel in plan.clears:
             folder, name = rel.rpartition("/")[::2]
             away = temp_name(name)
-            _in_folder(root, folder, rel, REAL.replace_at, name, away)
+            in_folder(root, folder, rel, REAL.replace_at, name, away)
             aside.append((rel, away))
         with zipfile.ZipFile(backup.path) as zf:
             for member, rel in sorted(plan.writes.items()):
                 folder, name = rel.rpartition("/")[::2]
                 tmp = temp_name(name)
-                fd = _open_folder(root, folder, rel, made_dirs)
+                fd = open_folder(root, folder, rel, made_dirs)
                 try:
                     staged.append((rel, tmp))
                     _stage(zf, member, backup, fd, tmp, root / rel)
@@ -280,26 +286,26 @@ def _apply(backup: CheckedBackup, plan: RestorePlan, progress: ProgressSink) -> 
         while staged:
             rel, tmp = staged[-1]
             folder, name = rel.rpartition("/")[::2]
-            _in_folder(root, folder, rel, REAL.replace_at, tmp, name)
+            in_folder(root, folder, rel, REAL.replace_at, tmp, name)
             staged.pop()
         done = True
     finally:
         for rel, tmp in staged:
-            _quietly(root, rel.rpartition("/")[0], _unlink_at, tmp)
+            quietly(root, rel.rpartition("/")[0], unlink_at, tmp)
         if not done:
             for folder in sorted(made_dirs, key=lambda f: f.count("/"), reverse=True):
                 parent, name = folder.rpartition("/")[::2]
-                _quietly(root, parent, _rmdir_at, name)
+                quietly(root, parent, rmdir_at, name)
             for rel, away in reversed(aside):
                 folder, name = rel.rpartition("/")[::2]
-                _quietly(root, folder, REAL.replace_at, away, name)
+                quietly(root, folder, REAL.replace_at, away, name)
     written = len(plan.writes)
     for folder in sorted({rel.rpartition("/")[0] for rel in plan.writes.values()}):
-        _in_folder(root, folder, folder or ".", REAL.fsync)
+        in_folder(root, folder, folder or ".", REAL.fsync)
     for rel, away in aside:
         try:
-            _in_folder(root, rel.rpartition("/")[0], rel, _remove_entry, away,
-                       translate=False)
+            in_folder(root, rel.rpartition("/")[0], rel, remove_entry, away,
+                      translate=False)
         except (OSError, PathOutsideWorkspace, NotFound) as exc:
             log.warning("restore of %s: could not remove %s, moved out of the way: %s",
                         plan.agent_id, root / rel.rpartition("/")[0] / away,
@@ -313,7 +319,7 @@ def _apply(backup: CheckedBackup, plan: RestorePlan, progress: ProgressSink) -> 
             continue
         folder, name = rel.rpartition("/")[::2]
         try:
-            _in_folder(root, folder, rel, _unlink_at, name)
+            in_folder(root, folder, rel, unlink_at, name)
             removed += 1
         except (FileNotFoundError, NotFound):
             continue
@@ -321,13 +327,6 @@ def _apply(backup: CheckedBackup, plan: RestorePlan, progress: ProgressSink) -> 
     return {"agent_id": plan.agent_id, "written": written, "removed": removed,
             "skipped_derived": plan.skipped_derived}
 
-
-def _remove_entry(folder: int, name: str) -> None:
-    """Remove ``name`` in ``folder``, a file or a whole folder (links not followed)."""
-    if stat.S_ISDIR(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode):
-        shutil.rmtree(name, dir_fd=folder)
-    else:
-        os.unlink(name, dir_fd=folder)
 
 
 def _remove_emptied(plan: RestorePlan) -> None:
@@ -339,95 +338,11 @@ def _remove_emptied(plan: RestorePlan) -> None:
         while folder and folder not in tops:
             parent, name = folder.rpartition("/")[::2]
             try:
-                _in_folder(plan.root, parent, folder, _rmdir_at, name, translate=False)
+                in_folder(plan.root, parent, folder, rmdir_at, name, translate=False)
             except (OSError, PathOutsideWorkspace, NotFound):  # not empty (a file the
                 break  # backup has, a hidden one), gone, or no longer the workspace's own
             folder = parent
 
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _open_folder(root: Path, folder: str, rel: str, made: list[str] | None = None) -> int:
-    """A descriptor of ``root``'s folder ``folder`` (workspace-relative, "" for the
-    root), opened one folder at a time without following a link, for the change of
-    ``rel``; with ``made``, missing folders are made and listed in it. The caller closes
-    it. PathOutsideWorkspace for a link on the way (or a root that now leads elsewhere);
-    NotFound, without ``made``, for a missing folder."""
-    if made is not None:  # a workspace restored where it never was (checked: its place)
-        ensure_dir(REAL, root)
-    current = safepath.open_parent(root, ["_"], rel)  # the root, checked in place
-    try:
-        walked: list[str] = []
-        for name in folder.split("/") if folder else ():
-            walked.append(name)
-            try:
-                child = os.open(name, _DIR_FLAGS, dir_fd=current)
-            except FileNotFoundError:
-                if made is None:
-                    raise NotFound(f"no such folder in the workspace: {'/'.join(walked)}"
-                                   ) from None
-                if _make_folder(current, name, root / "/".join(walked)):
-                    made.append("/".join(walked))
-                child = os.open(name, _DIR_FLAGS, dir_fd=current)
-            except OSError as exc:
-                with contextlib.suppress(OSError):
-                    if stat.S_ISLNK(os.stat(name, dir_fd=current,
-                                            follow_symlinks=False).st_mode):
-                        raise PathOutsideWorkspace(f"restore target {rel} passes through "
-                                                   "a symlink") from None
-                raise translate_os_error(exc, root / "/".join(walked)) from exc
-            os.close(current)
-            current = child
-    except BaseException:
-        os.close(current)
-        raise
-    return current
-
-
-def _make_folder(parent: int, name: str, path: Path) -> bool:
-    """Make the folder ``name`` (at ``path``) in ``parent`` durably (``parent`` fsynced);
-    False if something was made there meanwhile (opening it says what)."""
-    try:
-        os.mkdir(name, 0o755, dir_fd=parent)
-        REAL.fsync(parent)
-    except FileExistsError:
-        return False
-    except OSError as exc:
-        raise translate_os_error(exc, path) from exc
-    return True
-
-
-def _in_folder(root: Path, folder: str, rel: str, change: Callable[..., None],
-               *names: str, translate: bool = True) -> None:
-    """``change(fd, *names)`` with ``fd`` the descriptor of ``root``'s ``folder``
-    (:func:`_open_folder`): its OSError is translated (DiskFull...) but
-    FileNotFoundError, or, without ``translate``, raised as it is."""
-    fd = _open_folder(root, folder, rel)
-    try:
-        change(fd, *names)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        if not translate:
-            raise
-        raise translate_os_error(exc, root / rel) from exc
-    finally:
-        os.close(fd)
-
-
-def _quietly(root: Path, folder: str, change: Callable[..., None], *names: str) -> None:
-    """:func:`_in_folder`, any failure ignored (undoing after an error)."""
-    with contextlib.suppress(OSError, PathOutsideWorkspace, NotFound):
-        _in_folder(root, folder, folder or ".", change, *names, translate=False)
-
-
-def _unlink_at(folder: int, name: str) -> None:
-    os.unlink(name, dir_fd=folder)
-
-
-def _rmdir_at(folder: int, name: str) -> None:
-    os.rmdir(name, dir_fd=folder)
 
 
 def _stage(zf: zipfile.ZipFile, name: str, backup: CheckedBackup, folder: int, tmp: str,

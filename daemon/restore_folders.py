@@ -1,0 +1,113 @@
+"""Changes in a workspace's folders made through handles: each folder opened from the
+workspace's root one folder at a time without following a link, so that a link put on
+the way while a restore (:mod:`backup_restore`) writes is refused, never followed.
+
+Owns nothing and starts nothing; everything here blocks on the file system.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+from recalld.daemon import safepath
+from recalld.daemon.store.errors import translate_os_error
+from recalld.daemon.store.fsio import REAL, ensure_dir
+from recalld.ipc.errors import NotFound, PathOutsideWorkspace
+
+
+def remove_entry(folder: int, name: str) -> None:
+    """Remove ``name`` in ``folder``, a file or a whole folder (links not followed)."""
+    if stat.S_ISDIR(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode):
+        shutil.rmtree(name, dir_fd=folder)
+    else:
+        os.unlink(name, dir_fd=folder)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_folder(root: Path, folder: str, rel: str, made: list[str] | None = None) -> int:
+    """A descriptor of ``root``'s folder ``folder`` (workspace-relative, "" for the
+    root), opened one folder at a time without following a link, for the change of
+    ``rel``; with ``made``, missing folders are made and listed in it. The caller closes
+    it. PathOutsideWorkspace for a link on the way (or a root that now leads elsewhere);
+    NotFound, without ``made``, for a missing folder."""
+    if made is not None:  # a workspace restored where it never was (checked: its place)
+        ensure_dir(REAL, root)
+    current = safepath.open_parent(root, ["_"], rel)  # the root, checked in place
+    try:
+        walked: list[str] = []
+        for name in folder.split("/") if folder else ():
+            walked.append(name)
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=current)
+            except FileNotFoundError:
+                if made is None:
+                    raise NotFound(f"no such folder in the workspace: {'/'.join(walked)}"
+                                   ) from None
+                if make_folder(current, name, root / "/".join(walked)):
+                    made.append("/".join(walked))
+                child = os.open(name, _DIR_FLAGS, dir_fd=current)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    if stat.S_ISLNK(os.stat(name, dir_fd=current,
+                                            follow_symlinks=False).st_mode):
+                        raise PathOutsideWorkspace(f"restore target {rel} passes through "
+                                                   "a symlink") from None
+                raise translate_os_error(exc, root / "/".join(walked)) from exc
+            os.close(current)
+            current = child
+    except BaseException:
+        os.close(current)
+        raise
+    return current
+
+
+def make_folder(parent: int, name: str, path: Path) -> bool:
+    """Make the folder ``name`` (at ``path``) in ``parent`` durably (``parent`` fsynced);
+    False if something was made there meanwhile (opening it says what)."""
+    try:
+        os.mkdir(name, 0o755, dir_fd=parent)
+        REAL.fsync(parent)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        raise translate_os_error(exc, path) from exc
+    return True
+
+
+def in_folder(root: Path, folder: str, rel: str, change: Callable[..., None],
+              *names: str, translate: bool = True) -> None:
+    """``change(fd, *names)`` with ``fd`` the descriptor of ``root``'s ``folder``
+    (:func:`open_folder`): its OSError is translated (DiskFull...) but
+    FileNotFoundError, or, without ``translate``, raised as it is."""
+    fd = open_folder(root, folder, rel)
+    try:
+        change(fd, *names)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if not translate:
+            raise
+        raise translate_os_error(exc, root / rel) from exc
+    finally:
+        os.close(fd)
+
+
+def quietly(root: Path, folder: str, change: Callable[..., None], *names: str) -> None:
+    """:func:`in_folder`, any failure ignored (undoing after an error)."""
+    with contextlib.suppress(OSError, PathOutsideWorkspace, NotFound):
+        in_folder(root, folder, folder or ".", change, *names, translate=False)
+
+
+def unlink_at(folder: int, name: str) -> None:
+    os.unlink(name, dir_fd=folder)
+
+
+def rmdir_at(folder: int, name: str) -> None:
+    os.rmdir(name, dir_fd=folder)
