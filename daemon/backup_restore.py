@@ -11,6 +11,7 @@ Everything here blocks on the file system; the RPC layer runs it in worker threa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -45,7 +46,7 @@ from recalld.daemon.restore_folders import (
 )
 from recalld.daemon.store import confine
 from recalld.daemon.store.errors import translate_os_error
-from recalld.daemon.store.fsio import REAL, temp_name
+from recalld.daemon.store.fsio import NOTE_MODE, PRIVATE_MODE, REAL, temp_name
 from recalld.daemon.watchrecords import ReconcileRecord
 from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, PathOutsideWorkspace
 
@@ -91,6 +92,9 @@ class RestorePlan:
     clears: list[str]
     #: The content directories: a folder the removes leave empty goes too, up to these.
     tops: tuple[str, ...] = ()
+    #: The targets that are state files (of ``metadata_dir``): written private
+    #: (PRIVATE_MODE); the others are notes, written as notes are (:func:`_stage`).
+    private: frozenset[str] = frozenset()
 
 
 def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
@@ -112,6 +116,7 @@ def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
                    key=lambda rd: -len(rd[1]))
     prefix = f"agents/{agent_id}/"
     writes: dict[str, str] = {}
+    private: set[str] = set()
     too_deep: list[str] = []
     skipped = 0
     for name in backup.by_agent.get(agent_id, []):
@@ -133,6 +138,8 @@ def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
             continue
         _check_no_symlink(root, target)
         writes[name] = target
+        if role == DERIVED_ROLE:
+            private.add(target)
     if too_deep:
         raise _too_deep(agent_id, root, too_deep)
     clash = file_in_the_way(writes.values())
@@ -148,7 +155,8 @@ def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
         removes += [rel for rel in walk_files(root, top) if rel not in wanted]
     removes = sorted(set(removes))
     clears = _in_the_way(root, writes.values(), set(removes))
-    return RestorePlan(agent_id, root, writes, removes, skipped, clears, tops)
+    return RestorePlan(agent_id, root, writes, removes, skipped, clears, tops,
+                       frozenset(private))
 
 
 def _too_deep(agent_id: str, root: Path, targets: list[str]) -> InvalidParams:
@@ -279,7 +287,8 @@ def _apply(backup: CheckedBackup, plan: RestorePlan, progress: ProgressSink) -> 
                 fd = open_folder(root, folder, rel, made_dirs)
                 try:
                     staged.append((rel, tmp))
-                    _stage(zf, member, backup, fd, tmp, root / rel)
+                    _stage(zf, member, backup, fd, (name, tmp), root / rel,
+                           rel in plan.private)
                 finally:
                     os.close(fd)
                 progress.advance(1, backup.members[member]["size"])
@@ -328,7 +337,6 @@ def _apply(backup: CheckedBackup, plan: RestorePlan, progress: ProgressSink) -> 
             "skipped_derived": plan.skipped_derived}
 
 
-
 def _remove_emptied(plan: RestorePlan) -> None:
     """Remove the folders ``plan``'s removes left empty (the backup has none of them:
     it holds files only), from the deepest up to the content directories, which stay."""
@@ -344,14 +352,23 @@ def _remove_emptied(plan: RestorePlan) -> None:
             folder = parent
 
 
-
-def _stage(zf: zipfile.ZipFile, name: str, backup: CheckedBackup, folder: int, tmp: str,
-           target: Path) -> None:
-    """Copy member ``name`` to the new file ``tmp`` in ``folder`` (beside ``target``) with
-    the modification time it was backed up with, and fsync it; the checksum must match
-    (``refuse`` otherwise). The caller removes ``tmp`` on any error."""
+def _stage(zf: zipfile.ZipFile, name: str, backup: CheckedBackup, folder: int,
+           names: tuple[str, str], target: Path, private: bool) -> None:
+    """Copy member ``name`` to the new file ``tmp`` in ``folder`` (beside ``target``,
+    ``names``: the target's name and ``tmp``) with the modification time it was backed
+    up with, and fsync it; the checksum must match (``refuse`` otherwise). A ``private``
+    file (state) is written PRIVATE_MODE, a note as notes are: with the mode of the note
+    it replaces, NOTE_MODE where there is none (the umask applies to both). The caller
+    removes ``tmp`` on any error."""
+    member = backup.members[name]
+    mode = PRIVATE_MODE if private else NOTE_MODE
+    if not private:
+        with contextlib.suppress(OSError):
+            st = os.stat(names[0], dir_fd=folder, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode):
+                mode = stat.S_IMODE(st.st_mode)
     try:
-        fd = REAL.open_write_at(folder, tmp)
+        fd = REAL.open_write_at(folder, names[1], mode)
     except OSError as exc:
         raise translate_os_error(exc, target) from exc
     try:
@@ -360,7 +377,7 @@ def _stage(zf: zipfile.ZipFile, name: str, backup: CheckedBackup, folder: int, t
             while chunk := src.read(COPY_CHUNK):
                 digest.update(chunk)
                 REAL.write(fd, chunk)
-        mtime_ns = backup.members[name].get("mtime_ns")
+        mtime_ns = member.get("mtime_ns")
         if mtime_ns is not None:  # as it was backed up (an archive of old has none)
             os.utime(fd, ns=(mtime_ns, mtime_ns))
         REAL.fsync(fd)
@@ -368,5 +385,5 @@ def _stage(zf: zipfile.ZipFile, name: str, backup: CheckedBackup, folder: int, t
         raise translate_os_error(exc, target) from exc
     finally:
         os.close(fd)
-    if digest.hexdigest() != backup.members[name]["sha256"]:  # the file changed under us
+    if digest.hexdigest() != member["sha256"]:  # the file changed under us
         raise refuse(backup.path, f"checksum mismatch for {name!r} while restoring")

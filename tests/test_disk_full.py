@@ -91,11 +91,11 @@ NAMED_LAUNCHER = (
     "import errno, os, sys\n"
     "from recalld.daemon.store import fsio\n"
     "real_open_write = fsio.FS.open_write_at\n"
-    "def open_write(self, folder, name):\n"
+    "def open_write(self, folder, name, *args):\n"
     "    if (os.path.exists(os.environ['DISK_FULL_TRIGGER'])\n"
     "            and os.environ['DISK_FULL_NAME'] in name):\n"
     "        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
-    "    return real_open_write(self, folder, name)\n"
+    "    return real_open_write(self, folder, name, *args)\n"
     "fsio.FS.open_write_at = open_write\n"
     "from recalld.daemon.main import main\n"
     "sys.exit(main(sys.argv[1:]))\n",

@@ -53,10 +53,10 @@ class FailingFS(FS):
             raise self._fail("open_write")
         return super().open_write(path, mode)
 
-    def open_write_at(self, folder: int, name: str) -> int:
+    def open_write_at(self, folder: int, name: str, mode: int = PRIVATE_MODE) -> int:
         if self._check("open_write"):
             raise self._fail("open_write")
-        return super().open_write_at(folder, name)
+        return super().open_write_at(folder, name, mode)
 
     def open_append(self, path: Path) -> int:
         if self._check("open_append"):

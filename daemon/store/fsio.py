@@ -88,10 +88,10 @@ class FS:
             return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
                            mode, dir_fd=folder)
 
-    def open_write_at(self, folder: int, name: str) -> int:
+    def open_write_at(self, folder: int, name: str, mode: int = PRIVATE_MODE) -> int:
         """:meth:`open_write` of ``name`` in the folder opened as ``folder``."""
         return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                       PRIVATE_MODE, dir_fd=folder)
+                       mode, dir_fd=folder)
 
     def open_append(self, path: Path) -> int:
         """Open (creating if needed) ``path`` to append (and read back); never via a link,
