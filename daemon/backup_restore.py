@@ -11,7 +11,7 @@ Everything here blocks on the file system; the RPC layer runs it in worker threa
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -70,6 +70,7 @@ class Restored(TypedDict):
 
     agent_id: str
     written: int
+    unchanged: int  # held the backup's bytes already: not written again
     removed: int
     skipped_derived: int
     opened: NotRequired[bool]  # the workspace was opened for the restore
@@ -258,8 +259,11 @@ def apply_restore(backup: CheckedBackup, plan: RestorePlan,
 
 def _apply(backup: CheckedBackup, plan: RestorePlan, progress: ProgressSink) -> Restored:
     """Write ``plan``'s files (checksums verified again while copying), then remove the
-    files the backup lacks. Returns counts. All files are written under temp names first
-    and renamed into place only once every one is written: on an error while writing
+    files the backup lacks. Returns counts. A file that holds its member's bytes already
+    (size and SHA-256 as the archive records them) is not written again: only its
+    modification time is set back, once every other file is in place. All files are
+    written under temp names first and renamed into place only once every one is
+    written: on an error while writing
     (DiskFull, a refused member) the temp files and the folders made for them are removed
     and the workspace is unchanged. What stands in the way of a written file
     (``plan.clears``) is first moved aside under a hidden temp name, put back on such an
@@ -271,6 +275,7 @@ def _apply(backup: CheckedBackup, plan: RestorePlan, progress: ProgressSink) -> 
                    bytes_total=sum(backup.members[n]["size"] for n in plan.writes))
     root = plan.root
     staged: list[tuple[str, str]] = []  # (target, its temp file's name)
+    unchanged: list[tuple[str, int | None]] = []  # (target, its member's mtime_ns)
     made_dirs: list[str] = []
     aside: list[tuple[str, str]] = []  # (moved from, to the name)
     done = False
@@ -287,8 +292,10 @@ def _apply(backup: CheckedBackup, plan: RestorePlan, progress: ProgressSink) -> 
                 fd = open_folder(root, folder, rel, made_dirs)
                 try:
                     staged.append((rel, tmp))
-                    _stage(zf, member, backup, fd, (name, tmp), root / rel,
-                           rel in plan.private)
+                    if not _stage(zf, member, backup, fd, (name, tmp), root / rel,
+                                  rel in plan.private):
+                        staged.pop()
+                        unchanged.append((rel, backup.members[member].get("mtime_ns")))
                 finally:
                     os.close(fd)
                 progress.advance(1, backup.members[member]["size"])
@@ -308,7 +315,17 @@ def _apply(backup: CheckedBackup, plan: RestorePlan, progress: ProgressSink) -> 
             for rel, away in reversed(aside):
                 folder, name = rel.rpartition("/")[::2]
                 quietly(root, folder, REAL.replace_at, away, name)
-    written = len(plan.writes)
+    for rel, mtime_ns in unchanged:
+        if mtime_ns is None:
+            continue
+        folder, name = rel.rpartition("/")[::2]
+        try:
+            in_folder(root, folder, rel, functools.partial(_set_mtime, mtime_ns=mtime_ns),
+                      name, translate=False)
+        except (OSError, NotFound) as exc:  # its bytes are the backup's, only its time not
+            log.warning("restore of %s: could not set the modification time of %s: %s",
+                        plan.agent_id, root / rel, getattr(exc, "strerror", None) or exc)
+    written = len(plan.writes) - len(unchanged)
     for folder in sorted({rel.rpartition("/")[0] for rel in plan.writes.values()}):
         in_folder(root, folder, folder or ".", REAL.fsync)
     for rel, away in aside:
@@ -333,8 +350,8 @@ def _apply(backup: CheckedBackup, plan: RestorePlan, progress: ProgressSink) -> 
         except (FileNotFoundError, NotFound):
             continue
     _remove_emptied(plan)
-    return {"agent_id": plan.agent_id, "written": written, "removed": removed,
-            "skipped_derived": plan.skipped_derived}
+    return {"agent_id": plan.agent_id, "written": written, "unchanged": len(unchanged),
+            "removed": removed, "skipped_derived": plan.skipped_derived}
 
 
 def _remove_emptied(plan: RestorePlan) -> None:
@@ -353,20 +370,26 @@ def _remove_emptied(plan: RestorePlan) -> None:
 
 
 def _stage(zf: zipfile.ZipFile, name: str, backup: CheckedBackup, folder: int,
-           names: tuple[str, str], target: Path, private: bool) -> None:
+           names: tuple[str, str], target: Path, private: bool) -> bool:
     """Copy member ``name`` to the new file ``tmp`` in ``folder`` (beside ``target``,
     ``names``: the target's name and ``tmp``) with the modification time it was backed
-    up with, and fsync it; the checksum must match (``refuse`` otherwise). A ``private``
+    up with, and fsync it; the checksum must match (``refuse`` otherwise). False, and
+    nothing written, if the target holds the member's bytes already. A ``private``
     file (state) is written PRIVATE_MODE, a note as notes are: with the mode of the note
     it replaces, NOTE_MODE where there is none (the umask applies to both). The caller
     removes ``tmp`` on any error."""
     member = backup.members[name]
     mode = PRIVATE_MODE if private else NOTE_MODE
-    if not private:
-        with contextlib.suppress(OSError):
-            st = os.stat(names[0], dir_fd=folder, follow_symlinks=False)
-            if stat.S_ISREG(st.st_mode):
+    try:
+        st = os.stat(names[0], dir_fd=folder, follow_symlinks=False)
+    except OSError:
+        pass
+    else:
+        if stat.S_ISREG(st.st_mode):
+            if not private:
                 mode = stat.S_IMODE(st.st_mode)
+            if st.st_size == member["size"] and _holds(folder, names[0], member["sha256"]):
+                return False
     try:
         fd = REAL.open_write_at(folder, names[1], mode)
     except OSError as exc:
@@ -387,3 +410,40 @@ def _stage(zf: zipfile.ZipFile, name: str, backup: CheckedBackup, folder: int,
         os.close(fd)
     if digest.hexdigest() != member["sha256"]:  # the file changed under us
         raise refuse(backup.path, f"checksum mismatch for {name!r} while restoring")
+    return True
+
+
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _holds(folder: int, name: str, sha256: str) -> bool:
+    """Whether the regular file ``name`` in ``folder`` has the SHA-256 ``sha256``
+    (read through ``folder``, never through a link); one that cannot be read does not."""
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=folder)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        digest = hashlib.sha256()
+        while chunk := os.read(fd, COPY_CHUNK):
+            digest.update(chunk)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return digest.hexdigest() == sha256
+
+
+def _set_mtime(folder: int, name: str, *, mtime_ns: int) -> None:
+    """Give the regular file ``name`` in ``folder`` the modification time ``mtime_ns``
+    durably (fsynced), unless it has it; not through a link."""
+    fd = os.open(name, _READ_FLAGS, dir_fd=folder)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_mtime_ns != mtime_ns:
+            os.utime(fd, ns=(mtime_ns, mtime_ns))
+            REAL.fsync(fd)
+    finally:
+        os.close(fd)

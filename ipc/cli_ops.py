@@ -232,8 +232,8 @@ def _dry_run(out: TextIO, plan: JsonObject, as_json: bool) -> int:
 
 
 def _restored_text(result: JsonObject, verb: str) -> str:
-    lines = [f"{verb} {r['agent_id']}: {r['written']} written, {r['removed']} removed"
-             for r in result.get("restored", [])]
+    lines = [f"{verb} {r['agent_id']}: {r['written']} written, {r.get('unchanged', 0)} "
+             f"unchanged, {r['removed']} removed" for r in result.get("restored", [])]
     if result.get("config_kept"):
         lines.append(f"config file of the backup not put in place: {result['config_kept']}")
     elif result.get("config_error"):

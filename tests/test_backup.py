@@ -95,7 +95,8 @@ def test_backup_wipe_restore_is_byte_identical_and_searches_the_same(
     assert daemon.call("memory.search", {"agent_id": "w", "query": "ramen"})["results"] == []
 
     result = daemon.call("backup.restore", {"file": str(archive)})
-    assert result["restored"][0]["written"] == len(NOTES) + 3
+    done = result["restored"][0]  # the wiped notes written, state files left may match
+    assert done["written"] + done["unchanged"] == len(NOTES) + 3 and done["unchanged"] <= 3
     assert tree(ws) == before_files
     # Answered only after the index caught up: no sync needed for the first search.
     first = daemon.call("memory.search", {"agent_id": "w", "query": "ramen"})
