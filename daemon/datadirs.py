@@ -29,6 +29,7 @@ from recalld.daemon.store.fsio import (
     temp_prefix,
 )
 from recalld.daemon.store.leftovers import file_times_now, remove_left_over
+from recalld.daemon.store.tempnames import remove_dead_temps
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,9 @@ def remove_unfinished(cfg: DaemonConfig) -> None:
     """Remove what a daemon killed while it wrote them left behind under temp names: a
     backup's unfinished archive (as large as the memory), a state file's (only the lock's
     owner writes there), the config file's that a restore writes (dated: another daemon
-    may read the same config file)."""
+    may read the same config file). In ``backups/`` only those no writer holds
+    (:func:`tempnames.remove_dead_temps`): another daemon may be writing an archive
+    there, to the place a client named."""
     config = cfg.config_path
     removed = remove_left_over(config.parent, file_times_now(), prefix=temp_prefix(config.name))
     if removed:
@@ -120,7 +123,8 @@ def remove_unfinished(cfg: DaemonConfig) -> None:
                  ", ".join(removed))
     for folder in (cfg.state_dir, cfg.data_dir / "backups"):
         try:
-            removed = remove_temp_files(REAL, folder)
+            removed = (remove_temp_files(REAL, folder) if folder == cfg.state_dir
+                       else remove_dead_temps(folder, "."))
         except StorageError as exc:  # only tidying: the daemon starts all the same
             log.warning("could not tidy %s: %s", folder, exc.message)
             continue

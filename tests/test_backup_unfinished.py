@@ -9,7 +9,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from conftest import DaemonHandle
+from conftest import DaemonFactory, DaemonHandle
 from test_backup import NOTES, write_tree
 
 # A backup writer in its own process: it lists the workspace, starts writing the archive,
@@ -73,3 +73,36 @@ def test_a_killed_writers_archive_is_removed_by_the_next_backup_to_its_folder(
         assert zf.testzip() is None and "meta.json" in zf.namelist()
     assert sorted(p.name for p in outside.iterdir()) == [
         mine.name, "live.zip", "next.zip"]
+
+
+def test_a_start_removes_a_killed_writers_archive_in_backups_and_keeps_a_live_ones(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # The start's tidy of backups/ removed every temp file there without the lock check:
+    # an archive another daemon was writing into this data directory's backups folder
+    # (one a client named as the place of its backup) lost its temp file, and the writer
+    # published nothing (or failed) once done.
+    root = tmp_path / "ws"
+    write_tree(root, NOTES)
+    data = tmp_path / "data"
+    backups = data / "backups"
+    backups.mkdir(parents=True, mode=0o700)
+    data.chmod(0o700)
+    left = backups / ".rollback.json.tmp-0123456789ab"  # a kill while the record was written
+    left.write_bytes(b"{")
+    with _writer("wait", backups / "live.zip", root) as live:
+        live_temp = [p for p in backups.iterdir() if p != left]
+        with _writer("die", backups / "dead.zip", root) as dead:
+            assert dead.wait() < 0
+        dead_temp = [p for p in backups.iterdir() if p not in (left, *live_temp)]
+        assert len(live_temp) == 1 and len(dead_temp) == 1
+        d = daemon_factory(RECALLD_DATA_DIR=str(data))
+        assert d.call("daemon.ping")
+        assert live_temp[0].exists()  # the live writer's, kept
+        assert not dead_temp[0].exists() and not left.exists()  # the killed ones', gone
+        assert dead_temp[0].name in d.log() and left.name in d.log()
+        assert live.stdin is not None
+        live.stdin.close()
+        assert live.wait() == 0
+    with zipfile.ZipFile(backups / "live.zip") as zf:
+        assert zf.testzip() is None and "meta.json" in zf.namelist()
+    assert sorted(p.name for p in backups.iterdir()) == ["live.zip"]

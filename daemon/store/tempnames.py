@@ -1,7 +1,8 @@
 """The names of temp files: what an atomic publish writes before its rename, and how a
 cleanup knows them (``.<name>.tmp-<hex>``); and the lock by which a cleanup tells a live
-writer's temp file from one a killed writer left, where no start of the daemon looks
-(an archive written to a folder a client named). Owns nothing and starts nothing."""
+writer's temp file from one a killed writer left, where another daemon may be writing
+(an archive written to a folder a client named, the backups folder of another data
+directory among them). Owns nothing and starts nothing."""
 
 from __future__ import annotations
 
