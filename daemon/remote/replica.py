@@ -50,7 +50,7 @@ from recalld.daemon.remote.filesync import FileSync, OutsideStatus
 from recalld.daemon.remote.guard import HeldStatus
 from recalld.daemon.remote.schema import SchemaTooNew
 from recalld.daemon.remote.searcher import SearchUnavailable, ServerSearcher, one_line
-from recalld.daemon.remote.state import Base, ReplicaState
+from recalld.daemon.remote.wentback import server_went_back
 from recalld.daemon.watchpaths import MisnamedStatus
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import AlreadyRunning, ProviderUnavailable
@@ -472,24 +472,3 @@ def _secrets(cfg: RemoteConfig) -> list[str]:
     if cfg.password_env and os.environ.get(cfg.password_env):
         out.append(os.environ[cfg.password_env])
     return out
-
-
-async def server_went_back(state: ReplicaState, conn: db.Conn, workspace_id: int, ident: str
-                           ) -> bool:
-    """Whether the server of shared workspace ``ident``, the one this replica (its
-    ``state``) synced with, is behind what the replica saw of it (a server restored from
-    a backup, a failover to a replica that lagged): its last version is below the cursor
-    or the newest version the replica agreed on, or the file of that version is not so
-    on the server. New changes would get versions the other hosts already read past."""
-    if state.ident != ident:
-        return False  # another workspace: adopt starts over anyway
-    path, base = max(state.bases.items(), key=lambda item: item[1].version,
-                     default=("", Base(0, None)))
-    last = await on_conn(conn, db.last_version, workspace_id)
-    if last < max(state.cursor, base.version):
-        return True
-    if not base.version:
-        return False
-    row = await on_conn(conn, db.fetch, workspace_id, path)
-    return (row is None or row.version < base.version
-            or (row.version == base.version and row.hash != base.hash))
