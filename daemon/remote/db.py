@@ -170,11 +170,14 @@ def open_workspace(conn: Conn, name: str) -> tuple[int, str]:
     identity (name, id and creation time: another server or a recreated database gives
     another identity for the same name)."""
     migrate(conn)
-    with conn.transaction():
-        conn.execute("INSERT INTO recalld_workspaces (name) VALUES (%s) "
-                     "ON CONFLICT (name) DO NOTHING", (name,))
-        row = conn.execute("SELECT workspace_id, created_at FROM recalld_workspaces "
-                           "WHERE name = %s", (name,)).fetchone()
+    find = "SELECT workspace_id, created_at FROM recalld_workspaces WHERE name = %s"
+    # Only a missing row is written: a server that refuses writes can still be read.
+    row = conn.execute(find, (name,)).fetchone()
+    if row is None:
+        with conn.transaction():
+            conn.execute("INSERT INTO recalld_workspaces (name) VALUES (%s) "
+                         "ON CONFLICT (name) DO NOTHING", (name,))
+            row = conn.execute(find, (name,)).fetchone()
     assert row is not None
     workspace_id = int(str(row[0]))
     return workspace_id, f"{name}/{workspace_id}/{row[1]}"

@@ -127,23 +127,51 @@ class SchemaTooNew(Exception):
     """The database was migrated by a newer recalld."""
 
 
+def applied_versions(conn: psycopg.Connection[tuple[object, ...]]) -> set[int] | None:
+    """The migrations the database has (None: no schema yet); SchemaTooNew when a newer
+    recalld migrated it. Reads only."""
+    row = conn.execute("SELECT to_regclass('recalld_schema_migrations')").fetchone()
+    if row is None or row[0] is None:
+        return None
+    done = {int(str(r[0])) for r in conn.execute(
+        "SELECT version FROM recalld_schema_migrations").fetchall()}
+    if done and max(done) > LATEST:
+        raise SchemaTooNew(
+            f"the shared database's schema is at version {max(done)}, this recalld knows "
+            f"up to {LATEST}: upgrade recalld")
+    return done
+
+
+def _wanted(conn: psycopg.Connection[tuple[object, ...]], done: set[int] | None) -> bool:
+    """Whether a migration is to be tried: a required one is missing, or an optional one
+    on a server that takes writes (a read-only one leaves it to a later start)."""
+    missing = [m for m in MIGRATIONS if done is None or m.version not in done]
+    if not all(m.optional for m in missing):
+        return True
+    if not missing:
+        return False
+    row = conn.execute("SELECT current_setting('transaction_read_only')").fetchone()
+    return row is None or row[0] != "on"
+
+
 def migrate(conn: psycopg.Connection[tuple[object, ...]]) -> list[int]:
-    """Apply the missing migrations; returns the versions applied now."""
+    """Apply the missing migrations; returns the versions applied now. A schema already
+    current is only read (no DDL, no lock): a server that refuses writes (a standby, a
+    role without CREATE) still serves the rest."""
+    if not _wanted(conn, applied_versions(conn)):
+        return []
     applied: list[int] = []
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-        conn.execute("""
+        done = applied_versions(conn)
+        if done is None:
+            conn.execute("""
 CREATE TABLE IF NOT EXISTS recalld_schema_migrations (
     version    integer PRIMARY KEY,
     name       text NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
 )""")
-        done = {int(str(r[0])) for r in conn.execute(
-            "SELECT version FROM recalld_schema_migrations").fetchall()}
-        if done and max(done) > LATEST:
-            raise SchemaTooNew(
-                f"the shared database's schema is at version {max(done)}, this recalld knows "
-                f"up to {LATEST}: upgrade recalld")
+            done = set()
         for m in MIGRATIONS:
             if m.version in done:
                 continue
