@@ -63,6 +63,14 @@ def remote_facts(a: Assessment, ws: WorkspaceInfo) -> None:
                     f"{remote.get('last_error')}; {remote.get('outbox')} local change(s) wait "
                     "in the outbox",
             _failing_advice(remote.get("blocked"), remote.get("refused"))))
+    elif state == "refusing":  # the server answers, reads may go on; writes wait
+        a.problems.append(Problem(
+            "warn", f"shared workspace {a.agent_id}: remote refusing writes: "
+                    f"{remote.get('last_error')}; {remote.get('outbox')} local change(s) "
+                    "wait in the outbox",
+            f"{_REFUSING_ADVICE.get(str(remote.get('refusing')), _REFUSING_ADVICE[''])} "
+            f"(the server named by {workspace_table(a.agent_id)}.remote); the outbox goes "
+            "up by itself once it takes writes again"))
     elif state != "online":
         a.problems.append(Problem(
             "warn", f"shared workspace {a.agent_id}: remote {state}: "
@@ -71,6 +79,18 @@ def remote_facts(a: Assessment, ws: WorkspaceInfo) -> None:
             f"check that the PostgreSQL server named by {workspace_table(a.agent_id)}.remote is "
             "reachable and accepts this host (the user, password, database and TLS settings "
             "of its dsn); the outbox goes up once it does"))
+
+
+_REFUSING_ADVICE = {
+    "read-only": "the server is read-only (a standby after a failover, or "
+                 "default_transaction_read_only): point the dsn at the primary, or make "
+                 "the server writable",
+    "disk full": "the server's disk is full: free space there",
+    "permission denied": "the dsn's user lacks rights: grant it SELECT, INSERT, UPDATE "
+                         "and DELETE on the recalld_* tables (and CREATE on the schema "
+                         "for the first start of a new database)",
+    "": "the error says what the server refuses",
+}
 
 
 def _failing_advice(blocked: object, refused: object = None) -> str:

@@ -9,13 +9,14 @@ tests/test_remote.py.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
 from conftest import DaemonFactory
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
-from test_remote import config, notes, pair, remote_status, write
+from test_remote import cli, config, converged, notes, pair, remote_status, root, write
 from waits import wait_for
 
 
@@ -46,3 +47,84 @@ def test_a_host_connecting_to_a_read_only_server_reads_it_without_ddl(
         wait_for(lambda: "memory/2026-09-03/known.md" in notes(c), what="c caught up")
         assert remote_status(c)["state"] == "online", remote_status(c)
         assert "read-only transaction" not in c.log(), c.log()
+
+
+def test_a_read_only_server_is_refusing_reads_go_on_and_the_outbox_waits(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a, b, _ = pair(daemon_factory, pg_server)
+    write(b, "memory/2026-09-01/before.md", "# Before\nwritten before the failover\n")
+    wait_for(lambda: converged(a, b), what="converged")
+    with read_only(pg_server):
+        write(a, "memory/2026-09-01/during.md", "# During\nwritten while read-only\n")
+        status = wait_for(lambda: (lambda s: s if s["state"] == "refusing" else None)(
+            remote_status(a)), what="a refusing")
+        assert status["refusing"] == "read-only" and status["outbox"] == 1, status
+        assert "read-only transaction" in str(status["last_error"]), status
+        shown = cli(a, "doctor")
+        assert "remote refusing writes" in shown and "point the dsn at the primary" in shown
+        assert "reachable and accepts this host" not in shown, shown
+        assert "memory/2026-09-01/during.md" not in notes(b)
+        assert remote_status(a)["outbox"] == 1
+    # Writable again: what waited goes up, and status says online.
+    write(a, "memory/2026-09-01/after.md", "# After\nwritten after\n")
+    wait_for(lambda: converged(a, b) and "memory/2026-09-01/during.md" in notes(b),
+             what="a's notes on b")
+    assert (root(b) / "memory/2026-09-01/during.md").read_text().endswith("read-only\n")
+    status = remote_status(a)
+    assert status["state"] == "online" and status["refusing"] is None, status
+    assert status["last_error"] is None, status
+    assert a.log().count("refuses this host's writes") == 1, a.log()
+
+
+def test_a_role_that_may_only_read_catches_up_and_says_permission_denied(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a, b, name = pair(daemon_factory, pg_server)
+    write(a, "memory/2026-09-02/shared.md", "# Shared\nfrom the writer\n")
+    wait_for(lambda: "memory/2026-09-02/shared.md" in notes(b), what="shared on b")
+    role = "r" + uuid.uuid4().hex[:12]
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN".encode())
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}".encode())
+    dsn = pg_server.dsn.replace("postgres@", f"{role}@", 1)
+    r = daemon_factory(config(dsn, name, "reader"))
+    wait_for(lambda: "memory/2026-09-02/shared.md" in notes(r), what="the reader caught up")
+    write(r, "memory/2026-09-02/mine.md", "# Mine\nfrom the reader\n")
+    status = wait_for(lambda: (lambda s: s if s["state"] == "refusing" else None)(
+        remote_status(r)), what="the reader refusing")
+    assert status["refusing"] == "permission denied" and status["outbox"] == 1, status
+    shown = cli(r, "doctor")
+    assert "remote refusing writes" in shown and "grant it SELECT, INSERT" in shown, shown
+    # Reading goes on meanwhile: a note of the writer comes down.
+    write(a, "memory/2026-09-02/later.md", "# Later\nwhile the reader waits\n")
+    wait_for(lambda: "memory/2026-09-02/later.md" in notes(r), what="later on the reader")
+    assert remote_status(r)["state"] == "refusing" and remote_status(r)["outbox"] == 1
+    # Granted the rights, the change goes up (a new local change tries at once).
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        conn.execute(f"GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public "
+                     f"TO {role}".encode())
+    write(r, "memory/2026-09-02/more.md", "# More\nonce granted\n")
+    wait_for(lambda: {"memory/2026-09-02/mine.md", "memory/2026-09-02/more.md"}
+             <= notes(a).keys(), what="the reader's notes on a")
+    wait_for(lambda: remote_status(r)["state"] == "online", what="the reader online")
+
+
+def test_a_new_database_the_role_may_not_create_tables_in_is_refusing(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    database = "n" + uuid.uuid4().hex[:12]
+    role = "r" + uuid.uuid4().hex[:12]
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {database}".encode())
+        conn.execute(f"CREATE ROLE {role} LOGIN".encode())
+    base = pg_server.dsn.rsplit("/", 1)[0]
+    with psycopg.connect(f"{base}/{database}", autocommit=True) as conn:
+        conn.execute(f"REVOKE CREATE ON SCHEMA public FROM PUBLIC, {role}".encode())
+    a = daemon_factory(config(f"{base}/{database}".replace("postgres@", f"{role}@", 1),
+                              "team", "hosta"))
+    status = wait_for(lambda: (lambda s: s if s["last_error"] else None)(remote_status(a)),
+                      what="the first attempt")
+    assert status["state"] == "refusing", status
+    assert status["refusing"] == "permission denied", status
+    assert "permission denied for schema public" in str(status["last_error"]), status
+    shown = cli(a, "doctor")
+    assert "CREATE on the schema" in shown, shown
+    assert "reachable and accepts this host" not in shown, shown

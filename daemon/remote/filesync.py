@@ -45,7 +45,7 @@ import psycopg
 import trio
 
 from recalld.daemon.config import RemoteConfig
-from recalld.daemon.remote import db, leftovers, refusals
+from recalld.daemon.remote import db, leftovers, refusals, writes
 from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.remote.conflicts import report_conflict
 from recalld.daemon.remote.localfs import EditedMeanwhile, LocalFile
@@ -105,6 +105,8 @@ class FileSync(ReplicaFiles):
         self._feed_blocked: dict[str, str] = {}
         #: Local changes the server refuses to store, held back each by itself.
         self.refusals = refusals.Refusals()
+        #: Whether the server refuses every write of this host now (``writes.py``).
+        self.writes = writes.WriteRefusal()
         #: Paths that must take the server's version (a change of this host's lost to
         #: another's) which this host could not write, and why (tried at each catch-up).
         self._unsettled: dict[str, str] = {}
@@ -175,6 +177,10 @@ class FileSync(ReplicaFiles):
                 answers = await on_conn(conn, db.upload_many, workspace_id, self.host,
                                         batch)
         except psycopg.Error as exc:
+            delay = self.writes.refused(exc, self._cfg.name)
+            if delay is not None:
+                await self._wait_writable(delay)
+                return
             if not refusals.refuses(exc):
                 raise
             if len(batch) > 1:
@@ -191,6 +197,9 @@ class FileSync(ReplicaFiles):
                     self.refusals.add(self._cfg.name, change.path, exc)
             self._answered()
             return
+        if self.writes.cleared():
+            log.info("shared workspace %s: the server takes this host's writes again",
+                     self._cfg.name)
         async with self._lock:
             settle = await self._record_answers(batch, answers)
         self.refusals.clear(change.path for change, _t, _b in batch)
@@ -198,6 +207,14 @@ class FileSync(ReplicaFiles):
         self._answered()
         for path in settle:
             await self._fetch_and_settle(conn, workspace_id, path)
+
+    async def _wait_writable(self, delay: float) -> None:
+        """The server refuses every write (``writes.py``): the session goes on reading,
+        the outbox waits ``delay`` before writing again (less at a new local change)."""
+        self._answered()  # those waiting for the upload learn it does not go up now
+        with trio.move_on_after(delay):
+            await self._wake_uploader.wait()
+        self._wake_uploader = trio.Event()
 
     def _answered(self) -> None:
         """Wake those waiting for changes to be answered (``wait_uploaded``)."""
@@ -294,8 +311,8 @@ class FileSync(ReplicaFiles):
                 waiting = {c.id: c.path for c in self._outbox.pending()}
             while waiting:
                 # A change the server refuses does not go up now either.
-                if not online() or not self.refusals.reasons.keys().isdisjoint(
-                        waiting.values()):
+                if (not online() or self.writes.kind is not None
+                        or not self.refusals.reasons.keys().isdisjoint(waiting.values())):
                     return False
                 event = self._uploaded_event
                 pending = {c.id for c in self._outbox.pending()}

@@ -90,9 +90,11 @@ class ServerSearchStatus(TypedDict):
 class ReplicaStatus(TypedDict):
     """A shared workspace's replica, as the workspace's status shows it."""
 
-    # connecting, online, offline (the server), failing (a fault of this host),
+    # connecting, online, offline (the server), refusing (the server answers but refuses
+    # this host's writes: ``refusing`` says why), failing (a fault of this host),
     # misconfigured (the settings: a DSN libpq cannot parse)
     state: str
+    refusing: str | None  # read-only, disk full, permission denied (remote/writes.py)
     server: str  # the DSN, password masked
     name: str
     host: str
@@ -172,8 +174,14 @@ class Replica:
         online = self._conn_state == "online"
         # Files this host cannot write, changes the server refuses: faults of one file.
         faults = list(blocked.values()) + list(refused.values()) if online else []
+        writes = self._files.writes
+        refusing = writes.kind if self._conn_state in ("online", "refusing") else None
+        if refusing is not None:
+            faults = [f"the server refuses this host's writes ({refusing}): "
+                      f"{writes.reason}", *faults]
         return {
-            "state": "failing" if faults else self._conn_state,
+            "state": "refusing" if refusing else "failing" if faults else self._conn_state,
+            "refusing": refusing,
             "server": mask_dsn(self._cfg.dsn),
             "name": self._cfg.name,
             "host": self.host,
@@ -209,7 +217,7 @@ class Replica:
         attempt = 0
         while True:
             began = trio.current_time()
-            ours = misconfigured = False
+            ours = misconfigured = refusing = False
             try:
                 await self._session()
             except* db.BadDsn as group:
@@ -223,7 +231,9 @@ class Replica:
                     log.error("shared workspace %s: %s", self._cfg.name, group.exceptions[0])
                 self._record_error(group.exceptions[0], server=False)
             except* db.UNAVAILABLE as group:
-                self._record_error(group.exceptions[0])
+                # A server that answers but refuses this host's writes is not offline.
+                refusing = self._files.writes.refused(group, self._cfg.name) is not None
+                self._record_error(group.exceptions[0], server=not refusing)
             except* Exception as group:
                 # A fault of ours (a full disk under the outbox, a file that cannot be
                 # written, a bug) must not take the workspace down with it: record it
@@ -241,7 +251,8 @@ class Replica:
                 self._conn_state = "misconfigured"
                 log.error("shared workspace %s: %s", self._cfg.name, self._last_error)
                 await trio.sleep_forever()
-            self._conn_state = "failing" if ours else "offline"
+            self._conn_state = ("failing" if ours else "refusing" if refusing
+                                else "offline")
             if trio.current_time() - began > 60:
                 attempt = 0
             delay = RECONNECT.backoff_s(attempt, self._rng)
@@ -287,6 +298,7 @@ class Replica:
             # What kept it offline (or failing) is over: the log keeps it, status no longer
             # shows it beside "online" as if it still held.
             self._last_error = self._last_error_at = None
+            self._files.writes.cleared()  # the next write refused says so again
             self._first_attempt.set()
             log.info("shared workspace %s: online (%s), %d change(s) queued",
                      self._cfg.name, mask_dsn(self._cfg.dsn), self._files.queued)
@@ -311,6 +323,7 @@ class Replica:
         server cannot be reached."""
         if self._workspace_id is None or self._conn_state != "online":
             waits = {"misconfigured": "its dsn in the config file is fixed",
+                     "refusing": "the server takes this host's writes",
                      "failing": "this host can replicate again"}
             raise ProviderUnavailable(
                 f"shared workspace {self._cfg.name} is {self._conn_state}"
