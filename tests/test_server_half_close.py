@@ -18,7 +18,6 @@ import trio
 import trio.testing
 from test_server_in_process import InProcess, LineClient
 
-from recalld.daemon.rpc.connection import Connection
 from recalld.daemon.rpc.connection_events import EVENT_QUEUE_SIZE
 
 SUBSCRIBE = {"jsonrpc": "2.0", "method": "events.subscribe", "params": {"topics": ["job.*"]},
@@ -36,28 +35,13 @@ def short_dir() -> Any:
 async def half_closed_subscriber(app: InProcess) -> AsyncIterator[tuple[LineClient, trio.Event]]:
     """A :class:`Connection` on a socket pair whose client sent ``events.subscribe`` as its
     last frame, without a newline, and ended its side; and the event set when it ends."""
-    ours, theirs = trio.socket.socketpair()
-    stream = trio.SocketStream(ours)
-    conn = Connection(stream, connection_id=1, peer_pid=None, config=app.config,
-                      dispatch=app.dispatch, answers_now=app.dispatch.is_immediate,
-                      counters=app.counters)
-    client = LineClient(trio.SocketStream(theirs))
-    served = trio.Event()
-
-    async def serve() -> None:
-        await conn.serve()
-        served.set()
-
-    async with stream, trio.open_nursery() as nursery:
-        nursery.start_soon(serve)
+    async with app.serving() as (client, served):
         await client.stream.send_all(orjson.dumps(SUBSCRIBE))
         await client.stream.send_eof()
         with trio.fail_after(5):
             assert (await client.recv())["result"] == {"subscribed": ["job.*"]}
         await trio.testing.wait_all_tasks_blocked()
         yield client, served
-        client.stream.socket.close()
-        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize("gone", ["close", "shutdown_rd"])

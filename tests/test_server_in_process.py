@@ -127,16 +127,29 @@ class InProcess:
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[LineClient]:
         """A :class:`Connection` serving one end of a socket pair; the client the other."""
+        async with self.serving() as (client, _served):
+            yield client
+
+    @asynccontextmanager
+    async def serving(self) -> AsyncIterator[tuple[LineClient, trio.Event]]:
+        """As :meth:`connection`, with the event set once the connection's ``serve``
+        returned."""
         ours, theirs = trio.socket.socketpair()
         stream = trio.SocketStream(ours)
         conn = Connection(stream, connection_id=1, peer_pid=None, config=self.config,
                           dispatch=self.dispatch, answers_now=self.dispatch.is_immediate,
                           counters=self.counters)
         client = LineClient(trio.SocketStream(theirs))
+        served = trio.Event()
+
+        async def serve() -> None:
+            await conn.serve()
+            served.set()
+
         async with stream, trio.open_nursery() as nursery:
-            nursery.start_soon(conn.serve)
+            nursery.start_soon(serve)
             try:
-                yield client
+                yield client, served
             finally:
                 await client.aclose()
                 nursery.cancel_scope.cancel()
@@ -349,20 +362,7 @@ async def test_a_call_whose_client_is_gone_runs_to_its_end(short_dir: Path, last
     # the daemon, as it does after a plain EOF. Something else written to the gone client
     # (the answer of a later request, the error of a bad line, an event) must not cut it.
     app = InProcess(short_dir)
-    ours, theirs = trio.socket.socketpair()
-    stream = trio.SocketStream(ours)
-    conn = Connection(stream, connection_id=1, peer_pid=None, config=app.config,
-                      dispatch=app.dispatch, answers_now=app.dispatch.is_immediate,
-                      counters=app.counters)
-    client = LineClient(trio.SocketStream(theirs))
-    served = trio.Event()
-
-    async def serve() -> None:
-        await conn.serve()
-        served.set()
-
-    async with stream, trio.open_nursery() as nursery:
-        nursery.start_soon(serve)
+    async with app.serving() as (client, served):
         if last == "event":
             await client.send({"jsonrpc": "2.0", "method": "events.subscribe",
                                "params": {"topics": ["job.*"]}, "id": 1})
