@@ -189,20 +189,25 @@ def test_sync_answer_over_the_frame_limit_ends_the_connection(
         assert client.call("test.huge", {"bytes": 1000}) == "x" * 1000
 
 
+def held_by_a_thread(client: Client) -> threading.Thread:
+    """A thread of this process that holds ``client`` (in ``events()``, for 3 s)."""
+    client.subscribe(["job.*"])
+    holder = threading.Thread(target=lambda: list(client.events(timeout_s=3)), daemon=True)
+    holder.start()
+
+    def held() -> bool:
+        if client._lock.acquire(blocking=False):
+            client._lock.release()
+            return False
+        return True
+
+    wait_for(held, "events() to hold the client")
+    return holder
+
+
 def test_sync_call_waiting_for_another_thread_still_times_out(fake: FakeDaemon) -> None:
     with Client(fake.path, timeout_s=0.5) as client:
-        client.subscribe(["job.*"])
-        holder = threading.Thread(target=lambda: list(client.events(timeout_s=3)),
-                                  daemon=True)
-        holder.start()
-
-        def held_by_the_holder() -> bool:
-            if client._lock.acquire(blocking=False):
-                client._lock.release()
-                return False
-            return True
-
-        wait_for(held_by_the_holder, "events() to hold the client")
+        holder = held_by_a_thread(client)
         started = time.monotonic()
         with pytest.raises(TimeoutError, match="another thread held the client"):
             client.ping()
@@ -217,18 +222,7 @@ def test_sync_a_forked_child_lets_its_parents_connection_and_lock_go(fake: FakeD
     # good in the child: each call of the child timed out or took another's answer.
     with Client(fake.path, timeout_s=5) as client:
         assert client.call("test.peer") == os.getpid()
-        client.subscribe(["job.*"])
-        holder = threading.Thread(target=lambda: list(client.events(timeout_s=3)),
-                                  daemon=True)
-        holder.start()
-
-        def held_by_the_holder() -> bool:
-            if client._lock.acquire(blocking=False):
-                client._lock.release()
-                return False
-            return True
-
-        wait_for(held_by_the_holder, "events() to hold the client")
+        holder = held_by_a_thread(client)
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: say what its calls answered, and never return
