@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from conftest import DaemonFactory
+from fakes.provider_server import FakeProvider
 
 KEY = "sk-proj-Zq8Rt2Lm5Vx9Bn3Kc7Hw1Jd4Fg6"
 UMASK_022 = ["sh", "-c", 'umask 022 && exec "$@"', "sh", sys.executable, "-m",
@@ -39,10 +40,12 @@ def _loose(*roots: Path, notes: Path) -> dict[str, int]:
     return found
 
 
-def _use(d: object, ws: Path, key: str) -> None:
+def _use(d: object, ws: Path, key: str, fake: FakeProvider) -> None:
+    """Open ``ws`` with a chat model whose key is ``key`` (the fake provider: a stop's
+    flush of the turns gets its answer at once), add a turn and a note."""
     call = d.call  # type: ignore[attr-defined]
     call("workspace.open", {"agent_id": "coder", "path": str(ws), "config": {
-        "chat_model_config": {"base_url": "http://127.0.0.1:9/v1", "model_name": "m",
+        "chat_model_config": {"base_url": f"{fake.url}/v1", "model_name": "m",
                               "api_key": key}}})
     call("memory.add_turns", {"agent_id": "coder", "session_id": "s1", "messages": [
         {"role": "user", "content": "the heron fishes at dawn by the mill"}]})
@@ -50,12 +53,12 @@ def _use(d: object, ws: Path, key: str) -> None:
 
 
 def test_state_files_are_private_and_notes_keep_their_mode(
-        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+        daemon_factory: DaemonFactory, tmp_path: Path, fake: FakeProvider) -> None:
     ws = tmp_path / "shared" / "coder"  # a workspace in a folder others may enter
     ws.mkdir(parents=True)
     os.chmod(ws.parent, 0o755)
     d = daemon_factory(launcher=UMASK_022)
-    _use(d, ws, KEY)
+    _use(d, ws, KEY, fake)
     record = d.data_dir / "state" / "workspaces.json"
     assert KEY in record.read_text()  # the daemon needs it to run
     assert _loose(d.data_dir, ws, notes=ws) == {}
@@ -80,7 +83,7 @@ def test_state_files_are_private_and_notes_keep_their_mode(
             os.chmod(Path(folder) / name, 0o644)
     d2 = daemon_factory(launcher=UMASK_022, RECALLD_DATA_DIR=str(d.data_dir))
     d2.call("workspace.close", {"agent_id": "coder"})  # to open it with another key
-    _use(d2, ws, KEY + "2")
+    _use(d2, ws, KEY + "2", fake)
     assert KEY + "2" in record.read_text()
     for path in (record, d.data_dir / "state" / "jobs.journal",
                  ws / "mem_metadata" / "sessions" / "pending.jsonl"):
@@ -89,9 +92,9 @@ def test_state_files_are_private_and_notes_keep_their_mode(
 
 
 def test_state_files_an_older_recalld_left_open_are_made_private_at_start(
-        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+        daemon_factory: DaemonFactory, tmp_path: Path, fake: FakeProvider) -> None:
     d = daemon_factory(launcher=UMASK_022)
-    _use(d, tmp_path / "coder", KEY)
+    _use(d, tmp_path / "coder", KEY, fake)
     assert d.stop() == 0
     state = d.data_dir / "state"
     loose = {}
