@@ -31,7 +31,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from recalld.ipc import _call, _core, _flavours, _methods, errors, paths
 from recalld.ipc._call import Call
@@ -57,6 +57,9 @@ class Client(_flavours.SyncMethods):
     each connect. With ``autostart=True`` a missing daemon is started with
     ``recalld serve`` in the background and waited for.
     """
+
+    #: Every client of this process, for a child forked from it (:meth:`_forget_inherited`).
+    _living: ClassVar[weakref.WeakSet[Client]] = weakref.WeakSet()
 
     def __init__(
         self,
@@ -87,7 +90,7 @@ class Client(_flavours.SyncMethods):
         self._lock = threading.RLock()
         #: The null-id error a connection of this call ended with (a refusal), if any.
         self._fatal: Response | None = None
-        _CLIENTS.add(self)
+        Client._living.add(self)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -116,11 +119,14 @@ class Client(_flavours.SyncMethods):
     def connected(self) -> bool:
         return self._sock is not None
 
-    def _forget_after_fork(self) -> None:
-        """In a child just forked: the connection and the lock are the parent's. Closing
-        this process's descriptor leaves the parent's connection open (no shutdown)."""
-        self._lock = threading.RLock()
-        self._drop()
+    @classmethod
+    def _forget_inherited(cls) -> None:
+        """In a child just forked: every client's connection and lock are the parent's.
+        Closing this process's descriptor leaves the parent's connection open (no
+        shutdown)."""
+        for client in list(cls._living):
+            client._lock = threading.RLock()
+            client._drop()
 
     def _drop(self) -> None:
         if self._sock is not None:
@@ -395,12 +401,4 @@ class Client(_flavours.SyncMethods):
 
 
 
-_CLIENTS: weakref.WeakSet[Client] = weakref.WeakSet()
-
-
-def _forget_inherited_connections() -> None:
-    for client in list(_CLIENTS):
-        client._forget_after_fork()
-
-
-os.register_at_fork(after_in_child=_forget_inherited_connections)
+os.register_at_fork(after_in_child=Client._forget_inherited)
