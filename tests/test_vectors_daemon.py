@@ -44,6 +44,15 @@ def wait_covered(d: Any) -> dict[str, Any]:
                       lambda st: st["coverage"] >= 1.0 and st["total"] > 0, "every vector")
 
 
+def covered_daemon(daemon_factory: Any, root: Path, fake: FakeProvider) -> Any:
+    """A daemon serving ``root`` as workspace ``w`` with vectors from ``fake``, once every
+    chunk of it has its vector."""
+    d = daemon_factory(fake_config(root, fake))
+    d.call("index.sync", {"agent_id": "w"})
+    wait_covered(d)
+    return d
+
+
 def test_daemon_backfills_and_searches_hybrid(daemon_factory: Any, tmp_path: Path) -> None:
     root = tmp_path / "ws"
     write(root, "memory/2026-07-23/commute.md",
@@ -80,9 +89,7 @@ def test_hnswlib_is_loaded_only_for_a_workspace_with_vectors(daemon_factory: Any
     assert "hnswlib" not in Path(f"/proc/{d.pid}/maps").read_text()
     assert d.stop() == 0
     with FakeProvider(dims=8, api_key="k") as fake:
-        d = daemon_factory(fake_config(root, fake))
-        d.call("index.sync", {"agent_id": "w"})
-        wait_covered(d)
+        d = covered_daemon(daemon_factory, root, fake)
         res = d.call("memory.search", {"agent_id": "w", "query": "Zurich"})
         assert res["mode"] == "hybrid" and res["vector_hits"] == 1
         assert "hnswlib" in Path(f"/proc/{d.pid}/maps").read_text()  # on demand
@@ -238,9 +245,7 @@ def test_a_blank_query_finds_nothing_with_vectors_too(daemon_factory: Any,
     root = tmp_path / "ws"
     write(root, "memory/2026-07-23/commute.md", "# Commute\n\nThe 7:40 train to Zurich.\n")
     with FakeProvider(dims=8, api_key="k") as fake:
-        d = daemon_factory(fake_config(root, fake))
-        d.call("index.sync", {"agent_id": "w"})
-        wait_covered(d)
+        d = covered_daemon(daemon_factory, root, fake)
         sent = len(fake.requests)
         for query in ("", "   ", "\n\t"):
             res = d.call("memory.search", {"agent_id": "w", "query": query})
@@ -265,9 +270,7 @@ def test_hybrid_results_bring_their_linked_notes_wherever_the_keyword_branch_ran
     write(root, "memory/2026-08-03/z.md", "purple elephant dance")
     write(root, "memory/2026-08-03/zz.md", "the z note's neighbour\n[[memory/2026-08-03/z]]\n")
     with FakeProvider(dims=8, api_key="k") as fake:
-        d = daemon_factory(fake_config(root, fake))
-        d.call("index.sync", {"agent_id": "w"})
-        wait_covered(d)
+        d = covered_daemon(daemon_factory, root, fake)
         for query in ("purple elephant dance", "elephant dance purple"):
             res = d.call("memory.search", {"agent_id": "w", "query": query})
             assert res["mode"] == "hybrid"
@@ -293,9 +296,7 @@ def test_a_secret_in_a_query_is_not_sent_to_the_embedding_provider(daemon_factor
     token = "ghp_" + "Zq8Wx7Vc6Bn5Mm4Ll3Kk2Jj1Hh0Gg9Ff8Dd7S"
     write(root, "memory/2026-07-23/deploy.md", "# Deploy\n\nThe deploy token is rotated.\n")
     with FakeProvider(dims=8, api_key="k") as fake:
-        d = daemon_factory(fake_config(root, fake))
-        d.call("index.sync", {"agent_id": "w"})
-        wait_covered(d)
+        d = covered_daemon(daemon_factory, root, fake)
         sent = len(fake.requests)
         res = d.call("memory.search", {"agent_id": "w", "query": f"is {token} the deploy token"})
         assert res["mode"] == "hybrid" and res["vector_hits"] >= 1
@@ -315,9 +316,7 @@ def test_the_cli_says_when_a_query_could_not_be_embedded(daemon_factory: Any,
     root = tmp_path / "ws"
     write(root, "memory/2026-07-23/kiln.md", "# Kiln\n\nThe kiln reached 1240 degrees.\n")
     with FakeProvider(dims=8, api_key="k") as fake:
-        d = daemon_factory(fake_config(root, fake))
-        d.call("index.sync", {"agent_id": "w"})
-        wait_covered(d)
+        d = covered_daemon(daemon_factory, root, fake)
         fake.script(Reply(status=400))  # the query's embedding is refused
         proc = recalld("search", "kiln degrees", "--agent", "w", env=d.env)
         assert proc.returncode == 0, proc.stderr
@@ -359,9 +358,7 @@ def test_a_query_typed_composed_or_decomposed_is_one_query(daemon_factory: Any,
     for i in range(6):
         write(root, f"digest/wiki/n{i}.md", f"# Note {i}\n\nAnother note, number {i}.\n")
     with FakeProvider(dims=8, api_key="k") as fake:
-        d = daemon_factory(fake_config(root, fake))
-        d.call("index.sync", {"agent_id": "w"})
-        wait_covered(d)
+        d = covered_daemon(daemon_factory, root, fake)
         answers = []
         for form in ("NFC", "NFD"):
             query = unicodedata.normalize(form, "Zoë café Malmö")

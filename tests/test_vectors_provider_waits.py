@@ -8,7 +8,13 @@ from typing import Any
 
 from fakes.provider_server import FakeProvider, Reply
 from test_reload_workspaces import _reload
-from test_vectors_daemon import fake_config, vectors_status, wait_covered, write
+from test_vectors_daemon import (
+    covered_daemon,
+    fake_config,
+    vectors_status,
+    wait_covered,
+    write,
+)
 from waits import wait_value
 
 
@@ -31,9 +37,7 @@ def test_a_search_keeps_off_a_provider_a_backfill_call_waits_for(daemon_factory:
     root = tmp_path / "ws"
     write(root, "memory/2026-07-23/commute.md", "# Commute\n\nThe 7:40 train to Zurich.\n")
     with FakeProvider(dims=8, api_key="k") as fake:
-        d = daemon_factory(fake_config(root, fake))
-        d.call("index.sync", {"agent_id": "w"})
-        wait_covered(d)
+        d = covered_daemon(daemon_factory, root, fake)
         st = retry_after_waited(d, fake, root, "# Dentist\n\nThe dentist on Friday.\n")
         assert "HTTP 429" in st["last_error"], st
         sent = len(fake.requests)
@@ -83,9 +87,7 @@ def test_the_counts_follow_the_notes_while_a_call_waits_out_a_retry_after(
     root = tmp_path / "ws"
     write(root, "memory/2026-07-23/commute.md", "# Commute\n\nThe train to Zurich.\n")
     with FakeProvider(dims=8, api_key="k") as fake:
-        d = daemon_factory(fake_config(root, fake))
-        d.call("index.sync", {"agent_id": "w"})
-        wait_covered(d)
+        d = covered_daemon(daemon_factory, root, fake)
         st = retry_after_waited(d, fake, root, "# Dentist\n\nOn Friday.\n")
         assert (st["embedded"], st["total"]) == (1, 2), st
         write(root, "memory/2026-07-25/plumber.md", "# Plumber\n\nOn Monday.\n")
@@ -107,9 +109,7 @@ def test_a_failed_round_s_error_goes_once_its_note_is_deleted(daemon_factory: An
     root = tmp_path / "ws"
     write(root, "memory/2026-07-23/commute.md", "# Commute\n\nThe train to Zurich.\n")
     with FakeProvider(dims=8, api_key="k") as fake:
-        d = daemon_factory(fake_config(root, fake))
-        d.call("index.sync", {"agent_id": "w"})
-        wait_covered(d)
+        d = covered_daemon(daemon_factory, root, fake)
         fake.reply_for = lambda body: Reply(status=500) if any(
             "DOOMED" in t for t in body["input"]) else None
         write(root, "memory/2026-07-24/doomed.md", "# Doomed\n\nDOOMED note.\n")

@@ -7,7 +7,13 @@ from typing import Any
 
 from fakes.provider_server import FakeProvider, Reply
 from test_cli import recalld
-from test_vectors_daemon import fake_config, vectors_status, wait_covered, write
+from test_vectors_daemon import (
+    covered_daemon,
+    fake_config,
+    vectors_status,
+    wait_covered,
+    write,
+)
 from waits import wait_value
 
 
@@ -16,9 +22,7 @@ def test_an_error_the_provider_recovered_from_is_past(daemon_factory: Any,
     root = tmp_path / "ws"
     write(root, "memory/2026-05-01/n.md", "# N\n\nandesite\n")
     with FakeProvider(dims=8, api_key="k") as fake:
-        d = daemon_factory(fake_config(root, fake))
-        d.call("index.sync", {"agent_id": "w"})
-        wait_covered(d)
+        d = covered_daemon(daemon_factory, root, fake)
         # A round whose every attempt is rate-limited (the retry loop gives up), then
         # the provider answers again.
         fake.script(*[Reply(status=429, headers={"Retry-After": "0"})] * 5)
@@ -47,9 +51,7 @@ def test_a_provider_failing_for_good_gets_pings_not_texts(daemon_factory: Any,
     root = tmp_path / "ws"
     write(root, "memory/2026-05-01/n.md", "# N\n\npumice\n")
     with FakeProvider(dims=8, api_key="k") as fake:
-        d = daemon_factory(fake_config(root, fake))
-        d.call("index.sync", {"agent_id": "w"})
-        wait_covered(d)
+        d = covered_daemon(daemon_factory, root, fake)
         fake.reply_for = lambda _body: Reply(status=401)
         sent = len(fake.requests)
         write(root, "memory/2026-05-02/m.md", "# M\n\nobsidian\n")
@@ -84,9 +86,7 @@ def test_an_answer_that_cannot_be_read_does_not_park_the_text(daemon_factory: An
     root = tmp_path / "ws"
     write(root, "memory/2026-05-01/n.md", "# N\n\ntuff\n")
     with FakeProvider(dims=8, api_key="k") as fake:
-        d = daemon_factory(fake_config(root, fake))
-        d.call("index.sync", {"agent_id": "w"})
-        wait_covered(d)
+        d = covered_daemon(daemon_factory, root, fake)
         for n, broken in enumerate((Reply(raw=b'{"data": [{"embedding": [0.1,'),
                                     Reply(missing=1)), start=2):
             fake.script(broken)
@@ -126,9 +126,7 @@ def test_a_call_waiting_out_a_retry_after_says_so(daemon_factory: Any,
     root = tmp_path / "ws"
     write(root, "memory/2026-05-01/n.md", "# N\n\nbasanite\n")
     with FakeProvider(dims=8, api_key="k") as fake:
-        d = daemon_factory(fake_config(root, fake))
-        d.call("index.sync", {"agent_id": "w"})
-        wait_covered(d)
+        d = covered_daemon(daemon_factory, root, fake)
         fake.script(Reply(status=429, headers={"Retry-After": "3"}))
         write(root, "memory/2026-05-02/m.md", "# M\n\nphonolite\n")
         d.call("index.sync", {"agent_id": "w"})

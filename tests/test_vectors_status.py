@@ -9,7 +9,13 @@ from typing import Any
 
 from fakes.provider_server import FakeProvider, Reply
 from test_cli import recalld
-from test_vectors_daemon import fake_config, vectors_status, wait_covered, write
+from test_vectors_daemon import (
+    covered_daemon,
+    fake_config,
+    vectors_status,
+    wait_covered,
+    write,
+)
 from waits import wait_value
 
 
@@ -176,9 +182,7 @@ def test_a_model_change_the_old_vectors_cannot_serve_says_so(daemon_factory: Any
     root = tmp_path / "ws"
     write(root, "memory/2026-05-01/n.md", "# N\n\nrhyolite\n")
     with FakeProvider(dims=8) as fake:
-        d = daemon_factory(fake_config(root, fake))
-        d.call("index.sync", {"agent_id": "w"})
-        wait_covered(d)
+        d = covered_daemon(daemon_factory, root, fake)
         assert d.stop() == 0
         gate = fake.gate(lambda body: body.get("input") != ["ping"])
         ollama = (f'[workspaces.w]\npath = "{root}"\nembedding_model_config = '
