@@ -1,0 +1,91 @@
+"""Node names as they are seen and as file names: :func:`visible_text` (a name without
+what hides, reorders or blanks it) and :func:`slugify` (the file name of a node's name).
+Pure functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from typing import Final
+
+_DASHES_RE: Final = re.compile(r"-{2,}")
+_DEVICE_RE: Final = re.compile(r"(?:con|prn|aux|nul|com[0-9]|lpt[0-9])\Z")
+#: Joiners that shape words of some scripts (Persian, Indic conjuncts) and emoji sequences:
+#: kept between two characters beyond ASCII; elsewhere they only hide (``ad\u200cmin``).
+_JOINERS: Final = "\u200c\u200d"
+#: Letters that show as blank space (Hangul fillers).
+_BLANK_LETTERS: Final = "\u115f\u1160\u3164\uffa0"
+#: Tag characters, and the flag they spell a subdivision's flag after.
+_TAGS: Final = ("\U000e0020", "\U000e007f", "\U0001f3f4")
+
+
+def _shown(ch: str) -> bool:
+    return not (ch.isspace() or ch.isascii() or unicodedata.category(ch)[0] == "C")
+
+
+def visible_text(text: str) -> str:
+    """``text`` on one line, as it is seen: runs of white space (line breaks too) as one
+    space; without control characters, nor invisible ones that make two names look alike
+    or show a name in another order (zero-width spaces, soft hyphens, bidi marks,
+    embeddings, overrides and isolates, blank letters). Joiners stay where they join (see
+    ``_JOINERS``); right-to-left text stays as written."""
+    text = " ".join(text.split())
+    out: list[str] = []
+    for i, ch in enumerate(text):
+        if ch in _JOINERS:
+            if 0 < i < len(text) - 1 and _shown(text[i - 1]) and _shown(text[i + 1]):
+                out.append(ch)
+        elif _TAGS[0] <= ch <= _TAGS[1]:  # a flag's subdivision (🏴 + tags: Scotland)
+            if out and (out[-1] == _TAGS[2] or _TAGS[0] <= out[-1] <= _TAGS[1]):
+                out.append(ch)
+        elif unicodedata.category(ch) not in ("Cc", "Cf") and ch not in _BLANK_LETTERS:
+            out.append(ch)
+    return " ".join("".join(out).split())
+
+
+def _variation(ch: str) -> bool:
+    """A variation selector: it only picks how the character before it is drawn."""
+    return "\ufe00" <= ch <= "\ufe0f" or "\U000e0100" <= ch <= "\U000e01ef"
+
+
+def _slug_of(norm: str, limit: int) -> str:
+    kept: list[str] = []
+    for i, ch in enumerate(norm):
+        # A mark is kept on the letter it belongs to, a joiner inside a word (Persian
+        # ``می\u200cخواهم``); alone either would be an invisible file name.
+        inside = bool(kept) and kept[-1] != "-"
+        if ch in _JOINERS:
+            if inside and norm[i + 1:i + 2].isalnum():
+                kept.append(ch)
+        elif not _variation(ch):
+            mark = inside and unicodedata.category(ch)[0] == "M"
+            kept.append(ch if ch.isalnum() or ch == "_" or mark else "-")
+    return _DASHES_RE.sub("-", "".join(kept)).strip("-_")[:limit].rstrip("-_")
+
+
+def _symbol_slug(norm: str, limit: int) -> str:
+    """The slug of a name with no letter or digit (``🍵``, ``🚀``, ``!!!``): the Unicode
+    names of its characters (``teacup-without-handle``); one too long for ``limit`` is cut
+    and ends in a short hash of the name, so that every such name has a file of its own."""
+    words = [unicodedata.name(ch, "") for ch in norm if not (
+        ch.isspace() or ch in _JOINERS or _variation(ch) or unicodedata.category(ch)[0] == "M")]
+    slug = _slug_of(" ".join(w for w in words if w).lower(), 10 * limit)
+    if slug and len(slug) <= limit:
+        return slug
+    tag = hashlib.sha256(norm.encode()).hexdigest()[:8]
+    return f"{slug[:limit - len(tag) - 1].rstrip('-_') or 'node'}-{tag}"
+
+
+def slugify(text: str, limit: int = 60) -> str:
+    """A file-name-safe slug; keeps letters of any script with their combining marks (CJK
+    names stay readable, and so do Devanagari, Thai or Arabic ones: their vowel signs are
+    marks, and a name without them is another word). A name without a letter or digit is
+    named by its characters' Unicode names (:func:`_symbol_slug`). What is not seen
+    (:func:`visible_text`, variation selectors) is left out. A name Windows reserves for a
+    device (``con``, ``nul``, ``lpt1``) gets a ``_``: a workspace restored there keeps the
+    file."""
+    norm = unicodedata.normalize("NFKC", visible_text(text)).lower()
+    slug = _slug_of(norm, limit) or _symbol_slug(norm, limit)
+    return f"{slug}_" if _DEVICE_RE.match(slug) else slug
