@@ -464,3 +464,23 @@ def test_tool_arguments_in_a_code_fence_are_read(daemon: DaemonHandle, fake: Fak
     assert dream(daemon)["actions"] == {"CREATE": 2}
     assert "- 猫叫味噌" in node(root, "digest/personal/猫.md")[1]
     assert node(root, "digest/personal/cat.md")[0]["name"] == "Cat"
+
+
+def test_related_or_sources_entries_that_are_not_text_are_refused_to_the_model(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """An object or a number among ``related`` (or ``sources``) names no node: as text it
+    would be made a slug path (``{'path': ...}`` -> ``digest/wiki/path-...md``)."""
+    root, model, a = cat_note(daemon, fake, tmp_path)
+    cat = {"action": "CREATE", "bucket": "personal", "name": "Cat", "reason": "pet",
+           "content": "- the cat is Miso"}
+    model.plan[a] = [[("integrate", {**cat, "related": [{"path": "digest/wiki/pets.md"}]}),
+                      ("integrate", {**cat, "sources": [a, 7]})],
+                     [("integrate", cat)]]
+    assert dream(daemon)["actions"] == {"CREATE": 1}
+    refused = model.tool_results[:2]
+    assert refused[0].startswith("error: related must be a list of strings") \
+        and "an object" in refused[0], refused
+    assert refused[1].startswith("error: sources must be a list of strings") \
+        and "a number" in refused[1], refused
+    fields, _ = node(root, "digest/personal/cat.md")
+    assert fields["related"] == [] and fields["sources"] == [a], fields

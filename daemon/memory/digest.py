@@ -348,6 +348,27 @@ def _string(args: Mapping[str, object], name: str, *, required: bool = False,
     return value
 
 
+def _strings(args: Mapping[str, object], name: str) -> list[str]:
+    """A list-of-strings argument (one string: a list of it). An entry that is not a
+    string (an object, a number) is refused: as text it would name no node or note."""
+    value = args.get(name)
+    if value is None or isinstance(value, str):
+        return [value] if value else []
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise IntegrationError(f"{name} must be a list of strings (node or note paths or "
+                               f"names), got {_kind(value)}")
+    return [v for v in value if v]
+
+
+def _kind(value: object) -> str:
+    """What ``value`` is, in JSON's words, for an error message."""
+    if isinstance(value, list | tuple):
+        return "a list holding " + ", ".join(sorted({_kind(v) for v in value
+                                                     if not isinstance(v, str)}))
+    return {dict: "an object", bool: "true/false", int: "a number", float: "a number",
+            type(None): "null"}.get(type(value), type(value).__name__)
+
+
 def _bucket_of(path: str, digest_dir: str) -> str | None:
     """The bucket of ``path`` if it is a node's (``<digest_dir>/<bucket>/<name>.md``;
     ``digest_dir`` may have folders of its own), else None."""
@@ -391,11 +412,11 @@ def parse_integration(args: Mapping[str, object], *, digest_dir: str,
                 f"{', '.join(_MANAGED)} and source links are written from the arguments")
     allowed = set(allowed_sources)
     sources = tuple(dict.fromkeys(
-        s for s in map(link_path, _as_list(args.get("sources"))) if s in allowed)
+        s for s in map(link_path, _strings(args, "sources")) if s in allowed)
     ) or (default_source,)
     related: list[str] = []
     not_nodes: list[str] = []
-    for r in _as_list(args.get("related")):
+    for r in _strings(args, "related"):
         r = link_path(_one_line(r))
         if "/" not in r:
             r = node_path(bucket, r, digest_dir)
