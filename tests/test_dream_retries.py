@@ -115,3 +115,31 @@ def test_a_note_held_by_a_node_it_cannot_write_waits_and_says_how_to_go_on(
     write(root, broken, "---\nname: Kettle\n---\n# Kettle\n\n- boils\n")
     job = run_job(daemon, "auto_dream", {"retry_failed": True})
     assert job["state"] == "succeeded" and job["result"]["actions"] == {"CORROBORATE": 1}, job
+
+
+def test_a_note_whose_tool_calls_come_garbled_counts_its_tries(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """The server answers in good order, but the model's tool call for this one note is
+    not JSON each time (while another note is read): that is the note's try, as a step
+    budget spent on it is, not a server failing."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note, other = "memory/2026-10-06/garbled.md", "memory/2026-10-06/fine.md"
+    write(root, note, "Quotes \"everywhere\" {and braces}.\n")
+    open_ws(daemon, root, fake)
+    model.plan[note] = [[("integrate", '{"action": "CREATE", "name": "Quotes "every')]]
+
+    def run() -> tuple[dict[str, object], int]:
+        before = _asked(fake, note)
+        job = run_job(daemon, "auto_dream")
+        return job, _asked(fake, note) - before
+
+    job, asked = run()
+    assert job["state"] == "failed" and "not valid JSON" in job["error"] and asked == 1, job
+    write(root, other, "Nothing to keep.\n")
+    job, asked = run()  # try 2, beside a note read fine
+    assert job["state"] == "succeeded" and job["result"]["failed_notes"] == 1, job
+    assert asked == 1
+    job, asked = run()  # left out once: its tries are counted
+    assert asked == 0 and "left out of 1 run(s)" in job["result"]["waiting"][note], job
+    assert "not valid JSON" in job["result"]["waiting"][note], job

@@ -15,8 +15,8 @@ has four tools:
 ``note_interests``. ``integrate`` is applied at once by :mod:`integration` (deterministic
 rules: sources, history, refusal of destructive rewrites) and written through the shared
 file operations, so the next search sees it. A note whose conversation failed (provider
-down, malformed answers, or cut off at ``max_steps_per_note`` while the model still called
-tools: the rest of the note may be unread) is recorded failed in the catalog and read
+down, malformed answers or tool calls, or cut off at ``max_steps_per_note`` while the model
+still called tools: the rest of the note may be unread) is recorded failed in the catalog and read
 again by a later run (a few times while its text is unchanged, then on request:
 :mod:`dreamretry`); what it integrated stays; other notes go on. Then ``digest/interests.yaml`` is
 refreshed, the change log and undo record are written (:mod:`changelog`) and, if memory
@@ -69,7 +69,11 @@ from recalld.daemon.memory.fileops import (
 from recalld.daemon.memory.llm import LoopFailed, ToolBudget, run_tools
 from recalld.daemon.memory.redact import redact_async
 from recalld.daemon.providers.chat import ChatClient, ChatMessage
-from recalld.daemon.providers.errors import ProviderConfigError, ProviderError
+from recalld.daemon.providers.errors import (
+    MalformedToolCall,
+    ProviderConfigError,
+    ProviderError,
+)
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import JobFailed, PathOutsideWorkspace, UnknownWorkspace
 
@@ -432,7 +436,7 @@ async def run_dream(
                 await run.journaled({"failed_note": note, "reason": exc.message})
                 await run.set_catalog(catalog, note, dreamretry.failed_record(
                     catalog.get(note), note, sha, exc.message, run.log.run_id,
-                    counted=asked and isinstance(exc, JobFailed)))
+                    counted=asked and isinstance(exc, JobFailed | MalformedToolCall)))
                 continue
             await run.set_catalog(catalog, note, {
                 "path": note, "digest": sha,

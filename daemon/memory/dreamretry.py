@@ -2,14 +2,16 @@
 on the dream catalog's records; no I/O, no task.
 
 A note whose conversation the model could not finish as the note is (cut off by its step
-budget, its answer cut or refused, or a node it had to write that cannot be read) would
+budget, its answer cut or refused, a tool call of its answer that cannot be read, or a
+node it had to write that cannot be read) would
 fail the same way at every run, each time paying for the whole conversation again. So
 each unchanged text gets :data:`MAX_TRIES` tries, with one run more between each try and
 the next (tried at the next run, then after one run left out, ...); then the note waits
 until its text changes or a person asks for it (the ``retry_failed`` param of the
 auto_dream job, ``recalld dream --retry-failed``), which gives it one more try. A failure
-that says nothing of the note (the provider down or answering garbage, the run's tool
-budget spent before the note began) is not counted: the note is read again next run.
+that says nothing of the note (the provider down or answering what is no chat answer,
+the run's tool budget spent before the note began) is not counted: the note is read again
+next run.
 """
 
 from __future__ import annotations

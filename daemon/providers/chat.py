@@ -32,6 +32,7 @@ from recalld.daemon.providers.errors import (
     NO_CHAT_MODEL as NO_CHAT_MODEL,
 )
 from recalld.daemon.providers.errors import (
+    MalformedToolCall,
     ProviderBadResponse,
     ProviderConfigError,
     ProviderError,
@@ -156,12 +157,16 @@ def _bad(message: str) -> ProviderBadResponse:
     return ProviderBadResponse(f"chat completion: {message}")
 
 
+def _bad_call(message: str) -> MalformedToolCall:
+    return MalformedToolCall(f"chat completion: {message}")
+
+
 def _parse_tool_call(raw: object, index: int) -> ToolCall:
     if not isinstance(raw, dict):
-        raise _bad(f"tool call {index} is not an object")
+        raise _bad_call(f"tool call {index} is not an object")
     fn = raw.get("function")
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
-        raise _bad(f"tool call {index} has no function name")
+        raise _bad_call(f"tool call {index} has no function name")
     args_raw = fn.get("arguments")
     args: object
     if args_raw is None:  # a function without arguments, as some servers send it
@@ -174,16 +179,16 @@ def _parse_tool_call(raw: object, index: int) -> ToolCall:
             text = fenced.group(1) if fenced else args_raw
             args = orjson.loads(text) if text.strip() else {}
         except orjson.JSONDecodeError:
-            raise _bad(
+            raise _bad_call(
                 f"arguments of tool call {index} ({fn['name']}) are not valid JSON"
             ) from None
     else:
-        raise _bad(f"arguments of tool call {index} ({fn['name']}) are not a JSON string")
+        raise _bad_call(f"arguments of tool call {index} ({fn['name']}) are not a JSON string")
     if isinstance(args, str):  # encoded twice (some servers): the object is inside
         with contextlib.suppress(orjson.JSONDecodeError):
             args = orjson.loads(args)
     if not isinstance(args, dict):
-        raise _bad(f"arguments of tool call {index} ({fn['name']}) are not a JSON object")
+        raise _bad_call(f"arguments of tool call {index} ({fn['name']}) are not a JSON object")
     call_id = raw.get("id")
     return ToolCall(id=str(call_id) if call_id else f"call_{index}", name=fn["name"],
                     arguments=args)
@@ -246,7 +251,7 @@ def parse_chat_response(body: bytes, secret: str = "") -> ChatResult:
         if finish not in ("length", "max_tokens"):
             raise
         # A call cut off mid-way: the limit is the cause, not the model's JSON.
-        raise _bad(f"the answer stopped at its length limit inside a tool call "
+        raise _bad_call(f"the answer stopped at its length limit inside a tool call "
                    f"(raise max_tokens in chat_model_config): "
                    f"{exc.message.removeprefix('chat completion: ')}") from None
     usage = data.get("usage")

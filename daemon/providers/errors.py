@@ -135,6 +135,13 @@ class ProviderBadResponse(ProviderPermanent):
     """The answer could not be understood (bad JSON, missing fields, wrong shapes)."""
 
 
+class MalformedToolCall(ProviderBadResponse):
+    """The answer came whole, but a tool call in it cannot be read (its arguments not a
+    JSON object, no function name, cut off by the answer's length limit): what the model
+    wrote for this conversation, not the server's failure; the same conversation may get
+    it again."""
+
+
 class DimensionMismatch(ProviderBadResponse):
     """The provider returned vectors of a different dimension than configured."""
 
