@@ -111,10 +111,13 @@ def test_a_note_held_by_a_node_it_cannot_write_waits_and_says_how_to_go_on(
     why = job["result"]["waiting"][note]
     assert f"{broken} cannot be read as written" in why, why
     assert "read again by the next dream" not in why, why
-    assert "once it is fixed: recalld dream --retry-failed" in why, why
+    assert "by the next dream once the node is changed" in why, why
+    before = _asked(fake, note)
+    # A person mends the node (not the note): the next dream reads the note, unasked.
     write(root, broken, "---\nname: Kettle\n---\n# Kettle\n\n- boils\n")
-    job = run_job(daemon, "auto_dream", {"retry_failed": True})
+    job = run_job(daemon, "auto_dream")
     assert job["state"] == "succeeded" and job["result"]["actions"] == {"CORROBORATE": 1}, job
+    assert "waiting" not in job["result"] and _asked(fake, note) > before, job
 
 
 def test_a_note_whose_tool_calls_come_garbled_counts_its_tries(

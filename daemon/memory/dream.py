@@ -121,6 +121,9 @@ class _Run:
     #: Why this note's integrations could not all be applied until a person acts (a node
     #: whose frontmatter cannot be read): the note is read again by the next run.
     blocked: list[str] = field(default_factory=list)
+    #: The nodes of :attr:`blocked`, each with what it held then (:func:`node_digest`):
+    #: the note is read again once one of them changes (mended by a person).
+    blocked_on: dict[str, str | None] = field(default_factory=dict)
     config: DreamConfig = field(default_factory=DreamConfig)
     budget: ToolBudget = field(default_factory=lambda: ToolBudget(0))
     names: nodefiles.NameIndex = field(default_factory=nodefiles.NameIndex)
@@ -256,6 +259,7 @@ class _Run:
                                             None if existing is not None else alike)
             if existing is not None and existing.unreadable:
                 self.blocked.append(outcome.detail)
+                self.blocked_on[proposal.path] = dreamnotes.node_digest(before_text, utf8)
             outcome = integration.unknown_to_model(
                 outcome, before_text, shown=self.seen.get(proposal.path),
                 by_answer=self._changed_by_answer(proposal.path, before_text),
@@ -363,9 +367,10 @@ async def run_dream(
     gone, back = await trio.to_thread.run_sync(dreamnotes.deleted_notes, ws.root, catalog,
                                                moves)
     moved = {t[0]: t for t in todo if t[0] in moves}
+    nodes_now = await trio.to_thread.run_sync(dreamnotes.awaited_nodes, ws.root, catalog)
     pending, waiting = dreamretry.hold_back(catalog, [
         t for t in todo if t[0] not in moves and t[0] not in copies and t[0] not in same],
-        retry=retry_failed)
+        retry=retry_failed, nodes_now=nodes_now)
     todo = pending[: cfg.max_notes_per_run]
     runs_dir = changelog.runs_dir(ws.root, settings.metadata_dir)
     await dreaminbox.recover_journals(ws, runs_dir, _RUNNING)  # also with nothing to do
@@ -395,6 +400,7 @@ async def run_dream(
             progress(i, len(todo), note)
             run.note = note
             run.blocked.clear()
+            run.blocked_on.clear()
             # A note with nothing beyond its frontmatter (yet) has nothing to integrate:
             # a model asked about it can only invent. Written later, it is read then. One
             # whose block is still open, unchanged since the last run saw it so, is not
@@ -427,7 +433,7 @@ async def run_dream(
                     if not result.finished:  # cut off: the rest of the note may be unread
                         raise LoopFailed(result.unfinished(cfg.max_steps_per_note))
                 if run.blocked:
-                    raise JobFailed(run.blocked[0])
+                    raise dreamretry.NodeUnreadable(run.blocked[0])
             except ProviderConfigError:
                 raise
             except (ProviderError, JobFailed) as exc:
@@ -436,7 +442,9 @@ async def run_dream(
                 await run.journaled({"failed_note": note, "reason": exc.message})
                 await run.set_catalog(catalog, note, dreamretry.failed_record(
                     catalog.get(note), note, sha, exc.message, run.log.run_id,
-                    counted=asked and isinstance(exc, JobFailed | MalformedToolCall)))
+                    counted=asked and isinstance(exc, JobFailed | MalformedToolCall),
+                    waits_on=run.blocked_on if isinstance(exc, dreamretry.NodeUnreadable)
+                    else None))
                 continue
             await run.set_catalog(catalog, note, {
                 "path": note, "digest": sha,

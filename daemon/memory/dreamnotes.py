@@ -17,8 +17,8 @@ from recalld.daemon import safepath
 from recalld.daemon.index.chunker import split_line
 from recalld.daemon.index.filters import note_date
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.memory import digest, reme_dream
-from recalld.daemon.memory.confined import NotUtf8, read_confined, utf8_file
+from recalld.daemon.memory import digest, dreamretry, reme_dream
+from recalld.daemon.memory.confined import NotUtf8, read_checked, read_confined, utf8_file
 from recalld.daemon.memory.resource_files import note_says
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import RecalldError
@@ -84,6 +84,29 @@ def _mtime_ns(folder: str, name: str) -> int:
         return os.lstat(os.path.join(folder, name)).st_mtime_ns
     except OSError:  # gone meanwhile: skipped when read
         return 0
+
+
+def node_digest(text: str | None, utf8: bool) -> str | None:
+    """What node ``text`` (None: no such file; ``utf8``: saved as UTF-8) holds, as a
+    digest: a note held by the node (:data:`dreamretry.WAITS_ON`) is read again once it
+    differs (the same text saved again as UTF-8 too)."""
+    return None if text is None else sha256_text(text) + ("" if utf8 else "/not-utf8")
+
+
+def awaited_nodes(root: Path, catalog: Mapping[str, Mapping[str, object]]
+                  ) -> dict[str, str | None]:
+    """``{node: digest now}`` (:func:`node_digest`) of each node a failed note waits on
+    (:data:`dreamretry.WAITS_ON`); blocking."""
+    out: dict[str, str | None] = {}
+    for rec in catalog.values():
+        nodes = rec.get(dreamretry.WAITS_ON) if rec.get("state") == "failed" else None
+        for rel in nodes if isinstance(nodes, dict) else ():
+            if isinstance(rel, str) and rel not in out:
+                try:
+                    out[rel] = node_digest(*read_checked(root, rel))
+                except RecalldError as exc:  # as unreadable as before, or a change
+                    out[rel] = f"error: {exc.message}"
+    return out
 
 
 def recognise_reme_dreamed(ws: Workspace, catalog: dict[str, JsonObject]) -> int:

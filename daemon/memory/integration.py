@@ -134,8 +134,8 @@ def integrate(existing: Node | None, proposal: Integration, today: str,
                        f"{path} cannot be read as written (a hand edit: in its frontmatter "
                        "a duplicate key, an unclosed quote or bracket; or text not saved as "
                        "UTF-8); it is left as it is until it is fixed, and this note is read "
-                       "again by later dreams (if it waits after a few tries, once it is "
-                       "fixed: recalld dream --retry-failed)")
+                       "again by later dreams (if it waits after a few tries: by the next "
+                       "dream once the node is changed, or recalld dream --retry-failed)")
     node = dataclasses.replace(existing, sources=list(existing.sources),
                                deleted_sources=list(existing.deleted_sources),
                                related=list(existing.related),
