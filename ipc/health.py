@@ -302,7 +302,6 @@ def _dream(a: Assessment, ws: WorkspaceInfo, jobs: Sequence[JobInfo]) -> None:
                         "are tried again by later runs (a few times while unchanged)",
                 f"its run log names each and why: {result.get('log')} (recalld jobs get "
                 f"{last.get('job_id')})"))
-        _waiting(a, result)
         left = result.get("left")
         if isinstance(left, int) and left > 0:
             last_text += f", {left} changed note(s) left for the next run"
@@ -313,6 +312,10 @@ def _dream(a: Assessment, ws: WorkspaceInfo, jobs: Sequence[JobInfo]) -> None:
     else:
         last_text = (f"last run {_when(last.get('finished_at'))} {last.get('state')}: "
                      f"{last.get('error') or '-'}")
+    # The daemon keeps the last run's waiting notes, failed or not; after a restart, the
+    # last run that succeeded says them.
+    _waiting(a, d if "waiting_notes" in d else last.get("result") or {}
+             if last is not None and last.get("state") == "succeeded" else {})
     if d.get("error"):
         a.facts.append(("dream", f"NOT scheduled: {d['error']}; {last_text}"))
         a.problems.append(Problem(

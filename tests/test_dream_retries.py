@@ -112,6 +112,17 @@ def test_a_note_held_by_a_node_it_cannot_write_waits_and_says_how_to_go_on(
     assert f"{broken} cannot be read as written" in why, why
     assert "read again by the next dream" not in why, why
     assert "by the next dream once the node is changed" in why, why
+    # A run that then fails (the one note it reads gets no chat answer) still has status
+    # say which note waits, and why.
+    write(root, "memory/2026-10-05/b.md", "The mugs are in the left cupboard.\n")
+    fake.script(Reply(raw=b"{not json"))
+    job = run_job(daemon, "auto_dream")
+    assert job["state"] == "failed" and "no note could be processed" in job["error"], job
+    proc = subprocess.run([sys.executable, "-m", "recalld.ipc", "status"], env=daemon.env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    shown = " ".join(proc.stdout.split())
+    assert f"1 daily note(s) wait after the model failed on them as they are ({note}: " \
+        f"the model failed on it 3 times" in shown, proc.stdout
     before = _asked(fake, note)
     # A person mends the node (not the note): the next dream reads the note, unasked.
     write(root, broken, "---\nname: Kettle\n---\n# Kettle\n\n- boils\n")

@@ -18,7 +18,7 @@ its workspace.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import trio
@@ -35,7 +35,7 @@ from recalld.daemon.memory.resource_results import (
 from recalld.daemon.remote.hook import one_host_at_a_time
 from recalld.daemon.scheduler import CronScheduler, load_cron
 from recalld.daemon.workspaces import Workspace, workspace_of_job
-from recalld.ipc.errors import AlreadyRunning, RecalldError, UnknownWorkspace
+from recalld.ipc.errors import AlreadyRunning, JobFailed, RecalldError, UnknownWorkspace
 
 if TYPE_CHECKING:
     # A dream run (and the chat client, digest rules and tools it needs) is imported
@@ -64,6 +64,10 @@ class DreamStatus(TypedDict):
     last_fired: NotRequired[str | None]
     tz: NotRequired[str]
     error: NotRequired[str]  # why the cron is not scheduled
+    #: The notes the last dream run in this daemon left out after failed tries (whether
+    #: it then succeeded or failed), and why (:mod:`dreamretry`).
+    waiting_notes: NotRequired[int]
+    waiting: NotRequired[dict[str, str]]
 
 
 class Consolidation:
@@ -78,6 +82,8 @@ class Consolidation:
         self.scheduler = scheduler
         self._get_workspace = get_workspace
         self.catalogs: dict[str, ResourceCatalog] = {}
+        #: Per workspace, the waiting notes of its last dream (see ``DreamStatus``).
+        self.waiting: dict[str, tuple[int, dict[str, str]]] = {}
 
     def register_jobs(self) -> None:
         """Add the ``auto_dream`` and ``auto_resource`` kinds to the job manager."""
@@ -104,10 +110,24 @@ class Consolidation:
             with dreamruns.dreaming(ws.root):
                 async with fileops_for(ws).lock:  # before the run reads the catalog
                     await dreamruns.finish_undos(ws, shared)
-                return await dream.run_dream(
-                    ws, chat, trigger=str(job.params.get("trigger") or "manual"),
-                    progress=job.set_progress, job_id=job.job_id, shared=shared,
-                    retry_failed=job.params.get("retry_failed") is True)
+                try:
+                    summary = await dream.run_dream(
+                        ws, chat, trigger=str(job.params.get("trigger") or "manual"),
+                        progress=job.set_progress, job_id=job.job_id, shared=shared,
+                        retry_failed=job.params.get("retry_failed") is True)
+                except JobFailed as exc:  # every note it read failed: its summary too
+                    self._keep_waiting(job.agent_id, exc.data)
+                    raise
+                self._keep_waiting(job.agent_id, summary)
+                return summary
+
+    def _keep_waiting(self, agent_id: str, summary: object) -> None:
+        """Keep the waiting notes a dream's ``summary`` names, for its status."""
+        if not isinstance(summary, Mapping):
+            return
+        count, named = summary.get("waiting_notes", 0), summary.get("waiting", {})
+        self.waiting[agent_id] = (count if isinstance(count, int) else 0,
+                                  dict(named) if isinstance(named, dict) else {})
 
     async def resource_job(self, job: JobContext) -> ResourceResult:
         catalog = self.catalogs.get(job.agent_id)
@@ -153,6 +173,8 @@ class Consolidation:
             out["next_run"] = entry["next"]
             out["last_fired"] = entry["last_fired"]
             out["tz"] = entry["tz"]
+        if ws.agent_id in self.waiting:
+            out["waiting_notes"], out["waiting"] = self.waiting[ws.agent_id]
         return out
 
     def schedule_workspace(self, ws: Workspace) -> str | None:

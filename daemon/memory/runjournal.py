@@ -52,7 +52,8 @@ class Journal:
             self._open = True
             run = self._run
             self._log.append([{"run_id": run.run_id, "started": run.started,
-                               "trigger": run.trigger, "notes": run.notes}], sync=False)
+                               "trigger": run.trigger, "notes": run.notes,
+                               "left": run.left, "waiting": run.waiting}], sync=False)
         self._log.append(entries)
 
     def remove(self, *, keep: bool = False) -> None:
@@ -72,6 +73,10 @@ def from_journal(records: Sequence[JsonObject]) -> changelog.RunLog | None:
     run = changelog.RunLog(
         str(head["run_id"]), str(head.get("started") or ""), str(head.get("trigger") or ""),
         notes=[str(n) for n in notes] if isinstance(notes, list) else [])
+    left, waiting = head.get("left"), head.get("waiting")
+    run.left = left if isinstance(left, int) and not isinstance(left, bool) else 0
+    if isinstance(waiting, dict):
+        run.waiting = {str(n): str(why) for n, why in waiting.items()}
     for rec in records[1:]:
         path, before = rec.get("file"), rec.get("before")
         if isinstance(path, str):
