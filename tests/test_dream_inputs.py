@@ -466,18 +466,21 @@ def test_tool_arguments_in_a_code_fence_are_read(daemon: DaemonHandle, fake: Fak
     assert node(root, "digest/personal/cat.md")[0]["name"] == "Cat"
 
 
-def test_related_or_sources_entries_that_are_not_text_are_refused_to_the_model(
+def test_tool_arguments_that_are_not_text_are_refused_to_the_model(
         daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
     """An object or a number among ``related`` (or ``sources``) names no node: as text it
-    would be made a slug path (``{'path': ...}`` -> ``digest/wiki/path-...md``)."""
+    would be made a slug path (``{'path': ...}`` -> ``digest/wiki/path-...md``); a list as
+    node_read's path would be read as ``['digest/...']``."""
     root, model, a = cat_note(daemon, fake, tmp_path)
     cat = {"action": "CREATE", "bucket": "personal", "name": "Cat", "reason": "pet",
            "content": "- the cat is Miso"}
     model.plan[a] = [[("integrate", {**cat, "related": [{"path": "digest/wiki/pets.md"}]}),
-                      ("integrate", {**cat, "sources": [a, 7]})],
+                      ("integrate", {**cat, "sources": [a, 7]}),
+                      ("node_read", {"path": ["digest/personal/cat.md"]})],
                      [("integrate", cat)]]
     assert dream(daemon)["actions"] == {"CREATE": 1}
-    refused = model.tool_results[:2]
+    refused = model.tool_results[:3]
+    assert refused[2].startswith("error: path must be a string"), refused
     assert refused[0].startswith("error: related must be a list of strings") \
         and "an object" in refused[0], refused
     assert refused[1].startswith("error: sources must be a list of strings") \

@@ -139,7 +139,9 @@ class _Run:
         if name == "node_search":
             return await self._node_search(args)
         if name == "node_read":
-            path = digest.link_path(str(args.get("path") or ""))
+            if not isinstance(args.get("path"), str):  # as text, a list would be no path
+                return f"error: path must be a string: a node path ({self.digest_dir}/...)"
+            path = digest.link_path(str(args["path"]))
             if not path.startswith(self.digest_dir + "/"):
                 return f"error: node paths start with {self.digest_dir}/"
             found = await trio.to_thread.run_sync(self._find_and_read, path)
