@@ -1,6 +1,7 @@
 """auto_dream and a note the model cannot finish as it is: a few tries, a run apart,
 then the note waits for a change or a person, and status says which and why. A failure
-that says nothing of the note (the provider answering garbage) is not counted."""
+that says nothing of the note (the provider answering what is no chat answer) is not
+counted; a tool call of the model's that cannot be read is."""
 
 from __future__ import annotations
 
