@@ -13,7 +13,7 @@ import pytest
 from test_index_daemon import open_ws, paths, search, workspace, write  # noqa: F401
 from waits import wait_value, workspace_status
 
-from recalld.ipc.errors import InvalidParams, UnknownWorkspace
+from recalld.ipc.errors import InvalidParams, PathOutsideWorkspace, UnknownWorkspace
 
 
 def test_a_long_one_word_query_is_answered_at_once(daemon: Any, workspace: Path) -> None:  # noqa: F811
@@ -85,6 +85,13 @@ def test_search_unknown_workspace_and_bad_params(daemon: Any) -> None:
             with pytest.raises(InvalidParams, match=name):
                 daemon.call("memory.search", {"agent_id": "default", "query": "x",
                                               "filters": {name: empty}})
+    # A NUL names no file: a filter naming a path with one is refused as such a path is
+    # (-32005), never taken as a filter that quietly matches nothing.
+    for name, nul in (("path_prefix", "memory\x00"), ("path_prefix", ["memory", "\x00/x"]),
+                      ("bucket", "wi\x00ki")):
+        with pytest.raises(PathOutsideWorkspace, match=name):
+            daemon.call("memory.search", {"agent_id": "default", "query": "x",
+                                          "filters": {name: nul}})
 
 
 @pytest.mark.parametrize("when", ["before start", "while serving"])

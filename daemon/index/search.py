@@ -36,7 +36,7 @@ from recalld.daemon.index.state import StoredChunk
 from recalld.daemon.index.ties import Place, by_place
 from recalld.daemon.index.windows import Window, around
 from recalld.daemon.providers.errors import ProviderError
-from recalld.ipc.errors import InvalidParams
+from recalld.ipc.errors import InvalidParams, PathOutsideWorkspace
 from recalld.ipc.types import render_result
 
 log = logging.getLogger(__name__)
@@ -115,6 +115,10 @@ def parse_filters(raw: Mapping[str, object] | None, *, root: str | None = None) 
                 or not all(isinstance(v, str) and v for v in items)):
             raise InvalidParams(f"filter {name!r} must be a non-empty string or a non-empty "
                                 "list of them")
+        if name != "author" and any("\x00" in v for v in items):
+            # A path no file can have: refused as a path named by a client is (not
+            # taken as a filter that quietly matches nothing).
+            raise PathOutsideWorkspace(f"filter {name!r} contains a NUL byte")
         return tuple(items)
 
     def day(name: str) -> str | None:
