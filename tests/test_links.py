@@ -10,11 +10,19 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recalld.daemon.index.links import Link, LinkGraph, extract_links, normalize_target
+from recalld.daemon.index.links import (
+    Link,
+    LinkGraph,
+    extract_links,
+    normalize_target,
+    pick_note,
+)
 from recalld.daemon.index.prepare import prepare_files
 from recalld.daemon.index.state import IndexState
 
-FILES = {"foo": "digest/wiki/foo.md", "Bar Baz": "digest/personal/Bar Baz.md"}
+# What a resolver finds (``IndexState.resolve``): bare names and the paths of notes there.
+FILES = {"foo": "digest/wiki/foo.md", "Bar Baz": "digest/personal/Bar Baz.md",
+         "digest/wiki/foo": "digest/wiki/foo.md"}
 
 NOTE = """# Trip
 We met at [[foo]] and later [[Bar Baz|the bar]].
@@ -36,8 +44,8 @@ def test_extract_links_kinds_lines_and_targets() -> None:
         ("digest/wiki/foo.md", "link", 2, "", "", True),
         ("digest/personal/Bar Baz.md", "link", 2, "", "the bar", True),
         ("digest/wiki/foo.md", "link", 3, "History", "", True),
-        ("digest/procedure/deploy.md", "link", 3, "", "", True),
-        ("digest/wiki/travel.md", "parent", 4, "", "", True),
+        ("digest/procedure/deploy.md", "link", 3, "", "", False),
+        ("digest/wiki/travel.md", "parent", 4, "", "", False),
         ("digest/wiki/foo.md", "related", 5, "", "", True),
         ("ghost", "related", 5, "", "", False),
     ]
@@ -45,12 +53,29 @@ def test_extract_links_kinds_lines_and_targets() -> None:
 
 
 def test_normalize_target() -> None:
-    assert normalize_target("digest/wiki/foo") == ("digest/wiki/foo.md", True)
-    assert normalize_target("/digest/./wiki/foo.md") == ("digest/wiki/foo.md", True)
+    # A path no note is known at waits as that note's path; a file that is no note keeps
+    # its own suffix.
+    assert normalize_target("digest/wiki/foo") == ("digest/wiki/foo.md", False)
+    assert normalize_target("/digest/./wiki/foo.md") == ("digest/wiki/foo.md", False)
+    assert normalize_target("digest/wiki/foo", FILES.get) == ("digest/wiki/foo.md", True)
+    assert normalize_target("resource/a.txt") == ("resource/a.txt", False)
+    assert normalize_target("Kafka.md") == ("Kafka.md", False)
     assert normalize_target("../outside") == ("../outside", False)
     assert normalize_target("foo", FILES.get) == ("digest/wiki/foo.md", True)
     assert normalize_target("foo") == ("foo", False)
     assert normalize_target("  ") == ("", False)
+
+
+def test_of_notes_alike_a_link_names_the_one_written() -> None:
+    # The path from the root before one that only ends with it, at a folder's edge; of
+    # names alike but for case, the one written, whichever was applied last.
+    cased = ["memory/n/kafka.md", "memory/n/Kafka.md"]
+    assert pick_note("Memory/N/kafka", cased) == "memory/n/kafka.md"
+    assert pick_note("memory/n/Kafka.MD", cased) == "memory/n/Kafka.md"
+    assert pick_note("KAFKA", cased) == "memory/n/Kafka.md"
+    assert pick_note("notes/x", ["digest/notes/x.md", "notes/x.md", "a/notes/X.md"]) == "notes/x.md"
+    assert pick_note("wiki/foo", ["digest/awiki/foo.md"]) is None
+    assert pick_note("foo", []) is None
 
 
 def test_no_links_and_odd_brackets() -> None:
@@ -64,7 +89,7 @@ def test_a_link_in_a_table_cell_escapes_its_pipe() -> None:
     assert [(lk.dst, lk.line, lk.heading, lk.alias, lk.resolved) for lk in links] == [
         ("digest/wiki/foo.md", 3, "", "the foo", True),
         ("digest/personal/Bar Baz.md", 4, "Menu", "the menu", True),
-        ("digest/wiki/travel.md", 4, "", "trip", True),
+        ("digest/wiki/travel.md", 4, "", "trip", False),
     ]
 
 
@@ -92,7 +117,7 @@ def test_code_spans_of_several_backticks_hide_their_links() -> None:
 def test_embeds_of_notes_count_and_attachments_do_not() -> None:
     links = extract_links("a.md", "![[photo.png]] ![[digest/wiki/foo]] [[v2.3 notes]]\n")
     assert [(lk.dst, lk.resolved) for lk in links] == [
-        ("digest/wiki/foo.md", True), ("v2.3 notes", False)
+        ("digest/wiki/foo.md", False), ("v2.3 notes", False)
     ]
 
 

@@ -131,6 +131,36 @@ def test_a_link_by_name_goes_to_another_note_of_that_name_when_its_own_goes(
     assert links_of(daemon, "otherword") == ["memory/2026-08-01/standup.md"]
 
 
+def test_links_name_notes_as_obsidian_does(daemon: DaemonHandle, tmp_path: Path) -> None:
+    # A name with its ".md", a path in another case or of the last folders only: the
+    # note they name. Of two notes alike but for case, the one of the case written.
+    root = tmp_path / "ws"
+    write(root, "memory/2026-08-01/kafka.md", "# kafka\nlowerword\n")
+    write(root, "memory/2026-08-01/Kafka.md", "# Kafka\nupperword\n")
+    write(root, "digest/wiki/Broker Notes.md", "# Broker\nbrokerword\n")
+    write(root, "memory/2026-08-02/a.md", "# a\nalphaword [[kafka.md]]\n")
+    write(root, "memory/2026-08-02/b.md", "# b\nbetaword [[Kafka#Topics|the log]]\n")
+    write(root, "memory/2026-08-02/c.md", "# c\ngammaword [[wiki/broker notes]]\n")
+    write(root, "memory/2026-08-02/d.md",
+          "# d\ndeltaword [[/Digest/Wiki/BROKER NOTES.MD]] [[resource/a.txt]]\n"
+          "[[MEMORY/2026-08-01/kafka]] [[memory/2026-08-02/D]]\n")
+    write(root, "memory/2026-08-02/e.md", "# e\nepsilonword [[Later/Plan]]\n")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    assert links_of(daemon, "alphaword") == ["memory/2026-08-01/kafka.md"]
+    assert links_of(daemon, "betaword") == ["memory/2026-08-01/Kafka.md"]
+    assert links_of(daemon, "gammaword") == ["digest/wiki/Broker Notes.md"]
+    # No note at resource/a.txt(.md): no edge to one; a link to itself is none.
+    assert links_of(daemon, "deltaword") == ["digest/wiki/Broker Notes.md",
+                                             "memory/2026-08-01/kafka.md"]
+    assert linked(daemon, "upperword") == (["memory/2026-08-02/b.md"],
+                                           ["memory/2026-08-02/b.md"])
+    # A path whose note comes later, in another case: linked when it comes.
+    assert links_of(daemon, "epsilonword") == []
+    write(root, "digest/later/plan.md", "# Plan\nplanword\n")
+    assert links_of(daemon, "epsilonword") == ["digest/later/plan.md"]
+    assert links_of(daemon, "planword") == ["memory/2026-08-02/e.md"]
+
+
 def test_a_search_of_several_workspaces_expands_as_one_does(daemon_factory: DaemonFactory,
                                                             tmp_path: Path) -> None:
     config = ""

@@ -4,13 +4,15 @@ Owns extraction (pure: text in, edges out) and ``LinkGraph``, an in-memory adjac
 directions used for link expansion of search results. No I/O: the graph is saved and loaded as a
 list of JSON-able records by the caller (``file_graph/default.jsonl.zst``).
 
-Targets are normalized to workspace-relative POSIX paths where they resolve: a target with a
-``/`` or an ``.md`` suffix is taken as a path from the workspace root (``[[digest/wiki/foo]]`` ->
-``digest/wiki/foo.md``); a bare name is passed to the caller's ``resolve(name)``, which knows the
-workspace's files. Unresolved targets are kept as written (``resolved`` false); the graph lists
-the sources waiting for each name (:meth:`LinkGraph.waiting_for`), so that the edge is resolved
-as soon as a file of that name is indexed (``IndexState.apply``), in whatever order the files
-came.
+Targets are resolved as Obsidian resolves them, by the caller's ``resolve(target)``, which
+knows the workspace's notes: a bare name (``[[foo]]``, ``[[Foo.md]]``) names the note of that
+name in any folder, a target with a ``/`` the note at that path from the workspace root, else
+one whose path ends with it (``[[wiki/foo]]`` -> ``digest/wiki/foo.md``); ``.md`` optional,
+any case. Unresolved targets are kept as written, a path cleaned (``/a/./b`` -> ``a/b.md``; a
+file that is no note, ``[[resource/a.txt]]``, keeps its own suffix) and ``resolved`` false;
+the graph lists the sources waiting for each name (:meth:`LinkGraph.waiting_for`), so that
+the edge is resolved as soon as a note of that name is indexed (``IndexState.apply``), in
+whatever order the files came.
 """
 
 from __future__ import annotations
@@ -19,15 +21,16 @@ import posixpath
 import re
 import unicodedata
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, TypedDict
 
 from recalld.daemon.index.chunker import closes_fence, opens_fence
+from recalld.daemon.index.filters import composed
 from recalld.daemon.jsontypes import JsonObject
 
 __all__ = ["LEGACY_KINDS", "Link", "LinkGraph", "extract_links", "legacy_edge",
-           "name_key", "normalize_target", "resolve_links"]
+           "name_key", "normalize_target", "note_name", "pick_note", "resolve_links"]
 
 _WIKILINK_RE: Final = re.compile(
     r"(!?)\[\[([^\[\]\n|#]*)(?:#([^\[\]\n|]*))?(?:\|([^\[\]\n]*))?\]\]"
@@ -98,22 +101,55 @@ class Link:
 
 
 def normalize_target(target: str, resolve: Resolver | None = None) -> tuple[str, bool]:
-    """(workspace-relative path or the cleaned name, whether it resolved to a path)."""
+    """(the note's workspace-relative path, True) where ``resolve`` finds it, else (the
+    cleaned name or path, False)."""
     name = target.strip().replace("\\", "/")
     if not name:
         return "", False
-    if "/" in name or name.lower().endswith(".md"):
-        path = posixpath.normpath(name.lstrip("/"))
-        if path.startswith("../") or path in ("..", "."):
-            return name, False
-        if not path.lower().endswith(".md"):
-            path += ".md"
-        return path, True
+    if "/" in name:
+        name = posixpath.normpath(name.lstrip("/"))
+        if name.startswith("../") or name in ("..", "."):
+            return target.strip().replace("\\", "/"), False
     if resolve is not None:
         found = resolve(name)
         if found is not None:
             return found, True
+    if "/" in name and not posixpath.splitext(name)[1]:
+        # Waiting as the path of the note it names: a note written there later has the
+        # edge at once.
+        name += ".md"
     return name, False
+
+
+def note_name(target: str) -> str:
+    """The name of the note ``target`` (a bare name or a path) names, as
+    :func:`name_key` compares names: ``wiki/Foo.md`` -> ``foo``."""
+    base = posixpath.basename(target)
+    return name_key(base[:-3] if base.lower().endswith(".md") else base)
+
+
+def pick_note(target: str, paths: Sequence[str]) -> str | None:
+    """Of ``paths``, the notes of the name ``target`` names (:func:`note_name`), the last
+    applied last, the one it names, as Obsidian resolves a link: a bare name (``[[foo]]``,
+    ``[[Foo.md]]``) any of them, a path (``[[wiki/foo]]``) the one at that path from the
+    workspace root, else one whose path ends with it; any case, composed or not. Of
+    several, one of the very path written, then of the very name (``Kafka.md`` for
+    ``[[Kafka]]`` beside ``kafka.md``: a case-blind match never hides the note named), then
+    the last applied."""
+    note = target if target.lower().endswith(".md") else f"{target}.md"
+    if "/" in target:
+        want = name_key(note)
+        keys = {p: name_key(p) for p in paths}
+        paths = ([p for p in paths if keys[p] == want]
+                 or [p for p in paths if keys[p].endswith("/" + want)])
+    if len(paths) < 2:
+        return paths[0] if paths else None
+    written = composed(note)
+    for want in (written, posixpath.basename(written)):
+        exact = [p for p in paths if (c := composed(p)) == want or c.endswith("/" + want)]
+        if exact:
+            return exact[-1]
+    return paths[-1]
 
 
 def _lines_outside_code(text: str) -> Iterator[tuple[int, str]]:
@@ -208,8 +244,9 @@ def resolve_links(path: str, links: list[Link], resolve: Resolver) -> list[Link]
             dst, resolved = normalize_target(link.dst, resolve)
             if dst == path:
                 continue
+            # Only a bare name follows its note to another folder; a path names one place.
             link = Link(link.src, dst, link.kind, link.line, link.heading, link.alias, resolved,
-                        resolved)
+                        resolved and "/" not in link.dst)
         key = (link.dst, link.kind, link.line)
         if key not in seen:
             seen.add(key)
@@ -243,8 +280,8 @@ class LinkGraph:
     def __init__(self) -> None:
         self._out: dict[str, list[Link]] = {}
         self._in: dict[str, dict[str, int]] = {}  # dst -> {src: number of edges}
-        # The names of unresolved edges (lowercase, as ``resolve`` takes them) -> the
-        # sources holding such an edge, with how many.
+        # The note names of unresolved edges (``note_name``) -> the sources holding such
+        # an edge, with how many.
         self._dangling: dict[str, dict[str, int]] = {}
         # Counted as edges come and go: status asks for it on every call, also while an
         # apply in a worker thread changes ``_out`` (which it must not iterate then).
@@ -268,7 +305,7 @@ class LinkGraph:
             srcs = self._in.setdefault(lk.dst, {})
             srcs[path] = srcs.get(path, 0) + 1
             if not lk.resolved:
-                srcs = self._dangling.setdefault(name_key(lk.dst), {})
+                srcs = self._dangling.setdefault(note_name(lk.dst), {})
                 srcs[path] = srcs.get(path, 0) + 1
 
     def remove_file(self, path: str) -> None:
@@ -278,7 +315,7 @@ class LinkGraph:
         for lk in edges:
             _uncount(self._in, lk.dst, path)
             if not lk.resolved:
-                _uncount(self._dangling, name_key(lk.dst), path)
+                _uncount(self._dangling, note_name(lk.dst), path)
 
     def unresolve(self, path: str) -> list[str]:
         """``path`` is gone: the links that named it by name wait for that name again (a

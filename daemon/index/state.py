@@ -24,7 +24,14 @@ from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
 from recalld.daemon.index.filters import Filters, authors_of, composed, note_date
 from recalld.daemon.index.frontmatter import body_of
 from recalld.daemon.index.fusion import keyword_reach
-from recalld.daemon.index.links import Link, LinkGraph, name_key, resolve_links
+from recalld.daemon.index.links import (
+    Link,
+    LinkGraph,
+    name_key,
+    note_name,
+    pick_note,
+    resolve_links,
+)
 from recalld.daemon.index.postings import Slab
 from recalld.daemon.index.prepare import (
     Prepared,
@@ -107,14 +114,18 @@ class IndexState:
         info = self.files.get(path)
         return info.digest if info else None
 
-    def resolve(self, name: str) -> str | None:
-        """A bare wikilink name (``[[foo]]``) to the file whose stem it is."""
+    def resolve(self, target: str) -> str | None:
+        """The note a wikilink target names (a bare name or a path, as
+        ``normalize_target`` cleans it), as :func:`links.pick_note` picks it."""
+        if "/" in target:
+            for path in (target, f"{target}.md"):
+                if path in self.files:
+                    return path
         if self._by_stem is None:
             self._by_stem = {}
             for p in self.files:
                 self._by_stem.setdefault(_stem(p), {})[p] = None
-        paths = self._by_stem.get(name_key(name))
-        return next(reversed(paths)) if paths else None
+        return pick_note(target, list(self._by_stem.get(note_name(target), ())))
 
     def allowed(self, filters: Filters) -> BitMap | None:
         """The doc keys that pass ``filters`` (None: everything)."""
