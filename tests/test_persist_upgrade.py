@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from recalld.daemon.index import bm25_saved, persist
+from recalld.daemon.index.links import Link
 from recalld.daemon.index.persist import IndexStore, snapshot
 from recalld.daemon.index.prepare import prepare_files
 from recalld.daemon.index.state import IndexState
@@ -50,3 +51,26 @@ def test_older_keyword_format_and_chunking_are_redone_not_corrupt(
     # ... and every file reads as changed, so the reconcile chunks it again.
     info = state.files[REL]
     assert (info.mtime_ns, info.size, info.digest) == (0, 0, "") and list(info.keys)
+
+
+def test_links_saved_under_older_rules_are_resolved_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An older version took [[Kafka.md]] as a path from the root, naming no note; a load
+    # resolves such an edge by the present rules (the note written is not read again).
+    root = tmp_path / "ws"
+    rels = ["memory/2026-07-23/kafka.md", "memory/2026-07-23/plan.md"]
+    for rel, text in zip(rels, ["# Kafka\nlog\n", "# Plan\nsee [[Kafka.md]]\n"], strict=True):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+    state = IndexState()
+    state.apply([prepare_files(root, rels, max_chars=1600, digests={})])
+    state.graph.add_file(rels[1], [Link(rels[1], "Kafka.md", "link", 2)])
+    monkeypatch.setattr(persist, "LINKING", 0)
+    IndexStore(tmp_path / "meta").save(snapshot(state))
+    monkeypatch.undo()
+    state = IndexState()
+    report = IndexStore(tmp_path / "meta").load(state)
+    assert report.rebuilt == [] and report.corrupt == {}
+    assert state.neighbours(rels[1]) == [rels[0]] and state.neighbours(rels[0]) == [rels[1]]
+    assert [(lk.dst, lk.resolved, lk.by_name) for lk in state.graph.outgoing(rels[1])] == [
+        (rels[0], True, True)]

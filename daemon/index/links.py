@@ -21,7 +21,7 @@ import posixpath
 import re
 import unicodedata
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, TypedDict
 
@@ -316,6 +316,19 @@ class LinkGraph:
             _uncount(self._in, lk.dst, path)
             if not lk.resolved:
                 _uncount(self._dangling, note_name(lk.dst), path)
+
+    def relink(self, notes: Container[str], resolve: Resolver) -> None:
+        """Resolve anew each edge to none of ``notes`` (the indexed ones): a graph saved
+        under older rules named some notes by paths no note has (``[[Kafka.md]]`` as
+        ``Kafka.md`` from the root)."""
+        for src in list(self._out):
+            links = self._out[src]
+            if all(lk.dst in notes for lk in links):
+                continue
+            self.add_file(src, resolve_links(src, [
+                lk if lk.dst in notes else Link(lk.src, lk.dst, lk.kind, lk.line, lk.heading,
+                                                lk.alias, False)
+                for lk in links], resolve))
 
     def unresolve(self, path: str) -> list[str]:
         """``path`` is gone: the links that named it by name wait for that name again (a

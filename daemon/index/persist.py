@@ -79,6 +79,10 @@ FORMAT_VERSION = 1
 # saved under other rules has its files chunked, masked and tokenized again after a load.
 # Raise it with any change of these rules (redact.py's included).
 CHUNKING = 25
+# The rules by which wikilinks name notes (``links.py``): a generation saved under other
+# rules has its graph's edges to no note resolved again after a load. 1: as Obsidian
+# resolves them (``[[Kafka.md]]``, ``[[wiki/foo]]`` in any case).
+LINKING = 1
 # Checked after a warm start is serving: the mapped arrays (hundreds of MB at 100k chunks,
 # slow to hash) and the chunk records, which a load reads only when the table is bad.
 DEFERRED = ("bm25", "chunk_table", "chunks")
@@ -223,7 +227,7 @@ class IndexStore:
             txn.add("graph", write_records(
                 fs, txn.path("graph", ".jsonl.zst"), snap.graph))
             meta = {**snap.bm25_meta, "next_key": snap.next_key, "state_format": FORMAT_VERSION,
-                    "chunking": CHUNKING}
+                    "chunking": CHUNKING, "linking": LINKING}
             txn.add("bm25", write_arrays(fs, txn.path("bm25", ".arr"), snap.bm25_arrays, meta))
             carried = False
             if snap.vectors_blob is not None:
@@ -338,6 +342,9 @@ class IndexStore:
             report.rebuilt.append("all")
             state.__init__(daily_dir=state.daily_dir, digest_dir=state.digest_dir)  # type: ignore[misc]
             return report
+        if meta.get("linking") != LINKING:
+            # Saved under older link rules: an edge to no note may name one by these.
+            state.graph.relink(state.files, state.resolve)
         state.mapped = maps
         state.evict()  # the loading checks read every page; searches need few of them
         bm25_meta = meta if "bm25" not in report.corrupt else {}
