@@ -159,6 +159,9 @@ def test_links_name_notes_as_obsidian_does(daemon: DaemonHandle, tmp_path: Path)
     write(root, "digest/later/plan.md", "# Plan\nplanword\n")
     assert links_of(daemon, "epsilonword") == ["digest/later/plan.md"]
     assert links_of(daemon, "planword") == ["memory/2026-08-02/e.md"]
+    # Renamed to another case: the path written names it still.
+    (root / "digest/later/plan.md").rename(root / "digest/later/Plan.md")
+    assert links_of(daemon, "epsilonword") == ["digest/later/Plan.md"]
 
 
 def test_a_search_of_several_workspaces_expands_as_one_does(daemon_factory: DaemonFactory,

@@ -331,15 +331,17 @@ class LinkGraph:
                 for lk in links], resolve))
 
     def unresolve(self, path: str) -> list[str]:
-        """``path`` is gone: the links that named it by name wait for that name again (a
-        note moved to another folder, or a new note of that name, takes them). Returns the
-        files holding such links."""
+        """``path`` is gone: the links that named it wait for it again, by name those that
+        named it by name (a note moved to another folder, or a new note of that name, takes
+        them), by its path the others (a note there in another case takes them). Returns
+        the files holding such links."""
         name = posixpath.splitext(posixpath.basename(path))[0]
         srcs = [src for src in sorted(self._in.get(path, ()))
-                if any(lk.dst == path and lk.by_name for lk in self._out[src])]
+                if any(lk.dst == path and lk.resolved for lk in self._out[src])]
         for src in srcs:
-            self.add_file(src, [Link(lk.src, name, lk.kind, lk.line, lk.heading, lk.alias,
-                                     False) if lk.dst == path and lk.by_name else lk
+            self.add_file(src, [Link(lk.src, name if lk.by_name else path, lk.kind, lk.line,
+                                     lk.heading, lk.alias, False)
+                                if lk.dst == path and lk.resolved else lk
                                 for lk in self._out[src]])
         return srcs
 
