@@ -10,7 +10,10 @@ show-environment``), then writes both units to ``$XDG_CONFIG_HOME/systemd/user``
 interpreter, then runs ``systemctl --user daemon-reload`` and ``enable --now``; with
 ``write_only`` it only writes the files. A socket other than the default
 (``%t/recalld/recalld.sock``) goes into both units: ``ListenStream=`` and
-``serve --socket``. Failures raise :class:`ServiceError` with what to do instead.
+``serve --socket``. Both unit files are written (or removed, by ``uninstall_service``)
+or neither is: a folder in the place of one is refused before either changes, and a
+failure after the first puts it back. Failures raise :class:`ServiceError` with what to
+do instead.
 """
 
 from __future__ import annotations
@@ -22,13 +25,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from recalld.ipc import paths
 
 SERVICE_NAME = "recalld.service"
 SOCKET_NAME = "recalld.socket"
+UNIT_NAMES = (SERVICE_NAME, SOCKET_NAME)
 #: ExecStart used for the copies kept in the repository's systemd/ folder.
 PLACEHOLDER_EXEC = "%h/.local/bin/recalld"
 SYSTEMCTL_TIMEOUT_S = 60.0
@@ -208,30 +212,62 @@ def install_service(*, write_only: bool, socket_path: Path | None = None,
     units = render_units(socket_path=socket_path, environment=carried)
     try:
         target.mkdir(parents=True, exist_ok=True)
-        for name in units:  # checked first: a refused one leaves the other unwritten
-            if (target / name).is_dir():
-                raise IsADirectoryError(errno.EISDIR, "a folder is in the place of the unit "
-                                        "file: move it away", str(target / name))
-        written: list[str] = []
-        for name, text in units.items():
-            _publish(target / name, text)
-            written.append(str(target / name))
+        with _all_or_nothing(target) as done:
+            for name, text in units.items():
+                _publish(target / name, text)
+                done.append(str(target / name))
     except OSError as exc:
         raise ServiceError(f"cannot write the unit files: {exc.filename}: "
                            f"{exc.strerror or exc}") from None
     if not write_only:
         _systemctl("daemon-reload")
         _systemctl("enable", "--now", SOCKET_NAME, SERVICE_NAME)
-    return written
+    return done
 
 
-def _publish(path: Path, text: str) -> None:
+def _refuse_folders(target: Path) -> None:
+    """IsADirectoryError when a folder is where a unit file goes in ``target``."""
+    for name in UNIT_NAMES:
+        if (target / name).is_dir():
+            raise IsADirectoryError(errno.EISDIR, "a folder is in the place of the unit "
+                                    "file: move it away", str(target / name))
+
+
+@contextlib.contextmanager
+def _all_or_nothing(target: Path) -> Iterator[list[str]]:
+    """Change both unit files in ``target`` or neither: a folder in place of either is
+    refused before anything changes, and a failure after one was written or removed puts
+    the earlier ones back as they were. Yields the list the caller adds each changed
+    file to."""
+    _refuse_folders(target)
+    before: dict[str, bytes | None] = {}
+    for name in UNIT_NAMES:
+        path = target / name
+        try:
+            before[name] = paths.read_regular_file(path)
+        except FileNotFoundError:
+            before[name] = None
+    done: list[str] = []
+    try:
+        yield done
+    except BaseException:
+        for changed in reversed(done):
+            old = before[Path(changed).name]
+            with contextlib.suppress(OSError):
+                if old is None:
+                    os.unlink(changed)
+                else:
+                    _publish(Path(changed), old)
+        raise
+
+
+def _publish(path: Path, text: str | bytes) -> None:
     """Write ``path`` whole or not at all: a temp file of its own in the same folder,
     fsynced, renamed over it, the folder fsynced; the temp file removed on any failure."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as out:
-            out.write(text.encode("utf-8"))
+            out.write(text.encode("utf-8") if isinstance(text, str) else text)
             out.flush()
             os.fchmod(out.fileno(), 0o644)
             os.fsync(out.fileno())
@@ -247,29 +283,40 @@ def _publish(path: Path, text: str) -> None:
         os.close(folder)
 
 
-def uninstall_service(*, write_only: bool) -> list[str]:
-    """Stop and disable the units (unless ``write_only``), then remove their files.
+def uninstall_service(*, write_only: bool,
+                      environ: Mapping[str, str] | None = None) -> list[str]:
+    """Stop and disable the units (unless ``write_only``), then remove their files from
+    the folder :func:`install_service` writes them to for ``environ`` (the running
+    process's): both or, on a failure, neither.
 
     Returns the unit files removed (empty: none were installed).
     """
-    if not write_only:
-        problem = user_systemd_problem()
-        if problem is not None:
-            raise _no_systemd(problem, "uninstall-service")
-        _systemctl("disable", "--now", SERVICE_NAME, SOCKET_NAME, check=False)
-    target = unit_dir()
-    removed = []
-    for name in (SERVICE_NAME, SOCKET_NAME):
-        path = target / name
-        if path.exists():
-            path.unlink()
-            removed.append(str(path))
+    env = os.environ if environ is None else environ
+    target = unit_dir(env)
+    try:
+        _refuse_folders(target)  # before systemd is told anything
+        if not write_only:
+            problem = user_systemd_problem()
+            if problem is not None:
+                raise _no_systemd(problem, "uninstall-service")
+            _systemctl("disable", "--now", SERVICE_NAME, SOCKET_NAME, check=False)
+        with _all_or_nothing(target) as removed:
+            for name in UNIT_NAMES:
+                path = target / name
+                if path.exists() or path.is_symlink():
+                    path.unlink()
+                    removed.append(str(path))
+    except OSError as exc:
+        raise ServiceError(f"cannot remove the unit files: {exc.filename}: "
+                           f"{exc.strerror or exc}") from None
+    for name in UNIT_NAMES:
         # The links an earlier enable made (disable removes them; --write-only does not
         # run it): left, they would point at nothing.
         for wants in target.glob("*.wants"):
             link = wants / name
             if link.is_symlink() and not link.exists():
-                link.unlink()
+                with contextlib.suppress(OSError):
+                    link.unlink()
     if not write_only:
         _systemctl("daemon-reload", check=False)
     return removed

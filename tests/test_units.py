@@ -207,3 +207,58 @@ def test_a_folder_in_place_of_a_unit_file_is_refused_and_leaves_nothing(
         ".recalld.service.tmp", "recalld.service", "recalld.socket"]
     assert all(((target / n).stat().st_mode & 0o777) == 0o644
                for n in ("recalld.service", "recalld.socket"))
+
+
+def _unit_env(tmp_path: Path) -> dict[str, str]:
+    """A shell whose unit folder is under ``tmp_path`` (this process's own is not)."""
+    return {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+
+
+@pytest.mark.parametrize("earlier", [None, "# the units of an earlier install\n"])
+def test_a_failed_write_of_the_second_unit_puts_the_first_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, earlier: str | None) -> None:
+    env = _unit_env(tmp_path)
+    target = install.unit_dir(env)
+    target.mkdir(parents=True)
+    if earlier is not None:
+        for name in install.UNIT_NAMES:
+            (target / name).write_text(earlier + name)
+    publish = install._publish
+    calls: list[Path] = []
+
+    def full_disk_at_the_second(path: Path, text: str | bytes) -> None:
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device", str(path))
+        publish(path, text)
+
+    monkeypatch.setattr(install, "_publish", full_disk_at_the_second)
+    with pytest.raises(install.ServiceError, match="No space left on device"):
+        install.install_service(write_only=True, environ=env)
+    assert len(calls) >= 2
+    if earlier is None:
+        assert sorted(p.name for p in target.iterdir()) == []
+    else:
+        assert sorted(p.name for p in target.iterdir()) == sorted(install.UNIT_NAMES)
+        for name in install.UNIT_NAMES:
+            assert (target / name).read_text() == earlier + name
+
+
+@pytest.mark.parametrize("in_the_way", ["recalld.service", "recalld.socket"])
+def test_uninstall_refuses_a_folder_in_place_of_a_unit_and_removes_nothing(
+        tmp_path: Path, in_the_way: str) -> None:
+    # The folder of the environment it is given, like install_service: not this
+    # process's (whose XDG_CONFIG_HOME is not under tmp_path).
+    env = _unit_env(tmp_path)
+    target = install.unit_dir(env)
+    install.install_service(write_only=True, environ=env)
+    (target / in_the_way).unlink()
+    (target / in_the_way).mkdir()
+    with pytest.raises(install.ServiceError,
+                       match=f"{target / in_the_way}: a folder is in the place"):
+        install.uninstall_service(write_only=True, environ=env)
+    assert sorted(p.name for p in target.iterdir()) == sorted(install.UNIT_NAMES)
+    (target / in_the_way).rmdir()
+    removed = install.uninstall_service(write_only=True, environ=env)
+    assert removed == [str(target / n) for n in install.UNIT_NAMES if n != in_the_way]
+    assert list(target.iterdir()) == []
