@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import DaemonFactory
 from test_cli import as_json, assert_one_line_error, recalld
-from test_systemd import passing_fd_3
+from test_socket_activation import passing_fd_3
 
 
 def test_stop_ends_the_daemon_cleanly_and_waits_for_it(daemon_factory: DaemonFactory) -> None:
