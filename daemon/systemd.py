@@ -3,7 +3,9 @@
 :func:`take_environment` reads ``NOTIFY_SOCKET``, ``WATCHDOG_USEC``/``WATCHDOG_PID`` and
 ``LISTEN_PID``/``LISTEN_FDS`` once at start and removes them from ``os.environ``, so no
 child process or thread that spawns one later can inherit them (a child would otherwise
-speak for us, or adopt our listening socket). Everything is a no-op outside systemd.
+speak for us, or adopt our listening socket). recalld serves one socket: more than one
+passed (a .socket unit with several ``ListenStream=``) is refused as a configuration
+error. Everything is a no-op outside systemd.
 
 The watchdog task (:func:`run_watchdog`) is an ordinary trio task that pets the watchdog
 and sleeps half the interval: it only runs when the event loop is alive, which is exactly
@@ -87,7 +89,9 @@ def _number(value: str | None) -> int | None:
 
 
 def _passed_fds(listen_fds: str) -> tuple[int, ...]:
-    """The descriptors ``LISTEN_FDS`` names, kept from any child we start."""
+    """The descriptors ``LISTEN_FDS`` names, kept from any child we start: one, or none.
+
+    Raises PassedSocketError when it names one that is not open, or more than one."""
     count = _number(listen_fds)
     if count is None:
         raise PassedSocketError(f"LISTEN_FDS={listen_fds!r} is not a count of descriptors")
@@ -99,7 +103,28 @@ def _passed_fds(listen_fds: str) -> tuple[int, ...]:
             raise PassedSocketError(
                 f"descriptor {fd} passed by systemd (LISTEN_FDS={count}) is not open: "
                 f"{exc.strerror}") from None
+    if count > 1:
+        # recalld serves one socket. Serving the first alone would leave clients of the
+        # others queued on a socket nobody accepts on (systemd keeps listening there), so
+        # it refuses, as sd_listen_fds(3) says a daemon expecting one socket should.
+        raise PassedSocketError(
+            f"systemd passed {count} sockets (LISTEN_FDS={count}), "
+            f"{', '.join(_address(fd) for fd in fds)}; recalld serves one: the .socket "
+            "unit needs exactly one ListenStream=")
     return tuple(fds)
+
+
+def _address(fd: int) -> str:
+    """What descriptor ``fd`` is bound to, as ``ss`` shows it, for a message."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return f"descriptor {fd} (not a socket)"
+    try:
+        return _shown(sock.getsockname()) if sock.family == socket.AF_UNIX else \
+            f"descriptor {fd} ({sock.family.name})"
+    finally:
+        sock.detach()
 
 
 class Notifier:

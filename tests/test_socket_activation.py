@@ -22,11 +22,13 @@ if TYPE_CHECKING:
 __all__ = ["short_dir"]
 
 
-def passing_fd_3(fd: int, listen_fds: str = "1") -> tuple[str, ...]:
-    """A launcher that plays systemd: ``fd`` becomes fd 3, LISTEN_PID the exec'd pid."""
+def passing_fd_3(fd: int, listen_fds: str = "1", *more: int) -> tuple[str, ...]:
+    """A launcher that plays systemd: ``fd`` becomes fd 3 (``more`` fd 4, ...),
+    LISTEN_PID the exec'd pid."""
+    dups = "".join(f"os.dup2({f}, {3 + i});" for i, f in enumerate((fd, *more)))
     return (
         sys.executable, "-c",
-        f"import os, sys; os.dup2({fd}, 3); os.environ['LISTEN_PID'] = str(os.getpid());"
+        f"import os, sys; {dups} os.environ['LISTEN_PID'] = str(os.getpid());"
         f"os.environ['LISTEN_FDS'] = {listen_fds!r};"
         "os.execv(sys.executable, [sys.executable, '-m', 'recalld.daemon.main', *sys.argv[1:]])",
     )
@@ -123,6 +125,30 @@ def test_a_listen_fds_naming_descriptors_not_open_is_a_configuration_error(
         assert "Traceback" not in d.log()
     finally:
         listener.close()
+
+
+def test_more_than_one_passed_socket_is_a_configuration_error(
+        daemon_factory: DaemonFactory, short_dir: Path) -> None:
+    # A .socket unit with two ListenStream=: serving the first alone would leave the
+    # clients of the second queued where no one accepts. One line naming both, exit 2.
+    listeners = []
+    for name in ("first.sock", "second.sock"):
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(short_dir / name))
+        listener.listen(16)
+        listeners.append(listener)
+    fds = tuple(lst.fileno() for lst in listeners)
+    try:
+        d = daemon_factory(launcher=passing_fd_3(fds[0], "2", fds[1]), pass_fds=fds,
+                           wait=False, RECALLD_SOCKET=str(short_dir / "first.sock"))
+        assert d.proc.wait(timeout=60) == 2, d.log()
+        assert ("recalld: configuration error: systemd passed 2 sockets (LISTEN_FDS=2), "
+                f"'{short_dir / 'first.sock'}', '{short_dir / 'second.sock'}'; recalld "
+                "serves one: the .socket unit needs exactly one ListenStream=") in d.log()
+        assert "Traceback" not in d.log()
+    finally:
+        for listener in listeners:
+            listener.close()
 
 
 @pytest.mark.parametrize("listen_fds", ["²", "-1", "one", "1 "])
