@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from recalld.daemon.config import DaemonConfig
-from recalld.daemon.lock import PLACE_ERRNOS, data_dir_lock
+from recalld.daemon.lock import PLACE_ERRNOS, FileLock, data_dir_lock
 from recalld.daemon.store import confine
 from recalld.daemon.store.errors import StorageError, translate_os_error
 from recalld.daemon.store.fsio import (
@@ -91,10 +91,10 @@ class DataDirUnusable(Exception):
 
 
 @contextlib.contextmanager
-def owning_data_dir(cfg: DaemonConfig) -> Iterator[None]:
+def owning_data_dir(cfg: DaemonConfig) -> Iterator[FileLock]:
     """The data directories prepared (:func:`prepare_data_dirs`) and this process their
-    one writer (``state/daemon.lock``) for the block; AlreadyServing when another daemon
-    is, DataDirUnusable when the file system refuses either."""
+    one writer (``state/daemon.lock``, which it yields) for the block; AlreadyServing when
+    another daemon is, DataDirUnusable when the file system refuses either."""
     lock = data_dir_lock(cfg.state_dir, cfg.data_dir)
     try:
         prepare_data_dirs(cfg)
@@ -104,7 +104,7 @@ def owning_data_dir(cfg: DaemonConfig) -> Iterator[None]:
     try:
         remove_unfinished(cfg)
         make_state_files_private(cfg.state_dir)
-        yield
+        yield lock
     finally:
         lock.release()
 

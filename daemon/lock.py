@@ -1,8 +1,9 @@
 """One writer per data directory: an exclusive ``flock`` held for the daemon's lifetime.
 
 The lock file (``<data>/state/daemon.lock``) records the owner's pid so a second daemon
-can say who is in the way. ``flock`` locks die with the process, so a killed daemon never
-leaves a stale lock behind; the pid in the file is informative only.
+can say who is in the way, and, once it listens, its socket (:func:`socket_note`).
+``flock`` locks die with the process, so a killed daemon never leaves a stale lock
+behind; what the file says is informative only.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import stat
 from pathlib import Path
@@ -36,6 +38,17 @@ PLACE_ERRNOS = frozenset({errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM
 #: What the socket's lock file says after its pid once the daemon listens (a client that
 #: finds the lock held without it knows the daemon is still starting).
 LISTENING = "listening"
+
+#: What starts the line of the data directory's lock file that names the socket its
+#: daemon serves on (``socket="<path>"``, the path as a JSON string): clients that cannot
+#: read the config file naming that socket look for the daemon there
+#: (recalld.ipc.paths, which reads it).
+SOCKET_NOTE = "socket="
+
+
+def socket_note(path: Path) -> str:
+    """The line :data:`SOCKET_NOTE` starts, for the socket at ``path`` (ASCII, one line)."""
+    return SOCKET_NOTE + json.dumps(os.fsdecode(path))
 
 
 def read_owner_pid(path: Path) -> int | None:

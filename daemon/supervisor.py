@@ -47,6 +47,7 @@ from recalld.daemon import reload_sharing
 from recalld.daemon.config import ConfigError, DaemonConfig
 from recalld.daemon.datadirs import owning_data_dir
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.lock import socket_note
 from recalld.daemon.rpc.dispatch import DaemonState, Dispatcher, Methods
 from recalld.daemon.rpc.listener import BoundSocket, bind_listener
 from recalld.daemon.rpc.server import RpcServer
@@ -132,7 +133,7 @@ class Supervisor:
         # us with the default handler while the lock and socket are half set up.
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             self.signals_taken = True
-            with owning_data_dir(cfg):
+            with owning_data_dir(cfg) as data_lock:
                 # Claim the socket before the slow part of start-up, so a second daemon
                 # on the same socket exits at once; clients that connect meanwhile wait
                 # in the backlog until the server accepts.
@@ -140,6 +141,9 @@ class Supervisor:
                 if sock is not None:
                     self._take_passed_address(sock)
                 bound = bind_listener(cfg.socket_path) if sock is None else None
+                # Where clients find it when the config file that names the socket
+                # cannot be read (status, doctor).
+                data_lock.note(socket_note(self.config.socket_path))
                 try:
                     async with trio.open_nursery() as root:
                         # Reloads in a task of their own (once the services run), which a

@@ -22,11 +22,13 @@ since the daemon and its clients need not share a working directory. A relative
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
 import os
 import re
+import socket
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -272,11 +274,14 @@ def socket_despite_file(explicit: str | os.PathLike[str] | None = None,
                         *, config: str | os.PathLike[str] | None = None,
                         ) -> tuple[Path, PathError | None]:
     """The socket as :func:`socket_path` finds it, and None; when the config file cannot
-    be read or parsed, or names a socket no daemon could use: the socket its own
-    ``socket_path`` line still names (:func:`_salvaged_socket`), else the default one,
-    and why the file is refused. A daemon that runs keeps the configuration it read, so
-    a typo elsewhere in the file must not hide it. ``--socket`` and ``RECALLD_SOCKET``
-    are not the file's: one of them that is unusable raises PathError."""
+    be read or parsed, or names a socket no daemon could use: the first of these places
+    where a daemon answers, and why the file is refused: the socket its own
+    ``socket_path`` line still names (:func:`_salvaged`), the one the daemon of the data
+    directory recorded there (:func:`_recorded_socket`), the default one. When none
+    answers, the first of them. A daemon that runs keeps the configuration it read, so
+    a typo in the file, or a file gone or unreadable, must not hide it. ``--socket``
+    and ``RECALLD_SOCKET`` are not the file's: one of them that is unusable raises
+    PathError."""
     env = _env(environ)
     if explicit is not None or env.get("RECALLD_SOCKET"):
         return choose_socket(explicit, env, None, Path()), None
@@ -284,39 +289,91 @@ def socket_despite_file(explicit: str | os.PathLike[str] | None = None,
         return _socket_from_file(None, env, config), None
     except PathError as exc:
         refused = exc
+    places: list[Path] = []
     try:
         cfg = config_path(config, env)
-        named = _salvaged_socket(cfg)
-        if named is not None:
-            return choose_socket(None, env, named, cfg), refused
     except PathError:
-        pass  # the line is as unusable as the file: the default socket
-    return choose_socket(None, env, None, Path()), refused
+        cfg = Path()
+    with contextlib.suppress(PathError):  # the line is as unusable as the file
+        named = _salvaged(cfg, "socket_path")
+        if named is not None:
+            places.append(choose_socket(None, env, named, cfg))
+    recorded = _recorded_socket(env, cfg)
+    if recorded is not None:
+        places.append(recorded)
+    places.append(choose_socket(None, env, None, Path()))
+    return next((p for p in places if _answers(p)), places[0]), refused
 
 
-#: A table's header line (``[daemon]``), and a line that sets the daemon's socket in it
-#: (``socket_path = ...``) or before any table (``daemon.socket_path = ...``).
+def _recorded_socket(env: Mapping[str, str], cfg: Path) -> Path | None:
+    """The socket the daemon of the data directory (``RECALLD_DATA_DIR``, the config
+    file's own ``data_dir`` line, the default) said it serves on, in its lock file's
+    ``socket=`` line (the daemon's ``lock.SOCKET_NOTE``); None when there is none.
+    A daemon killed leaves it behind: only a daemon answering there counts."""
+    try:
+        folder = choose_data_dir(env, _salvaged(cfg, "data_dir"), cfg)
+    except PathError:
+        try:
+            folder = choose_data_dir(env, None, cfg)
+        except PathError:
+            return None
+    try:
+        text = read_regular_file(folder / "state" / "daemon.lock").decode("ascii", "replace")
+    except OSError:
+        return None
+    for line in text.splitlines()[1:]:
+        if line.startswith("socket="):
+            try:
+                value = json.loads(line.removeprefix("socket="))
+            except ValueError:
+                return None
+            if isinstance(value, str) and os.path.isabs(value):
+                return Path(value)
+    return None
+
+
+def _answers(path: Path) -> bool:
+    """Whether something listens on the socket at ``path`` (a connect that does not wait:
+    a daemon whose backlog is full listens all the same)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_NONBLOCK
+                       | socket.SOCK_CLOEXEC) as probe:
+        try:
+            probe.connect(os.fsencode(path))
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+    return True
+
+
+def _setting_line(key: str) -> re.Pattern[str]:
+    """A line that sets ``[daemon] key`` inside the table (``key = ...``) or before any
+    table (``daemon.key = ...``)."""
+    return re.compile(rf"\s*(?:daemon\s*\.\s*)?{re.escape(key)}\s*=")
+
+
+#: A table's header line (``[daemon]``).
 _TABLE_LINE = re.compile(r"\s*\[\s*([^\[\]]*?)\s*\](?:\s*#.*)?\s*")
-_SOCKET_LINE = re.compile(r"\s*(?:daemon\s*\.\s*)?socket_path\s*=")
 
 
-def _salvaged_socket(path: Path) -> object | None:
-    """The ``[daemon] socket_path`` value of a config file that does not parse as a
-    whole, read from its own line (None: none can be read). TOML's errors are local: a
-    typo in another line leaves this one meaning what it meant when the daemon read it."""
+def _salvaged(path: Path, key: str) -> object | None:
+    """The ``[daemon] key`` value of a config file that does not parse as a whole, read
+    from its own line (None: none can be read). TOML's errors are local: a typo in
+    another line leaves this one meaning what it meant when the daemon read it."""
     import tomllib
 
     try:
         text = read_regular_file(path).decode("utf-8-sig", errors="replace")
     except OSError:
         return None
+    setting = _setting_line(key)
     table = ""
     for line in text.splitlines():
         header = _TABLE_LINE.fullmatch(line)
         if header is not None:
             table = header[1].strip('"\' ')
             continue
-        if table not in ("", "daemon") or not _SOCKET_LINE.match(line):
+        if table not in ("", "daemon") or not setting.match(line):
             continue
         try:
             parsed: Mapping[str, object] = tomllib.loads(line)
@@ -325,8 +382,8 @@ def _salvaged_socket(path: Path) -> object | None:
         if table == "":
             inner = parsed.get("daemon")
             parsed = inner if isinstance(inner, Mapping) else {}
-        if "socket_path" in parsed:
-            return parsed["socket_path"]
+        if key in parsed:
+            return parsed[key]
     return None
 
 

@@ -157,7 +157,9 @@ def test_a_typo_in_a_file_naming_the_socket_leaves_the_daemon_in_view(
     """A file that names its socket and then no longer parses (a table header cut short,
     a table declared twice, a value left out): status and doctor still find the daemon at
     the socket the file's own line names, show its state with the error (where in the
-    file) and that it keeps what it read; so does the client library."""
+    file) and that it keeps what it read; so does the client library. A file that cannot
+    be read at all (a folder in its place, a RECALLD_CONFIG naming none): at the socket
+    the daemon of the data directory recorded there."""
     env = daemon_factory.environment()
     sock = Path(env["XDG_RUNTIME_DIR"]) / "elsewhere" / "r.sock"
     good = f'[daemon]\nsocket_path = "{sock}"\n[workspace_defaults]\nauto_memory_interval = 4\n'
@@ -181,6 +183,24 @@ def test_a_typo_in_a_file_naming_the_socket_leaves_the_daemon_in_view(
             checks["config file"]["detail"], checks["config file"]
         proc = _client_reaches(d.env)
         assert proc.returncode == 0 and proc.stdout.split() == ["True"], proc.stderr
+    last = d.config_path.read_bytes()
+    d.config_path.unlink()
+    d.config_path.mkdir()
+    gone = d.config_path.with_name("gone.toml")
+    for env, why in ((d.env, f"{d.config_path}: not a regular file (a directory)"),
+                     ({**d.env, "RECALLD_CONFIG": str(gone)}, f"{gone}: no such file")):
+        status = recalld("status", env=env)
+        assert status.returncode == 2, (status.stdout, status.stderr)
+        assert f"pid {d.pid}" in status.stdout and f"socket: {sock}" in status.stdout
+        assert f"config file: {why}" in status.stdout, status.stdout
+        doctor = json.loads(recalld("doctor", "--json", env=env).stdout)
+        checks = {c["name"]: c for c in doctor["checks"]}
+        assert checks["daemon"]["status"] == "ok", checks["daemon"]
+        assert checks["socket"]["status"] == "ok" and str(sock) in checks["socket"]["detail"]
+        assert why in checks["config file"]["detail"] + checks.get(
+            "shell config", {"detail": ""})["detail"], checks
+    d.config_path.rmdir()
+    d.config_path.write_bytes(last)
     # A reload of it fails and says so: status says it once.
     d.signal(signal.SIGHUP)
     wait_for(lambda: "reload failed" in d.log(), "the reload fails")
