@@ -14,7 +14,6 @@ every other command stays light.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -33,9 +32,10 @@ from recalld.ipc import (
     errors,
     paths,
 )
+from recalld.ipc import mcp as mcp_command
 from recalld.ipc.agent_ids import workspace_table
 from recalld.ipc.answers import JsonObject
-from recalld.ipc.cli_args import Parser, agent_name
+from recalld.ipc.cli_args import Parser
 from recalld.ipc.client import Client
 from recalld.ipc.render import (
     JobWaiter,
@@ -151,9 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     mcp = add("mcp", "serve an agent's memory to MCP clients over stdio "
                      "(needs recalld[mcp])")
-    mcp.add_argument("--agent", default=DEFAULT_AGENT, type=agent_name)
-    mcp.add_argument("--autostart", action="store_true",
-                     help="start a daemon in the background if none answers")
+    mcp_command.add_arguments(mcp)
 
     for name, what in (("install-service", "write and enable"),
                        ("uninstall-service", "disable and remove")):
@@ -233,7 +231,7 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
                 say(err, f"recalld: {exc}")
                 return EXIT_ERROR
         if command == "mcp":
-            return _mcp(ns, err)
+            return mcp_command.run(ns, err)
         socket = getattr(ns, "socket", None)
         if command in ("status", "doctor"):
             # A config file that is refused is one of their findings: the daemon runs on
@@ -388,20 +386,6 @@ def _service(command: str, ns: argparse.Namespace, out: TextIO, as_json: bool) -
             out.write("(your Markdown memory is kept)\n")
         else:
             out.write(f"no recalld units were installed in {install.unit_dir()}\n")
-    return EXIT_OK
-
-
-def _mcp(ns: argparse.Namespace, err: TextIO) -> int:
-    # Imported only here: the MCP SDK is an optional extra and heavy to import.
-    try:
-        bridge = importlib.import_module("recalld.ipc.mcp")
-    except ImportError as exc:
-        print(f"recalld: the MCP bridge needs the mcp package ({exc}); "
-              "install it with: pip install 'recalld[mcp]'", file=err)
-        return EXIT_ERROR
-    import asyncio  # only this command runs an event loop
-
-    asyncio.run(bridge.serve(ns.agent, getattr(ns, "socket", None), autostart=ns.autostart))
     return EXIT_OK
 
 

@@ -17,7 +17,7 @@ from recalld.ipc.agent_ids import owner_name, session_key, workspace_id, workspa
 from recalld.ipc.client import Client
 from recalld.ipc.errors import InvalidParams
 from recalld.ipc.known_ids import provisional_id
-from recalld.ipc.mcp import Bridge
+from recalld.ipc.mcp_bridge import Bridge
 
 
 def test_a_second_name_with_the_same_id_is_refused_naming_both(daemon_factory: Any) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 HEAVY = ("numpy", "hnswlib", "recalld.daemon", "pyroaring", "zstandard", "watchfiles",
          # The optional integrations load only when asked for by name.
-         "agentscope", "mcp", "mcp_types", "recalld.ipc.agentscope", "recalld.ipc.mcp")
+         "agentscope", "mcp", "mcp_types", "recalld.ipc.agentscope", "recalld.ipc.mcp_")
 #: The event loop is the program's: trio, asyncio and anyio's backends for them.
 LOOPS = ("trio", "asyncio", "anyio._backends")
 MODULES = ["recalld.ipc", "recalld.ipc.client", "recalld.ipc.aclient", "recalld.ipc.cli",
@@ -53,6 +53,26 @@ def test_cli_help_is_light() -> None:
     # file to read; --socket needs none). A plain call's start is ~25 % shorter for it.
     assert not set(loaded) & {"recalld.ipc.doctor", "recalld.ipc.install", "subprocess",
                               "secrets", "tomllib"}
+
+
+@pytest.mark.parametrize("argv", [["--bogus"], ["--agent", ""], ["--help"]])
+def test_the_mcp_command_line_is_parsed_before_the_sdk_is_imported(argv: list[str]) -> None:
+    # A usage error (or --help) of `python -m recalld.ipc.mcp` waited for the MCP SDK's
+    # import (over a second) before it was said.
+    code = (
+        "import json, runpy, sys\n"
+        f"sys.argv = ['recalld-mcp', *{argv!r}]\n"
+        "try:\n"
+        "    runpy.run_module('recalld.ipc.mcp', run_name='__main__', alter_sys=True)\n"
+        "except SystemExit as exc:\n"
+        "    print(json.dumps([exc.code, sorted(sys.modules)]), file=sys.stderr)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=60)
+    rc, loaded = json.loads(proc.stderr.splitlines()[-1])
+    assert rc == (0 if argv == ["--help"] else 2), proc.stderr
+    assert ("usage: recalld mcp" in proc.stdout) == (argv == ["--help"]), proc.stdout
+    assert not [m for m in loaded if m.startswith(HEAVY + LOOPS)], loaded
 
 
 RUN_ON = {

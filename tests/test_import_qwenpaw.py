@@ -31,7 +31,7 @@ from recalld.daemon.index import reme_import
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import workspace_id
 from recalld.ipc.errors import InvalidParams
-from recalld.ipc.mcp import Bridge
+from recalld.ipc.mcp_bridge import Bridge
 
 
 def cli(d: DaemonHandle, *args: str) -> subprocess.CompletedProcess[str]:

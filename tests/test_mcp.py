@@ -25,7 +25,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from recalld.ipc.agent_ids import session_key, workspace_id
 from recalld.ipc.client import Client
 from recalld.ipc.errors import NOT_ALLOWED
-from recalld.ipc.mcp import parse_uri, resource_uri
+from recalld.ipc.mcp_bridge import parse_uri, resource_uri
 
 NOTE = "# Printers\n\nThe office printer is called marmalade-3 and needs a PIN.\n"
 

@@ -12,7 +12,7 @@ from conftest import DaemonHandle
 from test_mcp import _text, _write, bridge
 
 from recalld.ipc.client import Client
-from recalld.ipc.mcp import resource_uri
+from recalld.ipc.mcp_bridge import resource_uri
 
 REL = "memory/2026-07-04/deploy.md"
 
