@@ -262,3 +262,18 @@ def test_uninstall_refuses_a_folder_in_place_of_a_unit_and_removes_nothing(
     removed = install.uninstall_service(write_only=True, environ=env)
     assert removed == [str(target / n) for n in install.UNIT_NAMES if n != in_the_way]
     assert list(target.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["socket", "RECALLD_DATA_DIR", "RECALLD_CONFIG"])
+def test_a_control_character_in_a_path_is_refused_not_written_as_a_new_line(
+        tmp_path: Path, where: str) -> None:
+    # A newline ended the setting: the rest of the path became a line of its own in the
+    # unit, read by systemd as another setting (here an ExecStartPre=).
+    env = _unit_env(tmp_path)
+    odd = f"{tmp_path}/x\nExecStartPre=/bin/touch {tmp_path}/ran\n.sock"
+    socket_path = Path(odd) if where == "socket" else None
+    if where != "socket":
+        env[where] = odd.replace("\n", "\r", 1)
+    with pytest.raises(install.ServiceError, match="holds a control character"):
+        install.install_service(write_only=True, socket_path=socket_path, environ=env)
+    assert not install.unit_dir(env).exists() or list(install.unit_dir(env).iterdir()) == []
