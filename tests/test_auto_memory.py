@@ -205,7 +205,10 @@ def test_tools_refuse_other_sessions_and_outside_paths(
         done("nothing to save"),
     )
     job = wait_job(d, add(d, "eve", turn("hello"), flush=True)["job_id"])
-    assert job["state"] == "succeeded" and job["result"]["changed"] == []
+    # Every write it asked for was refused: whatever it then answers, its turns are in no
+    # note, so they stay pending and the job says why.
+    assert job["state"] == "failed" and "could not be written" in job["error"], job
+    assert add(d, "eve", [])["pending_turns"] == 1
     assert "coffee" not in (root / bob_rel).read_text()
     assert not (tmp_path / "outside.md").exists() and not (root / "memory/x.md").exists()
     answers = [m["content"] for m in fake.requests[-1].json["messages"] if m["role"] == "tool"]

@@ -42,9 +42,11 @@ answering meanwhile) gets the job's commit and inbox item: the job's own session
 and inbox closed with it.
 
 Jobs of one session run one at a time. Failures (no chat model, provider errors,
-malformed answers, deadline, a note the disk refused to write or a write of it with
-arguments the tools refused, whatever the model then answered) fail the job with a clear
-message and leave the turns pending for the next run. Cancellation leaves no partial
+malformed answers, deadline, a note the disk refused to write, or a write the tools
+refused: bad arguments, a tool the model may not use, a file not this session's note, an
+unreadable frontmatter block; each with no write of the note after it in that part of the
+turns, whatever the model then answered) fail the job with a clear message and leave the
+turns pending for the next run. Cancellation leaves no partial
 file (every write is atomic); the job kind is resumable, so one interrupted by a restart
 runs again. A run stopped after the model changed the note leaves its change log record
 and an inbox item saying so (cut short, its turns run again).
@@ -366,6 +368,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                         note_text = await ops.read_text(note_path) if note_path else None
                     where = f"part {i + 1} of {len(parts)}, " if len(parts) > 1 else ""
                     changes_before = len(ops.changes)
+                    failures_before = len(tools.write_failures)
 
                     def on_step(step: int, msg: str, where: str = where) -> None:
                         job.set_progress(1, 4, f"{where}model step {step}: {msg}")
@@ -381,10 +384,12 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                     if not result.finished and len(ops.changes) == changes_before:
                         raise JobFailed(result.unfinished(MAX_STEPS))
                     await tools.keep_refused()
-                    if tools.write_failures and len(ops.changes) == changes_before:
-                        # The model heard its write failed (the disk, or arguments it
-                        # got wrong), yet may answer "saved": committed, these turns
-                        # would be in no note. They stay pending for the next run.
+                    if (len(tools.write_failures) > failures_before
+                            and len(ops.changes) == changes_before):
+                        # The model heard its write failed (the disk, arguments it got
+                        # wrong, a tool or a file it may not use), yet may answer
+                        # "saved": committed, these turns would be in no note. They
+                        # stay pending for the next run.
                         raise JobFailed(f"the note could not be written: "
                                         f"{tools.write_failures[-1]}")
                     if i < len(parts) - 1 and part.done is not None:

@@ -10,6 +10,14 @@ after all, with the dropped lines put back at its end (:meth:`SessionTools.keep_
 Neither the old facts nor the new ones are lost; a refused rewrite that adds no line of
 its own is left as it is, and a note changed since (by the agent, by a person) stands
 with the rewrite's new lines added.
+
+Every other write the model asked for that did not happen is a write failure
+(:attr:`SessionTools.write_failures`): the disk's, arguments it got wrong, a tool it may
+not use, a file that is not this session's note, a daemon field it tried to change, or a
+frontmatter block the daemon cannot read at the start of its content (a duplicate key, a
+quote or a block left open: kept as body text, its lines would be facts no rewrite may
+drop). The model is told why and may write again; if it writes nothing, the job fails
+and the turns stay pending, rather than being committed with their facts in no note.
 """
 
 from __future__ import annotations
@@ -22,7 +30,12 @@ from pathlib import PurePosixPath
 import trio
 
 from recalld.daemon import safepath
-from recalld.daemon.index.frontmatter import body_of, parse_frontmatter
+from recalld.daemon.index.frontmatter import (
+    body_of,
+    open_fields,
+    parse_frontmatter,
+    unreadable_block,
+)
 from recalld.daemon.memory import capture_log, filetools
 from recalld.daemon.memory.fileops import FileOps, read_confined
 from recalld.daemon.memory.redact import redact
@@ -34,8 +47,14 @@ log = logging.getLogger(__name__)
 #: Frontmatter fields of a session's note that the daemon sets: which conversation the
 #: note is of. A model that changed them would hand the note to another session.
 DAEMON_FIELDS = ("session_id", "source_conversation")
-_KEEP_FIELDS = (f"error: {' and '.join(DAEMON_FIELDS)} are set by the daemon and cannot "
-                "be changed; leave those lines as they are")
+_KEEP_FIELDS = (f"{' and '.join(DAEMON_FIELDS)} are set by the daemon and cannot be "
+                "changed; leave those lines as they are")
+_BROKEN_FRONTMATTER = (
+    "the content starts with a frontmatter block (---) that cannot be read (a duplicate "
+    "key, a quote or the block left open); nothing was written. Give name and "
+    "description as arguments and write only the Markdown body in content")
+_BROKEN_BY_EDIT = ("this edit would leave the note's frontmatter unreadable (a duplicate "
+                   "key, a quote left open); nothing was changed")
 
 
 def _drops(before: str, after: str) -> list[str]:
@@ -72,10 +91,17 @@ class SessionTools:
         self.refused: list[capture_log.Refusal] = []
         #: The last refused rewrite of each note not written since (see keep_refused).
         self._unsettled: dict[str, _Refused] = {}
-        #: Writes of this session's note that failed: for the disk's sake (full,
-        #: read-only, I/O errors) or for the model's (bad arguments). Not the refusals
-        #: of rewrites that drop bullet points, nor tools aimed at other files.
+        #: Writes the model asked for that did not happen: for the disk's sake (full,
+        #: read-only, I/O errors) or for the model's (bad arguments, a tool it may not
+        #: use, another file, a daemon field, an unreadable frontmatter block). Not the
+        #: refusals of rewrites that drop bullet points: keep_refused writes those.
         self.write_failures: list[str] = []
+
+    def _fail(self, name: str, why: str) -> str:
+        """Record a write the model asked for that is not made; its answer."""
+        self.write_failures.append(f"{name}: {why}")
+        log.warning("auto_memory: refused a %s: %s", name, why)
+        return f"error: {why}"
 
     async def _text(self, rel: str) -> str:
         return await trio.to_thread.run_sync(read_confined, self.ops.root, rel) or ""
@@ -102,15 +128,20 @@ class SessionTools:
         dropped = await trio.to_thread.run_sync(_drops, text, after)
         return _Refused(text, after, dropped) if dropped else None
 
-    async def _keeps_fields(self, rel: str, old: str, new: str) -> bool:
-        """Whether the edit leaves the note's :data:`DAEMON_FIELDS` as they are (an edit
-        that cannot apply is refused by the edit itself)."""
+    async def _keeps_fields(self, rel: str, old: str, new: str) -> str | None:
+        """Why the edit may not be made if it changes the note's :data:`DAEMON_FIELDS` or
+        leaves its frontmatter unreadable; None if it may (an edit that cannot apply is
+        refused by the edit itself)."""
         text = await self._text("/".join(safepath.split_relative(rel)))  # checked by _own
         if not old or text.count(old) != 1:
-            return True
-        before, after = parse_frontmatter(text)[0], parse_frontmatter(
-            text.replace(old, new, 1))[0]
-        return all(before.get(key) == after.get(key) for key in DAEMON_FIELDS)
+            return None
+        after = text.replace(old, new, 1)
+        if unreadable_block(after) or open_fields(after):
+            return _BROKEN_BY_EDIT
+        before, fields = parse_frontmatter(text)[0], parse_frontmatter(after)[0]
+        if any(before.get(key) != fields.get(key) for key in DAEMON_FIELDS):
+            return _KEEP_FIELDS
+        return None
 
     async def _own(self, path: str) -> str | None:
         """Why the model may not change ``path``, or None if it is this session's note."""
@@ -129,14 +160,22 @@ class SessionTools:
     async def __call__(self, name: str, arguments: Mapping[str, object]) -> str:
         if name == "read":
             return await self._call(name, arguments)
-        async with self.note_lock:
-            return await self._call(name, arguments)
+        try:
+            async with self.note_lock:
+                return await self._call(name, arguments)
+        except Exception as exc:  # told to the model by the tool loop; no write was made
+            self.write_failures.append(f"{name}: {type(exc).__name__}: {exc}")
+            raise
 
     async def _call(self, name: str, arguments: Mapping[str, object]) -> str:
         # What the model writes is redacted by the file operations themselves.
         args = dict(arguments)
         if name == "daily_write":
             args["date"] = self.date  # the job decides the day
+            content = args.get("content")
+            if isinstance(content, str) and (unreadable_block(content.lstrip("\n"))
+                                             or open_fields(content.lstrip("\n"))):
+                return self._fail(name, _BROKEN_FRONTMATTER)
             existing = await self.ops.session_note(self.session_id, self.date)
             if existing is not None:  # one note per session per day: update it
                 args["name"] = PurePosixPath(existing).stem
@@ -148,16 +187,17 @@ class SessionTools:
         elif name in ("edit", "frontmatter_update"):
             refusal = await self._own(str(args.get("path", "")))
             if refusal is not None:
-                return f"error: {refusal}"
+                return self._fail(name, refusal)
             changes = args.get("changes")
             if name == "frontmatter_update" and isinstance(changes, Mapping) and any(
                     str(key).strip() in DAEMON_FIELDS for key in changes):
-                return _KEEP_FIELDS
+                return self._fail(name, _KEEP_FIELDS)
             if name == "edit":
-                if not await self._keeps_fields(str(args.get("path", "")),
+                kept = await self._keeps_fields(str(args.get("path", "")),
                                                 str(args.get("old", "")),
-                                                str(args.get("new", ""))):
-                    return _KEEP_FIELDS
+                                                str(args.get("new", "")))
+                if kept is not None:
+                    return self._fail(name, kept)
                 path = str(args.get("path", ""))
                 refused = await self._check_edit(path, str(args.get("old", "")),
                                                  str(args.get("new", "")))
@@ -171,7 +211,8 @@ class SessionTools:
             except (InvalidParams, NotAllowed) as exc:
                 return f"error: {exc.message}"
         else:
-            return f"error: unknown tool {name!r}"
+            return self._fail(name, f"unknown tool {name!r}; the tools are "
+                                    f"{', '.join(self.NAMES)}")
         changes = len(self.ops.changes)
         storage: list[str] = []
         answer = await filetools.call(self.ops, name, args, storage_errors=storage)

@@ -1,0 +1,107 @@
+"""A model whose writes were all refused has saved nothing, whatever it answers: a tool
+it was not given (made up, or one of the agent's), a file that is not its session's note,
+a daemon field, a frontmatter block the daemon cannot read. The job fails naming the
+refusal and the turns stay pending; a model that writes again as told succeeds, and the
+note it leaves reads whole (no unreadable block kept as body text, whose lines no later
+rewrite could drop)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
+from test_auto_memory import add, turn
+from test_dream import AGENT, open_ws, run_job
+
+from recalld.daemon.index.frontmatter import parse_frontmatter, unreadable_block
+
+DAY = dt.date.today().isoformat()
+
+
+def calls(*made: tuple[str, Any]) -> Reply:
+    return Reply(json=chat_answer(None, [tool_call(name, args, f"c{i}")
+                                         for i, (name, args) in enumerate(made)]))
+
+
+def saved() -> Reply:
+    return Reply(json=chat_answer("All saved to memory."))
+
+
+def pending(daemon: DaemonHandle, session: str) -> int:
+    n: int = add(daemon, session, [], agent_id=AGENT)["pending_turns"]
+    return n
+
+
+def test_a_run_whose_every_write_was_refused_fails_and_keeps_its_turns(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    open_ws(daemon, root, fake)
+    # A note of another session the same day, for the model to aim at.
+    fake.script(calls(("daily_write", {"name": "kites", "content": "- Flies kites"})),
+                saved())
+    add(daemon, "other", turn("I fly kites."), agent_id=AGENT)
+    assert run_job(daemon, "auto_memory", {"session_id": "other"})["state"] == "succeeded"
+    other = f"memory/{DAY}/kites.md"
+    before = (root / other).read_text(encoding="utf-8")
+    cases: list[tuple[tuple[str, Any], str]] = [
+        (("remember", {"fact": "Keeps bees"}), "unknown tool 'remember'"),
+        (("write", {"path": f"memory/{DAY}/bees.md", "content": "- Keeps bees"}),
+         "unknown tool 'write'"),
+        (("edit", {"path": other, "old": "- Flies kites", "new": "- Flies kites\n- Bees"}),
+         "is not this conversation's note"),
+        (("frontmatter_update", {"path": "MEMORY.md", "changes": {"bees": True}}),
+         f"only notes under memory/{DAY}/"),
+        (("daily_write", {"name": "bees", "content":
+                          "---\nname: bees\nname: hives\n---\n- Keeps bees"}),
+         "frontmatter block (---) that cannot be read"),
+        (("daily_write", {"name": "bees", "content":
+                          '---\ndescription: "bees\n---\n- Keeps bees'}),
+         "frontmatter block (---) that cannot be read"),
+        (("daily_write", {"name": "bees", "content": "---\nname: bees\ndescription: Keeps bees\n"}),
+         "frontmatter block (---) that cannot be read"),
+    ]
+    for n, (call, why) in enumerate(cases):
+        session = f"s{n}"
+        fake.script(calls(call), saved())
+        add(daemon, session, turn("I keep bees in the garden."), agent_id=AGENT)
+        job = run_job(daemon, "auto_memory", {"session_id": session})
+        assert job["state"] == "failed", (call, job)
+        assert job["error"].startswith("the note could not be written") and why in job[
+            "error"], (call, job["error"])
+        told = [m["content"] for m in fake.requests[-1].json["messages"]
+                if m["role"] == "tool"]
+        assert told and told[0].startswith("error:") and why in told[0], told
+        assert pending(daemon, session) == 1, call
+    assert (root / other).read_text(encoding="utf-8") == before
+    assert sorted(p.name for p in (root / f"memory/{DAY}").iterdir()) == [
+        "index.md", "kites.md"]
+
+
+def test_a_model_told_why_writes_a_readable_note(daemon: DaemonHandle, fake: FakeProvider,
+                                                 tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    open_ws(daemon, root, fake)
+    note = f"memory/{DAY}/owls.md"
+    fake.script(
+        calls(("daily_write", {"name": "owls", "content":
+                               "---\nname: owls\nname: birds\ndescription: 'open\n---\n"
+                               "- Watches owls at dusk"})),
+        calls(("daily_write", {"name": "owls", "description": "birds",
+                               "content": "- Watches owls at dusk"})),
+        # An edit that would leave the note's own frontmatter unreadable is refused too.
+        calls(("edit", {"path": note, "old": "description: birds",
+                        "new": 'description: "birds'})),
+        saved())
+    add(daemon, "s-owl", turn("I watch owls at dusk."), agent_id=AGENT)
+    job = run_job(daemon, "auto_memory", {"session_id": "s-owl"})
+    assert job["state"] == "succeeded", job
+    told = [m["content"] for m in fake.requests[-1].json["messages"] if m["role"] == "tool"]
+    assert "cannot be read" in told[0] and "unreadable" in told[2], told
+    text = (root / note).read_text(encoding="utf-8")
+    fields, _ = parse_frontmatter(text)
+    assert not unreadable_block(text) and fields["session_id"] == "s-owl", text
+    assert fields["description"] == "birds" and text.count("---") == 2, text
+    assert pending(daemon, "s-owl") == 0
