@@ -298,9 +298,11 @@ def test_a_resumed_job_that_fails_is_retried(daemon_factory: Any, fake: FakeProv
     held = fake.gate(lambda body: True)
     d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
     assert held.entered.wait(30)  # the resumed job asks the model
-    wait_for(lambda: next(w for w in d2.call("daemon.status")["workspaces"]
-                          if w["agent_id"] == "w")["capture"]["idle_flushes"] == 1,
-             "the idle flush finding the resumed job")
+    capture = wait_for(lambda: [w["capture"] for w in d2.call("daemon.status")["workspaces"]
+                                if w["agent_id"] == "w" and w["capture"]["idle_covered"]],
+                       "the idle flush finding the resumed job")
+    # It found the job covering the turns and submitted none: no idle flush is counted.
+    assert (capture[0]["idle_covered"], capture[0]["idle_flushes"]) == (1, 0), capture
     held.open()
     note = wait_for(lambda: notes(root), "the note written by a retry")
     assert "Rex" in note[0].read_text()

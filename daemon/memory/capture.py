@@ -86,7 +86,11 @@ class SessionFlusher:
         #: and how many jobs in a row were submitted for them.
         self._retry: dict[str, tuple[float, int]] = {}
         self._wake = trio.Event()
+        #: auto_memory jobs the idle flush submitted (status ``idle_flushes``).
         self.idle_flushes = 0
+        #: Idle checks that found the session's turns covered by a job already queued or
+        #: running (one resumed after a restart, say): nothing was submitted.
+        self.idle_covered = 0
 
     # -- the decision ----------------------------------------------------------------
 
@@ -125,14 +129,19 @@ class SessionFlusher:
 
     async def flush(self, session_id: str, trigger: str = "flush") -> str | None:
         """Submit the session's pending turns unless a job covers them; the job id."""
+        return (await self._flush(session_id, trigger))[0]
+
+    async def _flush(self, session_id: str, trigger: str) -> tuple[str | None, bool]:
+        """:meth:`flush`, and whether it submitted a job (False: none pending, or the
+        job that covers them)."""
         async with self.store.lock:
             added = self.store.info(session_id)
             if added.pending_messages == 0 and added.pending_turns == 0:
-                return None
+                return None, False
             if self.covered(added):
                 self.watch(session_id)
-                return added.last_job_id
-            return await self.submit(session_id, added.upto, trigger=trigger)
+                return added.last_job_id, False
+            return await self.submit(session_id, added.upto, trigger=trigger), True
 
     def watch(self, session_id: str) -> None:
         """The session's turns are covered by a job this flusher did not submit (one
@@ -154,13 +163,13 @@ class SessionFlusher:
         idle = self.ws.settings.auto_memory_idle_s
         return idle if idle > 0 else math.inf
 
-    async def _flush_quietly(self, session_id: str, why: str) -> str | None:
+    async def _flush_quietly(self, session_id: str, why: str) -> tuple[str | None, bool]:
         try:
-            return await self.flush(session_id, why)
+            return await self._flush(session_id, why)
         except RecalldError as exc:  # the workspace is closing, the journal is gone...
             log.warning("%s flush of %s/%s failed: %s", why, self.ws.agent_id, session_id,
                         exc.message)
-            return None
+            return None, False
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Flush sessions idle for ``auto_memory_idle_s`` until cancelled."""
@@ -180,9 +189,13 @@ class SessionFlusher:
                 if last + idle_s > now:
                     continue
                 del self._active[session_id]
-                if self._has_chat_model() and await self._flush_quietly(
-                        session_id, "idle") is not None:
+                if not self._has_chat_model():
+                    continue
+                job_id, submitted = await self._flush_quietly(session_id, "idle")
+                if submitted:
                     self.idle_flushes += 1
+                elif job_id is not None:
+                    self.idle_covered += 1
             await self._retry_failed(trio.current_time())
 
     async def _retry_failed(self, now: float) -> None:
@@ -210,7 +223,7 @@ class SessionFlusher:
             return
         job_ids: list[str] = []
         for session_id in self.store.sessions_pending():
-            job_id = await self._flush_quietly(session_id, "stop")
+            job_id, _ = await self._flush_quietly(session_id, "stop")
             if job_id is not None:
                 job_ids.append(job_id)
         with trio.move_on_after(deadline_s):
@@ -287,6 +300,7 @@ class SessionFlusher:
         return {
             "idle_s": self.ws.settings.auto_memory_idle_s,
             "idle_flushes": self.idle_flushes,
+            "idle_covered": self.idle_covered,
             "waiting_messages": waiting.messages if waiting else 0,
             "waiting_sessions": waiting.sessions if waiting else 0,
             "reason": waiting.reason if waiting else None,
