@@ -105,3 +105,23 @@ def test_a_model_told_why_writes_a_readable_note(daemon: DaemonHandle, fake: Fak
     assert not unreadable_block(text) and fields["session_id"] == "s-owl", text
     assert fields["description"] == "birds" and text.count("---") == 2, text
     assert pending(daemon, "s-owl") == 0
+
+
+def test_a_write_with_no_text_leaves_no_empty_note(daemon: DaemonHandle, fake: FakeProvider,
+                                                   tmp_path: Path) -> None:
+    # Nothing to save, said by a write of nothing: no note without a fact in the day's
+    # folder and index, and no failure either (the model is told to call no tool).
+    root = tmp_path / "ws"
+    open_ws(daemon, root, fake)
+    for n, content in enumerate(["", " \n\t\n", "---\ndescription: small talk\n---\n\n"]):
+        session = f"s{n}"
+        fake.script(calls(("daily_write", {"name": "chat", "content": content})),
+                    Reply(json=chat_answer("nothing to save")))
+        add(daemon, session, turn("Hi!"), agent_id=AGENT)
+        job = run_job(daemon, "auto_memory", {"session_id": session})
+        assert job["state"] == "succeeded" and job["result"]["note"] is None, job
+        told = [m["content"] for m in fake.requests[-1].json["messages"]
+                if m["role"] == "tool"]
+        assert told[0].startswith("error: the content holds no text"), told
+        assert pending(daemon, session) == 0
+    assert not (root / "memory" / DAY).exists()

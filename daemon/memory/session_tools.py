@@ -32,6 +32,7 @@ import trio
 from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import (
     body_of,
+    has_body,
     open_fields,
     parse_frontmatter,
     unreadable_block,
@@ -53,6 +54,8 @@ _BROKEN_FRONTMATTER = (
     "the content starts with a frontmatter block (---) that cannot be read (a duplicate "
     "key, a quote or the block left open); nothing was written. Give name and "
     "description as arguments and write only the Markdown body in content")
+_NO_TEXT = ("error: the content holds no text; nothing was written. Write the facts as "
+            "Markdown bullet points; if nothing is worth remembering, call no tool")
 _BROKEN_BY_EDIT = ("this edit would leave the note's frontmatter unreadable (a duplicate "
                    "key, a quote left open); nothing was changed")
 
@@ -176,6 +179,9 @@ class SessionTools:
             if isinstance(content, str) and (unreadable_block(content.lstrip("\n"))
                                              or open_fields(content.lstrip("\n"))):
                 return self._fail(name, _BROKEN_FRONTMATTER)
+            if isinstance(content, str) and not has_body(content):
+                # An empty note is no memory (nor a failure: nothing was to be saved).
+                return _NO_TEXT
             existing = await self.ops.session_note(self.session_id, self.date)
             if existing is not None:  # one note per session per day: update it
                 args["name"] = PurePosixPath(existing).stem
