@@ -91,15 +91,18 @@ def test_a_model_told_why_writes_a_readable_note(daemon: DaemonHandle, fake: Fak
                                "- Watches owls at dusk"})),
         calls(("daily_write", {"name": "owls", "description": "birds",
                                "content": "- Watches owls at dusk"})),
-        # An edit that would leave the note's own frontmatter unreadable is refused too.
+        # An edit that would leave the note's own frontmatter unreadable is refused too:
+        # a quote or the block left open.
         calls(("edit", {"path": note, "old": "description: birds",
                         "new": 'description: "birds'})),
+        calls(("edit", {"path": note, "old": "---\n- Watches", "new": "- Watches"})),
         saved())
     add(daemon, "s-owl", turn("I watch owls at dusk."), agent_id=AGENT)
     job = run_job(daemon, "auto_memory", {"session_id": "s-owl"})
     assert job["state"] == "succeeded", job
     told = [m["content"] for m in fake.requests[-1].json["messages"] if m["role"] == "tool"]
-    assert "cannot be read" in told[0] and "unreadable" in told[2], told
+    assert "cannot be read" in told[0], told
+    assert all(t.startswith("error:") and "unreadable" in t for t in told[2:]), told
     text = (root / note).read_text(encoding="utf-8")
     fields, _ = parse_frontmatter(text)
     assert not unreadable_block(text) and fields["session_id"] == "s-owl", text

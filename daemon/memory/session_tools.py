@@ -57,7 +57,7 @@ _BROKEN_FRONTMATTER = (
 _NO_TEXT = ("error: the content holds no text; nothing was written. Write the facts as "
             "Markdown bullet points; if nothing is worth remembering, call no tool")
 _BROKEN_BY_EDIT = ("this edit would leave the note's frontmatter unreadable (a duplicate "
-                   "key, a quote left open); nothing was changed")
+                   "key, a quote or the block left open); nothing was changed")
 
 
 def _drops(before: str, after: str) -> list[str]:
@@ -139,9 +139,9 @@ class SessionTools:
         if not old or text.count(old) != 1:
             return None
         after = text.replace(old, new, 1)
-        if unreadable_block(after) or open_fields(after):
+        (before, _), (fields, body_start) = parse_frontmatter(text), parse_frontmatter(after)
+        if not body_start:  # the note's block (_own read it) would no longer parse
             return _BROKEN_BY_EDIT
-        before, fields = parse_frontmatter(text)[0], parse_frontmatter(after)[0]
         if any(before.get(key) != fields.get(key) for key in DAEMON_FIELDS):
             return _KEEP_FIELDS
         return None
