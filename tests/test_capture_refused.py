@@ -128,3 +128,38 @@ def test_a_write_with_no_text_leaves_no_empty_note(daemon: DaemonHandle, fake: F
         assert told[0].startswith("error: the content holds no text"), told
         assert pending(daemon, session) == 0
     assert not (root / "memory" / DAY).exists()
+
+
+def test_a_frontmatter_key_that_would_not_read_back_is_refused(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # "description " beside "description" (or "name:", a key with a line break) made the
+    # whole block unreadable: the note lost its session_id, the next run wrote another.
+    root = tmp_path / "ws"
+    open_ws(daemon, root, fake)
+    note = f"memory/{DAY}/owls.md"
+    fake.script(calls(("daily_write", {"name": "owls", "description": "birds",
+                                       "content": "- Watches owls at dusk"})), saved())
+    add(daemon, "s", turn("I watch owls at dusk."), agent_id=AGENT)
+    assert run_job(daemon, "auto_memory", {"session_id": "s"})["state"] == "succeeded"
+    before = (root / note).read_text(encoding="utf-8")
+    bad = [{"description ": "owls"}, {"name:": "owls"}, {"topic\nsession_id": "other"},
+           {"": "owls"}]
+    # The model writes the note as it is (no change: it holds the turns' fact already),
+    # then tries the keys: the run succeeds, the note is as it was.
+    fake.script(calls(("daily_write", {"name": "owls", "content": "- Watches owls at dusk"}),
+                      *(("frontmatter_update", {"path": note, "changes": changes})
+                        for changes in bad)), saved())
+    add(daemon, "s", turn("Owls again tonight."), agent_id=AGENT)
+    job = run_job(daemon, "auto_memory", {"session_id": "s"})
+    assert job["state"] == "succeeded" and pending(daemon, "s") == 0, job
+    told = [m["content"] for m in fake.requests[-1].json["messages"] if m["role"] == "tool"]
+    assert all("would not read back" in t for t in told[1:]) and len(told) == 5, told
+    assert (root / note).read_text(encoding="utf-8") == before
+    fake.script(calls(("daily_write", {"name": "owls", "content":
+                                       "- Watches owls at dusk\n- Saw a barn owl"})), saved())
+    add(daemon, "s", turn("I saw a barn owl."), agent_id=AGENT)
+    assert run_job(daemon, "auto_memory", {"session_id": "s"})["state"] == "succeeded"
+    assert sorted(p.name for p in (root / f"memory/{DAY}").iterdir()) == [
+        "index.md", "owls.md"]
+    fields, _ = parse_frontmatter((root / note).read_text(encoding="utf-8"))
+    assert fields["session_id"] == "s" and fields["description"] == "birds"

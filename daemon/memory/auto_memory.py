@@ -369,6 +369,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                     where = f"part {i + 1} of {len(parts)}, " if len(parts) > 1 else ""
                     changes_before = len(ops.changes)
                     failures_before = len(tools.write_failures)
+                    writes_before = tools.writes_made
 
                     def on_step(step: int, msg: str, where: str = where) -> None:
                         job.set_progress(1, 4, f"{where}model step {step}: {msg}")
@@ -385,6 +386,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                         raise JobFailed(result.unfinished(MAX_STEPS))
                     await tools.keep_refused()
                     if (len(tools.write_failures) > failures_before
+                            and tools.writes_made == writes_before
                             and len(ops.changes) == changes_before):
                         # The model heard its write failed (the disk, arguments it got
                         # wrong, a tool or a file it may not use), yet may answer

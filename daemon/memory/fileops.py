@@ -327,7 +327,16 @@ class FileOps:
             before = await self.read_text(rel, strict=True)
             if before is None:
                 raise NotFound(f"no such file in the workspace: {safepath.masked(rel)}")
-            result = await self._publish(rel, before, _update_fm(before, edits))
+            after = _update_fm(before, edits)
+            # A key that does not read back as itself ("description " next to
+            # "description", "name:") can make the whole block unreadable: every field lost.
+            fields = parse_frontmatter(after)[0]
+            if lost := [k for k, v in edits.items() if v is not DELETE and k not in fields]:
+                raise InvalidParams(
+                    f"the frontmatter would not read back with the key {lost[0]!r}: keys are "
+                    "words (letters, digits, _ . -), with no colon or spaces around them; "
+                    "nothing was changed")
+            result = await self._publish(rel, before, after)
         await self._searchable()
         return result
 

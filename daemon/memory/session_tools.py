@@ -99,6 +99,8 @@ class SessionTools:
         #: use, another file, a daemon field, an unreadable frontmatter block). Not the
         #: refusals of rewrites that drop bullet points: keep_refused writes those.
         self.write_failures: list[str] = []
+        #: Writes of the note that were made, whether they changed it or it held them.
+        self.writes_made = 0
 
     def _fail(self, name: str, why: str) -> str:
         """Record a write the model asked for that is not made; its answer."""
@@ -224,6 +226,8 @@ class SessionTools:
         answer = await filetools.call(self.ops, name, args, storage_errors=storage)
         if name != "read" and answer.startswith("error:"):
             self.write_failures.append(storage[-1] if storage else f"{name}: {answer[7:]}")
+        elif name != "read":
+            self.writes_made += 1
         for change in self.ops.changes[changes:]:
             self._unsettled.pop(change.path, None)  # written since its refusal
         return answer
