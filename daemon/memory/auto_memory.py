@@ -44,7 +44,7 @@ and inbox closed with it.
 Jobs of one session run one at a time. Failures (no chat model, provider errors,
 malformed answers, deadline, a note the disk refused to write, or a write the tools
 refused: bad arguments, a tool the model may not use, a file not this session's note, an
-unreadable frontmatter block; each with no write of the note after it in that part of the
+unreadable frontmatter block; each with no write of the note accepted in that part of the
 turns, whatever the model then answered) fail the job with a clear message and leave the
 turns pending for the next run. Cancellation leaves no partial
 file (every write is atomic); the job kind is resumable, so one interrupted by a restart
