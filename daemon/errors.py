@@ -19,6 +19,7 @@ from recalld.daemon.store import errors as store
 from recalld.ipc.errors import (
     DiskFull,
     InternalError,
+    NotFound,
     PathOutsideWorkspace,
     ProviderUnavailable,
     RecalldError,
@@ -28,6 +29,7 @@ from recalld.ipc.errors import (
 WIRE_ERRORS: Mapping[type[RecalldError], type[RecalldError]] = {
     store.DiskFull: DiskFull,
     store.LinkOnTheWay: PathOutsideWorkspace,
+    store.WorkspaceMissing: NotFound,
     store.StorageError: InternalError,
     ProviderError: ProviderUnavailable,
 }

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from recalld.daemon import safepath
 from recalld.daemon.store.errors import translate_os_error
-from recalld.daemon.store.fsio import REAL, ensure_dir
+from recalld.daemon.store.fsio import REAL, ensure_root
 from recalld.ipc.errors import NotFound, PathOutsideWorkspace
 
 
@@ -38,7 +38,7 @@ def open_folder(root: Path, folder: str, rel: str, made: list[str] | None = None
     it. PathOutsideWorkspace for a link on the way (or a root that now leads elsewhere);
     NotFound, without ``made``, for a missing folder."""
     if made is not None:  # a workspace restored where it never was (checked: its place)
-        ensure_dir(REAL, root)
+        ensure_root(REAL, root)
     current = safepath.open_parent(root, ["_"], rel)  # the root, checked in place
     try:
         walked: list[str] = []

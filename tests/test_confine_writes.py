@@ -194,6 +194,21 @@ def test_a_restore_writes_nothing_through_a_link_in_place_of_the_workspace(
     assert tree(alice) == before
 
 
+def test_a_restore_makes_the_workspace_folder_where_there_was_none(tmp_path: Path) -> None:
+    # A guarded workspace folder is never made again by its writes (one moved away would
+    # be hidden by the new one), but a restore to a folder that does not exist yet makes it.
+    bob, elsewhere = tmp_path / "bob", tmp_path / "new" / "bob"
+    dirs = {"daily_dir": "memory", "digest_dir": "digest", "session_dir": "mem_session",
+            "resource_dir": "resource", "metadata_dir": "mem_metadata"}
+    (bob / "memory" / "2026-12-01").mkdir(parents=True)
+    (bob / "memory" / "2026-12-01" / "b.md").write_text("# bob\n")
+    archive = tmp_path / "b.zip"
+    create_backup(archive, [AgentSource("bob", bob, dirs)])
+    checked = open_checked(archive)
+    apply_restore(checked, plan_restore(checked, "bob", elsewhere, dirs))
+    assert (elsewhere / "memory" / "2026-12-01" / "b.md").read_text() == "# bob\n"
+
+
 def test_a_dream_whose_metadata_folder_became_a_link_writes_nothing_there(
         daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
     # With no use of bob in between, the dream saved its catalog, its run record and its

@@ -8,7 +8,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import DaemonHandle
+
+from recalld.ipc import errors
 
 
 def found(d: DaemonHandle, word: str) -> list[str]:
@@ -76,3 +79,28 @@ def test_temp_files_of_writes_a_kill_cut_short_are_removed_at_the_next_open(
     live.write_text("being written\n")
     d.call("index.verify", {"agent_id": "w"})  # a scan of the disk after that write
     assert [p for p in left + kept + [live] if p.exists()] == [*kept, live]
+
+
+def test_a_workspace_folder_moved_away_is_not_made_again_where_it_was(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # Moved away while open, the workspace's next index save made its folder again at the
+    # old place, empty but for that index: moving the folder back then put it inside the
+    # new one, and a restart served the empty one. A note written meanwhile failed with
+    # "internal error: I/O error on memory: No such file or directory".
+    root, away = tmp_path / "ws", tmp_path / "ws-away"
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    note = daemon.call("memory.add_note", {"agent_id": "w",
+                                           "content": "a heron stands in the reeds"})["path"]
+    daemon.call("index.sync", {"agent_id": "w"})
+    root.rename(away)
+    missing = r"the workspace folder (/.*/)?ws is missing \(moved away"
+    with pytest.raises(errors.NotFound, match=missing):
+        daemon.call("memory.add_note", {"agent_id": "w", "content": "the heron flew"})
+    with pytest.raises(errors.NotFound, match=missing):
+        daemon.call("index.compact", {"agent_id": "w"})
+    assert not root.exists()
+    away.rename(root)
+    assert daemon.call("index.compact", {"agent_id": "w"})["generation"] >= 1
+    daemon.call("memory.add_note", {"agent_id": "w", "content": "the heron flew off"})
+    assert found(daemon, "heron") == [note]
+    assert "the heron flew off" in (root / note).read_text(encoding="utf-8")

@@ -53,6 +53,18 @@ class WritesElsewhere(OSError):
         super().__init__(errno.ELOOP, message, path)
 
 
+class FolderMissing(FileNotFoundError):
+    """A write (or a state read) below a guarded folder that is gone itself: moved away,
+    removed, or on a disk not mounted. It is not made again: empty, it would take the
+    place the folder is put back in (or hide the disk's notes once it is mounted)."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(
+            errno.ENOENT, f"the workspace folder {root} is missing (moved away, removed, "
+            "or on a disk not mounted), and recalld does not make it again, empty: put "
+            "it back", root)
+
+
 def guard(root: Path) -> None:
     """From now on, writes and state reads below ``root`` (absolute, resolved) go
     through handles."""
@@ -114,7 +126,10 @@ def _below(path: str | os.PathLike[str]) -> tuple[str, list[str]] | None:
 def _open_below(root: str, names: list[str]) -> int:
     """A descriptor of ``root/names...``: ``root`` checked where it really lies, each
     folder below it opened without following a link. The caller closes it."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise FolderMissing(root) from None
     try:
         try:
             real = os.readlink(f"/proc/self/fd/{fd}")
@@ -165,6 +180,19 @@ def at(path: str | os.PathLike[str]) -> Iterator[tuple[int | None, str]]:
         yield folder, names[-1]
     finally:
         os.close(folder)
+
+
+def mkdir(path: str | os.PathLike[str], mode: int) -> None:
+    """``os.mkdir(path, mode)``; below a guarded folder through its folders' handles. A
+    guarded folder itself is never made: FileExistsError while it is there, else
+    FolderMissing. Raises WritesElsewhere."""
+    below = _below(path)
+    if below is not None and not below[1]:
+        if os.path.isdir(below[0]):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), below[0])
+        raise FolderMissing(below[0])
+    with at(path) as (folder, name):
+        os.mkdir(name, mode, dir_fd=folder)
 
 
 def open_folder(path: str | os.PathLike[str]) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import errno as errno_codes
 import os
 
-from recalld.daemon.store.confine import WritesElsewhere
+from recalld.daemon.store.confine import FolderMissing, WritesElsewhere
 from recalld.ipc.errors import RecalldError
 
 #: errno values that mean "no space left": a full disk or an exhausted quota.
@@ -89,6 +89,13 @@ class LinkOnTheWay(StorageIOError):
     or written; on the wire it is ``PathOutsideWorkspace``, not an internal error."""
 
 
+class WorkspaceMissing(StorageIOError):
+    """A read or write below an open workspace's folder found that folder gone (moved
+    away, removed, on a disk not mounted: :class:`~recalld.daemon.store.confine.
+    FolderMissing`). Nothing was written, nor the folder made again; on the wire it is
+    ``NotFound``, not an internal error."""
+
+
 def translate_os_error(exc: OSError, path: str | os.PathLike[str] | None = None) -> StorageIOError:
     """The storage error for an OSError (DiskFull for ENOSPC/EDQUOT)."""
     where = path if path is not None else exc.filename
@@ -98,6 +105,8 @@ def translate_os_error(exc: OSError, path: str | os.PathLike[str] | None = None)
     if isinstance(exc, WritesElsewhere):  # a link on the way, not at the file itself
         # Its text names the link, which may be a folder above ``where``: said once.
         return LinkOnTheWay(where, exc.errno, text)
+    if isinstance(exc, FolderMissing):  # its text names the folder, not ``where``
+        return WorkspaceMissing(where, exc.errno, text)
     if exc.errno == errno_codes.ELOOP:  # opened with O_NOFOLLOW: a link where a file should be
         return StorageIOError(where, exc.errno, f"{where} is a symbolic link, which recalld "
                               "does not write through: remove it")

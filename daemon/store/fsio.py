@@ -159,8 +159,7 @@ class FS:
         return confine.listdir(path)
 
     def mkdir(self, path: Path) -> None:
-        with confine.at(path) as (folder, name):
-            os.mkdir(name, 0o755, dir_fd=folder)
+        confine.mkdir(path, 0o755)
 
 
 #: The process-wide real filesystem.
@@ -187,6 +186,25 @@ def ensure_dir(fs: FS, path: Path) -> None:
     ensure_dir(fs, path.parent)
     try:
         fs.mkdir(path)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise translate_os_error(exc, path) from exc
+    try:
+        fs.fsync_dir(path.parent)
+    except OSError as exc:
+        raise translate_os_error(exc, path.parent) from exc
+
+
+def ensure_root(fs: FS, path: Path) -> None:
+    """Create the workspace folder ``path`` itself (and missing parents) durably: what
+    the writes below a guarded folder never make again (:func:`confine.mkdir`), a
+    restore makes where it puts a workspace that had no folder."""
+    if path.is_dir():
+        return
+    ensure_dir(fs, path.parent)
+    try:
+        os.mkdir(path, 0o755)
     except FileExistsError:
         return
     except OSError as exc:
