@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from recalld.daemon import reload_sharing, remembered
+from recalld.daemon import memtrim, reload_sharing, remembered
 from recalld.daemon.config import DaemonConfig, workspace_settings_from_params
 from recalld.daemon.errors import remade_error
 from recalld.daemon.events import EventBus
@@ -459,6 +459,12 @@ class WorkspaceRegistry(KnownPlaces):
             if forget and self._jobs is not None:  # held for a reopen that never comes
                 await self._jobs.forget(agent_id, f"workspace {agent_id!r} was closed "
                                         "with forget before the job could run")
+        if closed:
+            # What it held (its index state, the private copies of its mapped files and
+            # their descriptors) lies in reference cycles among its services, which only
+            # a full collection frees, and an idle daemon may not run one for hours.
+            del ws
+            await trio.to_thread.run_sync(memtrim.collect)
         return closed
 
     async def _close(self, ws: Workspace) -> None:

@@ -69,3 +69,33 @@ def test_more_workspaces_than_inotify_instances_are_all_watched(
         assert [h["path"] for h in hits] == ["memory/2026-12-01/stove.md"]
     assert daemon.call("workspace.close", {"agent_id": agents[5]})
     assert inotify_instances(daemon.pid) == 1
+
+
+def index_copies(pid: int, root: Path) -> int:
+    """Open descriptors of ``root``'s private copies of its mapped index files."""
+    prefix = f"{root}/mem_metadata/index/#"
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith(prefix)
+        except OSError:
+            continue  # closed meanwhile
+    return count
+
+
+def test_a_closed_workspace_lets_go_of_its_mapped_index(daemon: Any) -> None:
+    # Its index state stayed in reference cycles among its services, freed only by a full
+    # garbage collection that an idle daemon may not run for hours: each close (and each
+    # close and reopen) kept the private copies of its mapped files open, their disk
+    # space and descriptors with them.
+    root = Path(daemon.call("workspace.open", {"agent_id": "w"})["path"])
+    daemon.call("memory.add_note", {"agent_id": "w", "content": "the lynx hunts at dusk"})
+    daemon.call("index.sync", {"agent_id": "w"})
+    daemon.call("index.compact", {"agent_id": "w"})
+    assert index_copies(daemon.pid, root) > 0
+    for _ in range(2):
+        daemon.call("workspace.close", {"agent_id": "w"})
+        assert index_copies(daemon.pid, root) == 0
+        daemon.call("workspace.open", {"agent_id": "w"})
+        hits = daemon.call("memory.search", {"agent_id": "w", "query": "lynx"})["results"]
+        assert len(hits) == 1
