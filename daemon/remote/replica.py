@@ -31,7 +31,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import TypedDict, TypeVar, TypeVarTuple
+from typing import TypeVar, TypeVarTuple
 
 import trio
 
@@ -46,12 +46,11 @@ from recalld.daemon.providers.retry import RetryPolicy
 from recalld.daemon.remote import db, locks
 from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.remote.catalog import JobCatalog
-from recalld.daemon.remote.filesync import FileSync, OutsideStatus
-from recalld.daemon.remote.guard import HeldStatus
+from recalld.daemon.remote.filesync import FileSync
+from recalld.daemon.remote.replicastatus import ReplicaStatus
 from recalld.daemon.remote.schema import SchemaTooNew
 from recalld.daemon.remote.searcher import SearchUnavailable, ServerSearcher, one_line
 from recalld.daemon.remote.wentback import server_went_back
-from recalld.daemon.watchpaths import MisnamedStatus
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import AlreadyRunning, ProviderUnavailable
 
@@ -73,51 +72,6 @@ def default_host() -> str:
     them; ``host`` when none is left."""
     name = re.sub(r"[^A-Za-z0-9_.-]", "", socket.gethostname().split(".")[0])[:64]
     return name.strip(".") or "host"
-
-class VectorCounts(TypedDict):
-    shared: int  # vectors another host had embedded
-    embedded_here: int
-
-
-class ServerSearchStatus(TypedDict):
-    server_searches: int
-    local_fallbacks: int
-    chunks_ready: bool
-    chunks_backfilled: int
-    last_error: str | None
-
-
-class ReplicaStatus(TypedDict):
-    """A shared workspace's replica, as the workspace's status shows it."""
-
-    # connecting, online, offline (the server), refusing (the server answers but refuses
-    # this host's writes: ``refusing`` says why), failing (a fault of this host),
-    # misconfigured (the settings: a DSN libpq cannot parse)
-    state: str
-    refusing: str | None  # read-only, disk full, permission denied (remote/writes.py)
-    server: str  # the DSN, password masked
-    name: str
-    host: str
-    outbox: int
-    behind: int  # rows of the feed the catch-up under way has still to apply
-    cursor: int
-    uploaded: int
-    pulled: int
-    conflicts: int
-    online_since: float | None
-    last_upload: float | None
-    last_pull: float | None
-    last_error: str | None
-    last_error_at: float | None
-    blocked: dict[str, str]  # files of the feed this host cannot write, and why
-    refused: dict[str, str]  # local changes the server refuses to store, and why
-    held: HeldStatus  # local deletions held back (remote/guard.py)
-    outside: OutsideStatus  # notes outside this host's folders (another host's differ)
-    unshared: MisnamedStatus  # notes not shared: their name is not valid UTF-8
-    watcher: str
-    vectors: VectorCounts
-    search_mode: str
-    search: ServerSearchStatus
 
 
 class Replica:

@@ -1,0 +1,57 @@
+"""What a shared workspace's replica shows in its workspace's status
+(``Replica.status`` in ``remote/replica.py``; docs/protocol.md and docs/remote.md say
+what each field means)."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from recalld.daemon.remote.filesync import OutsideStatus
+from recalld.daemon.remote.guard import HeldStatus
+from recalld.daemon.watchpaths import MisnamedStatus
+
+
+class VectorCounts(TypedDict):
+    shared: int  # vectors another host had embedded
+    embedded_here: int
+
+
+class ServerSearchStatus(TypedDict):
+    server_searches: int
+    local_fallbacks: int
+    chunks_ready: bool
+    chunks_backfilled: int
+    last_error: str | None
+
+
+class ReplicaStatus(TypedDict):
+    """A shared workspace's replica, as the workspace's status shows it."""
+
+    # connecting, online, offline (the server), refusing (the server answers but refuses
+    # this host's writes: ``refusing`` says why), failing (a fault of this host),
+    # misconfigured (the settings: a DSN libpq cannot parse)
+    state: str
+    refusing: str | None  # read-only, disk full, permission denied (remote/writes.py)
+    server: str  # the DSN, password masked
+    name: str
+    host: str
+    outbox: int
+    behind: int  # rows of the feed the catch-up under way has still to apply
+    cursor: int
+    uploaded: int
+    pulled: int
+    conflicts: int
+    online_since: float | None
+    last_upload: float | None
+    last_pull: float | None
+    last_error: str | None
+    last_error_at: float | None
+    blocked: dict[str, str]  # files of the feed this host cannot write, and why
+    refused: dict[str, str]  # local changes the server refuses to store, and why
+    held: HeldStatus  # local deletions held back (remote/guard.py)
+    outside: OutsideStatus  # notes outside this host's folders (another host's differ)
+    unshared: MisnamedStatus  # notes not shared: their name is not valid UTF-8
+    watcher: str
+    vectors: VectorCounts
+    search_mode: str
+    search: ServerSearchStatus
