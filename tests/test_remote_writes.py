@@ -16,7 +16,17 @@ from contextlib import contextmanager
 import psycopg
 from conftest import DaemonFactory
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
-from test_remote import cli, config, converged, notes, pair, remote_status, root, write
+from test_remote import (
+    cli,
+    config,
+    converged,
+    finished_job,
+    notes,
+    pair,
+    remote_status,
+    root,
+    write,
+)
 from waits import wait_for
 
 
@@ -38,15 +48,40 @@ def read_only(pg: PgServer) -> Iterator[None]:
 
 def test_a_host_connecting_to_a_read_only_server_reads_it_without_ddl(
         daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
-    a, b, name = pair(daemon_factory, pg_server)
+    server = ', search_mode = "server"'
+    a, b, name = pair(daemon_factory, pg_server, server)
     write(a, "memory/2026-09-03/known.md", "# Known\nwritten before the failover\n")
     wait_for(lambda: "memory/2026-09-03/known.md" in notes(b), what="known on b")
     with read_only(pg_server):
-        # The schema and the workspace's row are there: connecting only reads them.
-        c = daemon_factory(config(pg_server.dsn, name, "hostc"))
-        wait_for(lambda: "memory/2026-09-03/known.md" in notes(c), what="c caught up")
-        assert remote_status(c)["state"] == "online", remote_status(c)
+        # The schema, the workspace's row and its chunks are there: connecting only
+        # reads them, so the server still answers searches.
+        c = daemon_factory(config(pg_server.dsn, name, "hostc", server))
+        status = wait_for(lambda: (lambda s: s if "memory/2026-09-03/known.md" in notes(c)
+                                   and (s["search"]["chunks_ready"] or s["refusing"])
+                                   else None)(remote_status(c)), what="c caught up")
+        assert status["search"]["chunks_ready"], status
+        found = c.call("memory.search", {"agent_id": "default", "query": "failover"})
+        assert found["search_mode"] == "server", found
+        assert [r["path"] for r in found["results"]] == ["memory/2026-09-03/known.md"]
+        status = remote_status(c)
+        assert status["state"] == "online" and status["search"]["last_error"] is None
+        since = status["online_since"]
         assert "read-only transaction" not in c.log(), c.log()
+        # Nothing was written since: a job finds the refusal out itself, instead of
+        # running with a catalog the other hosts would never see; the next one is told
+        # at once.
+        for _ in range(2):
+            job = finished_job(c, "auto_resource")
+            assert job["state"] == "failed" and job["error_code"] == -32003, job
+            assert "is refusing (read-only: cannot execute UPDATE" in str(job["error"])
+            assert "waits until the server takes this host's writes" in str(job["error"])
+        status = remote_status(c)
+        assert status["state"] == "refusing" and status["outbox"] == 0, status
+        assert status["online_since"] == since, status  # one session all along
+    # Writable again, with nothing to upload: status says so without a local change,
+    # and the job runs.
+    wait_for(lambda: remote_status(c)["state"] == "online", what="c takes writes")
+    assert finished_job(c, "auto_resource")["state"] == "succeeded"
 
 
 def test_a_read_only_server_is_refusing_reads_go_on_and_the_outbox_waits(
@@ -86,18 +121,27 @@ def test_a_role_that_may_only_read_catches_up_and_says_permission_denied(
         conn.execute(f"CREATE ROLE {role} LOGIN".encode())
         conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}".encode())
     dsn = pg_server.dsn.replace("postgres@", f"{role}@", 1)
-    r = daemon_factory(config(dsn, name, "reader"))
+    # It searches in the server, whose chunks nobody made yet: making them is a write.
+    r = daemon_factory(config(dsn, name, "reader", ', search_mode = "server"'))
     wait_for(lambda: "memory/2026-09-02/shared.md" in notes(r), what="the reader caught up")
     write(r, "memory/2026-09-02/mine.md", "# Mine\nfrom the reader\n")
-    status = wait_for(lambda: (lambda s: s if s["state"] == "refusing" else None)(
-        remote_status(r)), what="the reader refusing")
+    status = wait_for(lambda: (lambda s: s if s["state"] == "refusing" and s["outbox"]
+                               else None)(remote_status(r)), what="the reader refusing")
     assert status["refusing"] == "permission denied" and status["outbox"] == 1, status
+    # The chunks wait too, and say why; the session goes on (reading) without them.
+    assert not status["search"]["chunks_ready"], status
+    assert "chunks of the files written before wait" in str(status["search"]["last_error"])
+    since = status["online_since"]
+    found = r.call("memory.search", {"agent_id": "default", "query": "writer"})
+    assert found["search_mode"] == "local", found
     shown = cli(r, "doctor")
     assert "remote refusing writes" in shown and "grant it SELECT, INSERT" in shown, shown
     # Reading goes on meanwhile: a note of the writer comes down.
     write(a, "memory/2026-09-02/later.md", "# Later\nwhile the reader waits\n")
     wait_for(lambda: "memory/2026-09-02/later.md" in notes(r), what="later on the reader")
-    assert remote_status(r)["state"] == "refusing" and remote_status(r)["outbox"] == 1
+    status = remote_status(r)
+    assert status["state"] == "refusing" and status["outbox"] == 1, status
+    assert status["online_since"] == since, status  # one session all along
     # Granted the rights, the change goes up (a new local change tries at once).
     with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
         conn.execute(f"GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public "
@@ -106,6 +150,12 @@ def test_a_role_that_may_only_read_catches_up_and_says_permission_denied(
     wait_for(lambda: {"memory/2026-09-02/mine.md", "memory/2026-09-02/more.md"}
              <= notes(a).keys(), what="the reader's notes on a")
     wait_for(lambda: remote_status(r)["state"] == "online", what="the reader online")
+    # Writes taken, the chunks are made and the server answers.
+    wait_for(lambda: remote_status(r)["search"]["chunks_ready"], what="the chunks made")
+    found = r.call("memory.search", {"agent_id": "default", "query": "writer"})
+    assert found["search_mode"] == "server", found
+    assert [x["path"] for x in found["results"]] == ["memory/2026-09-02/shared.md"], found
+    assert remote_status(r)["search"]["last_error"] is None
 
 
 def test_a_new_database_the_role_may_not_create_tables_in_is_refusing(
@@ -128,3 +178,4 @@ def test_a_new_database_the_role_may_not_create_tables_in_is_refusing(
     shown = cli(a, "doctor")
     assert "CREATE on the schema" in shown, shown
     assert "reachable and accepts this host" not in shown, shown
+

@@ -13,6 +13,7 @@ from recalld.daemon.memory.catalog import put_back_plan
 from recalld.daemon.remote import db
 from recalld.daemon.remote.calls import on_conn
 from recalld.daemon.remote.searcher import one_line
+from recalld.daemon.remote.writes import WriteRefusal
 from recalld.ipc.errors import ProviderUnavailable
 
 log = logging.getLogger(__name__)
@@ -23,10 +24,14 @@ class JobCatalog:
     dream has consolidated, so another host does not do it again). Best effort: a server
     that fails here costs repeated work, never the job."""
 
-    def __init__(self, conn: db.Conn, workspace_id: int, name: str) -> None:
+    def __init__(self, conn: db.Conn, workspace_id: int, name: str,
+                 writes: WriteRefusal) -> None:
         self._conn = conn
         self._workspace_id = workspace_id
         self._name = name
+        # A write refused here (read-only, ...) is the replica's: status says it, and
+        # the next job waits until the server takes writes again.
+        self._writes = writes
 
     async def load(self, job: str) -> dict[str, JsonObject]:
         try:
@@ -52,6 +57,7 @@ class JobCatalog:
         except (psycopg.Error, db.NoAnswer) as exc:
             log.warning("shared workspace %s: %s catalog not stored: %s", self._name, job,
                         one_line(exc, ()))
+            self._writes.refused(exc, self._name)
 
     async def put_back(self, job: str, changes: Mapping[str, Mapping[str, object]]) -> None:
         """Put back the records of ``job``'s catalog an undone run changed (``changes``:
@@ -64,5 +70,6 @@ class JobCatalog:
             await on_conn(self._conn, db.put_catalog, self._workspace_id, job, put,
                           [key for key in dropped if key in current])
         except (psycopg.Error, db.NoAnswer) as exc:
+            self._writes.refused(exc, self._name)
             raise ProviderUnavailable(f"shared workspace {self._name}: {job} catalog not "
                                       f"put back: {one_line(exc, ())}") from None

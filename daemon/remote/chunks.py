@@ -141,11 +141,29 @@ def workspace_max_chars(conn: Conn, workspace_id: int) -> int:
     return size if isinstance(size, int) and size > 0 else DEFAULT_MAX_CHARS
 
 
+def _rules_current(conn: Conn, workspace_id: int, max_chars: int) -> bool:
+    """Whether the workspace's chunks are made under this host's rules (or newer) and at
+    ``max_chars``."""
+    row = conn.execute("SELECT value FROM recalld_catalog WHERE workspace_id = %s"
+                       " AND job = %s AND key = %s",
+                       (workspace_id, RULES_JOB, RULES_KEY)).fetchone()
+    rules = row[0].get("rules") if row is not None and isinstance(row[0], dict) else None
+    return (isinstance(rules, int) and rules >= CHUNKING
+            and workspace_max_chars(conn, workspace_id) == max_chars)
+
+
 def start_chunking(conn: Conn, workspace_id: int, max_chars: int = DEFAULT_MAX_CHARS
                    ) -> bool:
     """Have every later upload of the workspace write its chunks (see the module), at
     ``max_chars``, and mark every file for chunking again when its chunks were made under
-    older rules than this host's or at another size; whether it did."""
+    older rules than this host's or at another size; whether it did. Where that is so
+    already, only reads: a server that refuses writes (read-only) can still be searched."""
+    chunked = conn.execute("SELECT search_chunked FROM recalld_workspaces"
+                           " WHERE workspace_id = %s", (workspace_id,)).fetchone()
+    # A flag committed true stays so, and every upload after this read sees it.
+    if chunked is not None and chunked[0] is True and _rules_current(conn, workspace_id,
+                                                                        max_chars):
+        return False
     with conn.transaction():
         # The workspace row first, as an upload takes it: no upload writes chunks under
         # the old rules after the files are marked.
@@ -153,12 +171,7 @@ def start_chunking(conn: Conn, workspace_id: int, max_chars: int = DEFAULT_MAX_C
                      (workspace_id,))
         conn.execute("UPDATE recalld_workspaces SET search_chunked = true"
                      " WHERE workspace_id = %s AND NOT search_chunked", (workspace_id,))
-        row = conn.execute("SELECT value FROM recalld_catalog WHERE workspace_id = %s"
-                           " AND job = %s AND key = %s",
-                           (workspace_id, RULES_JOB, RULES_KEY)).fetchone()
-        rules = row[0].get("rules") if row is not None and isinstance(row[0], dict) else None
-        if (isinstance(rules, int) and rules >= CHUNKING
-                and workspace_max_chars(conn, workspace_id) == max_chars):
+        if _rules_current(conn, workspace_id, max_chars):
             return False
         marked = conn.execute(
             "UPDATE recalld_files SET chunked_version = NULL"

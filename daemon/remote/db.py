@@ -221,6 +221,15 @@ def listen(conn: Conn, workspace_id: int) -> None:
     conn.execute(f'LISTEN "{channel(workspace_id)}"'.encode())
 
 
+def try_write(conn: Conn, workspace_id: int) -> None:
+    """A write that changes nothing (the workspace row rewritten as it is, under its lock
+    as an upload takes it): raises what the server says to a write of this host now (a
+    read-only server, a role without the right to write)."""
+    with conn.transaction():
+        conn.execute("UPDATE recalld_workspaces SET last_version = last_version"
+                     " WHERE workspace_id = %s", (workspace_id,))
+
+
 def drain_notifies(conn: Conn) -> int:
     """Consume notifications already received (without waiting); how many there were."""
     return sum(1 for _ in conn.notifies(timeout=0.0))

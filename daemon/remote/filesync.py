@@ -107,6 +107,8 @@ class FileSync(ReplicaFiles):
         self.refusals = refusals.Refusals()
         #: Whether the server refuses every write of this host now (``writes.py``).
         self.writes = writes.WriteRefusal()
+        self.writes.on_refused = self._refused_elsewhere
+        self._idle = False
         #: Paths that must take the server's version (a change of this host's lost to
         #: another's) which this host could not write, and why (tried at each catch-up).
         self._unsettled: dict[str, str] = {}
@@ -160,9 +162,19 @@ class FileSync(ReplicaFiles):
             run = self._outbox.head_run(UPLOAD_RUN, UPLOAD_RUN_BYTES,
                                          self.refusals.held(self._outbox.count_for))
             if not run:
-                with trio.move_on_after(self.refusals.wait_s(self._outbox.count_for)):
+                # Nothing to send while the server refuses writes (the refused change
+                # was replaced or given up, a job's catalog or the chunks were refused):
+                # a write that changes nothing tries again, with the refusal's backoff.
+                refused = self.writes.kind is not None
+                wait = self.refusals.wait_s(self._outbox.count_for)
+                self._idle = True
+                with trio.move_on_after(min(wait, self.writes.delay_s) if refused
+                                        else wait) as waited:
                     await wake.wait()
+                self._idle = False
                 self._wake_uploader = trio.Event()
+                if refused and waited.cancelled_caught and self.writes.kind is not None:
+                    await self._try_write(conn, workspace_id)
                 continue
             async with self._lock:
                 batch = self.state.targets(run)
@@ -197,9 +209,7 @@ class FileSync(ReplicaFiles):
                     self.refusals.add(self._cfg.name, change.path, exc)
             self._answered()
             return
-        if self.writes.cleared():
-            log.info("shared workspace %s: the server takes this host's writes again",
-                     self._cfg.name)
+        self.writes_taken()
         async with self._lock:
             settle = await self._record_answers(batch, answers)
         self.refusals.clear(change.path for change, _t, _b in batch)
@@ -207,6 +217,29 @@ class FileSync(ReplicaFiles):
         self._answered()
         for path in settle:
             await self._fetch_and_settle(conn, workspace_id, path)
+
+    async def _try_write(self, conn: db.Conn, workspace_id: int) -> None:
+        """Whether the server takes this host's writes again (nothing to upload)."""
+        try:
+            async with self._writer_lock:
+                await on_conn(conn, db.try_write, workspace_id)
+        except psycopg.Error as exc:
+            if self.writes.refused(exc, self._cfg.name) is None:
+                raise
+            return
+        self.writes_taken()
+
+    def writes_taken(self) -> None:
+        """The server took a write of this host (said once where it refused before)."""
+        if self.writes.cleared():
+            log.info("shared workspace %s: the server takes this host's writes again",
+                     self._cfg.name)
+
+    def _refused_elsewhere(self) -> None:
+        """A refusal recorded while the uploader waits with nothing to send: it wakes
+        to wait the refusal's backoff and try again."""
+        if self._idle:
+            self._wake_uploader.set()
 
     async def _wait_writable(self, delay: float) -> None:
         """The server refuses every write (``writes.py``): the session goes on reading,

@@ -99,7 +99,8 @@ class Replica:
         self.provider_vectors = 0
         self._searcher = ServerSearcher(ws, cfg, host=self.host, secrets=self._secrets,
                                         writer_lock=self._writer_lock,
-                                        max_chars=chunk_max_chars)
+                                        max_chars=chunk_max_chars,
+                                        writes=self._files.writes)
         self._nursery: trio.Nursery | None = None
 
     # -- lifecycle -------------------------------------------------------------------
@@ -274,16 +275,11 @@ class Replica:
         a time: a session-level advisory lock on a connection of its own, held for the
         block, which gets the job's catalog shared by every host on that connection.
         Raises AlreadyRunning when another host holds it, ProviderUnavailable while the
-        server cannot be reached."""
-        if self._workspace_id is None or self._conn_state != "online":
-            waits = {"misconfigured": "its dsn in the config file is fixed",
-                     "refusing": "the server takes this host's writes",
-                     "failing": "this host can replicate again"}
-            raise ProviderUnavailable(
-                f"shared workspace {self._cfg.name} is {self._conn_state}"
-                f"{f' ({self._last_error})' if self._last_error else ''}: {kind} runs on "
-                f"one host at a time and waits until "
-                f"{waits.get(self._conn_state, 'the server can be reached')}")
+        server cannot be reached or refuses this host's writes (the job's catalog could
+        not be stored for the other hosts: it waits, as writes do)."""
+        if (self._workspace_id is None or self._conn_state != "online"
+                or self._files.writes.kind is not None):
+            raise self._job_waits(kind)
         workspace_id = self._workspace_id
         try:
             conn = await in_thread(partial(db.connect, self._cfg,
@@ -298,11 +294,31 @@ class Replica:
                 where = holder.removeprefix("recalld ").split(" ")[0] or "another host"
                 raise AlreadyRunning(
                     f"{kind} of shared workspace {self._cfg.name} is running on {where}")
-            yield JobCatalog(conn, workspace_id, self._cfg.name)
+            try:  # a server turned read-only since the last write says so now
+                await on_conn(conn, db.try_write, workspace_id)
+            except Exception as exc:
+                if self._files.writes.refused(exc, self._cfg.name) is None:
+                    raise
+                raise self._job_waits(kind) from None
+            self._files.writes_taken()
+            yield JobCatalog(conn, workspace_id, self._cfg.name, self._files.writes)
         finally:
             with trio.CancelScope(shield=True):
                 await in_thread(conn.close)  # closing the session releases the lock
 
+
+    def _job_waits(self, kind: str) -> ProviderUnavailable:
+        """Why job ``kind`` cannot run now (see :meth:`job_lock`)."""
+        writes = self._files.writes
+        state = self._conn_state if writes.kind is None else "refusing"
+        error = self._last_error if writes.kind is None else f"{writes.kind}: {writes.reason}"
+        waits = {"misconfigured": "its dsn in the config file is fixed",
+                 "refusing": "the server takes this host's writes",
+                 "failing": "this host can replicate again"}
+        return ProviderUnavailable(
+            f"shared workspace {self._cfg.name} is {state}"
+            f"{f' ({error})' if error else ''}: {kind} runs on one host at a time and "
+            f"waits until {waits.get(state, 'the server can be reached')}")
 
     async def shared_embed(self, space: str, hashes: Sequence[str], texts: Sequence[str],
                            embed: Callable[[list[str]], Awaitable[F32]],

@@ -29,6 +29,7 @@ from recalld.daemon.index.reads import Candidates
 from recalld.daemon.providers.errors import mask_given
 from recalld.daemon.remote import db
 from recalld.daemon.remote.calls import in_thread, on_conn
+from recalld.daemon.remote.writes import WriteRefusal
 from recalld.daemon.workspaces import Workspace
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,8 @@ class ServerSearcher:
     """The replica's searches in the server (see the module docstring)."""
 
     def __init__(self, ws: Workspace, cfg: RemoteConfig, *, host: str,
-                 secrets: Sequence[str], writer_lock: trio.Lock, max_chars: int) -> None:
+                 secrets: Sequence[str], writer_lock: trio.Lock, max_chars: int,
+                 writes: WriteRefusal) -> None:
         self._ws = ws
         self._cfg = cfg
         self.host = host
@@ -50,6 +52,8 @@ class ServerSearcher:
         # Held around each call on the replica's writer connection (the chunk backfill's).
         self._writer_lock = writer_lock
         self._max_chars = max_chars
+        # Whether the server refuses this host's writes (shared with the uploader).
+        self._writes = writes
         # Searching in the server (search_mode "server"): a connection of its own, opened
         # on the first search, so searches never queue behind a burst of uploads.
         self._reader: db.Conn | None = None
@@ -82,15 +86,44 @@ class ServerSearcher:
     async def chunk_backfill(self, conn: db.Conn, workspace_id: int) -> None:
         """Have the workspace's uploads write their chunks from now on, and chunk the
         files written before, a page at a time between uploads; returns once every file has
-        its chunks (``chunks_ready``). Cancellation waits for the call in flight."""
+        its chunks (``chunks_ready``). Where that takes writes the server refuses
+        (read-only, disk full, permission: ``writes.py``), the session goes on without
+        it (the local index answers searches; status says why) and it is tried again
+        when the server takes this host's writes, or after the refusal's backoff.
+        Cancellation waits for the call in flight."""
+        refused: str | None = None
+        while True:
+            try:
+                await self._chunk_all(conn, workspace_id)
+            except psycopg.Error as exc:
+                delay = self._writes.refused(exc, self._cfg.name)
+                if delay is None:
+                    raise
+                self.last_error = (f"the server refuses this host's writes "
+                                   f"({self._writes.kind}): chunks of the files written "
+                                   f"before wait for it to take them; the local index "
+                                   f"answers meanwhile")
+                await self._writes.wait_taken(delay)
+                refused = self.last_error
+                continue
+            if refused is not None and self.last_error == refused:
+                self.last_error = None  # status no longer says it as if it still held
+            return
+
+    async def _chunk_all(self, conn: db.Conn, workspace_id: int) -> None:
         from recalld.daemon.remote import chunks
 
         async with self._writer_lock:
-            await on_conn(conn, chunks.start_chunking, workspace_id, self._max_chars)
+            wrote = await on_conn(conn, chunks.start_chunking, workspace_id,
+                                  self._max_chars)
         while True:
             async with self._writer_lock:
                 done = await on_conn(conn, chunks.backfill, workspace_id)
+            wrote = wrote or bool(done)
             if not done:
+                if wrote and self._writes.cleared():
+                    log.info("shared workspace %s: the server takes this host's writes "
+                             "again", self._cfg.name)
                 self.chunks_ready = True
                 return
             self.chunks_backfilled += done

@@ -8,8 +8,10 @@ offline: the replica keeps reading the change feed and searching in the server w
 can, local changes wait in the outbox, and uploading is tried again with backoff (and at
 each new local change) until the server takes writes again.
 
-Pure bookkeeping, no I/O: the uploader (``remote/filesync.py``) and the connection loop
-(``remote/replica.py``) ask and record.
+Pure bookkeeping, no I/O: the uploader (``remote/filesync.py``), the chunk backfill
+(``remote/searcher.py``), the jobs' catalog (``remote/catalog.py``) and the connection loop
+(``remote/replica.py``) ask and record; whoever waits for writes to be taken again
+waits in :meth:`WriteRefusal.wait_taken`.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 
 import psycopg
+import trio
 
 from recalld.daemon.providers.retry import RetryPolicy
 
@@ -50,6 +54,11 @@ class WriteRefusal:
         self.since: float | None = None
         self._attempt = 0
         self._rng = random.Random()  # noqa: S311 (backoff jitter)
+        self._taken = trio.Event()
+        #: How long the last refusal said to wait before writing again.
+        self.delay_s = 0.0
+        #: Called at each refusal recorded (the uploader, waiting idle, wakes to retry).
+        self.on_refused: Callable[[], None] = lambda: None
 
     def refused(self, exc: BaseException, name: str) -> float | None:
         """Record ``exc`` if it is such a refusal (logged when it starts or changes kind,
@@ -69,8 +78,9 @@ class WriteRefusal:
         if self.kind is None:
             self.since = time.time()
         self.kind, self.reason = kind, reason
-        delay = RETRY.backoff_s(self._attempt, self._rng)
+        delay = self.delay_s = RETRY.backoff_s(self._attempt, self._rng)
         self._attempt = min(self._attempt + 1, 16)
+        self.on_refused()
         return delay
 
     def cleared(self) -> bool:
@@ -78,4 +88,11 @@ class WriteRefusal:
         was = self.kind is not None
         self.kind = self.reason = self.since = None
         self._attempt = 0
+        self._taken.set()
+        self._taken = trio.Event()
         return was
+
+    async def wait_taken(self, delay_s: float) -> None:
+        """Wait until a write is taken (:meth:`cleared`), at most ``delay_s``."""
+        with trio.move_on_after(delay_s):
+            await self._taken.wait()
