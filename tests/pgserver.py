@@ -87,6 +87,33 @@ class PgServer:
         self._run("pg_ctl", "-D", str(self.pgdata), "-w", "-t", "60", "-m", "fast", "stop")
         self.running = False
 
+    def standby(self) -> PgServer:
+        """A hot standby of this server, started: read-only, refusing LISTEN as any
+        server in recovery does, until :meth:`promote`; :meth:`discard` it."""
+        base = Path(tempfile.mkdtemp(prefix="recalld-pg-"))
+        server = PgServer(base)
+        if self.user:
+            import pwd
+
+            entry = pwd.getpwnam(self.user)
+            os.chown(base, entry.pw_uid, entry.pw_gid)
+        self._run("pg_basebackup", "-h", "127.0.0.1", "-p", str(self.port), "-U",
+                  "postgres", "-D", str(server.pgdata), "-R", "-X", "stream", "-c", "fast",
+                  "--no-sync")
+        server.start()
+        return server
+
+    def promote(self) -> None:
+        self._run("pg_ctl", "-D", str(self.pgdata), "-w", "-t", "60", "promote")
+
+    def discard(self) -> None:
+        """Stop the server and remove its folder."""
+        try:
+            if self.running:
+                self.stop()
+        finally:
+            shutil.rmtree(self.base, ignore_errors=True)
+
     @property
     def dsn(self) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"

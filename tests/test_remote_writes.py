@@ -46,42 +46,47 @@ def read_only(pg: PgServer) -> Iterator[None]:
             conn.execute("SELECT pg_reload_conf()")
 
 
-def test_a_host_connecting_to_a_read_only_server_reads_it_without_ddl(
+def test_a_host_connecting_to_a_hot_standby_reads_it_without_ddl_or_listen(
         daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
     server = ', search_mode = "server"'
     a, b, name = pair(daemon_factory, pg_server, server)
     write(a, "memory/2026-09-03/known.md", "# Known\nwritten before the failover\n")
     wait_for(lambda: "memory/2026-09-03/known.md" in notes(b), what="known on b")
-    with read_only(pg_server):
+    standby = pg_server.standby()
+    try:
         # The schema, the workspace's row and its chunks are there: connecting only
-        # reads them, so the server still answers searches.
-        c = daemon_factory(config(pg_server.dsn, name, "hostc", server))
-        status = wait_for(lambda: (lambda s: s if "memory/2026-09-03/known.md" in notes(c)
-                                   and (s["search"]["chunks_ready"] or s["refusing"])
+        # reads them, so the server still answers searches. A standby refuses LISTEN:
+        # the feed is read all the same.
+        c = daemon_factory(config(standby.dsn, name, "hostc", server))
+        status = wait_for(lambda: (lambda s: s if ("memory/2026-09-03/known.md" in notes(c)
+                                    and s["search"]["chunks_ready"])
+                                   or (s["refusing"] and s["online_since"] is None)
                                    else None)(remote_status(c)), what="c caught up")
-        assert status["search"]["chunks_ready"], status
+        assert status["online_since"] is not None, status  # the session goes on
+        assert status["state"] == "refusing" and status["refusing"] == "read-only", status
+        assert "LISTEN during recovery" in str(status["last_error"]), status
+        assert status["search"]["last_error"] is None, status
         found = c.call("memory.search", {"agent_id": "default", "query": "failover"})
         assert found["search_mode"] == "server", found
         assert [r["path"] for r in found["results"]] == ["memory/2026-09-03/known.md"]
-        status = remote_status(c)
-        assert status["state"] == "online" and status["search"]["last_error"] is None
         since = status["online_since"]
-        assert "read-only transaction" not in c.log(), c.log()
-        # Nothing was written since: a job finds the refusal out itself, instead of
-        # running with a catalog the other hosts would never see; the next one is told
-        # at once.
+        assert "CREATE" not in c.log(), c.log()
+        # A job finds the refusal out (instead of running with a catalog the other
+        # hosts would never see), and the next one is told at once.
         for _ in range(2):
             job = finished_job(c, "auto_resource")
             assert job["state"] == "failed" and job["error_code"] == -32003, job
-            assert "is refusing (read-only: cannot execute UPDATE" in str(job["error"])
+            assert "is refusing (read-only: " in str(job["error"]), job
             assert "waits until the server takes this host's writes" in str(job["error"])
         status = remote_status(c)
-        assert status["state"] == "refusing" and status["outbox"] == 0, status
-        assert status["online_since"] == since, status  # one session all along
-    # Writable again, with nothing to upload: status says so without a local change,
-    # and the job runs.
-    wait_for(lambda: remote_status(c)["state"] == "online", what="c takes writes")
-    assert finished_job(c, "auto_resource")["state"] == "succeeded"
+        assert status["outbox"] == 0 and status["online_since"] == since, status
+        # Promoted (the failover), with nothing to upload: status says so without a
+        # local change, and the job runs.
+        standby.promote()
+        wait_for(lambda: remote_status(c)["state"] == "online", what="c takes writes")
+        assert finished_job(c, "auto_resource")["state"] == "succeeded"
+    finally:
+        standby.discard()
 
 
 def test_a_read_only_server_is_refusing_reads_go_on_and_the_outbox_waits(

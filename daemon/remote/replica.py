@@ -51,6 +51,7 @@ from recalld.daemon.remote.replicastatus import ReplicaStatus
 from recalld.daemon.remote.schema import SchemaTooNew
 from recalld.daemon.remote.searcher import SearchUnavailable, ServerSearcher, one_line
 from recalld.daemon.remote.wentback import server_went_back
+from recalld.daemon.remote.writes import refusal_kind
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import AlreadyRunning, ProviderUnavailable
 
@@ -245,7 +246,7 @@ class Replica:
             await self._files.adopt(ident)
             await self._files.forget_removed(writer, workspace_id)
             listener = await in_thread(db.connect, self._cfg)
-            await on_conn(listener, db.listen, workspace_id)
+            listen_refused = await self._listen(listener, workspace_id)
             self._writer = writer
             self._searcher.new_session()
             self._conn_state = "online"
@@ -254,6 +255,8 @@ class Replica:
             # shows it beside "online" as if it still held.
             self._last_error = self._last_error_at = None
             self._files.writes.cleared()  # the next write refused says so again
+            if listen_refused is not None:
+                self._files.writes.refused(listen_refused, self._cfg.name)
             self._first_attempt.set()
             log.info("shared workspace %s: online (%s), %d change(s) queued",
                      self._cfg.name, mask_dsn(self._cfg.dsn), self._files.queued)
@@ -268,6 +271,19 @@ class Replica:
                 for conn in (listener, writer):
                     if conn is not None:
                         await in_thread(conn.close)
+
+    async def _listen(self, listener: db.Conn, workspace_id: int) -> Exception | None:
+        """LISTEN on the workspace's channel; the refusal of a server that takes no
+        writes (a hot standby refuses LISTEN too: no NOTIFY reaches it) is returned,
+        not raised: the feed is then read every ``CATCH_UP_EVERY_S`` instead, until a
+        session on a server that listens."""
+        try:
+            await on_conn(listener, db.listen, workspace_id)
+        except Exception as exc:
+            if refusal_kind(exc) is None:
+                raise
+            return exc
+        return None
 
     @asynccontextmanager
     async def job_lock(self, kind: str) -> AsyncIterator[JobCatalog]:
