@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from recalld.daemon.memory import secret_anchors, secret_rules
 from recalld.daemon.memory.redact import _merge, find_spans
 from recalld.daemon.memory.secret_anchors import anchor_words, anchors
+from recalld.daemon.memory.secret_forms import as_ascii
 from recalld.daemon.memory.secret_rules import (
     INVISIBLE_IN_TOKEN,
     RULES,
@@ -58,7 +59,8 @@ def reference_anchors(text: str, lower: str) -> list[int]:
 def reference_find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]:
     """:func:`_hints_first` on the text, and on the text without the invisible
     characters inside its tokens, each span found there mapped back by the positions of
-    the characters kept."""
+    the characters kept (compatibility forms of ASCII characters read as those first)."""
+    text = as_ascii(text)
     hidden = {i for m in INVISIBLE_IN_TOKEN.finditer(text) for i in range(*m.span())}
     kept = [i for i in range(len(text)) if i not in hidden]
     seen = "".join(text[i] for i in kept)
@@ -68,10 +70,9 @@ def reference_find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]
 
 def _hints_first(text: str, rules: Sequence[Rule]) -> list[Span]:
     """Every rule's hints checked first, each rule's pattern run where they are (on the
-    text with full-width ASCII forms read as ASCII, as the rules read it)."""
+    text as the rules read it)."""
     if not text:
         return []
-    text = text.translate({c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)} | {0x3000: 0x20})
     lower = text.lower()
     if len(lower) != len(text):
         lower = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)

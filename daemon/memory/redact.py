@@ -21,6 +21,7 @@ import orjson
 
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.secret_anchors import ANCHOR_WORDS, anchor_words, anchors
+from recalld.daemon.memory.secret_forms import as_ascii
 from recalld.daemon.memory.secret_names import MASK as MASK
 from recalld.daemon.memory.secret_rules import (
     FORMAT_RULES,
@@ -45,19 +46,14 @@ INLINE_CHARS: Final = 16_384
 # -- applying ----------------------------------------------------------------------------
 
 
-#: Full-width ASCII forms, as Chinese and Japanese input methods type them
-#: (``password：``, ``ＤＢ＿ＰＡＳＳＷＯＲＤ＝``), and the ideographic space: the rules read
-#: them as the ASCII they stand for. One character each, so the spans found are the
-#: original text's.
-_FULLWIDTH: Final = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)} | {0x3000: 0x20}
-_HAS_FULLWIDTH: Final = re.compile("[\uff01-\uff5e\u3000]")
-
-
 def find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]:
     """The merged, sorted spans of ``text`` that ``rules`` take for secrets: in ``text``
     as it is, and as it reads without the characters that show nothing inside a token
     (``secret_rules.INVISIBLE_IN_TOKEN``; a span found so covers the characters it was
-    read from, the invisible ones among them)."""
+    read from, the invisible ones among them). Compatibility forms of ASCII characters
+    (full-width ``ｇｈｐ＿``, ``password：``) are read as those characters
+    (:mod:`secret_forms`), before the invisible ones are looked for."""
+    text = as_ascii(text)
     spans = _find_spans(text, rules)
     if text.isascii() or INVISIBLE_IN_TOKEN.search(text) is None:
         return spans
@@ -86,8 +82,6 @@ def find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]:
 def _find_spans(text: str, rules: Sequence[Rule]) -> list[Span]:
     if not text:
         return []
-    if not text.isascii() and _HAS_FULLWIDTH.search(text):
-        text = text.translate(_FULLWIDTH)
     lower = text.lower()
     if len(lower) != len(text):  # a few characters lowercase to two: keep positions
         lower = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)

@@ -34,7 +34,6 @@ MASK: Final = "[REDACTED]"
 #: A suffix kept as it is (``.md``, ``.jsonl``): a file's kind, never part of a secret
 #: (unless the rules mask it with the rest, then it goes too).
 _SUFFIX: Final = re.compile(r"\.[A-Za-z0-9]{1,8}\Z")
-_FULLWIDTH: Final = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)} | {0x3000: 0x20}
 
 
 @functools.cache
@@ -55,11 +54,12 @@ def _hints() -> re.Pattern[str] | None:
 
 def could_hold(name: str) -> bool:
     """Could the redaction rules find anything in ``name``? False only when they cannot."""
+    from recalld.daemon.memory.secret_forms import as_ascii
     from recalld.daemon.memory.secret_rules import INVISIBLE_IN_TOKEN
 
     if name.isascii():
         return _could_hold(name)
-    name = name.translate(_FULLWIDTH)  # read as the rules read it: as it is, and as it
+    name = as_ascii(name)  # read as the rules read it: as it is, and as it
     # shows (without what shows nothing inside a token)
     visible = INVISIBLE_IN_TOKEN.sub("", name)
     return _could_hold(name) or (visible != name and _could_hold(visible))

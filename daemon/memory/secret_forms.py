@@ -1,0 +1,57 @@
+"""Compatibility forms of ASCII characters, as the redaction rules read them.
+
+A key typed or pasted through a Chinese or Japanese input method comes in full-width
+forms (``ｇｈｐ＿…``, ``password：``); a styled text may carry mathematical letters
+(``𝐠𝐡𝐩_…``), small or vertical forms of punctuation, or other spaces. Each of these
+characters is one whose NFKC form is one printable ASCII character: the rules read it as
+that character. One character each, so the spans found are the original text's, and the
+characters that show nothing inside a token (``secret_rules.INVISIBLE_IN_TOKEN``) are
+looked for in the text so read: a zero-width space inside a full-width key is taken out
+as inside an ASCII one.
+
+:data:`ASCII_FORMS` is computed from ``unicodedata`` over :data:`_BLOCKS`, the blocks
+that hold such characters (tests/test_redact_forms.py checks that no other block does).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Final
+
+__all__ = ["ASCII_FORMS", "HAS_FORMS", "as_ascii"]
+
+#: The code point ranges holding every character whose NFKC form is one printable ASCII
+#: character (Latin-1 and spacing modifiers, Greek question mark, phonetic modifiers,
+#: spaces and leaders, letterlike symbols and numerals, enclosed letters, Latin
+#: extended-C and -D modifiers, Hebrew plus, small, vertical and full-width forms,
+#: mathematical letters, segmented digits).
+_BLOCKS: Final = (
+    (0xA0, 0x2FF), (0x37E, 0x37E), (0x1D2C, 0x1DBF), (0x1FEF, 0x1FEF),
+    (0x2000, 0x200A), (0x2024, 0x2024), (0x202F, 0x202F), (0x205F, 0x205F),
+    (0x2070, 0x209F), (0x2100, 0x218F), (0x2460, 0x24FF), (0x2C7C, 0x2C7D),
+    (0x3000, 0x3000), (0xA7F2, 0xA7F4), (0xFB29, 0xFB29), (0xFE10, 0xFE6F),
+    (0xFF01, 0xFF5E), (0x107A5, 0x107A5), (0x1D400, 0x1D7FF), (0x1F100, 0x1F1FF),
+    (0x1FBF0, 0x1FBF9),
+)
+
+
+def _ascii_form(char: str) -> int | None:
+    form = unicodedata.normalize("NFKC", char)
+    return ord(form) if len(form) == 1 and form.isascii() and form.isprintable() else None
+
+
+#: Code point -> the ASCII code point it stands for (a ``str.translate`` table).
+ASCII_FORMS: Final = {c: a for lo, hi in _BLOCKS for c in range(lo, hi + 1)
+                      if (a := _ascii_form(chr(c))) is not None and a != c}
+#: Finds a character of :data:`ASCII_FORMS`.
+HAS_FORMS: Final = re.compile(
+    "[" + "".join(re.escape(chr(c)) for c in sorted(ASCII_FORMS)) + "]")
+
+
+def as_ascii(text: str) -> str:
+    """``text`` with each compatibility form of an ASCII character read as that
+    character (the same length: positions are kept)."""
+    if text.isascii() or HAS_FORMS.search(text) is None:
+        return text
+    return text.translate(ASCII_FORMS)

@@ -1,0 +1,68 @@
+"""Keys in compatibility forms of ASCII (full-width, mathematical, small forms) with a
+character that shows nothing inside: read through as the ASCII key is, and the table of
+such forms covers every character that NFKC makes one ASCII character."""
+
+from __future__ import annotations
+
+import unicodedata
+
+import pytest
+
+from recalld.daemon.memory.redact import redact
+from recalld.daemon.memory.secret_forms import ASCII_FORMS
+from recalld.daemon.memory.secret_names import mask_name
+
+GITHUB = "ghp_" + "Wd3Rk8Tq1Zm6Yv9Xb2Nc5Lf7Hj4Gp0Sa8Ke1"
+AWS_ID = "AKIA" + "J7QX2M5RB9TZ4WNC"
+OPENAI = "sk-proj-" + "Hf6Jd9Ks2Lq5Wm8Xn1Zb4Vc7Gt0Yr3Pe6Ua9Io2"
+
+
+def full_width(text: str) -> str:
+    return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in text)
+
+
+def math_bold(text: str) -> str:
+    def bold(c: str) -> str:
+        if "A" <= c <= "Z":
+            return chr(0x1D400 + ord(c) - ord("A"))
+        if "a" <= c <= "z":
+            return chr(0x1D41A + ord(c) - ord("a"))
+        if "0" <= c <= "9":
+            return chr(0x1D7CE + ord(c) - ord("0"))
+        return c
+    return "".join(bold(c) for c in text)
+
+
+FORMS = {"full-width": full_width, "mathematical bold": math_bold,
+         "full-width prefix": lambda key: full_width(key[:4]) + key[4:]}
+INVISIBLE = ["\u200b", "\u200c", "\u00ad", "\u2060", "\ufeff", "\u034f"]
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("key", [GITHUB, AWS_ID, OPENAI])
+def test_a_key_in_another_form_cut_by_an_invisible_character_is_masked(form: str,
+                                                                      key: str) -> None:
+    shown = FORMS[form](key)
+    for at, mark in zip((4, 5, 9, 13, 2, 7), INVISIBLE, strict=True):
+        cut = shown[:at] + mark + shown[at:]
+        for text in (cut, f"the key is {cut} for the build"):
+            got = redact(text)
+            assert "[REDACTED]" in got, (form, repr(cut))
+            # No piece of the key that could be put back together is left.
+            assert shown[at + 1:at + 8] not in got and shown[-6:] not in got, repr(got)
+        assert mask_name(cut + ".md") == "[REDACTED].md", repr(cut)
+
+
+def test_plain_text_in_other_forms_stays() -> None:
+    for text in ("ｈｅｌｌｏ\u200bｗｏｒｌｄ", "x² + y² = r²", "ｐａｇｅ\u00adｎｕｍｂｅｒ ２",
+                 "𝐓𝐡𝐞 𝐫𝐞𝐩𝐨𝐫𝐭 is due"):
+        assert redact(text) == text
+
+
+def test_the_forms_table_holds_every_character_nfkc_makes_one_ascii_character() -> None:
+    found = {}
+    for c in range(0x80, 0x30000):
+        form = unicodedata.normalize("NFKC", chr(c))
+        if len(form) == 1 and form.isascii() and form.isprintable():
+            found[c] = ord(form)
+    assert ASCII_FORMS == found
