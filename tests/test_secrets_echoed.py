@@ -1,7 +1,9 @@
 """What a caller sent comes back masked where the daemon keeps it masked: the ``query``
 of ``memory.recall`` and ``memory.select`` (the index and the chat model see it so), and
 a path named in an error of ``memory.read`` (search and status show such a note's path
-masked), from a real daemon."""
+masked), what any error quotes of the caller's text (ids, names, paths, also in full-width
+forms cut by a zero-width space) and the ids and paths answers send back, from a real
+daemon."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from recalld.ipc.errors import InvalidParams, NotFound
+from recalld.ipc.errors import InvalidParams, NotFound, RecalldError
 
 TOKEN = "ghp_" + "Qz8Lm2Rt5Vx9Bn3Kc7Hw1Jd4Fg6Ps0Ya2Ue5"
 PASSWORD = "Tr0ub4dor&3"
@@ -43,3 +45,53 @@ def test_queries_and_paths_sent_back_are_masked(daemon_factory: Any) -> None:
     assert TOKEN not in str(folder.value)
     with pytest.raises(NotFound, match=r"memory/plain-name\.md"):  # other names stay named
         d.call("memory.read", {"agent_id": "coder", "path": "memory/plain-name.md"})
+
+
+def _full_width(text: str) -> str:
+    return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in text)
+
+
+def test_every_error_and_echoing_answer_masks_what_the_caller_sent(daemon_factory: Any,
+                                                                     tmp_path: Path) -> None:
+    d = daemon_factory()
+    d.call("workspace.open", {"agent_id": "coder"})
+    # The same key as sent: plain, in full-width forms cut by a zero-width space.
+    for key in (TOKEN, _full_width(TOKEN[:6]) + "\u200b" + _full_width(TOKEN[6:])):
+        tail = key[-8:]
+        refused = [
+            ("jobs.get", {"agent_id": "coder", "job_id": key}),
+            ("jobs.cancel", {"agent_id": "coder", "job_id": key}),
+            ("jobs.get", {"agent_id": "coder", "job_id": "x", "as_agent": key}),
+            ("jobs.submit", {"agent_id": "coder", "kind": key}),
+            ("memory.search", {"agent_id": "coder", "query": "x", key: 1}),
+            ("memory.search", {"agent_id": key, "query": "x"}),
+            (key, {}),
+            ("backup.verify", {"file": str(tmp_path / f"{key}.zip")}),
+            ("backup.restore", {"file": str(tmp_path / f"{key}.zip"), "dry_run": True}),
+            # A message long enough to be cut, the key where the cut falls.
+            ("backup.verify", {"file": str(tmp_path / ("n" * 990 + "-" + key + ".zip"))}),
+        ]
+        for method, params in refused:
+            with pytest.raises(RecalldError) as err:  # any refusal: its text
+                d.call(method, params)
+            shown = f"{err.value} {err.value.data}"
+            assert key not in shown and tail not in shown and key[:8] not in shown, shown
+            # (An agent id in full-width forms is refused without being quoted.)
+            assert "[REDACTED]" in shown or "agent_id must be" in shown, (method, shown)
+        acked = d.call("inbox.ack", {"agent_id": "coder", "ids": [key, "plain-id"]})
+        assert acked["unknown"] == ["[REDACTED]", "plain-id"]
+
+    out = tmp_path / f"bk-{TOKEN}.zip"
+    made = d.call("backup.create", {"agents": ["coder"], "out": str(out)})
+    assert made["file"] == str(tmp_path / "bk-[REDACTED].zip")
+    for method, params in (("backup.verify", {"file": str(out)}),
+                           ("backup.restore", {"file": str(out), "dry_run": True})):
+        answer = d.call(method, params)
+        assert answer["file"] == str(tmp_path / "bk-[REDACTED].zip"), (method, answer)
+        assert TOKEN not in str(answer)
+    plain = tmp_path / "plain.zip"
+    assert d.call("backup.create", {"agents": ["coder"], "out": str(plain)})["file"] \
+        == str(plain)
+    assert d.call("backup.verify", {"file": str(plain)})["file"] == str(plain)
+    with pytest.raises(NotFound, match=r"no job 'a1b2c3d4e5f60718' in workspace 'coder'"):
+        d.call("jobs.get", {"agent_id": "coder", "job_id": "a1b2c3d4e5f60718"})

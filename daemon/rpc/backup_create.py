@@ -20,6 +20,7 @@ from recalld.daemon.backup_secrets import mask_secrets
 from recalld.daemon.config import WorkspaceSettings
 from recalld.daemon.rpc.call_progress import CallProgress
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject
+from recalld.daemon.rpc.echo import echoed_path
 from recalld.daemon.rpc.restore_config import closed_home
 from recalld.daemon.rpc.restore_record import backups_dir
 from recalld.daemon.safepath import why_not_made
@@ -194,4 +195,6 @@ async def create_backup(ctx: CallContext, agents: list[str] | None, out: str | N
         made["not_open"] = sorted(
             {w.agent_id for w in registry.list() if w.state != "ready"}
             | (known - {w.agent_id for w in registry.list()}))
+    if out is not None:  # the caller's path, sent back as it is shown
+        made["file"] = echoed_path(str(made["file"]))
     return made

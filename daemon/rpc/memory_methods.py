@@ -11,6 +11,7 @@ import trio
 from recalld.daemon.memory import capture_log, changelog
 from recalld.daemon.memory.turns import check_messages, check_request_id, check_session_id
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
+from recalld.daemon.rpc.echo import echoed
 from recalld.daemon.store.errors import StorageError
 from recalld.ipc.answers import InboxAcked, TurnsAdded
 from recalld.ipc.errors import InvalidParams
@@ -146,4 +147,6 @@ async def inbox_ack(ctx: CallContext, params: JsonObject) -> InboxAcked:
     p.done()
     async with ctx.writable(agent_id) as ws:
         acked = await ws.services.inbox.ack(ids)
-    return {"agent_id": agent_id, "acked": acked["acked"], "unknown": acked["unknown"]}
+    # Ids it does not know are the caller's text alone: sent back as they are shown.
+    return {"agent_id": agent_id, "acked": acked["acked"],
+            "unknown": [echoed(i) for i in acked["unknown"]]}

@@ -42,6 +42,7 @@ from recalld.daemon.rpc.backup_create import (
 )
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
+from recalld.daemon.rpc.echo import echoed_path
 from recalld.daemon.rpc.restore_config import (
     closed_home,
     config_to_restore,
@@ -138,7 +139,7 @@ def ops_methods() -> Methods:
         async with progress.pumping():
             checked = await trio.to_thread.run_sync(
                 lambda: open_checked(path, progress=progress), limiter=ctx.services.cpu)
-        return {"ok": True, **checked.summary()}
+        return {"ok": True, **checked.summary(), "file": echoed_path(str(path))}
 
     async def restore(state: DaemonState, path: Path, agents: list[str] | None,
                       snapshot: bool, dry_run: bool = False,
@@ -213,7 +214,7 @@ def ops_methods() -> Methods:
 
         plans = await trio.to_thread.run_sync(plan_all, limiter=cpu)
         if dry_run:
-            return {"file": str(path), "dry_run": True,
+            return {"file": echoed_path(str(path)), "dry_run": True,
                     "plans": [plan_summary(plan) for plan in plans]}
         # A write of the daemon's to an open workspace after the snapshot and before its
         # files are restored would be in neither, and a note appended to as it was before
@@ -315,7 +316,7 @@ def ops_methods() -> Methods:
                     await services.health.scan()
                 results.append(done)
             metrics.count("recalld_restores_total")
-            return {"file": str(path), "restored": results,
+            return {"file": echoed_path(str(path)), "restored": results,
                     "config_restored": config_data is not None, "config_error": config_error,
                     "config_kept": config_kept,
                     "snapshot": None if snap is None else snap["file"]}
