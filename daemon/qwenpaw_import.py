@@ -20,14 +20,13 @@ import trio
 
 from recalld.daemon import qwenpaw
 from recalld.daemon.config import ConfigError
-from recalld.daemon.config_rules import SECRET_SETTING, mask_url
-from recalld.daemon.dsn import mask_dsn
 from recalld.daemon.index import reme_import
 from recalld.daemon.index.embedcache import text_hash
 from recalld.daemon.index.encodings import NotUtf8Notes, not_utf8_notes
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import reme_dream
 from recalld.daemon.memory.catalog import catalog_path, load_catalog
+from recalld.daemon.settings_diff import shown_setting
 from recalld.daemon.workspaces import Workspace
 
 if TYPE_CHECKING:
@@ -210,20 +209,11 @@ def _settings(ws: Workspace, given: Mapping[str, object] | None) -> SettingsRepo
             else:
                 fields = [(name, name, current, getattr(wanted, name, value))]
             for dotted, key, in_use, asked in fields:
-                (applied if in_use == asked else not_applied)[dotted] = _shown(key, in_use)
+                (applied if in_use == asked else not_applied)[dotted] = shown_setting(key, in_use)
     out: SettingsReport = {"applied": applied, "ignored": ignored}
     if not_applied:
         out["not_applied"] = not_applied
     return out
-
-
-def _shown(key: str, value: object) -> object:
-    """``value`` of setting ``key`` masked as settings show it."""
-    if isinstance(value, str) and value:
-        return ("***" if SECRET_SETTING.search(key)
-                else mask_dsn(value) if key == "dsn"
-                else mask_url(value) if "://" in value else value)
-    return value
 
 
 __all__ = ["import_report"]

@@ -52,6 +52,9 @@ class WorkspaceInfo(TypedDict):
     left_behind: NotRequired[str]
     #: Settings a reload changed that it keeps as opened until it is opened again.
     waiting_for_reopen: NotRequired[list[str]]
+    #: workspace.open: given settings a workspace open already does not use (until it is
+    #: opened again): dotted field -> the value in use, secrets masked.
+    not_applied: NotRequired[dict[str, object]]
     index: NotRequired[JsonObject]
     health: NotRequired[JsonObject]
     vectors: NotRequired[JsonObject]

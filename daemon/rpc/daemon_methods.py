@@ -20,6 +20,7 @@ from recalld.daemon.memory.secret_names import MASK, shown_to_real
 from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
+from recalld.daemon.settings_diff import not_applied
 from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.answers import (
     DaemonStatus,
@@ -163,8 +164,21 @@ async def workspace_open(ctx: CallContext,
             from recalld.daemon.qwenpaw_import import import_report
 
             found = await import_report(ws, overrides, timeout_s=IMPORT_REPORT_WAIT_S)
-            return {**workspace_info(ws), "import": {**found}}
-    return workspace_info(ws)
+            return {**_opened_info(ctx, ws, overrides), "import": {**found}}
+    return _opened_info(ctx, ws, overrides)
+
+
+def _opened_info(ctx: CallContext, ws: Workspace,
+                 given: JsonObject | None) -> WorkspaceInfo:
+    """``workspace.open``'s answer: with ``not_applied``, the given settings a workspace
+    that was open already does not use (it takes them when opened again)."""
+    info = workspace_info(ws)
+    if given is not None:
+        missed = not_applied(ctx.state.config.workspace_settings(ws.agent_id), given,
+                             ws.settings)
+        if missed:
+            info["not_applied"] = missed
+    return info
 
 
 @METHODS.add("workspace.list", immediate=True)
