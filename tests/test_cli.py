@@ -87,6 +87,12 @@ def test_workspace_commands_round_trip(daemon: DaemonHandle, tmp_path: Path) -> 
                              '{"auto_memory_interval": 3}', "--json", env=env))
     assert opened["agent_id"] == "bob" and Path(opened["path"]) == place
     assert opened["settings"]["auto_memory_interval"] == 3
+    # Open already: other settings are not taken, and the command says so.
+    again = recalld("workspace", "open", "bob", "--path", str(place), "--config-json",
+                    '{"auto_memory_interval": 7}', env=env)
+    assert again.returncode == 0
+    assert "settings not in use: bob was open already" in again.stdout, again.stdout
+    assert "  auto_memory_interval = 3\n" in again.stdout, again.stdout
     listed = as_json(recalld("workspace", "list", "--json", env=env))
     assert sorted(w["agent_id"] for w in listed) == ["bob", "default"]
     table = recalld("workspace", "list", env=env)
