@@ -8,7 +8,7 @@ import unicodedata
 
 import pytest
 
-from recalld.daemon.memory.redact import redact
+from recalld.daemon.memory.redact import redact, redact_parts, seam_spans
 from recalld.daemon.memory.secret_forms import ASCII_FORMS
 from recalld.daemon.memory.secret_names import mask_name
 
@@ -66,3 +66,15 @@ def test_the_forms_table_holds_every_character_nfkc_makes_one_ascii_character() 
         if len(form) == 1 and form.isascii() and form.isprintable():
             found[c] = ord(form)
     assert ASCII_FORMS == found
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_key_in_another_form_cut_between_two_messages_is_masked_in_both(form: str) -> None:
+    shown = FORMS[form](GITHUB)
+    for at in (6, 20, len(shown) - 6):
+        for mark in ("", "\u200b"):
+            before, after = "x" * 500 + " my key is " + shown[:at] + mark, shown[at:] + " ok"
+            ends, starts = seam_spans(before, after)
+            assert ends and starts, (form, at, repr(mark))
+            assert redact_parts([before], [ends])[0].endswith("my key is [REDACTED]")
+            assert redact_parts([after], [starts])[0] == "[REDACTED] ok"

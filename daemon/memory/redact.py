@@ -318,15 +318,17 @@ _RUN_START: Final = re.compile(rf"[{INVISIBLE_CHARS}]*[{RUN_CHARS}]+")
 def seam_spans(before: str, after: str) -> tuple[list[Span], list[Span]]:
     """The spans, in ``before`` and in ``after``, of a secret cut where one text ends and
     the next starts (a chat client splitting a long paste into two messages): found in
-    the two read as one, when a run of token characters goes on across the cut."""
-    tail = _RUN_END.search(before, max(0, len(before) - _SEAM))
-    head = _RUN_START.match(after, 0, _SEAM)
+    the two read as one, when a run of token characters goes on across the cut (in
+    compatibility forms too: read as ASCII, :mod:`secret_forms`)."""
+    start = max(0, len(before) - _SEAM)
+    end_of, start_of = as_ascii(before[start:]), as_ascii(after[:_SEAM])
+    tail = _RUN_END.search(end_of)
+    head = _RUN_START.match(start_of)
     if (tail is None or head is None
             or tail.end() - tail.start() + head.end() < MIN_RUN_CHARS):
         return [], []
-    start = max(0, len(before) - _SEAM)
-    cut = len(before) - start
-    crossing = [(s, e) for s, e in find_spans(before[start:] + after[:_SEAM]) if s < cut < e]
+    cut = len(end_of)
+    crossing = [(s, e) for s, e in find_spans(end_of + start_of) if s < cut < e]
     return ([(start + s, len(before)) for s, _ in crossing],
             [(0, e - cut) for _, e in crossing])
 
