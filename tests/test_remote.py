@@ -7,7 +7,9 @@ wait is on a condition with a generous cap.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import re
 import signal
 import subprocess
@@ -49,10 +51,16 @@ def notes(d: DaemonHandle) -> dict[str, str]:
     out = {}
     base = root(d)
     for top in ("memory", "digest"):
-        for p in sorted((base / top).rglob("*.md")):
-            hidden = any(part.startswith(".") for part in p.relative_to(base).parts)
-            if p.is_file() and not hidden:  # a folder may have a note's name
-                out[p.relative_to(base).as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
+        # The daemon removes and makes folders as it applies other hosts' changes: a
+        # folder or note gone between listing and reading is simply not there yet.
+        for folder, dirs, files in os.walk(base / top):
+            dirs.sort()
+            for name in sorted(files):
+                p = Path(folder, name)
+                rel = p.relative_to(base)
+                if name.endswith(".md") and not any(part.startswith(".") for part in rel.parts):
+                    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                        out[rel.as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
 
 

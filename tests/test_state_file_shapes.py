@@ -12,8 +12,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import DaemonFactory, DaemonHandle
 from waits import wait_for
+
+from recalld.ipc.errors import NotFound
 
 AGENT = "default"
 CONFIG = "[daemon]\npersist_delay_s = 0.2\n"
@@ -158,7 +161,9 @@ def _add_turn(daemon: DaemonHandle, text: str) -> int:
 def test_turns_acknowledged_after_the_workspace_folder_was_removed_survive(
         daemon_factory: DaemonFactory, tmp_path: Path) -> None:
     """The open pending-turns log pointed at a removed file: turns acknowledged after the
-    workspace folder was moved away and removed (and made again) were lost at restart."""
+    workspace folder was moved away and removed (and made again) were lost at restart.
+    While the folder is gone a turn is refused (recalld does not make the folder again,
+    empty), so nothing is acknowledged that could be lost; once it is back, turns go on."""
     env = {"RECALLD_DATA_DIR": str(tmp_path / "data")}
     root = tmp_path / "data" / "workspaces" / AGENT
     _write_notes(root)
@@ -170,14 +175,15 @@ def test_turns_acknowledged_after_the_workspace_folder_was_removed_survive(
     for path in sorted(gone.rglob("*"), reverse=True):  # rm -r
         path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
     gone.rmdir()
-    assert _add_turn(daemon, "while it is gone") == 2
+    with pytest.raises(NotFound, match="missing"):
+        _add_turn(daemon, "while it is gone")
     (root / "memory").mkdir(parents=True, exist_ok=True)
-    assert _add_turn(daemon, "after it is made again") == 3
+    acknowledged = _add_turn(daemon, "after it is made again")
     daemon.kill()
 
     daemon = daemon_factory(CONFIG, **env)
     answer = daemon.call("memory.add_turns", {"agent_id": AGENT, "session_id": "s1"})
-    assert answer["pending_messages"] == 3
+    assert answer["pending_messages"] == acknowledged
 
 
 def test_turns_acknowledged_after_the_log_was_saved_over_survive(
