@@ -62,7 +62,6 @@ from recalld.daemon.index.parking import PARKED_LOG, Parked, ParkedTexts, config
 from recalld.daemon.index.passages import PassageCalls
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.spaces import VectorSpace, VectorSpaces, public_config
-from recalld.daemon.index.state import IndexState
 from recalld.daemon.index.vector_fill import VectorFill
 from recalld.daemon.index.vector_serving import VectorServing
 from recalld.daemon.index.vector_status import ReMeVectors
@@ -271,7 +270,7 @@ class VectorWorker(VectorServing):
                         continue
                 await self._unpark_gone()
                 self.state = "idle" if not rnd.pending else "waiting"
-                await self._maybe_compact()
+                await self.target.compact_cache(self.total * (4 if self.window_chars else 1))
                 wake = min(self.fill.failed.values(), default=math.inf) - trio.current_time()
                 with trio.move_on_after(max(wake, 0.0)):
                     await changed.wait()
@@ -480,21 +479,6 @@ class VectorWorker(VectorServing):
             if done:
                 await trio.to_thread.run_sync(parked.drop, done)
         return installed
-
-    async def _maybe_compact(self) -> None:
-        space = self.target
-        if not space.cache.needs_compaction(self.total * (4 if self.window_chars else 1)):
-            return
-        live: set[str] = set()
-        for member in list(space.members):
-
-            def hashes(st: IndexState, m: VectorWorker = member) -> set[str]:
-                return {m.cache_key(unit) for _, text in st.chunks.texts()
-                        for unit in {text, *m.fill.units(text)}}
-
-            live |= await member.index.locked(hashes)
-        dropped = await trio.to_thread.run_sync(space.cache.compact, live)
-        log.info("embedding cache %s: compacted, %d entries dropped", space.key, dropped)
 
 
 __all__ = ["BackfillConfig", "VectorWorker"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import random
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -40,6 +41,9 @@ from recalld.daemon.providers.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from recalld.daemon.index.embedder import VectorWorker
+    from recalld.daemon.index.state import IndexState
+
+log = logging.getLogger(__name__)
 
 _PUBLIC_FIELDS = ("backend", "base_url", "model_name", "dimensions", "use_dimensions",
                   "max_input_length", "max_batch_size")
@@ -87,6 +91,25 @@ class VectorSpace:
         """Remove ``member``: the limits of those left apply."""
         self.members.discard(member)
         self.client.share_limits([m.config for m in self.members])
+
+    async def compact_cache(self, live_estimate: int) -> None:
+        """Drop the cached texts no member's chunk holds (``EmbeddingCache.compact``) once
+        the log has grown past its bound for ``live_estimate`` live texts, and only once
+        every member has looked at its disk: before, notes written while the daemon was
+        down are no chunks yet, and their cached vectors would be paid for again."""
+        if not self.cache.needs_compaction(live_estimate) or not all(
+                member.counted() for member in self.members):
+            return
+        live: set[str] = set()
+        for member in list(self.members):
+
+            def hashes(st: IndexState, m: VectorWorker = member) -> set[str]:
+                return {m.cache_key(unit) for _, text in st.chunks.texts()
+                        for unit in {text, *m.fill.units(text)}}
+
+            live |= await member.index.locked(hashes)
+        dropped = await trio.to_thread.run_sync(self.cache.compact, live)
+        log.info("embedding cache %s: compacted, %d entries dropped", self.key, dropped)
 
     async def ensure_open(self) -> None:
         """Open the cache once (replaying its log in a worker thread)."""
