@@ -15,9 +15,11 @@ a launcher or inherited descriptors, and a ``backfill_threads`` setting (OpenBLA
 its pool when numpy is imported). The variables read when an interpreter starts
 (``PYTHON*``, allocator, BLAS or loader ones) choose the server: a daemon whose values
 differ from the first server's is forked from a server started with them, kept for the
-rest of the session (:class:`ForkServers`). The server preloads only what every
-daemon imports before it serves, so a test that looks for a module a daemon should not
-have loaded (hnswlib, a database driver) still sees the daemon's own choice.
+rest of the session (:class:`ForkServers`). The server preloads what a daemon imports
+before it serves and the pure modules it imports at their first use (``_preload``), but
+not the libraries a test looks for in a daemon's maps (hnswlib, the database driver):
+those stay the daemon's own choice. What a daemon imports when is checked on a real
+``exec`` (test_first_use_imports).
 
 The protocol, on a ``SOCK_SEQPACKET`` socket pair: a request is one message, JSON
 ``{"argv", "env", "cwd"}`` with two descriptors (the log file, the write end of a status
@@ -173,15 +175,37 @@ class ForkServers:
 
 # --- the server process -----------------------------------------------------------------
 
-def _preload() -> Any:
-    """What ``main`` does before it serves, on the defaults; returns the main module."""
-    import dataclasses
+#: Loaded by a daemon at its first use of them, which nearly every test daemon reaches:
+#: the method handlers, redaction (its rules compile ~130 patterns), dream and capture,
+#: the providers' HTTP client, the schedule's cron parser. Importing them in each child
+#: cost it ~0.15 s of CPU again; here they are imported once. Left to the daemon's own
+#: choice: the database driver (``recalld.daemon.remote``) and hnswlib, which tests look
+#: for in its maps.
+_FIRST_USE_SKIPPED = ("recalld.daemon.remote",)
 
+
+def _preload() -> Any:
+    """What ``main`` does before it serves, on the defaults, then the modules of first
+    use (``_FIRST_USE_SKIPPED`` aside); returns the main module."""
+    import dataclasses
+    import gc
+    import importlib
+    import pkgutil
+
+    import recalld.daemon
     from recalld.daemon import config as config_mod
     from recalld.daemon import main as main_mod
 
     defaults = {f.name: f.default for f in dataclasses.fields(config_mod.DaemonConfig)}
     main_mod.prepare_to_serve(defaults["backfill_threads"])
+    gc.disable()
+    for info in pkgutil.walk_packages(recalld.daemon.__path__, "recalld.daemon."):
+        if not info.name.startswith(_FIRST_USE_SKIPPED):
+            importlib.import_module(info.name)
+    for name in ("aiohttp", "croniter"):
+        importlib.import_module(name)
+    gc.freeze()
+    gc.enable()
     return main_mod
 
 
