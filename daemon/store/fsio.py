@@ -181,30 +181,22 @@ def mkdir_private(path: Path) -> bool:
 
 def ensure_dir(fs: FS, path: Path) -> None:
     """Create ``path`` (and missing parents) durably: each new entry's parent is fsynced."""
-    if path.is_dir():
-        return
-    ensure_dir(fs, path.parent)
-    try:
-        fs.mkdir(path)
-    except FileExistsError:
-        return
-    except OSError as exc:
-        raise translate_os_error(exc, path) from exc
-    try:
-        fs.fsync_dir(path.parent)
-    except OSError as exc:
-        raise translate_os_error(exc, path.parent) from exc
+    _make_durably(fs, path, fs.mkdir)
 
 
 def ensure_root(fs: FS, path: Path) -> None:
     """Create the workspace folder ``path`` itself (and missing parents) durably: what
     the writes below a guarded folder never make again (:func:`confine.mkdir`), a
     restore makes where it puts a workspace that had no folder."""
+    _make_durably(fs, path, lambda folder: os.mkdir(folder, 0o755))
+
+
+def _make_durably(fs: FS, path: Path, make: Callable[[Path], None]) -> None:
     if path.is_dir():
         return
     ensure_dir(fs, path.parent)
     try:
-        os.mkdir(path, 0o755)
+        make(path)
     except FileExistsError:
         return
     except OSError as exc:
