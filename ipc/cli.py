@@ -41,6 +41,7 @@ from recalld.ipc.render import (
     JobWaiter,
     closed_pipe,
     hint,
+    not_applied_lines,
     open_closed_streams,
     output_stream,
     print_json,
@@ -303,12 +304,8 @@ def _workspace(client: Client, ns: argparse.Namespace, out: TextIO, as_json: boo
             print_json(out, info)
         else:
             out.write(render_workspaces([dict(info)]))
-            missed = info.get("not_applied") or {}
-            if missed:
-                out.write(f"settings not in use: {ns.agent} was open already with other "
-                          "settings, which stay until it is opened again (recalld "
-                          f"workspace close {ns.agent}, then open it again); in use now:\n")
-                out.writelines(f"  {k} = {v}\n" for k, v in sorted(missed.items()))
+            out.writelines(f"{line}\n" for line in not_applied_lines(
+                ns.agent, info.get("not_applied") or {}, "open it again"))
         # Its services started, then it failed (a link met at once): not opened.
         return EXIT_ERROR if info.get("state") == "failed" else EXIT_OK
     elif ns.ws_command == "list":

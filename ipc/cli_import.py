@@ -33,7 +33,7 @@ from recalld.ipc.cli_args import local_file
 from recalld.ipc.cli_ops import Subparsers, add_command
 from recalld.ipc.client import Client
 from recalld.ipc.progress import following
-from recalld.ipc.render import print_json, render_workspaces
+from recalld.ipc.render import not_applied_lines, print_json, render_workspaces
 
 EXIT_OK, EXIT_ERROR = 0, 1
 # Opening waits for the first indexing pass of the whole workspace.
@@ -276,12 +276,7 @@ def render_report(agent: str, path: str, rep: JsonObject,
     if applied:
         lines.append("settings applied:")
         lines.extend(f"  {k} = {v}" for k, v in sorted(applied.items()))
-    not_applied = settings.get("not_applied") or {}
-    if not_applied:
-        lines.append(f"settings not in use: {agent} was open already with other settings, "
-                     "which stay until it is opened again (recalld workspace close "
-                     f"{agent}, then import again); in use now:")
-        lines.extend(f"  {k} = {v}" for k, v in sorted(not_applied.items()))
+    lines.extend(not_applied_lines(agent, settings.get("not_applied") or {}, "import again"))
     ignored = settings.get("ignored") or {}
     if ignored:
         lines.append("settings ignored:")

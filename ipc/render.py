@@ -87,6 +87,18 @@ def _columns(rows: Sequence[Mapping[str, object]], first: Sequence[str]) -> list
     return columns
 
 
+def not_applied_lines(agent: str, not_applied: Mapping[str, object], then: str) -> list[str]:
+    """The settings given for ``agent``'s workspace that it does not use, being open
+    already with others (``not_applied`` of ``workspace.open``): why, how to make it
+    take them (close it, ``then``), and one line a setting with the value in use."""
+    if not not_applied:
+        return []
+    return [f"settings not in use: {agent} was open already with other settings, which "
+            f"stay until it is opened again (recalld workspace close {agent}, then "
+            f"{then}); in use now:",
+            *(f"  {k} = {v}" for k, v in sorted(not_applied.items()))]
+
+
 def render_workspaces(rows: Sequence[Mapping[str, object]]) -> str:
     if not rows:
         return "no workspaces\n"
