@@ -119,6 +119,14 @@ class Client(_flavours.SyncMethods):
     def connected(self) -> bool:
         return self._sock is not None
 
+    def held_elsewhere(self) -> bool:
+        """Whether another thread holds this client now (a call or ``events()`` under way
+        there): a call from this thread waits for it, up to ``timeout_s``."""
+        if self._lock.acquire(blocking=False):
+            self._lock.release()
+            return False
+        return True
+
     @classmethod
     def _forget_inherited(cls) -> None:
         """In a child just forked: every client's connection and lock are the parent's.

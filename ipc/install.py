@@ -220,7 +220,7 @@ def install_service(*, write_only: bool, socket_path: Path | None = None,
         target.mkdir(parents=True, exist_ok=True)
         with _all_or_nothing(target) as done:
             for name, text in units.items():
-                _publish(target / name, text)
+                write_unit(target / name, text)
                 done.append(str(target / name))
     except OSError as exc:
         raise ServiceError(f"cannot write the unit files: {exc.filename}: "
@@ -263,11 +263,11 @@ def _all_or_nothing(target: Path) -> Iterator[list[str]]:
                 if old is None:
                     os.unlink(changed)
                 else:
-                    _publish(Path(changed), old)
+                    write_unit(Path(changed), old)
         raise
 
 
-def _publish(path: Path, text: str | bytes) -> None:
+def write_unit(path: Path, text: str | bytes) -> None:
     """Write ``path`` whole or not at all: a temp file of its own in the same folder,
     fsynced, renamed over it, the folder fsynced; the temp file removed on any failure."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -195,13 +195,7 @@ def held_by_a_thread(client: Client) -> threading.Thread:
     holder = threading.Thread(target=lambda: list(client.events(timeout_s=3)), daemon=True)
     holder.start()
 
-    def held() -> bool:
-        if client._lock.acquire(blocking=False):
-            client._lock.release()
-            return False
-        return True
-
-    wait_for(held, "events() to hold the client")
+    wait_for(client.held_elsewhere, "events() to hold the client")
     return holder
 
 

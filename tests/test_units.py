@@ -223,7 +223,7 @@ def test_a_failed_write_of_the_second_unit_puts_the_first_back(
     if earlier is not None:
         for name in install.UNIT_NAMES:
             (target / name).write_text(earlier + name)
-    publish = install._publish
+    publish = install.write_unit
     calls: list[Path] = []
 
     def full_disk_at_the_second(path: Path, text: str | bytes) -> None:
@@ -232,7 +232,7 @@ def test_a_failed_write_of_the_second_unit_puts_the_first_back(
             raise OSError(28, "No space left on device", str(path))
         publish(path, text)
 
-    monkeypatch.setattr(install, "_publish", full_disk_at_the_second)
+    monkeypatch.setattr(install, "write_unit", full_disk_at_the_second)
     with pytest.raises(install.ServiceError, match="No space left on device"):
         install.install_service(write_only=True, environ=env)
     assert len(calls) >= 2
