@@ -169,23 +169,31 @@ def test_a_replicas_removal_goes_not_through_a_link_in_place_of_the_workspace(
     assert (alice / "memory" / "2026-12-01" / "a.md").read_text() == "# alice\n"
 
 
+#: The folders of bob's workspace, as a backup names them.
+DIRS = {"daily_dir": "memory", "digest_dir": "digest", "session_dir": "mem_session",
+        "resource_dir": "resource", "metadata_dir": "mem_metadata"}
+
+
+def backup_of_bob(bob: Path, archive: Path) -> Path:
+    """``archive``, a backup of bob's workspace at ``bob`` holding one note."""
+    (bob / "memory" / "2026-12-01").mkdir(parents=True)
+    (bob / "memory" / "2026-12-01" / "b.md").write_text("# bob\n")
+    create_backup(archive, [AgentSource("bob", bob, DIRS)])
+    return archive
+
+
 def test_a_restore_writes_nothing_through_a_link_in_place_of_the_workspace(
         tmp_path: Path) -> None:
     # A link put in the workspace folder's place between the plan of a restore and its
     # writes: the backup's notes were written into the link's target (alice's folder),
     # and the notes the backup lacks removed from it.
     bob, alice = tmp_path / "bob", tmp_path / "alice"
-    dirs = {"daily_dir": "memory", "digest_dir": "digest", "session_dir": "mem_session",
-            "resource_dir": "resource", "metadata_dir": "mem_metadata"}
-    (bob / "memory" / "2026-12-01").mkdir(parents=True)
-    (bob / "memory" / "2026-12-01" / "b.md").write_text("# bob\n")
-    archive = tmp_path / "b.zip"
-    create_backup(archive, [AgentSource("bob", bob, dirs)])
+    archive = backup_of_bob(bob, tmp_path / "b.zip")
     (bob / "memory" / "2026-12-01" / "later.md").write_text("# bob, later\n")
     (alice / "memory" / "2026-12-01").mkdir(parents=True)
     (alice / "memory" / "2026-12-01" / "later.md").write_text("# alice\n")
     checked = open_checked(archive)
-    plan = plan_restore(checked, "bob", bob, dirs)
+    plan = plan_restore(checked, "bob", bob, DIRS)
     bob.rename(tmp_path / "bob.old")
     bob.symlink_to(alice)
     before = tree(alice)
@@ -198,14 +206,9 @@ def test_a_restore_makes_the_workspace_folder_where_there_was_none(tmp_path: Pat
     # A guarded workspace folder is never made again by its writes (one moved away would
     # be hidden by the new one), but a restore to a folder that does not exist yet makes it.
     bob, elsewhere = tmp_path / "bob", tmp_path / "new" / "bob"
-    dirs = {"daily_dir": "memory", "digest_dir": "digest", "session_dir": "mem_session",
-            "resource_dir": "resource", "metadata_dir": "mem_metadata"}
-    (bob / "memory" / "2026-12-01").mkdir(parents=True)
-    (bob / "memory" / "2026-12-01" / "b.md").write_text("# bob\n")
-    archive = tmp_path / "b.zip"
-    create_backup(archive, [AgentSource("bob", bob, dirs)])
+    archive = backup_of_bob(bob, tmp_path / "b.zip")
     checked = open_checked(archive)
-    apply_restore(checked, plan_restore(checked, "bob", elsewhere, dirs))
+    apply_restore(checked, plan_restore(checked, "bob", elsewhere, DIRS))
     assert (elsewhere / "memory" / "2026-12-01" / "b.md").read_text() == "# bob\n"
 
 
