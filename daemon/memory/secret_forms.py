@@ -9,17 +9,18 @@ characters that show nothing inside a token (``secret_rules.INVISIBLE_IN_TOKEN``
 looked for in the text so read: a zero-width space inside a full-width key is taken out
 as inside an ASCII one.
 
-:data:`ASCII_FORMS` is computed from ``unicodedata`` over :data:`_BLOCKS`, the blocks
+:func:`ascii_forms` is computed from ``unicodedata`` over :data:`_BLOCKS`, the blocks
 that hold such characters (tests/test_redact_forms.py checks that no other block does).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from typing import Final
 
-__all__ = ["ASCII_FORMS", "HAS_FORMS", "as_ascii"]
+__all__ = ["as_ascii", "ascii_forms"]
 
 #: The code point ranges holding every character whose NFKC form is one printable ASCII
 #: character (Latin-1 and spacing modifiers, Greek question mark, phonetic modifiers,
@@ -41,17 +42,23 @@ def _ascii_form(char: str) -> int | None:
     return ord(form) if len(form) == 1 and form.isascii() and form.isprintable() else None
 
 
-#: Code point -> the ASCII code point it stands for (a ``str.translate`` table).
-ASCII_FORMS: Final = {c: a for lo, hi in _BLOCKS for c in range(lo, hi + 1)
-                      if (a := _ascii_form(chr(c))) is not None and a != c}
-#: Finds a character of :data:`ASCII_FORMS`.
-HAS_FORMS: Final = re.compile(
-    "[" + "".join(re.escape(chr(c)) for c in sorted(ASCII_FORMS)) + "]")
+@functools.cache
+def ascii_forms() -> dict[int, int]:
+    """Code point -> the ASCII code point it stands for (a ``str.translate`` table); made
+    at the first text that is not ASCII (~10 ms), not at import."""
+    return {c: a for lo, hi in _BLOCKS for c in range(lo, hi + 1)
+            if (a := _ascii_form(chr(c))) is not None and a != c}
+
+
+@functools.cache
+def _has_forms() -> re.Pattern[str]:
+    """Finds a character of :func:`ascii_forms`."""
+    return re.compile("[" + "".join(re.escape(chr(c)) for c in sorted(ascii_forms())) + "]")
 
 
 def as_ascii(text: str) -> str:
     """``text`` with each compatibility form of an ASCII character read as that
     character (the same length: positions are kept)."""
-    if text.isascii() or HAS_FORMS.search(text) is None:
+    if text.isascii() or _has_forms().search(text) is None:
         return text
-    return text.translate(ASCII_FORMS)
+    return text.translate(ascii_forms())
