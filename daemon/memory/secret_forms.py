@@ -52,8 +52,17 @@ def ascii_forms() -> dict[int, int]:
 
 @functools.cache
 def _has_forms() -> re.Pattern[str]:
-    """Finds a character of :func:`ascii_forms`."""
-    return re.compile("[" + "".join(re.escape(chr(c)) for c in sorted(ascii_forms())) + "]")
+    """Finds a character of :func:`ascii_forms`. Written as ranges of code points: a
+    class of single characters beyond the BMP is tried one by one at each position of
+    the text (~1 us a character, seconds for a long Chinese turn), ~100 ranges are not."""
+    runs: list[list[int]] = []
+    for c in sorted(ascii_forms()):
+        if runs and runs[-1][1] == c - 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return re.compile("[" + "".join(re.escape(chr(lo)) + "-" + re.escape(chr(hi))
+                                    for lo, hi in runs) + "]")
 
 
 def as_ascii(text: str) -> str:
