@@ -39,6 +39,7 @@ from typing import Any, Literal
 import orjson
 import pytest
 import trio
+from clirun import use_fork_servers
 from fakes.provider_server import FakeProvider
 from forkserver import ForkedProcess, ForkServers, pidfds_work
 
@@ -338,9 +339,11 @@ def fork_servers() -> Iterator[ForkServers | None]:
         yield None
         return
     servers = ForkServers()
+    use_fork_servers(servers)  # the ``recalld`` commands of tests/clirun.py too
     try:
         yield servers
     finally:
+        use_fork_servers(None)
         servers.close()
 
 

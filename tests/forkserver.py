@@ -21,9 +21,14 @@ not the libraries a test looks for in a daemon's maps (hnswlib, the database dri
 those stay the daemon's own choice. What a daemon imports when is checked on a real
 ``exec`` (test_first_use_imports).
 
+The server also forks the ``recalld`` command for tests/clirun.py: the command's modules
+are loaded with the daemon's, and a child runs ``recalld.ipc.cli.main`` on the request's
+descriptors as the console script runs it (:func:`_cli_child`).
+
 The protocol, on a ``SOCK_SEQPACKET`` socket pair: a request is one message, JSON
-``{"argv", "env", "cwd"}`` with two descriptors (the log file, the write end of a status
-pipe); the answer is the child's pid. When the child ends, the server writes its wait
+``{"argv", "env", "cwd"}`` (and ``"cli": true`` for a command) with its descriptors (a
+daemon's log file, or a command's stdin, stdout and stderr) and last the write end of a
+status pipe; the answer is the child's pid. When the child ends, the server writes its wait
 status to the status pipe and closes it. The worker side is :class:`ForkedProcess`, which
 signals through a pidfd (no pid-reuse race) and answers ``poll``/``wait`` like ``Popen``.
 """
@@ -122,6 +127,7 @@ class ForkServer:
     def __init__(self, env: Mapping[str, str], *, script: str = __file__) -> None:
         """``script``: the server's program (it runs ``_serve``), this module by default."""
         self._lock = threading.Lock()  # one request in flight: answers come in order
+        self.env = dict(env)
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
             self.proc = subprocess.Popen(
@@ -130,19 +136,31 @@ class ForkServer:
             )
 
     def spawn(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> ForkedProcess:
+        """A daemon, its output (stdout and stderr) appended to ``log_path``."""
+        with open(log_path, "ab") as log:
+            return self._request({"argv": list(argv), "env": dict(env), "cwd": os.getcwd()},
+                                 [log.fileno()], argv)
+
+    def spawn_cli(self, argv: Sequence[str], env: Mapping[str, str],
+                  stdio: Sequence[int]) -> ForkedProcess:
+        """The ``recalld`` command with ``argv`` (its arguments), on the descriptors
+        ``stdio`` (stdin, stdout, stderr)."""
+        request = {"cli": True, "argv": list(argv), "env": dict(env), "cwd": os.getcwd()}
+        return self._request(request, list(stdio), ["recalld", *argv])
+
+    def _request(self, request: dict[str, Any], fds: list[int],
+                 args: Sequence[str]) -> ForkedProcess:
         status_r, status_w = os.pipe()
-        request = orjson.dumps({"argv": list(argv), "env": dict(env), "cwd": os.getcwd()})
         with self._lock:
             try:
-                with open(log_path, "ab") as log:
-                    socket.send_fds(self._sock, [request], [log.fileno(), status_w])
+                socket.send_fds(self._sock, [orjson.dumps(request)], [*fds, status_w])
             finally:
                 os.close(status_w)
-            answer, fds, _, _ = socket.recv_fds(self._sock, 64, 1)
+            answer, pidfds, _, _ = socket.recv_fds(self._sock, 64, 1)
         if not answer:
             os.close(status_r)
             raise RuntimeError(f"the fork server exited with {self.proc.wait()}")
-        return ForkedProcess(int(answer), fds[0], status_r, argv)
+        return ForkedProcess(int(answer), pidfds[0], status_r, args)
 
     def close(self) -> None:
         self._sock.close()  # the server ends when it reads the end of its socket
@@ -167,6 +185,12 @@ class ForkServers:
             server = self._servers[key] = ForkServer(env)
         return server.spawn(argv, env, log_path)
 
+    def running(self, env: Mapping[str, str]) -> ForkServer | None:
+        """The server already running for ``env``'s startup environment, if any (a
+        command is not worth starting one for)."""
+        server = self._servers.get(startup_environment(env))
+        return server if server is not None and server.proc.poll() is None else None
+
     def close(self) -> None:
         for server in self._servers.values():
             server.close()
@@ -182,6 +206,10 @@ class ForkServers:
 #: choice: the database driver (``recalld.daemon.remote``) and hnswlib, which tests look
 #: for in its maps.
 _FIRST_USE_SKIPPED = ("recalld.daemon.remote",)
+#: The command's modules are loaded for the commands forked from the server
+#: (:meth:`ForkServer.spawn_cli`), but not the bridges to the MCP and AgentScope SDKs nor
+#: ``__main__`` (which runs the command).
+_CLI_SKIPPED = ("recalld.ipc.mcp", "recalld.ipc.agentscope", "recalld.ipc.__main__")
 
 
 def _preload() -> Any:
@@ -204,6 +232,11 @@ def _preload() -> Any:
             importlib.import_module(info.name)
     for name in ("aiohttp", "croniter"):
         importlib.import_module(name)
+    import recalld.ipc
+
+    for info in pkgutil.walk_packages(recalld.ipc.__path__, "recalld.ipc."):
+        if not info.name.startswith(_CLI_SKIPPED):
+            importlib.import_module(info.name)
     gc.freeze()
     gc.enable()
     return main_mod
@@ -256,6 +289,61 @@ def _child(main_mod: Any, request: dict[str, Any], log_fd: int, keep_closed: lis
             os._exit(code)
 
 
+def _new_stdio() -> None:
+    """Text streams on descriptors 0-2 as an interpreter makes them at its start (the
+    server's were made for its own descriptors: a file's seek position, no pipe)."""
+    import io
+
+    write_through = bool(os.environ.get("PYTHONUNBUFFERED"))
+    encoding = sys.stdout.encoding
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(
+        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding, sys.stdin.errors)
+    for fd, name, errors in ((1, "stdout", sys.stdout.errors), (2, "stderr", "backslashreplace")):
+        raw = io.FileIO(fd, "w", closefd=False)
+        stream = io.TextIOWrapper(io.BufferedWriter(raw), encoding, errors,
+                                  line_buffering=raw.isatty() or fd == 2,
+                                  write_through=write_through)
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
+def _cli_child(request: dict[str, Any], stdio: list[int], keep_closed: list[int]) -> None:
+    """In the forked child: run the ``recalld`` command as its console script does, on
+    the request's arguments, environment and descriptors; never returns."""
+    code: int = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in keep_closed:
+            os.close(fd)
+        os.chdir(request["cwd"])
+        for target, fd in enumerate(stdio):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        _new_stdio()
+        sys.argv = [str(Path(sys.executable).parent / "recalld"), *request["argv"]]
+        from recalld.ipc.cli import main
+
+        code = main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except OSError:
+            code = 120  # as the interpreter exits when its last flush fails
+        finally:
+            os._exit(code)
+
+
 def _serve(fd: int) -> None:
     main_mod = _preload()
     sock = socket.socket(fileno=fd)
@@ -281,15 +369,19 @@ def _serve(fd: int) -> None:
                         os.write(fd_w, str(wait_status).encode())
                     os.close(fd_w)
         if sock in ready:
-            msg, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST_BYTES, 2)
+            msg, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST_BYTES, 4)
             if not msg:
                 return
-            log_fd, status_w = fds
+            *given, status_w = fds
+            request = orjson.loads(msg)
             pid = os.fork()
             if pid == 0:
-                _child(main_mod, orjson.loads(msg),
-                       log_fd, [sock.fileno(), wake_r, wake_w, status_w, *status.values()])
-            os.close(log_fd)
+                keep_closed = [sock.fileno(), wake_r, wake_w, status_w, *status.values()]
+                if request.get("cli"):
+                    _cli_child(request, given, keep_closed)
+                _child(main_mod, request, given[0], keep_closed)
+            for fd in given:
+                os.close(fd)
             status[pid] = status_w
             # Opened before the child can be reaped (here, later): it names this child.
             pidfd = os.pidfd_open(pid)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import trio
+from clirun import run_recalld
 from conftest import DaemonFactory, DaemonHandle
 from waits import wait_gone, wait_log
 
@@ -26,9 +27,7 @@ SCRIPT = Path(sys.executable).parent / "recalld"
 def recalld(
     *args: str, env: dict[str, str], timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "recalld.ipc"]
-    return subprocess.run([*cmd, *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+    return run_recalld(args, env=env, timeout=timeout)
 
 
 def as_json(proc: subprocess.CompletedProcess[str]) -> Any:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from clirun import run_recalld
 from conftest import DaemonFactory, DaemonHandle
 from waits import wait_for
 
@@ -23,9 +24,7 @@ SCRIPT = Path(sys.executable).parent / "recalld"
 
 
 def recalld(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "recalld.ipc"]
-    return subprocess.run([*cmd, *args], env=env, capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL, check=False)
+    return run_recalld(args, env=env, timeout=120)
 
 
 def test_a_workspace_that_cannot_open_at_start_fails_alone(daemon_factory: DaemonFactory,

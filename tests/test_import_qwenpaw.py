@@ -8,12 +8,12 @@ import math
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import zstandard
+from clirun import run_recalld
 from conftest import DaemonHandle
 from reme_fixture_util import (
     BASE_URL,
@@ -35,10 +35,8 @@ from recalld.ipc.mcp_bridge import Bridge
 
 
 def cli(d: DaemonHandle, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "recalld.ipc", "--socket", str(d.socket_path), *args],
-        env={**d.env, "RECALLD_EMBEDDING_API_KEY": "k"}, capture_output=True, text=True,
-        timeout=300, input="", check=False)
+    return run_recalld(["--socket", str(d.socket_path), *args],
+                       env={**d.env, "RECALLD_EMBEDDING_API_KEY": "k"}, timeout=300)
 
 
 def agent_json(batch: int = 4) -> dict[str, Any]:

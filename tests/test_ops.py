@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 import trio
+from clirun import run_recalld
 from conftest import DaemonHandle
 from waits import wait_value, workspace_status
 
@@ -28,10 +29,8 @@ from recalld.daemon.workspaces import Workspace
 
 def cli(d: DaemonHandle, *args: str, stdin: str | None = None,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "recalld.ipc", "--socket", str(d.socket_path), *args],
-        env=env or d.env, capture_output=True, text=True, timeout=60,
-        input=stdin if stdin is not None else "", check=False)
+    return run_recalld(["--socket", str(d.socket_path), *args], env=env or d.env,
+                       input=stdin)
 
 
 def note(d: DaemonHandle, rel: str, text: str, agent: str = "default") -> Path:

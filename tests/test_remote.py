@@ -12,13 +12,12 @@ import hashlib
 import os
 import re
 import signal
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from clirun import run_recalld
 from conftest import DaemonFactory, DaemonHandle
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from waits import wait_for
@@ -85,9 +84,7 @@ def pair(daemon_factory: DaemonFactory, pg: PgServer, extra: str = "", settings:
 
 
 def cli(d: DaemonHandle, *args: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "recalld.ipc.cli", "--socket",
-                           str(d.socket_path), *args], capture_output=True, text=True,
-                          env=d.env, timeout=60, check=False)
+    proc = run_recalld(["--socket", str(d.socket_path), *args], env=d.env)
     return proc.stdout + proc.stderr
 
 
