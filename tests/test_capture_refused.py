@@ -16,7 +16,7 @@ from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 from test_auto_memory import add, turn
 from test_dream import AGENT, open_ws, run_job
 
-from recalld.daemon.index.frontmatter import parse_frontmatter, unreadable_block
+from recalld.daemon.index.frontmatter import body_of, parse_frontmatter, unreadable_block
 
 DAY = dt.date.today().isoformat()
 
@@ -163,3 +163,37 @@ def test_a_frontmatter_key_that_would_not_read_back_is_refused(
         "index.md", "owls.md"]
     fields, _ = parse_frontmatter((root / note).read_text(encoding="utf-8"))
     assert fields["session_id"] == "s" and fields["description"] == "birds"
+
+
+def test_a_frontmatter_value_that_would_read_back_otherwise_is_refused(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # Only keys were checked: a mapping's key with a colon read back as another mapping,
+    # one named "#" as a comment, a list in a list as its text; the note took them.
+    root = tmp_path / "ws"
+    open_ws(daemon, root, fake)
+    note = f"memory/{DAY}/otters.md"
+    fake.script(calls(("daily_write", {"name": "otters", "description": "river",
+                                       "content": "- Counts otters on the river"})), saved())
+    add(daemon, "s", turn("I count otters on the river."), agent_id=AGENT)
+    assert run_job(daemon, "auto_memory", {"session_id": "s"})["state"] == "succeeded"
+    before = (root / note).read_text(encoding="utf-8")
+    bad = [{"seen": {"river: Aare": 3}}, {"seen": {"#": 3}}, {"seen": [["Aare", 3]]},
+           {"seen": {"spots": {"Aare": 3}}}, {"seen": {"-": 3}}]
+    fake.script(calls(("daily_write", {"name": "otters",
+                                       "content": "- Counts otters on the river"}),
+                      *(("frontmatter_update", {"path": note, "changes": changes})
+                        for changes in bad),
+                      ("frontmatter_update", {"path": note, "changes": {
+                          "seen": {"Aare": 3, "Reuss": True}}})), saved())
+    add(daemon, "s", turn("Three otters in the Aare."), agent_id=AGENT)
+    job = run_job(daemon, "auto_memory", {"session_id": "s"})
+    assert job["state"] == "succeeded", job
+    told = [m["content"] for m in fake.requests[-1].json["messages"] if m["role"] == "tool"]
+    assert len(told) == 7 and all("would not read back the value of 'seen'" in t
+                                  for t in told[1:5]), told
+    assert "would not read back with the key 'seen'" in told[5], told  # no block at all
+    assert not told[6].startswith("error"), told
+    after = (root / note).read_text(encoding="utf-8")
+    assert parse_frontmatter(after)[0] == {**parse_frontmatter(before)[0],
+                                           "seen": {"Aare": 3, "Reuss": True}}
+    assert body_of(after)[0] == body_of(before)[0]

@@ -27,6 +27,7 @@ never raises (except cancellation); both are in :mod:`filetools`.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
 import re
@@ -336,6 +337,15 @@ class FileOps:
                     f"the frontmatter would not read back with the key {lost[0]!r}: keys are "
                     "words (letters, digits, _ . -), with no colon or spaces around them; "
                     "nothing was changed")
+            # A value can read back as another ({"k: x": 1} as {"k": "x: 1"}, a nested
+            # list as its text), or take the keys around it with it ({"": 1}).
+            wanted = {**parse_frontmatter(before)[0], **edits}
+            if other := [k for k, v in wanted.items()
+                         if v is not DELETE and _json(fields.get(k)) != _json(v)]:
+                raise InvalidParams(
+                    f"the frontmatter would not read back the value of {other[0]!r} as "
+                    "written: values are text, numbers, true/false, or lists or mappings "
+                    "(of word keys) of those; nothing was changed")
             result = await self._publish(rel, before, after)
         await self._searchable()
         return result
@@ -460,6 +470,11 @@ def fileops_for(ws: Workspace, *, policy: WritePolicy | None = None,
         lock=services.write_lock, sync=services.index.sync,
         session_id=session_id, today=today,
     )
+
+
+def _json(value: object) -> str:
+    """``value`` as canonical JSON, for comparing values by type as well (1 is not true)."""
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def _keep_fields(fields: JsonObject, old_fields: JsonObject) -> None:
