@@ -197,3 +197,34 @@ def test_a_frontmatter_value_that_would_read_back_otherwise_is_refused(
     assert parse_frontmatter(after)[0] == {**parse_frontmatter(before)[0],
                                            "seen": {"Aare": 3, "Reuss": True}}
     assert body_of(after)[0] == body_of(before)[0]
+
+
+def test_a_tool_name_in_a_namespace_is_that_tool(daemon: DaemonHandle, fake: FakeProvider,
+                                                 tmp_path: Path) -> None:
+    # Models trained on OpenAI's harmony or Codex formats call "functions.daily_write",
+    # Gemini "default_api.daily_write": refused as unknown, their notes were never written.
+    root = tmp_path / "ws"
+    open_ws(daemon, root, fake)
+    note = f"memory/{DAY}/herons.md"
+    fake.script(calls(("functions.remember", {"fact": "Herons"}),
+                      ("other.daily_write", {"name": "herons", "content": "- Herons"}),
+                      ("functions.functions.daily_write", {"name": "herons",
+                                                           "content": "- Herons"}),
+                      ("functions.daily_write", {"name": "herons", "description": "birds",
+                                                 "content": "- Photographs herons"}),
+                      ("tools.read", {"path": note}),
+                      ("default_api.edit", {"path": note, "old": "- Photographs herons",
+                                            "new": "- Photographs grey herons"}),
+                      ("tools.frontmatter_update", {"path": note,
+                                                    "changes": {"place": "lake"}})), saved())
+    add(daemon, "s", turn("I photograph grey herons at the lake."), agent_id=AGENT)
+    job = run_job(daemon, "auto_memory", {"session_id": "s"})
+    assert job["state"] == "succeeded" and pending(daemon, "s") == 0, job
+    told = [m["content"] for m in fake.requests[-1].json["messages"] if m["role"] == "tool"]
+    assert [t.startswith("error: unknown tool") for t in told] == [
+        True, True, True, False, False, False, False], told
+    text = (root / note).read_text(encoding="utf-8")
+    assert "- Photographs herons" in told[4], told[4]  # read before the edit
+    fields, _ = parse_frontmatter(text)
+    assert fields["session_id"] == "s" and fields["place"] == "lake"
+    assert body_of(text)[0].strip() == "- Photographs grey herons"

@@ -54,6 +54,9 @@ _BROKEN_FRONTMATTER = (
     "the content starts with a frontmatter block (---) that cannot be read (a duplicate "
     "key, a quote or the block left open); nothing was written. Give name and "
     "description as arguments and write only the Markdown body in content")
+#: What some models put before a tool's name: ``functions.`` (models trained on OpenAI's
+#: harmony and Codex formats), ``tools.``, ``default_api.`` (Gemini's code-style calls).
+TOOL_NAMESPACES = ("functions", "tools", "default_api")
 _NO_TEXT = ("error: the content holds no text; nothing was written. Write the facts as "
             "Markdown bullet points; if nothing is worth remembering, call no tool")
 _BROKEN_BY_EDIT = ("this edit would leave the note's frontmatter unreadable (a duplicate "
@@ -162,7 +165,14 @@ class SessionTools:
             return f"{rel} is not this conversation's note"
         return None
 
+    def tool_name(self, name: str) -> str:
+        """The tool ``name`` means: one of :attr:`NAMES` after one of
+        :data:`TOOL_NAMESPACES` is that tool; any other name is itself."""
+        namespace, dot, bare = name.partition(".")
+        return bare if dot and namespace in TOOL_NAMESPACES and bare in self.NAMES else name
+
     async def __call__(self, name: str, arguments: Mapping[str, object]) -> str:
+        name = self.tool_name(name)
         if name == "read":
             return await self._call(name, arguments)
         try:
