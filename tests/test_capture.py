@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.provider_server import FakeProvider, Gate, Reply, chat_answer
+from fakes.provider_server import FakeProvider, Gate, Reply, chat_answer, tool_call
 from test_auto_memory import add, done, turn, write_note
 from waits import ACTIVE, wait_for, wait_job
 
@@ -96,6 +96,42 @@ def test_turns_of_a_failed_job_are_written_by_a_retry(daemon_factory: Any,
     assert add(d, "s1", [])["pending_turns"] == 0
     dialog = (root / "mem_session/dialog/s1.jsonl").read_text().splitlines()
     assert sum("fern" in line for line in dialog) == 1
+
+
+def test_retries_stop_after_failed_runs_until_a_new_turn(daemon_factory: Any,
+                                                         fake: FakeProvider,
+                                                         tmp_path: Path) -> None:
+    # A model that always calls a tool it does not have fails every run: the session was
+    # submitted again every hour for ever, the provider paid each time.
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, idle_s=0.02))
+
+    def refused(body: Any) -> Reply:
+        if any(m.get("role") == "tool" for m in body.get("messages", [])):
+            return done("All saved to memory.")
+        return Reply(json=chat_answer(None, [tool_call("remember", {"fact": "owls"})]))
+
+    fake.reply_for = refused
+    add(d, "s1", turn("I watch owls at dusk."))
+
+    def stopped() -> list[str]:
+        return [r for r in health(d).get("reasons", []) if "not tried again" in r]
+
+    (reason,) = wait_for(stopped, "health saying the retries stopped")
+    assert "unknown tool 'remember'" in reason and "6 failed runs" in reason, reason
+    jobs = sorted(memory_jobs(d), key=lambda j: j["submitted_at"])
+    assert [(j["params"]["trigger"], j["state"]) for j in jobs] == [
+        ("idle", "failed")] + [("retry", "failed")] * 5, jobs
+    ws = next(w for w in d.call("daemon.status")["workspaces"] if w["agent_id"] == "w")
+    assert ws["capture"]["retries_stopped"] == 1 and ws["capture"]["waiting_messages"] == 2
+    # A new turn (here with a flush) submits them all again, and a model that writes saves.
+    fake.reply_for = None
+    fake.script(write_note("owls", "- Watches owls at dusk"), done())
+    job = wait_job(d, add(d, "s1", turn("A barn owl tonight."), flush=True)["job_id"])
+    assert job["state"] == "succeeded" and job["result"]["turns"] == 4, job
+    assert "owls at dusk" in notes(root)[0].read_text()
+    assert add(d, "s1", [])["pending_turns"] == 0
+    wait_for(lambda: health(d)["state"] == "clean", "health clean again")
 
 
 def test_graceful_stop_writes_pending_turns(daemon_factory: Any, fake: FakeProvider,

@@ -17,7 +17,10 @@ while the idle flush is on, the session is looked at again ``auto_memory_idle_s`
 each submission (and after a flush found its turns covered by a job submitted before a
 restart or a reopening of the workspace) and, if its turns still wait with no job under
 way, submitted again (trigger ``retry``), the wait doubling up to an hour while the
-failures go on.
+failures go on. After ``MAX_FAILED_RUNS`` failed runs in a row (a model that always
+answers what cannot be saved would be paid every hour for ever) the retries stop: the
+turns stay pending, ``health`` says so, and a new turn, a flush, or a restart or reopening
+of the workspace (a new chat model, say) submits them again.
 
 Turns found on disk when the workspace opens (a crash between a turn's acknowledgement
 and its note) count as active at that moment, so the idle flush writes them after
@@ -51,6 +54,9 @@ log = logging.getLogger(__name__)
 
 #: The longest wait between two retries of a session whose auto_memory jobs fail.
 RETRY_CAP_S = 3600.0
+#: Failed runs in a row after which a session's turns are not retried (a few hours of
+#: retries at the default idle time) until a new turn or a flush submits them.
+MAX_FAILED_RUNS = 6
 #: What asks for an auto_memory job (its ``trigger`` param and change log field).
 TRIGGERS = ("interval", "flush", "idle", "stop", "retry")
 #: The params an ``auto_memory`` job takes (``jobs.submit`` and :meth:`SessionFlusher.submit`).
@@ -85,6 +91,8 @@ class SessionFlusher:
         #: Sessions with a job submitted: when to look whether their turns still wait,
         #: and how many jobs in a row were submitted for them.
         self._retry: dict[str, tuple[float, int]] = {}
+        #: Sessions whose retries stopped after MAX_FAILED_RUNS failed runs in a row.
+        self._stopped: set[str] = set()
         self._wake = trio.Event()
         #: auto_memory jobs the idle flush submitted (status ``idle_flushes``).
         self.idle_flushes = 0
@@ -116,6 +124,7 @@ class SessionFlusher:
                                          "trigger": trigger})
         await self.store.mark_submitted(session_id, upto, job_id, request_id,
                                         answer(job_id) if answer is not None else {})
+        self._stopped.discard(session_id)
         idle_s = self._idle_s()
         if math.isinf(idle_s):  # no timed flush at all, no retry either
             self._retry.pop(session_id, None)
@@ -208,6 +217,12 @@ class SessionFlusher:
                 del self._retry[session_id]  # all written (or nothing can write them)
             elif self.job_active(added.last_job_id):
                 self._retry[session_id] = (now + self._idle_s(), attempts)
+            elif attempts >= MAX_FAILED_RUNS:
+                del self._retry[session_id]
+                self._stopped.add(session_id)
+                log.warning("auto_memory of %s/%s failed %d times in a row; not retried "
+                            "until a new turn or a flush", self.ws.agent_id, session_id,
+                            attempts)
             else:
                 log.info("auto_memory of %s/%s: the last job left %d message(s) "
                          "pending; submitting again", self.ws.agent_id, session_id,
@@ -260,6 +275,11 @@ class SessionFlusher:
             return (f"the last auto_memory job left them pending "
                     f"({self._last_error(retried) or 'not finished'}); "
                     f"next try in {max(due, 0):.0f} s")
+        if stopped := [s for s in sessions if s in self._stopped]:
+            return (f"the last auto_memory job left them pending "
+                    f"({self._last_error(stopped) or 'not finished'}); not tried again "
+                    f"after {MAX_FAILED_RUNS} failed runs in a row: a new turn, a flush or "
+                    "a restart submits them")
         idle = self.ws.settings.auto_memory_idle_s
         interval = self.ws.settings.auto_memory_interval
         triggers = ([f"{interval} user turns"] if interval else []) + (
@@ -301,6 +321,7 @@ class SessionFlusher:
             "idle_s": self.ws.settings.auto_memory_idle_s,
             "idle_flushes": self.idle_flushes,
             "idle_covered": self.idle_covered,
+            "retries_stopped": len(self._stopped & set(self.store.sessions_pending())),
             "waiting_messages": waiting.messages if waiting else 0,
             "waiting_sessions": waiting.sessions if waiting else 0,
             "reason": waiting.reason if waiting else None,
