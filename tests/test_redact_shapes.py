@@ -8,6 +8,7 @@ import pytest
 from test_redact import (
     ANTHROPIC,
     AWS_ID,
+    AWS_SECRET,
     GITHUB,
     GITHUB_PAT,
     GOOGLE,
@@ -29,6 +30,20 @@ def test_a_prefixed_token_glued_to_a_name_is_masked(secret: str) -> None:
         assert secret not in redact(text), text
     for text in ("lightgbm_ghp_estimator", "task-sk-12", "risk-sk-model",
                  "AKIAKIA_settings_module"):
+        assert redact(text) == text
+
+
+@pytest.mark.parametrize("secret", [OPENAI, AWS_ID, AWS_SECRET, GITHUB, SLACK, STRIPE, JWT])
+def test_a_token_after_an_escaped_character_is_masked(secret: str) -> None:
+    """An escape ends in a letter or digit, yet the token after it stands apart: a
+    percent-encoded query in a URL, quoted-printable mail, a JSON or C string's escape."""
+    for text in (f"https://app.example/cb?next=%2Fhome%3Ftoken%3D{secret}%26x%3D1",
+                 f"q=a%20b%0A{secret}", f"token=3D{secret}", f'{{"log": "line\\n{secret}"}}',
+                 f"cols\\t{secret}", f"\\u0022{secret}\\u0022", f"s = '\\x3d{secret}'"):
+        out = redact(text)
+        assert secret not in out and MASK in out, text
+    for text in ("100%ABghp_estimator", "C:\\new\\tmp\\notes", "50%2Fday\\nAKIAKIA_settings",
+                 "nnnghp_estimator_of_the_light_model_01"):
         assert redact(text) == text
 
 

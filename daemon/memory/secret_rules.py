@@ -10,7 +10,8 @@ like, by its shape alone (``FORMAT_RULES``) or by a credential word next to it
   Mailchimp, Hugging Face, DigitalOcean, Shopify, Firebase, Terraform Cloud, Dynatrace,
   Databricks, Artifactory, NuGet, Atlassian, Bitbucket, Dropbox, 1Password and other
   vendors' prefixed tokens; a distinctive prefix is found joined to a name by ``-`` or
-  ``_`` too), JSON Web Tokens, webhook URLs, the password of
+  ``_`` too, and every token right after an escape: ``%3D``, ``=3D``, ``\\n``), JSON Web
+  Tokens, webhook URLs, the password of
   ``scheme://user:password@host`` URLs, a token as a URL's whole user part, and passwords
   on a command line (``mysql -pS3cret``, ``sshpass -p S3cret``, ``curl -u me:S3cret``,
   ``redis-cli -a S3cret``, ``docker login -p S3cret``); and any of these wrapped in base64
@@ -127,12 +128,18 @@ def token_runs(text: str) -> list[Span]:
 
 # -- format rules ------------------------------------------------------------------------
 
-_B = r"(?<![A-Za-z0-9_\-])"  # token start: not glued to a word before it
+#: An escaped character right before a token is where it starts, though the escape ends
+#: in a letter or digit: percent-encoding (``?next=%2Fcb%3Ftoken%3Dghp_...``),
+#: quoted-printable (``token=3Dghp_...``), and a backslash escape of a JSON or C string
+#: (``"line\\nghp_..."``, ``\\u0022ghp_...``, ``\\x3dghp_...``).
+_ESCAPED = (r"|(?<=%[0-9A-Fa-f]{2})|(?<==[0-9A-F]{2})|(?<=\\[abfnrtv0])"
+            r"|(?<=\\u[0-9A-Fa-f]{4})|(?<=\\x[0-9A-Fa-f]{2})")
+_B = r"(?:(?<![A-Za-z0-9_\-])" + _ESCAPED + ")"  # token start: not glued to a word before it
 _E = r"(?![A-Za-z0-9_\-])"  # token end
 #: The start and end of a token whose prefix no word or identifier holds (``ghp_``,
 #: ``AKIA``): it may be joined to words by ``-`` or ``_``, as in file names
 #: (``deploy-ghp_....txt``, ``key_AKIA...-old.md``).
-_P = r"(?<![A-Za-z0-9])"
+_P = r"(?:(?<![A-Za-z0-9])" + _ESCAPED + ")"
 _Q = r"(?![A-Za-z0-9])"
 
 
@@ -243,7 +250,7 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
     _regex_rule("aws_access_key_id", ("akia", "asia", "abia", "acca", "a3t"),
                 _P + r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}" + _Q),
     _regex_rule("aws_secret_key", (),
-                r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])",
+                r"(?:(?<![A-Za-z0-9/+=])" + _ESCAPED + r")[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])",
                 check=lambda v: ("//" not in v and v.count("/") + v.count("+") <= 6
                                  and all(classes(v)[:3]) and entropy_bits(v) >= 4.2)),
     _regex_rule("github", ("gh", "github_pat_"),
