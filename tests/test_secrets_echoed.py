@@ -93,5 +93,29 @@ def test_every_error_and_echoing_answer_masks_what_the_caller_sent(daemon_factor
     assert d.call("backup.create", {"agents": ["coder"], "out": str(plain)})["file"] \
         == str(plain)
     assert d.call("backup.verify", {"file": str(plain)})["file"] == str(plain)
+    _restore_of_a_masked_path(d, out)
     with pytest.raises(NotFound, match=r"no job 'a1b2c3d4e5f60718' in workspace 'coder'"):
         d.call("jobs.get", {"agent_id": "coder", "job_id": "a1b2c3d4e5f60718"})
+
+
+
+def _restore_of_a_masked_path(d: Any, out: Path) -> None:
+    """Every answer that carries a backup's path shows it as ``backup.create`` does: the
+    restore's rollback point (``backup.list``, ``backup.rollback``), and the archives of
+    the backups folder the caller named; the rollback point on disk holds no key."""
+    shown = str(out.parent / "bk-[REDACTED].zip")
+    assert TOKEN not in str(d.call("backup.restore", {"file": str(out)}))
+    folder = Path(d.call("backup.list")["dir"])
+    (folder / f"copy-{TOKEN}.zip").write_bytes(out.read_bytes())
+    listed = d.call("backup.list")
+    assert listed["rollback"]["restored_from"] == shown
+    copy = next(b for b in listed["backups"] if b["name"].startswith("copy-"))
+    assert copy["name"] == "copy-[REDACTED].zip" and copy["agents"] == ["coder"], copy
+    assert copy["file"] == str(folder / "copy-[REDACTED].zip")
+    assert TOKEN not in str(listed), listed
+    assert TOKEN not in (folder / "rollback.json").read_text()
+    rolled = d.call("backup.rollback")
+    assert rolled["rolled_back"]["restored_from"] == shown
+    assert TOKEN not in str(rolled), rolled
+    # The archive is still found by the name the caller gave it.
+    assert d.call("backup.verify", {"file": f"copy-{TOKEN}.zip"})["ok"] is True

@@ -42,7 +42,7 @@ from recalld.daemon.rpc.backup_create import (
 )
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Methods, Params
-from recalld.daemon.rpc.echo import echoed_path
+from recalld.daemon.rpc.echo import echoed, echoed_path
 from recalld.daemon.rpc.restore_config import (
     closed_home,
     config_to_restore,
@@ -128,6 +128,10 @@ def ops_methods() -> Methods:
         Params(params).done()
         folder = backups_dir(ctx.state)
         items = await trio.to_thread.run_sync(list_backups, folder) if folder.is_dir() else []
+        for item in items:  # a name the caller gave an archive there, shown as it is shown
+            item["file"], item["name"] = echoed_path(str(item["file"])), echoed(str(item["name"]))
+            if isinstance(item.get("note"), str):  # an archive's own, made elsewhere perhaps
+                item["note"] = echoed(str(item["note"]))
         return {"dir": str(folder), "backups": items, "rollback": read_record(ctx.state)}
 
     @methods.add("backup.verify", positional=("file",))
@@ -256,7 +260,7 @@ def ops_methods() -> Methods:
                                    exc.data) from None
                 had_config = "config.toml" in snap["daemon"]
                 record = {"snapshot": snap["file"], "agents": chosen, "created": time.time(),
-                          "restored_from": str(path),
+                          "restored_from": echoed_path(str(path)),
                           "config": ("kept" if not replacing else
                                      "replaced" if had_config else "added")}
                 await trio.to_thread.run_sync(lambda: write_record(state, record))

@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 
 from recalld.daemon.rpc.dispatch import DaemonState, JsonObject
+from recalld.daemon.rpc.echo import echoed_path
 from recalld.daemon.store.errors import StorageError
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, read_verified
 
@@ -34,6 +35,8 @@ def read_record(state: DaemonState) -> JsonObject | None:
     if not isinstance(record, dict) or not isinstance(record.get("snapshot"), str) or (
             not isinstance(record.get("agents"), list)):
         return None
+    if isinstance(record.get("restored_from"), str):  # as written before it was masked
+        record["restored_from"] = echoed_path(record["restored_from"])
     return record
 
 
