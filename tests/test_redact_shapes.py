@@ -38,7 +38,8 @@ def test_a_token_after_an_escaped_character_is_masked(secret: str) -> None:
     """An escape ends in a letter or digit, yet the token after it stands apart: a
     percent-encoded query in a URL, quoted-printable mail, a JSON or C string's escape."""
     for text in (f"https://app.example/cb?next=%2Fhome%3Ftoken%3D{secret}%26x%3D1",
-                 f"q=a%20b%0A{secret}", f"token=3D{secret}", f'{{"log": "line\\n{secret}"}}',
+                 f"q=a%20b%0A{secret}", f"cb%3Fnext%3D%252Fa%253Ftoken%253D{secret}",
+                 f"token=3D{secret}", f'{{"log": "line\\n{secret}"}}',
                  f"cols\\t{secret}", f"\\u0022{secret}\\u0022", f"s = '\\x3d{secret}'"):
         out = redact(text)
         assert secret not in out and MASK in out, text

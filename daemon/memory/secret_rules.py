@@ -129,11 +129,11 @@ def token_runs(text: str) -> list[Span]:
 # -- format rules ------------------------------------------------------------------------
 
 #: An escaped character right before a token is where it starts, though the escape ends
-#: in a letter or digit: percent-encoding (``?next=%2Fcb%3Ftoken%3Dghp_...``),
-#: quoted-printable (``token=3Dghp_...``), and a backslash escape of a JSON or C string
-#: (``"line\\nghp_..."``, ``\\u0022ghp_...``, ``\\x3dghp_...``).
-_ESCAPED = (r"|(?<=%[0-9A-Fa-f]{2})|(?<==[0-9A-F]{2})|(?<=\\[abfnrtv0])"
-            r"|(?<=\\u[0-9A-Fa-f]{4})|(?<=\\x[0-9A-Fa-f]{2})")
+#: in a letter or digit: percent-encoding, once or twice (``?next=%2Fcb%3Ftoken%3Dghp_...``,
+#: ``%253D``), quoted-printable (``token=3Dghp_...``), and a backslash escape of a JSON
+#: or C string (``"line\\nghp_..."``, ``\\u0022ghp_...``, ``\\x3dghp_...``).
+_ESCAPED = (r"|(?<=%[0-9A-Fa-f]{2})|(?<=%25[0-9A-Fa-f]{2})|(?<==[0-9A-F]{2})"
+            r"|(?<=\\[abfnrtv0])|(?<=\\u[0-9A-Fa-f]{4})|(?<=\\x[0-9A-Fa-f]{2})")
 _B = r"(?:(?<![A-Za-z0-9_\-])" + _ESCAPED + ")"  # token start: not glued to a word before it
 _E = r"(?![A-Za-z0-9_\-])"  # token end
 #: The start and end of a token whose prefix no word or identifier holds (``ghp_``,
