@@ -406,17 +406,35 @@ URL_QUERY_SECRET = re.compile(
     r"[^=&#\s]*=)[^&#\s]*")
 
 
+#: A URL's user name (before its password, if any): a token may stand there
+#: (``https://<token>@host``, GitHub's ``https://ghp_...:x-oauth-basic@github.com``).
+_URL_USER = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)([^:/?#@]+)(?=(?::[^/?#]*)?@)")
+
+
+def _without_user_token(url: str, replacement: str) -> str:
+    """``url`` with its user name replaced where it looks like a token, as redaction
+    takes a URL's whole user part for one (random-looking, 16 characters or more)."""
+    from recalld.daemon.memory.secret_values import looks_random
+
+    m = _URL_USER.match(url)
+    if m is None or not looks_random(m[2], 16):
+        return url
+    return m[1] + replacement + url[m.end():]
+
+
 def url_without_secrets(url: str) -> str:
     """``url`` for a copy that must not hold its secrets (a backup without them): the
-    password of its user part and the values of query parameters named like a credential
-    (those :func:`mask_url` masks) emptied."""
+    password of its user part, a user name that looks like a token and the values of
+    query parameters named like a credential (those :func:`mask_url` masks) emptied."""
+    url = _without_user_token(url, "")
     return URL_QUERY_SECRET.sub(r"\1", _URL_USERINFO_SECRET.sub(r"\1:@", url))
 
 
 def mask_url(url: str) -> str:
-    """``url`` with a password in its user part and the values of query parameters named
-    like a credential (``key``, ``token``, ``secret``, ``password``, ``pwd``, ``auth``,
-    ``sig``, ...) as ``***``."""
+    """``url`` with a password in its user part, a user name that looks like a token and
+    the values of query parameters named like a credential (``key``, ``token``,
+    ``secret``, ``password``, ``pwd``, ``auth``, ``sig``, ...) as ``***``."""
+    url = _without_user_token(url, "***")
     return URL_QUERY_SECRET.sub(r"\1***", _URL_USERINFO_SECRET.sub(r"\1:***@", url))
 
 

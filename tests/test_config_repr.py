@@ -84,3 +84,23 @@ def test_a_url_password_holding_an_at_sign_is_masked_whole(url: str) -> None:
         assert "ub4" not in shown, shown
         assert httpx.URL(shown).host == httpx.URL(url).host
     assert "ub4" not in repr(config.ChatModelConfig(model_name="m", base_url=url))
+
+
+@pytest.mark.parametrize("url", [
+    "https://ghp_Aq8Lm2Rt5Vx9Bn3Kc7Hw1Jd4Fg6Ps0Ya2Ue5@llm.example.net/v1",
+    "https://ghp_Aq8Lm2Rt5Vx9Bn3Kc7Hw1Jd4Fg6Ps0Ya2Ue5:x-oauth-basic@llm.example.net/v1",
+    "https://b3Kx9Qw2Lm7Zr4Tp8Vn1@llm.example.net:8443/v1?region=eu",
+])
+def test_a_token_as_a_url_user_name_is_masked(url: str) -> None:
+    """A token may stand as the whole user part (HTTP Basic with the token as user):
+    shown, repr'd and backed up without it, as redaction masks it in a note."""
+    from recalld.daemon.backup_secrets import mask_secrets
+
+    token = httpx.URL(url).username
+    backed_up = mask_secrets(f'[chat_model_config]\nbase_url = "{url}"\n')
+    for shown in (config_rules.mask_url(url), config_rules.url_without_secrets(url),
+                  repr(config.ChatModelConfig(model_name="m", base_url=url)), backed_up):
+        assert token not in shown, shown
+        assert "llm.example.net" in shown
+    for plain in ("https://bob@llm.example.net/v1", "https://svc-account-name@h.example/v1"):
+        assert config_rules.mask_url(plain) == config_rules.url_without_secrets(plain) == plain
