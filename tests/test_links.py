@@ -24,6 +24,10 @@ from recalld.daemon.index.state import IndexState
 FILES = {"foo": "digest/wiki/foo.md", "Bar Baz": "digest/personal/Bar Baz.md",
          "digest/wiki/foo": "digest/wiki/foo.md"}
 
+
+def found(target: str, src: str) -> str | None:
+    return FILES.get(target)
+
 NOTE = """# Trip
 We met at [[foo]] and later [[Bar Baz|the bar]].
 See [[digest/wiki/foo#History]] and [[digest/procedure/deploy.md]].
@@ -38,7 +42,7 @@ Self link [[memory/2026-07-23/trip]] is dropped.
 
 
 def test_extract_links_kinds_lines_and_targets() -> None:
-    links = extract_links("memory/2026-07-23/trip.md", NOTE, FILES.get)
+    links = extract_links("memory/2026-07-23/trip.md", NOTE, found)
     got = [(lk.dst, lk.kind, lk.line, lk.heading, lk.alias, lk.resolved) for lk in links]
     assert got == [
         ("digest/wiki/foo.md", "link", 2, "", "", True),
@@ -57,13 +61,18 @@ def test_normalize_target() -> None:
     # its own suffix.
     assert normalize_target("digest/wiki/foo") == ("digest/wiki/foo.md", False)
     assert normalize_target("/digest/./wiki/foo.md") == ("digest/wiki/foo.md", False)
-    assert normalize_target("digest/wiki/foo", FILES.get) == ("digest/wiki/foo.md", True)
+    assert normalize_target("digest/wiki/foo", found) == ("digest/wiki/foo.md", True)
     assert normalize_target("resource/a.txt") == ("resource/a.txt", False)
     assert normalize_target("Kafka.md") == ("Kafka.md", False)
     assert normalize_target("../outside") == ("../outside", False)
-    assert normalize_target("foo", FILES.get) == ("digest/wiki/foo.md", True)
+    assert normalize_target("foo", found) == ("digest/wiki/foo.md", True)
     assert normalize_target("foo") == ("foo", False)
     assert normalize_target("  ") == ("", False)
+    # Relative to the linking note's folder, as Obsidian reads ./ and ../.
+    assert normalize_target("./kafka", None, "memory/d/a.md") == ("memory/d/kafka.md", False)
+    assert normalize_target("../e/plan", found, "memory/d/a.md") == ("memory/e/plan.md", False)
+    assert normalize_target("./foo", found, "digest/wiki/a.md") == ("digest/wiki/foo.md", True)
+    assert normalize_target("../../../up", None, "memory/d/a.md") == ("../../../up", False)
 
 
 def test_of_notes_alike_a_link_names_the_one_written() -> None:
@@ -76,6 +85,13 @@ def test_of_notes_alike_a_link_names_the_one_written() -> None:
     assert pick_note("notes/x", ["digest/notes/x.md", "notes/x.md", "a/notes/X.md"]) == "notes/x.md"
     assert pick_note("wiki/foo", ["digest/awiki/foo.md"]) is None
     assert pick_note("foo", []) is None
+    # None of the case written: the one beside the linking note, else the shortest
+    # path, else the first in code point order; whatever order they came in.
+    many = ["zz/KAFKA.md", "b/kafka.md", "a/Kafka.md", "memory/d/kafka.md"]
+    for paths in (many, many[::-1]):
+        assert pick_note("kAfKa", paths, "memory/d/n.md") == "memory/d/kafka.md"
+        assert pick_note("kAfKa", paths, "memory/e/n.md") == "a/Kafka.md"
+        assert pick_note("kafka", paths, "memory/e/n.md") == "b/kafka.md"
 
 
 def test_no_links_and_odd_brackets() -> None:
@@ -85,7 +101,7 @@ def test_no_links_and_odd_brackets() -> None:
 def test_a_link_in_a_table_cell_escapes_its_pipe() -> None:
     text = ("| when | what |\n| --- | --- |\n| Monday | [[foo\\|the foo]] |\n"
             "| Tuesday | [[Bar Baz#Menu \\| the menu]], [[digest/wiki/travel\\|trip]] |\n")
-    links = extract_links("memory/2026-07-23/week.md", text, FILES.get)
+    links = extract_links("memory/2026-07-23/week.md", text, found)
     assert [(lk.dst, lk.line, lk.heading, lk.alias, lk.resolved) for lk in links] == [
         ("digest/wiki/foo.md", 3, "", "the foo", True),
         ("digest/personal/Bar Baz.md", 4, "Menu", "the menu", True),
@@ -164,7 +180,7 @@ def test_graph_records_round_trip_through_json() -> None:
 def test_extracted_links_feed_the_graph() -> None:
     g = LinkGraph()
     g.add_file("memory/2026-07-23/trip.md", extract_links("memory/2026-07-23/trip.md", NOTE,
-                                                          FILES.get))
+                                                          found))
     assert "memory/2026-07-23/trip.md" in g.neighbours("digest/wiki/foo.md")
 
 

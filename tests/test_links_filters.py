@@ -1,12 +1,13 @@
-"""Link expansion under search filters: a neighbour the filters leave out is listed in the
-hit's links but its text is not shown."""
+"""Link expansion under search filters (a neighbour the filters leave out is listed in the
+hit's links but its text is not shown), and which note a link names among several."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import DaemonHandle
-from test_links_daemon import write
+from conftest import DaemonFactory, DaemonHandle
+from test_links_daemon import links_of, write
+from waits import wait_for, workspace_status
 
 
 def test_neighbours_pass_the_filters_the_hits_pass(daemon: DaemonHandle,
@@ -48,3 +49,42 @@ def test_neighbours_pass_the_filters_the_hits_pass(daemon: DaemonHandle,
     assert [r["path"] for r in answer["results"]] == ["memory/2026-08-01/standup.md"]
     assert answer["results"][0]["links"] == ["digest/wiki/kafka.md"]
     assert answer["expanded"] == []
+
+
+def test_a_name_of_several_notes_names_one_whatever_their_order(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # As Obsidian picks among notes of one name none of the case written: the one in
+    # the linking note's own folder, else the shortest path; not the last indexed.
+    root = tmp_path / "ws"
+    write(root, "memory/2026-08-01/plan.md", "# Plan\nplanword [[KAFKA]]\n")
+    write(root, "digest/wiki/kafka.md", "# Kafka\nwikiword\n")
+    config = f'[workspaces.w]\npath = "{root}"\n[daemon]\npersist_delay_s = 0.05\n'
+    d = daemon_factory(config)
+    assert links_of(d, "planword") == ["digest/wiki/kafka.md"]
+    # One beside the linking note, written later, takes the link.
+    write(root, "memory/2026-08-01/kafka.md", "# kafka\ndayword\n")
+    assert links_of(d, "planword") == ["memory/2026-08-01/kafka.md"]
+    write(root, "memory/2026-08-03/deep/er/kafka.md", "# kafka\ndeepword\n")
+    write(root, "memory/2026-08-02/other.md", "# Other\notherword [[KAFKA|k]]\n")
+    assert links_of(d, "otherword") == ["digest/wiki/kafka.md"]
+    # Relative to the linking note's folder, as Obsidian reads ./ and ../.
+    write(root, "memory/2026-08-02/rel.md",
+          "# Rel\nrelword [[./kafka]] [[../2026-08-01/plan|the plan]]\n")
+    assert links_of(d, "relword") == ["memory/2026-08-01/plan.md"]
+
+    def committed() -> bool:
+        index = (workspace_status(d, "w") or {}).get("index", {})
+        return bool(index.get("last_commit")) and not index.get("uncommitted_changes")
+
+    wait_for(committed, "the changes committed")
+    assert d.stop() == 0
+    d2 = daemon_factory(config, RECALLD_DATA_DIR=str(d.data_dir))
+    assert links_of(d2, "planword") == ["memory/2026-08-01/kafka.md",
+                                        "memory/2026-08-02/rel.md"]
+    assert links_of(d2, "otherword") == ["digest/wiki/kafka.md"]
+    # Saved, the links still take a note of their name that comes, or go when it goes.
+    write(root, "memory/2026-08-02/kafka.md", "# kafka\nsecondword\n")
+    assert links_of(d2, "otherword") == ["memory/2026-08-02/kafka.md"]
+    assert links_of(d2, "relword") == ["memory/2026-08-01/plan.md", "memory/2026-08-02/kafka.md"]
+    (root / "memory/2026-08-01/kafka.md").unlink()
+    assert links_of(d2, "planword") == ["digest/wiki/kafka.md", "memory/2026-08-02/rel.md"]

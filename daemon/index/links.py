@@ -4,14 +4,17 @@ Owns extraction (pure: text in, edges out) and ``LinkGraph``, an in-memory adjac
 directions used for link expansion of search results. No I/O: the graph is saved and loaded as a
 list of JSON-able records by the caller (``file_graph/default.jsonl.zst``).
 
-Targets are resolved as Obsidian resolves them, by the caller's ``resolve(target)``, which
-knows the workspace's notes: a bare name (``[[foo]]``, ``[[Foo.md]]``) names the note of that
-name in any folder, a target with a ``/`` the note at that path from the workspace root, else
-one whose path ends with it (``[[wiki/foo]]`` -> ``digest/wiki/foo.md``); ``.md`` optional,
-any case. Unresolved targets are kept as written, a path cleaned (``/a/./b`` -> ``a/b.md``; a
-file that is no note, ``[[resource/a.txt]]``, keeps its own suffix) and ``resolved`` false;
-the graph lists the sources waiting for each name (:meth:`LinkGraph.waiting_for`), so that
-the edge is resolved as soon as a note of that name is indexed (``IndexState.apply``), in
+Targets are resolved as Obsidian resolves them, by the caller's ``resolve(target, src)``,
+which knows the workspace's notes: a bare name (``[[foo]]``, ``[[Foo.md]]``) names the note
+of that name in any folder, a target with a ``/`` the note at that path from the workspace
+root, else one whose path ends with it (``[[wiki/foo]]`` -> ``digest/wiki/foo.md``),
+``./foo`` and ``../foo`` from the linking note's folder; ``.md`` optional, any case; of
+several, the one :func:`pick_note` picks, whatever order they came in. Unresolved targets
+are kept as written, a path cleaned (``/a/./b`` -> ``a/b.md``; a file that is no note,
+``[[resource/a.txt]]``, keeps its own suffix) and ``resolved`` false; the graph lists the
+sources waiting for each name (:meth:`LinkGraph.waiting_for`), and those whose links name
+a note by name (:meth:`LinkGraph.naming`), so that the edge is resolved anew as soon as a
+note of that name is indexed (``IndexState.apply``), in
 whatever order the files came.
 """
 
@@ -40,7 +43,8 @@ _TYPED_RE: Final = re.compile(r"^\s*(?:[-*+]\s+)?([\w][\w .\-]*?)\s*::\s*(.*)$")
 # most 16, so that a line of unmatched runs is read a bounded number of times.
 _CODE_SPAN_RE: Final = re.compile(r"(?<!`)(`{1,16})(?!`).*?(?<!`)\1(?!`)")
 
-Resolver = Callable[[str], str | None]
+#: ``resolve(target, src)``: the note the link ``target`` in the note ``src`` names.
+Resolver = Callable[[str, str], str | None]
 
 #: Typed keys of older digest nodes (ReMe's format) and the edge kind they stand for: a
 #: node's sources and its related nodes, like links under its ``## Sources`` and
@@ -61,13 +65,15 @@ class LinkRecord(TypedDict):
     alias: str
     resolved: bool
     by_name: bool
+    name: str
 
 
 @dataclass(frozen=True, slots=True)
 class Link:
     """One edge. ``kind`` is ``"link"`` for a plain wikilink, else the typed key (``parent``);
     ``line`` is 1-based in the source file; ``by_name``: a bare ``[[name]]`` resolved to
-    the file ``dst`` (it names another file of that name should ``dst`` go)."""
+    the file ``dst`` (it names another file of that name should ``dst`` go, or should a
+    note it names before ``dst`` come); ``name``: that name as written."""
 
     src: str
     dst: str
@@ -77,18 +83,20 @@ class Link:
     alias: str = ""
     resolved: bool = True
     by_name: bool = False
+    name: str = ""
 
-    def __reduce__(self) -> tuple[type[Link], tuple[str, str, str, int, str, str, bool, bool]]:
+    def __reduce__(self) -> tuple[type[Link],
+                                  tuple[str, str, str, int, str, str, bool, bool, str]]:
         # Worker processes send links to the daemon by the thousand: as the arguments of a
         # call, unpickled in C, not through the generic dataclass state functions.
         return Link, (self.src, self.dst, self.kind, self.line, self.heading, self.alias,
-                      self.resolved, self.by_name)
+                      self.resolved, self.by_name, self.name)
 
     def to_record(self) -> LinkRecord:
         return {
             "src": self.src, "dst": self.dst, "kind": self.kind, "line": self.line,
             "heading": self.heading, "alias": self.alias, "resolved": self.resolved,
-            "by_name": self.by_name,
+            "by_name": self.by_name, "name": self.name,
         }
 
     @classmethod
@@ -96,22 +104,26 @@ class Link:
         return cls(
             str(rec["src"]), str(rec["dst"]), str(rec["kind"]), int(rec["line"]),
             str(rec.get("heading", "")), str(rec.get("alias", "")), bool(rec.get("resolved", True)),
-            bool(rec.get("by_name", False)),
+            bool(rec.get("by_name", False)), str(rec.get("name", "")),
         )
 
 
-def normalize_target(target: str, resolve: Resolver | None = None) -> tuple[str, bool]:
+def normalize_target(target: str, resolve: Resolver | None = None,
+                     src: str = "") -> tuple[str, bool]:
     """(the note's workspace-relative path, True) where ``resolve`` finds it, else (the
-    cleaned name or path, False)."""
+    cleaned name or path, False). ``src``: the note linking; a target it names relative
+    to its own folder (``./x``, ``../x``) is read from there, as Obsidian reads it."""
     name = target.strip().replace("\\", "/")
     if not name:
         return "", False
+    if src and name.startswith(("./", "../")):
+        name = posixpath.join(posixpath.dirname(src), name)
     if "/" in name:
         name = posixpath.normpath(name.lstrip("/"))
         if name.startswith("../") or name in ("..", "."):
             return target.strip().replace("\\", "/"), False
     if resolve is not None:
-        found = resolve(name)
+        found = resolve(name, src)
         if found is not None:
             return found, True
     if "/" in name and not posixpath.splitext(name)[1]:
@@ -128,14 +140,15 @@ def note_name(target: str) -> str:
     return name_key(base[:-3] if base.lower().endswith(".md") else base)
 
 
-def pick_note(target: str, paths: Sequence[str]) -> str | None:
-    """Of ``paths``, the notes of the name ``target`` names (:func:`note_name`), the last
-    applied last, the one it names, as Obsidian resolves a link: a bare name (``[[foo]]``,
+def pick_note(target: str, paths: Sequence[str], src: str = "") -> str | None:
+    """Of ``paths``, the notes of the name ``target`` names (:func:`note_name`), the one
+    it names from the note ``src``, as Obsidian resolves a link: a bare name (``[[foo]]``,
     ``[[Foo.md]]``) any of them, a path (``[[wiki/foo]]``) the one at that path from the
     workspace root, else one whose path ends with it; any case, composed or not. Of
     several, one of the very path written, then of the very name (``Kafka.md`` for
-    ``[[Kafka]]`` beside ``kafka.md``: a case-blind match never hides the note named), then
-    the last applied."""
+    ``[[Kafka]]`` beside ``kafka.md``: a case-blind match never hides the note named);
+    of those, as Obsidian picks, the one in ``src``'s own folder, else the shortest
+    path, else the first in code point order: whatever order the notes came in."""
     note = target if target.lower().endswith(".md") else f"{target}.md"
     if "/" in target:
         want = name_key(note)
@@ -148,8 +161,11 @@ def pick_note(target: str, paths: Sequence[str]) -> str | None:
     for want in (written, posixpath.basename(written)):
         exact = [p for p in paths if (c := composed(p)) == want or c.endswith("/" + want)]
         if exact:
-            return exact[-1]
-    return paths[-1]
+            paths = exact
+            break
+    folder = posixpath.dirname(src)
+    return min(paths, key=lambda p: (composed(p) != written,
+                                     posixpath.dirname(p) != folder, len(p), composed(p)))
 
 
 def _lines_outside_code(text: str) -> Iterator[tuple[int, str]]:
@@ -204,7 +220,7 @@ def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list
             ext = posixpath.splitext(name)[1].lower()
             if m.group(1) and ext and ext != ".md":
                 continue  # an embedded image or attachment, not a note
-            dst, resolved = normalize_target(name, resolve)
+            dst, resolved = normalize_target(name, resolve, path)
             if not dst or dst == path:
                 continue
             key = (dst, kind, number)
@@ -232,26 +248,35 @@ def legacy_edge(line: str) -> tuple[str, list[str]] | None:
 
 
 def resolve_links(path: str, links: list[Link], resolve: Resolver) -> list[Link]:
-    """``links`` of ``path`` (extracted without a resolver) with bare names resolved now:
-    a name that turns out to be ``path`` itself is dropped, and an edge that now repeats
-    another (same dst, kind, line) is kept once."""
-    if all(link.resolved for link in links):
+    """``links`` of ``path`` (extracted without a resolver) with their names resolved now,
+    bare names again (another note of the name may have come): a name that turns out to
+    be ``path`` itself is dropped, and an edge that now repeats another (same dst, kind,
+    line) is kept once."""
+    if all(link.resolved and not link.by_name for link in links):
         return links
     out: list[Link] = []
     seen: set[tuple[str, str, int]] = set()
     for link in links:
-        if not link.resolved:
-            dst, resolved = normalize_target(link.dst, resolve)
+        if not link.resolved or link.by_name:
+            name = written_name(link) if link.by_name else link.dst
+            dst, resolved = normalize_target(name, resolve, path)
             if dst == path:
                 continue
             # Only a bare name follows its note to another folder; a path names one place.
+            by_name = resolved and "/" not in name
             link = Link(link.src, dst, link.kind, link.line, link.heading, link.alias, resolved,
-                        resolved and "/" not in link.dst)
+                        by_name, name if by_name else "")
         key = (link.dst, link.kind, link.line)
         if key not in seen:
             seen.add(key)
             out.append(link)
     return out
+
+
+def written_name(link: Link) -> str:
+    """The bare name a link resolved by name was written with (its note's stem in a graph
+    saved before the name was kept)."""
+    return link.name or posixpath.splitext(posixpath.basename(link.dst))[0]
 
 
 def name_key(name: str) -> str:
@@ -283,6 +308,9 @@ class LinkGraph:
         # The note names of unresolved edges (``note_name``) -> the sources holding such
         # an edge, with how many.
         self._dangling: dict[str, dict[str, int]] = {}
+        # Likewise the names of edges resolved by name: a note of that name applied later
+        # may be the one they name (one in their own folder, or of the case written).
+        self._named: dict[str, dict[str, int]] = {}
         # Counted as edges come and go: status asks for it on every call, also while an
         # apply in a worker thread changes ``_out`` (which it must not iterate then).
         self._edges = 0
@@ -307,6 +335,9 @@ class LinkGraph:
             if not lk.resolved:
                 srcs = self._dangling.setdefault(note_name(lk.dst), {})
                 srcs[path] = srcs.get(path, 0) + 1
+            elif lk.by_name:
+                srcs = self._named.setdefault(note_name(written_name(lk)), {})
+                srcs[path] = srcs.get(path, 0) + 1
 
     def remove_file(self, path: str) -> None:
         """Drop ``path``'s outgoing edges; edges pointing at it stay (they may resolve again)."""
@@ -316,6 +347,8 @@ class LinkGraph:
             _uncount(self._in, lk.dst, path)
             if not lk.resolved:
                 _uncount(self._dangling, note_name(lk.dst), path)
+            elif lk.by_name:
+                _uncount(self._named, note_name(written_name(lk)), path)
 
     def relink(self, notes: Container[str], resolve: Resolver) -> None:
         """Resolve anew each edge to none of ``notes`` (the indexed ones): a graph saved
@@ -335,12 +368,11 @@ class LinkGraph:
         named it by name (a note moved to another folder, or a new note of that name, takes
         them), by its path the others (a note there in another case takes them). Returns
         the files holding such links."""
-        name = posixpath.splitext(posixpath.basename(path))[0]
         srcs = [src for src in sorted(self._in.get(path, ()))
                 if any(lk.dst == path and lk.resolved for lk in self._out[src])]
         for src in srcs:
-            self.add_file(src, [Link(lk.src, name if lk.by_name else path, lk.kind, lk.line,
-                                     lk.heading, lk.alias, False)
+            self.add_file(src, [Link(lk.src, written_name(lk) if lk.by_name else path,
+                                     lk.kind, lk.line, lk.heading, lk.alias, False)
                                 if lk.dst == path and lk.resolved else lk
                                 for lk in self._out[src]])
         return srcs
@@ -353,6 +385,11 @@ class LinkGraph:
     def waiting_for(self, name: str) -> list[str]:
         """The files with an unresolved edge to the bare name ``name`` (any case)."""
         return sorted(self._dangling.get(name_key(name), ()))
+
+    def naming(self, name: str) -> list[str]:
+        """The files with an edge resolved by the bare name ``name`` (any case): a note of
+        that name that comes may be the one it names (:func:`pick_note`)."""
+        return sorted(self._named.get(name_key(name), ()))
 
     def outgoing(self, path: str) -> list[Link]:
         return list(self._out.get(path, ()))

@@ -84,9 +84,9 @@ class IndexState:
         self.bm25 = BM25Index()
         self.graph = LinkGraph()
         self.next_key = 1
-        # Stem -> the paths of that stem for bare [[names]], the last applied last (it is
-        # the one named); None until needed after a load (a workspace that is only
-        # searched never builds it).
+        # Stem -> the paths of that stem for bare [[names]] (pick_note picks the one
+        # named); None until needed after a load (a workspace that is only searched
+        # never builds it).
         self._by_stem: dict[str, dict[str, None]] | None = {}
         # The vectors of ``vector_space`` (chunk ``embedding`` values belong to that space);
         # the backfill owns filling them, ``_drop`` keeps them in step with the chunks.
@@ -114,9 +114,9 @@ class IndexState:
         info = self.files.get(path)
         return info.digest if info else None
 
-    def resolve(self, target: str) -> str | None:
-        """The note a wikilink target names (a bare name or a path, as
-        ``normalize_target`` cleans it), as :func:`links.pick_note` picks it."""
+    def resolve(self, target: str, src: str = "") -> str | None:
+        """The note a wikilink target in the note ``src`` names (a bare name or a path,
+        as ``normalize_target`` cleans it), as :func:`links.pick_note` picks it."""
         if "/" in target:
             for path in (target, f"{target}.md"):
                 if path in self.files:
@@ -125,7 +125,7 @@ class IndexState:
             self._by_stem = {}
             for p in self.files:
                 self._by_stem.setdefault(_stem(p), {})[p] = None
-        return pick_note(target, list(self._by_stem.get(note_name(target), ())))
+        return pick_note(target, list(self._by_stem.get(note_name(target), ())), src)
 
     def allowed(self, filters: Filters) -> BitMap | None:
         """The doc keys that pass ``filters`` (None: everything)."""
@@ -316,6 +316,7 @@ class IndexState:
                                         resolve_links(prep.path, prep.links, self.resolve))
                     if self.graph.has_dangling:
                         waiting.update(self.graph.waiting_for(_stem(prep.path)))
+                    waiting.update(self.graph.naming(_stem(prep.path)))
                 if keys:
                     slab = batch.slab
                     if to_global is not None:
@@ -337,7 +338,8 @@ class IndexState:
         if not stage:  # a pass's last apply, or no pass
             self.bm25.forget_vocabularies()
         # Links to a name no file had when their note was applied (a note written before
-        # the one it links to, or applied before it in a pass) resolve now.
+        # the one it links to, or applied before it in a pass) resolve now, and links by
+        # a name a note applied has resolve anew: whatever order the notes came in.
         for path in sorted(waiting & self.files.keys()):
             self.graph.add_file(path, resolve_links(path, self.graph.outgoing(path),
                                                     self.resolve))
