@@ -280,3 +280,23 @@ def test_a_link_resolves_when_its_target_comes_later(tmp_path: Path) -> None:
     state.apply([prepare_files(tmp_path, ["memory/2026-07-01/a.md"], max_chars=2000,
                                digests={})])
     assert state.graph.waiting_for("nowhere") == []
+
+
+def test_a_path_of_the_last_folders_takes_the_note_at_the_very_path(tmp_path: Path) -> None:
+    # [[Wiki/Kafka]] names digest/wiki/kafka.md while no note is at wiki/kafka.md; one
+    # written there later takes the link, as a first build of both would give it.
+    for rel, text in (("digest/wiki/kafka.md", "# k\nx\n"),
+                      ("memory/d/p.md", "# P\nsee [[Wiki/Kafka]]\n"),
+                      ("wiki/kafka.md", "# k\ny\n")):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    state = IndexState()
+    state.apply([prepare_files(tmp_path, ["digest/wiki/kafka.md", "memory/d/p.md"],
+                               max_chars=2000, digests={})])
+    assert [lk.dst for lk in state.graph.outgoing("memory/d/p.md")] == ["digest/wiki/kafka.md"]
+    state.apply([prepare_files(tmp_path, ["wiki/kafka.md"], max_chars=2000, digests={})])
+    assert [lk.dst for lk in state.graph.outgoing("memory/d/p.md")] == ["wiki/kafka.md"]
+    # Saved and loaded, it names it by the path written still.
+    loaded = LinkGraph.from_records(state.graph.to_records())
+    assert loaded.outgoing("memory/d/p.md") == state.graph.outgoing("memory/d/p.md")
+    assert loaded.naming("kafka") == ["memory/d/p.md"]

@@ -88,3 +88,9 @@ def test_a_name_of_several_notes_names_one_whatever_their_order(
     assert links_of(d2, "relword") == ["memory/2026-08-01/plan.md", "memory/2026-08-02/kafka.md"]
     (root / "memory/2026-08-01/kafka.md").unlink()
     assert links_of(d2, "planword") == ["digest/wiki/kafka.md", "memory/2026-08-02/rel.md"]
+    # A path of the last folders only names another note ending so when its own goes.
+    write(root, "memory/2026-08-04/p.md", "# P\npathword [[Wiki/Kafka]]\n")
+    assert links_of(d2, "pathword") == ["digest/wiki/kafka.md"]
+    (root / "digest/wiki/kafka.md").unlink()
+    write(root, "memory/2026-08-05/wiki/Kafka.md", "# Kafka\nnotesword\n")
+    assert links_of(d2, "pathword") == ["memory/2026-08-05/wiki/Kafka.md"]

@@ -73,7 +73,10 @@ class Link:
     """One edge. ``kind`` is ``"link"`` for a plain wikilink, else the typed key (``parent``);
     ``line`` is 1-based in the source file; ``by_name``: a bare ``[[name]]`` resolved to
     the file ``dst`` (it names another file of that name should ``dst`` go, or should a
-    note it names before ``dst`` come); ``name``: that name as written."""
+    note it names before ``dst`` come); ``name``: the target as written where it named
+    ``dst`` by another name (a bare name, the last folders of its path, another case),
+    so that it names another note should ``dst`` go, or should one it names before
+    ``dst`` come."""
 
     src: str
     dst: str
@@ -252,20 +255,19 @@ def resolve_links(path: str, links: list[Link], resolve: Resolver) -> list[Link]
     bare names again (another note of the name may have come): a name that turns out to
     be ``path`` itself is dropped, and an edge that now repeats another (same dst, kind,
     line) is kept once."""
-    if all(link.resolved and not link.by_name for link in links):
+    if all(link.resolved and not (link.by_name or link.name) for link in links):
         return links
     out: list[Link] = []
     seen: set[tuple[str, str, int]] = set()
     for link in links:
-        if not link.resolved or link.by_name:
-            name = written_name(link) if link.by_name else link.dst
+        if not link.resolved or link.by_name or link.name:
+            name = link.dst if not link.resolved else written_name(link)
             dst, resolved = normalize_target(name, resolve, path)
             if dst == path:
                 continue
             # Only a bare name follows its note to another folder; a path names one place.
-            by_name = resolved and "/" not in name
             link = Link(link.src, dst, link.kind, link.line, link.heading, link.alias, resolved,
-                        by_name, name if by_name else "")
+                        resolved and "/" not in name, name if resolved and dst != name else "")
         key = (link.dst, link.kind, link.line)
         if key not in seen:
             seen.add(key)
@@ -274,8 +276,8 @@ def resolve_links(path: str, links: list[Link], resolve: Resolver) -> list[Link]
 
 
 def written_name(link: Link) -> str:
-    """The bare name a link resolved by name was written with (its note's stem in a graph
-    saved before the name was kept)."""
+    """The target a link resolved by another name was written with (a bare name: its
+    note's stem in a graph saved before the name was kept)."""
     return link.name or posixpath.splitext(posixpath.basename(link.dst))[0]
 
 
@@ -335,7 +337,7 @@ class LinkGraph:
             if not lk.resolved:
                 srcs = self._dangling.setdefault(note_name(lk.dst), {})
                 srcs[path] = srcs.get(path, 0) + 1
-            elif lk.by_name:
+            elif lk.by_name or lk.name:
                 srcs = self._named.setdefault(note_name(written_name(lk)), {})
                 srcs[path] = srcs.get(path, 0) + 1
 
@@ -347,7 +349,7 @@ class LinkGraph:
             _uncount(self._in, lk.dst, path)
             if not lk.resolved:
                 _uncount(self._dangling, note_name(lk.dst), path)
-            elif lk.by_name:
+            elif lk.by_name or lk.name:
                 _uncount(self._named, note_name(written_name(lk)), path)
 
     def relink(self, notes: Container[str], resolve: Resolver) -> None:
@@ -366,12 +368,14 @@ class LinkGraph:
     def unresolve(self, path: str) -> list[str]:
         """``path`` is gone: the links that named it wait for it again, by name those that
         named it by name (a note moved to another folder, or a new note of that name, takes
-        them), by its path the others (a note there in another case takes them). Returns
-        the files holding such links."""
+        them), by the path written the others (``[[wiki/foo]]``: a note at another path
+        ending so takes them; a note there in another case too). Returns the files holding
+        such links."""
         srcs = [src for src in sorted(self._in.get(path, ()))
                 if any(lk.dst == path and lk.resolved for lk in self._out[src])]
         for src in srcs:
-            self.add_file(src, [Link(lk.src, written_name(lk) if lk.by_name else path,
+            self.add_file(src, [Link(lk.src,
+                                     written_name(lk) if lk.by_name else lk.name or path,
                                      lk.kind, lk.line, lk.heading, lk.alias, False)
                                 if lk.dst == path and lk.resolved else lk
                                 for lk in self._out[src]])
