@@ -73,6 +73,9 @@ def test_normalize_target() -> None:
     assert normalize_target("../e/plan", found, "memory/d/a.md") == ("memory/e/plan.md", False)
     assert normalize_target("./foo", found, "digest/wiki/a.md") == ("digest/wiki/foo.md", True)
     assert normalize_target("../../../up", None, "memory/d/a.md") == ("../../../up", False)
+    # A folder names no note: not the note of the folder's name beside it.
+    for folder in ("./", "../", "./.", "../..", "./x/"):
+        assert normalize_target(folder, found, "digest/wiki/foo/a.md") == (folder, False)
 
 
 def test_of_notes_alike_a_link_names_the_one_written() -> None:

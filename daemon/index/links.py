@@ -120,6 +120,8 @@ def normalize_target(target: str, resolve: Resolver | None = None,
     if not name:
         return "", False
     if src and name.startswith(("./", "../")):
+        if name.endswith(("/", "/.", "/..")):
+            return name, False  # a folder (``[[./]]``, ``[[../]]``), no note
         name = posixpath.join(posixpath.dirname(src), name)
     if "/" in name:
         name = posixpath.normpath(name.lstrip("/"))
