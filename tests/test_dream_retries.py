@@ -158,3 +158,34 @@ def test_a_note_whose_tool_calls_come_garbled_counts_its_tries(
     job, asked = run()  # left out once: its tries are counted
     assert asked == 0 and "left out of 1 run(s)" in job["result"]["waiting"][note], job
     assert "not valid JSON" in job["result"]["waiting"][note], job
+
+
+def test_one_unreadable_call_does_not_lose_the_others_of_its_answer(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """An answer with a readable call, one whose arguments are not JSON and one without a
+    function name: the readable one is carried out, the garbled one is answered with an
+    error naming it (sent back with empty arguments, which servers can parse again), the
+    nameless one is not sent back; the model calls it again and the note succeeds."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-10-07/mixed.md"
+    write(root, note, "The printer is on floor 3; the NAS is named vault.\n")
+    open_ws(daemon, root, fake)
+    nas = {"action": "CREATE", "bucket": "wiki", "name": "NAS", "content": "- named vault",
+           "reason": "fact"}
+    model.plan[note] = [
+        [("integrate", {"action": "CREATE", "bucket": "wiki", "name": "Printer",
+                        "content": "- on floor 3", "reason": "fact"}),
+         ("integrate", '{"action": "CREATE", "name": "NAS", content: vault}'),
+         ("", {"query": "x"})],
+        [("integrate", nas)]]
+    job = run_job(daemon, "auto_dream")
+    assert job["state"] == "succeeded" and job["result"]["actions"] == {"CREATE": 2}, job
+    assert (root / "digest/wiki/printer.md").exists() and (root / "digest/wiki/nas.md").exists()
+    garbled = next(r for r in model.tool_results if r.startswith("error:"))
+    assert "tool call 1 (integrate) are not valid JSON" in garbled, model.tool_results
+    assert "call integrate again" in garbled and len(model.tool_results) == 3
+    second = [r.json for r in fake.requests if r.path.endswith("/chat/completions")
+              and r.json["messages"][1]["content"].startswith(f"Daily note {note}:")][1]
+    echoed = second["messages"][2]["tool_calls"]
+    assert [c["function"]["arguments"] for c in echoed][1:] == ["{}"] and len(echoed) == 2

@@ -6,7 +6,8 @@ model answers without tool calls, ``max_steps`` answers were spent, or ``deadlin
 passed. Tool calls are bounded: at most :data:`MAX_CALLS_PER_ANSWER` of one answer are run,
 and a job's :class:`ToolBudget` bounds them over all its conversations; a call past either
 is not run, and the model is told so in its result (a runaway model cannot write hundreds
-of files in one answer or one job). A spent budget ends the loop, unfinished.
+of files in one answer or one job). A spent budget ends the loop, unfinished. A call the
+client could not read (:attr:`ToolCall.error`) is not run; the model is answered why.
 :class:`ChatClients` builds (and keeps per workspace and configuration) the
 :class:`ChatClient` of a workspace from its ``chat_model_config`` and the daemon's provider
 bridge.
@@ -183,7 +184,14 @@ async def run_tools(
             ran: list[str] = []
             for n, call in enumerate(answer.tool_calls):
                 refusal = _refusal(n, len(answer.tool_calls), budget)
-                if refusal is None:
+                if not call.name:  # not sent back (nothing to answer); the others run
+                    log.warning("tool call %d not run: %s", n, call.error)
+                    continue
+                if call.error:
+                    out = (f"error: {call.error}; this "
+                           f"call was not run: call {call.name} again with its arguments "
+                           "as one JSON object")
+                elif refusal is None:
                     budget.used += 1
                     made.append(call.name)
                     ran.append(call.name)
@@ -192,11 +200,11 @@ async def run_tools(
                     budget.refused += 1
                     out = refusal
                 convo.append({"role": "tool", "tool_call_id": call.id, "content": out})
+            refused = len([c for c in answer.tool_calls if not c.error]) - len(ran)
             if on_step is not None:
-                refused = len(answer.tool_calls) - len(ran)
                 on_step(steps, f"ran {', '.join(ran) or 'no tool'}"
                         + (f" ({refused} call(s) refused)" if refused else ""))
-            if budget.spent() and len(ran) < len(answer.tool_calls):
+            if budget.spent() and refused:
                 return LoopResult("", steps, made, False, convo, BUDGET_SPENT,
                                   budget.why_spent())
     if scope.cancelled_caught:

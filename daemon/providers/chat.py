@@ -4,7 +4,9 @@ circuit breaker.
 
 :class:`ChatClient` starts no task. ``complete`` sends one ``POST {base_url}/chat/completions``
 (retried per the policy) and returns a :class:`ChatResult`; every malformed answer becomes a
-:class:`ProviderBadResponse` with a clear message, never a crash. With no model configured,
+:class:`ProviderBadResponse` with a clear message, never a crash; a tool call that cannot
+be read beside readable ones comes back with its ``error`` instead (the readable ones are
+still carried out; an answer of none readable is malformed). With no model configured,
 calls raise ``ProviderConfigError("no chat model configured")``, which a client sees as
 ProviderUnavailable. The API key comes from the config, else RECALLD_CHAT_API_KEY,
 else OPENAI_API_KEY; it never appears in logs, reprs or status.
@@ -13,6 +15,7 @@ else OPENAI_API_KEY; it never appears in logs, reprs or status.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import random
 import re
@@ -111,6 +114,9 @@ class ToolCall:
     id: str
     name: str
     arguments: JsonObject  # as the model wrote them: the tool checks them
+    #: Why this call could not be read (its arguments not a JSON object; no function
+    #: name): it is not run, and the model is answered with this. '' for a readable call.
+    error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,12 +131,15 @@ class ChatResult:
     def assistant_message(self) -> ChatMessage:
         """This answer as a message to append to the conversation for the next turn."""
         msg: ChatMessage = {"role": "assistant", "content": self.content}
-        if self.tool_calls:
+        # An unreadable call goes back with empty arguments (servers that render the
+        # conversation parse them again), one without a name not at all: it has no result.
+        calls = [c for c in self.tool_calls if c.name]
+        if calls:
             msg["tool_calls"] = [
                 {"id": c.id, "type": "function",
                  "function": {"name": c.name,
                               "arguments": orjson.dumps(c.arguments).decode()}}
-                for c in self.tool_calls
+                for c in calls
             ]
         return msg
 
@@ -245,15 +254,10 @@ def parse_chat_response(body: bytes, secret: str = "") -> ChatResult:
     if not isinstance(raw_calls, list):
         raise _bad("tool_calls is not a list")
     finish = choice.get("finish_reason")
-    try:
-        calls = _unique_ids([_parse_tool_call(raw, i) for i, raw in enumerate(raw_calls)])
-    except ProviderBadResponse as exc:
-        if finish not in ("length", "max_tokens"):
-            raise
-        # A call cut off mid-way: the limit is the cause, not the model's JSON.
-        raise _bad_call(f"the answer stopped at its length limit inside a tool call "
-                   f"(raise max_tokens in chat_model_config): "
-                   f"{exc.message.removeprefix('chat completion: ')}") from None
+    calls = _unique_ids([_read_tool_call(raw, i, finish) for i, raw in enumerate(raw_calls)])
+    unreadable = [c.error for c in calls if c.error]
+    if unreadable and len(unreadable) == len(calls):  # nothing to carry out
+        raise _bad_call(unreadable[0])
     usage = data.get("usage")
     return ChatResult(
         content=content,
@@ -264,6 +268,25 @@ def parse_chat_response(body: bytes, secret: str = "") -> ChatResult:
     )
 
 
+def _read_tool_call(raw: object, index: int, finish: object) -> ToolCall:
+    """Call ``index`` of an answer; one that cannot be read comes back with its
+    ``error`` (and no arguments), so the others of its answer are still carried out."""
+    try:
+        return _parse_tool_call(raw, index)
+    except MalformedToolCall as exc:
+        if finish in ("length", "max_tokens"):
+            # A call cut off mid-way: the limit is the cause, not the model's JSON.
+            raise _bad_call(f"the answer stopped at its length limit inside a tool call "
+                            f"(raise max_tokens in chat_model_config): "
+                            f"{exc.message.removeprefix('chat completion: ')}") from None
+        fn = raw.get("function") if isinstance(raw, dict) else None
+        name = fn.get("name") if isinstance(fn, dict) else None
+        call_id = raw.get("id") if isinstance(raw, dict) else None
+        return ToolCall(id=str(call_id) if call_id else f"call_{index}",
+                        name=name if isinstance(name, str) else "", arguments={},
+                        error=exc.message.removeprefix("chat completion: "))
+
+
 def _unique_ids(calls: list[ToolCall]) -> list[ToolCall]:
     """``calls`` with ids unique in the answer (a server that repeats one would have each
     result taken for the first call's): a repeated id gets the call's index."""
@@ -271,7 +294,7 @@ def _unique_ids(calls: list[ToolCall]) -> list[ToolCall]:
     out: list[ToolCall] = []
     for i, call in enumerate(calls):
         if call.id in seen:
-            call = ToolCall(id=f"{call.id}_{i}", name=call.name, arguments=call.arguments)
+            call = dataclasses.replace(call, id=f"{call.id}_{i}")
         seen.add(call.id)
         out.append(call)
     return out
