@@ -231,3 +231,34 @@ def test_a_rewrite_naming_an_accent_variant_of_a_node_is_pointed_at_it(
         assert "accents, case or punctuation" in told, told
     assert (root / zoe).read_text(encoding="utf-8") == before
     assert sorted(p.name for p in (root / "digest/personal").iterdir()) == ["zoë-ørsted.md"]
+
+
+def test_names_and_links_with_nothing_seen_are_refused_saying_why(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A ``related`` entry or a node name of only invisible characters, marks or spaces
+    (a BOM, a combining acute, a variation selector, a Hangul filler) would name a file
+    hashed from nothing a person can read: each call is refused saying why, and the
+    model's calls without them are applied."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-10-08/odd.md"
+    write(root, note, "Kettle: 1.7 litres. Teapot: glass.\n")
+    open_ws(daemon, root, fake)
+
+    def create(name: str, related: list[str] | None = None,
+               content: str = "- 1.7 litres") -> tuple[str, dict[str, object]]:
+        return ("integrate", {"action": "CREATE", "bucket": "wiki", "name": name,
+                              "content": content, "reason": "fact",
+                              **({"related": related} if related else {})})
+
+    model.plan[note] = [[create("Kettle", ["\ufeff"]), create("Kettle", ["wiki/\u3164 "]),
+                         create("\u0301\u0301"), create("\ufe0f \u034f")],
+                        [create("Teapot", content="- made of glass"), create("Kettle", ["Teapot"])]]
+    result = dream(daemon)
+    assert result["actions"] == {"CREATE": 2}, (result, model.tool_results)
+    refused = model.tool_results[:4]
+    assert all(r.startswith("error:") and "no character that is seen" in r for r in refused)
+    assert r"'\ufeff'" in refused[0] and r"'\u0301\u0301'" in refused[2], refused
+    assert digest_files(root) == ["digest/wiki/kettle.md", "digest/wiki/teapot.md"]
+    fields, _ = node(root, "digest/wiki/kettle.md")
+    assert fields["related"] == ["digest/wiki/teapot.md"], fields

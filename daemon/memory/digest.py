@@ -34,6 +34,7 @@ from recalld.daemon.index.frontmatter import (
 )
 from recalld.daemon.index.links import legacy_edge
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.memory.slugs import names_nothing
 from recalld.daemon.memory.slugs import slugify as slugify
 from recalld.daemon.memory.slugs import visible_text as visible_text
 
@@ -399,6 +400,10 @@ def parse_integration(args: Mapping[str, object], *, digest_dir: str,
         bucket = in_bucket
     if bucket not in BUCKETS:
         raise IntegrationError(f"bucket must be one of {', '.join(BUCKETS)}")
+    raw_name = args.get("name")
+    if isinstance(raw_name, str) and raw_name and names_nothing(raw_name):
+        raise IntegrationError(f"name {raw_name!a} has no character that is seen "
+                               "(only invisible ones, marks or spaces): give the node a name")
     name = _string(args, "name", required=node is None, limit=120)
     if not name and node is not None:
         name = node.rsplit("/", 1)[-1].removesuffix(".md")
@@ -417,6 +422,10 @@ def parse_integration(args: Mapping[str, object], *, digest_dir: str,
     related: list[str] = []
     not_nodes: list[str] = []
     for r in _strings(args, "related"):
+        if names_nothing(r.rstrip("/").rsplit("/", 1)[-1].removesuffix(".md")):
+            raise IntegrationError(
+                f"related entry {r!a} names no node: its name has no character that "
+                "is seen (only invisible ones, marks or spaces); leave it out or name one")
         r = link_path(_one_line(r))
         if "/" not in r:
             r = node_path(bucket, r, digest_dir)

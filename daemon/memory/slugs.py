@@ -1,5 +1,6 @@
 """Node names as they are seen and as file names: :func:`visible_text` (a name without
-what hides, reorders or blanks it) and :func:`slugify` (the file name of a node's name).
+what hides, reorders or blanks it), :func:`names_nothing` (a name with nothing seen in
+it) and :func:`slugify` (the file name of a node's name).
 Pure functions.
 """
 
@@ -43,6 +44,15 @@ def visible_text(text: str) -> str:
         elif unicodedata.category(ch) not in ("Cc", "Cf") and ch not in _BLANK_LETTERS:
             out.append(ch)
     return " ".join("".join(out).split())
+
+
+def names_nothing(text: str) -> bool:
+    """Whether ``text`` has nothing seen to name a node by: only white space, invisible
+    characters, combining marks with no letter to sit on, variation selectors (its slug
+    would be a hash of nothing a person can read)."""
+    return not any(not (ch.isspace() or ch in _JOINERS or _variation(ch)
+                        or unicodedata.category(ch)[0] == "M")
+                   for ch in unicodedata.normalize("NFKC", visible_text(text)))
 
 
 def _variation(ch: str) -> bool:
