@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, Reply
@@ -189,3 +190,27 @@ def test_one_unreadable_call_does_not_lose_the_others_of_its_answer(
               and r.json["messages"][1]["content"].startswith(f"Daily note {note}:")][1]
     echoed = second["messages"][2]["tool_calls"]
     assert [c["function"]["arguments"] for c in echoed][1:] == ["{}"] and len(echoed) == 2
+
+
+def test_a_restarted_daemon_names_the_notes_that_wait_before_it_dreams(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    """The notes waiting after failed tries were named by the status only from the last
+    dream of the daemon that ran it: a daemon started since named none until it dreamed.
+    Now the workspace's open reads them from the dream catalog."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-10-09/garbled.md"
+    write(root, note, "Braces {everywhere} and \"quotes\".\n")
+    d = daemon_factory()
+    open_ws(d, root, fake)
+    model.plan[note] = [[("integrate", '{"action": "CREATE", "name": "Braces {')]]
+    states = [run_job(d, "auto_dream")["state"] for _ in range(4)]  # try, try, wait, try
+    assert states == ["failed", "failed", "succeeded", "failed"], states
+    assert d.stop() == 0
+    d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    open_ws(d2, root, fake)
+    dream_status = next(w["dream"] for w in d2.call("daemon.status")["workspaces"]
+                        if w["agent_id"] == AGENT)
+    assert dream_status["waiting_notes"] == 1, dream_status
+    why = dream_status["waiting"][note]
+    assert "failed on it 3 times" in why and "not valid JSON" in why, why

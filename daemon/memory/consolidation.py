@@ -26,6 +26,7 @@ import trio
 from recalld.daemon.jobparams import choice, flag, params_of, text
 from recalld.daemon.jobrecords import JobContext
 from recalld.daemon.jobs import JobManager
+from recalld.daemon.memory.catalog import catalog_path
 from recalld.daemon.memory.resource import ResourceCatalog
 from recalld.daemon.memory.resource_results import (
     ResourceResult,
@@ -65,7 +66,8 @@ class DreamStatus(TypedDict):
     tz: NotRequired[str]
     error: NotRequired[str]  # why the cron is not scheduled
     #: The notes the last dream run in this daemon left out after failed tries (whether
-    #: it then succeeded or failed), and why (:mod:`dreamretry`).
+    #: it then succeeded or failed), and why (:mod:`dreamretry`); before one ran, those
+    #: the next run leaves out, as the dream catalog says at the workspace's open.
     waiting_notes: NotRequired[int]
     waiting: NotRequired[dict[str, str]]
 
@@ -128,6 +130,22 @@ class Consolidation:
         count, named = summary.get("waiting_notes", 0), summary.get("waiting", {})
         self.waiting[agent_id] = (count if isinstance(count, int) else 0,
                                   dict(named) if isinstance(named, dict) else {})
+
+    async def load_waiting(self, ws: Workspace) -> None:
+        """Keep, for ``ws``'s status, the notes its next dream leaves out after failed
+        tries, as its dream catalog says (a daemon started since its last dream)."""
+        if not catalog_path(ws.root, ws.settings.metadata_dir, "dream").is_file():
+            return  # never dreamed: the dream's modules are not loaded for nothing
+        from recalld.daemon.memory import changelog, dreamnotes
+
+        try:
+            waiting = await trio.to_thread.run_sync(dreamnotes.waiting_notes, ws)
+        except (RecalldError, OSError) as exc:  # the next dream says it, and repairs it
+            log.warning("%s: the dream catalog was not read: %s", ws.agent_id, exc)
+            return
+        if waiting:  # a dream that ended meanwhile said it first
+            self.waiting.setdefault(ws.agent_id, (
+                len(waiting), dict(sorted(waiting.items())[:changelog.WAITING_SHOWN])))
 
     async def resource_job(self, job: JobContext) -> ResourceResult:
         catalog = self.catalogs.get(job.agent_id)
@@ -235,6 +253,8 @@ class ResourceService:
             await load_cron()
         self.schedule_error = c.schedule_workspace(self.ws)
         c.catalogs[agent_id] = self.catalog
+        if agent_id not in c.waiting:
+            await c.load_waiting(self.ws)
         try:
             await self.catalog.run(task_status=task_status)
         finally:

@@ -18,6 +18,7 @@ from recalld.daemon.index.chunker import split_line
 from recalld.daemon.index.filters import note_date
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import digest, dreamretry, reme_dream
+from recalld.daemon.memory.catalog import catalog_path, load_catalog
 from recalld.daemon.memory.confined import NotUtf8, read_checked, read_confined, utf8_file
 from recalld.daemon.memory.resource_files import note_says
 from recalld.daemon.workspaces import Workspace
@@ -107,6 +108,25 @@ def awaited_nodes(root: Path, catalog: Mapping[str, Mapping[str, object]]
                 except RecalldError as exc:  # as unreadable as before, or a change
                     out[rel] = f"error: {exc.message}"
     return out
+
+
+def waiting_notes(ws: Workspace) -> dict[str, str]:
+    """``{path: why}`` of the notes the next dream of ``ws`` leaves out after failed tries,
+    as its catalog and the notes are now (blocking; reads only the failed notes): what a
+    status says before this daemon ran a dream (:func:`dreamretry.hold_back`)."""
+    catalog = load_catalog(catalog_path(ws.root, ws.settings.metadata_dir, "dream"))
+    todo: list[tuple[str, str, str]] = []
+    for rel, rec in catalog.items():
+        if rec.get("state") != "failed" or not rec.get(dreamretry.TRIES):
+            continue
+        try:
+            text = read_confined(ws.root, rel)
+        except RecalldError:
+            continue
+        if text is not None and sha256_text(text) == rec.get("digest"):
+            todo.append((rel, sha256_text(text), ""))
+    nodes_now = awaited_nodes(ws.root, catalog) if todo else {}
+    return dreamretry.hold_back(dict(catalog), todo, retry=False, nodes_now=nodes_now)[1]
 
 
 def recognise_reme_dreamed(ws: Workspace, catalog: dict[str, JsonObject]) -> int:
