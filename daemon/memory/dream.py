@@ -51,6 +51,7 @@ from recalld.daemon.memory import (
     dreamlinks,
     dreamnotes,
     dreamprompt,
+    dreamread,
     dreamretry,
     integration,
     nodefiles,
@@ -64,7 +65,6 @@ from recalld.daemon.memory.fileops import (
     WriteConflict,
     WritePolicy,
     fileops_for,
-    read_confined,
 )
 from recalld.daemon.memory.llm import LoopFailed, ToolBudget, run_tools
 from recalld.daemon.memory.redact import redact_async
@@ -139,17 +139,7 @@ class _Run:
         if name == "node_search":
             return await self._node_search(args)
         if name == "node_read":
-            if not isinstance(args.get("path"), str):  # as text, a list would be no path
-                return f"error: path must be a string: a node path ({self.digest_dir}/...)"
-            path = digest.link_path(str(args["path"]))
-            if not path.startswith(self.digest_dir + "/"):
-                return f"error: node paths start with {self.digest_dir}/"
-            found = await trio.to_thread.run_sync(self._find_and_read, path)
-            if found is None:
-                return f"error: no node {path}"
-            rel, text = found
-            self.seen[rel] = text
-            return text if rel == path else f"(the node {rel})\n{text}"
+            return await dreamread.node_read(self, args)
         if name == "integrate":
             return await self._integrate(args)
         if name == "note_interests":
@@ -163,17 +153,6 @@ class _Run:
             return f"noted {len(noted)} topic(s)" + (
                 f"; {left} left out (not text, empty, or beyond 20)" if left else "")
         return f"error: unknown tool {name!r}"
-
-    def _find_and_read(self, path: str) -> tuple[str, str] | None:
-        """The node ``path`` stands for and its text (blocking): itself, else the node
-        :func:`nodefiles.find_node` finds, as integrate lands on; None if there is none."""
-        text = read_confined(self.ws.root, path, strict=True)  # not UTF-8: the model is told
-        if text is not None:
-            return path, text
-        nodes = self.names.scan(self.ws.root, self.digest_dir)
-        found = nodefiles.find_node(nodes, path, nodes)
-        text = None if found is None else read_confined(self.ws.root, found, strict=True)
-        return None if found is None or text is None else (found, text)
 
     async def _node_search(self, args: Mapping[str, object]) -> str:
         query = args.get("query")
