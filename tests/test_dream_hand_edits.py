@@ -109,3 +109,27 @@ def test_a_hand_edit_a_dream_wrote_around_unread_still_needs_the_node_read(
                                          "content": "- kept in room 9", "reason": "moved"})]]
     assert dream(daemon)["actions"] == {"refused": 1}
     assert PERSON in node(root, NOTES)[1].split("## History")[0]
+
+
+def test_a_node_longer_than_a_rewrite_may_be_is_not_rewritten(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A person's page whose content, shown whole, is longer than a proposal may hold
+    (8,000 characters): a CORRECT could keep at most that much, and pushed the rest into
+    one History entry thousands of characters long. It is refused, saying why."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    page = "digest/wiki/glossary.md"
+    lines = [f"- term {n}: a word the team uses for thing number {n}" for n in range(220)]
+    write(root, page, "---\nname: Glossary\n---\n\n# Glossary\n\n" + "\n".join(lines) + "\n")
+    before = (root / page).read_text(encoding="utf-8")
+    note = "memory/2026-06-03/terms.md"
+    write(root, note, "Term 0 now means thing 1000.\n")
+    open_ws(daemon, root, fake)
+    model.plan[note] = [[("node_read", {"path": page})], [("integrate", {
+        "action": "CORRECT", "node": page, "reason": "changed", "sources": [note],
+        "content": "\n".join(["- term 0: thing 1000", *lines[1:150]])})]]
+    result = dream(daemon)
+    assert result["actions"] == {"refused": 1}, (result, model.tool_results)
+    assert "[cut:" not in model.tool_results[0]
+    assert "more than a rewrite may hold (8000)" in model.tool_results[1], model.tool_results
+    assert (root / page).read_text(encoding="utf-8") == before

@@ -17,6 +17,10 @@ decides, deterministically, what the node becomes:
   do not correct it, nor refine it but by adding detail: a REFINE from them must keep
   every line (an old note edited, or read again, never turns a node back).
 
+A REFINE or CORRECT of a node whose content is longer than a proposal's may be
+(``MAX_CONTENT_CHARS``: a person's long page) is refused: no rewrite could keep its
+lines, and what it dropped would go to History as one entry.
+
 A REFINE or CORRECT proposed on a node other than the model was shown is refused
 (:func:`unknown_to_model`): one changed since it read it, one a call of the same answer
 changed, one it did not read that holds what no dream wrote (a hand edit, a node a person
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 
 from recalld.daemon.index.filters import note_date
 from recalld.daemon.memory.digest import (
+    MAX_CONTENT_CHARS,
     MIN_KEEP_FRACTION,
     Integration,
     Node,
@@ -136,6 +141,11 @@ def integrate(existing: Node | None, proposal: Integration, today: str,
                        "UTF-8); it is left as it is until it is fixed, and this note is read "
                        "again by later dreams (if it waits after a few tries: by the next "
                        "dream once the node is changed, or recalld dream --retry-failed)")
+    if action in ("REFINE", "CORRECT") and len(existing.content) > MAX_CONTENT_CHARS:
+        return Outcome(action, path, "refused", None,
+                       f"{path} holds {len(existing.content)} characters of content, more "
+                       f"than a rewrite may hold ({MAX_CONTENT_CHARS}): it is not rewritten "
+                       "by a dream; CORROBORATE it, or CREATE a node for what the note adds")
     node = dataclasses.replace(existing, sources=list(existing.sources),
                                deleted_sources=list(existing.deleted_sources),
                                related=list(existing.related),
