@@ -133,3 +133,34 @@ def test_a_node_longer_than_a_rewrite_may_be_is_not_rewritten(
     assert "[cut:" not in model.tool_results[0]
     assert "more than a rewrite may hold (8000)" in model.tool_results[1], model.tool_results
     assert (root / page).read_text(encoding="utf-8") == before
+
+
+def test_a_node_shown_cut_inside_its_content_is_not_rewritten_on_the_part_read(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A person's node with a long frontmatter before a content a rewrite may hold: a tool
+    result cut node_read's text inside the content, yet the node was recorded read, so a
+    CORRECT on the lines shown sent the lines never shown to History. Now the cut is
+    said, and a rewrite of a content shown in part is refused; a CORROBORATE applies."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    page = "digest/procedure/runbook.md"
+    lines = [f"- step {n}: restart s{n} and read its log" for n in range(180)]
+    aside = " ".join(f"word{n}" for n in range(1800))
+    write(root, page, f"---\nname: Runbook\nkept_aside: {aside}\n---\n\n# Runbook\n\n"
+          + "\n".join(lines) + "\n")
+    note = "memory/2026-06-02/runbook.md"
+    write(root, note, "Step 0 of the runbook now restarts s0 twice.\n")
+    open_ws(daemon, root, fake)
+    fix = {"action": "CORRECT", "node": page, "reason": "changed", "sources": [note],
+           "content": "- step 0: restart s0 twice"}
+    model.plan[note] = [[("node_read", {"path": page})], [("integrate", fix)],
+                        [("integrate", {"action": "CORROBORATE", "node": page,
+                                        "reason": "same", "sources": [note]})]]
+    result = dream(daemon)
+    assert result["actions"] == {"refused": 1, "CORROBORATE": 1}, (result, model.tool_results)
+    shown, refused = model.tool_results[0], model.tool_results[1]
+    assert "[truncated]" not in shown and "cannot be rewritten (REFINE, CORRECT)" in shown
+    assert shown.endswith("]") and "step 179" not in shown and "- step 0:" in shown, shown[-300:]
+    assert "too long to be shown whole" in refused, refused
+    text = (root / page).read_text(encoding="utf-8")
+    assert all(line in text for line in lines) and "## History" not in text, text[-500:]

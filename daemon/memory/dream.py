@@ -115,6 +115,9 @@ class _Run:
     #: The text of each node as the model last saw it in this conversation (node_read,
     #: or what its own integrate wrote): a rewrite is proposed on that text.
     seen: dict[str, str] = field(default_factory=dict)
+    #: The nodes of :attr:`seen` whose content was shown cut, with their size: not
+    #: rewritten (:func:`dreamread.refuse_unread`).
+    read_in_part: dict[str, int] = field(default_factory=dict)
     #: What each node written by the model's current answer held before its first write
     #: of that answer (None: it made the node): its calls were all written before any ran.
     answer_first: dict[str, str | None] = field(default_factory=dict)
@@ -245,6 +248,7 @@ class _Run:
                 outcome, before_text, shown=self.seen.get(proposal.path),
                 by_answer=self._changed_by_answer(proposal.path, before_text),
                 by_hand=self._by_hand(proposal.path, before_text))
+            outcome = dreamread.refuse_unread(self, outcome)
             if outcome.text is None:
                 break
             try:
@@ -395,6 +399,7 @@ async def run_dream(
                          if has_body(text) or waited else [])
                 for n, body in enumerate(parts, 1):
                     run.seen.clear()  # a new conversation: the model has read nothing
+                    run.read_in_part.clear()
                     run.answer_first.clear()
                     # Listed again for each part: the part before may have made nodes.
                     nodes = await trio.to_thread.run_sync(

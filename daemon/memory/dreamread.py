@@ -1,16 +1,26 @@
 """The dream's ``node_read`` tool: the node a path the model names stands for, and its
 text as the model is shown it. No task; the file is read in a worker thread.
+
+A node longer than a tool result may be (a person's long page) is shown cut, saying so.
+When the cut falls inside its content, the model has not read all it would rewrite: a
+REFINE or CORRECT of it is refused (:func:`refuse_unread`), never applied on the part
+read, which would push the rest it never saw out of the node.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import trio
 
-from recalld.daemon.memory import digest, nodefiles
+from recalld.daemon.memory import digest, integration, nodefiles
 from recalld.daemon.memory.fileops import read_confined
+from recalld.daemon.memory.llm import MAX_TOOL_RESULT_CHARS
+
+#: The characters of a node shown at most: a tool result's bound, less room for the
+#: node's path and the note saying where it was cut.
+SHOWN_CHARS: Final = MAX_TOOL_RESULT_CHARS - 1000
 
 if TYPE_CHECKING:
     from recalld.daemon.memory.dream import _Run
@@ -27,8 +37,33 @@ async def node_read(run: _Run, args: Mapping[str, object]) -> str:
     if found is None:
         return f"error: no node {path}"
     rel, text = found
+    shown = text
+    if len(text) > SHOWN_CHARS:
+        shown = text[:SHOWN_CHARS]
+        whole = digest.parse_node(rel, shown).content == digest.parse_node(rel, text).content
+        if not whole:
+            run.read_in_part[rel] = len(text)
+        shown += (f"\n[cut: the node has {len(text)} characters, only the first "
+                  f"{SHOWN_CHARS} are shown; "
+                  + ("the rest is past its content (History, links), which a rewrite keeps]"
+                     if whole else "its content goes on past them, so it cannot be "
+                     "rewritten (REFINE, CORRECT): CORROBORATE it, or CREATE a node for what "
+                     "the note adds]"))
     run.seen[rel] = text
-    return text if rel == path else f"(the node {rel})\n{text}"
+    return shown if rel == path else f"(the node {rel})\n{shown}"
+
+
+def refuse_unread(run: _Run, outcome: integration.Outcome) -> integration.Outcome:
+    """``outcome``, or its refusal when it rewrites (REFINE, CORRECT) a node whose content
+    the model was shown only in part."""
+    size = run.read_in_part.get(outcome.path)
+    if size is None or outcome.action not in ("REFINE", "CORRECT") or outcome.text is None:
+        return outcome
+    return integration.Outcome(
+        outcome.action, outcome.path, "refused", None,
+        f"the node is too long to be shown whole ({size} characters, node_read shows the "
+        f"first {SHOWN_CHARS}) and its content goes on past them: a rewrite would drop "
+        "what you did not read. CORROBORATE it, or CREATE a node for what this note adds")
 
 
 def find_and_read(run: _Run, path: str) -> tuple[str, str] | None:
