@@ -262,3 +262,31 @@ def test_names_and_links_with_nothing_seen_are_refused_saying_why(
     assert digest_files(root) == ["digest/wiki/kettle.md", "digest/wiki/teapot.md"]
     fields, _ = node(root, "digest/wiki/kettle.md")
     assert fields["related"] == ["digest/wiki/teapot.md"], fields
+
+
+def test_a_link_to_a_node_named_without_its_accents_names_that_node(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A new name only accents tell from a node's was refused at CREATE pointing at that
+    node, but a ``related`` entry so spelled was only "no such node". Now the model is
+    told the node of a name alike, and links it on its next call."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-10-10/people.md"
+    write(root, note, "Zoë Ørsted leads the team; Ann reports to her.\n")
+    open_ws(daemon, root, fake)
+    zoe, ann = "digest/personal/zoë-ørsted.md", "digest/personal/ann.md"
+
+    def create(name: str, related: str | None = None) -> tuple[str, dict[str, object]]:
+        return ("integrate", {"action": "CREATE", "bucket": "personal", "name": name,
+                              "content": f"- {name} is on the team", "reason": "who",
+                              **({"related": [related]} if related else {})})
+
+    model.plan[note] = [[create("Zoë Ørsted")], [create("Ann", "Zoe Orsted")],
+                        [("integrate", {"action": "CORROBORATE", "node": ann,
+                                        "related": [zoe], "reason": "link"})]]
+    dream(daemon)
+    told = model.tool_results[1]
+    assert "not linked, no such node: digest/personal/zoe-orsted.md (a node of a name " \
+           f"alike: {zoe})" in told, model.tool_results
+    fields, _ = node(root, ann)
+    assert fields["related"] == [zoe], fields

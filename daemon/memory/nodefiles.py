@@ -183,8 +183,9 @@ def on_nodes(nodes: Mapping[str, str], proposal: digest.Integration, digest_dir:
     """``proposal`` on the nodes that exist (``nodes``: :meth:`NameIndex.scan`): its path
     the node it stands for (:func:`find_node`: never a second node of one name), its
     related nodes those that exist (a link is never written to nothing); the related
-    paths that name no node; and, when it names no node, the node of a name alike, if any
-    (:func:`alike_node`; by the name proposed or the file name) and that name."""
+    paths that name no node (each with the node of a name alike, if any); and, when it
+    names no node, the node of a name alike, if any (:func:`alike_node`; by the name
+    proposed or the file name) and that name."""
     path = find_node(nodes, proposal.path, nodes)
     alike = None
     if path is None and proposal.action == "CREATE":
@@ -204,7 +205,11 @@ def on_nodes(nodes: Mapping[str, str], proposal: digest.Integration, digest_dir:
     for rel in proposal.related:
         found = find_node(nodes, rel, nodes)
         if found is None and rel != proposal.path:
-            unknown.append(rel)
+            # Named in another spelling (no accents): the model is told which node.
+            near = alike_node(nodes, rel.rsplit("/", 1)[-1].removesuffix(".md")
+                              .replace("-", " ").replace("_", " "))
+            unknown.append(rel if near is None
+                           else f"{rel} (a node of a name alike: {near})")
         elif found is not None and found != path:
             related.append(found)
     return dataclasses.replace(proposal, node=path, related=tuple(dict.fromkeys(
