@@ -98,7 +98,13 @@ async def test_tool_choice_passed_through(fake: FakeProvider, bridge: ProviderBr
 @pytest.mark.parametrize(
     ("reply", "message"),
     [
-        (Reply(raw=b"{not json"), "not valid JSON"),
+        (Reply(raw=b"{not json"), r"not valid JSON \(.*\) at: not json"),
+        # A number no float holds, or none JSON has, is named, not "not valid JSON".
+        (Reply(raw=b'{"choices": [{"message": {"content": "hi"}}], '
+                   b'"usage": {"total_tokens": 1e400}}'),
+         r"holds the number 1e400 \(line 1, column 73\), beyond the range"),
+        (Reply(raw=b'{"choices": [{"message": {"content": "hi"}, "logprob": -Infinity}]}'),
+         r"holds -Infinity \(line 1, column 56\), which is no JSON number"),
         (Reply(json={"id": "x", "choices": []}), "no choices"),
         (Reply(json={"id": "x"}), "no choices"),
         (Reply(json={"choices": [{"finish_reason": "stop"}]}), "no message"),

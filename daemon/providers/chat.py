@@ -42,6 +42,7 @@ from recalld.daemon.providers.errors import (
     redact,
     snippet,
 )
+from recalld.daemon.providers.json_answers import not_json
 from recalld.daemon.providers.retry import RetryPolicy, call_with_retry, check_response
 
 DEFAULT_CHAT_BASE_URL = "https://api.openai.com/v1"
@@ -220,11 +221,11 @@ def parse_chat_response(body: bytes, secret: str = "") -> ChatResult:
     (``secret``, the key sent, is masked where the answer quotes it)."""
     try:
         data = orjson.loads(body)
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as exc:
         if body.lstrip().startswith((b"data:", b"event:")):
             raise _bad("answer is an event stream, not one JSON object (the server "
                        "streams its answers; recalld does not ask it to)") from None
-        raise _bad("answer is not valid JSON") from None
+        raise _bad(not_json(body, exc, secret)) from None
     if not isinstance(data, dict):
         raise _bad("answer is not a JSON object")
     choices = data.get("choices")

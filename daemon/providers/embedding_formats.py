@@ -9,8 +9,6 @@ vectors into L2-normalized float32 rows. No I/O, no state: embedding.py does the
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NotRequired, TypedDict
@@ -26,6 +24,7 @@ from recalld.daemon.providers.errors import (
     redact,
     snippet,
 )
+from recalld.daemon.providers.json_answers import not_json
 
 REMOTE_BACKENDS = ("openai", "dashscope", "dashscope_multimodal", "gemini", "ollama")
 BACKENDS = (*REMOTE_BACKENDS, "local")
@@ -128,47 +127,11 @@ def _strip_suffixes(url: str, suffixes: tuple[str, ...]) -> str:
     return url
 
 
-#: A number where a parse stopped, or a name some encoders write for one that JSON has
-#: no number for (Python's ``NaN``, ``Infinity``; C's ``inf``, ``nan``).
-_NUMBER = re.compile(r"[-+]?(?:nan|infinity|inf|[0-9.][0-9.e+-]*)", re.IGNORECASE)
-_SHOWN_NUMBER_CHARS = 24
-
-
 def _loads(body: bytes, what: str, secret: str = "") -> object:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise ProviderBadResponse(f"{what}: {_not_json(body, exc, secret)}") from None
-
-
-def _not_json(body: bytes, exc: orjson.JSONDecodeError, secret: str) -> str:
-    """What is wrong with an answer that does not parse, and where: a number beyond the
-    range of a 64-bit float (``1e400``), or a name JSON has no number for (``NaN``,
-    ``-Infinity``), is named as such; anything else is quoted from where the parse
-    stopped (redacted, short)."""
-    text = body.decode("utf-8", "replace")  # the error's position counts characters
-    if not text.strip():
-        return "the answer is empty, not JSON"
-    start = exc.pos
-    while start > 0 and text[start - 1] in "+-":  # a sign the parse passed over
-        start -= 1
-    found = _NUMBER.match(text, start)
-    token = "" if found is None else found.group()
-    line, column = text.count("\n", 0, start) + 1, start - text.rfind("\n", 0, start)
-    shown = (f"{token} (line {line}, column {column})" if len(token) <= _SHOWN_NUMBER_CHARS
-             else f"{token[:_SHOWN_NUMBER_CHARS]}... (line {line}, column {column})")
-    if token.lstrip("+-").lower() in ("nan", "infinity", "inf"):
-        return (f"the answer holds {shown}, which is no JSON number: the provider sent a "
-                "value that is not a finite number")
-    try:
-        out_of_range = bool(token) and math.isinf(float(token))
-    except ValueError:  # not a number after all ("1.2.3")
-        out_of_range = False
-    if out_of_range:
-        return f"the answer holds the number {shown}, beyond the range of a 64-bit float"
-    near = text[exc.pos:].strip()
-    return (f"answer is not valid JSON ({exc.msg}, line {exc.lineno}, column {exc.colno})"
-            + (f" at: {snippet(near, 60, secret)}" if near else ""))
+        raise ProviderBadResponse(f"{what}: {not_json(body, exc, secret)}") from None
 
 
 def _field(obj: object, *path: str, what: str) -> object:
