@@ -93,10 +93,16 @@ async def test_vectors_of_any_finite_size_are_normalised(
 async def test_vectors_of_strings_or_booleans_are_refused(
         fake: FakeProvider, bridge: ProviderBridge) -> None:  # noqa: F811
     client = make(fake, bridge)
-    for row in (["0.5"] + [0.25] * (DIMS - 1), [True] * DIMS, [None] + [0.25] * (DIMS - 1)):
-        fake.script(Reply(raw=json.dumps({"data": [{"index": 0, "embedding": row}]}).encode()))
+    # A boolean among numbers (or a row of them beside rows of numbers) would be read as
+    # 1.0 or 0.0 by numpy: refused all the same.
+    for rows in ([["0.5"] + [0.25] * (DIMS - 1)], [[True] * DIMS],
+                 [[None] + [0.25] * (DIMS - 1)], [[True] + [0.25] * (DIMS - 1)],
+                 [[0.5] * (DIMS - 1) + [False]], [[1] * (DIMS - 1) + [False]],
+                 [[0.5] * DIMS, [True] * DIMS]):
+        fake.script(Reply(raw=json.dumps({"data": [{"index": i, "embedding": row}
+                                                   for i, row in enumerate(rows)]}).encode()))
         with pytest.raises(ProviderBadResponse, match="not lists of numbers"):
-            await client.embed(["one"])
+            await client.embed(["one", "two"][:len(rows)])
 
 
 @pytest.mark.parametrize(("backend", "answer", "said"), [

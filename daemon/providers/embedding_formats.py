@@ -383,8 +383,11 @@ def to_unit_rows(vectors: Sequence[object], n: int, dims: int, what: str) -> F32
                 raise DimensionMismatch(mixed) from None
             raise ProviderBadResponse(mixed) from None
         raise ProviderBadResponse(f"{what}: vectors are not lists of numbers") from None
-    # Strings, booleans or nulls make another kind of array than numbers do.
-    if arr.ndim != 2 or arr.dtype.kind not in "iuf":
+    # Strings, booleans or nulls alone make another kind of array than numbers do; a
+    # boolean among numbers is taken for 1 or 0, so the types met are looked at too
+    # (``map(type, ...)`` runs in C: a batch of long vectors costs a few milliseconds).
+    if (arr.ndim != 2 or arr.dtype.kind not in "iuf"
+            or bool in set().union(*(map(type, row) for row in vectors))):  # type: ignore[call-overload]
         raise ProviderBadResponse(f"{what}: vectors are not lists of numbers")
     if arr.shape[1] == 0:
         raise ProviderBadResponse(f"{what}: vectors are empty")
