@@ -355,6 +355,10 @@ def test_a_query_typed_composed_or_decomposed_is_one_query(daemon_factory: Any,
 
     root = tmp_path / "ws"
     write(root, "memory/2026-07-23/trip.md", "# Trip\n\nMet Zoë at the café in Malmö.\n")
+    # A note written decomposed is embedded composed, as a query is: the same words
+    # typed either way find it by their vector too.
+    hanna = "# Hanna\n\nHannă spoke of Kraków and Đà Nẵng."
+    write(root, "memory/2026-07-24/hanna.md", unicodedata.normalize("NFD", hanna) + "\n")
     for i in range(6):
         write(root, f"digest/wiki/n{i}.md", f"# Note {i}\n\nAnother note, number {i}.\n")
     with FakeProvider(dims=8, api_key="k") as fake:
@@ -371,3 +375,9 @@ def test_a_query_typed_composed_or_decomposed_is_one_query(daemon_factory: Any,
             assert embedded in ([unicodedata.normalize("NFC", query)], []), embedded
         assert answers[0] == answers[1]
         assert answers[0]["results"][0]["path"] == "memory/2026-07-23/trip.md"
+        texts = [t for r in fake.requests for t in r.json["input"]]
+        assert all(unicodedata.is_normalized("NFC", t) for t in texts), texts
+        res = d.call("memory.search", {"agent_id": "w", "query": hanna, "max_results": 7})
+        top = res["results"][0]
+        # The fake's vector is the text's hash: one text, one vector.
+        assert top["path"] == "memory/2026-07-24/hanna.md" and top["vector"] > 0.999, res

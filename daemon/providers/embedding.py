@@ -25,6 +25,7 @@ import os
 import random
 import re
 import time
+import unicodedata
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypedDict
@@ -224,8 +225,13 @@ class EmbeddingClient:
         self.input_limit = min(c.max_input_length for c in configs)
 
     def sent_text(self, text: str) -> str:
-        """What is sent for ``text`` now: cut to the input budget (the strictest of the
-        workspaces sharing the client), a blank one as a space."""
+        """What is sent for ``text`` now: composed (NFC), cut to the input budget (the
+        strictest of the workspaces sharing the client), a blank one as a space. A note
+        written decomposed (NFD: macOS, some editors) and a query typed composed are one
+        text to the keyword index; a provider embeds the code points as sent, so both
+        are sent composed, whatever the form written."""
+        if not text.isascii():
+            text = unicodedata.normalize("NFC", text)
         return truncate_to_budget(text, self.input_limit) or " "
 
     def vector_space_key(self) -> str:
