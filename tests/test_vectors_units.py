@@ -14,7 +14,13 @@ from recalld.daemon.index.exact import exact_first, exact_keys, identifier_terms
 from recalld.daemon.index.fusion import fuse
 from recalld.daemon.index.state import StoredChunk
 from recalld.daemon.index.tokenizer import tokenize, tokenize_query
-from recalld.daemon.index.vectors import MATRIX_MAGIC, VectorIndex, normalize
+from recalld.daemon.index.vectors import (
+    MATRIX_MAGIC,
+    SLOTS,
+    VectorIndex,
+    WindowVectors,
+    normalize,
+)
 
 
 def test_identifier_terms() -> None:
@@ -320,3 +326,38 @@ def test_an_index_answers_alike_as_a_matrix_a_graph_and_between(
     with pytest.raises((ValueError, RuntimeError)):  # as a load of damaged bytes refuses
         VectorIndex.from_bytes(saved[:-4] if index.is_matrix else b"", dim=16,
                                live=list(truth), tmp_dir=tmp_path)
+
+
+def test_a_filter_few_keys_pass_compares_them_without_walking_the_graph() -> None:
+    # A path_prefix naming a small folder in a big workspace: hnswlib's filter would call
+    # back for most keys of the graph before finding the few that pass; the few are
+    # compared directly, and rank as a full comparison ranks them.
+    rng = np.random.default_rng(7)
+    rows = rng.standard_normal((1200, 16)).astype(np.float32)
+    index = VectorIndex(16)
+    index.add(range(1200), rows)
+    wins = WindowVectors(16)
+    for key in range(200):
+        wins.add(key, rows[key * 6:key * 6 + 6])
+    assert not index.is_matrix and not wins.is_matrix
+    q = rng.standard_normal(16)
+    sims = normalize(rows) @ normalize(q)[0]
+    few = {3, 40, 41, 977, 1100, 5000}  # 5000: no such key
+    asked: list[int] = []
+
+    def allowed(key: int) -> bool:
+        asked.append(key)
+        return key in few and key != 41  # the filter may refuse a candidate too
+
+    got = index.search(q, 3, allowed=allowed, candidates=few)
+    want = sorted(few - {41, 5000}, key=lambda k: -sims[k])[:3]
+    assert [k for k, _ in got] == want and len(asked) <= len(few), (got, asked)
+    assert all(abs(s - sims[k]) < 1e-5 for k, s in got)
+    asked.clear()
+    few = {7, 41, 150, 300}  # 300: a chunk without windows
+    got = wins.search(q, 5, allowed=allowed, candidates=few)
+    best = {key: max(sims[key * 6:key * 6 + 6]) for key in (7, 150)}
+    assert [k for k, _ in got] == sorted(best, key=lambda k: -best[k]), got
+    assert all(abs(s - best[k]) < 1e-5 for k, s in got)
+    # Each window of a candidate is asked for once at most (its chunk passing or not).
+    assert len(asked) <= 3 * SLOTS, len(asked)

@@ -186,7 +186,7 @@ class IndexState:
         """Nearest chunks by cosine similarity (empty without vectors)."""
         if self.vectors is None or not len(self.vectors):
             return []
-        return self.vectors.search(query, limit,
+        return self.vectors.search(query, limit, candidates=allowed,
                                    allowed=None if allowed is None else allowed.__contains__)
 
     def neighbours(self, path: str) -> list[str]:

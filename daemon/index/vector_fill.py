@@ -330,12 +330,12 @@ class VectorFill:
             # (it may be waiting on the provider meanwhile).
             return key in chunks and (allowed is None or key in allowed)
 
-        hits = wins.search(query, limit, allowed=test)
+        hits = wins.search(query, limit, allowed=test, candidates=allowed)
         vectors = state.vectors
         if vectors is not None and (self._single or len(wins) < len(vectors)):
             # Chunks of one window, and those whose windows are not back yet (after a
             # restart), by their own vector.
-            hits += vectors.search(query, limit,
+            hits += vectors.search(query, limit, candidates=allowed,
                                    allowed=lambda key: key not in wins and test(key))
             hits.sort(key=lambda kv: (-kv[1], kv[0]))
         return hits[:limit]

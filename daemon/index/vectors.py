@@ -22,9 +22,9 @@ import contextlib
 import os
 import secrets
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -38,7 +38,10 @@ from recalld.daemon.store.fsio import REAL, ensure_dir
 
 if TYPE_CHECKING:
     import hnswlib
+    from pyroaring import BitMap
 
+#: The keys a search's filter may pass (``VectorIndex.search``).
+Candidates: TypeAlias = "Collection[int] | BitMap"
 
 
 def normalize(vectors: npt.ArrayLike) -> F32:
@@ -75,6 +78,13 @@ def _new_hnsw(dim: int) -> hnswlib.Index:
 #: The start of a saved matrix (:meth:`VectorIndex.to_bytes` of an index without a graph):
 #: then the count and the dimension (int64), the keys (int64), the rows (float32).
 MATRIX_MAGIC = b"RCLDMAT1"
+#: When a filter can pass at most this many keys, and at most one in ``FEW_SHARE`` of the
+#: graph's, they are compared directly (some 60 us each: hnswlib hands out stored vectors
+#: slowly) rather than through hnswlib's filter, which walks much of the graph when few
+#: pass (``path_prefix`` naming a small folder): a tenth of a second and more on a graph
+#: of tens of thousands.
+FEW_CANDIDATES = 2048
+FEW_SHARE = 40
 
 
 def matrix_format(state_format: int) -> str:
@@ -205,30 +215,41 @@ class VectorIndex:
             self._free += 1
 
     def search(
-        self, query: npt.ArrayLike, k: int, *, allowed: Callable[[int], bool] | None = None
+        self, query: npt.ArrayLike, k: int, *, allowed: Callable[[int], bool] | None = None,
+        candidates: Candidates | None = None,
     ) -> list[tuple[int, float]]:
-        """The ``k`` nearest live keys with cosine similarity, best first."""
+        """The ``k`` nearest live keys with cosine similarity, best first, only those
+        ``allowed`` passes if given. ``candidates``, if given, holds every key ``allowed``
+        may pass: when they are few (``FEW_CANDIDATES``, ``FEW_SHARE``) they are compared
+        one by one, as hnswlib's filter walks much of a big graph, calling ``allowed`` at
+        every key it meets, before it finds k of a few that pass."""
         if not self._live or k <= 0:
             return []
         k = min(k, len(self._live))
         q = normalize(query)
         if self._exact is not None:
             return self._exact.search(q[0], k, allowed)
+        if candidates is not None and len(candidates) <= min(
+                FEW_CANDIDATES, len(self._live) // FEW_SHARE):
+            return self._search_small(q, k, allowed, candidates)
         self._index.set_ef(max(self.ef_search, 2 * k))
         try:
             labels, distances = self._index.knn_query(q, k=k, filter=allowed)
         except RuntimeError:
             # hnswlib raises when fewer than k elements pass the filter; ask for what exists.
-            return self._search_small(q, k, allowed)
+            return self._search_small(q, k, allowed, candidates)
         return [
             (int(label), float(1.0 - dist))
             for label, dist in zip(labels[0].tolist(), distances[0].tolist(), strict=True)
         ]
 
     def _search_small(
-        self, q: F32, k: int, allowed: Callable[[int], bool] | None
+        self, q: F32, k: int, allowed: Callable[[int], bool] | None,
+        candidates: Candidates | None,
     ) -> list[tuple[int, float]]:
-        keys = [key for key in self._live if allowed is None or allowed(key)]
+        live = self._live
+        keys = [key for key in (live if candidates is None else candidates)
+                if key in live and (allowed is None or allowed(key))]
         if not keys:
             return []
         vecs = normalize(self._index.get_items(keys, return_type="numpy"))
@@ -393,12 +414,16 @@ class WindowVectors:
             self._index.remove(label)
 
     def search(
-        self, query: npt.ArrayLike, k: int, *, allowed: Callable[[int], bool] | None = None
+        self, query: npt.ArrayLike, k: int, *, allowed: Callable[[int], bool] | None = None,
+        candidates: Candidates | None = None,
     ) -> list[tuple[int, float]]:
-        """The ``k`` chunks whose best window is nearest, with that window's cosine."""
+        """The ``k`` chunks whose best window is nearest, with that window's cosine;
+        ``allowed`` and ``candidates`` (chunk keys) as for :meth:`VectorIndex.search`."""
         if not self._count or k <= 0:
             return []
         count = self._count
+        labels = None if candidates is None or len(candidates) > FEW_CANDIDATES else [
+            key * SLOTS + i for key in candidates for i in range(count.get(key, 0))]
 
         def live(label: int) -> bool:
             key = label // SLOTS
@@ -408,7 +433,7 @@ class WindowVectors:
         # Several windows of one chunk may come first; ask for more until k chunks show.
         want = 4 * k
         while True:
-            hits = self._index.search(query, want, allowed=live)
+            hits = self._index.search(query, want, allowed=live, candidates=labels)
             best.clear()
             for label, score in hits:
                 key = label // SLOTS
