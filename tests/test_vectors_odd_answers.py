@@ -2,7 +2,8 @@
 number for (``NaN``, ``-Infinity``) is named as such, in every backend's format, and so
 are vectors of mixed dimensions; and an answer to a search's query that cannot be used
 (other dimensions, such a number) is kept as the provider's last error without judging
-its health, which the backfill's own calls and pings decide."""
+its health, which the backfill's own calls and pings decide: a good answer to a query
+does not end a failure for good they met either."""
 
 from __future__ import annotations
 
@@ -90,6 +91,13 @@ def test_an_odd_answer_to_a_query_leaves_the_health_to_the_backfill(
         st = wait_value(lambda: vectors_status(d), lambda st: st["provider"]["fails_for_good"],
                         "the backfill's verdict")
         assert st["health"] == "fail" and "5-dimensional" in st["last_error"], st
+        # A good answer to a search's query is no verdict either: the provider still
+        # fails for good for what the backfill sends, until its pings say otherwise.
+        res = d.call("memory.search", {"agent_id": "w", "query": "cone 6 glazes"})
+        assert res["mode"] == "hybrid" and res.get("vector_error") is None, res
+        st = vectors_status(d)
+        assert st["health"] == "fail" and st["provider"]["fails_for_good"], st
+        assert "5-dimensional" in st["last_error"], st
         assert d.stop() == 0
 
 

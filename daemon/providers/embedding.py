@@ -179,6 +179,8 @@ class EmbeddingClient:
         self.health: Literal["unknown", "ok", "fail"] = "unknown"
         #: See ``EmbeddingStatus.fails_for_good``.
         self.fails_for_good = False
+        #: Whether the last failure was met by the backfill's call or ping (``failing``).
+        self._judged_by_backfill = False
         #: Until when (trio clock) the provider's last Retry-After asks to be left alone.
         self._quiet_until = -math.inf
         #: Texts per request and the input budget (``share_limits``).
@@ -272,7 +274,8 @@ class EmbeddingClient:
         text it refuses (that says nothing of its health) and for an answer to a query it
         could not use (other dimensions, not JSON, NaN): that is one answer to one short
         text, kept as ``last_error``; whether the provider fails for good is for the
-        backfill's calls and its pings (which judge their own answers) to show.
+        backfill's calls and its pings (which judge their own answers) to show, and so a
+        good answer to a query does not end a failure for good either.
         """
         def told(delay_s: float, exc: ProviderError) -> None:
             if exc.retry_after_s is not None and not isinstance(exc, CircuitOpen):
@@ -311,7 +314,7 @@ class EmbeddingClient:
                 self._quiet_until = trio.current_time() + wait
             if not input_refused(exc) and not (
                     kind == "query" and isinstance(exc, ProviderBadResponse)):
-                self.failing(for_good=not exc.transient)
+                self.failing(for_good=not exc.transient, by_backfill=kind == "passage")
             metrics.count("recalld_embed_errors_total")
             raise
         finally:
@@ -320,7 +323,12 @@ class EmbeddingClient:
         self.last_ok = time.time()
         self.successes += 1
         self._quiet_until = -math.inf  # it answers again: a Retry-After is over
-        self.health, self.fails_for_good = "ok", False
+        if kind == "passage" or not (self.fails_for_good and self._judged_by_backfill):
+            # A good answer to a query ends an outage, or a failure for good another
+            # query met (a key refused), but not one the backfill met for what it sends
+            # (its texts, their dimensions): its pings (``health_check``) say when that
+            # is over.
+            self.health, self.fails_for_good = "ok", False
         rows: F32 = np.concatenate(parts) if len(parts) > 1 else parts[0]
         return rows
 
@@ -437,10 +445,12 @@ class EmbeddingClient:
             await trio.sleep(delay)
             attempt += 1
 
-    def failing(self, *, for_good: bool) -> None:
+    def failing(self, *, for_good: bool, by_backfill: bool = True) -> None:
         """Mark the provider failing: ``for_good`` when a retry of the same request will
-        not help (see ``EmbeddingStatus.fails_for_good``)."""
+        not help (see ``EmbeddingStatus.fails_for_good``); ``by_backfill`` when the
+        backfill's own call or ping failed, not a search's query."""
         self.health, self.fails_for_good = "fail", for_good
+        self._judged_by_backfill = by_backfill
 
     def note_error(self, error: str) -> None:
         """Keep ``error`` (redacted) as the last one met, with its time."""
