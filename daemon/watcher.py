@@ -16,12 +16,12 @@ so a reconcile scan (disk ``(mtime_ns, size)`` against ``known``) runs at start,
 scan cannot list (gone, unreadable) removes nothing and is scanned again with backoff until
 it lists; one moved away is not recreated. Paths are workspace-relative with ``/``
 (``memory/2026-07-23/commute.md``). Notes and disk scans: ``watchpaths.py``; settings and
-status records: ``watchrecords.py``; a reconcile's background token: ``watchtoken.py``.
+status records: ``watchrecords.py``; syncs: ``watchsync.py``; a reconcile's background
+token: ``watchtoken.py``.
 """
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
@@ -45,8 +45,8 @@ from recalld.daemon.watchsource import (
     WatchError,
     default_source,
 )
+from recalld.daemon.watchsync import CookieSync
 from recalld.daemon.watchtoken import RunSync, ScanToken, in_thread
-from recalld.ipc.errors import UnknownWorkspace
 
 __all__ = ["Watcher"]
 
@@ -56,7 +56,7 @@ Known = Callable[[], Mapping[str, tuple[int, int]]]
 Apply = Callable[[set[str]], Awaitable[None]]
 
 
-class Watcher:
+class Watcher(CookieSync):
     """Keeps one workspace's consumer in step with the Markdown files under ``roots``
     (workspace-relative folders: ``daily_dir``, ``digest_dir``; created when missing).
 
@@ -375,15 +375,6 @@ class Watcher:
             backoff = min(backoff * 2, self._config.restart_backoff_max_s)
             self._restarts += 1
 
-    async def _rewrite_cookies(self) -> None:  # those written while no watch saw them
-        for name in list(self._cookies):
-            try:
-                await self._run_sync(self._paths.mark, name)
-                if name not in self._cookies:  # its sync ended meanwhile: leave no trace
-                    await self._run_sync(partial(self._paths.mark, name, remove=True))
-            except OSError as exc:
-                log.debug("sync cookie %s not written again: %s", name, exc)
-
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Watch until cancelled. Started once the native watch is active (or failed: it
         serves by reconcile alone and keeps retrying) and, unless ``reconcile_before_ready``
@@ -412,62 +403,6 @@ class Watcher:
             nursery.start_soon(self._relist_loop)
             if hold is None:
                 task_status.started()
-
-    # -- freshness ---------------------------------------------------------------------------
-
-    async def sync(self) -> None:
-        """Return once every change made before the call has been applied: a cookie file
-        written into the first root, its event arrived and the batch holding everything
-        before it applied. A cookie not seen within ``sync_timeout_s`` (events lost, watch
-        down) is a reconcile instead; one seen while an apply still runs is waited for. On
-        cancellation the cookie is removed and nothing else changes. A held watcher's
-        sync waits for its watch, after the hold."""
-        if self._hold is not None:
-            await self._set_up.wait()
-            if self._never_watched:
-                raise UnknownWorkspace("the workspace stopped before it was watched")
-        if self._watch_state != "watching" or self._unlisted:
-            await self._sync_by_reconcile("sync without a watch")
-            return
-        self._cookie_n += 1
-        name = f"{COOKIE_PREFIX}{os.getpid()}-{self._cookie_n}"
-        done = trio.Event()
-        errors = self._errors.count
-        self._cookies[name] = done
-        try:
-            try:
-                await self._run_sync(self._paths.mark, name)
-            except OSError as exc:  # no root, or a link in its place: never written there
-                log.debug("sync cookie %s not written: %s", name, exc)
-            else:
-                while True:
-                    with trio.move_on_after(self._config.sync_timeout_s):
-                        await done.wait()
-                        return
-                    # The cookie came, and the batch holding it waits behind an apply
-                    # still running or owed (a first build's reconcile takes seconds):
-                    # the events flow, so wait for it rather than scan the disk after
-                    # it. An apply that failed meanwhile ends the wait: the reconcile
-                    # below raises its error to the caller.
-                    owed = self._apply_lock.locked() or self._wake.is_set()
-                    if name not in self._cookie_seen or errors != self._errors.count or not owed:
-                        break
-            self._sync_fallbacks += 1
-            await self._sync_by_reconcile("sync cookie not seen")
-        finally:
-            self._cookies.pop(name, None)
-            self._cookie_seen.pop(name, None)
-            with trio.CancelScope(shield=True):
-                try:
-                    await self._run_sync(partial(self._paths.mark, name, remove=True))
-                except OSError as exc:  # the root is a file now, or unreadable
-                    log.debug("sync cookie %s not removed: %s", name, exc)
-
-    async def _sync_by_reconcile(self, reason: str) -> None:
-        # A root removed (rm -r memory) is made again first, as the watch's restart does,
-        # so the scan finds it empty instead of keeping its notes as unknown.
-        await self._run_sync(self._paths.make_removed_roots, frozenset(self._moved_away))
-        await self.reconcile(reason)
 
     # -- status ------------------------------------------------------------------------------
 
