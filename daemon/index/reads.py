@@ -31,8 +31,6 @@ from recalld.daemon.index.tokenizer import tokenize_query
 from recalld.daemon.index.windows import Window
 
 if TYPE_CHECKING:
-    from pyroaring import BitMap
-
     from recalld.daemon.index.embedder import VectorWorker
 
 log = logging.getLogger(__name__)
@@ -66,9 +64,6 @@ class Candidates:
     reach: float = 1.0
     #: candidate key -> its window nearest the query (when asked for and known)
     windows: dict[int, Window] = field(default_factory=dict)
-    #: linked paths the search's filters leave out: listed in a hit's ``links``, never
-    #: shown as a neighbour
-    barred: frozenset[str] = frozenset()
 
 
 class StateAccess:
@@ -273,7 +268,6 @@ def gather(
         reach = state.keyword_reach(tokens, hits)
     links: dict[str, list[str]] = {}
     firsts: dict[str, StoredChunk] = {}
-    barred: set[str] = set()
     if link_limit:
         hit_paths = dict.fromkeys(c.path for c in chunks.values())
         targets: dict[str, None] = {}
@@ -281,30 +275,15 @@ def gather(
             links[path] = state.neighbours(path)
             for other in links[path]:
                 # With ``keep`` the hits are the results, which expansion skips.
-                if (other in targets or other in barred
-                        or (keep is not None and other in hit_paths)):
+                if other in targets or (keep is not None and other in hit_paths):
                     continue
-                if not _passes(state, other, allowed):
-                    # The filters hold for neighbours too: a search of one folder shows
-                    # no text from outside it.
-                    barred.add(other)
-                elif len(targets) < link_limit and other in state.files:
+                if len(targets) < link_limit and other in state.files:
                     targets[other] = None
         firsts = state.linked_chunks(query, list(targets), tokens=tokens)
     best: dict[int, Window] = {}
     if windows and query_vector is not None and (worker := vectors()) is not None:
         best = worker.fill.best_windows(state, query_vector[1], chunks)
-    return Candidates(hits, vec_hits, exact, chunks, links, firsts, reach, best,
-                      frozenset(barred))
-
-
-def _passes(state: IndexState, path: str, allowed: BitMap | None) -> bool:
-    """Whether the file ``path`` passes the filters that gave ``allowed`` (filters hold
-    for a whole file: its first chunk tells)."""
-    if allowed is None:
-        return True
-    info = state.files.get(path)
-    return info is not None and bool(info.keys) and info.keys[0] in allowed
+    return Candidates(hits, vec_hits, exact, chunks, links, firsts, reach, best)
 
 
 def places(chunks: Mapping[int, StoredChunk]) -> Callable[[int], Place]:

@@ -6,8 +6,7 @@ show each branch's own score (``None`` on the wire, ``-`` in the text, where a b
 missed). Link expansion adds, after the hits, one chunk of each file a hit links to or is
 linked from (``via`` names the hit): the file's best keyword match for the query, else its
 first chunk with body text, never a bare frontmatter block; so an agent sees the
-neighbourhood. The filters hold for neighbours as for hits: a neighbour they leave out is
-listed in the hit's ``links`` but not shown.
+neighbourhood.
 
 The vector branch embeds the query through the workspace's backfill (LRU-cached, a short
 deadline). When the provider fails, the answer is keyword-only with ``vector_error`` set:
@@ -311,8 +310,7 @@ async def search(
         links = found.links
         for r in results:
             r["links"] = links.get(r["path"], [])
-        # Neighbours the filters leave out are no neighbours to show (listed in links).
-        seen = set(hit_paths) | found.barred
+        seen = set(hit_paths)
         extra: dict[str, str] = {}
         for path in hit_paths:
             for other in links.get(path, []):
