@@ -47,7 +47,9 @@ def nonempty(value: str) -> str:
 
 def agent_name(value: str) -> str:
     """``value`` unchanged, if it names an agent (it makes a workspace id, as the
-    middleware maps names); a name that makes none (``..``, ``!!!``) is refused."""
+    middleware maps names); a name that makes none (empty, all dots: ``..``) is refused.
+    A name of other characters alone makes one of its ``_`` (``!!!`` is ``_``), as in the
+    middleware; the daemon refuses a second name that makes the same id."""
     try:
         workspace_id(nonempty(value))
     except ValueError as exc:

@@ -5,6 +5,7 @@ all are refused by the client libraries instead of being taken for ``default``."
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import hashlib
 import unicodedata
@@ -14,6 +15,7 @@ import pytest
 
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import owner_name, session_key, workspace_id, workspace_name
+from recalld.ipc.cli_args import agent_name
 from recalld.ipc.client import Client
 from recalld.ipc.errors import InvalidParams
 from recalld.ipc.known_ids import provisional_id
@@ -180,3 +182,15 @@ def test_workspace_list_names_each_workspaces_owner(daemon: Any) -> None:
     assert listed[workspace_id("研究助手")]["state"] == "closed"
     assert listed[workspace_id("研究助手")]["name"] == "研究助手"
     assert "name" not in listed["by_id_only"]
+
+
+@pytest.mark.parametrize(("name", "taken"), [("!!!", True), ("a b", True), ("..", False),
+                                             ("", False)])
+def test_cli_agent_argument_refuses_what_the_middleware_refuses(name: str, taken: bool) -> None:
+    # `recalld mcp --agent` checks a name as the middleware maps it: refused exactly when
+    # workspace_id refuses it ("!!!" makes "_", as an AgentScope agent of that name).
+    if taken:
+        assert agent_name(name) == name and workspace_id(name)
+    else:
+        with pytest.raises(argparse.ArgumentTypeError):
+            agent_name(name)
