@@ -38,7 +38,9 @@ from recalld.ipc.answers import JsonObject
 from recalld.ipc.cli_args import Parser
 from recalld.ipc.client import Client
 from recalld.ipc.render import (
+    AnswerLost,
     JobWaiter,
+    answer_lost,
     closed_pipe,
     hint,
     not_applied_lines,
@@ -186,6 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
     except BrokenPipeError:
         return closed_pipe()
+    except AnswerLost as exc:
+        return answer_lost(sys.stderr, exc)
     return code
 
 
@@ -270,6 +274,8 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return closed_pipe()
+    except AnswerLost as exc:
+        return answer_lost(err, exc)
     except OSError as exc:
         say(err, f"recalld: {exc}")
         return EXIT_ERROR

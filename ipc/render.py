@@ -235,7 +235,34 @@ def hint(exc: errors.RecalldError, command: Sequence[str | None] = (),
             f"shows them; recalld workspace open {agent_operand(agent)} makes a new one)")
 
 
-class _TerminalStream(io.TextIOWrapper):
+class AnswerLost(OSError):
+    """stdout refused a command's answer (a full disk, ``> /dev/full``, an I/O error):
+    the daemon had done what it answered (a note written, a job submitted), so the
+    command must say so rather than look failed and be run again. A reader gone away
+    (BrokenPipeError, ``| head``) is not this: it stopped reading on purpose."""
+
+
+class _AnswerStream(io.TextIOWrapper):
+    """stdout as the commands write to it: a failing write or flush raises AnswerLost."""
+
+    def write(self, s: str) -> int:
+        try:
+            return super().write(s)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise AnswerLost(exc.errno, exc.strerror) from exc
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise AnswerLost(exc.errno, exc.strerror) from exc
+
+
+class _TerminalStream(_AnswerStream):
     """A text stream whose writes show control characters escaped (:func:`for_terminal`)."""
 
     def write(self, s: str) -> int:
@@ -243,30 +270,28 @@ class _TerminalStream(io.TextIOWrapper):
         return len(s)
 
 
-def terminal_safe(stream: TextIO) -> TextIO:
-    """``stream`` (stdout) as the commands write to it: on a terminal, one that shows the
-    control characters of what the daemon sent (a note's text, a path) escaped, so a note
-    cannot retitle, recolour or clear the terminal; elsewhere ``stream`` itself, so a
-    pipe or a file gets the text as it is."""
-    if not isinstance(stream, io.TextIOWrapper) or not stream.isatty():
-        return stream
-    encoding, errors_ = stream.encoding, stream.errors
-    stream.flush()
-    return _TerminalStream(stream.detach(), encoding=encoding, errors=errors_,
-                           line_buffering=True)
-
-
 def output_stream(stream: TextIO, *, as_json: bool) -> TextIO:
     """``stdout`` as a command writes to it: JSON always in UTF-8 (what JSON readers
     expect, whatever the locale); text in the locale's encoding with what it cannot encode
     (a Chinese note under a Latin-1 or ASCII locale) shown as ``\\u7814`` escapes instead
-    of a traceback, and on a terminal with its control characters escaped."""
-    if isinstance(stream, io.TextIOWrapper):
-        if as_json:
-            stream.reconfigure(encoding="utf-8", errors="strict")
-        else:
-            stream.reconfigure(errors="backslashreplace")
-    return stream if as_json else terminal_safe(stream)
+    of a traceback, and on a terminal with its control characters escaped, so a note
+    cannot retitle, recolour or clear the terminal (a pipe or a file gets the text as it
+    is). A write it refuses raises :class:`AnswerLost`."""
+    if not isinstance(stream, io.TextIOWrapper):
+        return stream
+    if as_json:
+        stream.reconfigure(encoding="utf-8", errors="strict")
+    else:
+        stream.reconfigure(errors="backslashreplace")
+    encoding, errors_, lines = stream.encoding, stream.errors, stream.line_buffering
+    stream.flush()
+    if as_json or not stream.isatty():
+        if type(stream) is not io.TextIOWrapper:  # a caller's own (a capture): as it is
+            return stream
+        return _AnswerStream(stream.detach(), encoding=encoding, errors=errors_,
+                             line_buffering=lines)
+    return _TerminalStream(stream.detach(), encoding=encoding, errors=errors_,
+                           line_buffering=True)
 
 
 def say(err: TextIO, line: str) -> None:
@@ -282,6 +307,16 @@ def closed_pipe() -> int:
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
     return 0
+
+
+def answer_lost(err: TextIO, exc: AnswerLost) -> int:
+    """Say that stdout refused the answer of a command the daemon carried out (exit
+    status 1, not 0: the answer is gone); later flushes of stdout go to /dev/null."""
+    say(err, f"recalld: the answer could not be written to standard output ({exc}); the "
+             "daemon had carried the command out: what it changed (a note, a job) stays "
+             "changed")
+    closed_pipe()
+    return 1
 
 
 def open_closed_streams() -> None:

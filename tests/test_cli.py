@@ -399,3 +399,18 @@ def test_note_from_stdin_in_any_locale_and_a_closed_stdin(daemon: DaemonHandle,
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         line = proc.stderr.splitlines()[-1]  # after a restore's progress lines
         assert line.startswith("recalld: ") and "stdin" in line, proc.stderr
+
+
+def test_a_note_whose_answer_stdout_refuses_says_it_was_written(daemon: DaemonHandle) -> None:
+    # `recalld note ... > /dev/full`: the daemon wrote the note before stdout refused the
+    # answer; a bare "[Errno 28]" had it taken for a failure and written twice.
+    cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "recalld.ipc"]
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([*cmd, "note", "kettle descaled on tuesday"], stdout=full,
+                              stderr=subprocess.PIPE, env=daemon.env, text=True,
+                              timeout=60, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert "No space left" in proc.stderr and "carried the command out" in proc.stderr
+    notes = (daemon.data_dir / "workspaces" / "default" / "memory").rglob("*.md")
+    assert any("kettle descaled" in n.read_text(encoding="utf-8") for n in notes)
