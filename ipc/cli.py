@@ -35,7 +35,7 @@ from recalld.ipc import (
 from recalld.ipc import mcp as mcp_command
 from recalld.ipc.agent_ids import workspace_table
 from recalld.ipc.answers import JsonObject
-from recalld.ipc.cli_args import Parser
+from recalld.ipc.cli_args import Parser, whole_number
 from recalld.ipc.client import Client
 from recalld.ipc.render import (
     AnswerLost,
@@ -86,6 +86,8 @@ def _lines(value: str) -> tuple[int, int]:
         last = int(end) if sep else first
     except ValueError:
         raise argparse.ArgumentTypeError("expected N or N-M, e.g. 10-20") from None
+    for number in (start, end if sep else start):
+        whole_number(number)  # one past 64 bits: refused naming --lines
     if first < 1 or last < first:
         raise argparse.ArgumentTypeError("lines are 1-based and N-M needs N <= M")
     return first, last
@@ -142,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     dream.add_argument("--agent", default=DEFAULT_AGENT)
     dream.add_argument("--no-wait", action="store_true", help="submit and return the job id")
     listed_or_undone = dream.add_mutually_exclusive_group()  # else: a run now
-    listed_or_undone.add_argument("--runs", nargs="?", type=int, const=20, metavar="N",
+    listed_or_undone.add_argument("--runs", nargs="?", type=whole_number, const=20, metavar="N",
                                   help="list the latest N runs (default 20), newest first")
     listed_or_undone.add_argument("--undo", metavar="RUN", help="restore the files a dream "
                                   "run changed (run id from its log)")

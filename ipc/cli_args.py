@@ -16,6 +16,8 @@ from recalld.ipc.agent_ids import workspace_id
 
 #: What a value that is not UTF-8 is told (on one line: the usage says nothing of it).
 NOT_UTF8 = "is not valid UTF-8 text"
+#: What a number no request can carry is told (on one line too).
+OUT_OF_RANGE = "numbers must lie within -2**63 to 2**63-1"
 
 
 def local_file(value: str) -> str:
@@ -45,6 +47,28 @@ def nonempty(value: str) -> str:
     return value
 
 
+#: The whole numbers a request can carry (the wire's 64-bit integers, signed).
+MIN_WHOLE, MAX_WHOLE = -(2**63), 2**63 - 1
+
+
+def whole_number(value: str) -> int:
+    """``value`` as an int (``-n``, ``--runs``, a line number); one that is not a whole
+    number, or one no request can carry (past 64 bits), is refused here, naming the
+    option, instead of by the wire with no word of which argument it was."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = None
+    if number is None or not MIN_WHOLE <= number <= MAX_WHOLE:
+        shown = value if len(value) <= 24 else f"{value[:20]}...({len(value)} characters)"
+        # Python refuses to read more than 4300 digits: those are a number too large.
+        digits = value.strip().lstrip("+-").isdigit()
+        if number is None and not digits:
+            raise argparse.ArgumentTypeError(f"not a whole number: {shown!r}")
+        raise argparse.ArgumentTypeError(f"too large: {shown!r} ({OUT_OF_RANGE})")
+    return number
+
+
 def agent_name(value: str) -> str:
     """``value`` unchanged, if it names an agent (it makes a workspace id, as the
     middleware maps names); a name that makes none (empty, all dots: ``..``) is refused.
@@ -69,8 +93,8 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """As argparse's (the usage, then the error; exit status 2), but one line for a
-        value that is not UTF-8, which the usage does not explain."""
-        if NOT_UTF8 in message:
+        value that is not UTF-8 or a number past 64 bits, which the usage does not explain."""
+        if NOT_UTF8 in message or OUT_OF_RANGE in message:
             self.exit(2, f"recalld: {message}\n")
         super().error(message)
 

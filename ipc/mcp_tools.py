@@ -77,8 +77,9 @@ TOOLS: list[types.Tool] = [
             "properties": {
                 "path": {"type": "string",
                          "description": "Path inside the workspace, as search shows it."},
-                "start_line": {"type": "integer", "minimum": 1},
-                "end_line": {"type": "integer", "minimum": 1},
+                # No request carries a number past 64 bits: refused naming the argument.
+                "start_line": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+                "end_line": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
                 "agent": {"type": "string",
                           "description": "Another agent whose workspace is shared with you."},
             },

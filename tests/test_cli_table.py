@@ -383,3 +383,18 @@ def test_a_line_longer_than_one_answer_does_not_swallow_the_next(daemon: DaemonH
     assert as_text.returncode == 1, as_text.stderr  # as without --json
     got = json.loads(as_text.stdout)
     assert got["truncated"] and got["text"].split("\n")[2:] == shown[2:]
+
+
+def test_a_number_past_64_bits_is_a_usage_error_naming_its_option(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # No request can carry it: refused while parsing (no daemon needed), naming the
+    # option, not by the wire's "Integer exceeds 64-bit range" with no word of which.
+    huge, digits = str(2**64), "9" * 5000  # Python reads no more than 4300 digits
+    env = {"RECALLD_SOCKET": "/nonexistent/recalld.sock"}
+    for args, option in ((["search", "q", "-n", huge], "-n/--max-results"),
+                         (["read", NOTE, "--lines", f"1-{huge}"], "--lines"),
+                         (["dream", "--runs", digits], "--runs"),
+                         (["changes", "-n", f"-{huge}"], "-n/--limit")):
+        code, stderr = cli_main(args, env, monkeypatch, capsys)
+        assert code == 2 and len(stderr.splitlines()) == 1, stderr
+        assert f"argument {option}: too large" in stderr and len(stderr) < 200, stderr

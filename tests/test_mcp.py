@@ -295,6 +295,9 @@ def test_arguments_of_the_wrong_shape_are_refused_before_the_daemon(
         ("memory_search", {"query": "printer", "limit": 10**30}, "greater than the maximum"),
         ("memory_recall", {"query": "printer", "include_index": "false"}, "include_index:"),
         ("memory_read", {"path": ["memory/x.md"]}, "path: ['memory/x.md'] is not"),
+        # Past 64 bits no request carries it: named here, not the wire's range error.
+        ("memory_read", {"path": "memory/x.md", "start_line": 2**64},
+         "start_line: 18446744073709551616 is greater than the maximum"),
         ("memory_add_turns", {"session_id": "s1", "messages": "hello"}, "messages: 'hello'"),
         ("memory_add_turns", {"session_id": "s1", "flush": "false",
                               "messages": [{"role": "user", "content": "hi"}]}, "flush:"),
