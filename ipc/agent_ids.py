@@ -164,9 +164,10 @@ def session_key(session: str) -> str:
 def note_session_key(given: object) -> str | None:
     """The session of a note (``memory.add_note``'s ``session_id``) for a conversation
     id given to the MCP bridge or ``recalld note --session``: its :func:`session_key`
-    ("chat 42" is ``chat_42-<digest>`` in both), None (the daemon's default session) for
-    none or an empty one."""
-    return session_key(given) if isinstance(given, str) and given else None
+    ("chat 42" is ``chat_42-<digest>`` in both), as the turns of that conversation and
+    the AgentScope middleware's notes map it (an empty id too); None (the daemon's
+    default session) for none."""
+    return session_key(given) if isinstance(given, str) else None
 
 
 def _session_key(session: str, digest: str) -> str:

@@ -182,6 +182,8 @@ class Bridge:
         return _text(f"unknown tool: {name}", error=True)
 
     async def _search(self, args: JsonObject) -> types.CallToolResult:
+        if not str(args.get("query", "")).strip():  # as memory_recall and `recalld search`
+            return _text("the query is empty (no text)", error=True)
         agents = args.get("agents")
         response = await self.client.search(
             self.agent, str(args.get("query", "")), max_results=int(args.get("limit") or 5),

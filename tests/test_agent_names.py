@@ -194,3 +194,31 @@ def test_cli_agent_argument_refuses_what_the_middleware_refuses(name: str, taken
     else:
         with pytest.raises(argparse.ArgumentTypeError):
             agent_name(name)
+
+
+def _said(result: Any) -> str:
+    return "\n".join(block.text for block in result.content if block.type == "text")
+
+
+def test_an_empty_session_id_is_one_session_and_an_empty_query_is_refused(
+        daemon: Any) -> None:
+    # A host that gives "" as its conversation id: its turns and its notes are one
+    # session (as the AgentScope middleware maps ""), not the turns in session-<digest>
+    # and the notes in the default one; a search for nothing is refused as memory_recall
+    # and `recalld search ""` refuse it, not answered "(no results)".
+    async def main() -> list[Any]:
+        async with AsyncClient(daemon.socket_path) as client:
+            b = Bridge(client, "host", "host")
+            return [await b.call_tool("memory_add_turns", {
+                        "session_id": "", "messages": [{"role": "user", "content": "hi"}]}),
+                    await b.call_tool("memory_add_note", {"content": "kiln at 1200C",
+                                                          "session_id": ""}),
+                    await b.call_tool("memory_search", {"query": ""}),
+                    await b.call_tool("memory_search", {"query": " \t"})]
+
+    turns, note, *searches = asyncio.run(main())
+    assert not turns.is_error and not note.is_error, (_said(turns), _said(note))
+    assert note.structured_content["session_id"] == session_key("")
+    assert turns.structured_content["session_id"] == session_key("")
+    for found in searches:
+        assert found.is_error and "the query is empty" in _said(found), _said(found)
