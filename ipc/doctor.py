@@ -99,6 +99,10 @@ class Doctor:
         mode = stat.S_IMODE(st.st_mode)
         if mode & 0o177:
             return Check("socket", "fail", f"{s} has mode {mode:04o}", f"chmod 600 {s}")
+        if not paths.answers(s):  # left by a daemon killed: not a socket to call ok
+            return Check("socket", "warn", f"{s} mode {mode:04o}, but nothing listens on it "
+                         "(left by a daemon that ended; a start replaces it)",
+                         "start the daemon: recalld serve (or systemctl --user start recalld)")
         return Check("socket", "ok", f"{s} mode {mode:04o}")
 
     def daemon(self) -> Check:

@@ -302,7 +302,7 @@ def socket_despite_file(explicit: str | os.PathLike[str] | None = None,
     if recorded is not None:
         places.append(recorded)
     places.append(choose_socket(None, env, None, Path()))
-    return next((p for p in places if _answers(p)), places[0]), refused
+    return next((p for p in places if answers(p)), places[0]), refused
 
 
 def _recorded_socket(env: Mapping[str, str], cfg: Path) -> Path | None:
@@ -332,7 +332,7 @@ def _recorded_socket(env: Mapping[str, str], cfg: Path) -> Path | None:
     return None
 
 
-def _answers(path: Path) -> bool:
+def answers(path: Path) -> bool:
     """Whether something listens on the socket at ``path`` (a connect that does not wait:
     a daemon whose backlog is full listens all the same)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_NONBLOCK
