@@ -1,0 +1,39 @@
+"""What ``recalld doctor`` says of the files a daemon start needs: the socket it would
+answer on, the data directory it would write to (no daemon running: checked in process)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from recalld.ipc.doctor import Doctor
+
+
+def test_doctor_does_not_call_a_killed_daemons_socket_ok(tmp_path: Path) -> None:
+    # A daemon killed leaves its socket file: mode 0600 in a 0700 folder, but nothing
+    # listens. "[ok] socket" above "[FAIL] daemon" read as a daemon that hangs.
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    left = run / "recalld.sock"
+    with socket.socket(socket.AF_UNIX) as gone:
+        gone.bind(str(left))  # bound, never listening, then closed: as a killed daemon's
+    left.chmod(0o600)
+    check = Doctor(left, {"HOME": str(tmp_path)}).socket()
+    assert check.status == "warn" and "nothing listens" in check.detail, check
+    with socket.socket(socket.AF_UNIX) as live:
+        live.bind(str(run / "live.sock"))
+        live.listen()
+        (run / "live.sock").chmod(0o600)
+        assert Doctor(run / "live.sock", {"HOME": str(tmp_path)}).socket().status == "ok"
+
+
+def test_doctor_fails_a_data_dir_that_is_a_file(tmp_path: Path) -> None:
+    # With no daemon running, the data directory is this shell's: one that is a file
+    # (RECALLD_DATA_DIR set wrong) is one recalld serve refuses, not "[ok] disk".
+    (tmp_path / "config.toml").write_text("")
+    (tmp_path / "data").write_text("not a folder")
+    env = {"HOME": str(tmp_path), "RECALLD_DATA_DIR": str(tmp_path / "data"),
+           "RECALLD_CONFIG": str(tmp_path / "config.toml")}
+    [check] = Doctor(tmp_path / "none.sock", env).disks()
+    assert check.name == "data dir" and check.status == "fail", check
+    assert "not a directory" in check.detail and "RECALLD_DATA_DIR" in check.fix
