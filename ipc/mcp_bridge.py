@@ -24,7 +24,9 @@ bridge stops, so ``printf '...' | recalld mcp`` gets every answer.
 
 The tools and the prompt are defined in :mod:`recalld.ipc.mcp_tools`. Tool arguments are
 checked against the tool's input schema first: arguments of the wrong
-shape get an error result naming the argument, and nothing reaches the daemon.
+shape get an error result naming the argument and what it must be, and nothing reaches
+the daemon. No refusal of the bridge's own quotes what the client sent (a tool or prompt
+name, an argument, a URI): a key pasted into the wrong place would come back unmasked.
 
 The bridge holds no index and no state besides one daemon connection: any number of
 bridges (one per MCP client) share the one daemon, and a daemon restart is bridged by
@@ -82,6 +84,10 @@ MAX_SESSIONS = 10_000
 #: Answers to unreadable lines waiting for stdout (the reader waits beyond).
 MAX_LINE_ANSWERS = 16
 _DAEMON_ERRORS = (errors.RecalldError, OSError, TimeoutError)
+# What the bridge says of a client's request never quotes what the client sent (a key
+# pasted into a tool name or an argument would come back, and into the client's log,
+# unmasked): it says what was expected instead. The daemon's own errors come masked.
+_UNKNOWN_TOOL = f"unknown tool: the tools are {', '.join(sorted(TOOL_NAMES))}"
 
 def resource_uri(agent: str, path: str) -> str:
     return f"{SCHEME}://{agent}/{quote(path)}"
@@ -92,7 +98,7 @@ def parse_uri(uri: str) -> tuple[str, str]:
     parts = urlsplit(uri)
     path = unquote(parts.path).lstrip("/")
     if parts.scheme != SCHEME or not parts.netloc or not path:
-        raise ValueError(f"not a recalld resource: {uri}")
+        raise ValueError(f"not a recalld resource: a resource is {SCHEME}://<agent>/<path>")
     return parts.netloc, path
 
 
@@ -138,7 +144,7 @@ class Bridge:
 
     async def call_tool(self, name: str, args: JsonObject) -> types.CallToolResult:
         if name not in TOOL_NAMES:
-            return _text(f"unknown tool: {name}", error=True)
+            return _text(_UNKNOWN_TOOL, error=True)
         problem = argument_error(name, args)
         if problem is not None:
             return _text(f"bad arguments for {name}: {problem}", error=True)
@@ -148,7 +154,8 @@ class Bridge:
             code = f" (code {exc.code})" if isinstance(exc, errors.RecalldError) else ""
             return _text(f"{exc}{code}", error=True)
         except (TypeError, ValueError) as exc:  # arguments of the wrong shape
-            return _text(f"bad arguments for {name}: {exc}", error=True)
+            # Python's words quote the value ("invalid literal for int(): 'ghp_...'").
+            return _text(f"bad arguments for {name}: {type(exc).__name__}", error=True)
 
     async def _tool(self, name: str, args: JsonObject) -> types.CallToolResult:
         if name == "memory_search":
@@ -179,7 +186,7 @@ class Bridge:
                 lambda part, part_id: self.client.add_note(
                     self.agent, part, session_id=owner, request_id=part_id))
             return _text(f"recorded in {note.get('path')}", structured=note)
-        return _text(f"unknown tool: {name}", error=True)
+        return _text(_UNKNOWN_TOOL, error=True)
 
     async def _search(self, args: JsonObject) -> types.CallToolResult:
         if not str(args.get("query", "")).strip():  # as memory_recall and `recalld search`
@@ -220,12 +227,12 @@ class Bridge:
         the daemon drops, so a host handing its conversation back to ``memory_add_turns``
         does not store recalled memory as what the user said."""
         if name != RECALL_PROMPT.name:
-            raise ValueError(f"unknown prompt: {name}")
+            raise ValueError(f"unknown prompt: the prompt is {RECALL_PROMPT.name}")
         budget = args.get("budget_chars")
         try:
             budget_chars = int(budget) if budget else None
         except ValueError:
-            raise ValueError(f"budget_chars must be a whole number, not {budget!r}") from None
+            raise ValueError("budget_chars must be a whole number") from None
         answer = await self.recall(
             str(args.get("query", "")), budget_chars=budget_chars,
             include_index=prompt_flag(args, "include_index"),
@@ -262,7 +269,7 @@ class Bridge:
             try:
                 await self.client.end_session(self.agent, session)
             except _DAEMON_ERRORS as exc:
-                print(f"recalld mcp: ending session {session} failed: {exc}", file=sys.stderr)
+                print(f"recalld mcp: ending a session failed: {exc}", file=sys.stderr)
 
     # --------------------------------------------------------------- resources
 
@@ -299,7 +306,7 @@ class Bridge:
             end = int(got["end_line"])
             if size > MAX_RESOURCE_CHARS or not text.endswith("\n") or end < start:
                 # Too large, or one line longer than a whole read: it cannot come whole.
-                raise ValueError(f"{path} is too large to read as a resource "
+                raise ValueError("the file is too large to read as a resource "
                                  f"({got.get('total_lines')} lines): read it in line ranges "
                                  "with the memory_read tool")
             start = end + 1

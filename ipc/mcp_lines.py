@@ -13,7 +13,8 @@ already does, and the request is served. Every other line is answered here: Inva
 Request naming what is wrong, with the request's id (each request of a batch its own),
 or with a null id when none can be read (Parse error for text that is not JSON). A
 response of the wrong shape gets no answer (JSON-RPC answers none); stderr, the MCP
-client's log, says so.
+client's log, says so, with the line's length and what is wrong with it, never its text
+(a conversation handed to a tool holds what the user typed, keys included).
 
 The lines come from :func:`bounded_lines`, which keeps at most :data:`MAX_LINE_BYTES` of
 one: a longer line (the SDK read it whole, however long) is read through, answered
@@ -315,8 +316,7 @@ class CheckedLines:
                 if isinstance(line, LongLine):
                     answer = line.answer()
                     print(f"recalld mcp: refused a line of {line.size} bytes (longer than "
-                          f"{MAX_LINE_BYTES}): {line.head[:200]!r}", file=sys.stderr,
-                          flush=True)
+                          f"{MAX_LINE_BYTES})", file=sys.stderr, flush=True)
                     if answer is not None:
                         await self._answers.send(answer)
                     continue
@@ -324,8 +324,8 @@ class CheckedLines:
                     continue
                 forward, message, refusals = _checked_line(line)
                 if refusals:
-                    print(f"recalld mcp: refused a line ({refusals[0][1]}): "
-                          f"{line[:200].rstrip()}", file=sys.stderr, flush=True)
+                    print(f"recalld mcp: refused a line of {len(line.rstrip())} "
+                          f"characters ({refusals[0][1]})", file=sys.stderr, flush=True)
                 for answer, _ in refusals:
                     if answer is not None:
                         await self._answers.send(answer)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import mcp.types as types
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
 
 from recalld.ipc.answers import MESSAGE_ROLES, JsonObject
+from recalld.ipc.tool_args import schema_error
 
 #: One message of ``memory_add_turns``: a role and string, block or null content (or
 #: Gemini's ``parts``; extra
@@ -20,6 +20,7 @@ from recalld.ipc.answers import MESSAGE_ROLES, JsonObject
 #: API item without role (``function_call``, ``reasoning``...), which the daemon drops.
 MESSAGE_SCHEMA: JsonObject = {
     "type": "object",
+    "description": 'A message has a "role", or a "type" other than "message".',
     "properties": {
         "role": {"type": "string", "enum": sorted(MESSAGE_ROLES)},
         "content": {"type": ["string", "array", "null"],
@@ -137,12 +138,9 @@ def prompt_flag(args: dict[str, str], name: str) -> bool:
 
 
 def argument_error(name: str, args: JsonObject) -> str | None:
-    """Why ``args`` do not fit the input schema of tool ``name``, or None if they do."""
-    problem = best_match(_CHECKS[name].iter_errors(args))
-    if problem is None:
-        return None
-    where = "/".join(str(part) for part in problem.absolute_path)
-    return f"{where}: {problem.message}" if where else str(problem.message)
+    """Why ``args`` do not fit the input schema of tool ``name``, or None if they do
+    (in the schema's words, never quoting the value: :func:`tool_args.schema_error`)."""
+    return schema_error(_CHECKS[name], args)
 
 
 RECALL_PROMPT = types.Prompt(

@@ -289,24 +289,26 @@ def test_arguments_of_the_wrong_shape_are_refused_before_the_daemon(
     from mcp.shared.exceptions import MCPError
 
     wrong = [
-        ("memory_search", {"query": "printer", "agents": "bob"}, "agents: 'bob' is not of type"),
-        ("memory_search", {}, "'query' is a required property"),
-        ("memory_search", {"query": {"text": "printer"}}, "query: {'text': 'printer'} is not"),
-        ("memory_search", {"query": "printer", "limit": 10**30}, "greater than the maximum"),
+        ("memory_search", {"query": "printer", "agents": "bob"},
+         "agents: must be an array, not a string"),
+        ("memory_search", {}, "query is required"),
+        ("memory_search", {"query": {"text": "printer"}}, "query: must be a string, not an object"),
+        ("memory_search", {"query": "printer", "limit": 10**30}, "limit: must be at most 100"),
         ("memory_recall", {"query": "printer", "include_index": "false"}, "include_index:"),
-        ("memory_read", {"path": ["memory/x.md"]}, "path: ['memory/x.md'] is not"),
+        ("memory_read", {"path": ["memory/x.md"]}, "path: must be a string, not an array"),
         # Past 64 bits no request carries it: named here, not the wire's range error.
         ("memory_read", {"path": "memory/x.md", "start_line": 2**64},
-         "start_line: 18446744073709551616 is greater than the maximum"),
-        ("memory_add_turns", {"session_id": "s1", "messages": "hello"}, "messages: 'hello'"),
+         "start_line: must be at most"),
+        ("memory_add_turns", {"session_id": "s1", "messages": "hello"},
+         "messages: must be an array"),
         ("memory_add_turns", {"session_id": "s1", "flush": "false",
                               "messages": [{"role": "user", "content": "hi"}]}, "flush:"),
         ("memory_add_turns", {"session_id": "s1", "messages": [{"role": "robot",
                                                                 "content": "hi"}]},
-         "messages/0/role: 'robot' is not one of"),
+         "messages/0/role: must be one of assistant, "),
         ("memory_add_turns", {"session_id": "s1", "messages": [{"content": "hi"}]},
-         "messages/0: {'content': 'hi'} is not valid"),
-        ("memory_add_note", {"content": 5}, "content: 5 is not of type 'string'"),
+         "messages/0: fits none of the shapes"),
+        ("memory_add_note", {"content": 5}, "content: must be a string, not an integer"),
     ]
 
     async def main() -> None:
@@ -317,7 +319,7 @@ def test_arguments_of_the_wrong_shape_are_refused_before_the_daemon(
                 assert _text(result).startswith(f"bad arguments for {name}: "), _text(result)
                 assert said in _text(result), _text(result)
             unknown = await s.call_tool("memory_forget", {"query": "x"})
-            assert unknown.is_error and _text(unknown) == "unknown tool: memory_forget"
+            assert unknown.is_error and _text(unknown).startswith("unknown tool: the tools are ")
             with pytest.raises(MCPError) as bad_prompt:
                 await s.get_prompt("recall", {"query": "printer", "budget_chars": "lots"})
             assert bad_prompt.value.code == -32602

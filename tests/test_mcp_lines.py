@@ -119,7 +119,8 @@ def test_every_request_the_sdk_cannot_read_is_answered_and_the_bridge_goes_on(
     with Client(daemon.socket_path) as c:  # the daemon's own search finds the same
         assert any(stored in hit.text for hit in c.search("coder", "Kestrel tandem"))
     log = (daemon.home / "mcp-lines.log").read_text(encoding="utf-8")
-    assert "recalld mcp: refused a line (not JSON): this is not json" in log
+    assert "recalld mcp: refused a line of 16 characters (not JSON)" in log
+    assert "this is not json" not in log, log  # what a line says is not logged
     assert "Traceback" not in log, log
 
 

@@ -1,0 +1,74 @@
+"""Why a tool's arguments do not fit its input schema, said in the schema's words: which
+argument, what it must be and the kind of value given (``a string of 40 characters``),
+never the value itself. A tool's arguments are what a model or an MCP client wrote; a key
+pasted into the wrong one would otherwise come back unmasked in the error, to the
+client's log and the model (the daemon, which masks what it quotes, never saw it).
+
+Shared by the MCP bridge and the AgentScope tools; needs ``jsonschema`` (which both the
+``mcp`` and the ``agentscope`` extras bring).
+"""
+
+from __future__ import annotations
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError, best_match
+
+
+def schema_error(check: Draft202012Validator, args: object) -> str | None:
+    """Why ``args`` do not pass ``check``, or None if they do."""
+    problem = best_match(check.iter_errors(args))
+    if problem is None:
+        return None
+    where = "/".join(str(part) for part in problem.absolute_path)
+    said = _wanted(problem)
+    return f"{where}: {said}" if where else said
+
+
+#: JSON Schema's type names as a message says them.
+_KINDS = {"object": "an object", "array": "an array", "string": "a string",
+          "integer": "an integer", "number": "a number", "boolean": "true or false",
+          "null": "null"}
+
+
+def _kind(value: object) -> str:
+    """The JSON kind of ``value``, never the value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return f"a string of {len(value)} characters"
+    if isinstance(value, list):
+        return f"an array of {len(value)} items"
+    return "an object" if isinstance(value, dict) else "a value"
+
+
+def _wanted(problem: ValidationError) -> str:
+    """What the schema asks of the value ``problem`` refused, and the kind given."""
+    rule, want = problem.validator, problem.validator_value
+    if rule == "required":  # the names come from the schema; the one missing is found
+        given = problem.instance if isinstance(problem.instance, dict) else {}
+        missing = [n for n in want if n not in given] if isinstance(want, list) else []
+        return f"{', '.join(missing) or 'an argument'} is required"
+    if rule == "type":
+        kinds = want if isinstance(want, list) else [want]
+        return (f"must be {' or '.join(_KINDS.get(str(k), str(k)) for k in kinds)}, "
+                f"not {_kind(problem.instance)}")
+    if rule == "enum" and isinstance(want, list):
+        return f"must be one of {', '.join(map(str, want))}"
+    bounds = {"minimum": "at least", "maximum": "at most", "exclusiveMinimum": "above",
+              "exclusiveMaximum": "below"}
+    if rule in bounds:
+        return f"must be {bounds[str(rule)]} {want}"
+    if rule in ("minLength", "maxLength"):
+        most = "at least" if rule == "minLength" else "at most"
+        return (f"must be {most} {want} characters long, not "
+                f"{_kind(problem.instance)}")
+    told = problem.schema.get("description") if isinstance(problem.schema, dict) else None
+    if rule in ("anyOf", "oneOf") and isinstance(told, str):
+        return f"fits none of the shapes it may take: {told}"
+    return f"does not fit the tool's input schema ({rule})"
