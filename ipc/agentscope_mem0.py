@@ -45,6 +45,7 @@ from recalld.ipc.answers import JsonObject, NoteAdded
 from recalld.ipc.errors import InvalidParams, refused_as_credential
 from recalld.ipc.known_ids import KnownIds
 from recalld.ipc.request_parts import in_note_parts, search_query
+from recalld.ipc.tool_args import ArgumentError, whole_argument
 from recalld.ipc.types import without_frontmatter
 
 if TYPE_CHECKING:
@@ -356,12 +357,17 @@ class Mem0SearchMemoryTool(_Mem0Tool):
 
     async def call(self, keywords: Sequence[str] | str = (), limit: int = 5,
                    **_: object) -> ToolChunk:
-        words = _facts(keywords)
+        try:  # an argument of the wrong shape is named, never quoted
+            words = _facts(keywords, "keywords")
+            most = whole_argument("limit", limit)
+        except ArgumentError as exc:
+            return _chunk(f"Error retrieving memory: {exc}", error=True)
         if not words:
             return _chunk("(no keywords supplied — nothing to search)")
         try:
             per_keyword = await asyncio.gather(
-                *(self._mw.search_memories(w, max(1, int(limit))) for w in words))
+                *(self._mw.search_memories(w, max(1, 5 if most is None else most))
+                  for w in words))
         except _DAEMON_ERRORS as exc:
             return _chunk(f"Error retrieving memory: {exc}", error=True)
         merged = list(dict.fromkeys(m for found in per_keyword for m in found))
@@ -394,7 +400,10 @@ class Mem0AddMemoryTool(_Mem0Tool):
 
     async def call(self, thinking: str = "", content: Sequence[str] | str = (),
                    **_: object) -> ToolChunk:
-        facts = _facts(content)
+        try:
+            facts = _facts(content)
+        except ArgumentError as exc:
+            return _chunk(f"Error recording memory: {exc}", error=True)
         if not facts:
             return _chunk("`content` is empty — nothing to record.", error=True)
         try:

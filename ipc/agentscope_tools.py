@@ -18,16 +18,16 @@ from recalld.ipc import errors
 from recalld.ipc.agentscope_workspace import _DAEMON_ERRORS
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.request_parts import in_note_parts
+from recalld.ipc.tool_args import ArgumentError, text_argument, texts_argument, whole_argument
 
 if TYPE_CHECKING:
     from recalld.ipc.agentscope_memory import RecalldMemoryMiddleware
 
 
-def _facts(content: Sequence[str] | str) -> list[str]:
+def _facts(content: Sequence[str] | str, name: str = "content") -> list[str]:
     """A tool argument given as one string or a list (``content``, ``keywords``) as its
-    non-empty stripped strings."""
-    items = [content] if isinstance(content, str) else list(content)
-    return [str(c).strip() for c in items if str(c).strip()]
+    non-empty stripped strings (ArgumentError, not quoting it, for another shape)."""
+    return [c.strip() for c in texts_argument(name, content) if c.strip()]
 
 
 def _chunk(text: str, *, error: bool = False) -> ToolChunk:
@@ -77,7 +77,9 @@ class _MemoryTool(_AllowedTool):
             return workspace
         try:
             return await self._answer(workspace, _agent_state, **arguments)
-        except _DAEMON_ERRORS as exc:
+        except (ArgumentError, *_DAEMON_ERRORS) as exc:
+            # An argument of the wrong shape is named, never quoted (the daemon's own
+            # errors come masked).
             return _chunk(f"{self.failed}: {exc}", error=True)
 
     async def _answer(self, workspace: str, state: object, /, **arguments: Any) -> ToolChunk:
@@ -121,9 +123,10 @@ class MemorySearchTool(_MemoryTool):
 
     async def _answer(self, workspace: str, state: object, /, query: str = "",
                       limit: int | None = None, **_: object) -> ToolChunk:
+        query = text_argument("query", query)
         if not query.strip():
             return _chunk("(no query given: nothing to search)")
-        hits = await self._mw.search(workspace, query, limit)
+        hits = await self._mw.search(workspace, query, whole_argument("limit", limit))
         return _chunk("\n\n".join(hits) if hits else "(no relevant memories found)")
 
 

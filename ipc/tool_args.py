@@ -4,8 +4,11 @@ never the value itself. A tool's arguments are what a model or an MCP client wro
 pasted into the wrong one would otherwise come back unmasked in the error, to the
 client's log and the model (the daemon, which masks what it quotes, never saw it).
 
-Shared by the MCP bridge and the AgentScope tools; needs ``jsonschema`` (which both the
-``mcp`` and the ``agentscope`` extras bring).
+The MCP bridge checks each call against the tool's schema (:func:`schema_error`); the
+AgentScope tools, which take more shapes than their schemas say (one string for a list,
+``"5"`` for a number, as models write them), read each argument with the
+``*_argument`` functions, which raise :class:`ArgumentError` in the same words. Needs
+``jsonschema`` (which both the ``mcp`` and the ``agentscope`` extras bring).
 """
 
 from __future__ import annotations
@@ -41,9 +44,9 @@ def _kind(value: object) -> str:
     if isinstance(value, float):
         return "a number"
     if isinstance(value, str):
-        return f"a string of {len(value)} characters"
-    if isinstance(value, list):
-        return f"an array of {len(value)} items"
+        return f"a string of {len(value)} character{'' if len(value) == 1 else 's'}"
+    if isinstance(value, list | tuple):
+        return f"an array of {len(value)} item{'' if len(value) == 1 else 's'}"
     return "an object" if isinstance(value, dict) else "a value"
 
 
@@ -72,3 +75,40 @@ def _wanted(problem: ValidationError) -> str:
     if rule in ("anyOf", "oneOf") and isinstance(told, str):
         return f"fits none of the shapes it may take: {told}"
     return f"does not fit the tool's input schema ({rule})"
+
+
+class ArgumentError(ValueError):
+    """A tool argument of the wrong shape, said without its value."""
+
+
+def text_argument(name: str, value: object) -> str:
+    """``value``, a string; ArgumentError otherwise."""
+    if isinstance(value, str):
+        return value
+    raise ArgumentError(f"{name}: must be a string, not {_kind(value)}")
+
+
+def texts_argument(name: str, value: object) -> list[str]:
+    """``value`` as a list of strings: one string, or a list of strings (numbers written
+    as strings); ArgumentError for anything else (an object's keys are not its texts)."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise ArgumentError(f"{name}: must be an array of strings, not {_kind(value)}")
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, str | int | float):
+            raise ArgumentError(f"{name}: each item must be a string, not {_kind(item)}")
+    return [str(item) for item in items]
+
+
+def whole_argument(name: str, value: object) -> int | None:
+    """``value`` as a whole number (None if not given): an integer, or one written as a
+    string or a float (``"5"``, ``5.0``, as models write them); ArgumentError otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().isdecimal() and value.strip().isascii():
+        return int(value.strip())
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ArgumentError(f"{name}: must be a whole number, not {_kind(value)}")

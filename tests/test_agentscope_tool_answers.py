@@ -13,9 +13,11 @@ import pytest
 pytest.importorskip("agentscope", reason="needs agentscope, which '.[test]' installs")
 
 from agentscope.tool import ToolBase, ToolChunk
-from conftest import DaemonFactory
+from conftest import DaemonFactory, DaemonHandle
 
 from recalld.ipc.agentscope import RecalldMemoryMiddleware
+from recalld.ipc.agentscope_mem0 import RecalldMem0Middleware
+from recalld.ipc.client import Client
 
 
 def _answer(chunk: object) -> tuple[str, bool]:
@@ -66,3 +68,51 @@ def test_each_tool_answers_a_refusal_or_an_empty_argument_as_text(
     assert answers["stray"] == ("Created digest/kiln.md; listed in digest/MEMORY.md", False)
     assert answers["edit"] == ("Edited digest/kiln.md; listed in digest/MEMORY.md", False)
     assert "Cone 10." in (root / "digest" / "kiln.md").read_text(encoding="utf-8")
+
+
+TOKEN = "ghp_" + "Rk2Vn8Qw5Lx1Tz7Mb4Hc9Jd3Fs6Pg0Ya5Ue"
+
+
+def test_an_argument_of_the_wrong_shape_is_named_never_quoted(daemon: DaemonHandle) -> None:
+    # A key a model wrote into the wrong argument came back in Python's own words
+    # ("invalid literal for int() with base 10: 'ghp_...'") or as a traceback's text.
+    async def main() -> list[tuple[str, tuple[str, bool]]]:
+        mw = RecalldMemoryMiddleware(agent_id="potter", mode="agent_control",
+                                     socket_path=daemon.socket_path)
+        mem0 = RecalldMem0Middleware(user_id="potter", socket_path=daemon.socket_path)
+        tools = {t.name: t for t in await mw.list_tools()}
+        mem0_tools = {t.name: t for t in await mem0.list_tools()}
+        calls: list[tuple[ToolBase, dict[str, Any]]] = [
+            (tools["memory_search"], {"_agent_state": None, "query": "kiln", "limit": TOKEN}),
+            (tools["memory_search"], {"_agent_state": None, "query": [TOKEN]}),
+            (tools["add_memory"], {"_agent_state": None, "thinking": "t",
+                                   "content": {TOKEN: "fact"}}),
+            (mem0_tools["search_memory"], {"keywords": ["kiln"], "limit": TOKEN}),
+            (mem0_tools["search_memory"], {"keywords": [{"k": TOKEN}]}),
+            (mem0_tools["add_memory"], {"thinking": "t", "content": 7}),
+            # As models write them: a number as a string, one keyword for a list.
+            (tools["memory_search"], {"_agent_state": None, "query": "kiln", "limit": "3"}),
+            (mem0_tools["search_memory"], {"keywords": "kiln", "limit": 2.0}),
+        ]
+        try:
+            return [(tool.name, _answer(await tool.call(**args))) for tool, args in calls]
+        finally:
+            await mw.close()
+            await mem0.close()
+
+    answers = asyncio.run(main())
+    for name, (text, error) in answers[:6]:
+        assert error and TOKEN[6:18] not in text, (name, text)
+    said = [text for _, (text, _) in answers]
+    assert said[0] == ("memory search failed: limit: must be a whole number, not a string "
+                       f"of {len(TOKEN)} characters"), said
+    assert said[1] == "memory search failed: query: must be a string, not an array of 1 item"
+    assert said[2] == ("recording memory failed: content: must be an array of strings, "
+                       "not an object"), said
+    assert said[3].startswith("Error retrieving memory: limit: must be a whole number"), said
+    assert said[4] == ("Error retrieving memory: keywords: each item must be a string, "
+                       "not an object"), said
+    assert said[5].startswith("Error recording memory: content: must be an array"), said
+    assert [error for _, (_, error) in answers[6:]] == [False, False], answers[6:]
+    with Client(daemon.socket_path) as c:  # nothing of them reached the workspace
+        assert all(TOKEN not in f["path"] for f in c.memory_list("potter"))
