@@ -35,13 +35,12 @@ from typing import Literal
 
 import trio
 
-from recalld.daemon.errors import wire_error
+from recalld.daemon.jobends import run_handler
 from recalld.daemon.jobjournal import JobJournal
 from recalld.daemon.jobparams import ParamsCheck
 from recalld.daemon.jobrecords import (
     ACTIVE,
     Handler,
-    JobContext,
     JobKind,
     JobRecord,
     JobsConfig,
@@ -51,12 +50,7 @@ from recalld.daemon.jobrecords import (
 )
 from recalld.daemon.jsontypes import JsonObject, json_safe
 from recalld.ipc.answers import JobInfo, JobProgress
-from recalld.ipc.errors import (
-    JOB_FAILED,
-    NotFound,
-    RecalldError,
-    UnknownWorkspace,
-)
+from recalld.ipc.errors import JOB_FAILED, NotFound, UnknownWorkspace
 
 log = logging.getLogger(__name__)
 
@@ -454,17 +448,8 @@ class JobManager:
 
     async def _execute(self, job: JobRecord, spec: JobKind) -> None:
         await self._journal(job)  # running (published when it was admitted)
-        try:
-            result = await spec.handler(JobContext(job, self._progress))
-        except RecalldError as exc:
-            wire = wire_error(exc)
-            await self._finish(job, "failed", error=wire.message, code=wire.code)
-        except Exception as exc:
-            log.exception("job %s (%s) of %s failed", job.job_id, job.kind, job.agent_id)
-            await self._finish(job, "failed", error=f"{type(exc).__name__}: {exc}",
-                               code=JOB_FAILED)
-        else:
-            await self._finish(job, "succeeded", result=dict(result or {}))
+        end = await run_handler(job, spec, self._progress)
+        await self._finish(job, end.state, result=end.result, error=end.error, code=end.code)
 
     async def _recover(self) -> None:
         """Held, resumed or interrupted: each unfinished job of the journal (module doc)."""
