@@ -290,3 +290,32 @@ def test_a_link_to_a_node_named_without_its_accents_names_that_node(
            f"alike: {zoe})" in told, model.tool_results
     fields, _ = node(root, ann)
     assert fields["related"] == [zoe], fields
+
+
+def test_names_of_blank_looking_letters_and_symbols_are_refused(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """The braille blank, the musical null notehead, the Khmer inherent vowels and code
+    points reserved as default ignorable show nothing, yet named a node (its file
+    ``braille-pattern-blank.md``). Each such name or link is refused saying why; braille
+    that shows (``⠞⠑⠁``) still names a node."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-10-09/blank.md"
+    write(root, note, "Kettle: 1.7 litres.\n")
+    open_ws(daemon, root, fake)
+
+    def create(name: str, related: list[str] | None = None) -> tuple[str, dict[str, object]]:
+        return ("integrate", {"action": "CREATE", "bucket": "wiki", "name": name,
+                              "content": "- 1.7 litres", "reason": "fact",
+                              **({"related": related} if related else {})})
+
+    blanks = ["\u2800", " \u2800\u2800 ", "\U0001d159", "\u17b4", "\u2065\ufff3", "\u2800\u3164"]
+    model.plan[note] = [[*(create(b) for b in blanks), create("Kettle", ["wiki/\u2800.md"])],
+                        [create("⠞⠑⠁")]]
+    result = dream(daemon)
+    assert result["actions"] == {"CREATE": 1}, (result, model.tool_results)
+    refused = model.tool_results[:len(blanks) + 1]
+    assert all(r.startswith("error:") and "no character that is seen" in r
+               for r in refused), refused
+    files = digest_files(root)
+    assert len(files) == 1 and node(root, files[0])[0]["name"] == "⠞⠑⠁", files

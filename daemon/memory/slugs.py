@@ -16,8 +16,13 @@ _DEVICE_RE: Final = re.compile(r"(?:con|prn|aux|nul|com[0-9]|lpt[0-9])\Z")
 #: Joiners that shape words of some scripts (Persian, Indic conjuncts) and emoji sequences:
 #: kept between two characters beyond ASCII; elsewhere they only hide (``ad\u200cmin``).
 _JOINERS: Final = "\u200c\u200d"
-#: Letters that show as blank space (Hangul fillers).
-_BLANK_LETTERS: Final = "\u115f\u1160\u3164\uffa0"
+#: Characters that show as blank space though they are letters or symbols: Hangul
+#: fillers, the braille blank, the musical null notehead, the Khmer inherent vowels.
+_BLANK_LETTERS: Final = "\u115f\u1160\u3164\uffa0\u2800\U0001d159\u17b4\u17b5"
+#: Code points Unicode reserves as default ignorable (drawn as nothing once assigned).
+#: (Outside the tags and the variation selectors, which are dealt with on their own.)
+_IGNORABLE: Final = (("\u2065", "\u2065"), ("\ufff0", "\ufff8"), ("\U000e0000", "\U000e001f"),
+                     ("\U000e0080", "\U000e00ff"), ("\U000e01f0", "\U000e0fff"))
 #: Tag characters, and the flag they spell a subdivision's flag after.
 _TAGS: Final = ("\U000e0020", "\U000e007f", "\U0001f3f4")
 
@@ -41,9 +46,16 @@ def visible_text(text: str) -> str:
         elif _TAGS[0] <= ch <= _TAGS[1]:  # a flag's subdivision (🏴 + tags: Scotland)
             if out and (out[-1] == _TAGS[2] or _TAGS[0] <= out[-1] <= _TAGS[1]):
                 out.append(ch)
-        elif unicodedata.category(ch) not in ("Cc", "Cf") and ch not in _BLANK_LETTERS:
+        elif not _blank(ch):
             out.append(ch)
     return " ".join("".join(out).split())
+
+
+def _blank(ch: str) -> bool:
+    """``ch`` shows nothing: a control or format character, a blank letter or symbol,
+    or a code point reserved as default ignorable (the tags were dealt with before)."""
+    return (unicodedata.category(ch) in ("Cc", "Cf") or ch in _BLANK_LETTERS
+            or any(low <= ch <= high for low, high in _IGNORABLE))
 
 
 def names_nothing(text: str) -> bool:
