@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from clirun import run_recalld
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, Reply
 from test_dream import AGENT, ScriptedModel, dream, open_ws, run_job, write
@@ -214,3 +215,35 @@ def test_a_restarted_daemon_names_the_notes_that_wait_before_it_dreams(
     assert dream_status["waiting_notes"] == 1, dream_status
     why = dream_status["waiting"][note]
     assert "failed on it 3 times" in why and "not valid JSON" in why, why
+
+
+def test_a_failed_dream_keeps_what_it_did_as_its_result(daemon: DaemonHandle,
+                                                         fake: FakeProvider,
+                                                         tmp_path: Path) -> None:
+    """A dream whose every note failed kept only its error (the first note's reason)
+    and ``result: null``, though it had written a node: its run summary is the failed
+    job's result now, in ``jobs.get`` and in ``recalld jobs get``."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-09-03/dog.md", "memory/2026-09-04/fish.md"
+    write(root, a, "The dog is called Rex.\n")
+    write(root, b, "The fish is called Nemo.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Dog",
+                                     "content": "- the dog is Rex", "reason": "fact"})]]
+    model.plan[b] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Fish",
+                                     "content": "- the fish is Nemo", "reason": "fact"})]]
+    # Each note's node is written, then its conversation breaks.
+    fake.script(Reply(), Reply(raw=b"[1, 2"), Reply(), Reply(raw=b"<html>"))
+    job = run_job(daemon, "auto_dream")
+    assert job["state"] == "failed" and "no note could be processed" in job["error"], job
+    result = job["result"]
+    assert result["failed_notes"] == 2 and result["notes"] == 2, result
+    assert result["actions"] == {"CREATE": 2}, result
+    assert {"digest/personal/dog.md", "digest/personal/fish.md"} <= set(
+        result["files_changed"]), result
+    assert daemon.call("jobs.get", {"agent_id": AGENT, "job_id": job["job_id"]}) == job
+    proc = run_recalld(["jobs", "get", job["job_id"]], env=daemon.env)
+    assert proc.returncode == 0, proc.stderr
+    assert "error: no note could be processed" in proc.stdout, proc.stdout
+    assert result["run_id"] in proc.stdout and "digest/personal/fish.md" in proc.stdout
