@@ -135,3 +135,33 @@ async def test_tool_calls_written_as_text_are_no_last_word(
                 Reply(json=chat_answer("Nothing to save: <function> names were discussed.")))
     assert (await run_tools(chat, [{"role": "user", "content": "go"}], [], dispatch)).finished
     assert (await run_tools(chat, [{"role": "user", "content": "go"}], tools, dispatch)).finished
+
+
+async def test_calls_dropped_for_having_no_name_are_told_to_the_model(
+        fake: FakeProvider, bridge: ProviderBridge) -> None:
+    """Beside a call that runs, a call without a function name (an empty one, none, or a
+    call that is no object) was only logged: the model never heard of it. The tool
+    result of its answer now names each, and the calls with a name still run."""
+    ran: list[str] = []
+
+    async def dispatch(name: str, arguments: Any) -> str:
+        ran.append(name)
+        return "done"
+
+    chat = loop_client(fake, bridge)
+    fake.script(Reply(json=chat_answer(None, [
+        {"id": "x1", "type": "function", "function": {"name": "", "arguments": "{}"}},
+        tool_call("store", {"k": "v"}, "c2"),
+        ["store", {"k": "w"}],
+        {"id": "x3", "type": "function", "function": {"arguments": '{"k": "u"}'}}])),
+        Reply(json=chat_answer("finished")))
+    res = await run_tools(chat, [{"role": "user", "content": "go"}], [], dispatch)
+    assert res.finished and ran == ["store"]
+    sent = fake.requests[-1].json["messages"]
+    assert [c["id"] for c in sent[-2]["tool_calls"]] == ["c2"]
+    told = sent[-1]
+    assert told["role"] == "tool" and told["tool_call_id"] == "c2", sent
+    assert told["content"].startswith("done\n\nerror: 3 other call(s)"), told
+    for what in ("tool call 0 has no function name", "tool call 2 is not an object",
+                 "tool call 3 has no function name"):
+        assert what in told["content"], told

@@ -7,7 +7,8 @@ passed. Tool calls are bounded: at most :data:`MAX_CALLS_PER_ANSWER` of one answ
 and a job's :class:`ToolBudget` bounds them over all its conversations; a call past either
 is not run, and the model is told so in its result (a runaway model cannot write hundreds
 of files in one answer or one job). A spent budget ends the loop, unfinished. A call the
-client could not read (:attr:`ToolCall.error`) is not run; the model is answered why.
+client could not read (:attr:`ToolCall.error`) is not run; the model is answered why
+(one without a name, which has no result of its own, in its answer's last result).
 :class:`ChatClients` builds (and keeps per workspace and configuration) the
 :class:`ChatClient` of a workspace from its ``chat_model_config`` and the daemon's provider
 bridge.
@@ -182,10 +183,12 @@ async def run_tools(
                 return LoopResult(answer.content or "", steps, made, cut is None, convo, cut,
                                   answer.refusal or "")
             ran: list[str] = []
+            nameless: list[str] = []
             for n, call in enumerate(answer.tool_calls):
                 refusal = _refusal(n, len(answer.tool_calls), budget)
                 if not call.name:  # not sent back (nothing to answer); the others run
                     log.warning("tool call %d not run: %s", n, call.error)
+                    nameless.append(call.error)
                     continue
                 if call.error:
                     out = (f"error: {call.error}; this "
@@ -200,6 +203,8 @@ async def run_tools(
                     budget.refused += 1
                     out = refusal
                 convo.append({"role": "tool", "tool_call_id": call.id, "content": out})
+            if nameless:
+                _tell_nameless(convo, nameless)
             refused = len([c for c in answer.tool_calls if not c.error]) - len(ran)
             if on_step is not None:
                 on_step(steps, f"ran {', '.join(ran) or 'no tool'}"
@@ -213,6 +218,18 @@ async def run_tools(
             f"{len(made)} tool calls)")
     last = convo[-1]["content"] if convo else None
     return LoopResult(last if isinstance(last, str) else "", steps, made, False, convo)
+
+
+def _tell_nameless(convo: list[ChatMessage], errors: list[str]) -> None:
+    """Tell the model of the calls of its last answer that were dropped (no function name,
+    not an object): they have no id of their own to answer, so the last tool result of
+    that answer says it (every server takes a tool result; not all a user turn there).
+    Its answer had a call with a name, or it would have failed as a whole."""
+    last = convo[-1]
+    note = (f"\n\nerror: {len(errors)} other call(s) of that answer were not run: "
+            f"{'; '.join(errors)}. Each call needs the name of one of the tools offered "
+            "and its arguments as one JSON object; call again what is still needed")
+    last["content"] = (last["content"] or "") + note
 
 
 def _refusal(n: int, calls: int, budget: ToolBudget) -> str | None:
