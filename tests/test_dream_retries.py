@@ -5,6 +5,7 @@ counted; a tool call of the model's that cannot be read is."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,9 @@ from clirun import run_recalld
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, Reply
 from test_dream import AGENT, ScriptedModel, dream, open_ws, run_job, write
+
+from recalld.daemon.store.fsio import REAL
+from recalld.daemon.store.records import write_records
 
 STEPS = 12  # DreamConfig.max_steps_per_note
 
@@ -247,3 +251,26 @@ def test_a_failed_dream_keeps_what_it_did_as_its_result(daemon: DaemonHandle,
     assert proc.returncode == 0, proc.stderr
     assert "error: no note could be processed" in proc.stdout, proc.stdout
     assert result["run_id"] in proc.stdout and "digest/personal/fish.md" in proc.stdout
+
+
+def test_a_catalog_kept_where_recalld_kept_it_before_names_the_waiting_notes(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A workspace whose dream catalog an older recalld kept in ReMe's ``file_catalog/``
+    named no waiting note when it opened (only the catalog's place now was looked at),
+    until its next dream. Its open reads that catalog too; nothing is dreamed for it."""
+    root = tmp_path / "ws"
+    note = "memory/2026-08-14/knots.md"
+    text = "Knots: bowline, clove hitch.\n"
+    write(root, note, text)
+    legacy = root / "mem_metadata/file_catalog/dream.jsonl.zst"
+    legacy.parent.mkdir(parents=True)
+    write_records(REAL, legacy, [{
+        "path": note, "digest": hashlib.sha256(text.encode()).hexdigest(), "state": "failed",
+        "reason": "the answer stopped at its length limit", "run_id": "r1", "tries": 3}])
+    open_ws(daemon, root, fake)
+    dream_status = next(w["dream"] for w in daemon.call("daemon.status")["workspaces"]
+                        if w["agent_id"] == AGENT)
+    assert dream_status["waiting_notes"] == 1, dream_status
+    why = dream_status["waiting"][note]
+    assert "failed on it 3 times" in why and "length limit" in why, why
+    assert not any(r.path.endswith("/chat/completions") for r in fake.requests)

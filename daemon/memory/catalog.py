@@ -30,6 +30,12 @@ def _legacy_path(path: Path) -> Path:
     return path.parent.parent / "file_catalog" / path.name
 
 
+def catalog_exists(path: Path) -> bool:
+    """Whether the catalog of ``path`` is kept: there, or where an older recalld kept it
+    (:func:`load_catalog` reads it from there)."""
+    return path.is_file() or _legacy_path(path).is_file()
+
+
 def _ours(records: list[JsonObject]) -> bool:
     """Records recalld wrote (a ``digest`` and a ``state``), not ReMe's file nodes."""
     return bool(records) and all("digest" in r and "state" in r for r in records)

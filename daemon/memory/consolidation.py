@@ -26,7 +26,7 @@ import trio
 from recalld.daemon.jobparams import choice, flag, params_of, text
 from recalld.daemon.jobrecords import JobContext
 from recalld.daemon.jobs import JobManager
-from recalld.daemon.memory.catalog import catalog_path
+from recalld.daemon.memory.catalog import catalog_exists, catalog_path
 from recalld.daemon.memory.resource import ResourceCatalog
 from recalld.daemon.memory.resource_results import (
     ResourceResult,
@@ -134,7 +134,7 @@ class Consolidation:
     async def load_waiting(self, ws: Workspace) -> None:
         """Keep, for ``ws``'s status, the notes its next dream leaves out after failed
         tries, as its dream catalog says (a daemon started since its last dream)."""
-        if not catalog_path(ws.root, ws.settings.metadata_dir, "dream").is_file():
+        if not catalog_exists(catalog_path(ws.root, ws.settings.metadata_dir, "dream")):
             return  # never dreamed: the dream's modules are not loaded for nothing
         from recalld.daemon.memory import changelog, dreamnotes
 
