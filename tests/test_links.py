@@ -303,3 +303,17 @@ def test_a_path_of_the_last_folders_takes_the_note_at_the_very_path(tmp_path: Pa
     loaded = LinkGraph.from_records(state.graph.to_records())
     assert loaded.outgoing("memory/d/p.md") == state.graph.outgoing("memory/d/p.md")
     assert loaded.naming("kafka") == ["memory/d/p.md"]
+
+
+def test_a_path_from_the_root_names_the_root_note_only() -> None:
+    # ``[[/x]]`` and a relative link landing at the root name the root's ``x``, not the
+    # bare name ``x`` of any folder; a folder path names no note.
+    notes = ["memory/d/plan.md", "plan.md", "wiki/ideas.md"]
+    assert pick_note("/plan", notes) == "plan.md"
+    assert pick_note("/ideas", notes) is None
+    assert pick_note("/Plan.MD", notes[:1]) is None
+    assert normalize_target("/Ideas") == ("/Ideas.md", False)
+    assert normalize_target("../../ideas", None, "memory/d/n.md") == ("/ideas.md", False)
+    assert normalize_target("./ideas", None, "n.md") == ("/ideas.md", False)
+    for folder in ("wiki/", "/wiki/", "/", "wiki/..", ".", ".."):
+        assert normalize_target(folder, found, "memory/d/n.md") == (folder, False)

@@ -227,3 +227,24 @@ def test_a_link_to_a_note_named_for_a_credential_is_kept(daemon: DaemonHandle,
     hit = daemon.call("memory.search", {"agent_id": "w", "query": "opsword"})["results"][0]
     assert all(rel.removesuffix(".md") in hit["text"] for rel in targets), hit["text"]
     assert "[REDACTED]" not in hit["text"], hit["text"]
+
+
+def test_a_link_from_the_root_names_no_note_of_its_name_elsewhere(daemon: DaemonHandle,
+                                                                  tmp_path: Path) -> None:
+    # ``[[/plan]]`` and ``[[../../plan]]`` from a day's note name the root's plan.md (a
+    # root note is not indexed), not the day's plan.md beside the note; a folder link
+    # names no note of the folder's name. A path from the note's folder still does.
+    root = tmp_path / "ws"
+    write(root, "memory/2026-08-01/plan.md", "# Day plan\ndayplanword\n")
+    write(root, "memory/2026-08-01/wiki.md", "# Day wiki\ndaywikiword\n")
+    write(root, "memory/2026-08-01/a.md",
+          "# a\nrootlinkword [[/plan]] [[../../Plan]] [[wiki/]] [[/]]\n")
+    write(root, "memory/2026-08-02/b.md", "# b\nbesideword [[../2026-08-01/plan]]\n")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    assert links_of(daemon, "rootlinkword") == []
+    assert links_of(daemon, "besideword") == ["memory/2026-08-01/plan.md"]
+    assert links_of(daemon, "dayplanword") == ["memory/2026-08-02/b.md"]
+    # Another note of the name coming later does not take them either.
+    write(root, "digest/plan.md", "# Digest plan\ndigestplanword\n")
+    assert links_of(daemon, "digestplanword") == []
+    assert links_of(daemon, "rootlinkword") == []

@@ -8,7 +8,9 @@ Targets are resolved as Obsidian resolves them, by the caller's ``resolve(target
 which knows the workspace's notes: a bare name (``[[foo]]``, ``[[Foo.md]]``) names the note
 of that name in any folder, a target with a ``/`` the note at that path from the workspace
 root, else one whose path ends with it (``[[wiki/foo]]`` -> ``digest/wiki/foo.md``),
-``./foo`` and ``../foo`` from the linking note's folder; ``.md`` optional, any case; of
+``./foo`` and ``../foo`` from the linking note's folder, ``/foo`` (or a path from
+there that lands at the root) only the root's ``foo`` (kept as ``/foo.md`` while it waits),
+a folder (``wiki/``) no note; ``.md`` optional, any case; of
 several, the one :func:`pick_note` picks, whatever order they came in. Unresolved targets
 are kept as written, a path cleaned (``/a/./b`` -> ``a/b.md``; a file that is no note,
 ``[[resource/a.txt]]``, keeps its own suffix) and ``resolved`` false; the graph lists the
@@ -119,14 +121,20 @@ def normalize_target(target: str, resolve: Resolver | None = None,
     name = target.strip().replace("\\", "/")
     if not name:
         return "", False
+    if name.endswith(("/", "/.", "/..")) or name in (".", ".."):
+        return name, False  # a folder (``[[wiki/]]``, ``[[./]]``, ``[[../]]``), no note
     if src and name.startswith(("./", "../")):
-        if name.endswith(("/", "/.", "/..")):
-            return name, False  # a folder (``[[./]]``, ``[[../]]``), no note
-        name = posixpath.join(posixpath.dirname(src), name)
+        # A path from the note's folder names one place: from the root where it lands there.
+        name = "/" + posixpath.join(posixpath.dirname(src), name)
     if "/" in name:
+        rooted = name.startswith("/")
         name = posixpath.normpath(name.lstrip("/"))
         if name.startswith("../") or name in ("..", "."):
             return target.strip().replace("\\", "/"), False
+        if rooted and "/" not in name:
+            # ``[[/x]]``, ``[[../x]]`` from ``memory/n.md``: the note ``x`` at the root, not
+            # the bare name ``x`` of any folder; the ``/`` stays so that it waits as such.
+            name = "/" + name
     if resolve is not None:
         found = resolve(name, src)
         if found is not None:
@@ -154,12 +162,14 @@ def pick_note(target: str, paths: Sequence[str], src: str = "") -> str | None:
     ``[[Kafka]]`` beside ``kafka.md``: a case-blind match never hides the note named);
     of those, as Obsidian picks, the one in ``src``'s own folder, else the shortest
     path, else the first in code point order: whatever order the notes came in."""
+    rooted = target.startswith("/")  # ``/x``: the note ``x`` at the root, no other
+    target = target.lstrip("/")
     note = target if target.lower().endswith(".md") else f"{target}.md"
-    if "/" in target:
+    if "/" in target or rooted:
         want = name_key(note)
         keys = {p: name_key(p) for p in paths}
         paths = ([p for p in paths if keys[p] == want]
-                 or [p for p in paths if keys[p].endswith("/" + want)])
+                 or [p for p in paths if not rooted and keys[p].endswith("/" + want)])
     if len(paths) < 2:
         return paths[0] if paths else None
     written = composed(note)

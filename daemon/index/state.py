@@ -118,7 +118,7 @@ class IndexState:
         """The note a wikilink target in the note ``src`` names (a bare name or a path,
         as ``normalize_target`` cleans it), as :func:`links.pick_note` picks it."""
         if "/" in target:
-            for path in (target, f"{target}.md"):
+            for path in (target.lstrip("/"), f"{target.lstrip('/')}.md"):
                 if path in self.files:
                     return path
         if self._by_stem is None:
