@@ -65,15 +65,16 @@ def make_private_dir(path: Path, *, shared_ok: bool = False) -> bool:
 
 
 def prepare_data_dirs(cfg: DaemonConfig) -> None:
-    """The data and state directories, private. A data directory other users may enter
-    (``data_dir = "~"``) keeps its mode: recalld's own folders in it are made private
-    instead (the state folder must be, the others are created so), and a WARNING says so."""
-    if make_private_dir(cfg.data_dir, shared_ok=True):
-        make_private_dir(cfg.state_dir)
-        return
+    """The data and state directories, private, and recalld's own folders in the data
+    directory (``workspaces/``, ``backups/``) created private too. A data directory other
+    users may enter (``data_dir = "~"``) keeps its mode: the state folder must then be
+    private, and a WARNING names those of the others that are not."""
+    shared = not make_private_dir(cfg.data_dir, shared_ok=True)
     make_private_dir(cfg.state_dir)
     opened = [d for d in (cfg.data_dir / "workspaces", cfg.data_dir / "backups")
               if not make_private_dir(d, shared_ok=True)]
+    if not shared:
+        return
     log.warning("the data directory %s is open to other users; its mode is left alone and "
                 "recalld keeps its files in private folders in it%s", cfg.data_dir,
                 "" if not opened else "; these are open to other users too, make them "

@@ -62,6 +62,22 @@ def test_state_files_are_private_and_notes_keep_their_mode(
     record = d.data_dir / "state" / "workspaces.json"
     assert KEY in record.read_text()  # the daemon needs it to run
     assert _loose(d.data_dir, ws, notes=ws) == {}
+    # The daemon's own folders too; a workspace's note folders are made as an editor
+    # makes them, under the umask.
+    d.call("workspace.open", {"agent_id": "own", "config": {"embedding_model_config": {
+        "base_url": f"{fake.url}/v1", "model_name": "e", "api_key": KEY}}})
+    d.call("memory.add_note", {"agent_id": "own", "content": "a note in the data folder"})
+    d.call("memory.search", {"agent_id": "own", "query": "note", "sync": True})
+    homes = d.data_dir / "workspaces"
+    own = homes / "own"
+    folders = {Path(f): _mode(Path(f)) for f, _, _ in os.walk(d.data_dir)
+               if Path(f) == homes or not Path(f).is_relative_to(homes)}
+    assert d.data_dir / "state" / "embeddings" in folders
+    assert {f: m for f, m in folders.items() if m != 0o700} == {}
+    assert _mode(ws / "mem_metadata" / "index") == 0o700
+    days = [p for p in (own / "memory").iterdir() if p.is_dir()]  # made by the note's write
+    assert days
+    assert {_mode(f) for f in (own / "memory", ws / "digest", *days)} == {0o755}, days
     note = ws / "digest" / "hand.md"
     d.call("memory.topic_write", {"agent_id": "coder", "path": "digest/hand.md",
                                   "name": "hand", "description": "d", "type": "user",

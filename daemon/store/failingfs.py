@@ -8,7 +8,7 @@ import os
 from collections.abc import Collection
 from pathlib import Path
 
-from recalld.daemon.store.fsio import FS, PRIVATE_MODE
+from recalld.daemon.store.fsio import FS, NOTE_DIR_MODE, PRIVATE_MODE
 
 
 class FailingFS(FS):
@@ -100,7 +100,7 @@ class FailingFS(FS):
             raise self._fail("fsync_dir")
         super().fsync_dir(path)
 
-    def mkdir(self, path: Path) -> None:
+    def mkdir(self, path: Path, mode: int = NOTE_DIR_MODE) -> None:
         if self._check("mkdir"):
             raise self._fail("mkdir")
-        super().mkdir(path)
+        super().mkdir(path, mode)

@@ -44,6 +44,12 @@ PRIVATE_MODE: Final = 0o600
 #: A new note a client writes (umask applies), as an editor makes it; a rewritten note
 #: keeps the mode it has (:func:`note_mode`).
 NOTE_MODE: Final = 0o644
+#: A folder recalld makes for its own state, logs and records (:func:`ensure_dir`), as
+#: private as the files in it; the umask applies.
+PRIVATE_DIR_MODE: Final = 0o700
+#: A note folder a client's write makes (:meth:`FS.mkdir`), and a workspace folder a
+#: restore makes, as an editor makes them (umask applies).
+NOTE_DIR_MODE: Final = 0o755
 #: Why :meth:`FS.open_append` refused what it found (a FIFO, a device, a socket).
 NOT_A_FILE: Final = "not a regular file (a device, FIFO or socket)"
 #: A file read whole with no expected size (a manifest, another tool's record file) is
@@ -158,8 +164,8 @@ class FS:
     def listdir(self, path: Path) -> list[str]:
         return confine.listdir(path)
 
-    def mkdir(self, path: Path) -> None:
-        confine.mkdir(path, 0o755)
+    def mkdir(self, path: Path, mode: int = NOTE_DIR_MODE) -> None:
+        confine.mkdir(path, mode)
 
 
 #: The process-wide real filesystem.
@@ -180,21 +186,24 @@ def mkdir_private(path: Path) -> bool:
 
 
 def ensure_dir(fs: FS, path: Path) -> None:
-    """Create ``path`` (and missing parents) durably: each new entry's parent is fsynced."""
-    _make_durably(fs, path, fs.mkdir)
+    """Create the folder ``path`` of recalld's own files (and missing parents) durably,
+    private (PRIVATE_DIR_MODE): each new entry's parent is fsynced."""
+    _make_durably(fs, path, lambda folder: fs.mkdir(folder, PRIVATE_DIR_MODE),
+                  PRIVATE_DIR_MODE)
 
 
 def ensure_root(fs: FS, path: Path) -> None:
     """Create the workspace folder ``path`` itself (and missing parents) durably: what
     the writes below a guarded folder never make again (:func:`confine.mkdir`), a
     restore makes where it puts a workspace that had no folder."""
-    _make_durably(fs, path, lambda folder: os.mkdir(folder, 0o755))
+    _make_durably(fs, path, lambda folder: os.mkdir(folder, NOTE_DIR_MODE), NOTE_DIR_MODE)
 
 
-def _make_durably(fs: FS, path: Path, make: Callable[[Path], None]) -> None:
+def _make_durably(fs: FS, path: Path, make: Callable[[Path], None], mode: int) -> None:
+    """``make(path)`` and fsync its parent; missing parents are made first, of ``mode``."""
     if path.is_dir():
         return
-    ensure_dir(fs, path.parent)
+    _make_durably(fs, path.parent, lambda folder: fs.mkdir(folder, mode), mode)
     try:
         make(path)
     except FileExistsError:
