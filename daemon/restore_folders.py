@@ -16,7 +16,7 @@ from pathlib import Path
 
 from recalld.daemon import safepath
 from recalld.daemon.store.errors import translate_os_error
-from recalld.daemon.store.fsio import REAL, ensure_root
+from recalld.daemon.store.fsio import NOTE_DIR_MODE, REAL, ensure_root
 from recalld.ipc.errors import NotFound, PathOutsideWorkspace
 
 
@@ -28,51 +28,28 @@ def remove_entry(folder: int, name: str) -> None:
         os.unlink(name, dir_fd=folder)
 
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
 def open_folder(root: Path, folder: str, rel: str, made: list[str] | None = None) -> int:
     """A descriptor of ``root``'s folder ``folder`` (workspace-relative, "" for the
-    root), opened one folder at a time without following a link, for the change of
-    ``rel``; with ``made``, missing folders are made and listed in it. The caller closes
-    it. PathOutsideWorkspace for a link on the way (or a root that now leads elsewhere);
-    NotFound, without ``made``, for a missing folder."""
+    root), opened one folder at a time without following a link
+    (:func:`safepath.open_parent`), for the change of ``rel``; with ``made``, missing
+    folders are made and listed in it. The caller closes it. PathOutsideWorkspace for a
+    link on the way (or a root that now leads elsewhere); NotFound, without ``made``, for
+    a missing folder."""
+    def make(parent: int, name: str, walked: str) -> None:
+        if made is not None and make_folder(parent, name, root / walked):
+            made.append(walked)
+
     if made is not None:  # a workspace restored where it never was (checked: its place)
         ensure_root(REAL, root)
-    current = safepath.open_parent(root, ["_"], rel)  # the root, checked in place
-    try:
-        walked: list[str] = []
-        for name in folder.split("/") if folder else ():
-            walked.append(name)
-            try:
-                child = os.open(name, _DIR_FLAGS, dir_fd=current)
-            except FileNotFoundError:
-                if made is None:
-                    raise NotFound(f"no such folder in the workspace: {'/'.join(walked)}"
-                                   ) from None
-                if make_folder(current, name, root / "/".join(walked)):
-                    made.append("/".join(walked))
-                child = os.open(name, _DIR_FLAGS, dir_fd=current)
-            except OSError as exc:
-                with contextlib.suppress(OSError):
-                    if stat.S_ISLNK(os.stat(name, dir_fd=current,
-                                            follow_symlinks=False).st_mode):
-                        raise PathOutsideWorkspace(f"restore target {rel} passes through "
-                                                   "a symlink") from None
-                raise translate_os_error(exc, root / "/".join(walked)) from exc
-            os.close(current)
-            current = child
-    except BaseException:
-        os.close(current)
-        raise
-    return current
+    parts = [*folder.split("/"), "_"] if folder else ["_"]
+    return safepath.open_parent(root, parts, rel, None if made is None else make)
 
 
 def make_folder(parent: int, name: str, path: Path) -> bool:
     """Make the folder ``name`` (at ``path``) in ``parent`` durably (``parent`` fsynced);
     False if something was made there meanwhile (opening it says what)."""
     try:
-        os.mkdir(name, 0o755, dir_fd=parent)
+        os.mkdir(name, NOTE_DIR_MODE, dir_fd=parent)
         REAL.fsync(parent)
     except FileExistsError:
         return False

@@ -17,7 +17,7 @@ import codecs
 import errno
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,27 +120,51 @@ def _check_opened_root(fd: int, root: Path) -> None:
         raise PathOutsideWorkspace(f"the workspace folder {root} now leads to {real}")
 
 
-def open_parent(root: Path, parts: Sequence[str], path: str) -> int:
+#: ``make(parent, name, walked)``: make the missing folder ``name`` in the folder
+#: descriptor ``parent`` (``walked``: its workspace-relative path).
+MakeFolder = Callable[[int, str, str], None]
+
+
+def open_parent(root: Path, parts: Sequence[str], path: str,
+                make: MakeFolder | None = None) -> int:
     """A descriptor of the folder ``parts[:-1]`` (:func:`split_relative` of ``path``)
     below ``root``, opened folder by folder without following a link; the caller closes
-    it. Raises PathOutsideWorkspace or NotFound."""
+    it. With ``make``, a missing folder on the way is made by it and then opened as any
+    other (a link put there meanwhile is refused). Raises PathOutsideWorkspace or
+    NotFound."""
     try:
         current = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise NotFound(f"workspace root is not available: {exc.strerror}") from None
     try:
         _check_opened_root(current, root)
-        for name in parts[:-1]:
-            try:
-                child = os.open(name, _DIR_FLAGS, dir_fd=current)
-            except OSError as exc:
-                raise _refuse_or_missing(current, name, exc, path) from None
+        for depth, name in enumerate(parts[:-1], start=1):
+            child = _open_step(current, name, path,
+                               None if make is None else "/".join(parts[:depth]), make)
             os.close(current)
             current = child
     except BaseException:
         os.close(current)
         raise
     return current
+
+
+def _open_step(parent: int, name: str, path: str, walked: str | None,
+               make: MakeFolder | None) -> int:
+    """The folder ``name`` in ``parent`` opened without following a link; made first by
+    ``make`` if missing and ``make`` is given."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except FileNotFoundError as exc:
+        if make is None or walked is None:
+            raise _refuse_or_missing(parent, name, exc, path) from None
+    except OSError as exc:
+        raise _refuse_or_missing(parent, name, exc, path) from None
+    make(parent, name, walked)
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except OSError as exc:
+        raise _refuse_or_missing(parent, name, exc, path) from None
 
 
 def open_confined(root: Path, path: str, *, writable: bool = False) -> int:

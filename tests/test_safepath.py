@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from recalld.daemon.safepath import open_confined, open_inside, read_lines, split_relative
+from recalld.daemon.restore_folders import open_folder
+from recalld.daemon.safepath import (
+    open_confined,
+    open_inside,
+    open_parent,
+    read_lines,
+    split_relative,
+)
 from recalld.ipc.errors import InvalidParams, NotFound, PathOutsideWorkspace
 
 
@@ -191,3 +198,37 @@ def test_open_inside_follows_directory_links_only_inside(ws: Path, tmp_path: Pat
             open_inside(ws, "memory/away/out.md", real_root)
         with pytest.raises(FileNotFoundError):
             open_inside(ws, "memory/none.md", real_root)
+
+
+def test_a_walk_that_makes_folders_refuses_links_as_a_reading_one_does(
+        ws: Path, tmp_path: Path) -> None:
+    # The walk a restore writes through makes the folders missing on the way; a link on
+    # the way, at a missing folder's place or put there between its making and its
+    # opening, is refused, and nothing is made where a link leads.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    made: list[str] = []
+    fd = open_folder(ws, "digest/wiki/deep", "digest/wiki/deep/a.md", made)
+    try:
+        assert os.path.samestat(os.fstat(fd), os.stat(ws / "digest/wiki/deep"))
+    finally:
+        os.close(fd)
+    assert made == ["digest", "digest/wiki", "digest/wiki/deep"]
+    (ws / "memory" / "away").symlink_to(outside)
+    (ws / "memory" / "dangling").symlink_to(outside / "none")
+    for folder in ("memory/away", "memory/away/x", "memory/dangling/x"):
+        with pytest.raises(PathOutsideWorkspace, match="symbolic link"):
+            open_folder(ws, folder, f"{folder}/a.md", made)
+        with pytest.raises(PathOutsideWorkspace, match="symbolic link"):
+            open_folder(ws, folder, f"{folder}/a.md")
+    assert not (outside / "none").exists() and list(outside.iterdir()) == []
+    with pytest.raises(NotFound):
+        open_folder(ws, "memory/missing", "memory/missing/a.md")
+    assert not (ws / "memory" / "missing").exists()
+
+    def swapped(parent: int, name: str, walked: str) -> None:
+        os.symlink(outside, name, dir_fd=parent)  # another program, just after the mkdir
+
+    with pytest.raises(PathOutsideWorkspace, match="symbolic link"):
+        open_parent(ws, ["resource", "late", "a.md"], "resource/late/a.md", swapped)
+    assert list(outside.iterdir()) == []
