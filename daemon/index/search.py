@@ -96,7 +96,9 @@ class SearchAnswer(TypedDict):
 def parse_filters(raw: Mapping[str, object] | None, *, root: str | None = None) -> Filters:
     """``{path_prefix, date_from, date_to, bucket, author}`` (strings or lists) to
     :class:`Filters`; a ``path_prefix`` naming ``root`` (the workspace folder) or a path
-    in it by its absolute path is taken relative to it."""
+    in it by its absolute path is taken relative to it, any other from ``/`` from the
+    workspace root (``/etc``: ``etc``, no error: a search of several workspaces takes
+    each one's absolute paths, which name nothing in the others)."""
     if not raw:
         return Filters()
     known = {"path_prefix", "date_from", "date_to", "bucket", "author"}
