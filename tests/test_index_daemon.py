@@ -14,7 +14,7 @@ import orjson
 import pytest
 from waits import wait_for, wait_job, wait_value, workspace_status
 
-from recalld.daemon.index.passes import POOL_BATCH
+from recalld.daemon.index.passes import APPLY_MIN_FILES, POOL_BATCH, POOL_MIN_FILES
 from recalld.ipc.errors import AlreadyRunning, InvalidParams
 
 COMMUTE = """---
@@ -397,17 +397,20 @@ def test_reindex_job_and_exclusivity(daemon: Any, workspace: Path) -> None:
 @pytest.mark.timeout(300)
 def test_a_first_build_is_committed_once_at_its_end(daemon_factory: Any,
                                                    tmp_path: Path) -> None:
-    # Three applies (1024 + 1024 + 52 files); with a 50 ms persist delay each would be
-    # committed on its own if the persist loop did not wait for the pass to end.
+    # Three applies (APPLY_MIN_FILES twice, then the rest), prepared in the worker
+    # processes; with a 50 ms persist delay each would be committed on its own if the
+    # persist loop did not wait for the pass to end.
     root = tmp_path / "many"
-    body = " ".join(f"term{j} 记忆{j % 97}" for j in range(300))  # long enough to take time
-    for i in range(2100):
+    files = 2 * APPLY_MIN_FILES + 76
+    assert files >= POOL_MIN_FILES
+    body = " ".join(f"term{j} 记忆{j % 97}" for j in range(30))  # applies far over 50 ms apart
+    for i in range(files):
         write(root, f"memory/2026-05-{i % 28 + 1:02d}/n{i}.md", f"# N{i}\n\nword{i} {body}\n")
     d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n[daemon]\npersist_delay_s = 0.05\n')
     d.call("index.sync", {"agent_id": "w"}, timeout=240)  # waits for the whole build
     index = wait_value(lambda: (workspace_status(d, "w") or {})["index"],
                        lambda index: index["last_commit"], "the first commit")
-    assert (index["last_commit"]["files"], index["last_commit"]["generation"]) == (2100, 1)
+    assert (index["last_commit"]["files"], index["last_commit"]["generation"]) == (files, 1)
 
 
 def test_large_workspace_is_built_in_worker_processes(daemon: Any, tmp_path: Path) -> None:
