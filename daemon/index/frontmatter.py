@@ -26,8 +26,12 @@ __all__ = ["DELETE", "body_of", "has_body", "open_fields", "parse_frontmatter",
 
 _FENCE: Final = "---"
 # A key is a word in any script (`标签`, `नाम`, `2026`), as YAML takes it plain: letters,
-# digits, combining marks, `_`, `.`, `-` and spaces.
-_KEY_RE: Final = re.compile(rf"^(\w[\w.\- {MARKS}]*?)\s*:(?:\s+(.*?))?\s*$")
+# digits, combining marks, `_`, `.`, `-` and spaces. The key's run is taken whole
+# (possessive) and the value to the end, both stripped after (:func:`_key_value`): a lazy
+# key or value before `\s*` tried the run of spaces after each of its characters again,
+# so a line holding a long run of spaces took time by the square of its length (16,000
+# spaces: 4 s).
+_KEY_RE: Final = re.compile(rf"^(\w[\w.\- {MARKS}]*+)\s*:(?:\s+(.*))?$")
 _INT_RE: Final = re.compile(r"^[-+]?[0-9]+$")
 _FLOAT_RE: Final = re.compile(r"^[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$")
 _MAX_LINES: Final = 2000
@@ -38,6 +42,16 @@ DELETE: Final = object()
 
 class _Malformed(ValueError):
     pass
+
+
+def _key_value(line: str) -> tuple[str, str | None] | None:
+    """The key of a ``key: value`` line and its value (None after a bare ``key:``),
+    without the spaces around them; None when the line is no such line."""
+    m = _KEY_RE.match(line)
+    if m is None:
+        return None
+    value = m.group(2)
+    return m.group(1).rstrip(" "), None if value is None else value.rstrip()
 
 
 def _lines(text: str) -> list[str]:
@@ -199,10 +213,10 @@ def _value(raw: str) -> _Scalar | list[_Scalar] | dict[str, _Scalar]:
         if value[0] == "[":
             return [_scalar(item) for item in items]
         # A flow mapping, as PyYAML writes an empty one (``{}``) or, before 5.1, any.
-        pairs = [_KEY_RE.match(item.strip()) for item in items]
+        pairs = [_key_value(item.strip()) for item in items]
         if not all(pairs):
             raise _Malformed(value)
-        return {m.group(1): _scalar(m.group(2) or "") for m in pairs if m}
+        return {kv[0]: _scalar(kv[1] or "") for kv in pairs if kv}
     return _scalar(value)
 
 
@@ -258,10 +272,10 @@ def _parse_block(lines: list[str]) -> tuple[JsonObject, list[tuple[str, int, int
             continue
         if line[0].isspace():
             raise _Malformed(line)
-        m = _KEY_RE.match(line)
-        if m is None:
+        kv = _key_value(line)
+        if kv is None:
             raise _Malformed(line)
-        key, raw = m.group(1), m.group(2) or ""
+        key, raw = kv[0], kv[1] or ""
         start = i
         i += 1
         nested: list[str] = []
@@ -287,10 +301,10 @@ def _parse_block(lines: list[str]) -> tuple[JsonObject, list[tuple[str, int, int
             for ln, more in _entries(nested):
                 if ln.lstrip().startswith("#"):
                     continue
-                sm = _KEY_RE.match(ln.strip())
-                if sm is None or not ln[0].isspace() or (more and not sm.group(2)):
+                skv = _key_value(ln.strip())
+                if skv is None or not ln[0].isspace() or (more and not skv[1]):
                     raise _Malformed(ln)
-                sub[sm.group(1)] = _value(_folded(sm.group(2) or "", more))
+                sub[skv[0]] = _value(_folded(skv[1] or "", more))
             out[key] = sub
         if key in out and any(k == key for k, _, _ in spans):
             raise _Malformed(f"duplicate key {key}")
