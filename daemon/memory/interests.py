@@ -20,17 +20,33 @@ from typing import Final
 DECAY: Final = 0.9
 MIN_WEIGHT: Final = 0.05
 MAX_TOPICS: Final = 50
-_TOPIC_RE: Final = re.compile(r'^\s*-\s*topic:\s*(".*"|[^#]*?)\s*$')
-_WEIGHT_RE: Final = re.compile(r"^\s*weight:\s*([0-9]*\.?[0-9]+)\s*$")
+# The value of a topic is read in Python (:func:`_topic`) and a weight's number has one
+# way to match: a lazy value before ``\s*$``, or ``[0-9]*`` before ``[0-9]+``, tried
+# the rest of the line again from each of its characters, by the square of its length
+# (a hand-edited line of 16,000 spaces or digits took 2-6 s).
+_TOPIC_RE: Final = re.compile(r"^\s*-\s*topic:(.*)$")
+_WEIGHT_RE: Final = re.compile(
+    r"^\s*weight:\s*+([0-9]++(?:\.[0-9]++)?|\.[0-9]++)\s*+$")
+
+
+def _topic(line: str) -> str | None:
+    """The raw value of a ``- topic:`` line: a quoted string, or a plain one holding no
+    ``#``, without the spaces around it; None for any other line."""
+    m = _TOPIC_RE.match(line)
+    if m is None:
+        return None
+    raw = m.group(1).strip()
+    if len(raw) >= 2 and raw[0] == raw[-1] == '"':
+        return raw
+    return None if "#" in raw else raw
 
 
 def parse_interests(text: str) -> dict[str, float]:
     topics: dict[str, float] = {}
     current: str | None = None
     for line in text.splitlines():
-        m = _TOPIC_RE.match(line)
-        if m:
-            raw = m.group(1)
+        raw = _topic(line)
+        if raw is not None:
             try:
                 current = json.loads(raw) if raw.startswith('"') else raw.strip()
             except ValueError:
