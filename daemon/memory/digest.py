@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -49,6 +49,11 @@ _ARCHIVED_RE: Final = re.compile(
     r"- (\d+) older (?:entry is|entries are) in (\S.*\.history\.txt)")
 _MANAGED: Final = ("Related", "History", "Sources")
 LINK_RE: Final = re.compile(r"\[\[([^\]\n]+)\]\]")
+# LINK_RE for scanning a line: an opening ``[[`` that is no link is read to where its run
+# ends (group 2 then unset), not tried again from each ``[[`` inside the run, which ends
+# at the same place; a line of many ``[[`` and no ``]]`` took time by the square of its
+# length. The links it finds (group 1 not empty, group 2 set) are LINK_RE's.
+_LINK_SCAN_RE: Final = re.compile(r"\[\[([^\]\n]*+)(\]\])?")
 
 
 class IntegrationError(ValueError):
@@ -166,7 +171,19 @@ def section_links(line: str) -> list[str]:
     """The targets of the ``[[...]]`` links of a Sources or Related line: without an
     ``|alias`` or a ``#heading``, except a ``#`` of a note's own name (``[[memory/d/
     meeting #3.md]]`` is that note, not a heading of ``meeting``)."""
-    return [target for m in LINK_RE.finditer(line) if (target := link_target(m))]
+    return [target for m in _LINK_SCAN_RE.finditer(line)
+            if is_link(m) and (target := link_target(m))]
+
+
+def sub_links(replace: Callable[[re.Match[str]], str], line: str) -> str:
+    """``line`` with each link :data:`LINK_RE` finds in it replaced by ``replace(link)``
+    (whose groups are LINK_RE's), in time linear in its length."""
+    return _LINK_SCAN_RE.sub(lambda m: replace(m) if is_link(m) else m.group(0), line)
+
+
+def is_link(m: re.Match[str]) -> bool:
+    """Whether a match of the scan for links is a link (as LINK_RE matches one)."""
+    return m.group(2) is not None and bool(m.group(1))
 
 
 def link_target(link: re.Match[str]) -> str:

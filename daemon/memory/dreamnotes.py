@@ -264,7 +264,7 @@ def unlinked(line: str, dead: Collection[str], alive: Collection[str]) -> str:
     those of the notes ``alive`` (there again) linked again."""
     for s in dead:  # as written for it (a name with ``]`` or ``|`` too)...
         line = line.replace(f"[[{s}]]", f"{s} (deleted)")
-    line = digest.LINK_RE.sub(  # ...or with an alias or a heading
+    line = digest.sub_links(  # ...or with an alias or a heading
         lambda m: f"{t} (deleted)" if (t := digest.link_target(m)) in dead
         else m.group(0), line)
     for s in alive:
