@@ -31,6 +31,7 @@ from recalld.daemon.memory.secret_rules import (
     rules_token_prefilter,
     token_runs,
 )
+from recalld.daemon.memory.token_starts import LONG_RUN, boundary_led, matches
 
 sys.path.insert(0, str(Path(__file__).parent / "bench"))
 
@@ -146,9 +147,33 @@ def test_the_token_prefilter_matches_where_a_token_rule_does(text: str) -> None:
     for pos, endpos in token_runs(text):
         some_rule = any(rule.pattern.search(text, pos, endpos) is not None
                         for rule in token if rule.pattern is not None)
-        assert (prefilter.search(text, pos, endpos) is not None) == some_rule
+        assert prefilter.search(text, pos, endpos) == some_rule
     # A rule list of its own (not RULES itself) gets its own prefilter, same spans.
     assert find_spans(text, list(RULES)) == find_spans(text)
+
+
+# Long runs (a blob, a minified line) are matched at their token starts only: the pieces
+# above joined with runs longer than LONG_RUN of letters, digits, base64 or escapes.
+_LONG = st.sampled_from(["a" * LONG_RUN, "Zq7" * (LONG_RUN // 3 + 1), "b/9+" * (LONG_RUN // 4),
+                         "%3D" * (LONG_RUN // 3), "x\\u0022" * (LONG_RUN // 7 + 1)])
+_LONG_TEXT = st.lists(_LONG | _PIECE | st.sampled_from(_SECRETS), max_size=12).map("".join)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_LONG_TEXT)
+def test_long_runs_are_matched_where_finditer_matches(text: str) -> None:
+    token = [r.pattern for r in RULES if r.find is not None and r.token and r.pattern]
+    led = [p for p in token if boundary_led(p.pattern, secret_rules._ESCAPED)]
+    assert len(led) >= len(token) - 2  # all but the AGE key and the wrapped blob
+    prefilter = rules_token_prefilter()
+    assert prefilter is not None
+    for pos, endpos in token_runs(text):
+        for rx in led:
+            assert ([m.span() for m in matches(rx, text, pos, endpos)]
+                    == [m.span() for m in rx.finditer(text, pos, endpos)])
+        assert prefilter.search(text, pos, endpos) == any(
+            rx.search(text, pos, endpos) is not None for rx in token)
+    assert find_spans(text) == reference_find_spans(text)
 
 
 def test_find_spans_matches_hints_first_on_the_corpus() -> None:

@@ -120,7 +120,7 @@ def _find_spans(text: str, rules: Sequence[Rule]) -> list[Span]:
                                  or rules is FORMAT_RULES else token_prefilter(rules))
                     if prefilter is not None:
                         search = prefilter.search
-                        runs = [r for r in runs if search(text, r[0], r[1]) is not None]
+                        runs = [r for r in runs if search(text, r[0], r[1])]
                 # Looking for a hint scans the whole text; a token rule's pattern scans
                 # only the runs. Where the runs are a small part of the text, the pattern
                 # goes first and the hint is looked for only when it found something

@@ -71,7 +71,7 @@ def _could_hold(name: str) -> bool:
     runs = token_runs(name)
     if runs:
         tokens = rules_token_prefilter()
-        if tokens is None or any(tokens.search(name, a, b) is not None for a, b in runs):
+        if tokens is None or any(tokens.search(name, a, b) for a, b in runs):
             return True
     hints = _hints()
     return hints is None or hints.search(name.lower()) is not None

@@ -63,6 +63,7 @@ from recalld.daemon.memory.secret_values import (
     looks_random,
     looks_secret,
 )
+from recalld.daemon.memory.token_starts import LONG_RUN, Prefilter, boundary_led, matches
 
 Span = tuple[int, int]
 #: A format finder: spans of ``text[pos:endpos]`` (patterns still see what lies around).
@@ -147,24 +148,29 @@ def _regex_rule(kind: str, hints: tuple[str, ...], pattern: str, flags: int = 0,
                 group: int = 0, check: Callable[[str], bool] | None = None,
                 token: bool = True) -> Rule:
     rx = re.compile(pattern, flags)
+    led = boundary_led(pattern, _ESCAPED)  # long runs: tried at their token starts only
 
     def find(text: str, pos: int, endpos: int) -> Iterable[Span]:
-        for m in rx.finditer(text, pos, endpos):
+        found = (matches(rx, text, pos, endpos) if led and endpos - pos >= LONG_RUN
+                 else rx.finditer(text, pos, endpos))
+        for m in found:
             if m.group(group) and (check is None or check(m.group(group))):
                 yield m.span(group)
 
     return Rule(kind, hints, find, token=token, pattern=rx)
 
 
-def token_prefilter(rules: Sequence[Rule]) -> re.Pattern[str] | None:
-    """One pattern that matches in a stretch of text wherever the pattern of any of
-    ``rules``' token rules does (their alternation), so a token run where it finds nothing
-    needs none of them; None if some token rule has no plain pattern to join."""
-    token = [r for r in rules if r.find is not None and r.token]
-    if any(r.pattern is None or r.pattern.flags & ~re.UNICODE for r in token):
+def token_prefilter(rules: Sequence[Rule]) -> Prefilter | None:
+    """Whether the pattern of any of ``rules``' token rules matches in a stretch of text
+    (a token run where none does needs none of them); None if one has no plain pattern."""
+    token = [r.pattern for r in rules if r.find is not None and r.token]
+    if any(p is None or p.flags & ~re.UNICODE for p in token):
         return None
-    return re.compile("|".join(f"(?:{r.pattern.pattern})" for r in token
-                               if r.pattern is not None))
+    sources = [p.pattern for p in token if p is not None]
+    led = [s for s in sources if boundary_led(s, _ESCAPED)]
+    others = [s for s in sources if not boundary_led(s, _ESCAPED)]
+    return Prefilter(*(re.compile("|".join(f"(?:{s})" for s in group)) if group else None
+                       for group in (led, others)))
 
 
 def _tail_random(value: str) -> bool:
@@ -489,6 +495,6 @@ RULES: Final[tuple[Rule, ...]] = FORMAT_RULES + CONTEXT_RULES
 
 
 @functools.cache
-def rules_token_prefilter() -> re.Pattern[str] | None:
+def rules_token_prefilter() -> Prefilter | None:
     """``token_prefilter(RULES)``, compiled on first use (a few ms)."""
     return token_prefilter(RULES)

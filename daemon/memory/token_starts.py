@@ -1,0 +1,90 @@
+"""Where a token may start in a long run of token characters, so that the token rules are
+tried there and not at every character.
+
+Most token rules open with a boundary (``secret_rules._P``, ``_B``, the AWS secret's): no
+letter or digit right before the token, unless an escape ends there (``%3D``, ``%253D``,
+``=3D``, ``\\n``, ``\\u0022``, ``\\x3d``). Searched for, such a pattern tests its boundary
+(seven lookbehinds) at every character, and the prefilter of all token rules tests ~60
+of them: a run of a million letters or digits (a base64 blob, a minified line, a pasted
+dump) took seconds a pass, and a note is read by several passes. The places where such a
+boundary can hold are few, and one scan finds them: the run's start, each character
+after one that is no letter or digit, each end of an escape. A pattern is matched at
+those places only; a pattern that opens otherwise is searched as before. Short runs
+(most of them) are searched as before too: there the scan would cost more than it saves.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = ["LONG_RUN", "Prefilter", "boundary_led", "matches", "token_starts"]
+
+#: Runs at least this long are matched at their token starts (shorter ones searched).
+LONG_RUN: Final = 512
+
+_NOT_ALNUM: Final = re.compile(r"[^A-Za-z0-9]")
+#: The escapes after which a token may start (``secret_rules._ESCAPED``'s lookbehinds).
+_ESCAPES: Final = tuple(re.compile(p) for p in (
+    r"%[0-9A-Fa-f]{2}", r"%25[0-9A-Fa-f]{2}", r"=[0-9A-F]{2}", r"\\[abfnrtv0]",
+    r"\\u[0-9A-Fa-f]{4}", r"\\x[0-9A-Fa-f]{2}"))
+_LONGEST_ESCAPE: Final = 6
+
+
+def boundary_led(source: str, escaped: str) -> bool:
+    """Whether a pattern's ``source`` opens with a boundary group that forbids a letter or
+    digit before it (a lookbehind class holding ``A-Za-z0-9``) except after ``escaped``
+    (the group's other alternatives): such a pattern matches only at :func:`token_starts`."""
+    head = re.match(r"\(\?:\(\?<!\[A-Za-z0-9[^\]]*\]\)", source)
+    return head is not None and source.startswith(escaped + ")", head.end())
+
+
+def token_starts(text: str, pos: int, endpos: int) -> list[int]:
+    """The places in ``text[pos:endpos]`` where a boundary-led pattern may match, in order:
+    ``pos``, each place after a character that is no ASCII letter or digit, each end of
+    an escape (which may begin before ``pos``: a lookbehind reads it there)."""
+    starts = {pos}
+    for m in _NOT_ALNUM.finditer(text, max(0, pos - _LONGEST_ESCAPE), endpos):
+        at = m.start()
+        if pos <= at + 1 < endpos:
+            starts.add(at + 1)
+        if text[at] in "%=\\":
+            for escape in _ESCAPES:
+                e = escape.match(text, at, endpos)
+                if e is not None and pos <= e.end() < endpos:
+                    starts.add(e.end())
+    return sorted(starts)
+
+
+def matches(rx: re.Pattern[str], text: str, pos: int, endpos: int) -> Iterator[re.Match[str]]:
+    """``rx.finditer(text, pos, endpos)`` for a boundary-led ``rx``: the same matches."""
+    last = pos
+    for start in token_starts(text, pos, endpos):
+        if start < last:
+            continue  # inside the match before: finditer goes on from its end
+        m = rx.match(text, start, endpos)
+        if m is not None:
+            last = max(m.end(), start + 1)
+            yield m
+
+
+@dataclass(frozen=True)
+class Prefilter:
+    """Whether any of a set of token patterns matches in a stretch of a text: the
+    alternation of the boundary-led ones (``led``) matched at the token starts of long
+    stretches, and of the ``others`` searched."""
+
+    led: re.Pattern[str] | None
+    others: re.Pattern[str] | None
+
+    def search(self, text: str, pos: int, endpos: int) -> bool:
+        if self.others is not None and self.others.search(text, pos, endpos) is not None:
+            return True
+        if self.led is None:
+            return False
+        if endpos - pos < LONG_RUN:
+            return self.led.search(text, pos, endpos) is not None
+        match = self.led.match
+        return any(match(text, s, endpos) is not None for s in token_starts(text, pos, endpos))
