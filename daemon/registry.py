@@ -344,6 +344,12 @@ class WorkspaceRegistry(KnownPlaces):
             self._check_overlap(agent_id, root, settings)
             ws = Workspace(agent_id, root, settings, on_change=self._pulse)
             self._workspaces[agent_id] = ws
+            if current is not None:
+                # The one replaced (failed, or closed to take restored secrets) is freed
+                # at once, as a close frees it (see :meth:`close`), not at the next full
+                # collection: an idle daemon may not run one for hours.
+                del current
+                await trio.to_thread.run_sync(memtrim.collect)
             self.waiting.pop(agent_id, None)
             self._opened_place[agent_id] = (config.workspace_path(agent_id) if agent_id
                                             in config.configured_agents() else None)

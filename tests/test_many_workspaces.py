@@ -13,6 +13,7 @@ from conftest import DaemonFactory
 from waits import wait_for
 
 from recalld.daemon import inotify
+from recalld.ipc import errors
 from recalld.ipc.client import Client
 
 pytestmark = pytest.mark.skipif(not inotify.available(), reason="inotify is Linux-only")
@@ -99,3 +100,29 @@ def test_a_closed_workspace_lets_go_of_its_mapped_index(daemon: Any) -> None:
         daemon.call("workspace.open", {"agent_id": "w"})
         hits = daemon.call("memory.search", {"agent_id": "w", "query": "lynx"})["results"]
         assert len(hits) == 1
+
+
+def test_a_failed_workspace_opened_again_lets_go_of_the_one_it_replaces(
+        daemon: Any, tmp_path: Path) -> None:
+    # The failed one stayed in the registry's reference cycles after the open that
+    # replaced it, its mapped files' private copies open, until a full collection.
+    root = tmp_path / "ws"
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    daemon.call("memory.add_note", {"agent_id": "w", "content": "the lynx hunts at dusk"})
+    daemon.call("index.sync", {"agent_id": "w"})
+    daemon.call("index.compact", {"agent_id": "w"})
+    one = index_copies(daemon.pid, root)
+    assert one > 0
+    (tmp_path / "other").mkdir()
+    for _ in range(2):
+        # A link takes the folder's place: the next use fails the workspace.
+        root.rename(tmp_path / "away")
+        root.symlink_to(tmp_path / "other")
+        with pytest.raises(errors.RecalldError, match="now leads to"):
+            daemon.call("memory.add_note", {"agent_id": "w", "content": "not here"})
+        root.unlink()
+        (tmp_path / "away").rename(root)
+        assert daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+        hits = daemon.call("memory.search", {"agent_id": "w", "query": "lynx"})["results"]
+        assert len(hits) == 1
+        assert index_copies(daemon.pid, root) == one
