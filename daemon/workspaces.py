@@ -149,17 +149,18 @@ def check_daemon_folders(root: Path, config: DaemonConfig) -> None:
     daemon's own folders, whose files its readers would then serve to the agent: the
     state folder (every workspace's record, model keys handed over included, and every
     agent's jobs) and the backups (every agent's memory); or holds the configuration
-    file (blocking: resolves the folders)."""
+    file or the socket (blocking: resolves the folders)."""
     for folder in (config.state_dir, config.data_dir / "backups"):
         folder = folder.resolve()
         if root.is_relative_to(folder) or folder.is_relative_to(root):
             where = "lies inside" if root.is_relative_to(folder) else "holds"
             raise InvalidParams(f"{root} {where} recalld's own folder {folder}; a "
                                 "workspace needs a folder of its own")
-    config_file = config.config_path.resolve()
-    if config_file.is_relative_to(root):
-        raise InvalidParams(f"{root} holds recalld's configuration file {config_file}; "
-                            "a workspace needs a folder of its own")
+    # The socket and its lock, among the notes, would be replaced by a restore of them.
+    for own, what in ((config.config_path, "configuration file"), (config.socket_path, "socket")):
+        if (own := own.resolve()).is_relative_to(root):
+            raise InvalidParams(f"{root} holds recalld's {what} {own}; a workspace needs a "
+                                "folder of its own")
 
 
 def check_not_anothers(agent_id: str, given: Path, root: Path,

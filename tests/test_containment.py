@@ -290,6 +290,8 @@ def test_workspace_roots_and_folders_are_checked(daemon_factory: DaemonFactory,
          "lies inside recalld's own folder"),
         ({"agent_id": "x13", "path": str(daemon.config_path.parent)},
          "holds recalld's configuration file"),
+        ({"agent_id": "x14", "path": str(daemon.socket_path.parent)},
+         "holds recalld's socket"),
     ]
     for params, why in refused:
         try:
@@ -301,6 +303,7 @@ def test_workspace_roots_and_folders_are_checked(daemon_factory: DaemonFactory,
     assert not Path("/etc/memory").exists()
     assert not (daemon.data_dir / "state" / "memory").exists()
     assert not (daemon.config_path.parent / "memory").exists()
+    assert not (daemon.socket_path.parent / "memory").exists()
     (tmp_path / "afile").write_text("x\n", encoding="utf-8")
     try:
         daemon.call("workspace.open", {"agent_id": "x10", "path": str(tmp_path / "afile")})
