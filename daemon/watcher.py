@@ -29,6 +29,7 @@ from pathlib import Path
 
 import trio
 
+from recalld.daemon.store.errors import WorkspaceMissing
 from recalld.daemon.watchpaths import WatchedRoots
 from recalld.daemon.watchrecords import (
     ReconcileResult,
@@ -330,7 +331,8 @@ class Watcher(CookieSync):
                 self._record_error("periodic reconcile failed", exc)
 
     def _record_error(self, what: str, exc: BaseException) -> None:
-        self._errors.record(what, exc, explained=WatchError)
+        # The workspace folder gone (moved away, removed) is said in words, as a use says it.
+        self._errors.record(what, exc, explained=(WatchError, WorkspaceMissing))
 
     # -- the native watch, restarted with backoff -----------------------------------------------
 

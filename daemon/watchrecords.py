@@ -118,7 +118,7 @@ class WatchErrors:
     lasting: dict[str, str] = field(default_factory=dict)  # work -> its error, till it recovers
 
     def record(self, what: str, exc: BaseException, *,
-               explained: type[Exception]) -> None:
+               explained: type[Exception] | tuple[type[Exception], ...]) -> None:
         error = f"{what}: {describe_error(exc)}"
         said = isinstance(exc, explained) or (
             isinstance(exc, BaseExceptionGroup) and exc.split(explained)[1] is None)

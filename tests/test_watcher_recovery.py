@@ -7,12 +7,17 @@ Under the autojump clock, with a scripted change source.
 
 from __future__ import annotations
 
+import errno
+import logging
 import shutil
 from pathlib import Path
 
+import pytest
 import trio
 from watcher_harness import eventually, make, write
 from watchfiles import Change
+
+from recalld.daemon.store.errors import WorkspaceMissing
 
 
 async def test_watch_error_restarts_with_backoff_and_reconciles(
@@ -63,6 +68,33 @@ async def test_apply_errors_are_retried_by_reconcile(
         assert status["errors"] == 1
         assert "No space left" in status["last_error"]
         nursery.cancel_scope.cancel()
+
+
+async def test_an_apply_finding_the_workspace_folder_gone_logs_no_traceback(
+    tmp_path: Path, autojump_clock: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    # `rm -rf` of an open workspace: the index's save after the deletions finds the
+    # folder gone, which its error says in words; a traceback only hid it in the log.
+    watcher, index, src = make(tmp_path)
+    apply = watcher._apply
+    missing = WorkspaceMissing(tmp_path, errno.ENOENT, f"the workspace folder {tmp_path} "
+                               "is missing")
+
+    async def fails_once(paths: set[str]) -> None:
+        watcher._apply = apply
+        raise missing
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(watcher.run)
+        note = write(tmp_path / "memory" / "d" / "n.md", "n")
+        watcher._apply = fails_once
+        with caplog.at_level(logging.WARNING, logger="recalld.daemon.watcher"):
+            src.emit([(Change.added, note)])
+            await eventually(lambda: "memory/d/n.md" in index.docs)
+        nursery.cancel_scope.cancel()
+    (said,) = [r for r in caplog.records if "apply failed" in r.getMessage()]
+    assert "is missing" in said.getMessage()
+    assert said.exc_info is None
 
 
 async def test_cancel_of_a_scripted_watcher_is_immediate(
