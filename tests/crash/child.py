@@ -33,7 +33,7 @@ from pyroaring import BitMap
 
 from recalld.daemon.store.applog import AppendLog
 from recalld.daemon.store.arrays import write_arrays, write_blob
-from recalld.daemon.store.fsio import FS, PRIVATE_MODE, REAL
+from recalld.daemon.store.fsio import FS, NOTE_DIR_MODE, PRIVATE_MODE, REAL
 from recalld.daemon.store.manifest import GenerationStore
 from recalld.daemon.store.records import write_records
 
@@ -146,9 +146,9 @@ class KillingFS(FS):
         self._tick()
         super().unlink(path)
 
-    def mkdir(self, path: Path) -> None:
+    def mkdir(self, path: Path, mode: int = NOTE_DIR_MODE) -> None:
         self._tick()
-        super().mkdir(path)
+        super().mkdir(path, mode)
 
 
 def say(line: str) -> None:
