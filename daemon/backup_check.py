@@ -11,6 +11,7 @@ Everything here blocks on the file system; the RPC layer runs it in worker threa
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import stat
 import zipfile
@@ -255,8 +256,13 @@ def open_checked(path: Path, limits: BackupLimits = BackupLimits(),
 
 
 def _open_checked(path: Path, limits: BackupLimits, progress: ProgressSink) -> CheckedBackup:
-    if not path.is_file():
-        raise refuse(path, "not a regular file" if path.exists() else "no such file")
+    try:
+        if not path.is_file():
+            raise refuse(path, "not a regular file" if path.exists() else "no such file")
+    except OSError as exc:  # a name longer than a file name may be: no archive has it
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        raise refuse(path, "no such file") from None
     with zipfile.ZipFile(path) as zf:
         infos = zf.infolist()
         if len(infos) > limits.max_members + 1:
