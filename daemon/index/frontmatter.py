@@ -26,12 +26,13 @@ __all__ = ["DELETE", "body_of", "has_body", "open_fields", "parse_frontmatter",
 
 _FENCE: Final = "---"
 # A key is a word in any script (`标签`, `नाम`, `2026`), as YAML takes it plain: letters,
-# digits, combining marks, `_`, `.`, `-` and spaces. The key's run is taken whole
-# (possessive) and the value to the end, both stripped after (:func:`_key_value`): a lazy
+# digits, combining marks, `_`, `.`, `-` and spaces. The key's run is taken whole (a
+# lookahead and its backreference: a possessive repeat, which Python before 3.11.5 could
+# get wrong) and the value to the end, both stripped after (:func:`_key_value`): a lazy
 # key or value before `\s*` tried the run of spaces after each of its characters again,
 # so a line holding a long run of spaces took time by the square of its length (16,000
 # spaces: 4 s).
-_KEY_RE: Final = re.compile(rf"^(\w[\w.\- {MARKS}]*+)\s*:(?:\s+(.*))?$")
+_KEY_RE: Final = re.compile(rf"^(\w(?=([\w.\- {MARKS}]*))\2)\s*:(?:\s+(.*))?$")
 _INT_RE: Final = re.compile(r"^[-+]?[0-9]+$")
 _FLOAT_RE: Final = re.compile(r"^[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$")
 _MAX_LINES: Final = 2000
@@ -50,7 +51,7 @@ def _key_value(line: str) -> tuple[str, str | None] | None:
     m = _KEY_RE.match(line)
     if m is None:
         return None
-    value = m.group(2)
+    value = m.group(3)
     return m.group(1).rstrip(" "), None if value is None else value.rstrip()
 
 

@@ -40,10 +40,11 @@ __all__ = ["LEGACY_KINDS", "Link", "LinkGraph", "extract_links", "legacy_edge",
 _WIKILINK_RE: Final = re.compile(
     r"(!?)\[\[([^\[\]\n|#]*)(?:#([^\[\]\n|]*))?(?:\|([^\[\]\n]*))?\]\]"
 )
-# The key's run is taken whole (possessive; its spaces are stripped where it is read): a
-# lazy one tried the spaces after each of its characters again, by the square of a run's
-# length (a line of 16,000 spaces took 0.8 s).
-_TYPED_RE: Final = re.compile(r"^\s*(?:[-*+]\s+)?(\w[\w .\-]*+)\s*::\s*(.*)$")
+# The key's run is taken whole (a lookahead and its backreference: a possessive repeat,
+# which Python before 3.11.5 could get wrong; its spaces are stripped where it is read):
+# a lazy one tried the spaces after each of its characters again, by the square of a
+# run's length (a line of 16,000 spaces took 0.8 s).
+_TYPED_RE: Final = re.compile(r"^\s*(?:[-*+]\s+)?(\w(?=([\w .\-]*))\2)\s*::\s*(.*)$")
 # A code span: a run of backticks up to the next run of as many (``a `b` c``); runs of at
 # most 16, so that a line of unmatched runs is read a bounded number of times.
 _CODE_SPAN_RE: Final = re.compile(r"(?<!`)(`{1,16})(?!`).*?(?<!`)\1(?!`)")

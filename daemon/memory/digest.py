@@ -53,7 +53,7 @@ LINK_RE: Final = re.compile(r"\[\[([^\]\n]+)\]\]")
 # ends (group 2 then unset), not tried again from each ``[[`` inside the run, which ends
 # at the same place; a line of many ``[[`` and no ``]]`` took time by the square of its
 # length. The links it finds (group 1 not empty, group 2 set) are LINK_RE's.
-_LINK_SCAN_RE: Final = re.compile(r"\[\[([^\]\n]*+)(\]\])?")
+_LINK_SCAN_RE: Final = re.compile(r"\[\[([^\]\n]*)(\]\])?")
 
 
 class IntegrationError(ValueError):

@@ -26,7 +26,7 @@ MAX_TOPICS: Final = 50
 # (a hand-edited line of 16,000 spaces or digits took 2-6 s).
 _TOPIC_RE: Final = re.compile(r"^\s*-\s*topic:(.*)$")
 _WEIGHT_RE: Final = re.compile(
-    r"^\s*weight:\s*+([0-9]++(?:\.[0-9]++)?|\.[0-9]++)\s*+$")
+    r"^\s*weight:\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)\s*$")
 
 
 def _topic(line: str) -> str | None:

@@ -159,7 +159,7 @@ def resolve_chat_api_key(config: ChatModelConfig, environ: Mapping[str, str]) ->
 # here, the rest read in Python (:func:`_fenced_body`). A lazy body before ``\s*```$``
 # read the whitespace after each of its characters again, by the square of a run's
 # length (arguments holding 16,000 spaces took 1.3 s).
-_FENCE_OPEN = re.compile(r"```[\w-]*+\s*+")
+_FENCE_OPEN = re.compile(r"```[\w-]*\s*")
 # What a reasoning model served without a reasoning parser (Qwen3 or DeepSeek-R1 on
 # llama.cpp, vLLM, Ollama) puts before its answer in the content: its thinking, not the
 # answer. One cut off by max_tokens runs to the end (no answer at all).
