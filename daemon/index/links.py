@@ -262,7 +262,7 @@ def legacy_edge(line: str) -> tuple[str, list[str]] | None:
     kind = LEGACY_KINDS.get(typed.group(1).strip().lower())
     if kind is None:
         return None
-    targets = [normalize_target(m.group(2))[0] for m in _WIKILINK_RE.finditer(typed.group(2))]
+    targets = [normalize_target(m.group(2))[0] for m in _WIKILINK_RE.finditer(typed.group(3))]
     return kind, [t for t in targets if t]
 
 
