@@ -43,7 +43,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -244,12 +244,9 @@ def _preload() -> Any:
 
 def _child(main_mod: Any, request: dict[str, Any], log_fd: int, keep_closed: list[int]) -> None:
     """In the forked child: become the daemon the request describes; never returns."""
-    code = 1
-    try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for fd in keep_closed:
-            os.close(fd)
+
+    def daemon() -> int:
+        _leave_server(keep_closed)
         os.setsid()
         os.chdir(request["cwd"])
         devnull = os.open(os.devnull, os.O_RDONLY)
@@ -266,27 +263,9 @@ def _child(main_mod: Any, request: dict[str, Any], log_fd: int, keep_closed: lis
         # As under ``python -m``: the worker processes a daemon spawns import the main
         # module by this name.
         sys.modules["__main__"] = main_mod
-        code = main_mod.main(args)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:
-        import traceback
+        return int(main_mod.main(args))
 
-        traceback.print_exc()
-        code = 1
-    finally:
-        # The interpreter's own exit steps, in its order: wait for non-daemon threads,
-        # then run the atexit handlers (logging's flush, multiprocessing's clean-up).
-        import atexit
-        import threading
-
-        try:
-            threading._shutdown()  # type: ignore[attr-defined]
-            atexit._run_exitfuncs()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+    _run_and_exit(daemon)
 
 
 def _new_stdio() -> None:
@@ -310,12 +289,9 @@ def _new_stdio() -> None:
 def _cli_child(request: dict[str, Any], stdio: list[int], keep_closed: list[int]) -> None:
     """In the forked child: run the ``recalld`` command as its console script does, on
     the request's arguments, environment and descriptors; never returns."""
-    code: int = 1
-    try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for fd in keep_closed:
-            os.close(fd)
+
+    def command() -> int:
+        _leave_server(keep_closed)
         os.chdir(request["cwd"])
         for target, fd in enumerate(stdio):
             os.dup2(fd, target)
@@ -326,6 +302,26 @@ def _cli_child(request: dict[str, Any], stdio: list[int], keep_closed: list[int]
         sys.argv = [str(Path(sys.executable).parent / "recalld"), *request["argv"]]
         from recalld.ipc.cli import main
 
+        return main()
+
+    _run_and_exit(command)
+
+
+def _leave_server(keep_closed: list[int]) -> None:
+    """The child's first step: the server's signal handling and descriptors dropped."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for fd in keep_closed:
+        os.close(fd)
+
+
+def _run_and_exit(main: Callable[[], int]) -> None:
+    """Run ``main`` as the interpreter runs a program and end as it ends: a SystemExit's
+    code, 1 with a traceback for any other exception; then, in its order, wait for
+    non-daemon threads, run the atexit handlers (logging's flush, multiprocessing's
+    clean-up) and flush stdout and stderr (exit code 120 when that fails)."""
+    code = 1
+    try:
         code = main()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
@@ -335,11 +331,16 @@ def _cli_child(request: dict[str, Any], stdio: list[int], keep_closed: list[int]
         traceback.print_exc()
         code = 1
     finally:
+        import atexit
+        import threading
+
         try:
+            threading._shutdown()  # type: ignore[attr-defined]
+            atexit._run_exitfuncs()
             sys.stdout.flush()
             sys.stderr.flush()
         except OSError:
-            code = 120  # as the interpreter exits when its last flush fails
+            code = 120
         finally:
             os._exit(code)
 
