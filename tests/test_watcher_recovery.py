@@ -76,18 +76,12 @@ async def test_an_apply_finding_the_workspace_folder_gone_logs_no_traceback(
     # `rm -rf` of an open workspace: the index's save after the deletions finds the
     # folder gone, which its error says in words; a traceback only hid it in the log.
     watcher, index, src = make(tmp_path)
-    apply = watcher._apply
-    missing = WorkspaceMissing(tmp_path, errno.ENOENT, f"the workspace folder {tmp_path} "
-                               "is missing")
-
-    async def fails_once(paths: set[str]) -> None:
-        watcher._apply = apply
-        raise missing
-
+    index.failure = WorkspaceMissing(tmp_path, errno.ENOENT,
+                                     f"the workspace folder {tmp_path} is missing")
     async with trio.open_nursery() as nursery:
         await nursery.start(watcher.run)
         note = write(tmp_path / "memory" / "d" / "n.md", "n")
-        watcher._apply = fails_once
+        index.fail_next = 1
         with caplog.at_level(logging.WARNING, logger="recalld.daemon.watcher"):
             src.emit([(Change.added, note)])
             await eventually(lambda: "memory/d/n.md" in index.docs)

@@ -25,6 +25,8 @@ class FakeIndex:
         self.docs: dict[str, tuple[int, int, str]] = {}
         self.batches: list[set[str]] = []
         self.fail_next = 0
+        #: What the failures of ``fail_next`` raise (a full disk unless set).
+        self.failure: Exception = OSError(28, "No space left on device")
 
     def known(self) -> dict[str, tuple[int, int]]:
         return {p: (m, s) for p, (m, s, _) in self.docs.items()}
@@ -32,7 +34,7 @@ class FakeIndex:
     async def apply(self, paths: set[str]) -> None:
         if self.fail_next:
             self.fail_next -= 1
-            raise OSError(28, "No space left on device")
+            raise self.failure
         self.batches.append(set(paths))
         for rel in paths:
             path = self.workspace / rel
