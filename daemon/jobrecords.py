@@ -80,6 +80,9 @@ class JobRecord:
     #: Counted in its workspace's running jobs (and holding a CPU token if its kind takes
     #: one): from its admission until the state it ends in is published.
     slot: bool = False
+    #: What the running handler did so far (:meth:`JobContext.keep_result`): the result
+    #: of the job if it is cancelled.
+    partial: JsonObject | None = None
 
     def as_dict(self) -> JobInfo:
         return {
@@ -174,3 +177,8 @@ class JobContext:
 
     def set_progress(self, done: int, total: int | None = None, message: str = "") -> None:
         self._progress(self._job, done, total, message)
+
+    def keep_result(self, result: Mapping[str, object]) -> None:
+        """Keep ``result``, what the handler did so far, as the job's result should it be
+        cancelled (a handler that returns or raises gives its own)."""
+        self._job.partial = dict(result)

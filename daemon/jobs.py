@@ -423,6 +423,7 @@ class JobManager:
             if job.state in ACTIVE and job.requeue:  # stopped by a pause: runs after it
                 self._free_slot(job)
                 job.state, job.started_at, job.requeue = "queued", None, False
+                job.partial = None  # the next run starts afresh
                 job.scope = trio.CancelScope()
                 self._queues.setdefault(job.agent_id, deque()).appendleft(job)
                 if job.agent_id not in self._turns:
@@ -430,7 +431,8 @@ class JobManager:
                 self._publish("job.state", job.as_dict())
                 await self._journal(job)
             elif job.state in ACTIVE:  # our own scope was cancelled: cancel() asked for it
-                await self._finish(job, "cancelled", error=job.cancel_reason)
+                await self._finish(job, "cancelled", result=job.partial,
+                                   error=job.cancel_reason)
         finally:
             ran.set()
             if job.ran is ran:  # not admitted again meanwhile: the slot is this run's

@@ -116,7 +116,8 @@ class Consolidation:
                     summary = await dream.run_dream(
                         ws, chat, trigger=str(job.params.get("trigger") or "manual"),
                         progress=job.set_progress, job_id=job.job_id, shared=shared,
-                        retry_failed=job.params.get("retry_failed") is True)
+                        retry_failed=job.params.get("retry_failed") is True,
+                        keep=job.keep_result)
                 except JobFailed as exc:  # every note it read failed: its summary too
                     self._keep_waiting(job.agent_id, exc.data)
                     raise

@@ -22,8 +22,9 @@ again by a later run (a few times while its text is unchanged, then on request:
 refreshed, the change log and undo record are written (:mod:`changelog`) and, if memory
 changed, one inbox item is pushed (:mod:`dreaminbox`; a run cancelled or failed too).
 
-Cancellation: files already written stay written; the run log and catalog of what was done
-so far are still saved (shielded, under a deadline), so undo and the next run see them.
+Cancellation: files already written stay written; the run's summary goes to ``keep``; the
+run log and catalog of what was done so far are still saved (shielded, under a deadline),
+so undo and the next run see them.
 A daemon killed mid-run loses neither: each write and action goes to the run's journal
 (:mod:`runjournal`) as it happens, and the catalog is saved after each note processed.
 """
@@ -307,11 +308,13 @@ async def run_dream(
     job_id: str | None = None,
     shared: SharedCatalog | None = None,
     retry_failed: bool = False,
+    keep: Callable[[changelog.RunSummary], None] = lambda s: None,
 ) -> changelog.RunSummary:
     """One dream over ``ws`` (see the module docstring); returns the job result.
     ``shared``: the catalog of a shared workspace's hosts, where what one host dreamed is
     recorded for all (and read first, so no note is dreamed twice). ``retry_failed``: the
-    notes that wait after failed tries (:mod:`dreamretry`) are read too.
+    notes that wait after failed tries (:mod:`dreamretry`) are read too. ``keep``: given
+    the run's summary as it ends, cancelled too (a cancelled job's result).
 
     Raises ProviderConfigError without a chat model, JobFailed when every note failed.
     """
@@ -447,6 +450,7 @@ async def run_dream(
         dreamlinks.remember_made(run)
         summary = dreaminbox.run_summary(run.log, settings.metadata_dir)
         summary["recognised_from_reme"] = recognised
+        keep(summary)
         with trio.CancelScope(shield=True), trio.move_on_after(SAVE_TIMEOUT_S):
             try:
                 await save()
