@@ -1,4 +1,5 @@
-"""How a dream's end is reported: a cancelled run keeps its summary as its job's result."""
+"""How a dream's end is reported: a cancelled run keeps its summary as its job's result,
+and a run that processed no note leaves ``interests.yaml`` as it was."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_dream import (
     AGENT,
+    ScriptedModel,
     dream_until_the_second_note,
+    open_ws,
+    run_job,
+    write,
 )
 
 STEPS = 12  # DreamConfig.max_steps_per_note
@@ -25,3 +30,22 @@ def test_a_cancelled_dream_keeps_what_it_did_as_its_result(
     assert result["actions"]["CREATE"] == 1 and result["changed"] is True, result
     assert "digest/personal/cat.md" in result["files_changed"], result
     assert result["notes"] == 2 and result["run_id"], result
+
+
+def test_a_dream_whose_every_note_failed_leaves_interests_as_they_were(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    kept = "# Interest topics\nupdated: 2026-01-01\ntopics:\n  - topic: \"tea\"\n" \
+        "    weight: 0.80\n"
+    write(root, "digest/interests.yaml", kept)
+    note = "memory/2026-10-07/loops.md"
+    write(root, note, "Tea again, and the garden hose.\n")
+    open_ws(daemon, root, fake)
+    # The model notes its topics, then searches until its step budget cuts it off.
+    model.plan[note] = [[("note_interests", {"topics": ["tea", "garden"]})]] + [
+        [("node_search", {"query": f"hose {n}"})] for n in range(STEPS + 2)]
+    job = run_job(daemon, "auto_dream")
+    assert job["state"] == "failed", job
+    assert (root / "digest/interests.yaml").read_text() == kept
+    assert "digest/interests.yaml" not in job["result"]["files_changed"], job["result"]

@@ -113,6 +113,9 @@ class _Run:
     today: str
     note: str = ""
     topics: dict[str, float] = field(default_factory=dict)
+    #: The topics the model noted about the current note: counted in :attr:`topics` once
+    #: the note is processed (a failed note is read again, and its topics noted then).
+    noted: dict[str, float] = field(default_factory=dict)
     #: The text of each node as the model last saw it in this conversation (node_read,
     #: or what its own integrate wrote): a rewrite is proposed on that text.
     seen: dict[str, str] = field(default_factory=dict)
@@ -152,7 +155,7 @@ class _Run:
                 return "error: topics must be a list of strings"
             noted = [t.strip() for t in topics[:20] if isinstance(t, str) and t.strip()]
             for t in noted:
-                self.topics[t] = max(self.topics.get(t, 0.0), 0.6)
+                self.noted[t] = 0.6
             left = len(topics) - len(noted)
             return f"noted {len(noted)} topic(s)" + (
                 f"; {left} left out (not text, empty, or beyond 20)" if left else "")
@@ -389,6 +392,7 @@ async def run_dream(
             run.note = note
             run.blocked.clear()
             run.blocked_on.clear()
+            run.noted.clear()
             # A note with nothing beyond its frontmatter (yet) has nothing to integrate:
             # a model asked about it can only invent. Written later, it is read then. One
             # whose block is still open, unchanged since the last run saw it so, is not
@@ -435,6 +439,8 @@ async def run_dream(
                     waits_on=run.blocked_on if isinstance(exc, dreamretry.NodeUnreadable)
                     else None))
                 continue
+            for topic, weight in run.noted.items():
+                run.topics[topic] = max(run.topics.get(topic, 0.0), weight)
             await run.set_catalog(catalog, note, {
                 "path": note, "digest": sha,
                 "state": OPEN_STATE if opened and not waited else "processed",
