@@ -1,5 +1,6 @@
 """How a dream's end is reported: a cancelled run keeps its summary as its job's result,
-and a run that processed no note leaves ``interests.yaml`` as it was."""
+a run that processed no note leaves ``interests.yaml`` as it was, and status names the
+notes the next run leaves out."""
 
 from __future__ import annotations
 
@@ -49,3 +50,28 @@ def test_a_dream_whose_every_note_failed_leaves_interests_as_they_were(
     assert job["state"] == "failed", job
     assert (root / "digest/interests.yaml").read_text() == kept
     assert "digest/interests.yaml" not in job["result"]["files_changed"], job["result"]
+
+
+def test_status_names_a_note_as_soon_as_it_waits(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-10-08/endless.md"
+    write(root, note, "A list of chores with no end: the gutter, the shed.\n")
+    open_ws(daemon, root, fake)
+    model.plan[note] = [[("node_search", {"query": f"chore {n}"})] for n in range(STEPS + 3)]
+
+    def waiting() -> dict[str, str]:
+        ws = next(w for w in daemon.call("daemon.status")["workspaces"]
+                  if w["agent_id"] == AGENT)
+        named: dict[str, str] = ws["dream"].get("waiting") or {}
+        return named
+
+    assert run_job(daemon, "auto_dream")["state"] == "failed"  # try 1: read next run
+    assert waiting() == {}
+    assert run_job(daemon, "auto_dream")["state"] == "failed"  # try 2: a run left out
+    assert "left out of 1 run(s)" in waiting().get(note, ""), waiting()
+    assert run_job(daemon, "auto_dream")["state"] == "succeeded"  # the run left out
+    assert waiting() == {}, waiting()  # try 3 is next
+    assert run_job(daemon, "auto_dream")["state"] == "failed"  # try 3: it waits
+    assert "failed on it 3 times" in waiting().get(note, ""), waiting()

@@ -36,7 +36,7 @@ from recalld.daemon.memory.resource_results import (
 from recalld.daemon.remote.hook import one_host_at_a_time
 from recalld.daemon.scheduler import CronScheduler, load_cron
 from recalld.daemon.workspaces import Workspace, workspace_of_job
-from recalld.ipc.errors import AlreadyRunning, JobFailed, RecalldError, UnknownWorkspace
+from recalld.ipc.errors import AlreadyRunning, RecalldError, UnknownWorkspace
 
 if TYPE_CHECKING:
     # A dream run (and the chat client, digest rules and tools it needs) is imported
@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 
 DREAM_KIND = "auto_dream"
 RESOURCE_KIND = "auto_resource"
+#: The most a dream's end waits to read its catalog for what the next run leaves out.
+WAITING_READ_S = 20.0
 #: The params of each kind: who asked (the cron, with its occurrence; the resource
 #: watcher), and for a dream whether the notes waiting after failed tries are read too
 #: (:mod:`dreamretry`). A client's submission is ``manual``, named or not.
@@ -65,11 +67,18 @@ class DreamStatus(TypedDict):
     last_fired: NotRequired[str | None]
     tz: NotRequired[str]
     error: NotRequired[str]  # why the cron is not scheduled
-    #: The notes the last dream run in this daemon left out after failed tries (whether
-    #: it then succeeded or failed), and why (:mod:`dreamretry`); before one ran, those
-    #: the next run leaves out, as the dream catalog says at the workspace's open.
+    #: The notes the next dream run leaves out after failed tries, and why
+    #: (:mod:`dreamretry`), as the dream catalog says at the workspace's open and after
+    #: each run (succeeded, failed or cancelled).
     waiting_notes: NotRequired[int]
     waiting: NotRequired[dict[str, str]]
+
+
+def _shown(waiting: Mapping[str, str]) -> tuple[int, dict[str, str]]:
+    """How many notes wait, and the first of them by path (as a dream's result names them)."""
+    from recalld.daemon.memory import changelog
+
+    return len(waiting), dict(sorted(waiting.items())[:changelog.WAITING_SHOWN])
 
 
 class Consolidation:
@@ -113,40 +122,37 @@ class Consolidation:
                 async with fileops_for(ws).lock:  # before the run reads the catalog
                     await dreamruns.finish_undos(ws, shared)
                 try:
-                    summary = await dream.run_dream(
+                    return await dream.run_dream(
                         ws, chat, trigger=str(job.params.get("trigger") or "manual"),
                         progress=job.set_progress, job_id=job.job_id, shared=shared,
                         retry_failed=job.params.get("retry_failed") is True,
                         keep=job.keep_result)
-                except JobFailed as exc:  # every note it read failed: its summary too
-                    self._keep_waiting(job.agent_id, exc.data)
-                    raise
-                self._keep_waiting(job.agent_id, summary)
-                return summary
-
-    def _keep_waiting(self, agent_id: str, summary: object) -> None:
-        """Keep the waiting notes a dream's ``summary`` names, for its status."""
-        if not isinstance(summary, Mapping):
-            return
-        count, named = summary.get("waiting_notes", 0), summary.get("waiting", {})
-        self.waiting[agent_id] = (count if isinstance(count, int) else 0,
-                                  dict(named) if isinstance(named, dict) else {})
+                finally:
+                    # What the next run leaves out, as this one (succeeded, failed or
+                    # cancelled) left the catalog: what its status warns of.
+                    with trio.CancelScope(shield=True), trio.move_on_after(WAITING_READ_S):
+                        waiting = await self._read_waiting(ws)
+                        self.waiting[ws.agent_id] = _shown(waiting or {})
 
     async def load_waiting(self, ws: Workspace) -> None:
         """Keep, for ``ws``'s status, the notes its next dream leaves out after failed
         tries, as its dream catalog says (a daemon started since its last dream)."""
+        waiting = await self._read_waiting(ws)
+        if waiting:  # a dream that ended meanwhile said it first
+            self.waiting.setdefault(ws.agent_id, _shown(waiting))
+
+    async def _read_waiting(self, ws: Workspace) -> dict[str, str] | None:
+        """``{path: why}`` of the notes the next dream of ``ws`` leaves out after failed
+        tries, as its dream catalog says; None if it has none or it cannot be read."""
         if not catalog_exists(catalog_path(ws.root, ws.settings.metadata_dir, "dream")):
-            return  # never dreamed: the dream's modules are not loaded for nothing
-        from recalld.daemon.memory import changelog, dreamnotes
+            return None  # never dreamed: the dream's modules are not loaded for nothing
+        from recalld.daemon.memory import dreamnotes
 
         try:
-            waiting = await trio.to_thread.run_sync(dreamnotes.waiting_notes, ws)
+            return await trio.to_thread.run_sync(dreamnotes.waiting_notes, ws)
         except (RecalldError, OSError) as exc:  # the next dream says it, and repairs it
             log.warning("%s: the dream catalog was not read: %s", ws.agent_id, exc)
-            return
-        if waiting:  # a dream that ended meanwhile said it first
-            self.waiting.setdefault(ws.agent_id, (
-                len(waiting), dict(sorted(waiting.items())[:changelog.WAITING_SHOWN])))
+            return None
 
     async def resource_job(self, job: JobContext) -> ResourceResult:
         catalog = self.catalogs.get(job.agent_id)
