@@ -48,3 +48,46 @@ def test_an_agent_reads_a_hand_typed_key_masked(daemon: DaemonHandle) -> None:
             assert "heron-7" in body and gitlab not in body and slack not in body, body
 
     asyncio.run(main())
+
+
+def test_a_note_named_by_a_credential_is_named_masked_and_read_by_that_name(
+        daemon: DaemonHandle) -> None:
+    """A masked read (the bridge's tool, its resources) named a note whose name is a
+    token by that token when asked for by its real name, in ``path`` and in the bridge's
+    text; it names it as search and ``memory.list`` do. Every name so given reads the
+    note back, also one the index has not reached (just written, or outside the indexed
+    folders), and the resources listed for such notes read."""
+    day = "memory/2026-08-09"
+    token, fresh_token, other_token = _token("ghp_", 36), _token("glpat-", 20), _token(
+        "ghp_", 36)
+    rel, fresh, other = (f"{day}/{token}.md", f"{day}/sso-{fresh_token}.md",
+                         f"scratch/{other_token}.md")
+    notes = {rel: "# Hook\n\nThe deploy hook of the tern cluster.\n",
+             fresh: "# SSO\n\nThe login of the auk proxy.\n",
+             other: "# Scratch\n\nThe petrel notes.\n"}
+    root = _write(daemon, "ops", rel, notes[rel])
+    for path in (fresh, other):  # after the index's sync: it need not have them
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(notes[path], encoding="utf-8")
+    tokens = (token, fresh_token, other_token)
+    with Client(str(daemon.socket_path)) as c:
+        assert c.read("ops", rel)["path"] == rel  # the owner's own read: as it is
+        for path, text in notes.items():
+            got = c.read("ops", path, masked=True)
+            assert got["text"] == text and not any(t in str(got) for t in tokens), got
+            assert "[REDACTED]" in got["path"]
+            again = c.read("ops", got["path"])  # the name given back reads it
+            assert again["text"] == text and again["path"] == got["path"], again
+
+    async def main() -> None:
+        async with bridge(daemon, "ops") as s:
+            read = await s.call_tool("memory_read", {"path": rel, "start_line": 40})
+            said = f"{_text(read)} {read.structured_content}"
+            assert f"past the end of {day}/[REDACTED].md" in said and token not in said
+            listed = (await s.list_resources()).resources
+            uris = [str(r.uri) for r in listed if day in str(r.uri)]
+            assert len(uris) == 2 and not any(t in str(listed) for t in tokens), uris
+            bodies = {(await s.read_resource(uri)).contents[0].text for uri in uris}
+            assert bodies == {notes[rel], notes[fresh]}, bodies
+
+    asyncio.run(main())

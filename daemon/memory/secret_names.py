@@ -8,9 +8,11 @@ shown as redaction masks a value in text, its folder and its suffix kept
 
 Whether a path is so named is decided once, when its file is prepared for the index
 (``prepare.py``, in the worker processes of a cold build too), and kept with the file
-(``FileInfo.secret_name``, ``IndexState.secret_named``). Most names hold nothing a rule
-could find, and the full rules cost tens of microseconds a name: :func:`could_hold` turns
-away, in about a microsecond, every name the rules would pass by themselves
+(``FileInfo.secret_name``, ``IndexState.secret_named``); a path shown masked is read
+back by looking for it on disk (:func:`shown_to_real`), not in the index. Most names
+hold nothing a rule could find, and the full rules cost tens of microseconds a name:
+:func:`could_hold` turns away, in about a microsecond, every name the rules would pass
+by themselves
 (``redact.find_spans`` runs a token rule only inside a run of at least
 ``secret_rules.MIN_RUN_CHARS`` token characters where one of the token rules' patterns
 matches, and every other rule only where one of its hints occurs): it can never pass by a
@@ -24,9 +26,11 @@ so named (:func:`shown_path`) needs none of them.
 from __future__ import annotations
 
 import functools
+import os
 import posixpath
 import re
 from collections.abc import Collection, Iterable
+from pathlib import Path
 from typing import Final
 
 #: What redaction puts in place of a secret, in text and in names (``redact.MASK``).
@@ -124,16 +128,35 @@ def shown_path(path: str, named: Collection[str]) -> str:
     return mask_path(path) if path in named else path
 
 
-def shown_to_real(shown: str, named: Collection[str]) -> str:
-    """The path of ``named`` that is shown as ``shown`` (what a hit, a link or a status
-    line gave), so a note shown masked can be read by the name it is shown by;
-    ``shown`` itself when it names none of them. ValueError when it names several (their
-    names differ only in what is masked)."""
-    found = [path for path in named if mask_path(path) == shown]
+def shown_to_real(root: Path, shown: str) -> str:
+    """The path of the file under ``root`` that is shown as ``shown`` (as ``memory.list``,
+    a hit, a link, a status line or an error gave it: each name masked as
+    :func:`mask_name` masks it), so a note shown masked is read by the name it is shown
+    by. Looked for on disk, each masked name among its folder's entries, so a note the
+    index has not reached yet (just written, a first build under way) is found as well;
+    ``shown`` itself when no file is shown so. ValueError when several are (their names
+    differ only in what is masked). Blocking: it lists folders."""
+    found = [""]
+    for part in shown.split("/"):
+        if MASK not in part:
+            found = [f"{prefix}{part}" for prefix in found]
+        else:
+            found = [f"{prefix}{name}" for prefix in found
+                     for name in _entries(root / prefix) if mask_name(name) == part]
+        found = [f"{path}/" for path in found]
     if len(found) > 1:
         raise ValueError(f"{len(found)} notes are shown as {shown}; rename them (their "
                          "names hold what looks like a credential)")
-    return found[0] if found else shown
+    return found[0][:-1] if found else shown
+
+
+def _entries(folder: Path) -> list[str]:
+    """The names in ``folder``; none if it cannot be listed (absent, not a folder)."""
+    try:
+        with os.scandir(folder) as entries:
+            return [entry.name for entry in entries]
+    except OSError:
+        return []
 
 
 def secret_named_folders(paths: Iterable[str]) -> list[str]:
@@ -150,4 +173,4 @@ def secret_notice(paths: Collection[str]) -> str:
 
 
 __all__ = ["could_hold", "mask_name", "mask_path", "named_by_secret",
-           "secret_named_folders", "secret_notice", "shown_path"]
+           "secret_named_folders", "secret_notice", "shown_path", "shown_to_real"]

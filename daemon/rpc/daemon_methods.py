@@ -16,7 +16,7 @@ from recalld.daemon import remembered, safepath, sharing
 from recalld.daemon.config import DEFAULT_AGENT, WorkspaceSettings
 from recalld.daemon.config_rules import mask_url
 from recalld.daemon.events import check_topic_pattern
-from recalld.daemon.memory.secret_names import MASK, shown_to_real
+from recalld.daemon.memory.secret_names import MASK, mask_path, shown_to_real
 from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
@@ -239,12 +239,12 @@ async def memory_read(ctx: CallContext, params: JsonObject) -> ReadResult:
     p.done()
     if end_line is not None and end_line < start_line:
         raise InvalidParams("end_line must not be smaller than start_line")
-    shown = path
     parts = safepath.split_relative(path)  # refuse bad names before touching anything
     ws = sharing.readable(ctx.state.registry, as_agent, agent_id)
-    if MASK in path:  # a note named by a credential, read by the name search shows
+    by_shown = MASK in path  # a note named by a credential, read by the name shown for it
+    if by_shown:
         try:
-            path = shown_to_real(path, ws.services.index.state.secret_named)
+            path = await trio.to_thread.run_sync(shown_to_real, ws.root, "/".join(parts))
         except ValueError as exc:
             raise InvalidParams(str(exc)) from None
         parts = safepath.split_relative(path)
@@ -255,13 +255,17 @@ async def memory_read(ctx: CallContext, params: JsonObject) -> ReadResult:
         )
     )
     text = got.text
-    if masked or as_agent != agent_id:  # a note typed by hand: masked as search has it
+    hide = masked or as_agent != agent_id
+    if hide:  # a note typed by hand: masked as search has it
         from recalld.daemon.memory.redact import redact_async
 
         text = await redact_async(text, keep_lines=True, limiter=ctx.state.services.cpu)
+    # What goes on to a model names the note as search and memory.list do, however it
+    # was asked for; a note asked for by its shown name is named so again.
+    path = "/".join(parts)
     return {
         "agent_id": agent_id,
-        "path": shown if shown != path else "/".join(parts),
+        "path": mask_path(path) if hide or by_shown else path,
         "start_line": got.start_line,
         "end_line": got.end_line,
         "total_lines": got.total_lines,
