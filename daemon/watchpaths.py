@@ -35,6 +35,12 @@ _JUNK_NAMES = frozenset({"4913"})
 IGNORE_DIRS: Final = ("mem_metadata",)
 
 
+def _shown(path: str) -> str:
+    """A path for a log line or status: bytes that are not UTF-8 as ``\\xNN``, a name
+    that holds what looks like a credential masked (as search shows such a note)."""
+    return safepath.masked(safepath.shown(path))
+
+
 def passed_by(rel: str, ignore_dirs: tuple[str, ...] = IGNORE_DIRS) -> bool:
     """Whether the watcher passes the workspace-relative ``rel`` by: a hidden part, or a
     folder of ``ignore_dirs``."""
@@ -45,7 +51,7 @@ class MisnamedStatus(TypedDict):
     """Notes the last scan passed by because their name is not valid UTF-8."""
 
     notes: int
-    example: str | None  # one of them, its other bytes escaped (``safepath.shown``)
+    example: str | None  # one of them, other bytes escaped, a credential in it masked
 
 
 class WatchedRoots:
@@ -107,7 +113,7 @@ class WatchedRoots:
         """The notes the last scan passed by for their name's encoding."""
         first = min(self._misnamed, default=None)
         return {"notes": len(self._misnamed),
-                "example": None if first is None else safepath.shown(first)}
+                "example": None if first is None else _shown(first)}
 
     def maybe_dir(self, rel: str) -> bool:
         """Whether a workspace-relative path that is no note may name a folder (for a
@@ -152,7 +158,7 @@ class WatchedRoots:
                 if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
                     # No permission, a name past PATH_MAX, a failing disk: this folder
                     # alone is passed by, the rest is listed.
-                    log.warning("reconcile skips %s: %s", safepath.shown(str(current)),
+                    log.warning("reconcile skips %s: %s", _shown(str(current)),
                                 exc.strerror or exc)
                 continue
             for entry in entries:
@@ -176,11 +182,11 @@ class WatchedRoots:
                             if rel not in self._warned:
                                 self._warned.add(rel)
                                 log.warning("passing by %s: its name is not valid UTF-8 "
-                                            "(%s)", safepath.shown(rel), self._misnamed_hint)
+                                            "(%s)", _shown(rel), self._misnamed_hint)
                 except FileNotFoundError:
                     continue
                 except OSError as exc:  # a name past PATH_MAX, a failing disk
-                    log.warning("reconcile skips %s: %s", safepath.shown(entry.path),
+                    log.warning("reconcile skips %s: %s", _shown(entry.path),
                                 exc.strerror or exc)
         return None
 

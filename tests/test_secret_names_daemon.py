@@ -5,6 +5,7 @@ say how many there are and where, never the token."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -191,3 +192,28 @@ def test_memory_list_shows_notes_named_by_a_credential_masked(
         assert _leaks(listed) == []
         read = d.call("memory.read", {"agent_id": "w", "path": paths[-1], **who})
         assert "quokka login" in read["text"] and _leaks(read) == []
+
+
+def test_a_note_passed_by_for_its_name_encoding_is_named_masked(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    """A note whose name is not UTF-8 is passed by, with a warning in the log and an
+    example in status; both named the token of its name or of its folder."""
+    root = tmp_path / "ws"
+    (root / DAY).mkdir(parents=True)
+    (root / "memory" / AWS).mkdir()
+    for name in (f"{DAY}/{GITHUB}-", f"memory/{AWS}/caf"):
+        with open(os.fsencode(root / name) + b"\xe9.md", "wb") as fh:
+            fh.write(b"# odd\nThe quokka note named in Latin-1.\n")
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+    d.call("index.sync", {"agent_id": "w"})
+
+    def misnamed() -> dict[str, Any]:
+        status = d.call("daemon.status", timeout=30.0)
+        ws = next(w for w in status["workspaces"] if w["agent_id"] == "w")
+        return dict(ws["index"]["watcher"]["misnamed"])
+
+    shown = wait_value(misnamed, lambda m: m["notes"] == 2, "both passed by")
+    assert shown["example"] == f"{DAY}/[REDACTED]-\\xe9.md", shown
+    assert d.log().count("its name is not valid UTF-8") == 2
+    assert "memory/[REDACTED]/caf\\xe9.md" in d.log()
+    assert _leaks(d.call("daemon.status")) == [] and _leaks(d.log()) == [], _leaks(d.log())
