@@ -217,3 +217,32 @@ def test_a_note_passed_by_for_its_name_encoding_is_named_masked(
     assert d.log().count("its name is not valid UTF-8") == 2
     assert "memory/[REDACTED]/caf\\xe9.md" in d.log()
     assert _leaks(d.call("daemon.status")) == [] and _leaks(d.log()) == [], _leaks(d.log())
+
+
+def test_a_path_shown_masked_filters_by_that_name(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    """A folder or note shown masked (``memory/[REDACTED]``) named nothing as a search's
+    ``path_prefix``: the filter compared it with the real names only. It filters by the
+    folders and notes it is shown for, as their real names do."""
+    root = tmp_path / "ws"
+    for rel, text in ((f"memory/{JWT}/login.md", "The heron login.\n"),
+                      (f"memory/{AWS}/keys.md", "The heron keys.\n"),
+                      (f"{DAY}/{GITLAB}.md", "The heron runner.\n"),
+                      (f"{DAY}/plain.md", "The heron rota.\n")):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(f"# note\n{text}")
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+    d.call("index.sync", {"agent_id": "w"})
+
+    def searched(*prefixes: str) -> list[str]:
+        found = d.call("memory.search", {"agent_id": "w", "query": "heron",
+                                         "filters": {"path_prefix": list(prefixes)}})
+        assert _leaks(found) == [], _leaks(found)
+        return sorted(r["path"] for r in found["results"])
+
+    both = ["memory/[REDACTED]/keys.md", "memory/[REDACTED]/login.md"]
+    assert searched("memory/[REDACTED]") == both
+    assert searched(f"memory/{JWT}") == both[1:]
+    assert searched(f"{DAY}/[REDACTED].md", "memory/[REDACTED]/login.md") == [
+        f"{DAY}/[REDACTED].md", both[1]]
+    assert searched("memory/[REDACTED]/nothing.md") == []

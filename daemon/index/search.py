@@ -18,6 +18,7 @@ rank by place, path then line (``ties.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import posixpath
@@ -250,6 +251,12 @@ async def search(
     """Search ``index``; ``source`` stands in for ``index.candidates`` when another
     index holds the workspace (a shared workspace searched in the server)."""
     started = time.perf_counter()
+    if filters.path_prefixes and index.state.secret_named:
+        # A folder or note shown masked (as hits and memory.list show it) is filtered by.
+        from recalld.daemon.memory.secret_names import real_prefixes
+
+        filters = dataclasses.replace(filters, path_prefixes=real_prefixes(
+            filters.path_prefixes, index.state.secret_named))
     pool = min(max_results * max(config.candidate_multiplier, 1), config.max_candidates)
     query_vector = None
     vector_error: str | None = None

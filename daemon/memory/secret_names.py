@@ -150,6 +150,19 @@ def shown_to_real(root: Path, shown: str) -> str:
     return found[0][:-1] if found else shown
 
 
+def real_prefixes(prefixes: Iterable[str], named: Collection[str]) -> tuple[str, ...]:
+    """Path filters (a folder or a note each, ``/``-separated) with each one that is shown
+    masked replaced by the folders or notes of ``named`` (the paths found
+    :func:`named_by_secret`) it is shown for; one that names none stays as it is."""
+    out: list[str] = []
+    for prefix in prefixes:
+        depth = prefix.count("/") + 1
+        found = sorted({"/".join(path.split("/")[:depth]) for path in named}
+                       if MASK in prefix else ())
+        out += [real for real in found if mask_path(real) == prefix] or [prefix]
+    return tuple(out)
+
+
 def _entries(folder: Path) -> list[str]:
     """The names in ``folder``; none if it cannot be listed (absent, not a folder)."""
     try:
@@ -173,4 +186,5 @@ def secret_notice(paths: Collection[str]) -> str:
 
 
 __all__ = ["could_hold", "mask_name", "mask_path", "named_by_secret",
-           "secret_named_folders", "secret_notice", "shown_path", "shown_to_real"]
+           "real_prefixes", "secret_named_folders", "secret_notice", "shown_path",
+           "shown_to_real"]
