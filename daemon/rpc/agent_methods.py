@@ -13,11 +13,8 @@ threads and are bounded in entries and bytes.
 
 from __future__ import annotations
 
-import heapq
 import logging
-import operator
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TypedDict
 
@@ -38,6 +35,7 @@ from recalld.daemon.memory.fileops import (
     slug,
 )
 from recalld.daemon.memory.interests import parse_interests
+from recalld.daemon.memory.markdown_files import walk_markdown
 from recalld.daemon.memory.recall import (
     DEFAULT_BUDGET_CHARS,
     MAX_BUDGET_CHARS,
@@ -45,13 +43,11 @@ from recalld.daemon.memory.recall import (
     query_of,
 )
 from recalld.daemon.memory.redact import masked_in, redact, redact_async
-from recalld.daemon.memory.secret_names import mask_path
 from recalld.daemon.memory.selection import MAX_SELECT, select_topics
 from recalld.daemon.memory.turns import check_request_id, check_session_id
 from recalld.daemon.notetext import note_text
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.store.errors import StorageError
-from recalld.daemon.watchpaths import IGNORE_DIRS
 from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.answers import (
     FileEntry,
@@ -204,53 +200,6 @@ async def _own_notes(ws: Workspace, folder: str, stem: str,
 # ---------------------------------------------------------------------------- memory.list
 
 
-def _walk_markdown(root: Path, tops: list[str], prefix: str, limit: int) -> tuple[
-        list[FileEntry], bool]:
-    """The first ``limit`` Markdown files by path under ``tops`` (relative folders) whose
-    path starts with ``prefix``, and whether there are more. Hidden names and the folders
-    the index passes by (``mem_metadata``) are passed by, no symlink is followed or
-    listed; a top folder that is a link leading out of the workspace (to another agent's
-    notes) is passed by, as the index passes it by."""
-
-    def found() -> Iterator[tuple[str, os.DirEntry[str]]]:
-        for top in tops:
-            base = root / top
-            if not safepath.is_inside(base, root, str(root)):  # root: as opened
-                continue
-            stack = [(str(base), top)]
-            while stack:
-                path, rel = stack.pop()
-                try:
-                    with os.scandir(path) as it:
-                        entries = list(it)
-                except OSError:
-                    continue
-                for entry in entries:
-                    if entry.name.startswith(".") or entry.name in IGNORE_DIRS:
-                        continue
-                    name = f"{rel}/{entry.name}"
-                    if entry.is_dir(follow_symlinks=False):
-                        # Only folders that hold the prefix or lie below it.
-                        if name.startswith(prefix) or prefix.startswith(name + "/"):
-                            stack.append((entry.path, name))
-                    elif (entry.name.endswith(".md") and name.startswith(prefix)
-                          and entry.is_file(follow_symlinks=False)):
-                        yield name, entry
-
-    # The first by path of them all, not the first a walk met: a limit cut the digest
-    # nodes off behind the daily notes, and a folder's files off behind its subfolders.
-    first = heapq.nsmallest(limit + 1, found(), key=operator.itemgetter(0))
-    files: list[FileEntry] = []
-    for rel, entry in first[:limit]:
-        try:
-            st = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        # A note named by a credential is listed as search shows it (and read so).
-        files.append({"path": mask_path(rel), "size": st.st_size, "mtime": st.st_mtime})
-    return files, len(first) > limit
-
-
 @METHODS.add("memory.list", positional=("agent_id",))
 async def memory_list(ctx: CallContext, params: JsonObject) -> FileList:
     """The Markdown files of a workspace (daily notes and digest nodes), by path."""
@@ -271,7 +220,7 @@ async def memory_list(ctx: CallContext, params: JsonObject) -> FileList:
     s = ws.settings
     tops = ["/".join(safepath.split_relative(d)) for d in (s.daily_dir, s.digest_dir)]
     files, truncated = await trio.to_thread.run_sync(
-        _walk_markdown, ws.root, tops, prefix, min(limit, MAX_LIST_FILES))
+        walk_markdown, ws.root, tops, prefix, min(limit, MAX_LIST_FILES))
     files.sort(key=lambda f: str(f["path"]))
     return {"agent_id": agent_id, "files": files, "truncated": truncated}
 
@@ -297,7 +246,7 @@ def _one_line(value: object) -> str:
 
 
 def _index_entries(root: Path, digest_dir: str, limit: int) -> tuple[list[IndexEntry], int]:
-    files, _ = _walk_markdown(root, [digest_dir], "", MAX_LIST_FILES)
+    files, _ = walk_markdown(root, [digest_dir], "", MAX_LIST_FILES)
     # MEMORY.md is the index of the topic files the daemon keeps, not a node of its own.
     kept_index = f"{digest_dir}/{topics.INDEX_FILE}"
     files = [f for f in files if f["path"] != kept_index]
