@@ -222,8 +222,8 @@ def test_a_note_passed_by_for_its_name_encoding_is_named_masked(
 def test_a_path_shown_masked_filters_by_that_name(
         daemon_factory: Any, tmp_path: Path) -> None:
     """A folder or note shown masked (``memory/[REDACTED]``) named nothing as a search's
-    ``path_prefix``: the filter compared it with the real names only. It filters by the
-    folders and notes it is shown for, as their real names do."""
+    ``path_prefix`` or a ``memory.list`` prefix: both compared it with the real names
+    only. It filters by the folders and notes it is shown for, as their real names do."""
     root = tmp_path / "ws"
     for rel, text in ((f"memory/{JWT}/login.md", "The heron login.\n"),
                       (f"memory/{AWS}/keys.md", "The heron keys.\n"),
@@ -246,3 +246,14 @@ def test_a_path_shown_masked_filters_by_that_name(
     assert searched(f"{DAY}/[REDACTED].md", "memory/[REDACTED]/login.md") == [
         f"{DAY}/[REDACTED].md", both[1]]
     assert searched("memory/[REDACTED]/nothing.md") == []
+
+    def listed(prefix: str) -> list[str]:
+        files = d.call("memory.list", {"agent_id": "w", "prefix": prefix})["files"]
+        assert _leaks(files) == [], _leaks(files)
+        return [f["path"] for f in files]
+
+    assert listed("memory/[REDACTED]") == both
+    assert listed("memory/[REDACTED]/") == both
+    assert listed("./memory/[REDACTED]/l") == both[1:]
+    assert listed(f"memory/{AWS}") == both[:1]
+    assert listed(f"{DAY}/[REDACTED]") == [f"{DAY}/[REDACTED].md"]

@@ -7,11 +7,11 @@ from __future__ import annotations
 import heapq
 import operator
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from recalld.daemon import safepath
-from recalld.daemon.memory.secret_names import mask_path
+from recalld.daemon.memory.secret_names import MASK, mask_path
 from recalld.daemon.watchpaths import IGNORE_DIRS
 from recalld.ipc.answers import FileEntry
 
@@ -21,10 +21,14 @@ __all__ = ["walk_markdown"]
 def walk_markdown(root: Path, tops: list[str], prefix: str, limit: int) -> tuple[
         list[FileEntry], bool]:
     """The first ``limit`` Markdown files by path under ``tops`` (relative folders) whose
-    path starts with ``prefix``, and whether there are more. Hidden names and the folders
+    path starts with ``prefix`` (as it is, or as it is shown: a prefix that holds a mask,
+    ``memory/[REDACTED]``, is compared with each path masked as it is listed), and
+    whether there are more. Hidden names and the folders
     the index passes by (``mem_metadata``) are passed by, no symlink is followed or
     listed; a top folder that is a link leading out of the workspace (to another agent's
     notes) is passed by, as the index passes it by."""
+
+    shown: Callable[[str], str] = mask_path if MASK in prefix else str
 
     def found() -> Iterator[tuple[str, os.DirEntry[str]]]:
         for top in tops:
@@ -43,11 +47,12 @@ def walk_markdown(root: Path, tops: list[str], prefix: str, limit: int) -> tuple
                     if entry.name.startswith(".") or entry.name in IGNORE_DIRS:
                         continue
                     name = f"{rel}/{entry.name}"
+                    seen = shown(name)
                     if entry.is_dir(follow_symlinks=False):
                         # Only folders that hold the prefix or lie below it.
-                        if name.startswith(prefix) or prefix.startswith(name + "/"):
+                        if seen.startswith(prefix) or prefix.startswith(seen + "/"):
                             stack.append((entry.path, name))
-                    elif (entry.name.endswith(".md") and name.startswith(prefix)
+                    elif (entry.name.endswith(".md") and seen.startswith(prefix)
                           and entry.is_file(follow_symlinks=False)):
                         yield name, entry
 
