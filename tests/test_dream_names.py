@@ -7,8 +7,9 @@ import unicodedata
 from pathlib import Path
 
 from conftest import DaemonHandle
-from fakes.provider_server import FakeProvider
-from test_dream import ScriptedModel, dream, node, open_ws, write
+from fakes.provider_server import FakeProvider, Reply
+from test_dream import AGENT, ScriptedModel, dream, node, open_ws, write
+from waits import wait_for
 
 
 def digest_files(root: Path) -> list[str]:
@@ -319,3 +320,21 @@ def test_names_of_blank_looking_letters_and_symbols_are_refused(
                for r in refused), refused
     files = digest_files(root)
     assert len(files) == 1 and node(root, files[0])[0]["name"] == "⠞⠑⠁", files
+
+
+def test_a_dream_names_a_note_named_by_a_credential_masked_in_its_progress(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """While a dream asks the model about a daily note whose name is a token, the job's
+    progress (``jobs.get``, ``job.progress``) named the note with the token; it names it
+    masked, as search does."""
+    root = tmp_path / "ws"
+    token = "ghp_" + "Qw3Er5Ty7Ui9Op1As3Df5Gh7Jk9Lz1Xc3Vb5"
+    write(root, f"memory/2026-11-20/{token}.md", "The cat is called Miso.\n")
+    open_ws(daemon, root, fake)
+    fake.script(Reply(delay_s=30))  # the model's answer hangs: the job stays on the note
+    job_id = daemon.call("jobs.submit", {"agent_id": AGENT, "kind": "auto_dream"})["job_id"]
+    wait_for(lambda: not fake.pending_script(), "the model to be asked about the note")
+    job = daemon.call("jobs.get", {"agent_id": AGENT, "job_id": job_id})
+    assert job["progress"]["message"] == "memory/2026-11-20/[REDACTED].md", job
+    assert token not in str(job), job
+    daemon.call("jobs.cancel", {"agent_id": AGENT, "job_id": job_id})

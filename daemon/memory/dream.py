@@ -388,7 +388,7 @@ async def run_dream(
                                       started.isoformat())
         await dreamlinks.follow_renamed_nodes(run, renamed)
         for i, (note, sha, text) in enumerate(todo):
-            progress(i, len(todo), note)
+            progress(i, len(todo), safepath.masked(note))  # as search names it
             run.note = note
             run.blocked.clear()
             run.blocked_on.clear()
