@@ -338,3 +338,19 @@ def test_a_dream_names_a_note_named_by_a_credential_masked_in_its_progress(
     assert job["progress"]["message"] == "memory/2026-11-20/[REDACTED].md", job
     assert token not in str(job), job
     daemon.call("jobs.cancel", {"agent_id": AGENT, "job_id": job_id})
+
+
+def test_a_note_a_dream_skips_is_named_masked_in_the_log(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A daily note a dream passes by (here a symbolic link) was named in the log as it
+    is, a token in its name too; it is named masked, as search names it."""
+    root = tmp_path / "ws"
+    token = "ghp_" + "Zx8Cv6Bn4Ma2Sd0Fg8Hj6Kl4Qw2Er0Ty8Ui6"
+    write(root, "elsewhere.md", "Not a daily note.\n")
+    (root / "memory/2026-11-21").mkdir(parents=True)
+    (root / f"memory/2026-11-21/{token}.md").symlink_to(root / "elsewhere.md")
+    open_ws(daemon, root, fake)
+    dream(daemon)
+    log = daemon.log()
+    assert "dream skips memory/2026-11-21/[REDACTED].md: " in log and token not in log
+

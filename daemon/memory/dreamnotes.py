@@ -55,22 +55,23 @@ def changed_notes(root: Path, daily_dir: str,
             rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
             if not safepath.is_utf8(rel):  # no catalog, log or answer can hold its name
                 log.warning("dream skips %s: its name is not valid UTF-8 (rename it to have "
-                            "it dreamed)", safepath.shown(rel))
+                            "it dreamed)", safepath.masked(safepath.shown(rel)))
                 continue
             if any(ord(c) < 32 or c == "\x7f" for c in rel):
                 # A line break in a name splits the [[link]] that cites it in a node.
                 log.warning("dream skips %r: its name holds a control character, such as a "
-                            "line break (rename it to have it dreamed)", rel)
+                            "line break (rename it to have it dreamed)", safepath.masked(rel))
                 continue
             try:  # read, never written: Windows-1252 and UTF-16 read as written
                 text = read_confined(root, rel)
             except RecalldError as exc:  # too large, a symbolic link: not ours
-                log.warning("dream skips %s: %s", rel, exc.message)
+                log.warning("dream skips %s: %s", safepath.masked(rel), exc.message)
                 continue
             if text is None:
                 continue
             if "\ufffd" in text and not utf8_file(root, rel):  # GBK, say: garbage to a model
-                log.warning("dream skips %s: %s", rel, NotUtf8(rel).message)
+                shown = safepath.masked(rel)
+                log.warning("dream skips %s: %s", shown, NotUtf8(shown).message)
                 continue
             sha = sha256_text(text)
             rec = catalog.get(rel)
