@@ -217,6 +217,10 @@ def test_a_note_passed_by_for_its_name_encoding_is_named_masked(
     assert d.log().count("its name is not valid UTF-8") == 2
     assert "memory/[REDACTED]/caf\\xe9.md" in d.log()
     assert _leaks(d.call("daemon.status")) == [] and _leaks(d.log()) == [], _leaks(d.log())
+    # memory.list passes them by as the index does: it failed whole (an answer not JSON).
+    (root / DAY / "plain.md").write_text("# plain\n", encoding="utf-8")
+    listed = d.call("memory.list", {"agent_id": "w"})
+    assert [f["path"] for f in listed["files"]] == [f"{DAY}/plain.md"], listed
 
 
 def test_a_path_shown_masked_filters_by_that_name(
