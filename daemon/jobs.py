@@ -49,6 +49,7 @@ from recalld.daemon.jobrecords import (
     take_up,
 )
 from recalld.daemon.jsontypes import JsonObject, json_safe
+from recalld.daemon.store import confine
 from recalld.ipc.answers import JobInfo, JobProgress
 from recalld.ipc.errors import JOB_FAILED, NotFound, UnknownWorkspace
 
@@ -73,6 +74,7 @@ class JobManager:
         cpu_limiter: trio.CapacityLimiter | None = None,
         config: JobsConfig | None = None,
         agent_exists: Callable[[str], bool] | None = None,
+        folder_of: Callable[[str], Path | None] | None = None,
         wall: Callable[[], float] = time.time,
         hold_recovered: bool = False,
     ) -> None:
@@ -80,6 +82,7 @@ class JobManager:
         self._publish_cb = publish
         self._cpu = cpu_limiter if cpu_limiter is not None else trio.CapacityLimiter(1)
         self._agent_exists = agent_exists
+        self._folder_of = folder_of
         self._wall = wall
         self._hold_recovered = hold_recovered
         self._nursery: trio.Nursery | None = None
@@ -450,7 +453,12 @@ class JobManager:
 
     async def _execute(self, job: JobRecord, spec: JobKind) -> None:
         await self._journal(job)  # running (published when it was admitted)
-        end = await run_handler(job, spec, self._progress)
+        # Its workspace folder stays guarded until the handler has ended: a workspace that
+        # failed (a link took the place of a folder of it) gives up its own guard while
+        # the job, cut short, still saves what it did on its way out.
+        folder = None if self._folder_of is None else self._folder_of(job.agent_id)
+        with confine.guarded(folder):
+            end = await run_handler(job, spec, self._progress)
         await self._finish(job, end.state, result=end.result, error=end.error, code=end.code)
 
     async def _recover(self) -> None:

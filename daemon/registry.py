@@ -203,6 +203,11 @@ class WorkspaceRegistry(KnownPlaces):
         """True if ``agent_id`` has a workspace here, in any state."""
         return agent_id in self._workspaces
 
+    def folder_of(self, agent_id: str) -> Path | None:
+        """The folder of ``agent_id``'s workspace here, in any state (None: none)."""
+        ws = self._workspaces.get(agent_id)
+        return None if ws is None else ws.root
+
     def list(self) -> list[Workspace]:
         return sorted(self._workspaces.values(), key=lambda w: w.agent_id)
 

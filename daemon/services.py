@@ -305,6 +305,7 @@ def build_daemon_services(config: DaemonConfig) -> DaemonServices:
     jobs = JobManager(journal_path=config.state_dir / "jobs.journal",
                       publish=events.publish, cpu_limiter=cpu,
                       agent_exists=lambda agent_id: registry.exists(agent_id),
+                      folder_of=lambda agent_id: registry.folder_of(agent_id),
                       hold_recovered=True)  # until each workspace opens (registry.open)
     registry = WorkspaceRegistry(lambda: live.current, events, start,
                                  remembered_path=config.state_dir / "workspaces.json",

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from fakes.provider_server import FakeProvider
+from test_jobs import running
 from test_jobs_held import bob_dream_held
 from waits import wait_committed, wait_for
 
@@ -24,6 +26,8 @@ from recalld.daemon.backup import AgentSource, create_backup
 from recalld.daemon.backup_check import open_checked
 from recalld.daemon.backup_restore import apply_restore, plan_restore
 from recalld.daemon.index.vectors import _scratch
+from recalld.daemon.jobrecords import JobContext
+from recalld.daemon.jobs import JobManager
 from recalld.daemon.memory import changelog
 from recalld.daemon.remote.localfs import Confinement
 from recalld.daemon.store import confine
@@ -236,6 +240,45 @@ def test_a_dream_whose_metadata_folder_became_a_link_writes_nothing_there(
     # Refused as a path out of the workspace, not an internal error (-32603).
     assert job["error_code"] == errors.PATH_OUTSIDE_WORKSPACE, job
     assert tree(alice) == before
+
+
+async def test_a_job_writes_nothing_through_a_link_once_its_workspace_let_go(
+        tmp_path: Path) -> None:
+    # A workspace that failed (a link took the place of its mem_metadata/) gave up its
+    # folder's guard while its dream, cut short, still saved its catalog on its way out:
+    # by path, through the link, into alice's metadata.
+    bob, alice = tmp_path / "bob", tmp_path / "alice"
+    (bob / "mem_metadata").mkdir(parents=True)
+    (alice / "mem_metadata").mkdir(parents=True)
+    entered, go, ended = trio.Event(), trio.Event(), trio.Event()
+    refused: list[str] = []
+
+    async def dream(job: JobContext) -> dict[str, Any]:
+        entered.set()
+        await go.wait()
+        try:
+            atomic_write(REAL, bob / "mem_metadata" / "catalog.jsonl.zst", b"bob's")
+        except StorageIOError as exc:
+            refused.append(str(exc))
+        finally:
+            ended.set()
+        return {}
+
+    jobs = JobManager(folder_of=lambda agent: bob if agent == "bob" else None)
+    jobs.register("auto_dream", dream)
+    async with running(jobs):
+        confine.guard(bob)  # the workspace, open
+        await jobs.submit("bob", "auto_dream")
+        await entered.wait()
+        (bob / "mem_metadata").rename(tmp_path / "bob-meta")
+        (bob / "mem_metadata").symlink_to(alice / "mem_metadata")
+        confine.release(bob)  # it failed and let its folder go
+        go.set()
+        await ended.wait()
+    assert refused and "mem_metadata is a symbolic link" in refused[0], refused
+    assert list((alice / "mem_metadata").iterdir()) == []
+    with confine.at(bob / "mem_metadata" / "x") as (folder, _):
+        assert folder is None  # the job, ended, let the folder go too
 
 
 class _NoLinks(FS):

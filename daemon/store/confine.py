@@ -86,6 +86,20 @@ def release(root: Path) -> None:
 
 
 @contextmanager
+def guarded(root: Path | None) -> Iterator[None]:
+    """Within the block, ``root`` (if any) is guarded (:func:`guard`), whoever else
+    releases it meanwhile."""
+    if root is None:
+        yield
+        return
+    guard(root)
+    try:
+        yield
+    finally:
+        release(root)
+
+
+@contextmanager
 def told(root: Path, on_link: Callable[[WritesElsewhere], object]) -> Iterator[None]:
     """Within the block, ``on_link`` is called with each WritesElsewhere raised below
     ``root`` (guarded), in the thread that met the link: it must not block."""
