@@ -101,30 +101,40 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+#: How many causes of one work :class:`WatchErrors` remembers as said.
+LASTING_CAUSES = 8
+
+
 @dataclass(slots=True)
 class WatchErrors:
     """The watcher's errors: how many, the last and when (wall clock, for status).
 
-    Each is logged as a warning, but the same error of the same work again (a retry of
-    a lasting cause: a link in place of a root) only at debug level, until that work is
-    :meth:`recovered`; an error said in words (of the ``explained`` type, alone or as
-    every error of a group) has no traceback.
+    Each is logged as a warning, but an error of a work said before (a retry of a
+    lasting cause: a link in place of a root, even after another cause came between)
+    only at debug level, until that work is :meth:`recovered`; at most
+    ``LASTING_CAUSES`` causes of a work are kept. An error said in words (of the
+    ``explained`` type, alone or as every error of a group) has no traceback.
     """
 
     workspace: str
     count: int = 0
     last: str | None = None
     last_at: float | None = None
-    lasting: dict[str, str] = field(default_factory=dict)  # work -> its error, till it recovers
+    #: work -> the errors said of it since it last worked, oldest first
+    lasting: dict[str, dict[str, None]] = field(default_factory=dict)
 
     def record(self, what: str, exc: BaseException, *,
                explained: type[Exception] | tuple[type[Exception], ...]) -> None:
         error = f"{what}: {describe_error(exc)}"
         said = isinstance(exc, explained) or (
             isinstance(exc, BaseExceptionGroup) and exc.split(explained)[1] is None)
-        again = self.lasting.get(what) == error
+        causes = self.lasting.setdefault(what, {})
+        again = error in causes
         self.count, self.last, self.last_at = self.count + 1, error, time.time()
-        self.lasting[what] = error
+        causes.pop(error, None)
+        causes[error] = None
+        while len(causes) > LASTING_CAUSES:
+            del causes[next(iter(causes))]
         log.log(logging.DEBUG if again else logging.WARNING, "watcher of %s: %s",
                 self.workspace, error, exc_info=None if said else exc)
 

@@ -18,6 +18,8 @@ from watcher_harness import eventually, make, write
 from watchfiles import Change
 
 from recalld.daemon.store.errors import WorkspaceMissing
+from recalld.daemon.watchrecords import WatchErrors
+from recalld.daemon.watchsource import WatchError
 
 
 async def test_watch_error_restarts_with_backoff_and_reconciles(
@@ -101,3 +103,24 @@ async def test_cancel_of_a_scripted_watcher_is_immediate(
             nursery.cancel_scope.cancel()
     assert not scope.cancelled_caught
     assert not src.running.is_set()
+
+
+def test_a_cause_said_before_is_not_said_again_until_the_watch_works(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A root moved away, then a link left in its place, then the link taken away and put
+    # back: each retry's cause was compared with the last one only, so causes taking
+    # turns were each said again as news, as a warning, at every turn.
+    errors = WatchErrors("/ws")
+    gone = WatchError("cannot watch /ws/memory: No such file or directory")
+    link = WatchError("cannot watch /ws/memory: it is a symbolic link, which is not followed")
+    with caplog.at_level(logging.DEBUG, logger="recalld.daemon.watcher"):
+        for exc in (gone, link, gone, link):
+            errors.record("watch failed", exc, explained=WatchError)
+        errors.recovered("watch failed")  # it watched again: the same cause is news
+        errors.record("watch failed", link, explained=WatchError)
+    said = [(r.levelname, "symbolic link" in r.getMessage(), r.exc_info)
+            for r in caplog.records]
+    assert said == [("WARNING", False, None), ("WARNING", True, None), ("DEBUG", False, None),
+                    ("DEBUG", True, None), ("WARNING", True, None)]
+    assert errors.count == 5 and errors.last is not None and "symbolic" in errors.last
