@@ -149,11 +149,20 @@ def test_a_memory_folder_moved_out_with_a_link_left_keeps_its_notes(
         found: dict[str, Any] = entry["index"]["watcher"]
         return found
 
-    wait_value(watcher, lambda w: "symbolic link" in str(w["why"]), "bob's watcher failed")
+    def said(cause: str) -> list[str]:
+        return [line for line in daemon.log().splitlines()
+                if "watch failed" in line and cause in line]
+
+    first = wait_value(watcher, lambda w: "symbolic link" in str(w["why"]),
+                       "bob's watcher failed")
     # Its retries (with backoff) meet the same cause: said once, in words, no traceback.
-    wait_value(watcher, lambda w: w["errors"] >= 2, "a retry of bob's watch")
-    said = [line for line in daemon.log().splitlines() if "watch failed" in line]
-    assert len(said) == 1 and "WARNING" in said[0] and "symbolic link" in said[0], said
+    wait_value(watcher, lambda w: w["errors"] > first["errors"], "a retry of bob's watch")
+    linked = said("symbolic link")
+    assert len(linked) == 1 and "WARNING" in linked[0], linked
+    # A watch set up again between the move and the link found no folder there: another
+    # cause, said once too (whether it comes depends on that timing).
+    others = [line for line in said("") if "symbolic link" not in line]
+    assert len(others) <= 1 and all("No such file or directory" in o for o in others), others
     assert "Traceback" not in daemon.log()
     for query, paths in (("Fridays", [NOTE]), ("quokkaword", [])):
         hits = daemon.call("memory.search", {"agent_id": "bob", "query": query,
@@ -173,8 +182,9 @@ def test_a_memory_folder_moved_out_with_a_link_left_keeps_its_notes(
     # Once watched again, the same cause is news again.
     os.rename(bob / "memory", tmp_path / "bob-memory")
     os.symlink(alice / "memory", bob / "memory")
-    wait_value(watcher, lambda w: w["state"] == "failed", "bob's watcher failed again")
-    assert len([line for line in daemon.log().splitlines() if "watch failed" in line]) == 2
+    wait_value(watcher, lambda w: "symbolic link" in str(w["why"]),
+               "bob's watcher failed again")
+    assert len(said("symbolic link")) == 2
 
 
 @pytest.mark.parametrize("replaced", ["folder", "metadata_dir"])
