@@ -7,7 +7,7 @@ import unicodedata
 from pathlib import Path
 
 from conftest import DaemonFactory, DaemonHandle
-from waits import wait_for, workspace_status
+from waits import wait_committed
 
 from recalld.daemon.index.passes import POOL_MIN_FILES
 
@@ -82,11 +82,7 @@ def test_a_link_by_name_follows_its_note_to_another_folder(daemon_factory: Daemo
     assert linked(d, "planword")[0] == ["digest/wiki/Bar.md", "memory/2026-08-02/foo.md"]
 
     # After a restart too (the saved links remember which were written by name).
-    def committed() -> bool:
-        index = (workspace_status(d, "w") or {}).get("index", {})
-        return bool(index.get("last_commit")) and not index.get("uncommitted_changes")
-
-    wait_for(committed, "the changes committed")
+    wait_committed(d, "w")
     assert d.stop() == 0
     d2 = daemon_factory(config, RECALLD_DATA_DIR=str(d.data_dir))
     (root / "memory/2026-08-02/foo.md").rename(root / "digest/wiki/foo.md")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from conftest import DaemonFactory
 from test_links_daemon import links_of, write
-from waits import wait_for, workspace_status
+from waits import wait_committed
 
 
 def test_a_name_of_several_notes_names_one_whatever_their_order(
@@ -30,11 +30,7 @@ def test_a_name_of_several_notes_names_one_whatever_their_order(
           "# Rel\nrelword [[./kafka]] [[../2026-08-01/plan|the plan]]\n")
     assert links_of(d, "relword") == ["memory/2026-08-01/plan.md"]
 
-    def committed() -> bool:
-        index = (workspace_status(d, "w") or {}).get("index", {})
-        return bool(index.get("last_commit")) and not index.get("uncommitted_changes")
-
-    wait_for(committed, "the changes committed")
+    wait_committed(d, "w")
     assert d.stop() == 0
     d2 = daemon_factory(config, RECALLD_DATA_DIR=str(d.data_dir))
     assert links_of(d2, "planword") == ["memory/2026-08-01/kafka.md",
