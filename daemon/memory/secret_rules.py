@@ -63,7 +63,7 @@ from recalld.daemon.memory.secret_values import (
     looks_random,
     looks_secret,
 )
-from recalld.daemon.memory.token_starts import LONG_RUN, Prefilter, boundary_led, matches
+from recalld.daemon.memory.token_starts import ESCAPED, LONG_RUN, Prefilter, boundary_led, matches
 
 Span = tuple[int, int]
 #: A format finder: spans of ``text[pos:endpos]`` (patterns still see what lies around).
@@ -129,18 +129,14 @@ def token_runs(text: str) -> list[Span]:
 
 # -- format rules ------------------------------------------------------------------------
 
-#: An escaped character right before a token is where it starts, though the escape ends
-#: in a letter or digit: percent-encoding, once or twice (``?next=%2Fcb%3Ftoken%3Dghp_...``,
-#: ``%253D``), quoted-printable (``token=3Dghp_...``), and a backslash escape of a JSON
-#: or C string (``"line\\nghp_..."``, ``\\u0022ghp_...``, ``\\x3dghp_...``).
-_ESCAPED = (r"|(?<=%[0-9A-Fa-f]{2})|(?<=%25[0-9A-Fa-f]{2})|(?<==[0-9A-F]{2})"
-            r"|(?<=\\[abfnrtv0])|(?<=\\u[0-9A-Fa-f]{4})|(?<=\\x[0-9A-Fa-f]{2})")
-_B = r"(?:(?<![A-Za-z0-9_\-])" + _ESCAPED + ")"  # token start: not glued to a word before it
+# A token starts right after an escape too, though the escape ends in a letter or digit
+# (``%3Dghp_...``, ``=3D``, ``\\n``: ``token_starts.ESCAPED``).
+_B = r"(?:(?<![A-Za-z0-9_\-])" + ESCAPED + ")"  # token start: not glued to a word before it
 _E = r"(?![A-Za-z0-9_\-])"  # token end
 #: The start and end of a token whose prefix no word or identifier holds (``ghp_``,
 #: ``AKIA``): it may be joined to words by ``-`` or ``_``, as in file names
 #: (``deploy-ghp_....txt``, ``key_AKIA...-old.md``).
-_P = r"(?:(?<![A-Za-z0-9])" + _ESCAPED + ")"
+_P = r"(?:(?<![A-Za-z0-9])" + ESCAPED + ")"
 _Q = r"(?![A-Za-z0-9])"
 
 
@@ -148,7 +144,7 @@ def _regex_rule(kind: str, hints: tuple[str, ...], pattern: str, flags: int = 0,
                 group: int = 0, check: Callable[[str], bool] | None = None,
                 token: bool = True) -> Rule:
     rx = re.compile(pattern, flags)
-    led = boundary_led(pattern, _ESCAPED)  # long runs: tried at their token starts only
+    led = boundary_led(pattern)  # long runs: tried at their token starts only
 
     def find(text: str, pos: int, endpos: int) -> Iterable[Span]:
         found = (matches(rx, text, pos, endpos) if led and endpos - pos >= LONG_RUN
@@ -167,8 +163,8 @@ def token_prefilter(rules: Sequence[Rule]) -> Prefilter | None:
     if any(p is None or p.flags & ~re.UNICODE for p in token):
         return None
     sources = [p.pattern for p in token if p is not None]
-    led = [s for s in sources if boundary_led(s, _ESCAPED)]
-    others = [s for s in sources if not boundary_led(s, _ESCAPED)]
+    led = [s for s in sources if boundary_led(s)]
+    others = [s for s in sources if not boundary_led(s)]
     return Prefilter(*(re.compile("|".join(f"(?:{s})" for s in group)) if group else None
                        for group in (led, others)))
 
@@ -256,7 +252,7 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
     _regex_rule("aws_access_key_id", ("akia", "asia", "abia", "acca", "a3t"),
                 _P + r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}" + _Q),
     _regex_rule("aws_secret_key", (),
-                r"(?:(?<![A-Za-z0-9/+=])" + _ESCAPED + r")[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])",
+                r"(?:(?<![A-Za-z0-9/+=])" + ESCAPED + r")[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])",
                 check=lambda v: ("//" not in v and v.count("/") + v.count("+") <= 6
                                  and all(classes(v)[:3]) and entropy_bits(v) >= 4.2)),
     _regex_rule("github", ("gh", "github_pat_"),

@@ -20,25 +20,32 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["LONG_RUN", "Prefilter", "boundary_led", "matches", "token_starts"]
+__all__ = ["ESCAPED", "LONG_RUN", "Prefilter", "boundary_led", "matches", "token_starts"]
 
 #: Runs at least this long are matched at their token starts (shorter ones searched).
 LONG_RUN: Final = 512
 
 _NOT_ALNUM: Final = re.compile(r"[^A-Za-z0-9]")
-#: The escapes after which a token may start (``secret_rules._ESCAPED``'s lookbehinds).
-_ESCAPES: Final = tuple(re.compile(p) for p in (
-    r"%[0-9A-Fa-f]{2}", r"%25[0-9A-Fa-f]{2}", r"=[0-9A-F]{2}", r"\\[abfnrtv0]",
-    r"\\u[0-9A-Fa-f]{4}", r"\\x[0-9A-Fa-f]{2}"))
+#: The escapes after which a token may start, though they end in a letter or digit:
+#: percent-encoding, once or twice (``?next=%2Fcb%3Ftoken%3Dghp_...``, ``%253D``),
+#: quoted-printable (``token=3Dghp_...``), and a backslash escape of a JSON or C string
+#: (``"line\\nghp_..."``, ``\\u0022ghp_...``, ``\\x3dghp_...``).
+_ESCAPE_FORMS: Final = (r"%[0-9A-Fa-f]{2}", r"%25[0-9A-Fa-f]{2}", r"=[0-9A-F]{2}",
+                        r"\\[abfnrtv0]", r"\\u[0-9A-Fa-f]{4}", r"\\x[0-9A-Fa-f]{2}")
+#: The alternatives of a token rule's boundary group that let a token start right after
+#: one of them (``secret_rules._P``, ``_B``): one lookbehind each.
+ESCAPED: Final = "".join(f"|(?<={form})" for form in _ESCAPE_FORMS)
+_ESCAPES: Final = tuple(re.compile(form) for form in _ESCAPE_FORMS)
 _LONGEST_ESCAPE: Final = 6
 
 
-def boundary_led(source: str, escaped: str) -> bool:
+def boundary_led(source: str) -> bool:
     """Whether a pattern's ``source`` opens with a boundary group that forbids a letter or
-    digit before it (a lookbehind class holding ``A-Za-z0-9``) except after ``escaped``
-    (the group's other alternatives): such a pattern matches only at :func:`token_starts`."""
+    digit before it (a lookbehind class holding ``A-Za-z0-9``) except after the escapes
+    (:data:`ESCAPED`, the group's other alternatives): such a pattern matches only at
+    :func:`token_starts`."""
     head = re.match(r"\(\?:\(\?<!\[A-Za-z0-9[^\]]*\]\)", source)
-    return head is not None and source.startswith(escaped + ")", head.end())
+    return head is not None and source.startswith(ESCAPED + ")", head.end())
 
 
 def token_starts(text: str, pos: int, endpos: int) -> list[int]:
