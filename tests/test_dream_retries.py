@@ -15,6 +15,7 @@ from clirun import run_recalld
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, Reply
 from test_dream import AGENT, ScriptedModel, dream, open_ws, run_job, write
+from waits import workspace_status
 
 from recalld.daemon.store.fsio import REAL
 from recalld.daemon.store.records import write_records
@@ -214,8 +215,7 @@ def test_a_restarted_daemon_names_the_notes_that_wait_before_it_dreams(
     assert d.stop() == 0
     d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
     open_ws(d2, root, fake)
-    dream_status = next(w["dream"] for w in d2.call("daemon.status")["workspaces"]
-                        if w["agent_id"] == AGENT)
+    dream_status = (workspace_status(d2, AGENT) or {})["dream"]
     assert dream_status["waiting_notes"] == 1, dream_status
     why = dream_status["waiting"][note]
     assert "failed on it 3 times" in why and "not valid JSON" in why, why
@@ -268,8 +268,7 @@ def test_a_catalog_kept_where_recalld_kept_it_before_names_the_waiting_notes(
         "path": note, "digest": hashlib.sha256(text.encode()).hexdigest(), "state": "failed",
         "reason": "the answer stopped at its length limit", "run_id": "r1", "tries": 3}])
     open_ws(daemon, root, fake)
-    dream_status = next(w["dream"] for w in daemon.call("daemon.status")["workspaces"]
-                        if w["agent_id"] == AGENT)
+    dream_status = (workspace_status(daemon, AGENT) or {})["dream"]
     assert dream_status["waiting_notes"] == 1, dream_status
     why = dream_status["waiting"][note]
     assert "failed on it 3 times" in why and "length limit" in why, why
