@@ -124,8 +124,9 @@ def waiting_notes(ws: Workspace) -> dict[str, str]:
             text = read_confined(ws.root, rel)
         except RecalldError:
             continue
-        if text is not None and sha256_text(text) == rec.get("digest"):
-            todo.append((rel, sha256_text(text), ""))
+        sha = sha256_text(text) if text is not None else None
+        if sha is not None and sha == rec.get("digest"):
+            todo.append((rel, sha, ""))
     nodes_now = awaited_nodes(ws.root, catalog) if todo else {}
     return dreamretry.hold_back(dict(catalog), todo, retry=False, nodes_now=nodes_now)[1]
 
