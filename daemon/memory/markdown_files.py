@@ -46,7 +46,7 @@ def walk_markdown(root: Path, tops: list[str], prefix: str, limit: int) -> tuple
                 for entry in entries:
                     if entry.name.startswith(".") or entry.name in IGNORE_DIRS:
                         continue
-                    if not entry.name.isascii() and not _utf8(entry.name):
+                    if not safepath.is_utf8(entry.name):
                         continue  # passed by, as the index passes it by (and names it)
                     name = f"{rel}/{entry.name}"
                     seen = shown(name)
@@ -70,13 +70,3 @@ def walk_markdown(root: Path, tops: list[str], prefix: str, limit: int) -> tuple
         # A note named by a credential is listed as search shows it (and read so).
         files.append({"path": mask_path(rel), "size": st.st_size, "mtime": st.st_mtime})
     return files, len(first) > limit
-
-
-def _utf8(name: str) -> bool:
-    """Whether a name read from the file system was valid UTF-8 (not bytes carried as
-    surrogates, which no answer can hold)."""
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
