@@ -26,12 +26,13 @@ so named (:func:`shown_path`) needs none of them.
 from __future__ import annotations
 
 import functools
-import os
 import posixpath
 import re
 from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Final
+
+from recalld.daemon.store import confine
 
 #: What redaction puts in place of a secret, in text and in names (``redact.MASK``).
 MASK: Final = "[REDACTED]"
@@ -164,11 +165,11 @@ def real_prefixes(prefixes: Iterable[str], named: Collection[str]) -> tuple[str,
 
 
 def _entries(folder: Path) -> list[str]:
-    """The names in ``folder``; none if it cannot be listed (absent, not a folder)."""
+    """The names in ``folder``, listed as the workspace's own reads list (no link followed
+    below a guarded workspace); none if it cannot be listed (absent, not a folder)."""
     try:
-        with os.scandir(folder) as entries:
-            return [entry.name for entry in entries]
-    except OSError:
+        return confine.listdir(folder)
+    except OSError:  # WritesElsewhere among them
         return []
 
 
