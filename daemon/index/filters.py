@@ -1,18 +1,20 @@
 """Search filters, and the date of a daily note that they compare.
 
 Owns :class:`Filters` (path prefixes, daily-note date range, digest buckets, authors),
-:func:`note_date` and :func:`authors_of`; ``IndexState.allowed`` turns filters into the
-doc keys that pass them. Plain data, no I/O.
+:func:`note_date`, :func:`authors_of`, and :func:`passing`, the files that pass filters
+(``IndexState.allowed`` turns them into the doc keys that pass). Plain data, no I/O.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-__all__ = ["Filters", "author_names", "authors_of", "composed", "note_date"]
+from recalld.daemon.index.records import FileInfo
+
+__all__ = ["Filters", "author_names", "authors_of", "composed", "note_date", "passing"]
 
 # A day's folder (memory/2026-07-23/...), or a day's note named by its date
 # (memory/2026-07-23.md, as in ReMe's file-based memory layout).
@@ -66,3 +68,40 @@ def author_names(names: Iterable[str]) -> tuple[str, ...]:
     """``names`` as the ``author`` filter compares them: in NFC form, so that a name
     typed composed and one written decomposed (macOS, some keyboards) are one author."""
     return tuple(unicodedata.normalize("NFC", n) for n in names)
+
+
+def passing(files: Mapping[str, FileInfo], filters: Filters, *, daily_dir: str,
+            digest_dir: str, authors: Callable[[str], tuple[str, ...]]) -> Iterator[FileInfo]:
+    """The files of ``files`` that pass ``filters`` (every one when they are empty), in
+    their order; ``authors(path)``: the authors a file's frontmatter names."""
+    # Sets, matched against each path's folders: a client may name thousands, and
+    # each path is then looked up a few times, not compared with every one.
+    # Names compared composed (NFC), whichever form the disk or the client has.
+    prefixes = frozenset(composed(p.strip("/")) for p in filters.path_prefixes)
+    buckets = frozenset(composed(f"{digest_dir}/{b.strip('/')}") for b in filters.buckets)
+    wanted = frozenset(filters.authors)
+    for path, info in files.items():
+        named = composed(path)
+        if prefixes and named not in prefixes and prefixes.isdisjoint(_folders(named)):
+            continue
+        if buckets and buckets.isdisjoint(_folders(named)):
+            continue
+        if filters.date_from or filters.date_to:
+            day = note_date(path) if path.startswith(daily_dir + "/") else None
+            if day is None:
+                continue
+            if filters.date_from and day < filters.date_from:
+                continue
+            if filters.date_to and day > filters.date_to:
+                continue
+        if wanted and wanted.isdisjoint(authors(path)):
+            continue
+        yield info
+
+
+def _folders(path: str) -> Iterator[str]:
+    """The folders ``path`` lies in, outermost first (``a``, ``a/b`` for ``a/b/c.md``)."""
+    end = path.find("/")
+    while end >= 0:
+        yield path[:end]
+        end = path.find("/", end + 1)

@@ -21,7 +21,7 @@ from pyroaring import BitMap
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
-from recalld.daemon.index.filters import Filters, authors_of, composed, note_date
+from recalld.daemon.index.filters import Filters, authors_of, passing
 from recalld.daemon.index.frontmatter import body_of
 from recalld.daemon.index.fusion import keyword_reach
 from recalld.daemon.index.links import (
@@ -53,14 +53,6 @@ NEIGHBOURS_MEMO_MAX = 4096
 
 def _stem(path: str) -> str:
     return name_key(posixpath.splitext(posixpath.basename(path))[0])
-
-
-def _folders(path: str) -> Iterator[str]:
-    """The folders ``path`` lies in, outermost first (``a``, ``a/b`` for ``a/b/c.md``)."""
-    end = path.find("/")
-    while end >= 0:
-        yield path[:end]
-        end = path.find("/", end + 1)
 
 
 class IndexState:
@@ -132,31 +124,13 @@ class IndexState:
         if filters.empty:
             return None
         out = BitMap()
-        # Sets, matched against each path's folders: a client may name thousands, and
-        # each path is then looked up a few times, not compared with every one.
-        # Names compared composed (NFC), whichever form the disk or the client has.
-        prefixes = frozenset(composed(p.strip("/")) for p in filters.path_prefixes)
-        buckets = frozenset(composed(f"{self.digest_dir}/{b.strip('/')}")
-                            for b in filters.buckets)
-        authors = frozenset(filters.authors)
-        for path, info in self.files.items():
-            named = composed(path)
-            if prefixes and named not in prefixes and prefixes.isdisjoint(_folders(named)):
-                continue
-            if buckets and buckets.isdisjoint(_folders(named)):
-                continue
-            if filters.date_from or filters.date_to:
-                day = note_date(path) if path.startswith(self.daily_dir + "/") else None
-                if day is None:
-                    continue
-                if filters.date_from and day < filters.date_from:
-                    continue
-                if filters.date_to and day > filters.date_to:
-                    continue
-            if authors and authors.isdisjoint(self.authors(path)):
-                continue
+        for info in self._passing(filters):
             out.update(info.keys)
         return out
+
+    def _passing(self, filters: Filters) -> Iterator[FileInfo]:
+        return passing(self.files, filters, daily_dir=self.daily_dir,
+                       digest_dir=self.digest_dir, authors=self.authors)
 
     def authors(self, path: str) -> tuple[str, ...]:
         """The authors the file's frontmatter names (kept with its first chunk)."""
