@@ -240,18 +240,35 @@ def test_removed_chunks_leave_the_vector_branch_while_the_backfill_waits(
         assert d.stop() == 0
 
 
-def test_a_blank_query_finds_nothing_with_vectors_too(daemon_factory: Any,
-                                                      tmp_path: Path) -> None:
+def test_a_query_that_can_find_nothing_is_not_embedded(daemon_factory: Any,
+                                                       tmp_path: Path) -> None:
+    # A blank query, or filters that no note passes (each kind, and two that pass
+    # notes but no note passes both): no result whatever the query's vector, so no
+    # call to the provider for it.
     root = tmp_path / "ws"
     write(root, "memory/2026-07-23/commute.md", "# Commute\n\nThe 7:40 train to Zurich.\n")
+    write(root, "digest/travel/rail.md", "---\nauthor: alice\n---\n# Rail\n\nZurich lines.\n")
     with FakeProvider(dims=8, api_key="k") as fake:
         d = covered_daemon(daemon_factory, root, fake)
         sent = len(fake.requests)
         for query in ("", "   ", "\n\t"):
             res = d.call("memory.search", {"agent_id": "w", "query": query})
             assert res["results"] == [] and res["vector_hits"] == 0, (query, res)
+        for filters in ({"path_prefix": "memory/2026-07-2"}, {"path_prefix": ["nowhere", "x/y"]},
+                        {"date_from": "2026-07-24"}, {"bucket": "work"},
+                        {"author": "bob"}, {"author": "alice", "path_prefix": "memory"},
+                        {"bucket": "travel", "date_to": "2026-07-23"}):
+            # Each query another: none is answered from the cache of query vectors.
+            res = d.call("memory.search", {"agent_id": "w", "query": f"Zurich {filters}",
+                                           "filters": filters})
+            assert res["results"] == [] and res["vector_hits"] == 0, (filters, res)
+            assert "vector_error" not in res, (filters, res)
         assert len(fake.requests) == sent  # no query was embedded
         assert d.call("memory.search", {"agent_id": "w", "query": "Zurich"})["results"]
+        res = d.call("memory.search", {"agent_id": "w", "query": "Zurich train",
+                                       "filters": {"author": "alice"}})
+        assert [r["path"] for r in res["results"]] == ["digest/travel/rail.md"], res
+        assert res["mode"] == "hybrid" and len(fake.requests) == sent + 2
         assert d.stop() == 0
 
 

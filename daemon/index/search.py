@@ -264,8 +264,10 @@ async def search(
     # A blank query means nothing to either branch (an embedding of it ranks every chunk).
     # Without vectors serving, the query goes to no provider: nothing to mask, and a
     # keyword search (a warm start's first answer among them) does not wait for the
-    # redaction rules to be imported.
-    if worker is not None and query.strip() and worker.embeds_queries():
+    # redaction rules to be imported. Nor does a query whose filters pass no chunk: it
+    # has no result, whatever its vector (a paid call for nothing).
+    if (worker is not None and query.strip() and worker.embeds_queries()
+            and (source is not None or await index.allows_any(filters, query))):
         # Masked, as the chunks it is compared with were: a key pasted into a message
         # that a recall searches with never reaches the embedding provider.
         from recalld.daemon.memory.redact import redact_async

@@ -390,6 +390,13 @@ class WorkspaceIndex:
         self.searches += 1
         return await self._access.read(run, query)
 
+    async def allows_any(self, filters: Filters, query: str) -> bool:
+        """:meth:`IndexState.allows_any` of the state served now, read as the search of
+        ``query`` reads it."""
+        if filters.empty:
+            return True
+        return await self._access.read(lambda: self.state.allows_any(filters), query)
+
     async def linked_chunks(self, query: str, paths: list[str]) -> dict[str, StoredChunk]:
         """:meth:`IndexState.linked_chunks` of the state served now, read as searches read."""
         return await self._access.read(lambda: self.state.linked_chunks(query, paths), query)

@@ -128,6 +128,11 @@ class IndexState:
             out.update(info.keys)
         return out
 
+    def allows_any(self, filters: Filters) -> bool:
+        """Whether some chunk passes ``filters``: whether :meth:`allowed` finds any (told
+        at the first file that has one)."""
+        return filters.empty or any(info.keys for info in self._passing(filters))
+
     def _passing(self, filters: Filters) -> Iterator[FileInfo]:
         return passing(self.files, filters, daily_dir=self.daily_dir,
                        digest_dir=self.digest_dir, authors=self.authors)
