@@ -20,9 +20,10 @@ from recalld.daemon.index.links import (
 from recalld.daemon.index.prepare import prepare_files
 from recalld.daemon.index.state import IndexState
 
-# What a resolver finds (``IndexState.resolve``): bare names and the paths of notes there.
+# What a resolver finds (``IndexState.resolve``): bare names and the paths of notes there,
+# also as paths from the root (``./foo`` read from ``digest/wiki/``).
 FILES = {"foo": "digest/wiki/foo.md", "Bar Baz": "digest/personal/Bar Baz.md",
-         "digest/wiki/foo": "digest/wiki/foo.md"}
+         "digest/wiki/foo": "digest/wiki/foo.md", "/digest/wiki/foo": "digest/wiki/foo.md"}
 
 
 def found(target: str, src: str) -> str | None:
@@ -60,7 +61,8 @@ def test_normalize_target() -> None:
     # A path no note is known at waits as that note's path; a file that is no note keeps
     # its own suffix.
     assert normalize_target("digest/wiki/foo") == ("digest/wiki/foo.md", False)
-    assert normalize_target("/digest/./wiki/foo.md") == ("digest/wiki/foo.md", False)
+    # One from the root waits as such: no other note whose path ends so takes it.
+    assert normalize_target("/digest/./wiki/foo.md") == ("/digest/wiki/foo.md", False)
     assert normalize_target("digest/wiki/foo", found) == ("digest/wiki/foo.md", True)
     assert normalize_target("resource/a.txt") == ("resource/a.txt", False)
     assert normalize_target("Kafka.md") == ("Kafka.md", False)
@@ -69,8 +71,8 @@ def test_normalize_target() -> None:
     assert normalize_target("foo") == ("foo", False)
     assert normalize_target("  ") == ("", False)
     # Relative to the linking note's folder, as Obsidian reads ./ and ../.
-    assert normalize_target("./kafka", None, "memory/d/a.md") == ("memory/d/kafka.md", False)
-    assert normalize_target("../e/plan", found, "memory/d/a.md") == ("memory/e/plan.md", False)
+    assert normalize_target("./kafka", None, "memory/d/a.md") == ("/memory/d/kafka.md", False)
+    assert normalize_target("../e/plan", found, "memory/d/a.md") == ("/memory/e/plan.md", False)
     assert normalize_target("./foo", found, "digest/wiki/a.md") == ("digest/wiki/foo.md", True)
     assert normalize_target("../../../up", None, "memory/d/a.md") == ("../../../up", False)
     # A folder names no note: not the note of the folder's name beside it.

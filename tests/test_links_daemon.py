@@ -236,11 +236,24 @@ def test_a_link_from_the_root_names_no_note_of_its_name_elsewhere(daemon: Daemon
     write(root, "memory/2026-08-01/a.md",
           "# a\nrootlinkword [[/plan]] [[../../Plan]] [[wiki/]] [[/]]\n")
     write(root, "memory/2026-08-02/b.md", "# b\nbesideword [[../2026-08-01/plan]]\n")
+    # A path from the root with folders names the note at that very path, not one whose
+    # path ends so (as ``[[wiki/kafka]]`` would), also where a relative path lands.
+    write(root, "digest/wiki/kafka.md", "# Kafka\nkafkaword\n")
+    write(root, "memory/2026-08-03/c.md",
+          "# c\ndeepword [[/wiki/kafka]] [[/2026-08-01/Plan]] [[../../wiki/kafka|K]]\n"
+          "[[../../2026-08-01/plan#Top]]\n")
+    write(root, "memory/2026-08-03/d.md", "# d\nrightword [[/digest/wiki/Kafka]]\n")
     daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    assert links_of(daemon, "deepword") == []
+    assert links_of(daemon, "rightword") == ["digest/wiki/kafka.md"]
+    assert links_of(daemon, "kafkaword") == ["memory/2026-08-03/d.md"]
     assert links_of(daemon, "rootlinkword") == []
     assert links_of(daemon, "besideword") == ["memory/2026-08-01/plan.md"]
     assert links_of(daemon, "dayplanword") == ["memory/2026-08-02/b.md"]
     # Another note of the name coming later does not take them either.
     write(root, "digest/plan.md", "# Digest plan\ndigestplanword\n")
+    write(root, "memory/wiki/kafka.md", "# Kafka\nmemkafkaword\n")
     assert links_of(daemon, "digestplanword") == []
     assert links_of(daemon, "rootlinkword") == []
+    assert links_of(daemon, "memkafkaword") == []
+    assert links_of(daemon, "deepword") == []

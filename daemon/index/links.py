@@ -10,6 +10,7 @@ of that name in any folder, a target with a ``/`` the note at that path from the
 root, else one whose path ends with it (``[[wiki/foo]]`` -> ``digest/wiki/foo.md``),
 ``./foo`` and ``../foo`` from the linking note's folder, ``/foo`` (or a path from
 there that lands at the root) only the root's ``foo`` (kept as ``/foo.md`` while it waits),
+``/wiki/foo`` (or ``../wiki/foo`` landing so) only ``wiki/foo.md`` (``/wiki/foo.md``),
 a folder (``wiki/``) no note; ``.md`` optional, any case; of
 several, the one :func:`pick_note` picks, whatever order they came in. Unresolved targets
 are kept as written, a path cleaned (``/a/./b`` -> ``a/b.md``; a file that is no note,
@@ -135,9 +136,11 @@ def normalize_target(target: str, resolve: Resolver | None = None,
         name = posixpath.normpath(name.lstrip("/"))
         if name.startswith("../") or name in ("..", "."):
             return target.strip().replace("\\", "/"), False
-        if rooted and "/" not in name:
+        if rooted:
             # ``[[/x]]``, ``[[../x]]`` from ``memory/n.md``: the note ``x`` at the root, not
-            # the bare name ``x`` of any folder; the ``/`` stays so that it waits as such.
+            # the bare name ``x`` of any folder; ``[[/wiki/x]]`` the note at ``wiki/x.md``,
+            # not one whose path ends so (``digest/wiki/x.md``). The ``/`` stays, so that
+            # it waits as such.
             name = "/" + name
     if resolve is not None:
         found = resolve(name, src)
@@ -263,7 +266,8 @@ def legacy_edge(line: str) -> tuple[str, list[str]] | None:
     if kind is None:
         return None
     targets = [normalize_target(m.group(2))[0] for m in _WIKILINK_RE.finditer(typed.group(3))]
-    return kind, [t for t in targets if t]
+    # A path from the root (``[[/memory/d/n]]``) is the note's path from the root.
+    return kind, [t[1:] if t.startswith("/") and "/" in t[1:] else t for t in targets if t]
 
 
 def resolve_links(path: str, links: list[Link], resolve: Resolver) -> list[Link]:
