@@ -31,7 +31,7 @@ from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, TypedDict
 
-from recalld.daemon.index.chunker import closes_fence, opens_fence
+from recalld.daemon.index.codelines import lines_outside_code
 from recalld.daemon.index.filters import composed
 from recalld.daemon.jsontypes import JsonObject
 
@@ -46,9 +46,6 @@ _WIKILINK_RE: Final = re.compile(
 # a lazy one tried the spaces after each of its characters again, by the square of a
 # run's length (a line of 16,000 spaces took 0.8 s).
 _TYPED_RE: Final = re.compile(r"^\s*(?:[-*+]\s+)?(\w(?=([\w .\-]*))\2)\s*::\s*(.*)$")
-# A code span: a run of backticks up to the next run of as many (``a `b` c``); runs of at
-# most 16, so that a line of unmatched runs is read a bounded number of times.
-_CODE_SPAN_RE: Final = re.compile(r"(?<!`)(`{1,16})(?!`).*?(?<!`)\1(?!`)")
 
 #: ``resolve(target, src)``: the note the link ``target`` in the note ``src`` names.
 Resolver = Callable[[str, str], str | None]
@@ -190,20 +187,6 @@ def pick_note(target: str, paths: Sequence[str], src: str = "") -> str | None:
                                      posixpath.dirname(p) != folder, len(p), composed(p)))
 
 
-def _lines_outside_code(text: str) -> Iterator[tuple[int, str]]:
-    fence = ""
-    # A byte order mark is no text: the first line may be a heading (``## Related``).
-    for number, line in enumerate(text.removeprefix("\ufeff").split("\n"), start=1):
-        if fence:
-            if closes_fence(line, fence):
-                fence = ""
-            continue
-        fence = opens_fence(line)
-        if fence:
-            continue
-        yield number, _CODE_SPAN_RE.sub("", line) if "`" in line else line
-
-
 def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list[Link]:
     """Edges of one note, in text order; code blocks and code spans are skipped, and an edge to
     the note itself is dropped. Duplicates (same dst, kind, line) are kept once.
@@ -219,7 +202,7 @@ def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list
         return out
     seen: set[tuple[str, str, int]] = set()
     section = "link"
-    for number, line in _lines_outside_code(text):
+    for number, line in lines_outside_code(text):
         heading = _HEADING_RE.match(line)
         if heading is not None:
             section = _SECTION_KINDS.get(heading.group(1).strip().lower(), "link")
