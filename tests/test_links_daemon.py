@@ -197,12 +197,21 @@ def test_a_code_block_ends_at_its_own_fence(daemon: DaemonHandle, tmp_path: Path
           "# a comment, no heading\nprint(1)\n```\n\nsee [[kettle]]\n````\n\ndone\n")
     write(root, "memory/2026-08-01/log.md",
           "# Log\nlogword\n```\nout\n```python\n# also code\n[[kettle]]\n```\n")
+    # Blocks fenced inside a quote or a list item are code as well, up to their fence or
+    # the end of what holds them; a link after them counts.
+    write(root, "digest/wiki/after.md", "# After\nafterword\n")
+    write(root, "memory/2026-08-01/steps.md",
+          "# Steps\nstepsword\n\n> ```\n> see [[kettle]]\n> ```\n\n- install:\n"
+          "    ```bash\n    # [[kettle]]\n\n    ```\n2. run:\n   ~~~\n   [[kettle]]\n"
+          "1. - ```\n     [[kettle]]\n> ```\n> [[kettle]]\n\nthen [[after]]\n")
     daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
     for word, end in (("howtoword", 13), ("logword", 8)):
         answer = daemon.call("memory.search", {"agent_id": "w", "query": word, "sync": True})
         (hit,) = answer["results"]
         assert (hit["start_line"], hit["end_line"]) == (1, end), word
         assert hit["links"] == [] and answer["expanded"] == [], word
+    answer = daemon.call("memory.search", {"agent_id": "w", "query": "stepsword"})
+    assert answer["results"][0]["links"] == ["digest/wiki/after.md"], answer
     comment = daemon.call("memory.search", {"agent_id": "w", "query": "comment heading"})
     assert [(r["start_line"], r["heading"]) for r in comment["results"]] == [(1, "Code blocks")]
 
