@@ -13,12 +13,15 @@ Cancellation just stops the waiting.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import os
+import stat
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import trio
 
-from recalld.daemon import qwenpaw
+from recalld.daemon import qwenpaw, safepath
 from recalld.daemon.config import ConfigError
 from recalld.daemon.index import reme_import
 from recalld.daemon.index.embedcache import text_hash
@@ -28,6 +31,7 @@ from recalld.daemon.memory import reme_dream
 from recalld.daemon.memory.catalog import catalog_path, load_catalog
 from recalld.daemon.settings_diff import shown_setting
 from recalld.daemon.workspaces import Workspace
+from recalld.ipc.errors import InvalidParams
 
 if TYPE_CHECKING:
     from recalld.daemon.index.embedder import VectorWorker
@@ -57,6 +61,15 @@ class SettingsReport(TypedDict):
     not_applied: NotRequired[dict[str, object]]
 
 
+class NotIndexed(TypedDict):
+    count: int  # notes of ReMe's chunk store that are there but not indexed
+    notes: dict[str, str]  # the first hundred: path (shown masked) -> why
+
+
+#: How many of ReMe's notes not indexed the report names.
+MAX_NOT_INDEXED_NAMED = 100
+
+
 class ImportReport(TypedDict):
     """What recalld made of a QwenPaw workspace (``workspace.open`` with
     ``import_report``)."""
@@ -69,6 +82,8 @@ class ImportReport(TypedDict):
     reme_store: dict[str, int | str] | None
     #: ReMe chunk stores under other names or versions, not read (metadata_dir-relative).
     reme_stores_not_read: NotRequired[list[str]]
+    #: Notes ReMe indexed that are there but recalld does not index (behind a link).
+    reme_notes_not_indexed: NotRequired[NotIndexed]
     vectors: JsonObject
     dream: DreamReport
     settings: SettingsReport
@@ -101,6 +116,9 @@ async def import_report(ws: Workspace, given: Mapping[str, object] | None, *,
     dream = await trio.to_thread.run_sync(_dream, ws)
     unread = await trio.to_thread.run_sync(
         reme_import.other_chunk_stores, ws.root / ws.settings.metadata_dir)
+    reme_paths = index.reme.paths
+    absent = await index.locked(lambda state: sorted(reme_paths - state.files.keys()))
+    not_indexed = await trio.to_thread.run_sync(_not_indexed, ws.root, absent)
     out: ImportReport = {
         "complete": complete,
         "notes": chunks["notes"],
@@ -113,7 +131,48 @@ async def import_report(ws: Workspace, given: Mapping[str, object] | None, *,
     }
     if unread:
         out["reme_stores_not_read"] = unread
+    if not_indexed:
+        out["reme_notes_not_indexed"] = {
+            "count": len(not_indexed),
+            "notes": dict(list(not_indexed.items())[:MAX_NOT_INDEXED_NAMED])}
     return out
+
+
+def _not_indexed(root: Path, paths: Iterable[str]) -> dict[str, str]:
+    """Of ``paths`` (notes of ReMe's chunk store that recalld has not indexed), those
+    still there, with why they are not indexed (path and reason shown masked). ReMe
+    follows symbolic links; recalld reads nothing through one, so a folder or note
+    linked into the workspace stays out of its index, which the report must say rather
+    than give counts that look complete. A note deleted since ReMe indexed it is not
+    named: nothing of it is lost."""
+    out: dict[str, str] = {}
+    for rel in paths:
+        why = _why_not_indexed(root, rel)
+        if why is not None:
+            out[safepath.masked(rel)] = why
+    return out
+
+
+def _why_not_indexed(root: Path, rel: str) -> str | None:
+    """Why the note ``rel`` below ``root`` is not indexed, if it is there: a link on its
+    way (or in its place), or something other than a file. Only file metadata is read,
+    never through a link."""
+    try:
+        parts = safepath.split_relative(rel)
+    except InvalidParams:  # a path no note can have (ReMe's store says odd things)
+        return None
+    place = root
+    for i, name in enumerate(parts):
+        place = place / name
+        try:
+            mode = os.lstat(place).st_mode
+        except OSError:
+            return None  # gone since ReMe indexed it
+        if stat.S_ISLNK(mode):
+            what = "the folder" if i < len(parts) - 1 else "the note"
+            return (f"{safepath.masked('/'.join(parts[:i + 1]))} is a symbolic link, which "
+                    f"recalld does not follow: move or copy {what} into the workspace")
+    return None if stat.S_ISREG(mode) else "not a regular file"
 
 
 def _chunk_texts(state: IndexState) -> _ChunkTexts:

@@ -241,6 +241,14 @@ def render_report(agent: str, path: str, rep: JsonObject,
         lines.append(f"          ReMe's chunk stores not read: {', '.join(unread)} (only "
                      "file_store/file_chunks_default_v1.jsonl.zst, ReMe 0.4.2's, is read: "
                      "the notes only those hold are chunked and embedded anew)")
+    skipped = rep.get("reme_notes_not_indexed") or {}
+    if skipped.get("count"):
+        lines.append(f"          {skipped['count']} notes ReMe indexed are not indexed:")
+        listed = list((skipped.get("notes") or {}).items())
+        lines.extend(f"            {p}: {why}" for p, why in listed[:5])
+        if skipped["count"] > 5:
+            lines.append(f"            ... ({skipped['count'] - 5} more: --json lists "
+                         f"{len(listed)})")
     vec = rep.get("vectors", {})
     if vec.get("enabled"):
         lines.append(f"vectors:  {vec['reused_from_reme']} reused from ReMe, "

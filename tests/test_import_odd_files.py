@@ -142,3 +142,37 @@ def test_a_cache_file_larger_unpacked_than_a_cache_is_refused(
     assert npz.stat().st_size < reme_import.MAX_NPZ_BYTES
     with pytest.raises(ValueError, match="unpacked"):
         reme_import.load_npz(npz, 64)
+
+
+def test_notes_reme_indexed_behind_a_link_are_named_not_dropped_silently(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # A QwenPaw user kept a day's folder (or one node) elsewhere and linked it in: ReMe
+    # followed the link and indexed it; recalld does not, and the report says which
+    # notes of ReMe's are not served and why, rather than a clean count without them.
+    ws = copy_fixture(tmp_path / "linked")
+    away = tmp_path / "elsewhere"
+    away.mkdir()
+    day = ws / "memory" / "2026-06-12"
+    day.rename(away / day.name)
+    day.symlink_to(away / day.name, target_is_directory=True)
+    node = ws / "digest" / "wiki" / "budget-notes.md"
+    node.rename(away / node.name)
+    node.symlink_to(away / node.name)
+    gone = ws / "memory" / "2026-06-13" / "cooking-1.md"
+    gone.unlink()  # deleted since ReMe indexed it: nothing lost, nothing to say
+    proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["state"] == "ready"
+    found = info["import"]["reme_notes_not_indexed"]
+    skipped = found["notes"]
+    linked = sorted(f"memory/2026-06-12/{p.name}" for p in (away / day.name).iterdir())
+    assert sorted(skipped) == sorted([*linked, "digest/wiki/budget-notes.md"]), skipped
+    assert found["count"] == len(skipped)
+    assert all("memory/2026-06-12 is a symbolic link" in skipped[p] for p in linked)
+    assert "budget-notes.md is a symbolic link" in skipped["digest/wiki/budget-notes.md"]
+    text = cli(daemon, "import-qwenpaw", str(ws)).stdout
+    assert f"{found['count']} notes ReMe indexed are not indexed:" in text, text
+    assert "memory/2026-06-12 is a symbolic link" in text
+    proc = cli(daemon, "--json", "import-qwenpaw", str(copy_fixture(tmp_path / "plain")))
+    assert "reme_notes_not_indexed" not in json.loads(proc.stdout)["import"]
