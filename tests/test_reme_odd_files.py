@@ -7,10 +7,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+import orjson
+import zstandard
 from reme_fixture_util import copy_fixture, embedding_toml, fixture_provider, passage_texts
 from test_reme_import import wait_full
+from waits import wait_for
 
 from recalld.daemon.index import reme_import
+from recalld.daemon.store.records import read_foreign_records
 
 SPACE = "78677232862f"  # the fixture's space (tests/fixtures/reme-0.4.2/mem_metadata)
 
@@ -38,3 +42,32 @@ def test_fifos_named_like_remes_files_do_not_hold_the_import(daemon_factory: Any
         assert st["reused_vectors"] == st["total"]
         assert d.stop() == 0
     assert reme_import.remove_own_mirrors(meta) == []
+
+
+def test_remes_chunks_with_a_key_in_their_frontmatter_stay_remes(daemon_factory: Any,
+                                                                 tmp_path: Path) -> None:
+    # A ReMe set to copy each note's frontmatter into its chunks' metadata
+    # (include_frontmatter_in_metadata) writes a note's `key:` (and `heading:`) there
+    # too: those chunks are ReMe's all the same. Their boundaries are kept, and the
+    # store is never removed as a copy of the index an older recalld wrote.
+    ws = copy_fixture(tmp_path / "ws")
+    store = ws / "mem_metadata" / reme_import.CHUNK_STORE
+    records = read_foreign_records(store).records
+    for i, rec in enumerate(records):
+        rec["metadata"] = {"name": "runbook", "key": i if i % 2 else "deploy",
+                           "heading": "Ops"}
+    store.write_bytes(zstandard.ZstdCompressor().compress(
+        b"".join(orjson.dumps(rec) + b"\n" for rec in records)))
+    written = store.read_bytes()
+    d = daemon_factory(f'[workspaces.w]\npath = "{ws}"\n[daemon]\npersist_delay_s = 0.05\n')
+    d.call("index.sync", {"agent_id": "w"})
+    rep = d.call("workspace.open", {"agent_id": "w", "path": str(ws),
+                                    "import_report": True})["import"]
+    assert rep["reme_store"]["skipped"] == 0, rep["reme_store"]
+    assert rep["chunks"]["reme_boundaries"] == len(records), rep["chunks"]
+    wait_for(lambda: list((ws / "mem_metadata" / "index").glob("MANIFEST-*")), "a manifest")
+    d.call("workspace.close", {"agent_id": "w"})
+    d.call("workspace.open", {"agent_id": "w", "path": str(ws)})  # from its saved index
+    d.call("index.sync", {"agent_id": "w"})
+    assert store.read_bytes() == written
+    assert d.stop() == 0

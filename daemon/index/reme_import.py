@@ -176,8 +176,14 @@ def _chunk_of(rec: Mapping[str, object]) -> tuple[str, ReMeChunk] | None:
 
 
 def _mirrored_chunk(rec: Mapping[str, object]) -> bool:
+    """Whether ``rec`` is a chunk an older recalld wrote: its metadata holds its int
+    ``key`` and its ``heading``, and it has none of the ``scores`` every chunk ReMe
+    writes has. A ``key`` alone is no sign: a ReMe set to copy each note's frontmatter
+    into its chunks' metadata (``include_frontmatter_in_metadata``) puts a note's
+    ``key:`` field there, and such a store is ReMe's, never to be removed."""
     meta = rec.get("metadata")
-    return isinstance(meta, Mapping) and "key" in meta
+    return (isinstance(meta, Mapping) and type(meta.get("key")) is int
+            and isinstance(meta.get("heading"), str) and "scores" not in rec)
 
 
 #: Files older recalld versions wrote under ReMe's names (copies of their own index
