@@ -118,7 +118,8 @@ async def import_report(ws: Workspace, given: Mapping[str, object] | None, *,
         reme_import.other_chunk_stores, ws.root / ws.settings.metadata_dir)
     reme_paths = index.reme.paths
     absent = await index.locked(lambda state: sorted(reme_paths - state.files.keys()))
-    not_indexed = await trio.to_thread.run_sync(_not_indexed, ws.root, absent)
+    not_indexed = await trio.to_thread.run_sync(
+        _not_indexed, ws.root, absent, (ws.settings.daily_dir, ws.settings.digest_dir))
     out: ImportReport = {
         "complete": complete,
         "notes": chunks["notes"],
@@ -138,27 +139,30 @@ async def import_report(ws: Workspace, given: Mapping[str, object] | None, *,
     return out
 
 
-def _not_indexed(root: Path, paths: Iterable[str]) -> dict[str, str]:
+def _not_indexed(root: Path, paths: Iterable[str], folders: Iterable[str],
+                 ) -> dict[str, str]:
     """Of ``paths`` (notes of ReMe's chunk store that recalld has not indexed), those
-    still there, with why they are not indexed (path and reason shown masked). ReMe
-    follows symbolic links; recalld reads nothing through one, so a folder or note
-    linked into the workspace stays out of its index, which the report must say rather
-    than give counts that look complete. A note deleted since ReMe indexed it is not
-    named: nothing of it is lost."""
+    still there below the indexed ``folders``, with why they are not indexed (path and
+    reason shown masked). ReMe follows symbolic links; recalld reads nothing through
+    one, so a folder or note linked into the workspace stays out of its index, which
+    the report must say rather than give counts that look complete. A note deleted
+    since ReMe indexed it is not named: nothing of it is lost."""
     out: dict[str, str] = {}
     for rel in paths:
-        why = _why_not_indexed(root, rel)
+        why = _why_not_indexed(root, rel, folders)
         if why is not None:
             out[safepath.masked(rel)] = why
     return out
 
 
-def _why_not_indexed(root: Path, rel: str) -> str | None:
-    """Why the note ``rel`` below ``root`` is not indexed, if it is there: a link on its
-    way (or in its place), or something other than a file. Only file metadata is read,
-    never through a link."""
+def _why_not_indexed(root: Path, rel: str, folders: Iterable[str]) -> str | None:
+    """Why the note ``rel`` below ``root`` is not indexed, if it is there below one of
+    ``folders``: a link on its way (or in its place), or something other than a file.
+    Only file metadata is read, never through a link."""
     try:
         parts = safepath.split_relative(rel)
+        if not safepath.below(parts, folders):
+            return None  # ReMe indexed more than notes (its raw dialogs, say)
     except InvalidParams:  # a path no note can have (ReMe's store says odd things)
         return None
     place = root

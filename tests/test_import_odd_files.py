@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zstandard
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from reme_fixture_util import copy_fixture, fixture_provider, passage_texts
@@ -160,6 +161,15 @@ def test_notes_reme_indexed_behind_a_link_are_named_not_dropped_silently(
     node.symlink_to(away / node.name)
     gone = ws / "memory" / "2026-06-13" / "cooking-1.md"
     gone.unlink()  # deleted since ReMe indexed it: nothing lost, nothing to say
+    # ReMe's chunks of a file outside memory/ and digest/ (one more folder it watched),
+    # never a note of recalld's, behind a link: not named.
+    (away / "extra").mkdir()
+    (away / "extra" / "x.md").write_text("# x\n", "utf-8")
+    (ws / "extra").symlink_to(away / "extra", target_is_directory=True)
+    with (ws / "mem_metadata" / reme_import.CHUNK_STORE).open("ab") as f:
+        f.write(zstandard.compress(json.dumps({
+            "id": "x1", "path": "extra/x.md", "start_line": 1, "end_line": 1,
+            "text": "# x", "metadata": {}, "scores": {}}).encode() + b"\n"))
     proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
