@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -48,6 +49,43 @@ def test_a_newer_schema_is_refused(conn: db.Conn) -> None:
         with pytest.raises(schema.SchemaTooNew, match="version 999"):
             schema.migrate(conn)
         raise psycopg.Rollback()
+
+
+def test_a_daemon_that_waited_for_another_s_migration_finds_its_tables(
+        pg_server: PgServer) -> None:  # noqa: F811
+    # Two daemons (or two workspaces of one) meet an empty database at once: the one that
+    # waits for the migration lock then sees the tables the other made, and makes none.
+    database = "m" + uuid.uuid4().hex[:12]
+    with psycopg.connect(pg_server.dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {database}".encode())
+    cfg = RemoteConfig(dsn=pg_server.dsn.rsplit("/", 1)[0] + "/" + database, name="x")
+    first, second = db.connect(cfg), db.connect(cfg)
+    outcome: list[object] = []
+
+    def migrate_second() -> None:
+        try:
+            outcome.append(schema.migrate(second))
+        except psycopg.Error as exc:
+            outcome.append(exc)
+
+    try:
+        with first.transaction():
+            first.execute("SELECT pg_advisory_xact_lock(%s)", (schema.MIGRATION_LOCK,))
+            waiter = threading.Thread(target=migrate_second)
+            waiter.start()
+            wait_for(lambda: first.execute(
+                "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND "
+                "pid = %s", (second.info.backend_pid,)).fetchone(),
+                what="the second session waiting for the migration lock")
+            assert schema.migrate(first) == [m.version for m in schema.MIGRATIONS]
+        waiter.join()
+        assert outcome == [[]]
+        assert schema.migrate(second) == []
+    finally:
+        first.close()
+        second.close()
+        with psycopg.connect(pg_server.dsn, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE {database} WITH (FORCE)".encode())
 
 
 def test_upload_rules(conn: db.Conn) -> None:

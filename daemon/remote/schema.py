@@ -6,9 +6,10 @@ its primary key: it is the distribution column for Citus (``create_distributed_t
 migrations are documented in docs/remote.md; a migration is never edited once released,
 a change is a new one.
 
-:func:`migrate` runs the missing migrations in one transaction under an advisory lock, so
-several daemons starting at once against an empty database do not race. A database whose
-schema is newer than this recalld knows is refused with a clear error. Blocking (psycopg).
+:func:`migrate` runs the missing migrations in one transaction, begun once it holds an
+advisory lock, so several daemons starting at once against an empty database do not race.
+A database whose schema is newer than this recalld knows is refused with a clear error.
+Blocking (psycopg).
 """
 
 from __future__ import annotations
@@ -160,9 +161,23 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]]) -> list[int]:
     role without CREATE) still serves the rest."""
     if not _wanted(conn, applied_versions(conn)):
         return []
+    # The lock is taken before the transaction begins, not inside it: a session that
+    # waited for it inside its transaction still has the catalog as the transaction
+    # found it (PostgreSQL reads other sessions' catalog changes at a transaction's
+    # start), so the tables another daemon made meanwhile were missing to it, and its
+    # CREATE TABLE failed with "already exists".
+    conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+    try:
+        return _migrate_locked(conn)
+    finally:
+        if not conn.closed and not conn.broken:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+
+
+def _migrate_locked(conn: psycopg.Connection[tuple[object, ...]]) -> list[int]:
+    """:func:`migrate`'s work, holding the migration lock."""
     applied: list[int] = []
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
         done = applied_versions(conn)
         if done is None:
             conn.execute("""
