@@ -484,6 +484,8 @@ def _from_table(table: Mapping[str, object], daemon_table: dict[str, object], cf
             base_ws = _build(WorkspaceSettings, agent, base=defaults,
                              where=f"{where} qwenpaw_agent_json")
         workspaces[agent_id] = _workspace(ws_table, base_ws, where)
+    if twin := config_rules.shared_twice({a: w.remote for a, w in workspaces.items()}):
+        raise ConfigError(twin)
 
     base = DaemonConfig(
         socket_path=socket_path,

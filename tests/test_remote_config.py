@@ -57,6 +57,31 @@ def test_bad_remote_is_refused_with_its_place(tmp_path: Path, table: str, messag
     assert message in str(info.value)
 
 
+@pytest.mark.parametrize(("first", "second", "refused"), [
+    # No host set: both take the machine's name, so the second never connects.
+    ('dsn = "postgresql://u:pw@db.example/mem"', 'dsn = "host=db.example dbname=mem"', True),
+    ('dsn = "postgresql://a@db.example:5433/mem", host = "lap"',
+     'dsn = "postgresql://b:x@db.example:5433/mem", host = "lap"', True),
+    ('dsn = "postgresql://db.example/mem", host = "lap"',
+     'dsn = "postgresql://db.example/mem", host = "lap2"', False),
+    ('dsn = "postgresql://db.example/mem"', 'dsn = "postgresql://db.example/other"', False),
+    ('dsn = "postgresql://db.example/mem"', 'dsn = "postgresql://db2.example/mem"', False),
+])
+def test_two_workspaces_replicating_one_shared_workspace_under_one_host_are_refused(
+        tmp_path: Path, first: str, second: str, refused: bool) -> None:
+    text = "".join(f'[workspaces.{agent}]\nremote = {{ kind = "postgres", name = "team", '
+                   f"{remote} }}\n" for agent, remote in (("coder", first), ("writer", second)))
+    if not refused:
+        assert load(tmp_path, text).workspace_settings("writer").remote is not None
+        return
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, text)
+    shown = str(info.value)
+    assert "[workspaces.writer.remote]: shared workspace team" in shown, shown
+    assert "replicated by [workspaces.coder] too" in shown and "need a host each" in shown
+    assert "pw@" not in shown and ":x@" not in shown  # no DSN (nor password) is quoted
+
+
 @pytest.mark.parametrize(("dsn", "masked"), [
     ("postgresql://u:s3cret@h:5432/db", "postgresql://u:***@h:5432/db"),
     ("postgres://:s3cret@h/db", "postgres://:***@h/db"),
