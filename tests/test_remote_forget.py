@@ -3,6 +3,9 @@ from its server for good, its rows in every table, refused while a daemon shares
 
 from __future__ import annotations
 
+import re
+import uuid
+
 import psycopg
 import pytest
 from conftest import DaemonFactory
@@ -10,6 +13,8 @@ from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from test_remote import cli, converged, notes, pair, root, write
 from waits import wait_for
 
+from recalld.daemon.config import RemoteConfig
+from recalld.daemon.remote import db, forget, locks
 from recalld.ipc.errors import AlreadyRunning, InvalidParams, NotFound
 
 TABLES = ("recalld_files", "recalld_changes", "recalld_catalog", "recalld_embeddings")
@@ -60,3 +65,35 @@ def test_a_shared_workspace_is_forgotten_once_no_daemon_shares_it(
         plain.call("remote.forget", {"name": "team memory", "dsn": pg_server.dsn})
     # The hosts keep their files (now a local workspace's).
     assert (root(a) / "memory/2026-10-01/Ölwechsel.md").exists()
+
+
+def test_sessions_of_another_database_do_not_hold_a_workspace_of_this_one(
+        pg_server: PgServer) -> None:  # noqa: F811
+    # One server, a database per team: workspace ids start at 1 in each, so the hosts
+    # connected to another database's workspace of the same id are not this one's.
+    name = "f" + uuid.uuid4().hex[:12]
+    other = "o" + uuid.uuid4().hex[:12]
+    cfg = RemoteConfig(dsn=pg_server.dsn, name=name)
+    with psycopg.connect(pg_server.dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {other}".encode())
+    here, there = db.connect(cfg), db.connect(
+        RemoteConfig(dsn=pg_server.dsn.rsplit("/", 1)[0] + "/" + other, name=name))
+    try:
+        workspace_id, _ = db.open_workspace(here, name)
+        there.execute("SET application_name = 'recalld hostz auto_dream'")
+        locks.claim_host(there, workspace_id, name, "laptop")
+        assert locks.try_job_lock(there, workspace_id, "auto_dream") is None
+        # This database's own holders are still seen.
+        with db.connect(cfg) as rival:
+            locks.claim_host(rival, workspace_id, name, "desk")
+            with pytest.raises(locks.HostTaken, match=re.escape("'desk' (from 127.0.0.1 since")):
+                locks.claim_host(here, workspace_id, name, "desk")
+        assert locks.try_job_lock(here, workspace_id, "auto_dream") is None
+        assert forget.remove_workspace(here, name) == {
+            "workspace_id": workspace_id, "rows": {**dict.fromkeys(
+                (*db.WORKSPACE_TABLES, "recalld_workspaces"), 0), "recalld_workspaces": 1}}
+    finally:
+        here.close()
+        there.close()
+        with psycopg.connect(pg_server.dsn, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE {other} WITH (FORCE)".encode())

@@ -15,7 +15,7 @@ from psycopg import sql
 
 from recalld.daemon.config import ConfigError, RemoteConfig
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.remote import db
+from recalld.daemon.remote import db, locks
 from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.remote.searcher import one_line
 from recalld.ipc.errors import AlreadyRunning, InvalidParams, NotFound, ProviderUnavailable
@@ -32,13 +32,8 @@ class StillShared(Exception):
 def _connected(conn: db.Conn, workspace_id: int) -> list[str]:
     """The sessions holding a host's lock in the workspace (see ``locks.claim_host``):
     ``from <address> since <time> UTC`` each."""
-    rows = conn.execute(
-        "SELECT coalesce(host(a.client_addr), 'a local socket'), to_char(a.backend_start"
-        " AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') FROM pg_locks l JOIN"
-        " pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted"
-        " AND l.classid = %s::bigint::oid AND l.objsubid = 1",
-        (workspace_id & 0x7FFF_FFFF,)).fetchall()
-    return [f"from {addr} since {since} UTC" for addr, since in rows]
+    return [f"from {h.address or 'a local socket'} since {h.since} UTC"
+            for h in locks.holders(conn, workspace_id & 0x7FFF_FFFF, 1)]
 
 
 def remove_workspace(conn: db.Conn, name: str) -> JsonObject | None:

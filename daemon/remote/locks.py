@@ -8,6 +8,7 @@ Blocking psycopg calls: run them in worker threads.
 from __future__ import annotations
 
 import zlib
+from dataclasses import dataclass
 
 from recalld.daemon.remote.db import Conn
 
@@ -18,6 +19,33 @@ JOB_LOCKS = {"auto_dream": 0x7263_0001, "auto_resource": 0x7263_0002}
 
 def job_lock_key(workspace_id: int, kind: str) -> tuple[int, int]:
     return workspace_id, JOB_LOCKS[kind]
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A session holding an advisory lock."""
+
+    address: str | None  # None: a local socket
+    since: str  # the session's start, "YYYY-MM-DD HH:MM:SS" UTC
+    application: str
+
+
+def holders(conn: Conn, classid: int, objsubid: int, objid: int | None = None
+            ) -> list[Holder]:
+    """The sessions holding an advisory lock of this database whose first key half is
+    ``classid`` (and second ``objid``, if given); ``objsubid`` 1 for a single bigint key,
+    2 for a pair of keys. pg_locks lists the advisory locks of the whole server, but they
+    are taken per database, and another database's workspaces have the same ids."""
+    rows = conn.execute(
+        "SELECT host(a.client_addr), to_char(a.backend_start AT TIME ZONE 'UTC',"
+        " 'YYYY-MM-DD HH24:MI:SS'), a.application_name FROM pg_locks l"
+        " JOIN pg_stat_activity a ON a.pid = l.pid"
+        " JOIN pg_database d ON d.oid = l.database AND d.datname = current_database()"
+        " WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::bigint::oid"
+        " AND l.objsubid = %s AND (%s::bigint IS NULL OR l.objid = %s::bigint::oid)"
+        " ORDER BY a.backend_start", (classid, objsubid, objid, objid)).fetchall()
+    return [Holder(None if addr is None else str(addr), str(since), str(app or ""))
+            for addr, since, app in rows]
 
 
 class HostTaken(Exception):
@@ -34,13 +62,8 @@ def claim_host(conn: Conn, workspace_id: int, name: str, host: str) -> None:
     row = conn.execute("SELECT pg_try_advisory_lock(%s::bigint)", (key,)).fetchone()
     if row is not None and row[0]:
         return
-    holder = conn.execute(
-        "SELECT host(a.client_addr), to_char(a.backend_start AT TIME ZONE 'UTC',"
-        " 'YYYY-MM-DD HH24:MI:SS') FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-        " WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::bigint::oid"
-        " AND l.objid = %s::bigint::oid AND l.objsubid = 1",
-        (key >> 32, key & 0xFFFF_FFFF)).fetchone()
-    addr, since = holder if holder is not None else (None, None)
+    found = holders(conn, key >> 32, 1, key & 0xFFFF_FFFF)
+    addr, since = (found[0].address, found[0].since) if found else (None, None)
     where = " ".join(filter(None, [f"from {addr}" if addr else "",
                                    f"since {since} UTC" if since else ""]))
     raise HostTaken(
@@ -57,8 +80,5 @@ def try_job_lock(conn: Conn, workspace_id: int, kind: str) -> str | None:
     row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", key).fetchone()
     if row is not None and row[0]:
         return None
-    holder = conn.execute(
-        "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-        "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::int::oid "
-        "AND l.objid = %s::int::oid AND l.objsubid = 2", key).fetchone()
-    return "" if holder is None else str(holder[0])
+    found = holders(conn, key[0], 2, key[1])
+    return found[0].application if found else ""
