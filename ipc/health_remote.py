@@ -88,7 +88,8 @@ _REFUSING_ADVICE = {
     "disk full": "the server's disk is full: free space there",
     "permission denied": "the dsn's user lacks rights: grant it SELECT, INSERT, UPDATE "
                          "and DELETE on the recalld_* tables (and CREATE on the schema "
-                         "for the first start of a new database)",
+                         "for the first start of a new database; a migration of the "
+                         "schema needs the tables' owner, as the error says)",
     "": "the error says what the server refuses",
 }
 

@@ -88,6 +88,40 @@ def test_a_daemon_that_waited_for_another_s_migration_finds_its_tables(
             admin.execute(f"DROP DATABASE {database} WITH (FORCE)".encode())
 
 
+def test_a_migration_a_role_may_not_run_names_the_tables_owner(
+        pg_server: PgServer) -> None:  # noqa: F811
+    # An older recalld made the schema as one role; this host logs in as another that
+    # may read and write the tables but, not owning them, not alter them.
+    database, role = "m" + uuid.uuid4().hex[:12], "r" + uuid.uuid4().hex[:12]
+    base = pg_server.dsn.rsplit("/", 1)[0]
+    with psycopg.connect(pg_server.dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {database}".encode())
+        admin.execute(f"CREATE ROLE {role} LOGIN".encode())
+    try:
+        with psycopg.connect(f"{base}/{database}", autocommit=True) as owner:
+            owner.execute("CREATE TABLE recalld_schema_migrations (version integer PRIMARY "
+                          "KEY, name text NOT NULL, applied_at timestamptz DEFAULT now())")
+            for m in schema.MIGRATIONS[:-1]:
+                owner.execute(m.sql.encode())
+                owner.execute("INSERT INTO recalld_schema_migrations (version, name) VALUES"
+                              " (%s, %s)", (m.version, m.name))
+            owner.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "
+                          f"public TO {role}".encode())
+        last = schema.MIGRATIONS[-1]
+        with db.connect(RemoteConfig(dsn=f"{base}/{database}".replace(
+                "postgres@", f"{role}@", 1), name="x")) as conn:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege) as info:
+                schema.migrate(conn)
+        said = str(info.value)
+        assert (f"schema is at version {last.version - 1} and needs migration "
+                f"{last.version} ({last.name}), which only the owner of its tables "
+                "(postgres) may run: must be owner of table") in said, said
+    finally:
+        with psycopg.connect(pg_server.dsn, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE {database} WITH (FORCE)".encode())
+            admin.execute(f"DROP ROLE {role}".encode())
+
+
 def test_upload_rules(conn: db.Conn) -> None:
     name = "rules-" + uuid.uuid4().hex[:8]
     ws, ident = db.open_workspace(conn, name)

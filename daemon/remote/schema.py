@@ -196,6 +196,9 @@ CREATE TABLE IF NOT EXISTS recalld_schema_migrations (
                     conn.execute("INSERT INTO recalld_schema_migrations (version, name) "
                                  "VALUES (%s, %s)", (m.version, m.name))
             except psycopg.Error as exc:
+                if not m.optional and done and isinstance(
+                        exc, psycopg.errors.InsufficientPrivilege):
+                    raise _owner_needed(conn, m, max(done), exc) from exc
                 if not m.optional:
                     raise
                 log.warning("schema migration %d (%s) skipped: %s", m.version, m.name,
@@ -203,3 +206,19 @@ CREATE TABLE IF NOT EXISTS recalld_schema_migrations (
                 continue
             applied.append(m.version)
     return applied
+
+
+def _owner_needed(conn: psycopg.Connection[tuple[object, ...]], m: Migration, at: int,
+                  exc: psycopg.Error) -> psycopg.errors.InsufficientPrivilege:
+    """The refusal of a migration of an existing schema by a role that may use its
+    tables but not alter them (PostgreSQL lets only a table's owner): which migration,
+    and whose it is to run, rather than the server's bare "must be owner of table"."""
+    row = conn.execute("SELECT tableowner FROM pg_tables WHERE tablename = "
+                       "'recalld_workspaces' AND schemaname = ANY (current_schemas(false))"
+                       ).fetchone()
+    owner = f" ({row[0]})" if row is not None else ""
+    said = " ".join((exc.diag.message_primary or str(exc)).split())
+    return psycopg.errors.InsufficientPrivilege(
+        f"the shared database's schema is at version {at} and needs migration "
+        f"{m.version} ({m.name}), which only the owner of its tables{owner} may run: "
+        f"{said}; connect once as that role, or make this one their owner")
