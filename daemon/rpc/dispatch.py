@@ -41,6 +41,7 @@ from recalld.daemon.jsontypes import JsonObject as JsonObject
 from recalld.daemon.jsontypes import integer_range
 from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.services import DaemonServices
+from recalld.daemon.store import confine
 from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc import __version__
 from recalld.ipc.errors import InvalidParams, MethodNotFound, UnknownWorkspace
@@ -109,19 +110,38 @@ class DaemonState:
 
 @dataclass(frozen=True, slots=True)
 class CallContext:
-    """One call: the daemon state, the connection it came on, and the request."""
+    """One call: the daemon state, the connection it came on, and the request.
+
+    The folder of each workspace the call is handed (:meth:`workspace`, :meth:`writable`,
+    :meth:`searchable`) stays guarded (:mod:`confine`) until the call ends, as a job's
+    does: a workspace that fails meanwhile (a link took the place of its folder or of
+    ``metadata_dir``) or closes gives up its own guard, and the call's writes and state
+    reads below that folder then go on through its handles, refused, rather than by path
+    through the link into another folder, another agent's among them."""
 
     state: DaemonState
     connection: Peer
     request: Request
+    #: The guards of the folders handed out, released as the call ends (``dispatch``).
+    held: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False,
+                                       compare=False)
+    held_roots: set[str] = field(default_factory=set, repr=False, compare=False)
 
     @property
     def services(self) -> DaemonServices:
         return self.state.services
 
     def workspace(self, agent_id: str) -> Workspace:
-        """The ready workspace of ``agent_id`` (UnknownWorkspace otherwise)."""
-        return self.state.registry.get(agent_id)
+        """The ready workspace of ``agent_id`` (UnknownWorkspace otherwise), its folder
+        guarded until the call ends."""
+        return self._guarded(self.state.registry.get(agent_id))
+
+    def _guarded(self, ws: Workspace) -> Workspace:
+        """``ws``, its folder guarded (:mod:`confine`) until the call ends."""
+        if str(ws.root) not in self.held_roots:
+            self.held.enter_context(confine.guarded(ws.root))
+            self.held_roots.add(str(ws.root))
+        return ws
 
     @contextlib.asynccontextmanager
     async def writable(self, agent_id: str) -> AsyncIterator[Workspace]:
@@ -137,10 +157,10 @@ class CallContext:
         start = self.services.start
         if not start.done:
             try:
-                return self.state.registry.searchable(agent_id)
+                return self._guarded(self.state.registry.searchable(agent_id))
             except UnknownWorkspace:
                 await start.wait_started()
-        return self.state.registry.searchable(agent_id)
+        return self._guarded(self.state.registry.searchable(agent_id))
 
 
 Handler = Callable[[CallContext, JsonObject], Awaitable[Result]]
@@ -302,7 +322,7 @@ class Methods:
                 raise InvalidParams(f"{request.method} takes at most "
                                     f"{len(method.positional)} positional params")
             params = dict(zip(method.positional, params, strict=False))
-        with map_exceptions():
+        with ctx.held, map_exceptions():  # the folders it was handed, guarded until now
             return await method.handler(ctx, params)
 
 

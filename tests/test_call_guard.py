@@ -1,0 +1,126 @@
+"""A call under way when its workspace fails or closes writes nothing through a link put in
+the place of its folder.
+
+A workspace guards its folder while it is open (:mod:`confine`): its writes go through the
+folder's handles, so a link swapped in refuses them. It gives the guard up as it stops
+(failed: a link took its folder's place; or closed). A call that was handed the workspace
+before (past the write gate, or reading it) went on writing by path: through the link,
+into the other agent's folder. Now the call keeps the folder guarded until it ends, as a
+job does, and its write is refused saying where the folder leads.
+
+The daemon runs in process (its supervisor, services and socket), with one method more
+that writes as the storage layer does once the test lets it: the test decides when the
+call writes, after the workspace let its folder go.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from test_server_in_process import LineClient
+
+from recalld.daemon.config import DaemonConfig
+from recalld.daemon.rpc.dispatch import CallContext, Methods
+from recalld.daemon.rpc.methods import all_methods
+from recalld.daemon.services import build_daemon_services
+from recalld.daemon.store.fsio import REAL, atomic_write
+from recalld.daemon.supervisor import Supervisor
+from recalld.ipc import errors
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="rcg-", dir="/tmp"))  # a socket's path: short
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every entry below ``root``: its size and mtime, to tell any write."""
+    return {str(p.relative_to(root)): (p.lstat().st_size, p.lstat().st_mtime_ns)
+            for p in sorted(root.rglob("*"))}
+
+
+class Held:
+    """``test.write_later``: takes bob's workspace as ``how`` says, then waits for
+    :attr:`go` and saves a state file below its folder."""
+
+    def __init__(self) -> None:
+        self.entered, self.go = trio.Event(), trio.Event()
+        self.methods = Methods()
+
+        @self.methods.add("test.write_later")
+        async def write_later(ctx: CallContext, params: dict[str, Any]) -> Any:
+            if params["how"] == "writable":
+                async with ctx.writable("bob") as ws:
+                    return await self._write(ws.root)
+            return await self._write(ctx.workspace("bob").root)
+
+    async def _write(self, root: Path) -> str:
+        self.entered.set()
+        await self.go.wait()
+        await trio.to_thread.run_sync(atomic_write, REAL, root / "mem_metadata" / "x.json",
+                                      b"bob's")
+        return "written"
+
+
+@asynccontextmanager
+async def serving(short: Path, extra: Methods) -> AsyncIterator[tuple[Supervisor, LineClient]]:
+    """A daemon in process (with ``extra`` methods) and a connection to it."""
+    cfg = DaemonConfig(socket_path=short / "s.sock", data_dir=short / "data",
+                       config_path=short / "none.toml")
+    daemon = Supervisor(build_daemon_services(cfg), all_methods().include(extra))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(daemon.run)
+        client = LineClient(await trio.open_unix_socket(str(cfg.socket_path)))
+        try:
+            yield daemon, client
+        finally:
+            await client.aclose()
+            daemon.request_stop()
+
+
+async def call(client: LineClient, method: str, params: dict[str, Any]) -> Any:
+    await client.send({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+    return await client.recv()
+
+
+@pytest.mark.parametrize("how", ["writable", "workspace"])
+async def test_a_call_under_way_when_its_folder_became_a_link_writes_nothing_there(
+        short_dir: Path, how: str) -> None:
+    alice, bob = short_dir / "alice", short_dir / "bob"
+    held = Held()
+    async with serving(short_dir, held.methods) as (daemon, client):
+        for agent, root in (("alice", alice), ("bob", bob)):
+            opened = await call(client, "workspace.open", {"agent_id": agent,
+                                                           "path": str(root)})
+            assert "result" in opened, opened
+        ws = daemon.registry.get("bob")
+        before = tree(alice)
+        async with trio.open_nursery() as nursery:
+            replies: list[Any] = []
+
+            async def write() -> None:
+                replies.append(await call(client, "test.write_later", {"how": how}))
+
+            nursery.start_soon(write)
+            await held.entered.wait()
+            os.rename(bob, short_dir / "bob.old")
+            os.symlink(alice, bob)
+            with pytest.raises(errors.UnknownWorkspace, match="now leads to"):
+                daemon.registry.get("bob")  # a use finds the link: bob stops
+            with trio.fail_after(10):
+                await ws.wait_closed()  # and has let its folder go
+            held.go.set()
+        [reply] = replies
+        assert tree(alice) == before, "bob's write landed in alice's folder"
+        assert reply["error"]["code"] == errors.PATH_OUTSIDE_WORKSPACE, reply
+        assert f"now leads to {alice}" in reply["error"]["message"], reply
