@@ -107,6 +107,7 @@ class Watcher(CookieSync):
         self._hold = hold
         self._set_up = trio.Event()  # the watch is set up (or failed, retried in the back)
         self._never_watched = False  # stopped before its watch was set up
+        self._ended = False  # run() returned: no batch is applied any more
         self._pending: set[str] = set()
         self._pending_dirs: set[str] = set()
         self._rescan: str | None = None  # a reconcile the flush task owes, and why
@@ -382,6 +383,16 @@ class Watcher(CookieSync):
         serves by reconcile alone and keeps retrying) and, unless ``reconcile_before_ready``
         is off, the startup reconcile has applied every change made while the daemon was
         down. With a ``hold``: started at once, the rest after it."""
+        try:
+            await self._run(task_status)
+        finally:
+            # Stopped (the workspace closed or failed): a sync waiting for its cookie's
+            # batch, which nobody applies now, ends at once instead of waiting on.
+            self._ended = True
+            for done in self._cookies.values():
+                done.set()
+
+    async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         hold = None if self._config.reconcile_before_ready else self._hold
         async with trio.open_nursery() as nursery:
             if not self._config.reconcile_before_ready:

@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from functools import partial
+from pathlib import Path
 
 import trio
 
@@ -37,6 +38,8 @@ class CookieSync:
     _hold: Callable[[], Awaitable[None]] | None
     _set_up: trio.Event
     _never_watched: bool
+    _ended: bool
+    _workspace: Path
     _watch_state: str
     _unlisted: dict[str, str]
     _cookies: dict[str, trio.Event]
@@ -58,11 +61,13 @@ class CookieSync:
         before it applied. A cookie not seen within ``sync_timeout_s`` (events lost, watch
         down) is a reconcile instead; one seen while an apply still runs is waited for. On
         cancellation the cookie is removed and nothing else changes. A held watcher's
-        sync waits for its watch, after the hold."""
+        sync waits for its watch, after the hold. One under way when the watcher stops (the
+        workspace failed or closed), or made after, raises UnknownWorkspace."""
         if self._hold is not None:
             await self._set_up.wait()
             if self._never_watched:
                 raise UnknownWorkspace("the workspace stopped before it was watched")
+        self._check_running()
         if self._watch_state != "watching" or self._unlisted:
             await self._sync_by_reconcile("sync without a watch")
             return
@@ -80,6 +85,7 @@ class CookieSync:
                 while True:
                     with trio.move_on_after(self._config.sync_timeout_s):
                         await done.wait()
+                        self._check_running()
                         return
                     # The cookie came, and the batch holding it waits behind an apply
                     # still running or owed (a first build's reconcile takes seconds):
@@ -99,6 +105,13 @@ class CookieSync:
                     await self._run_sync(partial(self._paths.mark, name, remove=True))
                 except OSError as exc:  # the root is a file now, or unreadable
                     log.debug("sync cookie %s not removed: %s", name, exc)
+
+    def _check_running(self) -> None:
+        if self._ended:
+            raise UnknownWorkspace(f"the workspace at {self._workspace} stopped before the "
+                                   "change was indexed (it failed or was closed; what was "
+                                   "written stays on disk and is indexed once it opens "
+                                   "again)")
 
     async def _sync_by_reconcile(self, reason: str) -> None:
         # A root removed (rm -r memory) is made again first, as the watch's restart does,

@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 from watcher_harness import ROOTS, FakeIndex, disk_notes, inline, make, write
 from watchfiles import Change
 
 from recalld.daemon.watcher import Watcher
 from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.watchsource import COOKIE_PREFIX, ScriptedChangeSource
+from recalld.ipc.errors import UnknownWorkspace
 
 
 async def test_sync_waits_for_the_cookie_batch(tmp_path: Path, autojump_clock: object) -> None:
@@ -165,3 +167,46 @@ async def test_a_sync_never_writes_its_cookie_through_a_link_in_place_of_the_roo
         assert os.stat(elsewhere).st_mtime_ns == 1_000_000_000  # nothing made or removed
         assert "digest/d.md" in index.texts()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_sync_under_way_when_the_watcher_stops_ends_saying_so(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    # The workspace stopped (failed or closed) while a write's sync waited for its
+    # cookie's batch, seen but behind an apply: the batch was never applied, and the sync
+    # waited on, sync_timeout_s after sync_timeout_s, until the write's own 30 s bound (the
+    # caller's call timed out first). Now it ends at once, saying why.
+    index = FakeIndex(tmp_path)
+    src = ScriptedChangeSource()
+    applying, stopped = trio.Event(), trio.Event()
+
+    async def slow_apply(paths: set[str]) -> None:
+        applying.set()
+        await trio.sleep_forever()
+
+    watcher = Watcher(tmp_path, ROOTS, apply=slow_apply, known=index.known, source=src,
+                      config=WatcherConfig(reconcile_interval_s=300.0, sync_timeout_s=2.0,
+                                           reconcile_before_ready=False),
+                      wall=trio.current_time, run_sync=inline)  # type: ignore[arg-type]
+    write(tmp_path / "memory" / "d" / "n.md", "note")
+    async with trio.open_nursery() as outer:
+        async with trio.open_nursery() as workspace:
+            await workspace.start(watcher.run)
+            await applying.wait()
+
+            async def call() -> None:  # a call's task: not the workspace's
+                with trio.fail_after(60), pytest.raises(UnknownWorkspace,
+                                                        match="stopped before"):
+                    await watcher.sync()
+                stopped.set()
+
+            outer.start_soon(call)
+            await trio.testing.wait_all_tasks_blocked()  # its cookie written
+            assert src.emit_cookies()
+            await trio.testing.wait_all_tasks_blocked()  # and seen, behind the apply
+            workspace.cancel_scope.cancel()
+        before = trio.current_time()
+        await stopped.wait()
+        assert trio.current_time() - before < 1.0
+    with pytest.raises(UnknownWorkspace, match="stopped before"):
+        await watcher.sync()  # and one that comes after
