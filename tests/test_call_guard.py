@@ -28,6 +28,7 @@ import trio
 from test_server_in_process import LineClient
 
 from recalld.daemon.config import DaemonConfig
+from recalld.daemon.maintenance import compact
 from recalld.daemon.rpc.dispatch import CallContext, Methods
 from recalld.daemon.rpc.methods import all_methods
 from recalld.daemon.services import build_daemon_services
@@ -56,6 +57,13 @@ class Held:
     def __init__(self) -> None:
         self.entered, self.go = trio.Event(), trio.Event()
         self.methods = Methods()
+
+        @self.methods.add("test.compact_later")
+        async def compact_later(ctx: CallContext, params: dict[str, Any]) -> Any:
+            ws = ctx.workspace("bob")  # as index.compact takes it
+            self.entered.set()
+            await self.go.wait()
+            return await compact(ws, ws.services.index)
 
         @self.methods.add("test.write_later")
         async def write_later(ctx: CallContext, params: dict[str, Any]) -> Any:
@@ -124,3 +132,31 @@ async def test_a_call_under_way_when_its_folder_became_a_link_writes_nothing_the
         assert tree(alice) == before, "bob's write landed in alice's folder"
         assert reply["error"]["code"] == errors.PATH_OUTSIDE_WORKSPACE, reply
         assert f"now leads to {alice}" in reply["error"]["message"], reply
+
+
+async def test_an_index_compacted_after_its_workspace_was_opened_again_saves_nothing(
+        short_dir: Path) -> None:
+    # The call held the workspace closed meanwhile and opened again: its index committed
+    # a generation of the state it had into the folder the new one's index now writes
+    # (one writer per generation store), and answered as if compacted.
+    bob = short_dir / "bob"
+    held = Held()
+    async with serving(short_dir, held.methods) as (daemon, client):
+        opened = await call(client, "workspace.open", {"agent_id": "bob", "path": str(bob)})
+        assert "result" in opened, opened
+        async with trio.open_nursery() as nursery:
+            replies: list[Any] = []
+
+            async def compact_it() -> None:
+                replies.append(await call(client, "test.compact_later", {}))
+
+            nursery.start_soon(compact_it)
+            await held.entered.wait()
+            await daemon.registry.close("bob")
+            await daemon.registry.open("bob", bob)
+            before = tree(bob / "mem_metadata" / "index")
+            held.go.set()
+        [reply] = replies
+        assert reply.get("error", {}).get("code") == errors.UNKNOWN_WORKSPACE, reply
+        assert "closed" in reply["error"]["message"], reply
+        assert tree(bob / "mem_metadata" / "index") == before

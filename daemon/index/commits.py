@@ -39,6 +39,7 @@ from recalld.daemon.index.reads import StateAccess
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.store.arrays import Mapped
 from recalld.daemon.store.errors import CorruptState, DiskFull, StorageError
+from recalld.ipc.errors import UnknownWorkspace
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,9 @@ class Committer:
         self.saving = 0
         self.reload = False
         self.checked = trio.Event()
+        #: The index service stopped (its workspace closed or failed): no commit from now
+        #: on, the folder may be another index's already (the workspace opened again).
+        self.closed = False
         self.last_commit: CommitRecord | None = None
         self.persist_error: PersistError | None = None
         #: Files of the current generation that changed on disk after they were opened or
@@ -188,6 +192,10 @@ class Committer:
         # generation store is not meant for two writers.
         due = time.monotonic()
         async with self._commit_lock:
+            if self.closed:  # a call handed the workspace before it closed (index.compact)
+                raise UnknownWorkspace(
+                    f"workspace {self._agent_id!r} was closed (or failed) while the call "
+                    "ran: its index saved nothing; call again once it is open")
             await self._commit_once(due)
 
     async def commit_at_close(self) -> None:

@@ -226,9 +226,12 @@ class WorkspaceIndex:
                                    self._compacted)
                 task_status.started()
         finally:
-            with trio.move_on_after(10.0) as cleanup:
-                cleanup.shield = True
-                await commits.commit_at_close()
+            try:
+                with trio.move_on_after(10.0) as cleanup:
+                    cleanup.shield = True
+                    await commits.commit_at_close()
+            finally:
+                commits.closed = True
 
     async def after_start(self) -> None:
         """Until the daemon's start let background work go (at once without a ``hold``):
