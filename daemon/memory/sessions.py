@@ -39,14 +39,20 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any
 
 import trio
 
 from recalld.daemon import memtrim
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.memory.sessionrecords import (
+    LoggedTurn,
+    SessionsStatus,
+    StateRecord,
+    SubmitRecord,
+    TurnsRecord,
+)
 from recalld.daemon.memory.turns import (
-    Turn,
     count_user_turns,
     last_text,
     sanitize_messages,
@@ -65,55 +71,6 @@ MAX_REQUEST_IDS = 1024
 #: again starts its counters afresh).
 MAX_DONE_SESSIONS = 10_000
 WRITE_TIMEOUT_S = 10.0
-
-
-class LoggedTurn(Turn):
-    seq: int  # its place in the workspace's sequence of messages
-    at: NotRequired[float]  # when it was added (Unix time; not in logs before it was kept)
-
-
-class TurnsRecord(TypedDict):
-    """Messages added to a session (a log record)."""
-
-    op: Literal["turns"]
-    session_id: str
-    messages: list[LoggedTurn]
-    user_turns: int
-    user_seqs: list[int]
-    upto: int
-    request_id: NotRequired[str]
-    answer: NotRequired[JsonObject]  # the answer given to ``request_id``
-
-
-class SubmitRecord(TypedDict):
-    """An auto_memory job was submitted for a session's turns up to ``upto``."""
-
-    op: Literal["submit"]
-    session_id: str
-    upto: int
-    job_id: str
-    request_id: NotRequired[str]
-    answer: NotRequired[JsonObject]
-
-
-class StateRecord(TypedDict):
-    """A session's counters, written by compaction."""
-
-    op: Literal["state"]
-    session_id: str
-    committed: int
-    submitted: int
-    last_job_id: str | None
-    user_turns_total: int
-    seq: int
-    answers: dict[str, JsonObject]
-    user_seqs: NotRequired[list[int]]  # moved into a turns record when written
-
-
-class SessionsStatus(TypedDict):
-    sessions: int
-    pending_messages: int
-    quarantined_records: int
 
 
 def _seqs() -> array[int]:
