@@ -160,3 +160,43 @@ async def test_an_index_compacted_after_its_workspace_was_opened_again_saves_not
         assert reply.get("error", {}).get("code") == errors.UNKNOWN_WORKSPACE, reply
         assert "closed" in reply["error"]["message"], reply
         assert tree(bob / "mem_metadata" / "index") == before
+
+
+@pytest.mark.parametrize("what", ["turns", "inbox"])
+async def test_a_log_write_under_way_when_the_workspace_closes_is_told_nothing_was_saved(
+        short_dir: Path, what: str) -> None:
+    # The close closed the pending-turns log (the inbox's) while the call's append waited
+    # for the log's write lock (another append, a compaction): the append then met a
+    # closed log, an internal error (-32603), or with the descriptor's number taken by
+    # another file meanwhile, wrote there. Now the close waits for the write under way,
+    # and the append that waited is refused saying nothing was saved.
+    bob = short_dir / "bob"
+    async with serving(short_dir, Methods()) as (daemon, client):
+        opened = await call(client, "workspace.open", {"agent_id": "bob", "path": str(bob)})
+        assert "result" in opened, opened
+        services = daemon.registry.get("bob").services
+        if what == "turns":
+            lock = services.sessions._write_lock
+            request = ("memory.add_turns", {"agent_id": "bob", "session_id": "s1",
+                                            "messages": [{"role": "user", "content": "tea"}]})
+        else:
+            item = await services.inbox.push("auto_memory", "bob likes tea", ["memory/t.md"])
+            assert item is not None
+            lock = services.inbox._lock
+            request = ("inbox.ack", {"agent_id": "bob", "ids": [item["id"]]})
+        async with trio.open_nursery() as nursery:
+            replies: list[Any] = []
+
+            async def write() -> None:
+                replies.append(await call(client, *request))
+
+            async with lock:  # another write under way
+                nursery.start_soon(write)
+                with trio.fail_after(10):
+                    while not lock.statistics().tasks_waiting:
+                        await trio.testing.wait_all_tasks_blocked()
+                nursery.start_soon(daemon.registry.close, "bob")
+                await trio.testing.wait_all_tasks_blocked()
+        [reply] = replies
+        assert reply.get("error", {}).get("code") == errors.UNKNOWN_WORKSPACE, reply
+        assert "nothing was saved" in reply["error"]["message"], reply

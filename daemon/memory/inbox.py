@@ -120,7 +120,12 @@ class Inbox:
             task_status.started()
             await trio.sleep_forever()
         finally:
-            self.close()
+            self._open = False
+            # Closed under a worker thread's append, the log's descriptor number could be
+            # another file's by the time the thread writes: the write under way ends first.
+            with trio.CancelScope(shield=True):
+                async with self._lock:
+                    self.close()
 
     # -- operations ------------------------------------------------------------------
 
@@ -209,10 +214,12 @@ class Inbox:
 
     def _require_open(self) -> None:
         if not self._open:
-            raise UnknownWorkspace(f"the inbox of {self.agent_id!r} is not open")
+            raise UnknownWorkspace(f"the inbox of {self.agent_id!r} is not open (its "
+                                   "workspace closed or failed): nothing was saved")
 
     async def _append(self, records: Sequence[Mapping[str, object]]) -> None:
         """Append (caller holds the lock); compacts when the log grew large."""
+        self._require_open()  # it closed while the caller waited for the lock
         with trio.CancelScope(shield=True), trio.move_on_after(WRITE_TIMEOUT_S):
             await trio.to_thread.run_sync(self._log.append, records)
             for rec in records:  # the in-memory effect is exactly what a replay does

@@ -172,12 +172,20 @@ class SessionStore:
         self._log.close()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Open, serve until cancelled, close once the log write under way ended (one
+        waiting for it then takes none, UnknownWorkspace)."""
         await self.open()
         try:
             task_status.started()
             await trio.sleep_forever()
         finally:
-            self.close()
+            self._open = False
+            # Closed under a worker thread's append, the log's descriptor number could be
+            # another file's by the time the thread writes (and the write was refused as
+            # an internal error): the write under way ends first.
+            with trio.CancelScope(shield=True):
+                async with self._write_lock:
+                    self.close()
 
     def _apply(self, rec: Mapping[str, Any]) -> None:
         """Apply one log record (JSON as replayed from disk, or one just written)."""
@@ -222,11 +230,11 @@ class SessionStore:
                 self._answers.popitem(last=False)
 
     async def _append(self, records: Sequence[Mapping[str, object]]) -> None:
-        if not self._open:
-            raise UnknownWorkspace(f"the session store of {self.agent_id!r} is not open")
+        self._check_open()
         written = False
         with trio.CancelScope(shield=True), trio.move_on_after(WRITE_TIMEOUT_S):
             async with self._write_lock:
+                self._check_open()  # it closed while this waited
                 await trio.to_thread.run_sync(self._log.append, records)
                 written = True
                 await self._appended(records)
@@ -235,6 +243,11 @@ class SessionStore:
             raise StorageError(f"the pending-turns log of {self.agent_id!r} took no write "
                                f"within {WRITE_TIMEOUT_S:g} s (another write holds it); "
                                f"nothing was saved", self.path)
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise UnknownWorkspace(f"the session store of {self.agent_id!r} is not open (its "
+                                   "workspace closed or failed): nothing was saved")
 
     async def _appended(self, records: Sequence[Mapping[str, object]]) -> None:
         """Apply ``records``, just written to the log; compact the log if it is time."""
