@@ -69,9 +69,11 @@ def guard(root: Path) -> None:
     """From now on, writes and state reads below ``root`` (absolute, resolved) go
     through handles."""
     global _roots
+    key = os.path.abspath(root)
     with _lock:
-        _guarded[os.path.abspath(root)] += 1
-        _roots = tuple(sorted(_guarded, key=len, reverse=True))
+        _guarded[key] += 1
+        if _guarded[key] == 1:  # a new one (each call guards the folders it uses again)
+            _roots = tuple(sorted(_guarded, key=len, reverse=True))
 
 
 def release(root: Path) -> None:
@@ -82,7 +84,7 @@ def release(root: Path) -> None:
         _guarded[key] -= 1
         if _guarded[key] <= 0:
             del _guarded[key]
-        _roots = tuple(sorted(_guarded, key=len, reverse=True))
+            _roots = tuple(sorted(_guarded, key=len, reverse=True))
 
 
 @contextmanager
