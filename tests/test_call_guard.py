@@ -1,16 +1,17 @@
-"""A call under way when its workspace fails or closes writes nothing through a link put in
-the place of its folder.
+"""Calls under way when their workspace fails or closes: nothing lands elsewhere, and
+the call is told why.
 
-A workspace guards its folder while it is open (:mod:`confine`): its writes go through the
-folder's handles, so a link swapped in refuses them. It gives the guard up as it stops
-(failed: a link took its folder's place; or closed). A call that was handed the workspace
-before (past the write gate, or reading it) went on writing by path: through the link,
-into the other agent's folder. Now the call keeps the folder guarded until it ends, as a
-job does, and its write is refused saying where the folder leads.
+A workspace guards its folder while it is open (:mod:`confine`) and gives the guard up as
+it stops (failed: a link took its folder's place; or closed). A call handed the workspace
+before (past the write gate, or reading it) went on writing by path through the link into
+the other agent's folder: now the call keeps the folder guarded until it ends, as a job
+does. An index compacted by such a call after the workspace opened again wrote into the
+new index's folder; a log append that waited while the workspace closed met a closed log
+(an internal error).
 
-The daemon runs in process (its supervisor, services and socket), with one method more
-that writes as the storage layer does once the test lets it: the test decides when the
-call writes, after the workspace let its folder go.
+The daemon runs in process (its supervisor, services and socket), with methods more that
+take the workspace as the real ones do and write once the test lets them, or with the
+lock a real write waits for held by the test: the test decides when the call writes.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from test_server_in_process import LineClient
 
 from recalld.daemon.config import DaemonConfig
