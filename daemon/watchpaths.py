@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Final, TypedDict
 
 from recalld.daemon import safepath
+from recalld.daemon.store import confine
 from recalld.daemon.store.fsio import TEMP_RE
 from recalld.daemon.store.leftovers import file_times_now
 from recalld.daemon.watchsource import COOKIE_PREFIX
@@ -251,11 +252,17 @@ class WatchedRoots:
     def _make_below(self, rel: str) -> None:
         """Make the root ``rel`` folder by folder below the workspace folder, never the
         workspace folder itself: one removed meanwhile (a link in its place taken away) is
-        not made again, empty, where the user is about to put it back (FileNotFoundError)."""
+        not made again, empty, where the user is about to put it back (FileNotFoundError).
+        Made as the workspace's writes are (:mod:`confine`): never through a link put in
+        the place of the workspace folder or of a folder on the way (OSError)."""
         folder = self.workspace
         for name in rel.split("/"):
             folder = folder / name
-            folder.mkdir(exist_ok=True)
+            try:
+                confine.mkdir(folder, 0o777)  # as Path.mkdir: the umask decides
+            except FileExistsError:
+                if not folder.is_dir():  # as Path.mkdir(exist_ok=True): a file there
+                    raise
 
     def make_removed_roots(self, leave: frozenset[str]) -> None:
         """Create the roots gone from a workspace folder still there, but those named in

@@ -13,7 +13,9 @@ from watcher_harness import ROOTS, FakeIndex, disk_notes, eventually, write
 
 from recalld.daemon import inotify
 from recalld.daemon.inotify import InotifySource
+from recalld.daemon.store import confine
 from recalld.daemon.watcher import Watcher
+from recalld.daemon.watchpaths import WatchedRoots
 from recalld.daemon.watchrecords import WatcherConfig
 
 pytestmark = pytest.mark.skipif(not inotify.available(), reason="inotify is Linux-only")
@@ -191,3 +193,24 @@ async def test_a_root_removed_is_recreated_and_its_notes_dropped(tmp_path: Path)
             assert index.texts() == {"memory/2026-12-02/b.md": "b"}
             assert watcher.status()["state"] == "watching"
             nursery.cancel_scope.cancel()
+
+
+def test_the_roots_are_never_made_through_a_link_in_place_of_the_workspace(
+        tmp_path: Path) -> None:
+    # The watcher made its missing roots with mkdir by path: with a link to alice's
+    # folder in the workspace's place, bob's watch (restarted after the loss) made
+    # alice's memory/ and digest/ folders, before any use of bob saw the link.
+    bob, alice = tmp_path / "bob", tmp_path / "alice"
+    bob.mkdir()
+    alice.mkdir()
+    paths = WatchedRoots(bob, ROOTS, suffixes=(".md",), ignore_dirs=())
+    confine.guard(bob)  # as the open workspace has it
+    try:
+        bob.rename(tmp_path / "bob.old")
+        bob.symlink_to(alice)
+        with pytest.raises(OSError, match="now leads to"):
+            paths.make_roots()
+        paths.make_removed_roots(frozenset())  # logged, not made
+    finally:
+        confine.release(bob)
+    assert list(alice.iterdir()) == []
