@@ -5,8 +5,8 @@ anchors of the context rules with one factored pattern (``anchors``), and runs a
 rule's pattern before looking for its hints where the runs are a small part of the text.
 Each must give what the plain definitions give: ``TOKEN_RUN.finditer``, one ``find`` loop
 per anchor word, and every rule's hints checked first; and it reads a text through
-the invisible characters inside its tokens by one pass over their runs, as dropping them
-one by one and mapping each span back gives.
+the invisible characters and escapes inside its tokens, mapping each span found so back
+as mapping it character by character gives.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from recalld.daemon.memory import secret_anchors, secret_rules
 from recalld.daemon.memory.redact import _merge, find_spans
 from recalld.daemon.memory.secret_anchors import anchor_words, anchors
 from recalld.daemon.memory.secret_forms import as_ascii
+from recalld.daemon.memory.secret_reading import token_reading
 from recalld.daemon.memory.secret_rules import (
-    INVISIBLE_IN_TOKEN,
     RULES,
     TOKEN_RUN,
     Rule,
@@ -58,15 +58,27 @@ def reference_anchors(text: str, lower: str) -> list[int]:
 
 
 def reference_find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]:
-    """:func:`_hints_first` on the text, and on the text without the invisible
-    characters inside its tokens, each span found there mapped back by the positions of
-    the characters kept (compatibility forms of ASCII characters read as those first)."""
+    """:func:`_hints_first` on the text, and on the text as it reads inside its tokens
+    (``secret_reading.token_reading``), each span found there mapped back character by
+    character: each character kept to itself, each character an escape spells to the
+    whole escape (compatibility forms of ASCII characters read as those first)."""
     text = as_ascii(text)
-    hidden = {i for m in INVISIBLE_IN_TOKEN.finditer(text) for i in range(*m.span())}
-    kept = [i for i in range(len(text)) if i not in hidden]
-    seen = "".join(text[i] for i in kept)
+    reading = token_reading(text)
+    if reading is None:
+        return _hints_first(text, rules)
+    origin: list[Span] = []  # where each character of the reading came from
+    pos = 0
+    for source, length, read in zip(reading.source, reading.source_len, reading.read,
+                                    strict=True):
+        origin.extend((i, i + 1) for i in range(pos, source))
+        origin.extend([(source, source + length)] * read)
+        pos = source + length
+    origin.extend((i, i + 1) for i in range(pos, len(text)))
+    assert len(origin) == len(reading.text)
+    assert "".join(text[a:b] if b - a == 1 else reading.text[i]
+                   for i, (a, b) in enumerate(origin)) == reading.text
     return _merge(_hints_first(text, rules) + [
-        (kept[s], kept[e - 1] + 1) for s, e in (_hints_first(seen, rules) if hidden else [])])
+        (origin[s][0], origin[e - 1][1]) for s, e in _hints_first(reading.text, rules)])
 
 
 def _hints_first(text: str, rules: Sequence[Rule]) -> list[Span]:
@@ -98,7 +110,8 @@ _PIECE = st.sampled_from([
     " ", "\n", "\n\n", ". ", ", ", ": ", "=", "-", "_", "/", "the note says ", "password",
     "Password", "PASS", "pw", "apin", "appat", "token", "api_key", "dbPassword", "DB_",
     "--token ", "sig=", "://", "user:", "@host", "Bearer ", "key-", "sk-", "ghp_", "AKIA",
-    "akia", "eyJ", "\u200b", "\u00ad", "\ufeff",
+    "akia", "eyJ", "\u200b", "\u00ad", "\ufeff", "%5F", "%2D", "%2570", "\\x70",
+    "\\u0070", "=5F", "=\n", "=\r\n", "&#95;", "&#x2d;", "%2F", "%20",
     "密码是", "口令：", "记忆", "中文", "😀", "🔑", "é", "İ", "ß", "ﬃ",
     "a" * 15, "b" * 16, "c" * 17, "x9Y" * 7, "0123456789abcdef" * 3, "-" * 16, "Q~",
 ])

@@ -75,10 +75,12 @@ FORMAT_VERSION = 1
 # (``secret_rules.INVISIBLE_IN_TOKEN``); 23: a number after a count of tokens
 # (``max_tokens: 4096``) and a setting of words and a number (``token_budget=2000``) are
 # not masked; 24: a text ending inside a URL's password, before its "@", is; 25: a number
-# after a tokenizer's token id (``eos_token_id: 151645``) is not; a generation
+# after a tokenizer's token id (``eos_token_id: 151645``) is not; 26: a token is read
+# through the escapes inside it that spell its characters (``secret_reading``,
+# ``ghp%5F...``, ``gh\\x70_...``, a quoted-printable soft line break); a generation
 # saved under other rules has its files chunked, masked and tokenized again after a load.
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 25
+CHUNKING = 26
 # The rules by which wikilinks name notes (``links.py``): a generation saved under other
 # rules has its graph's edges to no note resolved again after a load. 1: as Obsidian
 # resolves them (``[[Kafka.md]]``, ``[[wiki/foo]]`` in any case).

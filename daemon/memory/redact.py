@@ -12,7 +12,6 @@ stalls on them.
 
 from __future__ import annotations
 
-import bisect
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final, overload
@@ -23,10 +22,10 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.secret_anchors import ANCHOR_WORDS, anchor_words, anchors
 from recalld.daemon.memory.secret_forms import as_ascii
 from recalld.daemon.memory.secret_names import MASK as MASK
+from recalld.daemon.memory.secret_reading import token_reading
 from recalld.daemon.memory.secret_rules import (
     FORMAT_RULES,
     INVISIBLE_CHARS,
-    INVISIBLE_IN_TOKEN,
     MIN_RUN_CHARS,
     RULES,
     RUN_CHARS,
@@ -48,34 +47,17 @@ INLINE_CHARS: Final = 16_384
 
 def find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]:
     """The merged, sorted spans of ``text`` that ``rules`` take for secrets: in ``text``
-    as it is, and as it reads without the characters that show nothing inside a token
-    (``secret_rules.INVISIBLE_IN_TOKEN``; a span found so covers the characters it was
-    read from, the invisible ones among them). Compatibility forms of ASCII characters
-    (full-width ``ｇｈｐ＿``, ``password：``) are read as those characters
-    (:mod:`secret_forms`), before the invisible ones are looked for."""
+    as it is, and as it reads inside its tokens (:mod:`secret_reading`: without the
+    characters that show nothing there, with the escapes there spelling their
+    characters; a span found so covers the characters it was read from). Compatibility
+    forms of ASCII characters (full-width ``ｇｈｐ＿``, ``password：``) are read as those
+    characters (:mod:`secret_forms`), before the rest."""
     text = as_ascii(text)
     spans = _find_spans(text, rules)
-    if text.isascii() or INVISIBLE_IN_TOKEN.search(text) is None:
+    reading = token_reading(text)
+    if reading is None:
         return spans
-    visible: list[str] = []
-    # Where each run of invisible characters was taken out (its place in the visible
-    # text), and how many had been taken out up to and with it.
-    cuts: list[int] = []
-    shifts: list[int] = []
-    pos = removed = 0
-    for m in INVISIBLE_IN_TOKEN.finditer(text):
-        visible.append(text[pos:m.start()])
-        cuts.append(m.start() - removed)
-        removed += m.end() - m.start()
-        shifts.append(removed)
-        pos = m.end()
-    visible.append(text[pos:])
-
-    def original(at: int) -> int:
-        i = bisect.bisect_right(cuts, at) - 1
-        return at + (shifts[i] if i >= 0 else 0)
-
-    found = [(original(s), original(e - 1) + 1) for s, e in _find_spans("".join(visible), rules)]
+    found = [reading.original(s, e) for s, e in _find_spans(reading.text, rules)]
     return _merge(spans + found) if found else spans
 
 

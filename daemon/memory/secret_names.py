@@ -60,14 +60,15 @@ def _hints() -> re.Pattern[str] | None:
 def could_hold(name: str) -> bool:
     """Could the redaction rules find anything in ``name``? False only when they cannot."""
     from recalld.daemon.memory.secret_forms import as_ascii
-    from recalld.daemon.memory.secret_rules import INVISIBLE_IN_TOKEN
+    from recalld.daemon.memory.secret_reading import token_reading
 
-    if name.isascii():
-        return _could_hold(name)
-    name = as_ascii(name)  # read as the rules read it: as it is, and as it
-    # shows (without what shows nothing inside a token)
-    visible = INVISIBLE_IN_TOKEN.sub("", name)
-    return _could_hold(name) or (visible != name and _could_hold(visible))
+    # Read as the rules read it: as it is, and as it reads inside its tokens (without
+    # what shows nothing there, with the escapes there spelling their characters).
+    name = as_ascii(name)
+    if _could_hold(name):
+        return True
+    reading = token_reading(name)
+    return reading is not None and _could_hold(reading.text)
 
 
 def _could_hold(name: str) -> bool:
