@@ -3,8 +3,9 @@ files. A token copied out of a URL, a JSON or C string, an HTML page or a mail c
 with some of its characters escaped (``ghp%5F...``, ``sk%2Dproj%2D...``, ``gh\\x70_...``,
 ``&#95;``, a quoted-printable soft line break inside it); it is the same key, and no piece
 of it may reach a note, a note's name as memory.read and memory.list give it, or a
-search's answer. Escapes that spell no token character (``%2F``, ``%20``, ``caf%C3%A9``),
-"n=48", base64's padding at a line's end and an image's data URL stay as they are.
+search's answer. The same holds for an AWS secret key with its "/" and "+" escaped
+(``%2F``, JSON's ``\\/``). A URL's escapes (``%2F``, ``%20``, ``caf%C3%A9``), "n=48",
+base64's padding at a line's end and an image's data URL stay as they are.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ def _rand(n: int) -> str:
 KEYS = ("ghp_" + _rand(36), "sk-proj-" + _rand(48), "glpat-" + _rand(20),
         "AKIA" + "".join(RNG.choice(string.ascii_uppercase + string.digits) for _ in range(16)),
         "xoxb-1234567890-" + _rand(24), "hf_" + _rand(34))
+#: An AWS secret key: base64's "/" and "+" inside, escaped in a URL or a JSON string.
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYzEXAMPLEKE"
+AWS_ESCAPED = (AWS_SECRET.replace("/", "%2F").replace("+", "%2B"),
+               AWS_SECRET.replace("/", "%2f").replace("+", "%252B"),
+               AWS_SECRET.replace("/", "\\/"), AWS_SECRET.replace("+", "\\u002b"))
 
 #: Ways of writing one character escaped, by the encoders and writers that do.
 ESCAPES: dict[str, Callable[[str], str]] = {
@@ -74,7 +80,7 @@ def _escaped(key: str) -> list[str]:
 
 def _leaks(text: str) -> list[str]:
     """The keys a piece of which (8 characters) shows in ``text``."""
-    return [key[:8] for key in KEYS
+    return [key[:8] for key in (*KEYS, AWS_SECRET)
             if any(key[i:i + 8] in text for i in range(2, len(key) - 7, 4))]
 
 
@@ -83,6 +89,8 @@ def test_redaction_reads_a_key_through_the_escapes_inside_it() -> None:
         for form in _escaped(key):
             out = redact(f"see {form} ok")
             assert out == "see [REDACTED] ok", (form, out)
+    for form in AWS_ESCAPED:
+        assert redact(f'["{form}"]') == '["[REDACTED]"]', form
     for clean in CLEAN:
         assert redact(clean) == clean
 
@@ -106,6 +114,7 @@ def test_an_escaped_key_in_notes_names_and_turns_is_masked_everywhere(
     named = f"memory/2026-12-01/{github[:3]}%{ord(github[3]):02X}{github[4:]}.md"
     typed = (f"# keys\nwalrus {github[:2]}\\x{ord(github[2]):02x}{github[3:]} and "
              f"{openai[:2]}%2D{openai[3:7]}%2D{openai[8:]} and {aws[:8]}=\n{aws[8:]}\n"
+             f'["{AWS_ESCAPED[2]}"]\n'
              + "\n".join(CLEAN) + "\n")
     (root / "memory" / "2026-12-01").mkdir(parents=True)
     (root / named).write_text(typed)

@@ -77,10 +77,12 @@ FORMAT_VERSION = 1
 # not masked; 24: a text ending inside a URL's password, before its "@", is; 25: a number
 # after a tokenizer's token id (``eos_token_id: 151645``) is not; 26: a token is read
 # through the escapes inside it that spell its characters (``secret_reading``,
-# ``ghp%5F...``, ``gh\\x70_...``, a quoted-printable soft line break); a generation
-# saved under other rules has its files chunked, masked and tokenized again after a load.
+# ``ghp%5F...``, ``gh\\x70_...``, a quoted-printable soft line break); 27: and through
+# escapes of base64's "/" and "+" (an AWS secret key URL-encoded, JSON's ``\\/``); a
+# generation saved under other rules has its files chunked, masked and tokenized again
+# after a load.
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 26
+CHUNKING = 27
 # The rules by which wikilinks name notes (``links.py``): a generation saved under other
 # rules has its graph's edges to no note resolved again after a load. 1: as Obsidian
 # resolves them (``[[Kafka.md]]``, ``[[wiki/foo]]`` in any case).

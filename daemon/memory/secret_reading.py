@@ -13,8 +13,9 @@ A key is cut into pieces no rule knows, while it still reads and pastes as one, 
   soft break: nothing).
 
 Only escapes spelling a character a token is made of (a letter, a digit, ``_``, ``-``,
-``.``) are read so, a token spelled by escapes alone too: ``%2F`` in a URL's query,
-``=3D``, ``%20`` or ``caf%C3%A9`` read as they are. :func:`token_reading` gives
+``.``, and base64's ``/`` and ``+``: an AWS secret key URL-encoded, ``...%2FK7MDENG%2Bb...``,
+or in a JSON string that escapes "/") are read so, a token spelled by escapes alone
+too: ``=3D``, ``%20`` or ``caf%C3%A9`` read as they are. :func:`token_reading` gives
 the reading with the way back from its positions to the text's (a span found there covers
 the characters it was read from), or None where it is the text itself, as in most texts.
 """
@@ -33,11 +34,14 @@ __all__ = ["Reading", "token_reading"]
 #: The characters tokens are made of that an escape inside one may spell.
 _TOKEN_CHARS: Final = frozenset(
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
+#: ...and those of base64 (an AWS secret key, a key's body) it may spell too.
+_SPELLED: Final = _TOKEN_CHARS | {"/", "+"}
 #: One escape: percent-encoding (``%25`` once more when encoded twice), a backslash
-#: escape, an HTML character reference, quoted-printable and its soft line break. An
-#: encoder of quoted-printable writes a letter or a digit as it is ("n=48" is no escape);
-#: it escapes "_" in an encoded word (RFC 2047), "-" or "." where a line ends.
-_ESCAPE: Final = (r"%(?:25)?[0-9A-Fa-f]{2}|\\u[0-9A-Fa-f]{4}|\\x[0-9A-Fa-f]{2}"
+#: escape (JSON's ``\\/`` too), an HTML character reference, quoted-printable and its
+#: soft line break. An encoder of quoted-printable writes a letter or a digit as it is
+#: ("n=48" is no escape); it escapes "_" in an encoded word (RFC 2047), "-" or "." where
+#: a line ends.
+_ESCAPE: Final = (r"%(?:25)?[0-9A-Fa-f]{2}|\\u[0-9A-Fa-f]{4}|\\x[0-9A-Fa-f]{2}|\\/"
                   r"|&#[0-9]{2,3};|&#[xX][0-9A-Fa-f]{2};|=(?:5F|2D|2E|\r?\n)")
 _ESCAPES: Final = re.compile(_ESCAPE)
 #: Places tried one by one for an escape starting with one character, before a search.
@@ -53,10 +57,12 @@ def _spelled(escape: str) -> str | None:
         code = int(escape[-2:], 16)
     elif escape[0] == "&":
         code = int(escape[3:-1], 16) if escape[2] in "xX" else int(escape[2:-1])
+    elif escape[1] == "/":
+        return "/"  # JSON's escaped solidus (PHP's json_encode writes every "/" so)
     else:
         code = int(escape[2:], 16)
     char = chr(code)
-    return char if char in _TOKEN_CHARS else None
+    return char if char in _SPELLED else None
 
 
 @dataclass(frozen=True, slots=True)
