@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from recalld.daemon.memory.secret_anchors import CRED_HINTS
+from recalld.daemon.memory.secret_base64 import WRAPPED, wrapped_finder
 from recalld.daemon.memory.secret_config import find_in_configs
 from recalld.daemon.memory.secret_context import (
     find_assignments,
@@ -415,65 +416,10 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
 )
 
 
-# -- base64-wrapped secrets --------------------------------------------------------------
-
-#: What secrets known by their shape start with: wrapped in base64 (a Kubernetes Secret's
-#: ``data``, ``echo ... | base64 -d``), their start is a fixed string too.
-_WRAPPED_STARTS: Final = (
-    "-----BEGIN", "---- BEGIN", "PuTTY-User-Key-File", "AGE-SECRET-KEY-", "ghp_", "gho_",
-    "ghs_", "ghu_", "ghr_", "github_pat_", "glpat-", "xoxb-", "xoxp-", "xoxa-", "xapp-",
-    "sk-", "sk_live_", "rk_live_", "AKIA", "ASIA", "AIza", "GOCSPX-", "ya29.", "eyJ", "SG.",
-    "npm_", "pypi-", "hf_", "dop_v1_", "shpat_", "whsec_", "xkeysib-")
-
-
-def _b64_start(start: str) -> str:
-    """The base64 characters that ``start`` alone decides, at the start of a text."""
-    import base64
-
-    return base64.b64encode(start.encode()).decode()[: len(start) * 4 // 3]
-
-
-_WRAPPED = re.compile(
-    r"(?<![A-Za-z0-9+])(?:" + "|".join(sorted({re.escape(_b64_start(w))
-                                                 for w in _WRAPPED_STARTS}))
-    + r")[A-Za-z0-9+/\-_]{8,}(?:={1,2}(?![A-Za-z0-9+/=])|(?![A-Za-z0-9+/=\-_]))")
-_JOIN = re.compile(r"[-_/]+")
-#: The lines that go on with base64 wrapped at a fixed width (``base64``'s 76 columns).
-_WRAPPED_LINES = re.compile(r"(?:\r?\n[ \t]*[A-Za-z0-9+/\-_]{16,}={0,2}(?![A-Za-z0-9+/=\-_]))*")
-
-
-def _wrapped(text: str, pos: int, endpos: int) -> Iterable[Span]:
-    """Base64 that decodes to a secret a format rule knows (with the lines it goes on
-    over, beyond the run it starts in)."""
-    import binascii
-
-    def holds_a_secret(body: str) -> bool:
-        body = body.replace("-", "+").replace("_", "/")
-        try:
-            decoded = binascii.a2b_base64(body + "=" * (-len(body) % 4)).decode("latin-1")
-        except (binascii.Error, ValueError):
-            return False
-        return any(next(iter(rule.find(decoded, 0, len(decoded))), None) is not None
-                   for rule in _SHAPE_RULES if rule.find is not None)
-
-    for m in _WRAPPED.finditer(text, pos, endpos):
-        end = _WRAPPED_LINES.match(text, m.end()).end()  # type: ignore[union-attr]
-        if holds_a_secret("".join(text[m.start():end].split())):
-            yield m.start(), end
-            continue
-        # Base64 holds "/" (URL-safe: "-" and "_"), and so do a path going on after it
-        # and the words a file name joins to it ("<base64>/notes", "<base64>--old.txt"):
-        # it may end at one of its last few.
-        joins = [j.start() for j in _JOIN.finditer(text, m.start(), m.end())][-4:]
-        for cut in reversed(joins):
-            if holds_a_secret(text[m.start():cut]):
-                yield m.start(), cut
-                break
-
-
 FORMAT_RULES: Final[tuple[Rule, ...]] = (
     *_SHAPE_RULES,
-    Rule("wrapped", (), _wrapped, token=True, pattern=_WRAPPED),
+    # Any of them wrapped in base64 (:mod:`secret_base64`).
+    Rule("wrapped", (), wrapped_finder(_SHAPE_RULES), token=True, pattern=WRAPPED),
 )
 
 
