@@ -78,11 +78,12 @@ FORMAT_VERSION = 1
 # after a tokenizer's token id (``eos_token_id: 151645``) is not; 26: a token is read
 # through the escapes inside it that spell its characters (``secret_reading``,
 # ``ghp%5F...``, ``gh\\x70_...``, a quoted-printable soft line break); 27: and through
-# escapes of base64's "/" and "+" (an AWS secret key URL-encoded, JSON's ``\\/``); a
+# escapes of base64's "/" and "+" (an AWS secret key URL-encoded, JSON's ``\\/``); 28:
+# base64 of a text holding a secret anywhere is masked (``secret_base64.BLOB``); a
 # generation saved under other rules has its files chunked, masked and tokenized again
 # after a load.
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 27
+CHUNKING = 28
 # The rules by which wikilinks name notes (``links.py``): a generation saved under other
 # rules has its graph's edges to no note resolved again after a load. 1: as Obsidian
 # resolves them (``[[Kafka.md]]``, ``[[wiki/foo]]`` in any case).

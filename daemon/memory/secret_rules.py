@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from recalld.daemon.memory.secret_anchors import CRED_HINTS
-from recalld.daemon.memory.secret_base64 import WRAPPED, wrapped_finder
+from recalld.daemon.memory.secret_base64 import BLOB, WRAPPED, blob_text, wrapped_finder
 from recalld.daemon.memory.secret_config import find_in_configs
 from recalld.daemon.memory.secret_context import (
     find_assignments,
@@ -418,8 +418,9 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
 
 FORMAT_RULES: Final[tuple[Rule, ...]] = (
     *_SHAPE_RULES,
-    # Any of them wrapped in base64 (:mod:`secret_base64`).
+    # Any of them wrapped in base64 (:mod:`secret_base64`), at its start or in a text.
     Rule("wrapped", (), wrapped_finder(_SHAPE_RULES), token=True, pattern=WRAPPED),
+    Rule("wrapped", (), blob_text, token=True, pattern=BLOB),
 )
 
 
