@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 import waits
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 
 from recalld.daemon.memory.inbox import INBOX_TOPIC, Inbox
+from recalld.daemon.store.errors import StorageError
 from recalld.ipc.errors import InvalidParams, UnknownWorkspace
 
 
@@ -108,6 +110,37 @@ async def test_push_disabled_and_trim_and_compaction(tmp_path: Path) -> None:
     again = new_inbox(path, max_items=3)
     await again.open()
     assert [i["id"] for i in again.list()] == ids[-3:]
+    again.close()
+
+
+async def test_a_push_or_ack_that_gets_no_write_in_time_says_so(
+        tmp_path: Path, autojump_clock: object) -> None:
+    """Every worker thread busy past the write deadline: the push and the ack raise
+    (nothing is published, nothing is taken for recorded), never answer as if written."""
+    path = tmp_path / "inbox.jsonl"
+    events: list[tuple[str, dict[str, Any]]] = []
+    inbox = new_inbox(path, events)
+    await inbox.open()
+    first = await inbox.push("auto_memory", "ok", ["a.md"])
+    assert first is not None
+    limiter = trio.to_thread.current_default_thread_limiter()
+    tokens = limiter.total_tokens
+    limiter.total_tokens = 1
+    try:
+        async with limiter:  # the only worker thread: no append can start
+            with pytest.raises(StorageError, match="nothing was saved"):
+                await inbox.push("auto_dream", "lost?", ["b.md"])
+            with pytest.raises(StorageError, match="nothing was saved"):
+                await inbox.ack([first["id"]])
+    finally:
+        limiter.total_tokens = tokens
+    assert [i["summary"] for i in inbox.list()] == ["ok"]
+    assert len(events) == 1
+    inbox.close()
+    again = new_inbox(path)
+    await again.open()
+    assert [(i["summary"], i["acked"]) for i in again.list(include_acked=True)] == [
+        ("ok", False)]
     again.close()
 
 

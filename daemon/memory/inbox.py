@@ -34,6 +34,7 @@ import trio
 
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.applog import AppendLog
+from recalld.daemon.store.errors import StorageError
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.answers import InboxItem
 from recalld.ipc.errors import InvalidParams, RecalldError, UnknownWorkspace
@@ -220,8 +221,10 @@ class Inbox:
     async def _append(self, records: Sequence[Mapping[str, object]]) -> None:
         """Append (caller holds the lock); compacts when the log grew large."""
         self._require_open()  # it closed while the caller waited for the lock
+        written = False
         with trio.CancelScope(shield=True), trio.move_on_after(WRITE_TIMEOUT_S):
             await trio.to_thread.run_sync(self._log.append, records)
+            written = True
             for rec in records:  # the in-memory effect is exactly what a replay does
                 self._apply(rec)
             self._trim()
@@ -231,6 +234,11 @@ class Inbox:
                 snapshot = [{"op": "push", "item": dict(i)} for i in self._items.values()]
                 await trio.to_thread.run_sync(self._log.rewrite, snapshot)
                 self._lines = len(snapshot)
+        if not written:
+            # Never a silent skip: the caller would take the item or the ack for recorded.
+            raise StorageError(f"the inbox log of {self.agent_id!r} took no write within "
+                               f"{WRITE_TIMEOUT_S:g} s (the daemon's worker threads are "
+                               "busy); nothing was saved", self.path)
 
     def _apply(self, rec: Mapping[str, object]) -> None:
         """Apply one log record (JSON as replayed from disk, or one just written)."""
