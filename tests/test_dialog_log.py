@@ -49,6 +49,16 @@ def test_a_torn_last_line_is_cut_and_its_turns_come_whole(
         (1, "My bike is a green Brompton."), (2, "Noted."),
         (3, "I ride it to the office in Zürich."), (4, "Noted.")]
     assert log.stat().st_ino == inode  # appended to, not written anew
+    # A piece that starts no line of these turns is another writer's (ReMe's), maybe
+    # still writing it: kept as it is, the turns on lines of their own after it.
+    theirs = '{"role":"user","content":"Zürich has good bike lanes, and I r'.encode()
+    with log.open("ab") as f:
+        f.write(theirs)
+    _capture(d, "chat-7", "Once I rode it to Basel.")
+    lines = log.read_bytes().splitlines()
+    assert lines[4] == theirs
+    assert [(r["seq"], r["content"]) for r in map(orjson.loads, lines[5:])] == [
+        (5, "Once I rode it to Basel."), (6, "Noted.")]
 
 
 def test_turns_written_before_a_kill_are_not_written_twice(

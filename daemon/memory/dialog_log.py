@@ -10,8 +10,11 @@ turns that both ends the log and starts the new ones, by ``seq`` and text). Turn
 numbered again from 1 (the pending-turns log was removed) are new and appended.
 
 A kill in the middle of an append can leave a torn last line. The next append cuts it
-off before it writes (its turns were not committed, so they come again whole); a last
-line that is a whole record but lacks its newline (edited by hand) is kept. An append
+off before it writes (its turns were not committed, so they come again whole), once it
+knows it for the start of one of those turns' lines: an unfinished line that is not is
+another writer's (ReMe writes these logs too), maybe still being written, and is kept,
+as is a last line that is a whole record but lacks its newline (edited by hand); the
+turns then go on lines of their own after it. An append
 that fails (disk full) is undone: the file is cut back to its length before it.
 Blocking I/O: call it from a worker thread.
 """
@@ -70,6 +73,17 @@ def _already_there(tail: Sequence[_Key | None], new: Sequence[_Key]) -> int:
     return 0
 
 
+def _ours(piece: bytes, turns: Sequence[JsonObject]) -> bool:
+    """Whether ``piece`` (a torn last line) is the start of the line of one of ``turns``,
+    as :func:`append` writes them but for its ``time``, which differs from run to run."""
+    for t in turns:
+        line = orjson.dumps({**t, "time": "\x00"})
+        before, _, _ = line.partition(b'"\\u0000"')
+        if before.startswith(piece) or piece.startswith(before):
+            return True
+    return False
+
+
 def append(root: Path, rel: str, turns: Sequence[JsonObject]) -> None:
     """Add ``turns`` (in seq order) to the dialog log ``root/rel``, but those it ends
     with; ``time`` is set on each line written."""
@@ -99,11 +113,18 @@ def append(root: Path, rel: str, turns: Sequence[JsonObject]) -> None:
                 whole = isinstance(orjson.loads(last), dict)
             except orjson.JSONDecodeError:
                 whole = False
-            if not whole:  # torn by a kill mid-append: its turns were not committed
+            if not whole and _ours(last, turns):
+                # Torn by a kill mid-append: its turns were not committed, they come again.
                 log.warning("%s: cut off a torn last line (%d bytes at offset %d)",
                             rel, len(last), size - len(last))
                 end = size - len(last)
                 last = b""
+            elif not whole:
+                # Not the start of a line this append writes: another program's (ReMe's,
+                # the log's other writer), maybe still being written. Never cut: the
+                # turns go after it, on lines of their own.
+                log.warning("%s: kept an unfinished last line that is not one of these "
+                            "turns (%d bytes at offset %d)", rel, len(last), size - len(last))
         tail: list[_Key | None] = []
         for line in [*(body.split(b"\n") if body else []), *([last] if last else [])]:
             try:
@@ -113,7 +134,7 @@ def append(root: Path, rel: str, turns: Sequence[JsonObject]) -> None:
         add = lines(_already_there(tail, keys))
         if not add and end == size:
             return
-        if last:  # a whole record without its newline
+        if last:  # a whole record without its newline, or another writer's piece
             add = b"\n" + add
         try:
             os.ftruncate(fd, end)
