@@ -266,3 +266,25 @@ def test_what_a_person_added_to_a_notes_frontmatter_stays_on_append(
     assert "rating: 5" in text, text
     assert "The grebe nests." in text and "The grebe dives." in text
     assert text.count("session_id:") == 1, text
+
+
+def test_a_note_whose_secret_was_masked_is_added_though_it_reads_as_an_earlier_one(
+        daemon: DaemonHandle) -> None:
+    # Two notes told apart only by their secrets are alike once masked: the second was
+    # answered changed: false and not added, as if the caller had sent it twice.
+    first, second = ("ghp_" + "A1b2C3d4" * 4 + "Zz9y", "ghp_" + "Q7w8E9r0" * 4 + "Kk3j")
+    said = []
+    for content in (first, f"the deploy token: {first}", second,
+                    f"the deploy token: {second}"):
+        added = daemon.call("memory.add_note", {"agent_id": "default", "content": content,
+                                                "session_id": "ops", "name": "keys"})
+        said.append(added["changed"])
+    assert said == [True, True, True, True]
+    body = daemon.call("memory.read", {"agent_id": "default", "path": added["path"]})["text"]
+    assert "ghp_" not in body
+    assert body.count("the deploy token: [REDACTED]") == 2, body
+    # Plain text sent again (its answer lost) is still not added twice.
+    again = [daemon.call("memory.add_note", {"agent_id": "default", "content": "Rotate monthly.",
+                                             "session_id": "ops", "name": "keys"})["changed"]
+             for _ in range(2)]
+    assert again == [True, False]

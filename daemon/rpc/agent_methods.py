@@ -100,7 +100,8 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
     session's note of the same name is never touched: the file operations pick a free
     name). Secrets are redacted; the answer comes once the note is searchable. A call
     sent again is known by its ``request_id`` (its answer is given again, nothing added);
-    without one, by its content, which the note then holds already. A text written in
+    without one, by its content, which the note then holds already (not a content
+    redaction changed: masked secrets read alike). A text written in
     parts gives each its id: a part that repeats an earlier one is appended too.
     """
     p = Params(params)
@@ -129,6 +130,7 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
     if len(content.strip()) > MAX_NOTE_CHARS:
         raise InvalidParams(f"param 'content' is longer than {MAX_NOTE_CHARS} characters")
     text = (await redact_async(content, limiter=ctx.state.services.cpu)).strip()
+    masked = text != content.strip()
     if not text:
         raise InvalidParams("param 'content' must not be empty")
     if not has_name(name):
@@ -148,7 +150,9 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
             if (prior := answers.answer_for(request_id)) is not None:
                 return prior  # type: ignore[return-value]  # recorded from a NoteAdded below
             notes = await _own_notes(ws, ops.day_folder(day), slug(name), session_id)
-            held = None if request_id is not None else next(
+            # Masked, two secrets read alike: a content redaction changed is no repeat
+            # one can tell from the note (it holds no secret to compare), so it is added.
+            held = None if request_id is not None or masked else next(
                 (rel for rel, _, body in notes if f"\n\n{text}\n\n" in f"\n\n{body}\n\n"), None)
             rel, body = next(((rel, body) for rel, whole, body in notes
                               if has_room(whole, room_for)), ("", ""))
