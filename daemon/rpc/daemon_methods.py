@@ -31,7 +31,7 @@ from recalld.ipc.answers import (
     WorkspaceInfo,
     WorkspaceOpened,
 )
-from recalld.ipc.errors import LOOKS_LIKE_A_CREDENTIAL, InvalidParams
+from recalld.ipc.errors import LOOKS_LIKE_A_CREDENTIAL, InvalidParams, UnknownWorkspace
 
 MAX_READ_BYTES = 512 * 1024
 # How long ``workspace.open`` with ``import_report`` waits for the first indexing pass.
@@ -163,7 +163,13 @@ async def workspace_open(ctx: CallContext,
             # importer's module is loaded only for such a call).
             from recalld.daemon.qwenpaw_import import import_report
 
-            found = await import_report(ws, overrides, timeout_s=IMPORT_REPORT_WAIT_S)
+            try:
+                found = await import_report(ws, overrides, timeout_s=IMPORT_REPORT_WAIT_S)
+            except UnknownWorkspace:
+                if ws.state != "failed":
+                    raise
+                # It failed while its first pass ran: the answer says so, and why.
+                return _opened_info(ctx, ws, overrides)
             return {**_opened_info(ctx, ws, overrides), "import": {**found}}
     return _opened_info(ctx, ws, overrides)
 
