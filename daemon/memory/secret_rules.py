@@ -55,6 +55,7 @@ from recalld.daemon.memory.secret_context import (
     find_near_credential_words,
     find_statements,
 )
+from recalld.daemon.memory.secret_keys import KEY_BLOCK, key_block_tail
 from recalld.daemon.memory.secret_languages import find_in_other_languages
 from recalld.daemon.memory.secret_values import (
     HEX,
@@ -176,33 +177,6 @@ def _tail_random(value: str) -> bool:
     return (digit and (upper or lower)) or (upper and lower and entropy_bits(value) >= 3.5)
 
 
-# PEM and OpenSSH armour (5 dashes), and SSH2's (RFC 4716: ``---- BEGIN SSH2 ... ----``).
-_KEY_BLOCK = (
-    r"-{4,5} ?BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)? ?-{4,5}"
-    r".*?(?:-{4,5} ?END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)? ?-{4,5}|\Z)"
-)
-_KEY_END = re.compile(r"-{4,5} ?END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)? ?-{4,5}")
-#: A line of a key block's body (or its first, cut short), as a chat or a quote holds it.
-_KEY_LINE = re.compile(r"[ \t>]*[A-Za-z0-9+/=]+[ \t]*\r?")
-
-
-def _key_block_tail(text: str, pos: int, endpos: int) -> Iterable[Span]:
-    """The end of a key block whose start is in another text (the message before, or the
-    note before): the body lines right above its END line, and that line."""
-    for m in _KEY_END.finditer(text, pos, endpos):
-        line = text.rfind("\n", pos, m.start()) + 1 or pos
-        if text[line:m.start()].strip(" \t>"):
-            continue  # END after other text on its line: not an armour line
-        start = line
-        while start > pos:
-            above = text.rfind("\n", pos, start - 1) + 1 or pos
-            if not _KEY_LINE.fullmatch(text, above, start - 1):
-                break
-            start = above
-        if start < line:
-            yield start, m.end()
-
-
 _PUTTY = (
     r"PuTTY-User-Key-File-\d:.*?(?:Private-MAC:\s*[0-9a-fA-F]+|Private-Hash:\s*[0-9a-fA-F]+|\Z)"
 )
@@ -246,8 +220,8 @@ def _basic_credentials(value: str) -> bool:
 
 
 _SHAPE_RULES: Final[tuple[Rule, ...]] = (
-    _regex_rule("private_key", ("private key",), _KEY_BLOCK, re.S, token=False),
-    Rule("private_key_tail", ("private key",), _key_block_tail),
+    _regex_rule("private_key", ("private key",), KEY_BLOCK, re.S, token=False),
+    Rule("private_key_tail", ("private key",), key_block_tail),
     _regex_rule("putty_key", ("putty-user-key-file",), _PUTTY, re.S, token=False),
     _regex_rule("age_key", ("age-secret-key-",), r"AGE-SECRET-KEY-1[0-9A-Z]{50,}"),
     _regex_rule("aws_access_key_id", ("akia", "asia", "abia", "acca", "a3t"),
