@@ -55,7 +55,7 @@ from recalld.daemon.memory.secret_context import (
     find_near_credential_words,
     find_statements,
 )
-from recalld.daemon.memory.secret_keys import KEY_BLOCK, key_block_tail
+from recalld.daemon.memory.secret_keys import key_block_tail, key_blocks
 from recalld.daemon.memory.secret_languages import find_in_other_languages
 from recalld.daemon.memory.secret_values import (
     HEX,
@@ -220,7 +220,7 @@ def _basic_credentials(value: str) -> bool:
 
 
 _SHAPE_RULES: Final[tuple[Rule, ...]] = (
-    _regex_rule("private_key", ("private key",), KEY_BLOCK, re.S, token=False),
+    Rule("private_key", ("private key",), key_blocks),
     Rule("private_key_tail", ("private key",), key_block_tail),
     _regex_rule("putty_key", ("putty-user-key-file",), _PUTTY, re.S, token=False),
     _regex_rule("age_key", ("age-secret-key-",), r"AGE-SECRET-KEY-1[0-9A-Z]{50,}"),

@@ -1,0 +1,86 @@
+"""A private key given in parts never reaches memory, from outside: a real daemon, a
+real socket, real files.
+
+``memory.add_note`` gets a key in three calls (its BEGIN line, its body, its END line) or
+cut inside its body, in every armour. No body line may stay in the note, ``memory.read``
+or a search's snippets; prose after a closed key stays as it was.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from pathlib import Path
+
+from conftest import DaemonHandle
+
+from recalld.daemon.memory.redact import redact
+from recalld.ipc.client import Client
+
+RNG = random.Random(20261205)
+B64 = string.ascii_letters + string.digits + "+/"
+
+
+def _line(n: int = 64) -> str:
+    return "".join(RNG.choice(B64) for _ in range(n))
+
+
+def _block(begin: str, end: str, headers: str = "") -> list[str]:
+    return [begin, *([headers, ""] if headers else []), *(_line() for _ in range(6)),
+            _line(24) + "==", end]
+
+
+KEYS = {
+    "pem": _block("-----BEGIN PRIVATE KEY-----", "-----END PRIVATE KEY-----"),
+    "rsa-encrypted": _block("-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----",
+                            "Proc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,0F1E2D3C4B5A6978"),
+    "openssh": _block("-----BEGIN OPENSSH PRIVATE KEY-----",
+                      "-----END OPENSSH PRIVATE KEY-----"),
+    "pgp": _block("-----BEGIN PGP PRIVATE KEY BLOCK-----", "-----END PGP PRIVATE KEY BLOCK-----",
+                  "Version: GnuPG v2"),
+    "ssh2": _block("---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----",
+                   "---- END SSH2 ENCRYPTED PRIVATE KEY ----", 'Comment: "rsa-key-2026"'),
+}
+PROSE = "After the key: the deploy host is build-7, port 2222."
+
+
+def _body(key: list[str]) -> list[str]:
+    return [line for line in key if len(line) > 20 and "-" not in line and ":" not in line]
+
+
+def _leaked(text: str) -> list[str]:
+    return [line for key in KEYS.values() for line in _body(key) if line in text]
+
+
+def test_a_key_noted_in_parts_is_masked_whole(daemon: DaemonHandle) -> None:
+    with Client(daemon.socket_path) as c:
+        root = Path(c.workspace_open("keeper")["path"])
+        paths = []
+        for name, key in KEYS.items():
+            # The armour lines alone, and a cut inside the body (mid-line).
+            cuts = ([key[:1], key[1:-1], key[-1:]] if name != "openssh" else
+                    [key[:3], [key[3][:30]], [key[3][30:], *key[4:]]])
+            for part in cuts:
+                added = c.call("memory.add_note", {"agent_id": "keeper", "name": name,
+                                                   "content": "\n".join(part)})
+            added = c.call("memory.add_note", {"agent_id": "keeper", "name": name,
+                                               "content": PROSE})
+            paths.append(added["path"])
+        for path in paths:
+            note = (root / path).read_text(encoding="utf-8")
+            assert not _leaked(note), note
+            assert note.endswith(f"\n[REDACTED]\n\n{PROSE}\n"), note
+            read = c.call("memory.read", {"agent_id": "keeper", "path": path})["text"]
+            assert not _leaked(read) and PROSE in read
+        for line in _body(KEYS["pem"])[:2]:
+            hits = c.call("memory.search", {"agent_id": "keeper", "query": line})["results"]
+            assert not _leaked(repr(hits))
+
+
+def test_a_key_block_not_closed_keeps_its_begin_line_and_the_prose_below() -> None:
+    text = "-----BEGIN PRIVATE KEY-----\nMIIEvQ\nab+/cd==\n\nthe rest is in the vault, ask me"
+    kept = "-----BEGIN PRIVATE KEY-----\n[REDACTED]\n\nthe rest is in the vault, ask me"
+    assert redact(text) == kept and redact(kept) == kept
+    # On one line (a JSON string): the rest of that line is masked.
+    one_line = redact('{"key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQab\\ncd==", "n": 1}')
+    assert "MIIEvQab" not in one_line and "cd==" not in one_line, one_line
