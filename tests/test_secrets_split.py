@@ -2,8 +2,9 @@
 real socket, real files.
 
 ``memory.add_note`` gets a key in three calls (its BEGIN line, its body, its END line) or
-cut inside its body, in every armour. No body line may stay in the note, ``memory.read``
-or a search's snippets; prose after a closed key stays as it was.
+cut inside its body, in every armour; ``memory.add_turns`` gets one over several messages,
+in one call and over several calls. No body line may stay in the note, the pending-turns
+log, ``memory.read`` or a search's snippets; prose after a closed key stays as it was.
 """
 
 from __future__ import annotations
@@ -75,6 +76,24 @@ def test_a_key_noted_in_parts_is_masked_whole(daemon: DaemonHandle) -> None:
         for line in _body(KEYS["pem"])[:2]:
             hits = c.call("memory.search", {"agent_id": "keeper", "query": line})["results"]
             assert not _leaked(repr(hits))
+
+
+def test_a_key_said_over_several_messages_is_masked_whole(daemon: DaemonHandle) -> None:
+    key = KEYS["pem"]
+    messages = [{"role": "user", "content": line} for line in
+                (key[0], "\n".join(key[1:4]), "\n".join(key[4:-1]), key[-1])]
+    done = {"role": "assistant", "content": PROSE}
+    with Client(daemon.socket_path) as c:
+        root = Path(c.workspace_open("talker")["path"])
+        c.call("memory.add_turns", {"agent_id": "talker", "session_id": "one-call",
+                                    "messages": [*messages, done]})
+        for message in (*messages, done):  # each message its own call
+            c.call("memory.add_turns", {"agent_id": "talker", "session_id": "calls",
+                                        "messages": [message]})
+    logged = "".join(p.read_text(encoding="utf-8")
+                     for p in (root / "mem_metadata" / "sessions").rglob("*.jsonl"))
+    assert logged.count(PROSE) == 2  # the log is the one read, and holds both sessions
+    assert not _leaked(logged), logged
 
 
 def test_a_key_block_not_closed_keeps_its_begin_line_and_the_prose_below() -> None:

@@ -415,7 +415,8 @@ class SessionStore:
             record["answer"] = dict(answer)
         await self._append([record])
         if clean:
-            self._sessions.setdefault(session_id, _Session()).tail = last_text(messages)
+            tail = last_text(messages, before)
+            self._sessions.setdefault(session_id, _Session()).tail = tail
         return self._added(session_id)
 
     async def mark_submitted(self, session_id: str, upto: int, job_id: str,

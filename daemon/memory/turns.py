@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TypedDict
+from typing import Final, TypedDict
 
 from recalld.daemon.jsontypes import JsonObject
 from recalld.ipc.answers import MESSAGE_ROLES
@@ -232,11 +232,11 @@ def sanitize_messages(messages: Sequence[Mapping[str, object]], before: str = ""
     over two messages, or over two calls).
     """
     from recalld.daemon.memory.redact import redact_parts, seam_spans
+    from recalld.daemon.memory.secret_keys import key_block_rest
 
-    kept = [(SPEAKERS[str(m["role"])], [_strip(b) for b in _content_blocks(content_of(m))])
-            for m in messages if m.get("role") in SPEAKERS]
-    kept = [(role, blocks) for role, blocks in kept if blocks]
+    kept = _kept(messages)
     also: list[list[list[tuple[int, int]]]] = [[[] for _ in blocks] for _, blocks in kept]
+    inside = _inside_key(before, kept)
     for n, (_, blocks) in enumerate(kept):
         previous = kept[n - 1][1][-1] if n else before
         if previous:
@@ -244,6 +244,8 @@ def sanitize_messages(messages: Sequence[Mapping[str, object]], before: str = ""
             if n:
                 also[n - 1][-1].extend(left)
             also[n][0].extend(right)
+        if inside[n] and (rest := key_block_rest(blocks[0])):
+            also[n][0].append((0, rest))  # a key block the messages before left open
     out: list[Turn] = []
     for (role, blocks), extra in zip(kept, also, strict=True):
         text = "\n".join(p for p in redact_parts(blocks, extra) if p).strip()
@@ -252,15 +254,37 @@ def sanitize_messages(messages: Sequence[Mapping[str, object]], before: str = ""
     return out
 
 
-def last_text(messages: Sequence[Mapping[str, object]]) -> str:
+def _kept(messages: Sequence[Mapping[str, object]]) -> list[tuple[str, list[str]]]:
+    """The speakers' messages :func:`sanitize_messages` keeps, as roles and text blocks."""
+    kept = [(SPEAKERS[str(m["role"])], [_strip(b) for b in _content_blocks(content_of(m))])
+            for m in messages if m.get("role") in SPEAKERS]
+    return [(role, blocks) for role, blocks in kept if blocks]
+
+
+def _inside_key(before: str, kept: Sequence[tuple[str, list[str]]]) -> list[bool]:
+    """For each of ``kept`` and after the last: does the text before it end inside a
+    private key block (begun in ``before`` or in a message, only key lines since)?"""
+    from recalld.daemon.memory.secret_keys import open_key_block
+
+    inside = [open_key_block(before)]
+    for _, blocks in kept:
+        inside.append(open_key_block("\n".join(blocks), inside[-1]))
+    return inside
+
+
+#: The ``before`` of a call whose messages ended inside a private key block starts so:
+#: the next call's first lines are then masked up to the block's END.
+_OPEN_KEY: Final = "-----BEGIN PRIVATE KEY-----\n"
+
+
+def last_text(messages: Sequence[Mapping[str, object]], before: str = "") -> str:
     """The end of the last text :func:`sanitize_messages` keeps of ``messages``, as it was
-    given (the ``before`` of the next call's messages)."""
-    for m in reversed(messages):
-        if m.get("role") in SPEAKERS:
-            blocks = [_strip(b) for b in _content_blocks(content_of(m))]
-            if blocks:
-                return blocks[-1][-400:]
-    return ""
+    given (the ``before`` of the next call's messages; ``before``: this call's)."""
+    kept = _kept(messages)
+    if not kept:
+        return ""
+    tail = kept[-1][1][-1][-400:]
+    return _OPEN_KEY + tail if _inside_key(before, kept)[-1] else tail
 
 
 class Turn(TypedDict):
