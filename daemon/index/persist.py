@@ -81,9 +81,10 @@ FORMAT_VERSION = 1
 # escapes of base64's "/" and "+" (an AWS secret key URL-encoded, JSON's ``\\/``); 28:
 # base64 of a text holding a secret anywhere is masked (``secret_base64.BLOB``); a
 # generation saved under other rules has its files chunked, masked and tokenized again
-# after a load.
+# after a load; 29: a private key block not closed in a note keeps its BEGIN line and
+# masks its key lines, not the prose below them (``secret_keys.key_blocks``).
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 28
+CHUNKING = 29
 # The rules by which wikilinks name notes (``links.py``): a generation saved under other
 # rules has its graph's edges to no note resolved again after a load. 1: as Obsidian
 # resolves them (``[[Kafka.md]]``, ``[[wiki/foo]]`` in any case).
