@@ -14,7 +14,7 @@ uploads a change writes its chunks in the same transaction (:func:`replace`, cal
 ``db.upload``), and :func:`backfill` chunks the files written before (``chunked_version``
 differs from ``version``). The flag is set under the workspace row's lock, which every
 upload takes first, so each upload either saw it or committed before it and is
-backfilled. The workspace's catalog records the chunking rules (``persist.CHUNKING``) its
+backfilled. The workspace's catalog records the chunking rules (``rules.CHUNKING``) its
 chunks were made under: a host on newer rules (an upgrade changed the tokenizer or the
 masking) has every file chunked again, as the local index reads every note again. It
 records the chunk size too (the ``chunk_max_chars`` of the host that searches in the
@@ -34,8 +34,8 @@ from psycopg.types.json import Jsonb
 from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS, chunk_markdown
 from recalld.daemon.index.embedcache import text_hash
 from recalld.daemon.index.filters import authors_of
-from recalld.daemon.index.persist import CHUNKING
 from recalld.daemon.index.prepare import MAX_NOTE_BYTES
+from recalld.daemon.index.rules import CHUNKING
 from recalld.daemon.index.tokenizer import doc_length, tokenize
 from recalld.daemon.memory.redact import redact_note
 from recalld.daemon.notetext import note_text

@@ -1,0 +1,52 @@
+"""The versions of the rules a saved index generation was made by: a generation saved
+under other rules is made again where they touch it after a load (:mod:`persist`)."""
+
+from __future__ import annotations
+
+# The chunker's and the tokenizer's rules (2: frontmatter joins the first body chunk; 3: a
+# code block ends at its own fence, a BOM is no text, paths and dotted names give their
+# compound parts, 々 〆 〇 are CJK; 4: secrets after full-width separators and in other
+# languages are masked, passwords holding brackets, ``&``, ``;`` whole, and those of
+# ``auth=("user", "...")`` pairs; 5: a word goes on through combining marks, so words of
+# Indic scripts, Arabic and Hebrew are whole; 6: Thai, Lao, Khmer and Myanmar are paired as
+# CJK; 7: a quoted frontmatter value may be followed by a comment; 8: `::` and underscores
+# before a dot join compound tokens; 9: frontmatter keys in any script; 10, 11: frontmatter
+# values, list items and nested values wrapped over indented lines; 12: YAML's escapes in
+# double quotes; 13: flow mappings; 14: a masked value stops before the next setting of its
+# run and a bracket closing around it, code naming where a credential comes from is kept,
+# PIN codes in Chinese, passwords stated in more languages and values that configuration
+# files set apart from their names are masked, a UUID after a bare key and hex after
+# words other than a statement of it are not, a value named before its credential word is,
+# and more issuers' keys, a token as a URL's user part and base64-wrapped secrets are, as
+# are credential elements' values, label lines, .pgpass lines, subscript assignments and
+# more command lines' passwords; and the redaction rules of the time; 15: notes not in
+# UTF-8 are read as Windows-1252, or by their byte order mark, notetext.py; 16: emoji and
+# pictographs are terms; 17: words are folded, accents off Latin and Greek letters,
+# Hebrew and Arabic points, soft hyphens and joiners out, ``tokenizer.fold``; 18: a
+# frontmatter ``session_id`` that the ``source_conversation`` link beside it names unmasked
+# is not masked, ``redact.note_spans``; 19: notes in GBK, Big5 or Shift_JIS are read so,
+# notetext.py; 20: the encoding of a note not in UTF-8 is kept, ``FileInfo.encoding``; 21:
+# notes in EUC-KR/cp949 or EUC-JP are read so, and short CJK notes by their script,
+# notescript.py; more vendors' tokens are masked alone or joined to a name, "basic"
+# before a compound word is not, nor are lowercase words joined into one right after a
+# credential word, "the token passing-scheme-for-rings"; a token whose alphabet holds
+# "-" is found with a "-" or "_" joining a word right after it, ``old_<secret>-2.md``, and
+# base64 wrapping a token right after a "/", ``digest/procedure/<base64>.md``); 22: a
+# token is read through characters that show nothing inside it
+# (``secret_rules.INVISIBLE_IN_TOKEN``); 23: a number after a count of tokens
+# (``max_tokens: 4096``) and a setting of words and a number (``token_budget=2000``) are
+# not masked; 24: a text ending inside a URL's password, before its "@", is; 25: a number
+# after a tokenizer's token id (``eos_token_id: 151645``) is not; 26: a token is read
+# through the escapes inside it that spell its characters (``secret_reading``,
+# ``ghp%5F...``, ``gh\\x70_...``, a quoted-printable soft line break); 27: and through
+# escapes of base64's "/" and "+" (an AWS secret key URL-encoded, JSON's ``\\/``); 28:
+# base64 of a text holding a secret anywhere is masked (``secret_base64.BLOB``); a
+# generation saved under other rules has its files chunked, masked and tokenized again
+# after a load; 29: a private key block not closed in a note keeps its BEGIN line and
+# masks its key lines, not the prose below them (``secret_keys.key_blocks``).
+# Raise it with any change of these rules (redact.py's included).
+CHUNKING = 29
+# The rules by which wikilinks name notes (``links.py``): a generation saved under other
+# rules has its graph's edges to no note resolved again after a load. 1: as Obsidian
+# resolves them (``[[Kafka.md]]``, ``[[wiki/foo]]`` in any case).
+LINKING = 1
