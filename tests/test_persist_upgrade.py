@@ -74,3 +74,31 @@ def test_links_saved_under_older_rules_are_resolved_again(
     assert state.neighbours(rels[1]) == [rels[0]] and state.neighbours(rels[0]) == [rels[1]]
     assert [(lk.dst, lk.resolved, lk.by_name) for lk in state.graph.outgoing(rels[1])] == [
         (rels[0], True, True)]
+
+
+def test_generations_saved_under_older_rules_go_once_the_files_are_chunked_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Older rules left text unmasked in their chunks: kept as a fallback, such a
+    # generation stayed on disk until two more saves (in an idle workspace, for good).
+    monkeypatch.setattr(persist, "CHUNKING", 1)
+    meta = saved(tmp_path)
+    older, state = IndexStore(meta), IndexState()
+    older.load(state)
+    older.save(snapshot(state))  # a second generation of those rules
+    monkeypatch.undo()
+    store, state = IndexStore(meta), IndexState()
+    store.load(state)
+    # A save before the file is chunked again drops the older generations ...
+    store.save(snapshot(state))
+    names = sorted(p.name for p in (meta / "index").iterdir())
+    assert [n for n in names if n.startswith("MANIFEST")] == ["MANIFEST-000003.json"]
+    # ... and so does the first one after it: the last with chunks of the old rules.
+    state.apply([prepare_files(tmp_path / "ws", [REL], max_chars=1600, digests={})])
+    store.save(snapshot(state))
+    names = sorted(p.name for p in (meta / "index").iterdir())
+    assert [n for n in names if n.startswith("MANIFEST")] == ["MANIFEST-000004.json"]
+    assert not [n for n in names if ".g000003." in n or ".g000001." in n], names
+    # From then on the previous generation is kept again, as a fallback.
+    store.save(snapshot(state))
+    names = sorted(p.name for p in (meta / "index").iterdir() if p.name.startswith("MANI"))
+    assert names == ["MANIFEST-000004.json", "MANIFEST-000005.json"]

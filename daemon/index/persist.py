@@ -34,7 +34,7 @@ from recalld.daemon.index.tokenizer import tokenize
 from recalld.daemon.index.vectors import matrix_format
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.arrays import Mapped, write_arrays, write_blob
-from recalld.daemon.store.errors import CorruptState
+from recalld.daemon.store.errors import CorruptState, StorageError
 from recalld.daemon.store.fsio import FS, REAL
 from recalld.daemon.store.generation import Generation
 from recalld.daemon.store.manifest import GenerationStore
@@ -166,6 +166,9 @@ class IndexStore:
         self.saved_windows: tuple[int, int] | None = None
         #: The generation the last ``load`` filled a state from.
         self.loaded: Generation | None = None
+        #: The state holds chunks a generation saved under other chunking rules (older
+        #: redaction too): the generations before the next save are not kept after it.
+        self.outdated = False
 
     def save(self, snap: Snapshot) -> int:
         """Commit ``snap`` as a new generation; returns its number.
@@ -210,6 +213,14 @@ class IndexStore:
                     txn.carry("windows")
                     windows = True
         assert txn.generation is not None
+        if self.outdated:
+            # Kept as fallbacks, they would stay on disk (chunks a secret of the new
+            # rules' shape unmasked) until two more saves: a workspace left idle, for good.
+            with contextlib.suppress(StorageError):
+                self.store.cleanup(keep=1)
+            # Files not chunked again yet read as changed (no digest): their chunks are
+            # still the old ones, and this generation goes once they are not.
+            self.outdated = any(not f.digest for f in snap.files)
         self.saved_windows = snap.windows_stamp if windows else None
         self.saved_vectors = (
             snap.vectors_stamp if snap.vectors_blob is not None or carried else None)
@@ -295,6 +306,7 @@ class IndexStore:
             files = [FileInfo(f.path, 0, 0, "", f.keys, named_by_secret(f.path))
                      for f in files]
             report.rebuilt.append("chunks")
+            self.outdated = True
         try:
             state.restore(files, chunks, bm25, graph, next_key)
         except ValueError as exc:

@@ -290,18 +290,20 @@ class GenerationStore:
 
     # -- cleanup --------------------------------------------------------------------
 
-    def cleanup(self) -> list[str]:
-        """Remove temp files, manifests beyond ``keep`` and unreferenced generation files.
+    def cleanup(self, keep: int | None = None) -> list[str]:
+        """Remove temp files, manifests beyond ``keep`` (default: the store's) and
+        unreferenced generation files.
 
         Returns the removed names. Only names this module produces are ever removed.
         """
+        keep = self.keep if keep is None else max(1, keep)
         removed = remove_temp_files(self.fs, self.state_dir)
         kept: list[Generation] = [] if self.current is None else [self.current]
         doomed: list[str] = []
         for number in self.manifest_numbers():
             if self.current is not None and number == self.current.number:
                 continue
-            if len(kept) < self.keep:
+            if len(kept) < keep:
                 try:
                     kept.append(self.read_manifest(number))
                     continue
