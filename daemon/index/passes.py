@@ -103,6 +103,8 @@ class Passes:
         self.unreadable: dict[str, UnreadableNote] = {}
         #: ReMe's chunk store: its boundaries are kept for the notes that match them.
         self.reme: ReMeSource | None = None
+        #: Notes of the passes under way not prepared yet (read, chunked, tokenized).
+        self.preparing = 0
 
     async def apply_paths(self, paths: set[str]) -> None:
         """Re-read ``paths`` (workspace-relative) and update the index to match the disk.
@@ -218,8 +220,10 @@ class Passes:
         results: list[PreparedBatch | None] = [None] * len(batches)
         ready = [trio.Event() for _ in batches]
         slots = trio.Semaphore(window)
+        left = len(ordered)  # of this pass, not prepared yet (counted in self.preparing)
 
         async def one(i: int, paths: list[str]) -> None:
+            nonlocal left
             digests = {p: digest_of(p) for p in paths}
             reme = await self.reme.boundaries(paths, self._cpu) if self.reme else None
             job = partial(prepare_files, self.root, paths, max_chars=self._max_chars,
@@ -228,12 +232,30 @@ class Passes:
                 with contextlib.suppress(PoolUnavailable):  # else: in a thread after all
                     results[i] = await pool.call(partial(job, vocab=vocab))
             if results[i] is None:
-                results[i] = await trio.to_thread.run_sync(job, limiter=self._cpu)
+                # A cancel (a stop, a close) ends the thread at its next note or step:
+                # notes of megabytes take seconds each, and the next reconcile (at the
+                # next start) reads them again.
+                try:
+                    results[i] = await trio.to_thread.run_sync(
+                        partial(job, check=trio.from_thread.check_cancelled),
+                        limiter=self._cpu)
+                except trio.Cancelled:
+                    log.info("%s: stopped preparing %d notes (%s...): they are read again "
+                             "at the next reconcile", self._agent_id, len(paths),
+                             mask_path(paths[0]))
+                    raise
+            left -= len(paths)
+            self.preparing -= len(paths)
             ready[i].set()
 
         # The worker processes are let go once the last batch is prepared: the applies
         # and the commit that follow need memory, not workers.
+        def unprepared() -> None:  # the pass ended: none of its notes is to come
+            self.preparing -= left
+
+        self.preparing += left
         with contextlib.ExitStack() as hold:
+            hold.callback(unprepared)
             if pool is not None:
                 hold.enter_context(pool.holding())
             async with trio.open_nursery() as nursery:

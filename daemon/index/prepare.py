@@ -12,7 +12,7 @@ import errno
 import hashlib
 import os
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -161,11 +161,17 @@ def _read_note(root: Path, rel: str,
         os.close(fd)
 
 
+def _go_on() -> None:
+    """The ``check`` of work nothing can cancel: it goes on."""
+
+
 def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
-            reme: Sequence[ReMeChunk] | None = None, real_root: str | None = None) -> Prepared:
+            reme: Sequence[ReMeChunk] | None = None, real_root: str | None = None,
+            check: Callable[[], None] = _go_on) -> Prepared:
     """Read and chunk ``rel`` under ``root`` (``unchanged`` when its digest is ``known_digest``);
     ``reme``: ReMe's chunks of it, kept while the note still matches them; ``real_root``:
-    ``os.path.realpath(root)``, resolved once for many files."""
+    ``os.path.realpath(root)``, resolved once for many files; ``check`` is called between
+    the steps (a note of megabytes takes seconds), and may raise to end the work."""
     from recalld.daemon.memory.secret_names import named_by_secret
 
     try:
@@ -192,11 +198,13 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
 
     # The encoding is told by the whole file: its head alone may look like another. A
     # read that stopped short of the file's end may end inside a character.
+    check()
     read, encoding = decode_note(full, prefix=st.st_size > len(full))
     if len(full) == len(data):
         text = redact_note(read)
     else:
         text = redact_note(read, len(decode_as(data, encoding, prefix=True)))
+    check()
     chunks = adopt_chunks(rel, text, reme, max_chars=max_chars) if reme else None
     return Prepared(
         path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size, digest=digest,
@@ -208,9 +216,15 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
 def prepare_files(
     root: Path, rels: list[str], *, max_chars: int, digests: Mapping[str, str | None],
     reme: Mapping[str, Sequence[ReMeChunk]] | None = None, vocab: str | None = None,
+    check: Callable[[], None] = _go_on,
 ) -> PreparedBatch:
     """Read, chunk, tokenize and count ``rels``: the CPU-heavy part of indexing, touching no
     shared state, so it runs in worker threads or worker processes alike.
+
+    ``check`` (worker threads: ``trio.from_thread.check_cancelled``) is called between
+    files and their steps; what it raises ends the batch, whose work is then lost (a
+    stopping daemon does not wait for tens of megabytes of notes: the next start reads
+    them).
 
     ``vocab`` (worker processes only): the token of a pass whose batches this process
     counts against one vocabulary, so that each batch hands back, and the daemon looks
@@ -219,8 +233,12 @@ def prepare_files(
     global _vocab
     real_root = os.path.realpath(root)
     files = [prepare(root, rel, max_chars=max_chars, known_digest=digests.get(rel),
-                     reme=(reme or {}).get(rel), real_root=real_root) for rel in rels]
-    split = [tokenize_split(c.index_text) for f in files for c in f.chunks]
+                     reme=(reme or {}).get(rel), real_root=real_root, check=check)
+             for rel in rels]
+    split = []
+    for f in files:
+        check()
+        split += [tokenize_split(c.index_text) for c in f.chunks]
     kept: Vocabulary | None = None
     ref: VocabRef | None = None
     if vocab is not None:

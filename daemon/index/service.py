@@ -71,6 +71,7 @@ class IndexStatus(TypedDict):
     chunks: int
     links: int
     pending_changes: int
+    preparing: int
     uncommitted_changes: int
     rebuilding: bool
     watcher: WatcherStatus
@@ -465,6 +466,7 @@ class WorkspaceIndex:
             "chunks": len(self.state.chunks),
             "links": len(self.state.graph),
             "pending_changes": pending,
+            "preparing": self._passes.preparing,
             "uncommitted_changes": commits.unsaved,
             "rebuilding": self._rebuilding,
             "watcher": watcher,

@@ -1,0 +1,53 @@
+"""A stop while notes of megabytes are read for the index: the pass ends at its next note
+instead of reading them all first (tens of MB took longer than systemd's stop timeout),
+and the next start reads them and finds every one."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+from waits import wait_value, workspace_status
+
+NOTES = 6
+
+
+def long_note(i: int, size: int) -> str:
+    """About ``size`` characters of prose in sections, with ``marker<i>`` in its last
+    line only."""
+    rng = random.Random(i)
+    words = [f"{w}{k}" for k in range(40) for w in ("trolley", "ledger", "orchard", "quay")]
+    block = "\n".join(" ".join(rng.choice(words) for _ in range(12)) + "." for _ in range(60))
+    sections = [f"## Section {k}\n\n{block}\n" for k in range(size // len(block) + 1)]
+    return f"# Long note {i}\n\n" + "\n".join(sections) + f"\nThe last line holds marker{i}.\n"
+
+
+def test_a_stop_during_a_pass_ends_it_and_the_next_start_indexes_every_note(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "memory").mkdir(parents=True)
+    d = daemon_factory()
+    d.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    d.call("index.sync", {"agent_id": "w"})
+    # Written beside the workspace and moved in at once: one pass reads them all.
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    for i in range(NOTES):
+        (staged / f"long{i}.md").write_text(long_note(i, 200_000), encoding="utf-8")
+    staged.rename(root / "memory" / "long")
+    wait_value(lambda: (workspace_status(d, "w") or {}).get("index", {}).get("preparing", 0),
+               bool, "the moved notes being prepared", poll_s=0.01)
+    assert d.stop() == 0
+    # The thread reading them ended at its next note: nothing was waited for.
+    assert "w: stopped preparing" in d.log()
+
+    # Nothing of them was saved half-done: the next start reads them all.
+    d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    d2.call("index.sync", {"agent_id": "w"})
+    index = (workspace_status(d2, "w") or {})["index"]
+    assert (index["files"], index["preparing"]) == (NOTES, 0)
+    for i in (0, NOTES - 1):
+        found = d2.call("memory.search", {"agent_id": "w", "query": f"marker{i}"})
+        assert [r["path"] for r in found["results"]][:1] == [f"memory/long/long{i}.md"]
+
