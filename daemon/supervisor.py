@@ -52,6 +52,7 @@ from recalld.daemon.rpc.dispatch import DaemonState, Dispatcher, Methods
 from recalld.daemon.rpc.listener import BoundSocket, bind_listener
 from recalld.daemon.rpc.server import RpcServer
 from recalld.daemon.services import DaemonServices
+from recalld.daemon.stopreport import report_slow_stop
 from recalld.daemon.systemd import Notifier, SystemdEnvironment, adopt_listener, run_watchdog
 from recalld.ipc.errors import InvalidParams, RecalldError
 
@@ -106,6 +107,9 @@ class Supervisor:
                                               **self.reload_error}
         self.server: RpcServer | None = None
         self._stop_requested = trio.Event()
+        self._stopping = trio.Event()  # a stop began (requested, or at once)
+        # What the stop does now, for the log when it takes long (stopreport.py).
+        self._stop_stage = "stopping"
         self._ready = False
         # The start's second stage (the workspaces' other services), cancelled by a stop
         # that comes while the server already answers searches.
@@ -145,17 +149,23 @@ class Supervisor:
                 # cannot be read (status, doctor).
                 data_lock.note(socket_note(self.config.socket_path))
                 try:
-                    async with trio.open_nursery() as root:
-                        # Reloads in a task of their own (once the services run), which a
-                        # stop cancels: a stop never waits for one's read (a hung mount).
-                        # One waits while one runs; more SIGHUPs meanwhile add nothing.
-                        want_reload, reloads = trio.open_memory_channel[None](1)
-                        if self.reload_asked:
-                            log.info("SIGHUP during the start: a reload follows")
-                            want_reload.send_nowait(None)
-                        root.start_soon(self._handle_signals, signals, root.cancel_scope,
-                                        want_reload)
-                        await self._serve(root, task_status, sock, bound, reloads)
+                    # Beside the root nursery: a stop that takes long says what it waits
+                    # for, until the root's last task has ended.
+                    async with trio.open_nursery() as beside:
+                        beside.start_soon(self._report_slow_stop)
+                        async with trio.open_nursery() as root:
+                            # Reloads in a task of their own (once the services run),
+                            # which a stop cancels: a stop never waits for one's read (a
+                            # hung mount). One waits while one runs; more SIGHUPs
+                            # meanwhile add nothing.
+                            want_reload, reloads = trio.open_memory_channel[None](1)
+                            if self.reload_asked:
+                                log.info("SIGHUP during the start: a reload follows")
+                                want_reload.send_nowait(None)
+                            root.start_soon(self._handle_signals, signals,
+                                            root.cancel_scope, want_reload)
+                            await self._serve(root, task_status, sock, bound, reloads)
+                        beside.cancel_scope.cancel()
                 finally:
                     if bound is not None:
                         bound.close()
@@ -228,16 +238,17 @@ class Supervisor:
             # else: stopped during the start's second stage, with calls already answered:
             # they drain like any others (calls that wait for the start end with it).
             # graceful_timeout_s for the calls, as long for the turns, then the last saves.
-            self.notifier.stopping("stopping: draining connections",
+            self._stop_stage = "stopping: draining connections"
+            self.notifier.stopping(self._stop_stage,
                                    extend_s=2 * self.config.graceful_timeout_s + STOP_MARGIN_S)
             front.cancel_scope.cancel()  # the server drains within graceful_timeout_s
-        self.notifier.status("stopping: writing pending conversation turns")
+        self._stop_step("stopping: writing pending conversation turns")
         await self._flush_sessions(self.config.graceful_timeout_s)
         # Jobs end while their workspaces serve them: a dream's or auto_memory's inbox
         # item, the turns it commits, go to stores still open (the journal resumes them).
-        self.notifier.status("stopping: stopping jobs")
+        self._stop_step("stopping: stopping jobs")
         await self.services.jobs.stop("the daemon stops")
-        self.notifier.status("stopping: closing workspaces")
+        self._stop_step("stopping: closing workspaces")
         root.cancel_scope.cancel()
 
     async def _open_at_start(self, agent_id: str, path: Path | None,
@@ -280,7 +291,16 @@ class Supervisor:
 
     def request_stop(self) -> None:
         self._stop_requested.set()
+        self._stopping.set()
         self._reloads_scope.cancel()
+
+    def _stop_step(self, stage: str) -> None:
+        self._stop_stage = stage
+        self.notifier.status(stage)
+
+    async def _report_slow_stop(self) -> None:
+        await self._stopping.wait()
+        await report_slow_stop(lambda: self._stop_stage)
 
     async def _handle_signals(
         self, signals: AsyncIterator[int], root_scope: trio.CancelScope,
@@ -299,7 +319,9 @@ class Supervisor:
             serving = self.services.start.serving
             if self._stop_requested.is_set() or not (self._ready or serving):
                 # Asked twice, or still starting with nothing to drain: stop right away.
+                self._stop_stage = "stopping at once"
                 self.notifier.stopping("stopping during start-up")
+                self._stopping.set()
                 root_scope.cancel()
                 return
             self.request_stop()

@@ -1,14 +1,21 @@
 """A stop while notes of megabytes are read for the index: the pass ends at its next note
 instead of reading them all first (tens of MB took longer than systemd's stop timeout),
-and the next start reads them and finds every one."""
+and the next start reads them and finds every one. A stop that still takes long says in
+the log what it waits for."""
 
 from __future__ import annotations
 
+import logging
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+import trio
 from waits import wait_value, workspace_status
+
+from recalld.daemon.stopreport import STOP_SLOW_S, report_slow_stop
 
 NOTES = 6
 
@@ -51,3 +58,32 @@ def test_a_stop_during_a_pass_ends_it_and_the_next_start_indexes_every_note(
         found = d2.call("memory.search", {"agent_id": "w", "query": f"marker{i}"})
         assert [r["path"] for r in found["results"]][:1] == [f"memory/long/long{i}.md"]
 
+
+async def test_a_slow_stop_names_its_stage_and_what_it_waits_for(
+        autojump_clock: object, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="recalld.daemon.stopreport")
+    entered, release = threading.Event(), threading.Event()
+
+    def write_the_last_generation() -> None:
+        entered.set()
+        release.wait()
+
+    async def closing_workspace() -> None:
+        await trio.to_thread.run_sync(write_the_last_generation)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(closing_workspace)
+        await trio.to_thread.run_sync(entered.wait)
+        nursery.start_soon(report_slow_stop, lambda: "stopping: closing workspaces")
+        # Said once the stop has taken STOP_SLOW_S, again at twice that; not before.
+        await trio.sleep(STOP_SLOW_S * 2.5)
+        release.set()
+        nursery.cancel_scope.cancel()
+    said = [r.getMessage() for r in caplog.records]
+    assert [m.split(" (")[0] for m in said] == [
+        f"stopping for {STOP_SLOW_S:.0f} s", f"stopping for {2 * STOP_SLOW_S:.0f} s"]
+    for message in said:
+        assert "(stopping: closing workspaces)" in message
+        assert "tasks: " in message and ".closing_workspace" in message
+        assert "worker threads: write_the_last_generation (for " in message
+        assert "report_slow_stop" not in message
