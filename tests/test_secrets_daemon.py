@@ -12,25 +12,19 @@ from __future__ import annotations
 
 import random
 import string
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
+from tokengen import B62, random_token
 from waits import wait_for, wait_job
 
 from recalld.ipc.errors import InvalidParams
 
 RNG = random.Random(20261201)
-B62 = string.ascii_letters + string.digits
-
-
-def _rand(n: int, alphabet: str = B62) -> str:
-    while True:
-        s = "".join(RNG.choice(alphabet) for _ in range(n))
-        if any(c.isdigit() for c in s) and any(c.isupper() for c in s) and any(
-                c.islower() for c in s):
-            return s
+_rand = partial(random_token, RNG)
 
 
 PGP_BODY = [_rand(64, B62 + "+/") for _ in range(4)]

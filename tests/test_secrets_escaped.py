@@ -14,21 +14,17 @@ import base64
 import random
 import string
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+from tokengen import random_token
 
 from recalld.daemon.memory.redact import redact
 from recalld.daemon.memory.secret_names import could_hold, mask_path
 
 RNG = random.Random(20261206)
-B62 = string.ascii_letters + string.digits
-
-
-def _rand(n: int) -> str:
-    while True:
-        s = "".join(RNG.choice(B62) for _ in range(n))
-        if any(c.isdigit() for c in s) and any(c.isupper() for c in s):
-            return s
+_rand = partial(random_token, RNG)
 
 
 KEYS = ("ghp_" + _rand(36), "sk-proj-" + _rand(48), "glpat-" + _rand(20),

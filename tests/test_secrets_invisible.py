@@ -10,20 +10,16 @@ from __future__ import annotations
 
 import random
 import string
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+from tokengen import random_token
 
 from recalld.daemon.memory.redact import redact
 
 RNG = random.Random(20261205)
-B62 = string.ascii_letters + string.digits
-
-
-def _rand(n: int) -> str:
-    while True:
-        s = "".join(RNG.choice(B62) for _ in range(n))
-        if any(c.isdigit() for c in s) and any(c.isupper() for c in s):
-            return s
+_rand = partial(random_token, RNG)
 
 
 GITHUB = "ghp_" + _rand(36)
