@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -223,7 +224,11 @@ def test_sigkill_during_backfill_and_vector_commits(
             d = killing_factory(config, wait=False, XDG_DATA_HOME=str(data_home),
                                 CRASH_AT=kill)
             if kill in KILLS:
-                status = wait_killed(d, root, step)
+                try:
+                    status = wait_killed(d, root, step)
+                except subprocess.TimeoutExpired:
+                    pytest.fail(f"kill point {kill!r} never reached (step {step}, seed "
+                                f"{seed}); the daemon's log ends:\n{d.log()[-3000:]}")
             else:
                 wait_value(lambda d=d: d.proc.poll() is not None or idle(d), lambda done: done,
                            "the daemon to die or to idle")
