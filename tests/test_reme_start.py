@@ -11,7 +11,7 @@ from typing import Any
 
 from fakes.provider_server import fake_vector, unit
 from reme_fixture_util import DIMS, copy_fixture, embedding_toml, fixture_provider, passage_texts
-from test_reme_import import wait_full
+from test_reme_import import vectors_status, wait_full
 from waits import wait_for
 
 from recalld.daemon.index import reme_import
@@ -121,8 +121,13 @@ def test_a_store_reme_changed_between_starts_is_read_at_the_start(
                         "metadata": {},
                         "_embedding_f16_b64": encode_f16(unit(fake_vector(text, DIMS)))})
         write_records(REAL, store, records)
-        d2, st = restarted(daemon_factory, d, config)
+        d2, _ = restarted(daemon_factory, d, config)
         assert READ in d2.log()
+        # Counted once the start's pass has told the vectors of it (a status read between
+        # the two may show every vector of the notes known before, coverage 1.0).
+        wait_for(lambda: vectors_status(d2)["total"] == before["chunks"]["total"] + 1,
+                 "the new note's chunk counted")
+        st = wait_full(d2)
         assert st["total"] == before["chunks"]["total"] + 1
         assert report(d2, ws)["reme_store"]["chunks"] == before["reme_store"]["chunks"] + 1
         assert passage_texts(fake) == []
