@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from recalld.daemon.memory import sessions
-from recalld.daemon.memory.turns import count_user_turns, sanitize_messages
+from recalld.daemon.memory.turns import count_user_turns, sanitize_messages, sanitize_turns
 from recalld.ipc.errors import INVALID_PARAMS, RecalldError
 
 
@@ -92,9 +92,9 @@ async def test_a_long_text_block_is_sanitized_off_the_event_loop(
 
     def sanitize(messages: Any, before: str = "") -> Any:
         on_loop.append(threading.current_thread() is threading.main_thread())
-        return sanitize_messages(messages, before)
+        return sanitize_turns(messages, before)
 
-    monkeypatch.setattr(sessions, "sanitize_messages", sanitize)
+    monkeypatch.setattr(sessions, "sanitize_turns", sanitize)
     store = sessions.SessionStore(tmp_path / "pending.jsonl", "w")
     await store.open()
     long = "The ferry to Vis leaves at nine. " * 1000

@@ -54,8 +54,7 @@ from recalld.daemon.memory.sessionrecords import (
 )
 from recalld.daemon.memory.turns import (
     count_user_turns,
-    last_text,
-    sanitize_messages,
+    sanitize_turns,
     text_chars,
 )
 from recalld.daemon.store.applog import AppendLog, replay
@@ -377,10 +376,10 @@ class SessionStore:
 
         before = s.tail if (s := self._sessions.get(session_id)) is not None else ""
         if text_chars(messages) > INLINE_CHARS:
-            clean = await trio.to_thread.run_sync(sanitize_messages, messages, before,
-                                                  limiter=self._cpu)
+            clean, tail = await trio.to_thread.run_sync(sanitize_turns, messages, before,
+                                                        limiter=self._cpu)
         else:
-            clean = sanitize_messages(messages, before)
+            clean, tail = sanitize_turns(messages, before)
         stamped: list[LoggedTurn] = []
         user_seqs: list[int] = []
         user_left = count_user_turns(messages)
@@ -415,7 +414,6 @@ class SessionStore:
             record["answer"] = dict(answer)
         await self._append([record])
         if clean:
-            tail = last_text(messages, before)
             self._sessions.setdefault(session_id, _Session()).tail = tail
         return self._added(session_id)
 

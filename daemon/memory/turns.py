@@ -231,12 +231,25 @@ def sanitize_messages(messages: Sequence[Mapping[str, object]], before: str = ""
     messages where a run of token characters goes on from one to the next (a key split
     over two messages, or over two calls).
     """
+    return sanitize_turns(messages, before)[0]
+
+
+def sanitize_turns(messages: Sequence[Mapping[str, object]],
+                   before: str = "") -> tuple[list[Turn], str]:
+    """:func:`sanitize_messages` of ``messages`` and their :func:`last_text`, from one
+    reading of them (a batch of megabytes is scanned for open key blocks once, in the
+    thread that sanitizes it)."""
+    kept = _kept(messages)
+    inside = _inside_key(before, kept)
+    return _sanitized(kept, inside, before), _tail(kept, inside)
+
+
+def _sanitized(kept: Sequence[tuple[str, list[str]]], inside: Sequence[bool],
+               before: str) -> list[Turn]:
     from recalld.daemon.memory.redact import redact_parts, seam_spans
     from recalld.daemon.memory.secret_keys import key_block_rest
 
-    kept = _kept(messages)
     also: list[list[list[tuple[int, int]]]] = [[[] for _ in blocks] for _, blocks in kept]
-    inside = _inside_key(before, kept)
     for n, (_, blocks) in enumerate(kept):
         previous = kept[n - 1][1][-1] if n else before
         if previous:
@@ -281,10 +294,14 @@ def last_text(messages: Sequence[Mapping[str, object]], before: str = "") -> str
     """The end of the last text :func:`sanitize_messages` keeps of ``messages``, as it was
     given (the ``before`` of the next call's messages; ``before``: this call's)."""
     kept = _kept(messages)
+    return _tail(kept, _inside_key(before, kept))
+
+
+def _tail(kept: Sequence[tuple[str, list[str]]], inside: Sequence[bool]) -> str:
     if not kept:
         return ""
     tail = kept[-1][1][-1][-400:]
-    return _OPEN_KEY + tail if _inside_key(before, kept)[-1] else tail
+    return _OPEN_KEY + tail if inside[-1] else tail
 
 
 class Turn(TypedDict):
