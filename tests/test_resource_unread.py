@@ -4,9 +4,12 @@ a real daemon and the scripted chat model (see test_resource.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 from pathlib import Path
 
+import pytest
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_dream import ScriptedModel, write
@@ -113,3 +116,30 @@ def test_a_file_seen_empty_while_written_again_keeps_its_note(
     entry = catalog(root)[plan]
     assert entry["size"] == len("Launch on May 3.\n") and entry["reason"] == "", entry
     assert note.read_text() == written and chat_calls(fake) == calls
+
+
+def test_a_socket_is_not_a_regular_file_and_a_secret_in_its_name_stays_out_of_the_log(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A socket bound under resource/ cannot be opened (ENXIO): it is skipped as not a
+    regular file, as a FIFO is; it was reported as a file that cannot be read, and the
+    warning named it (a key in its name) by its full path, unmasked."""
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    write(root, "resource/plan.txt", "Launch on May 3.\n")
+    open_ws(daemon, "res", root, fake)
+    wait_state(root, "resource/plan.txt", "processed")  # the watcher runs
+    key = "ghp_" + "Q7x9Lm2Pz8Rt4Vb6Nk1Hs3Jd5Fg0Wc7Yq2Ea"
+    rels = ["resource/relay.txt", f"resource/deploy-{key}.txt"]
+    monkeypatch.chdir(root)  # a socket's address holds at most 107 bytes
+    with contextlib.ExitStack() as bound:
+        for rel in rels:
+            sock = bound.enter_context(socket.socket(socket.AF_UNIX))
+            sock.bind(rel)
+        for rel in rels:
+            wait_state(root, rel, "skipped")
+            assert "not a regular file" in catalog(root)[rel]["reason"], catalog(root)[rel]
+    skipped = workspace_status(daemon, "res")["resource"]["skipped"]  # type: ignore[index]
+    assert [s["path"] for s in skipped] == ["resource/deploy-[REDACTED].txt",
+                                            "resource/relay.txt"], skipped
+    assert key not in daemon.log_path.read_text(encoding="utf-8")

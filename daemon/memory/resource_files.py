@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 _DATE_RE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _SLUG_BAD: Final = re.compile(r"[^\w]+")
 _HAS_TEXT: Final = re.compile(r"[^\W_]")
+_NOT_REGULAR: Final = "not a regular file (a FIFO, a socket or a device): it is not read"
 _MD_FENCE: Final = re.compile(r"^```(?:markdown|md)?[ \t]*\n(.*?)\n?```$", re.DOTALL | re.I)
 #: The fields of a resource's note that name its file and its day, or mark it (the file
 #: removed, or no longer text): what changes when the file is renamed, moved or removed.
@@ -95,7 +96,7 @@ def file_digest(root: Path, rel: str) -> tuple[str, int, int] | str | None:
             st = os.fstat(fh.fileno())
             if not stat.S_ISREG(st.st_mode):
                 # A FIFO or a device: reading it would take another's bytes.
-                return "not a regular file (a FIFO, a socket or a device): it is not read"
+                return _NOT_REGULAR
             h = hashlib.sha256()
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
@@ -106,8 +107,13 @@ def file_digest(root: Path, rel: str) -> tuple[str, int, int] | str | None:
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # the name is a link, which is never followed
             return "a symbolic link: it is not read"
-        log.warning("resource %s unreadable: %s", rel, exc)
-        return f"cannot be read: {exc.strerror or exc}"
+        if exc.errno == errno.ENXIO:  # a socket (or a device with no driver): not opened
+            return _NOT_REGULAR
+        # The system's words only: the exception's text names the file by its full path,
+        # unmasked, and the name may hold what redaction masks.
+        why = exc.strerror or type(exc).__name__
+        log.warning("resource %s unreadable: %s", safepath.masked(rel), why)
+        return f"cannot be read: {why}"
     return h.hexdigest(), st.st_mtime_ns, st.st_size
 
 
