@@ -209,3 +209,22 @@ def test_a_node_renamed_and_copied_by_hand_gives_each_copy_its_archive(
     assert (root / BUILD_ARCHIVE).read_bytes() == archive_before
     assert sorted(p.name for p in root.glob("digest/*/*.history.txt")) == [
         "build-server.history.txt"]
+
+
+def test_a_node_renamed_to_a_credential_not_relinked_is_logged_masked(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A node renamed by hand to a name holding a key, beside which a folder stands
+    where its archive would go: it is not relinked, and the warning saying so named the
+    node's file unmasked."""
+    root = tmp_path / "ws"
+    build_server(daemon, fake, root)
+    key = "ghp_" + "Q7x9Lm2Pz8Rt4Vb6Nk1Hs3Jd5Fg0Wc7Yq2Ea"
+    moved = root / f"digest/wiki/deploy-{key}.md"
+    (root / BUILD).rename(moved)
+    (root / f"digest/wiki/deploy-{key}.history.txt").mkdir()
+    held = moved.read_bytes()
+    result = dream(daemon)
+    assert result["actions"] == {} and not result["changed"], result
+    assert moved.read_bytes() == held and (root / BUILD_ARCHIVE).is_file()
+    log = daemon.log_path.read_text(encoding="utf-8")
+    assert "deploy-[REDACTED].md not relinked" in log and key not in log, log

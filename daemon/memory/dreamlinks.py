@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 
 import trio
 
+from recalld.daemon import safepath
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import digest, dreamnotes, nodefiles
 from recalld.daemon.memory.dreamnotes import DELETED_AT
@@ -258,8 +259,8 @@ async def follow_renamed_nodes(run: _Run, renamed: Renamed) -> None:
                 if isinstance(exc, WriteConflict):
                     conflicts += 1
                 else:  # the archive a link, a folder: left as it is
-                    log.warning("dream of %s: %s not relinked: %s", run.ws.agent_id, rel,
-                                exc.message)
+                    log.warning("dream of %s: %s not relinked: %s", run.ws.agent_id,
+                                safepath.masked(rel), exc.message)
                 continue
             done = ["renamed related node(s): " + ", ".join(
                 f"{old} -> {new}" for old, new in moved.items())] if moved else []
