@@ -85,10 +85,22 @@ def test_talk_about_credentials_is_left_alone(text: str) -> None:
     ("비밀번호는 sunflower 입니다", "sunflower"),
     ("패스워드: lighthouse", "lighthouse"),
     ("пароль: lighthouse", "lighthouse"),
+    ("مرحبا، كلمة السر هي Hx8kQ2mZ9pLw 🎉", "Hx8kQ2mZ9pLw"),
+    ("كلمة المرور: bluebird", "bluebird"),
+    ("رمز عبور: Hx8kQ2mZ9pLw", "Hx8kQ2mZ9pLw"),
+    ("הסיסמה היא Hx8kQ2mZ9pLw", "Hx8kQ2mZ9pLw"),
+    ("पासवर्ड: lighthouse", "lighthouse"),
+    ("Κωδικός πρόσβασης: Hx8kQ2mZ9pLw", "Hx8kQ2mZ9pLw"),
+    ("รหัสผ่านคือ Hx8kQ2mZ9pLw", "Hx8kQ2mZ9pLw"),
+    ("Şifrem: Hx8kQ2mZ9pLw", "Hx8kQ2mZ9pLw"),
+    ("Mật khẩu là Hx8kQ2mZ9pLw", "Hx8kQ2mZ9pLw"),
+    ("kata sandi: Hx8kQ2mZ9pLw", "Hx8kQ2mZ9pLw"),
 ])
 def test_passwords_stated_in_more_languages_are_masked(text: str, secret: str) -> None:
-    """PIN codes in Chinese, the German and Italian words, values in Cyrillic, and a plain
-    Latin word stated after a password's name in another script."""
+    """PIN codes in Chinese, the German and Italian words, values in Cyrillic, a plain
+    Latin word stated after a password's name in another script, and the password named
+    in Arabic, Persian, Hebrew, Hindi, Greek (a name longer than 12 characters), Thai,
+    Turkish, Vietnamese and Indonesian, which let a conversation's password through."""
     out = redact(text)
     assert secret not in out and "[REDACTED]" in out, out
 
@@ -97,7 +109,9 @@ def test_passwords_stated_in_more_languages_are_masked(text: str, secret: str) -
     "PIN码是必须的", "pin码：见背面", "Das Passwort ist zu kurz",
     "Das Passwort lautet anders", "пароль: забыл", "Пароль: Москва", "パスワード：忘れた",
     "パスワードはありません", "비밀번호는 안전합니다", "la password è troppo corta",
-    "mot de passe : oublié",
+    "mot de passe : oublié", "كلمة السر قوية", "كلمة المرور: نسيتها", "סיסמה: שכחתי",
+    "पासवर्ड: भूल गया", "Şifre: unuttum", "mật khẩu là quá ngắn", "kata sandi: lupa",
+    "κωδικός πρόσβασης: ξέχασα", "รหัสผ่านคือ อะไร",
 ])
 def test_talk_about_passwords_in_more_languages_is_left_alone(text: str) -> None:
     assert redact(text) == text

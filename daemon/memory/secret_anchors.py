@@ -9,14 +9,19 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-#: The password named in other languages, as it starts a statement of one. Those in
-#: scripts other than Latin come first (:data:`NON_LATIN_WORDS`).
-OTHER_WORDS: Final = (
+#: The password named in scripts other than Latin (Japanese, Korean, Russian, Arabic,
+#: Persian, Hebrew, Hindi, Greek, Thai), as it starts a statement of one.
+NON_LATIN_WORDS: Final = (
     "パスワード", "パスコード", "暗証番号", "비밀번호", "패스워드", "암호", "пароль",
+    "كلمة السر", "كلمة المرور", "رمز المرور", "رمز عبور", "گذرواژه", "סיסמה", "סיסמא",
+    "पासवर्ड", "κωδικός πρόσβασης", "รหัสผ่าน")
+#: The password named in other languages: those of :data:`NON_LATIN_WORDS`, then those
+#: written in Latin letters.
+OTHER_WORDS: Final = (
+    *NON_LATIN_WORDS,
     "contraseña", "contrasena", "senha", "kennwort", "passwort", "mot de passe", "wachtwoord",
     "hasło", "haslo", "heslo", "salasana", "lösenord", "losenord", "adgangskode", "clave",
-    "mdp")
-NON_LATIN_WORDS: Final = OTHER_WORDS[:7]
+    "mdp", "şifre", "şifrem", "mật khẩu", "kata sandi", "kata laluan")
 #: The credential named in Chinese.
 ZH_WORDS: Final = ("密码", "口令", "密钥", "秘钥", "密匙", "令牌", "暗号", "验证码")
 

@@ -1,8 +1,9 @@
 """The context rule for credentials stated outside English (:mod:`secret_rules` applies
 it): in Chinese ("密码是 ...", "PIN码：1234", "账号admin 密码Zx9#kLm2"), and after the
-password's name in Japanese, Korean, Russian, German, French, Spanish and other languages
-("パスワードは ... です", "비밀번호: ...", "Пароль: ...", "Das Passwort lautet ...", "le mot de
-passe est ...", "la contraseña es ..."). Talk about a password in those languages stays
+password's name in Japanese, Korean, Russian, Arabic, Hebrew, Hindi, Greek, Thai, German,
+French, Spanish and other languages ("パスワードは ... です", "비밀번호: ...", "Пароль: ...",
+"كلمة السر هي ...", "Das Passwort lautet ...", "le mot de passe est ...", "la contraseña es
+..."). Talk about a password in those languages stays
 ("パスワードを忘れました", "Kennwort: vergessen", "le mot de passe est trop court").
 """
 
@@ -37,8 +38,10 @@ _OTHER = re.compile(
     # Whose it is: "пароль от почты", "Passwort für den Router", "mot de passe du wifi".
     r"(?:[ \t]+(?:от|для|к|für|fur|vom|des|de|du|pour|para|del|do|da|dla|van|voor|för|till)"
     r"(?:[ \t]+[^\s:=—\-]{1,40}){1,3}(?=[ \t]*[:=—]))?"
-    r"(?P<sep>[ \t]*(?:[:=\-—]|は|が|는|은|이)|[ \t]+(?:est|es|é|è|ist|lautet|is|är|on|jest|je"
-    r"|er|это))"
+    # Arabic, Hebrew and Thai say "is" with a pronoun or a copula: "كلمة السر هي ...".
+    r"(?P<sep>[ \t]*(?:[:=\-—]|は|が|는|은|이|هي|هو|היא|הוא|คือ)"
+    r"|[ \t]+(?:est|es|é|è|ist|lautet|is|är|on|jest|je"
+    r"|er|это|là))"
     # The English word in another language's sentence: "la password è ...".
     r"|(?P<en>password)(?P<en_sep>[ \t]+(?:è|ist|lautet|est|es|é|är|jest|je|это)))"
     r"[ \t]*[\"'“「『]?(?P<value>[!#-&(-+\--:<-_a-~\u00c0-\u024f\u0400-\u04ff]{4,200})")
@@ -47,11 +50,12 @@ _OTHER = re.compile(
 #: What a text starts with where one of the patterns may match (most anchors are English
 #: words: they are passed by at once).
 _STARTS: Final = (*OTHER_WORDS, *ZH_WORDS, "password", "pin")
+_STARTS_CHARS: Final = max(map(len, _STARTS))
 
 
 def find_in_other_languages(text: str, starts: Sequence[int]) -> Iterable[Span]:
     for a in starts:
-        if not text[a:a + 12].lower().startswith(_STARTS):
+        if not text[a:a + _STARTS_CHARS].lower().startswith(_STARTS):
             continue
         m = _OTHER.match(text, a)
         if m is not None:
