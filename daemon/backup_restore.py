@@ -31,6 +31,7 @@ from recalld.daemon.backup import (
     PATH_MAX_BYTES,
     RESUMABLE,
     TEMP_NAME_EXTRA,
+    Member,
     ProgressSink,
     restorable_path,
     walk_files,
@@ -58,8 +59,9 @@ class PlanSummary(TypedDict):
 
     agent_id: str
     root: str
-    write: int
-    overwrite: int
+    write: int  # files written (not those that hold the backup's bytes already)
+    overwrite: int  # of them, those that exist now
+    unchanged: int  # hold the backup's bytes already: left in place
     remove: int
     removes: list[str]  # the first few
     skipped_derived: int
@@ -225,11 +227,35 @@ def _check_clearable(root: Path, sub: str, is_dir: bool, removes: set[str]) -> N
                                       "does not cover")
 
 
-def plan_summary(plan: RestorePlan, listed: int = 20) -> PlanSummary:
-    """What ``plan`` would do, for a dry run: counts, and the first files it removes."""
-    overwrite = sum(1 for rel in plan.writes.values() if (plan.root / rel).exists())
-    return {"agent_id": plan.agent_id, "root": str(plan.root), "write": len(plan.writes),
-            "overwrite": overwrite, "remove": len(plan.removes),
+def plan_summary(backup: CheckedBackup, plan: RestorePlan, listed: int = 20) -> PlanSummary:
+    """What ``plan`` would do, for a dry run, counted as the restore counts what it did:
+    a file that holds its member's bytes already is ``unchanged`` (left in place, not
+    written); ``write`` counts the others, ``overwrite`` those of them that exist now.
+    Also the first files it removes. Reads the existing targets through
+    :func:`open_folder` (never through a link); blocks."""
+    write = overwrite = unchanged = 0
+    for member, rel in plan.writes.items():
+        folder, name = rel.rpartition("/")[::2]
+        try:
+            fd = open_folder(plan.root, folder, rel)
+        except NotFound:  # its folder is made by the restore
+            write += 1
+            continue
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            write += 1
+            continue
+        else:
+            if _holds_member(fd, name, st, backup.members[member]):
+                unchanged += 1
+            else:
+                write += 1
+                overwrite += 1
+        finally:
+            os.close(fd)
+    return {"agent_id": plan.agent_id, "root": str(plan.root), "write": write,
+            "overwrite": overwrite, "unchanged": unchanged, "remove": len(plan.removes),
             "removes": plan.removes[:listed], "skipped_derived": plan.skipped_derived}
 
 
@@ -385,11 +411,10 @@ def _stage(zf: zipfile.ZipFile, name: str, backup: CheckedBackup, folder: int,
     except OSError:
         pass
     else:
-        if stat.S_ISREG(st.st_mode):
-            if not private:
-                mode = stat.S_IMODE(st.st_mode)
-            if st.st_size == member["size"] and _holds(folder, names[0], member["sha256"]):
-                return False
+        if stat.S_ISREG(st.st_mode) and not private:
+            mode = stat.S_IMODE(st.st_mode)
+        if _holds_member(folder, names[0], st, member):
+            return False
     try:
         fd = REAL.open_write_at(folder, names[1], mode)
     except OSError as exc:
@@ -414,6 +439,13 @@ def _stage(zf: zipfile.ZipFile, name: str, backup: CheckedBackup, folder: int,
 
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _holds_member(folder: int, name: str, st: os.stat_result, member: Member) -> bool:
+    """Whether ``name`` in ``folder`` (``st``: its lstat) is a regular file with
+    ``member``'s size and SHA-256: a restore leaves it in place."""
+    return (stat.S_ISREG(st.st_mode) and st.st_size == member["size"]
+            and _holds(folder, name, member["sha256"]))
 
 
 def _holds(folder: int, name: str, sha256: str) -> bool:

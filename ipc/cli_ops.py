@@ -216,7 +216,9 @@ def _plan_text(plan: JsonObject) -> str:
     for p in plan.get("plans", []):
         lines.append(f"{p['agent_id']}: will write {p['write']} file(s) into {p['root']} "
                      f"({p['overwrite']} replace existing ones) and remove {p['remove']} "
-                     "file(s) the backup lacks")
+                     "file(s) the backup lacks"
+                     + (f"; {p['unchanged']} hold the backup's bytes already and stay as "
+                        "they are" if p.get("unchanged") else ""))
         lines += [f"  remove {rel}" for rel in p.get("removes", [])]
         if p["remove"] > len(p.get("removes", [])):
             lines.append(f"  ... and {p['remove'] - len(p['removes'])} more")

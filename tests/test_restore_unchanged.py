@@ -39,8 +39,15 @@ def test_files_holding_the_backups_bytes_are_not_written_again(
     (root / fifo).unlink()
     os.mkfifo(root / fifo)  # read by no check: the restore must not wait on it
 
+    # The dry run says what the restore then does: it told of every file as written (all
+    # but the removed one replacing an existing one), the unchanged ones too.
+    (plan,) = daemon.call("backup.restore", {"file": made["file"], "agents": ["w"],
+                                             "dry_run": True})["plans"]
+    assert tree(root) != backed_up
     result = daemon.call("backup.restore", {"file": made["file"], "agents": ["w"]})
     done = result["restored"][0]
+    assert (plan["write"], plan["unchanged"]) == (done["written"], done["unchanged"])
+    assert plan["overwrite"] == 3  # the removed one is new; the FIFO is replaced
     assert tree(root) == backed_up
     assert stat.S_ISREG((root / fifo).lstat().st_mode)
     # The four that differed were written; the rest (the other notes, the state files

@@ -217,9 +217,10 @@ def ops_methods() -> Methods:
             return out
 
         plans = await trio.to_thread.run_sync(plan_all, limiter=cpu)
-        if dry_run:
-            return {"file": echoed_path(str(path)), "dry_run": True,
-                    "plans": [plan_summary(plan) for plan in plans]}
+        if dry_run:  # each target read, as the restore reads it to leave it in place
+            summaries = await trio.to_thread.run_sync(
+                lambda: [plan_summary(checked, plan) for plan in plans], limiter=cpu)
+            return {"file": echoed_path(str(path)), "dry_run": True, "plans": summaries}
         # A write of the daemon's to an open workspace after the snapshot and before its
         # files are restored would be in neither, and a note appended to as it was before
         # would undo the restore of that note: such writes wait until the restore ends.
