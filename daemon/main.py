@@ -143,7 +143,7 @@ def _check_workspace_places(cfg: DaemonConfig) -> int:
     workspace checks its place (a system folder, another user's, one that holds the
     daemon's own folders or its config file, as ``~`` does), which the start would only
     show as a failed workspace. EXIT_CONFIG with one line naming the first refused."""
-    from recalld.daemon.workspaces import check_daemon_folders, check_root
+    from recalld.daemon.workspace_places import check_daemon_folders, check_root
     from recalld.ipc.agent_ids import workspace_table
     from recalld.ipc.errors import RecalldError
 

@@ -39,16 +39,18 @@ from recalld.daemon.recordbook import RecordBook
 from recalld.daemon.registry_places import KnownPlaces
 from recalld.daemon.remembered import check_owner
 from recalld.daemon.store import confine
-from recalld.daemon.workspaces import (
-    Workspace,
-    WorkspaceStarter,
-    check_agent_id,
+from recalld.daemon.workspace_places import (
     check_daemon_folders,
     check_not_anothers,
     check_root,
     check_still_there,
-    describe_failure,
     resolved,
+)
+from recalld.daemon.workspaces import (
+    Workspace,
+    WorkspaceStarter,
+    check_agent_id,
+    describe_failure,
 )
 from recalld.daemon.writegate import WriteGates
 from recalld.ipc.agent_ids import workspace_table

@@ -15,13 +15,13 @@ import trio
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_settings_from_params
 from recalld.daemon.recordbook import RecordBook
-from recalld.daemon.workspaces import (
+from recalld.daemon.workspace_places import (
     Place,
-    Workspace,
     check_daemon_folders,
     check_overlap,
     check_root,
 )
+from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import InvalidParams
 
 

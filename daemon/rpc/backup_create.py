@@ -25,7 +25,8 @@ from recalld.daemon.rpc.restore_config import closed_home
 from recalld.daemon.rpc.restore_record import backups_dir
 from recalld.daemon.safepath import why_not_made
 from recalld.daemon.store import errors as store_errors
-from recalld.daemon.workspaces import Workspace, check_agent_id, resolved
+from recalld.daemon.workspace_places import resolved
+from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.errors import DiskFull, InvalidParams
 
 

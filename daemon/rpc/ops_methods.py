@@ -61,7 +61,8 @@ from recalld.daemon.rpc.restore_record import (
     write_record,
 )
 from recalld.daemon.store import errors as store_errors
-from recalld.daemon.workspaces import check_agent_id, resolved
+from recalld.daemon.workspace_places import resolved
+from recalld.daemon.workspaces import check_agent_id
 from recalld.ipc.errors import DiskFull, InvalidParams, NotFound
 
 log = logging.getLogger(__name__)
