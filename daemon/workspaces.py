@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import stat
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -96,6 +97,30 @@ def _open_error(what: str, exc: OSError) -> RecalldError:
     if exc.errno in PATH_ERRNOS:
         return InvalidParams(message)
     return RecalldError(message)
+
+
+def _folders_error(root: Path, exc: OSError) -> RecalldError:
+    """:func:`_open_error` for ``exc`` while making ``root``'s folders, naming the path it
+    failed on, and what stands where a folder goes (a file, a link to nothing), which
+    opening the workspace again cannot mend until it is moved away."""
+    what = f"cannot create workspace directories under {root}"
+    if not isinstance(exc.filename, str):
+        return _open_error(what, exc)
+    failed = Path(exc.filename)
+    if exc.errno in (errno.EEXIST, errno.ENOTDIR):
+        for place in (*reversed(failed.parents), failed):
+            try:
+                if stat.S_ISDIR(os.stat(place).st_mode):
+                    continue
+            except FileNotFoundError:
+                if not os.path.lexists(place):
+                    break  # made by the next open (someone removed it meanwhile)
+            except OSError:
+                break
+            return InvalidParams(f"{what}: {place} is in the way: it is not a folder, and "
+                                 "one goes there; move it away, then open the workspace "
+                                 "again")
+    return _open_error(f"{what}: {failed}", exc)
 
 
 class Workspace:
@@ -195,8 +220,7 @@ class Workspace:
             st = os.lstat(self._meta_path)
             self._meta_id = (st.st_dev, st.st_ino)
         except OSError as exc:
-            raise _open_error(f"cannot create workspace directories under {self.root}",
-                              exc) from None
+            raise _folders_error(self.root, exc) from None
 
     # -- lifecycle ------------------------------------------------------------------
     def describe(self) -> WorkspaceInfo:

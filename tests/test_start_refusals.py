@@ -22,11 +22,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import DaemonFactory
+from conftest import DaemonFactory, DaemonHandle
 from test_systemd import short_dir
 from waits import wait_gone, wait_log
 
 from recalld.ipc.client import Client
+from recalld.ipc.errors import InvalidParams
 
 __all__ = ["short_dir"]  # a fixture
 
@@ -246,6 +247,38 @@ def test_refused_workspace_paths_show_in_status_and_doctor(daemon_factory: Daemo
     agents = {w["agent_id"] for w in daemon.call("daemon.status")["workspaces"]}
     assert "etc" not in agents
     assert daemon.stop() == 0
+
+
+def test_a_workspace_folder_half_made_names_what_stands_in_the_way(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # A file where one of a workspace's folders goes (its metadata folder, a note folder
+    # as a link to nothing, a file above the workspace itself) failed it with "cannot
+    # create workspace directories under ROOT: File exists" and, in status, the fix to
+    # open it again: which failed the same way, the file never named.
+    meta, link, above = tmp_path / "meta", tmp_path / "link", tmp_path / "afile"
+    meta.mkdir()
+    (meta / "mem_metadata").write_text("x")
+    link.mkdir()
+    (link / "memory").symlink_to(tmp_path / "nowhere")
+    above.write_text("x")
+    blocked = {"meta": (meta, meta / "mem_metadata"), "link": (link, link / "memory"),
+               "above": (above / "ws", above)}
+    for agent, (root, in_the_way) in blocked.items():
+        with pytest.raises(InvalidParams) as refused:
+            daemon.call("workspace.open", {"agent_id": agent, "path": str(root)})
+        assert refused.value.message == (
+            f"cannot create workspace directories under {root}: {in_the_way} is in the "
+            "way: it is not a folder, and one goes there; move it away, then open the "
+            "workspace again"), refused.value.message
+    shown = recalld("status", env=daemon.env)
+    for agent, (_, in_the_way) in blocked.items():
+        block = shown.stdout.split(f"\n{agent}: ", 1)[1].split("\n\n", 1)[0]
+        assert f"{in_the_way} is in the way" in block and (
+            f"fix: recalld workspace open {agent}") in block, block
+    # Moved away, the workspace opens.
+    (meta / "mem_metadata").unlink()
+    assert daemon.call("workspace.open", {"agent_id": "meta", "path": str(meta)})[
+        "state"] == "ready"
 
 
 def test_an_autostarted_daemon_finds_its_data_folder_private(
