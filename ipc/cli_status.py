@@ -5,6 +5,7 @@ client's calls in :func:`status_command`."""
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -45,14 +46,15 @@ MARKS = {"fail": "FAIL", "warn": "WARN", "info": "note"}
 
 def render_status(status: DaemonStatus, socket_path: str, jobs: Sequence[JobInfo] = (),
                   listed: Sequence[WorkspaceInfo] = (), *,
-                  refused: paths.PathError | None = None) -> str:
+                  refused: paths.PathError | None = None, config: Path | None = None) -> str:
     """Per workspace first: is its memory OK, what waits, what is wrong and the fix; then
     those of ``listed`` (``workspace.list``) that are not open. ``refused``: why the
-    config file on disk is refused (said unless a failed reload already says it)."""
+    config file on disk (``config``, this shell's) is refused (said unless a failed
+    reload already says it)."""
     lines = _header(status, socket_path)
     problems = daemon_problems(status)
     if refused is not None and not any(str(refused) in p.what for p in problems):
-        problems.insert(0, file_refused(status, refused))
+        problems.insert(0, file_refused(status, refused, config))
     for p in problems:
         lines += [f"  [{MARKS[p.severity]}] {p.what}", f"         fix: {p.fix}"]
     for ws in status.get("workspaces") or []:
@@ -71,9 +73,17 @@ def render_status(status: DaemonStatus, socket_path: str, jobs: Sequence[JobInfo
     return "\n".join(lines + not_open(listed, status, jobs)) + "\n"
 
 
-def file_refused(status: DaemonStatus, refused: paths.PathError) -> Problem:
+def file_refused(status: DaemonStatus, refused: paths.PathError,
+                 config: Path | None = None) -> Problem:
     """The config file on disk, which the running daemon has not read (or a reload of
-    which failed): a reload or restart would refuse it."""
+    which failed): a reload or restart would refuse it. Unless the file this shell reads
+    (``config``) is not the daemon's: then only the commands run here refuse it."""
+    running = status.get("config_path")
+    if config is not None and running and not paths.same_file(config, Path(running)):
+        return Problem(
+            "fail", f"config file: {refused} (read by recalld commands here, which exit 2; "
+                    f"the daemon reads {running}, which a reload or restart reads again)",
+            f"fix {config}, or export RECALLD_CONFIG={shlex.quote(running)}", "config")
     return Problem(
         "fail", f"config file: {refused}: a reload or restart would refuse it; the running "
                 "daemon keeps the configuration it last read",
@@ -140,6 +150,14 @@ def render_internals(status: DaemonStatus) -> str:
     return text + "".join(n + "\n" for n in notes)
 
 
+def _shell_config() -> Path | None:
+    """The config file this shell's commands read, None when its path is unusable."""
+    try:
+        return paths.config_path(None)
+    except paths.PathError:
+        return None
+
+
 def _jobs_or_none(client: Client) -> list[JobInfo]:
     try:
         return client.jobs_of_every_workspace()
@@ -164,7 +182,8 @@ def status_command(client: Client, ns: argparse.Namespace, out: TextIO, as_json:
             sys.stderr.write(f"recalld: configuration error: {refused}\n")
     else:
         out.write(render_status(status, str(client.socket_path), _jobs_or_none(client),
-                                client.workspace_list(), refused=refused))
+                                client.workspace_list(), refused=refused,
+                                config=_shell_config()))
         if getattr(ns, "verbose", False):
             out.write(render_internals(status))
     return EXIT_OK if refused is None else EXIT_USAGE

@@ -172,7 +172,7 @@ class Doctor:
         except paths.PathError as exc:
             return [Check("shell config", "fail", f"{exc}: recalld commands here exit 2",
                           f"fix or unset {named}")]
-        if _same_file(path, Path(str(running))):
+        if paths.same_file(path, Path(str(running))):
             return []
         if not path.exists():
             if named == "RECALLD_CONFIG":
@@ -488,10 +488,3 @@ def _unit_value(unit: Path, key: str) -> str | None:
               if line.strip().startswith(f"{key}=")]
     return values[0] if len(values) == 1 else None
 
-
-def _same_file(a: Path, b: Path) -> bool:
-    """Whether ``a`` and ``b`` name one file (or, neither there, one path)."""
-    try:
-        return a.samefile(b)
-    except OSError:
-        return a.resolve() == b.resolve()

@@ -420,3 +420,11 @@ def local_path(value: str, option: str) -> Path:
         return checked_path(value, option, from_cli=True)
     except PathError as exc:
         raise errors.InvalidParams(str(exc)) from None
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file (or, neither there, one path)."""
+    try:
+        return a.samefile(b)
+    except OSError:
+        return a.resolve() == b.resolve()

@@ -193,6 +193,13 @@ def test_a_typo_in_a_file_naming_the_socket_leaves_the_daemon_in_view(
         assert status.returncode == 2, (status.stdout, status.stderr)
         assert f"pid {d.pid}" in status.stdout and f"socket: {sock}" in status.stdout
         assert f"config file: {why}" in status.stdout, status.stdout
+        said = next(line for line in status.stdout.splitlines() if "config file:" in line)
+        if env is not d.env:  # not the daemon's file: its reload never reads this one
+            assert "would refuse it" not in said and (
+                f"the daemon reads {d.config_path}, which a reload or restart reads "
+                "again") in said, said
+            assert f"fix: fix {gone}, or export RECALLD_CONFIG={d.config_path}" in \
+                status.stdout, status.stdout
         doctor = json.loads(recalld("doctor", "--json", env=env).stdout)
         checks = {c["name"]: c for c in doctor["checks"]}
         assert checks["daemon"]["status"] == "ok", checks["daemon"]
