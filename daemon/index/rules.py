@@ -43,9 +43,11 @@ from __future__ import annotations
 # base64 of a text holding a secret anywhere is masked (``secret_base64.BLOB``); a
 # generation saved under other rules has its files chunked, masked and tokenized again
 # after a load; 29: a private key block not closed in a note keeps its BEGIN line and
-# masks its key lines, not the prose below them (``secret_keys.key_blocks``).
+# masks its key lines, not the prose below them (``secret_keys.key_blocks``); 30:
+# passwords stated in Arabic, Persian, Hebrew, Hindi, Greek, Thai, Turkish, Vietnamese
+# and Indonesian are masked, and password names longer than 12 characters are matched.
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 29
+CHUNKING = 30
 # The rules by which wikilinks name notes (``links.py``): a generation saved under other
 # rules has its graph's edges to no note resolved again after a load. 1: as Obsidian
 # resolves them (``[[Kafka.md]]``, ``[[wiki/foo]]`` in any case).
