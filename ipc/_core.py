@@ -68,7 +68,9 @@ def not_running(socket_path: Path) -> errors.DaemonNotRunning:
     if other is not None:  # a daemon would refuse it too: no command to start one there
         return errors.DaemonNotRunning(
             f"cannot connect to {socket_path}: it is {other}, not a socket (--socket, "
-            "RECALLD_SOCKET and socket_path name the socket file itself)")
+            "RECALLD_SOCKET and socket_path name the socket file itself"
+            + ("; recalld makes its socket there, never through a link)"
+               if other.startswith("a symbolic link") else ")"))
     try:
         found = paths.socket_path()
     except paths.PathError:
@@ -79,11 +81,20 @@ def not_running(socket_path: Path) -> errors.DaemonNotRunning:
 
 
 def _not_a_socket(path: Path) -> str | None:
-    """What is at ``path`` when it is there and not a socket (a folder, a file), else None."""
+    """What is at ``path`` when it is there and not a socket (a folder, a file, a symbolic
+    link: the daemon makes its socket only where nothing is, or a socket, and never
+    through a link), else None."""
     try:
-        mode = path.stat().st_mode
+        mode = path.lstat().st_mode
     except OSError:
         return None
+    if stat.S_ISLNK(mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            return "a symbolic link"
+        return f"a symbolic link to {target}" + ("" if path.exists() else
+                                                  ", which leads to nothing")
     return None if stat.S_ISSOCK(mode) else "a folder" if stat.S_ISDIR(mode) else "a file"
 
 

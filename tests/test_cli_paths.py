@@ -7,6 +7,8 @@ import json
 import os
 import re
 import signal
+import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -232,6 +234,19 @@ def test_a_socket_path_naming_a_folder_or_a_file_says_so(daemon_factory: DaemonF
             line = assert_one_line_error(recalld(*args, env=where), 3)
             assert f"cannot connect to {place}: it is {what}, not a socket" in line, line
             assert "start it with" not in line, line
+    # A symbolic link there (leading nowhere, or to a socket nobody listens on) said
+    # "start it with: recalld serve --socket <link>", which the daemon refuses too.
+    stale = tmp_path / "stale.sock"
+    with socket.socket(socket.AF_UNIX) as unbound:
+        unbound.bind(str(stale))
+    for target, gone in ((tmp_path / "nothing", ", which leads to nothing"), (stale, "")):
+        link = tmp_path / f"to-{target.name}"
+        link.symlink_to(target)
+        line = assert_one_line_error(recalld("ping", "--socket", str(link), env=env), 3)
+        assert (f"cannot connect to {link}: it is a symbolic link to {target}{gone}, "
+                "not a socket") in line, line
+        assert "never through a link" in line and "start it with" not in line, line
+        assert not target.exists() or stat.S_ISSOCK(target.lstat().st_mode)
 
 
 def test_a_config_path_that_is_no_file_is_refused_not_waited_on(

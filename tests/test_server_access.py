@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 from rpc_stats import server_stats
 
+from recalld.daemon.rpc.listener import SocketPlaceRefused, remove_if_stale
 from recalld.daemon.rpc.server import (
     PeerCredentials,
     peer_allowed,
@@ -128,6 +129,21 @@ def test_a_regular_file_in_the_way_is_not_touched(daemon_factory: DaemonFactory)
     assert d.proc.wait(timeout=20) == 2
     assert path.read_text() == "precious"
     assert "not a socket" in d.log()
+
+
+def test_a_symbolic_link_at_the_socket_path_is_refused_as_one(tmp_path: Path) -> None:
+    # A link there was "exists and is not a socket", even when it led to a socket.
+    sock = tmp_path / "real.sock"
+    with socket.socket(socket.AF_UNIX) as unbound:
+        unbound.bind(str(sock))
+    for target in (sock, tmp_path / "nothing"):
+        link = tmp_path / f"to-{target.name}"
+        link.symlink_to(target)
+        with pytest.raises(SocketPlaceRefused, match="is a symbolic link: recalld makes its "
+                           "socket at the socket path itself, never through a link"):
+            remove_if_stale(link)
+        assert link.is_symlink() and os.readlink(link) == str(target)
+    assert stat.S_ISSOCK(sock.lstat().st_mode)
 
 
 def test_second_daemon_on_the_same_socket_exits_3(daemon_factory: DaemonFactory) -> None:

@@ -87,6 +87,10 @@ def remove_if_stale(path: Path) -> None:
         st = os.lstat(path)
     except FileNotFoundError:
         return
+    if stat.S_ISLNK(st.st_mode):
+        raise SocketPlaceRefused(
+            f"{path} is a symbolic link: recalld makes its socket at the socket path "
+            "itself, never through a link; not touching it")
     if not stat.S_ISSOCK(st.st_mode):
         raise SocketPlaceRefused(f"{path} exists and is not a socket; not touching it")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
