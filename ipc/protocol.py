@@ -218,9 +218,16 @@ _LONE_SURROGATE = ("a \\u escape names a lone surrogate (\\ud800-\\udfff without
 
 
 def _read_int(text: str) -> int | float:
-    # As orjson reads them: an integer past 64 bits is a float (and refused as an id).
+    # As orjson reads them: an integer past 64 bits is a float (and refused as an id),
+    # and one past the range of a double does not parse.
     value = int(text)
-    return value if -(1 << 63) <= value < (1 << 64) else float(value)
+    if -(1 << 63) <= value < (1 << 64):
+        return value
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"number is infinity when parsed as double: {text[:40]}"
+                         + ("..." if len(text) > 40 else "")) from None
 
 
 def _read_float(text: str) -> float:

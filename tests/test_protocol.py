@@ -155,6 +155,12 @@ SINGLE_CASES: list[tuple[str, bytes, Any, int | None]] = [
     # A lone surrogate (valid JSON) before what is not JSON: the error names the latter.
     (rb'{"jsonrpc":"2.0","method":"m","params":["\ud800",NaN],"id":6}', "NaN is not JSON"),
     (rb'{"jsonrpc":"2.0","method":"m","params":["\ud800",1e999],"id":6}', "infinity"),
+    # An integer past a double's range there raised OverflowError: no answer, the
+    # connection dropped with the requests that followed.
+    (rb'{"jsonrpc":"2.0","method":"m","params":["\ud800",' + b"9" * 400 + b'],"id":6}',
+     "number is infinity when parsed as double: 9999"),
+    (rb'{"jsonrpc":"2.0","method":"m","params":{"q":"\udfff"},"id":-' + b"1" * 310 + b"}",
+     "number is infinity when parsed as double: -111"),
     (rb'{"jsonrpc":"2.0","method":"m","params":["\ud800"]', "Expecting ',' delimiter"),
     (rb'{"jsonrpc":"2.0","method":"m","params":["\ud800"],"id":6} x', "Extra data"),
 ])

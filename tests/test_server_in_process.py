@@ -173,6 +173,24 @@ async def test_handler_exceptions_do_not_leak(short_dir: Path,
         assert "secret detail" in caplog.text  # logged for the operator, not sent
 
 
+async def test_a_frame_that_does_not_parse_leaves_the_connection_serving(
+        short_dir: Path) -> None:
+    # A lone surrogate sends the frame to the fallback parser, where an integer past a
+    # double's range raised OverflowError: the connection died unanswered, and the
+    # request pipelined after it with it.
+    app = InProcess(short_dir)
+    huge = b"9" * 400
+    async with app.connection() as client:
+        await client.stream.send_all(
+            b'{"jsonrpc":"2.0","method":"daemon.ping","params":{"q":"\\ud800","n":'
+            + huge + b'},"id":1}\n{"jsonrpc":"2.0","method":"daemon.ping","id":2}\n')
+        with trio.fail_after(5):
+            refused, pong = await client.recv(), await client.recv()
+        assert refused["id"] is None and refused["error"]["code"] == errors.PARSE_ERROR
+        assert "number is infinity when parsed as double" in refused["error"]["message"]
+        assert pong["id"] == 2 and pong["result"]["pong"] is True
+
+
 async def test_calls_run_concurrently_within_the_limit(short_dir: Path) -> None:
     app = InProcess(short_dir, max_concurrent_calls_per_connection=2)
     async with app.connection() as client:
