@@ -28,6 +28,9 @@ DEFAULT_MAX_QUEUED = 256
 View = Callable[[str, Mapping[str, object]], Mapping[str, object] | None]
 MAX_PATTERN_CHARS = 200
 _TOPIC = re.compile(r"^(\*|[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(\.\*|\*)?)\Z")
+#: What a refused pattern is told: the rule :data:`_TOPIC` checks.
+_TOPIC_RULE = ("a topic is words of A-Z a-z 0-9 _ - joined by single dots (job.state); a "
+               "pattern is a topic, or the start of one ending in * (job.*, or * for all)")
 
 
 def check_topic_pattern(pattern: object) -> str:
@@ -41,7 +44,7 @@ def check_topic_pattern(pattern: object) -> str:
     if len(pattern) > MAX_PATTERN_CHARS:
         raise ValueError(f"invalid topic pattern: {pattern[:40]!r}… is {len(pattern)} "
                          f"characters long; at most {MAX_PATTERN_CHARS}")
-    raise ValueError(f"invalid topic pattern: {pattern!r}")
+    raise ValueError(f"invalid topic pattern: {pattern!r}: {_TOPIC_RULE}")
 
 
 def topic_matches(pattern: str, topic: str) -> bool:
