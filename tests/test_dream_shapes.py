@@ -267,3 +267,32 @@ def test_a_catalog_record_without_a_state_does_not_break_status(
         for w in s["workspaces"]), "both files cataloged as pending")
     ws = next(w for w in entry["workspaces"] if w["agent_id"] == AGENT)
     assert [f["path"] for f in ws["resource"]["skipped"]] == [], ws["resource"]
+
+
+def test_a_node_is_backed_only_by_the_note_the_model_read(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """Three notes in one run, each in a conversation of its own. The model reading the
+    first names the others as sources too (copied from a node it read, or guessed): they
+    counted, so a fact told once stood at the confidence of two sources, and a note of a
+    later day, not read yet, made the next day's correction look older than the node.
+    A node gains as sources only the note the conversation is about."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b, c = ("memory/2026-11-20/a.md", "memory/2026-11-21/b.md",
+               "memory/2026-11-22/c.md")
+    meeting = "digest/wiki/meeting.md"
+    write(root, a, "The meeting is on Friday.\n")
+    write(root, b, "The meeting moved to Monday.\n")
+    write(root, c, "Lunch was good.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "wiki", "name": "Meeting",
+                                     "content": "- on Friday", "sources": [a, b, c],
+                                     "reason": "schedule"})]]
+    model.plan[b] = [[("integrate", {"action": "CORRECT", "bucket": "wiki", "node": meeting,
+                                     "content": "- on Monday", "sources": [b],
+                                     "reason": "moved"})]]
+    result = dream(daemon)
+    assert result["actions"] == {"CREATE": 1, "CORRECT": 1}, (result, model.tool_results)
+    fields, text = node(root, meeting)
+    assert fields["sources"] == [a, b] and fields["confidence"] == 0.75, fields
+    assert "- on Monday" in text and f"[[{c}]]" not in text

@@ -399,8 +399,8 @@ def _bucket_of(path: str, digest_dir: str) -> str | None:
 def parse_integration(args: Mapping[str, object], *, digest_dir: str,
                       allowed_sources: Sequence[str], default_source: str) -> Integration:
     """Validate the ``integrate`` tool's arguments. Raises IntegrationError with a message
-    the model can act on. Sources outside ``allowed_sources`` (the notes of this run) are
-    dropped; none left means the note being read."""
+    the model can act on. Sources outside ``allowed_sources`` (the note the model reads)
+    are dropped; none left means the note being read."""
     if not isinstance(args, Mapping):
         raise IntegrationError("arguments must be an object")
     action = _string(args, "action", required=True).upper()

@@ -225,8 +225,10 @@ class _Run:
         args = {k: await redact_async(v) if k in ("name", "description", "reason")
                 and isinstance(v, str) else v for k, v in args.items()}
         try:
+            # The model reads one note per conversation: another note it names (copied
+            # from a node it read, or guessed) never backed what it integrates here.
             proposal = digest.parse_integration(
-                args, digest_dir=self.digest_dir, allowed_sources=self.log.notes,
+                args, digest_dir=self.digest_dir, allowed_sources=(self.note,),
                 default_source=self.note)
         except digest.IntegrationError as exc:
             return f"error: {exc}"
