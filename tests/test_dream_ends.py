@@ -10,6 +10,8 @@ from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_dream import (
     AGENT,
+    HALF_A,
+    HALF_B,
     ScriptedModel,
     dream_until_the_second_note,
     open_ws,
@@ -31,6 +33,12 @@ def test_a_cancelled_dream_keeps_what_it_did_as_its_result(
     assert result["actions"]["CREATE"] == 1 and result["changed"] is True, result
     assert "digest/personal/cat.md" in result["files_changed"], result
     assert result["notes"] == 2 and result["run_id"], result
+    # Its change log names as read only the note it finished, and the other as left to
+    # the next dream (it said "notes read: 2" and listed both).
+    text = (tmp_path / "ws" / result["log"]).read_text(encoding="utf-8")
+    read, _, rest = text.partition("## Notes read\n\n")[2].partition("\n\n")
+    assert read == f"- [[{HALF_A}]]" and "- notes read: 1\n" in text, text
+    assert f"## Notes not reached (read by the next dream)\n\n- [[{HALF_B}]]\n" in rest, text
 
 
 def test_a_dream_whose_every_note_failed_leaves_interests_as_they_were(

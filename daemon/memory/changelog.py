@@ -231,16 +231,23 @@ class RunLog:
 
 
 def render_markdown(run: RunLog) -> str:
+    # A note is read once its catalog record is set (processed, or failed); a run
+    # cancelled or cut short before the others did not read them.
+    read = [n for n in run.notes if n in run.catalog or n in run.failed_notes]
+    unread = [n for n in run.notes if n not in read]
     lines = [f"# Dream run {run.run_id}", "",
              f"- started: {run.started}",
              f"- finished: {run.finished or 'not (running, or the daemon stopped during it)'}",
-             f"- trigger: {run.trigger}", f"- notes read: {len(run.notes)}",
+             f"- trigger: {run.trigger}", f"- notes read: {len(read)}",
              *([f"- notes left for the next run (at most {len(run.notes)} a run): "
                 f"{run.left}"] if run.left else []),
              *([f"- tool calls of the model not run (past its limits): "
                 f"{run.tool_calls_refused}"] if run.tool_calls_refused else []), ""]
-    if run.notes:
-        lines += ["## Notes read", ""] + [f"- [[{n}]]" for n in run.notes] + [""]
+    if read:
+        lines += ["## Notes read", ""] + [f"- [[{n}]]" for n in read] + [""]
+    if unread:
+        lines += ["## Notes not reached (read by the next dream)", ""]
+        lines += [f"- [[{n}]]" for n in unread] + [""]
     if run.failed_notes:
         lines += ["## Notes not processed (tried again by later runs, a few times while "
                   "unchanged)", ""]
