@@ -58,9 +58,10 @@ def test_names_whose_vowels_are_marks_stay_words_and_stay_apart(
     one, two = "memory/2026-11-28/a.md", "memory/2026-11-29/b.md"
     write(root, one, "किम और कोम\n")
     write(root, two, "किम फिर से\n")
-    # A node made when the marks were dropped from file names: found by its name still.
+    # A node made when the marks were dropped from file names: found by its name still
+    # (a CREATE saying what it says corroborates it).
     write(root, "digest/wiki/ह-न-द-न-ट.md", "---\nname: हिन्दी नोट\nsources: []\n---\n"
-          "# हिन्दी नोट\n\n- old\n")
+          "# हिन्दी नोट\n\n- हिन्दी नोट\n")
     open_ws(daemon, root, fake)
 
     def create(name: str) -> tuple[str, dict[str, str]]:

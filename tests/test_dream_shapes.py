@@ -296,3 +296,44 @@ def test_a_node_is_backed_only_by_the_note_the_model_read(
     fields, text = node(root, meeting)
     assert fields["sources"] == [a, b] and fields["confidence"] == 0.75, fields
     assert "- on Monday" in text and f"[[{c}]]" not in text
+
+
+def test_a_create_on_a_node_that_says_otherwise_is_no_corroboration(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """The model, not searching first, CREATEs a node of an existing node's name with
+    what a later note says against it: it was taken as a CORROBORATE, so the claim the
+    note contradicts gained the note as a source and rose in confidence, and what the note
+    said was lost. Such a CREATE is refused, telling the model to read the node; one
+    that says what the node says (a line of it, in other words' order or case) is still
+    a corroboration."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b, c = ("memory/2026-11-20/a.md", "memory/2026-11-21/b.md",
+               "memory/2026-11-22/c.md")
+    tea = "digest/personal/tea.md"
+    write(root, a, "Tea in the morning.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Tea",
+                                     "content": "- drinks tea\n- in the morning",
+                                     "reason": "habit"})]]
+    dream(daemon)
+    write(root, b, "Coffee now, never tea.\n")
+    model.plan[b] = [
+        [("integrate", {"action": "CREATE", "bucket": "personal", "name": "tea",
+                        "content": "- drinks coffee now, never tea", "reason": "habit"})],
+        [("integrate", {"action": "CORRECT", "bucket": "personal", "node": tea,
+                        "content": "- drinks coffee now, never tea",
+                        "reason": "changed"})]]
+    second = dream(daemon)
+    assert second["actions"] == {"refused": 1, "CORRECT": 1}, (second, model.tool_results)
+    refused = model.tool_results[1]
+    assert refused.startswith("refused:") and "node_read" in refused, model.tool_results
+    fields, text = node(root, tea)
+    assert fields["corroborations"] == 0 and fields["sources"] == [a, b], fields
+    assert "- drinks coffee now, never tea" in text.split("## History")[0], text
+    write(root, c, "Still coffee.\n")
+    model.plan[c] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Tea",
+                                     "content": "* Drinks  coffee now, never tea",
+                                     "reason": "again"})]]
+    assert dream(daemon)["actions"] == {"CORROBORATE": 1}, model.tool_results
+    assert node(root, tea)[0]["sources"] == [a, b, c]

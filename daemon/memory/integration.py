@@ -4,8 +4,10 @@ The model never writes a node. It proposes an :class:`Integration` and :func:`in
 decides, deterministically, what the node becomes:
 
 - CREATE: a new node (on an existing node of the same name it acts as CORROBORATE: a fact
-  seen twice is stronger, not a second node; a name of another node that only shares its
-  slug is refused);
+  seen twice is stronger, not a second node; but only if the node holds every line of the
+  proposed content: one that says more or otherwise is refused, the model told to read
+  the node and REFINE or CORRECT it; a name of another node that only shares its slug is
+  refused);
 - CORROBORATE: the node gains the new sources, ``corroborations`` and ``confidence`` rise;
   the content is not touched (nothing is ever just appended);
 - REFINE: the content is replaced by a more detailed version that must keep at least
@@ -158,6 +160,14 @@ def integrate(existing: Node | None, proposal: Integration, today: str,
                            f"{path} is the node {existing.name!r}, not {proposal.name!r}: "
                            "give the new node a more distinct name, or name this one in "
                            "`node` to CORROBORATE it")
+        if kept_fraction(proposal.content, existing.content) < 1.0:
+            # What the note says against the node (or beyond it) would be lost, and the
+            # node's claim would gain the note as a source.
+            return Outcome(action, path, "refused", None,
+                           f"{path} ({existing.name!r}) exists and does not say all of "
+                           "this content: read it with node_read, then CORROBORATE it if "
+                           "the note repeats it, REFINE it if the note adds detail, or "
+                           "CORRECT it if the note contradicts it")
         action = "CORROBORATE"
     if action == "CORROBORATE":
         if not new_sources:
