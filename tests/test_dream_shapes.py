@@ -337,3 +337,30 @@ def test_a_create_on_a_node_that_says_otherwise_is_no_corroboration(
                                      "reason": "again"})]]
     assert dream(daemon)["actions"] == {"CORROBORATE": 1}, model.tool_results
     assert node(root, tea)[0]["sources"] == [a, b, c]
+
+
+def test_a_note_dated_in_the_future_does_not_make_every_correction_older(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A note in a folder of a day still to come (a typo in its year, a day that cannot
+    be) made the node's newest source: every real note was older than it, so no note
+    could correct the node any more. A source's day after tomorrow says nothing of when
+    its claim was made."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    typo, bad, b = ("memory/2099-11-20/typo.md", "memory/2026-19-40/bad.md",
+                    "memory/2026-11-21/b.md")
+    meeting = "digest/wiki/meeting.md"
+    write(root, typo, "The meeting is on Friday.\n")
+    write(root, bad, "The meeting is in room 4.\n")
+    open_ws(daemon, root, fake)
+    model.plan[bad] = [[("integrate", {"action": "CREATE", "bucket": "wiki", "name": "Meeting",
+                                       "content": "- on Friday", "reason": "schedule"})]]
+    model.plan[typo] = [[("integrate", {"action": "CORROBORATE", "bucket": "wiki",
+                                        "node": meeting, "reason": "again"})]]
+    assert dream(daemon)["actions"] == {"CREATE": 1, "CORROBORATE": 1}, model.tool_results
+    write(root, b, "The meeting moved to Monday.\n")
+    model.plan[b] = [[("integrate", {"action": "CORRECT", "bucket": "wiki", "node": meeting,
+                                     "content": "- on Monday", "reason": "moved"})]]
+    result = dream(daemon)
+    assert result["actions"] == {"CORRECT": 1}, (result, model.tool_results)
+    assert "- on Monday" in (root / meeting).read_text().split("## History")[0]

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import date, timedelta
 
 from recalld.daemon.index.filters import note_date
 from recalld.daemon.memory.digest import (
@@ -85,18 +86,30 @@ def _other_name(existing: Node, proposal: Integration) -> bool:
     return name_key(existing.name) not in (ours, stem) and ours != stem
 
 
-def _newest_day(paths: Iterable[str]) -> str:
+def _newest_day(paths: Iterable[str], today: str) -> str:
     """The latest day (``YYYY-MM-DD``: a note's day folder, or a note named by its date)
-    of ``paths``; "" if none has one."""
-    return max((day for p in paths if (day := note_date(p))), default="")
+    of ``paths``; "" if none has one. A day that cannot be, or after tomorrow (a typo in
+    a folder's year; tomorrow: a note written where it is already), dates nothing: it
+    would be newer than every note to come, and no note could correct a node it backs."""
+    latest = (date.fromisoformat(today) + timedelta(days=1)).isoformat()
+    return max((day for p in paths if (day := note_date(p)) and day <= latest
+                and _is_date(day)), default="")
 
 
-def _older_than(proposal: Integration, existing: Node) -> str:
+def _is_date(day: str) -> bool:
+    try:
+        date.fromisoformat(day)
+    except ValueError:
+        return False
+    return True
+
+
+def _older_than(proposal: Integration, existing: Node, today: str) -> str:
     """Why the notes ``proposal`` is from are older than what ``existing`` says (of a day
     before its newest source: an old note edited, or read again); "" if they are not."""
     # A deleted note still dated what the node says.
-    said = _newest_day(proposal.sources)
-    held = _newest_day([*existing.sources, *existing.deleted_sources])
+    said = _newest_day(proposal.sources, today)
+    held = _newest_day([*existing.sources, *existing.deleted_sources], today)
     if said and said < held:
         return (f"the note(s) of {said} are older than what {existing.path} says (sources "
                 f"up to {held})")
@@ -181,7 +194,7 @@ def integrate(existing: Node | None, proposal: Integration, today: str,
                   f"{existing.confidence} -> {node.confidence}")
     elif action == "REFINE":
         kept = kept_fraction(existing.content, proposal.content)
-        older = _older_than(proposal, existing)
+        older = _older_than(proposal, existing, today)
         if older and kept < 1.0:
             return Outcome(action, path, "refused", None,
                            f"{older}: it may add detail, not rewrite or drop a line of what "
@@ -205,7 +218,7 @@ def integrate(existing: Node | None, proposal: Integration, today: str,
         node.sources.extend(new_sources)
         detail = f"refined (kept {kept:.0%} of the previous lines)"
     else:  # CORRECT
-        older = _older_than(proposal, existing)
+        older = _older_than(proposal, existing, today)
         if older:
             return Outcome(action, path, "refused", None,
                            f"{older}: an older note does not correct a newer claim; "
