@@ -45,7 +45,7 @@ from recalld.ipc.answers import JsonObject, NoteAdded
 from recalld.ipc.errors import InvalidParams, refused_as_credential
 from recalld.ipc.known_ids import KnownIds
 from recalld.ipc.request_parts import in_note_parts, search_query
-from recalld.ipc.tool_args import ArgumentError, whole_argument
+from recalld.ipc.tool_args import MAX_HITS, ArgumentError, whole_argument
 from recalld.ipc.types import without_frontmatter
 
 if TYPE_CHECKING:
@@ -366,7 +366,7 @@ class Mem0SearchMemoryTool(_Mem0Tool):
             return _chunk("(no keywords supplied — nothing to search)")
         try:
             per_keyword = await asyncio.gather(
-                *(self._mw.search_memories(w, max(1, 5 if most is None else most))
+                *(self._mw.search_memories(w, max(1, min(5 if most is None else most, MAX_HITS)))
                   for w in words))
         except _DAEMON_ERRORS as exc:
             return _chunk(f"Error retrieving memory: {exc}", error=True)

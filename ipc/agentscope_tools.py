@@ -18,7 +18,13 @@ from recalld.ipc import errors
 from recalld.ipc.agentscope_workspace import _DAEMON_ERRORS
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.request_parts import in_note_parts
-from recalld.ipc.tool_args import ArgumentError, text_argument, texts_argument, whole_argument
+from recalld.ipc.tool_args import (
+    MAX_HITS,
+    ArgumentError,
+    count_argument,
+    text_argument,
+    texts_argument,
+)
 
 if TYPE_CHECKING:
     from recalld.ipc.agentscope_memory import RecalldMemoryMiddleware
@@ -116,7 +122,7 @@ class MemorySearchTool(_MemoryTool):
                           "description": "What to look for: a name, a preference, a "
                                          "decision, an error message..."},
                 "limit": {"type": "integer", "description": "Maximum number of results.",
-                          "default": middleware.top_k},
+                          "minimum": 1, "maximum": MAX_HITS, "default": middleware.top_k},
             },
             "required": ["query"],
         }
@@ -126,7 +132,7 @@ class MemorySearchTool(_MemoryTool):
         query = text_argument("query", query)
         if not query.strip():
             return _chunk("(no query given: nothing to search)")
-        hits = await self._mw.search(workspace, query, whole_argument("limit", limit))
+        hits = await self._mw.search(workspace, query, count_argument("limit", limit))
         return _chunk("\n\n".join(hits) if hits else "(no relevant memories found)")
 
 

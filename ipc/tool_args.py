@@ -112,3 +112,17 @@ def whole_argument(name: str, value: object) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     raise ArgumentError(f"{name}: must be a whole number, not {_kind(value)}")
+
+
+#: The most hits one search hands back (the daemon's cap): a larger count asks no more.
+MAX_HITS = 100
+
+
+def count_argument(name: str, value: object) -> int | None:
+    """``value`` as a count of hits (None if not given), read as :func:`whole_argument`
+    does: at least 1 (ArgumentError naming the argument below that, where the daemon
+    would name its own parameter), and above :data:`MAX_HITS` taken as that many."""
+    count = whole_argument(name, value)
+    if count is not None and count < 1:
+        raise ArgumentError(f"{name}: must be at least 1")
+    return None if count is None else min(count, MAX_HITS)

@@ -116,3 +116,33 @@ def test_an_argument_of_the_wrong_shape_is_named_never_quoted(daemon: DaemonHand
     assert [error for _, (_, error) in answers[6:]] == [False, False], answers[6:]
     with Client(daemon.socket_path) as c:  # nothing of them reached the workspace
         assert all(TOKEN not in f["path"] for f in c.memory_list("potter"))
+
+
+def test_a_count_of_hits_out_of_range_is_told_by_the_tools_own_name(
+        daemon: DaemonHandle) -> None:
+    # limit=-5 came back as the daemon's "param 'max_results' must be at least 1", a name
+    # the model never saw; a count past 64 bits could not even be sent.
+    with Client(daemon.socket_path) as c:
+        c.workspace_open("potter")
+        for title in ("glaze one", "glaze two"):
+            c.add_note("potter", f"The kiln {title} fires at cone 6.", name=title)
+
+    async def main() -> list[tuple[str, bool]]:
+        mw = RecalldMemoryMiddleware(agent_id="potter", mode="agent_control",
+                                     socket_path=daemon.socket_path)
+        mem0 = RecalldMem0Middleware(user_id="potter", socket_path=daemon.socket_path)
+        search = {t.name: t for t in await mw.list_tools()}["memory_search"]
+        mem0_search = {t.name: t for t in await mem0.list_tools()}["search_memory"]
+        try:
+            return [*[_answer(await search.call(_agent_state=None, query="kiln", limit=n))
+                      for n in (-5, 0, "-1", 10**30)],
+                    _answer(await mem0_search.call(keywords=["kiln"], limit=10**30))]
+        finally:
+            await mw.close()
+            await mem0.close()
+
+    answers = asyncio.run(main())
+    assert answers[:2] == [("memory search failed: limit: must be at least 1", True)] * 2
+    assert answers[2][1] and "max_results" not in answers[2][0], answers[2]
+    for text, error in answers[3:]:  # as many as there are
+        assert not error and "glaze one" in text and "glaze two" in text, text
