@@ -71,7 +71,7 @@ from recalld.ipc.mcp_tools import (
     prompt_flag,
 )
 from recalld.ipc.mcp_wire import StdoutWire, claimed_stdout
-from recalld.ipc.request_parts import add_turns_in_parts, in_note_parts
+from recalld.ipc.request_parts import add_turns_in_parts, in_note_parts, search_query
 from recalld.ipc.types import render_linked, render_skipped
 
 SCHEME = "recalld"
@@ -192,8 +192,10 @@ class Bridge:
         if not str(args.get("query", "")).strip():  # as memory_recall and `recalld search`
             return _text("the query is empty (no text)", error=True)
         agents = args.get("agents")
+        # A query of any size (a pasted log): its start and end, as one request takes.
+        query = search_query(str(args.get("query", "")), self.client.request_limit)
         response = await self.client.search(
-            self.agent, str(args.get("query", "")), max_results=int(args.get("limit") or 5),
+            self.agent, query, max_results=int(args.get("limit") or 5),
             agents=[await self._ids.id_of(str(a)) for a in agents] if agents else None)
         hits = [r.to_dict() for r in response]
         # Workspaces of agents not open were passed by: said, not taken for empty.
@@ -208,7 +210,9 @@ class Bridge:
     async def recall(self, query: str, *, limit: int | None = None,
                      budget_chars: int | None = None, include_index: bool = False,
                      include_interests: bool = False) -> Recall:
-        """``memory.recall`` for this agent (the tool and the prompt)."""
+        """``memory.recall`` for this agent (the tool and the prompt), for a query of
+        any size (its start and end, as one request takes)."""
+        query = search_query(query, self.client.request_limit)
         return await on_workspace(self._open, lambda: self.client.recall(
             self.agent, query, max_results=limit, budget_chars=budget_chars,
             include_index=include_index, include_interests=include_interests))

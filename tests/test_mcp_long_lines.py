@@ -1,6 +1,7 @@
 """The MCP bridge holds at most ``MAX_LINE_BYTES`` of one line its client writes: a longer
 line is read through without being kept, answered with an error (the request's id when
-its start shows it) and the bridge reads on."""
+its start shows it) and the bridge reads on. A query that fits a line but not one request
+to the daemon is searched by its start and end."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 pytest.importorskip("mcp", reason="needs mcp, which '.[test]' installs")
 
-from conftest import DaemonHandle
+from conftest import DaemonFactory, DaemonHandle
 from test_mcp_lines import Raw, _call
 
 from recalld.ipc.mcp_lines import MAX_LINE_BYTES, LongLine, bounded_lines
@@ -91,3 +92,27 @@ def test_a_long_line_is_answered_with_its_id(head: bytes, expected: int | str | 
 def test_a_long_response_is_not_answered() -> None:
     assert LongLine(b'{"jsonrpc":"2.0","id":4,"result":{"x":"', MAX_LINE_BYTES + 1
                     ).answer() is None
+
+
+def test_a_query_larger_than_one_request_is_searched_by_its_start_and_end(
+        daemon_factory: DaemonFactory) -> None:
+    # A host pastes a long log as the query: the tools answered with the daemon's
+    # "request of N bytes exceeds the limit ... ([daemon] max_request_bytes)".
+    daemon = daemon_factory("[daemon]\nmax_request_bytes = 65536\n")
+    raw = Raw(daemon)
+    raw.send(_call("note", "memory_add_note",
+                   {"content": "The heron-relay service restarts at dawn."}), ["note"])
+    query = "heron-relay " + "Zeile ohne Bedeutung « » 🪶\n" * 3_000 + "restarts"
+    raw.send(_call("search", "memory_search", {"query": query}), ["search"])
+    raw.send(_call("recall", "memory_recall", {"query": query}), ["recall"])
+    raw.send(json.dumps({"jsonrpc": "2.0", "id": "prompt", "method": "prompts/get",
+                         "params": {"name": "recall", "arguments": {"query": query}}},
+                        ).encode() + b"\n", ["prompt"])
+    assert raw.close() == []
+
+    by_id = {m["id"]: m for m in raw.got if m.get("id") is not None}
+    for tool in ("search", "recall"):
+        result = by_id[tool]["result"]
+        assert not result["isError"] and "heron-relay" in result["content"][0]["text"], result
+    said = by_id["prompt"]["result"]["messages"][0]["content"]["text"]
+    assert "heron-relay service restarts" in said, by_id["prompt"]
