@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("mcp", reason="needs mcp, which '.[test]' installs")
 
-from conftest import DaemonFactory, DaemonHandle
+from conftest import DaemonHandle
 from test_mcp_lines import Raw, _call
 
 from recalld.ipc.mcp_lines import MAX_LINE_BYTES, LongLine, bounded_lines
@@ -95,14 +95,14 @@ def test_a_long_response_is_not_answered() -> None:
 
 
 def test_a_query_larger_than_one_request_is_searched_by_its_start_and_end(
-        daemon_factory: DaemonFactory) -> None:
+        daemon: DaemonHandle) -> None:
     # A host pastes a long log as the query: the tools answered with the daemon's
     # "request of N bytes exceeds the limit ... ([daemon] max_request_bytes)".
-    daemon = daemon_factory("[daemon]\nmax_request_bytes = 65536\n")
     raw = Raw(daemon)
     raw.send(_call("note", "memory_add_note",
                    {"content": "The heron-relay service restarts at dawn."}), ["note"])
-    query = "heron-relay " + "Zeile ohne Bedeutung « » 🪶\n" * 3_000 + "restarts"
+    # Past the daemon's default bound of one request (1 MiB), within one MCP line.
+    query = "heron-relay " + "Zeile ohne Bedeutung « » 🪶\n" * 40_000 + "restarts"
     raw.send(_call("search", "memory_search", {"query": query}), ["search"])
     raw.send(_call("recall", "memory_recall", {"query": query}), ["recall"])
     raw.send(json.dumps({"jsonrpc": "2.0", "id": "prompt", "method": "prompts/get",
