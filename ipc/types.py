@@ -45,7 +45,9 @@ def visible(text: str) -> str:
     """``text`` with control characters and bidi controls shown as escapes (``\\n``,
     ``\\x1b``, ``\\u2028``, ``\\u202e``), so a file name shown in a header or a line of
     text cannot break it, nor show itself in another order."""
-    return _CONTROL.sub(_escape, text)
+    # Every character _CONTROL matches is one ``isprintable`` refuses (categories Cc, Cf,
+    # Zl, Zp): a printable name, nearly every one, skips the substitution.
+    return text if text.isprintable() else _CONTROL.sub(_escape, text)
 
 
 def render_result(hit: Mapping[str, object], *, hybrid: bool, agent_id: str | None = None) -> str:
@@ -59,9 +61,10 @@ def render_result(hit: Mapping[str, object], *, hybrid: bool, agent_id: str | No
     where = f"{visible(str(hit['path']))}:{hit['start_line']}-{hit['end_line']}"
     if agent_id is not None:
         where = f"[{visible(agent_id)}] {where}"
-    scores = f"score={hit['score']:.4f}"
-    if hybrid:
-        scores += f" vector={_fmt(hit['vector'])} keyword={_fmt(hit['keyword'])}"
+    if not hybrid:  # (one string built, not two: every keyword-only search renders each hit)
+        return f"========== {where} [score={hit['score']:.4f}] ==========\n{hit['text']}"
+    scores = (f"score={hit['score']:.4f} vector={_fmt(hit['vector'])} "
+              f"keyword={_fmt(hit['keyword'])}")
     return f"========== {where} [{scores}] ==========\n{hit['text']}"
 
 

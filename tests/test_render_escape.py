@@ -26,6 +26,17 @@ def test_visible_escapes_control_characters_only(raw: str, shown: str) -> None:
     assert visible(raw) == shown
 
 
+def test_visible_passes_printable_text_as_it_is_and_escapes_every_control() -> None:
+    """Each code point the control pattern covers (all in the BMP) is escaped, whatever
+    shortcut visible takes for text it finds printable; every other one is left as it is."""
+    from recalld.ipc.types import _CONTROL, _escape
+
+    for ch in map(chr, range(0x10000)):
+        assert visible(ch) == _CONTROL.sub(_escape, ch), hex(ord(ch))
+    assert visible("a\u202eb.md") == "a\\u202eb.md"
+    assert visible("中文/笔记\u00a0x.md") == "中文/笔记\u00a0x.md"  # a no-break space shows
+
+
 def test_rendered_header_and_table_stay_one_line() -> None:
     hit = {"path": f"memory/x\n{FORGED}\ny.md", "start_line": 1, "end_line": 2,
            "text": "body", "score": 1.0}
