@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
 
 import orjson
-from pyroaring import BitMap
+from pyroaring import BitMap, FrozenBitMap
 
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.bm25 import BM25Index
@@ -49,6 +49,7 @@ from recalld.daemon.store.arrays import Mapped
 
 # :meth:`IndexState.neighbours` remembers up to this many files' neighbours.
 NEIGHBOURS_MEMO_MAX = 4096
+ALLOWED_MEMO_MAX = 64
 
 
 def _stem(path: str) -> str:
@@ -96,6 +97,9 @@ class IndexState:
         # What :meth:`neighbours` found, until files or links change (every search asks
         # it for each hit's file).
         self._neighbours: dict[str, list[str]] = {}
+        # What :meth:`allowed` found per filters, until files change: finding it reads
+        # every file's path (2-9 ms at 3k notes, against 0.1 ms for the search it filters).
+        self._allowed: dict[Filters, FrozenBitMap] = {}
 
     # -- reading ---------------------------------------------------------------------
 
@@ -123,10 +127,13 @@ class IndexState:
         """The doc keys that pass ``filters`` (None: everything)."""
         if filters.empty:
             return None
-        out = BitMap()
-        for info in self._passing(filters):
-            out.update(info.keys)
-        return out
+        found = self._allowed.get(filters)
+        if found is None:
+            if len(self._allowed) >= ALLOWED_MEMO_MAX:
+                self._allowed = {}
+            found = self._allowed[filters] = FrozenBitMap(
+                key for info in self._passing(filters) for key in info.keys)
+        return BitMap(found)  # the caller's own: nothing it does changes the memo
 
     def allows_any(self, filters: Filters) -> bool:
         """Whether some chunk passes ``filters``: whether :meth:`allowed` finds any (told
@@ -346,6 +353,7 @@ class IndexState:
 
     def _put(self, info: FileInfo) -> None:
         self.files[info.path] = info
+        self._allowed = {}
         big = too_large(info.size)
         if big != (info.path in self.oversized):
             self.oversized = (self.oversized | {info.path} if big
@@ -367,6 +375,7 @@ class IndexState:
                 self.vectors.remove(key)
                 self.vectors_version += 1
         del self.files[info.path]
+        self._allowed = {}
         if info.path in self.oversized:
             self.oversized = self.oversized - {info.path}
         if info.path in self.secret_named:
@@ -404,6 +413,7 @@ class IndexState:
         self.secret_named = frozenset(p for p, f in by_path.items() if f.secret_name)
         self.not_utf8 = frozenset(p for p, f in by_path.items() if f.encoding)
         self.files = by_path
+        self._allowed = {}
         self.chunks = chunks
         self.bm25 = bm25
         self.graph = graph
@@ -439,6 +449,7 @@ class IndexState:
             files[info.path] = info
         graph = LinkGraph.from_records(orjson.loads(line) for line in links)
         self.files, self.graph, self._by_stem = files, graph, None
+        self._allowed = {}
         self._neighbours = {}
         self.chunks, self.bm25 = chunks, bm25
 
