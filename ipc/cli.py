@@ -377,7 +377,9 @@ def _service(command: str, ns: argparse.Namespace, out: TextIO, as_json: bool) -
 
     if command == "install-service":
         # The socket clients would look for (--socket, RECALLD_SOCKET, the config file).
-        sock = install.listen_path(paths.socket_path(getattr(ns, "socket", None)))
+        explicit = getattr(ns, "socket", None)
+        sock = install.listen_path(paths.socket_path(explicit),
+                                   chosen=paths.socket_chosen(explicit))
         written = install.install_service(write_only=ns.write_only, socket_path=sock)
         if as_json:
             print_json(out, {"written": written, "enabled": not ns.write_only})

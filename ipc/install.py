@@ -150,8 +150,16 @@ def unit_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "systemd" / "user"
 
 
-def listen_path(socket_path: Path, environ: Mapping[str, str] | None = None) -> Path | None:
-    """None when ``socket_path`` is the one systemd's ``%t`` default names."""
+def listen_path(socket_path: Path, environ: Mapping[str, str] | None = None, *,
+                chosen: bool = True) -> Path | None:
+    """None when ``socket_path`` is systemd's ``%t`` default: the one
+    ``$XDG_RUNTIME_DIR`` names, or any socket the user did not choose (``chosen`` False:
+    no ``--socket``, ``RECALLD_SOCKET`` or ``[daemon] socket_path``). A shell without
+    ``XDG_RUNTIME_DIR`` falls back to ``/tmp/recalld-<uid>``; pinned in the units, the
+    service would listen there while the clients of a login session, and those without
+    the variable once the user manager has made ``/run/user/<uid>``, look under ``%t``."""
+    if not chosen:
+        return None
     env = os.environ if environ is None else environ
     runtime = paths.xdg_dir(env, "XDG_RUNTIME_DIR")
     if runtime and socket_path == Path(runtime) / "recalld" / "recalld.sock":

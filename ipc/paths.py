@@ -269,6 +269,16 @@ def _socket_from_file(explicit: str | os.PathLike[str] | None, env: Mapping[str,
     return choose_socket(None, env, configured, cfg)
 
 
+def socket_chosen(explicit: str | os.PathLike[str] | None = None,
+                  environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the user chose the socket (``--socket``, ``RECALLD_SOCKET``, ``[daemon]
+    socket_path``) rather than left it to the default of the session's folders."""
+    env = _env(environ)
+    if explicit is not None or env.get("RECALLD_SOCKET"):
+        return True
+    return _configured("socket_path", None, env)[0] is not None
+
+
 def socket_despite_file(explicit: str | os.PathLike[str] | None = None,
                         environ: Mapping[str, str] | None = None,
                         *, config: str | os.PathLike[str] | None = None,

@@ -277,3 +277,32 @@ def test_a_control_character_in_a_path_is_refused_not_written_as_a_new_line(
     with pytest.raises(install.ServiceError, match="holds a control character"):
         install.install_service(write_only=True, socket_path=socket_path, environ=env)
     assert not install.unit_dir(env).exists() or list(install.unit_dir(env).iterdir()) == []
+
+
+@pytest.mark.parametrize("runtime", [None, "relative/run"])
+def test_a_shell_without_a_runtime_folder_installs_the_default_socket(
+        tmp_path: Path, runtime: str | None) -> None:
+    # `install-service --write-only` where no XDG_RUNTIME_DIR is set (su, ssh without a
+    # login session: the machines --write-only is for). The client's fallback socket
+    # there (/tmp/recalld-<uid>, or /run/user/<uid>) is no choice of the user's: pinned in
+    # the units, the service would listen where no client of a login session looks.
+    from test_cli import recalld
+
+    env = {"PATH": os.environ["PATH"], **_unit_env(tmp_path)}
+    if runtime is not None:
+        env["XDG_RUNTIME_DIR"] = runtime  # ignored, as if unset
+    proc = recalld("install-service", "--write-only", env=env)
+    assert proc.returncode == 0, proc.stderr
+    target = install.unit_dir(env)
+    service = parse_unit((target / "recalld.service").read_text())["Service"]
+    assert service["ExecStart"].endswith(" serve"), service["ExecStart"]
+    socket_ = parse_unit((target / "recalld.socket").read_text())["Socket"]
+    assert socket_["ListenStream"] == install.DEFAULT_LISTEN
+    # One the user chose is kept, in this shell too.
+    chosen = tmp_path / "chosen.sock"
+    proc = recalld("install-service", "--write-only", env={**env, "RECALLD_SOCKET": str(chosen)})
+    assert proc.returncode == 0, proc.stderr
+    service = parse_unit((target / "recalld.service").read_text())["Service"]
+    assert service["ExecStart"].endswith(f" serve --socket {chosen}"), service["ExecStart"]
+    assert parse_unit((target / "recalld.socket").read_text())["Socket"]["ListenStream"] == \
+        str(chosen)
