@@ -19,6 +19,7 @@ from pathlib import Path
 
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.lock import PLACE_ERRNOS, FileLock, data_dir_lock
+from recalld.daemon.safepath import why_failed
 from recalld.daemon.store import confine
 from recalld.daemon.store.errors import StorageError, translate_os_error
 from recalld.daemon.store.fsio import (
@@ -101,7 +102,7 @@ def owning_data_dir(cfg: DaemonConfig) -> Iterator[FileLock]:
         prepare_data_dirs(cfg)
         lock.acquire()
     except OSError as exc:
-        raise DataDirUnusable(f"{exc.strerror}: {exc.filename}", exc.errno) from None
+        raise DataDirUnusable(why_failed(exc), exc.errno) from None
     try:
         remove_unfinished(cfg)
         make_state_files_private(cfg.state_dir)

@@ -295,7 +295,10 @@ def _main(argv: Sequence[str] | None, hangup: HeldHangup | None) -> int:
         try:
             handler = rotating_log(ns.log_file)
         except OSError as exc:
-            print(f"recalld: cannot open the log file {ns.log_file}: {exc}", file=sys.stderr)
+            from recalld.daemon.safepath import why_failed
+
+            print(f"recalld: cannot open the log file {ns.log_file}: {why_failed(exc)}",
+                  file=sys.stderr)
             return EXIT_CONFIG
     logging.basicConfig(handlers=[handler], level=ns.log_level or "INFO", format=LOG_FORMAT)
     logging.getLogger().setLevel(level)

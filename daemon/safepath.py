@@ -405,3 +405,18 @@ def why_not_made(path: Path, exc: OSError) -> str:
                 return f"{place} is not a directory"
             break
     return exc.strerror or str(exc)
+
+
+def why_failed(exc: OSError) -> str:
+    """One line for ``exc``, met making a file and the folders on its way: for mkdir's
+    "File exists" or "Not a directory", the file in the way of a folder
+    (:func:`why_not_made`); else the system's words and the path (blocking)."""
+    words = exc.strerror or str(exc)
+    if exc.filename is None:
+        return words
+    place = Path(os.fsdecode(exc.filename))
+    if exc.errno in (errno.EEXIST, errno.ENOTDIR):
+        why = why_not_made(place, exc)
+        if why != words:
+            return why
+    return f"{words}: {place}"

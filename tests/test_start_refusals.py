@@ -129,7 +129,22 @@ def test_a_data_folder_the_file_system_refuses_is_one_line(daemon_factory: Daemo
     assert lines[-1].startswith(f"recalld: cannot use the data directory {data}: "), lines
     if blocked == "a FIFO as its lock":
         assert "daemon.lock" in lines[-1] and "not a regular file" in lines[-1], lines
+    if blocked == "a file above it":  # the file in the way, not mkdir's "File exists"
+        assert lines[-1].endswith(f": {tmp_path / 'file'} is not a directory"), lines
     assert "Traceback" not in daemon.log()
+
+
+@pytest.mark.parametrize("below", ["log", "logs/recalld.log"])
+def test_a_log_file_under_a_file_names_the_file_in_the_way(daemon_factory: DaemonFactory,
+                                                           tmp_path: Path, below: str) -> None:
+    # --log-file whose folder is a file: mkdir said "[Errno 17] File exists: '...'".
+    (tmp_path / "afile").write_text("x")
+    log_file = tmp_path / "afile" / below
+    daemon = daemon_factory(args=["--log-file", str(log_file)], wait=False)
+    assert daemon.proc.wait(timeout=60) == 2
+    assert daemon.log().strip().splitlines()[-1] == (
+        f"recalld: cannot open the log file {log_file}: {tmp_path / 'afile'} is not a "
+        "directory"), daemon.log()
 
 
 def test_a_socket_whose_lock_cannot_be_opened_is_one_line(daemon_factory: DaemonFactory,
