@@ -50,7 +50,8 @@ MALLOC_MMAP_MIN_BYTES = 4 << 20
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 # The signals the supervisor receives while the loop runs. Before its receiver opens,
 # SIGTERM and SIGINT act as they did when the process started (the default action ends
-# it, SIGINT raises KeyboardInterrupt; ignored ones, as under nohup, stay ignored), and a
+# it, SIGINT raises KeyboardInterrupt, which main() ends as a clean stop; ignored ones,
+# as under nohup, stay ignored), and a
 # SIGHUP (a reload) is held for the supervisor, which reloads once it can; once the
 # receiver has been open they are passed by.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
@@ -234,6 +235,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     hangup = HeldHangup.install()
     try:
         return _main(argv, hangup)
+    except KeyboardInterrupt:
+        # SIGINT before the event loop runs (the configuration read, the modules
+        # imported, the supervisor built): a stop like one a moment later, which the
+        # loop ends cleanly; nothing was served yet, nothing is left to save.
+        print("recalld: stopped while it started (interrupted)", file=sys.stderr)
+        return EXIT_OK
     finally:
         if hangup is not None and not hangup.passed_on:  # the daemon never ran
             hangup.uninstall()

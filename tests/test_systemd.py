@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import trio
-from hooks import sessions_held
+from hooks import launcher, sessions_held
 from test_warm_start import _open_writer
 from waits import wait_for
 
@@ -308,3 +308,31 @@ def test_status_follows_workspaces_opened_and_closed_by_clients(
         assert "STOPPING" in fake.wait_for("STOPPING")
     finally:
         fake.close()
+
+
+def test_ctrl_c_while_the_daemon_starts_stops_it_without_a_traceback(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # SIGINT (Ctrl-C on `recalld serve`) before the event loop runs, while the daemon
+    # reads its configuration or imports its modules: a KeyboardInterrupt traceback and
+    # status -2, where the same key a moment later is a clean stop. The start is held
+    # here as it reads its configuration.
+    fifo = tmp_path / "hold"
+    os.mkfifo(fifo)
+    held = launcher(
+        "import os",
+        "from recalld.daemon import config",
+        "load = config.load",
+        "def held(*args, **kw):",
+        "    open(os.environ['HOLD'], 'rb').read()",
+        "    return load(*args, **kw)",
+        "config.load = held")
+    d = daemon_factory("", launcher=held, wait=False, HOLD=str(fifo))
+    writer = wait_for(lambda: _open_writer(fifo), "the start held before the supervisor")
+    try:
+        d.signal(signal.SIGINT)
+        assert d.proc.wait(timeout=30) == 0, d.log()
+    finally:
+        os.close(writer)
+    assert "Traceback" not in d.log() and "KeyboardInterrupt" not in d.log(), d.log()
+    assert d.log().strip().splitlines()[-1] == "recalld: stopped while it started (interrupted)"
+    assert not d.socket_path.exists()
