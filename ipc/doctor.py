@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shlex
 import shutil
 import socket
@@ -387,11 +388,9 @@ class Doctor:
             words = shlex.split((value or "").lstrip("-@:+!"))
         except ValueError:
             return None
-        program = words[0].replace("%h", str(Path(self.env.get("HOME", "~")).expanduser())) \
-            if words else ""
-        if "%" in program.replace("%%", "") or not program.startswith("/"):
-            return None
-        return Path(program.replace("%%", "%"))
+        home = str(Path(self.env.get("HOME", "~")).expanduser())
+        program = _specified(words[0], {"h": home}) if words else None
+        return Path(program) if program and program.startswith("/") else None
 
     def _unit_socket(self, unit: Path) -> Path | None:
         """The path the socket unit's ``ListenStream=`` names, as systemd reads it (``%t``
@@ -400,14 +399,8 @@ class Doctor:
         if value is None:
             return None
         runtime = paths.xdg_dir(self.env, "XDG_RUNTIME_DIR")
-        if value.startswith("%t/"):
-            if not runtime:
-                return None
-            value = runtime + value[2:]
-        if "%" in value.replace("%%", ""):
-            return None  # another specifier: not worth guessing
-        value = value.replace("%%", "%")
-        return Path(value) if value.startswith("/") else None
+        value = _specified(value, {"t": runtime} if runtime else {})
+        return Path(value) if value and value.startswith("/") else None
 
     def _bus(self) -> bool:
         runtime = paths.xdg_dir(self.env, "XDG_RUNTIME_DIR")
@@ -488,3 +481,12 @@ def _unit_value(unit: Path, key: str) -> str | None:
               if line.strip().startswith(f"{key}=")]
     return values[0] if len(values) == 1 else None
 
+
+def _specified(value: str, known: Mapping[str, str]) -> str | None:
+    """``value`` with its systemd specifiers replaced, read left to right as systemd does
+    (``%%`` is one ``%``, so ``%%h`` is a literal ``%h``); None for one not in ``known``."""
+    table = {"%": "%", **known}
+    try:
+        return re.sub(r"%(.?)", lambda m: table[m.group(1)], value)
+    except KeyError:  # a specifier not worth guessing
+        return None

@@ -306,3 +306,32 @@ def test_a_shell_without_a_runtime_folder_installs_the_default_socket(
     assert service["ExecStart"].endswith(f" serve --socket {chosen}"), service["ExecStart"]
     assert parse_unit((target / "recalld.socket").read_text())["Socket"]["ListenStream"] == \
         str(chosen)
+
+
+@pytest.mark.parametrize("folder", ["env %h 50%", "%%h", "%t%"])
+def test_doctor_reads_the_units_paths_as_systemd_does(tmp_path: Path, folder: str) -> None:
+    # A "%" in the environment's or the socket's path is written "%%" in the units; doctor
+    # replaced "%h" before "%%", so "%%h" became "%" + the home folder: the program
+    # could not be told, and a unit running a recalld long gone was "ok".
+    from recalld.ipc.doctor import Doctor
+
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    env = {**_unit_env(tmp_path), "XDG_RUNTIME_DIR": str(runtime)}
+    exe = tmp_path / folder / "bin" / "recalld"
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    sock = runtime / folder / "r.sock"
+    target = install.unit_dir(env)
+    target.mkdir(parents=True)
+    for name, text in install.render_units(install._quote(install._literal(str(exe))),
+                                           sock).items():
+        (target / name).write_text(text)
+    doctor = Doctor(sock, env)
+    assert doctor.unit().status == "ok", doctor.unit()
+    assert doctor._unit_program(target / "recalld.service") == exe
+    assert doctor._unit_socket(target / "recalld.socket") == sock
+    exe.unlink()  # the environment moved away
+    check = doctor.unit()
+    assert check.status == "fail" and f"runs {exe}, which is missing" in check.detail, check
