@@ -214,10 +214,16 @@ def install_service(*, write_only: bool, socket_path: Path | None = None,
     process's), so it reads the config file and data the CLI does.
 
     Without ``write_only`` a user systemd must answer first; otherwise nothing is written.
+    PathError (nothing written) when ``RECALLD_DATA_DIR`` names one the daemon would
+    refuse.
     """
     env = os.environ if environ is None else environ
     carried = {k: env[k] for k in SERVICE_ENV
                if (paths.xdg_dir(env, k) if k.startswith("XDG_") else env.get(k))}
+    if carried.get("RECALLD_DATA_DIR"):
+        # Read by the service as the daemon reads it: one it would refuse (a relative
+        # path) is refused here (PathError), not in every start of the service.
+        paths.choose_data_dir(env, None, Path())
     if not write_only:
         problem = user_systemd_problem()
         if problem is not None:

@@ -335,3 +335,16 @@ def test_doctor_reads_the_units_paths_as_systemd_does(tmp_path: Path, folder: st
     exe.unlink()  # the environment moved away
     check = doctor.unit()
     assert check.status == "fail" and f"runs {exe}, which is missing" in check.detail, check
+
+
+@pytest.mark.parametrize("value", ["rel/data", " ", "~nosuchuser/x"])
+def test_a_data_dir_variable_the_daemon_would_refuse_is_not_written_into_the_units(
+        tmp_path: Path, value: str) -> None:
+    # The service reads the RECALLD_DATA_DIR the units carry; one the daemon refuses (a
+    # relative path) made units whose every start failed with exit status 2.
+    from recalld.ipc import paths
+
+    env = {**_unit_env(tmp_path), "RECALLD_DATA_DIR": value}
+    with pytest.raises(paths.PathError, match="RECALLD_DATA_DIR"):
+        install.install_service(write_only=True, environ=env)
+    assert not install.unit_dir(env).exists()
