@@ -35,6 +35,7 @@ from recalld.daemon import memtrim, reload_sharing, remembered
 from recalld.daemon.config import DaemonConfig, workspace_settings_from_params
 from recalld.daemon.errors import remade_error
 from recalld.daemon.events import EventBus
+from recalld.daemon.keyedlocks import KeyedLocks
 from recalld.daemon.recordbook import RecordBook
 from recalld.daemon.registry_places import KnownPlaces
 from recalld.daemon.remembered import check_owner
@@ -82,7 +83,10 @@ class WorkspaceRegistry(KnownPlaces):
         #: the place the configuration gave it when it opened (None: not configured).
         self.waiting: dict[str, builtins.list[str]] = {}
         self._opened_place: dict[str, Path | None] = {}
-        self._locks: dict[str, trio.Lock] = {}
+        #: By agent: the lock its opens and closes take, while one holds or waits for it
+        #: (weak: a close naming an agent that has no workspace, or one closed long ago,
+        #: leaves nothing behind; memory grows with the workspaces, not with the ids seen).
+        self._locks = KeyedLocks()
         #: Agents whose files a restore is replacing, or a backup reading while they are
         #: closed: opening them waits (:meth:`held`). By agent, the event set when they
         #: are free and why they are held.
@@ -197,6 +201,7 @@ class WorkspaceRegistry(KnownPlaces):
                    and agent_id not in self._records.entries]
         for agent_id in dropped:
             del self._workspaces[agent_id]
+            self._opened_place.pop(agent_id, None)
         if dropped:
             self._pulse()
         return dropped
@@ -226,7 +231,7 @@ class WorkspaceRegistry(KnownPlaces):
         return self._records.left_out(agent_id)
 
     def _lock(self, agent_id: str) -> trio.Lock:
-        return self._locks.setdefault(agent_id, trio.Lock())
+        return self._locks.of(agent_id)
 
     @contextlib.asynccontextmanager
     async def held(self, agent_id: str,
@@ -465,6 +470,7 @@ class WorkspaceRegistry(KnownPlaces):
                     self._events.publish("workspace.closed", {"agent_id": agent_id})
                 del self._workspaces[agent_id]
                 self.waiting.pop(agent_id, None)
+                self._opened_place.pop(agent_id, None)
                 self._pulse()
             if known:
                 del self._records.entries[agent_id]

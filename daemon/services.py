@@ -41,6 +41,7 @@ from recalld.daemon.index.spaces import VectorSpaces
 from recalld.daemon.jobparams import params_of
 from recalld.daemon.jobrecords import JobContext
 from recalld.daemon.jobs import JobManager
+from recalld.daemon.keyedlocks import KeyedLocks
 from recalld.daemon.maintenance import Health
 from recalld.daemon.memory.capture import AUTO_MEMORY_PARAMS, SessionFlusher
 from recalld.daemon.memory.consolidation import Consolidation, ResourceService
@@ -188,16 +189,15 @@ class AgentLocks:
     """Each agent's :class:`FileLocks`, kept across closing and opening its workspace: a
     call that waited on them while a restore closed the workspace and opened it again
     still excludes the reopened workspace's writers (with locks of their own, both would
-    read a note and the second write drop the first's words)."""
+    read a note and the second write drop the first's words). Kept while in use (a
+    workspace's services or a call hold them), not for every agent that ever opened."""
 
     def __init__(self) -> None:
-        self._by_agent: dict[str, FileLocks] = {}
+        self._write = KeyedLocks()
+        self._note = KeyedLocks()
 
     def of(self, agent_id: str) -> FileLocks:
-        locks = self._by_agent.get(agent_id)
-        if locks is None:
-            locks = self._by_agent[agent_id] = FileLocks(trio.Lock(), trio.Lock())
-        return locks
+        return FileLocks(self._write.of(agent_id), self._note.of(agent_id))
 
 
 @dataclass(frozen=True, slots=True)
