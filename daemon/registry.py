@@ -339,6 +339,7 @@ class WorkspaceRegistry(KnownPlaces):
             if current is not None:  # failed: its services may still hold its lock
                 await current.wait_closed()
             await trio.to_thread.run_sync(check_root, root)
+            await self._check_default_place(agent_id, root)
             settings = workspace_settings_from_params(
                 config.workspace_settings(agent_id), overrides
             )

@@ -14,12 +14,14 @@ from pathlib import Path
 import trio
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_settings_from_params
+from recalld.daemon.config_rules import valid_agent_id
 from recalld.daemon.recordbook import RecordBook
 from recalld.daemon.workspace_places import (
     Place,
     check_daemon_folders,
     check_overlap,
     check_root,
+    resolved,
 )
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import InvalidParams
@@ -103,10 +105,30 @@ class KnownPlaces:
         resolved), as :meth:`open` checks before it starts one: a restore checks the
         place of a workspace that is not open before writing anything there."""
         await trio.to_thread.run_sync(check_root, root)
+        await self._check_default_place(agent_id, root)
         config = self._get_config()
         self._check_overlap(agent_id, root,
                             self.settings_of(agent_id) or config.workspace_settings(agent_id))
         await trio.to_thread.run_sync(check_daemon_folders, root, config)
+
+    async def _check_default_place(self, agent_id: str, root: Path) -> None:
+        """InvalidParams if ``root`` (absolute, resolved) is where another agent's
+        workspace opens when it names no path (``<data>/workspaces/<other>``, that agent
+        neither served, recorded nor configured: then :meth:`_check_overlap` says whose
+        it is), unless ``agent_id``'s own is recorded or configured there: taken, it kept
+        the other agent out, and what the other left there (closed with forget, its
+        files stay) was served as the taker's."""
+        other, config = root.name, self._get_config()
+        record = self._records.entries.get(agent_id)
+        if (other == agent_id or not valid_agent_id(other) or other in self._workspaces
+                or other in self._records.entries or other in config.configured_agents()
+                or (record is not None and record["path"] == str(root))
+                or agent_id in config.workspace_paths):
+            return
+        place = config.workspace_path(other).expanduser()
+        if await trio.to_thread.run_sync(resolved, place) == root:
+            raise InvalidParams(f"{root} is where the workspace of agent {other!r} opens "
+                                "when it names no path; choose a folder of its own")
 
     def _check_overlap(self, agent_id: str, root: Path, settings: WorkspaceSettings) -> None:
         """:func:`check_overlap` against every other workspace, open or recorded to reopen

@@ -394,3 +394,26 @@ def test_a_log_that_is_a_link_out_of_the_workspace_is_never_appended_to(
     assert aside.is_symlink() and aside.readlink() == victim
     assert victim.read_text() == '{"kept": true}\n'
     assert daemon.call("daemon.ping")["pong"] is True
+
+
+def test_the_folder_another_agent_opens_by_default_is_its_own(daemon: DaemonHandle) -> None:
+    # <data>/workspaces/<id> is where that agent's workspace opens when it names no path.
+    # Another agent opened there kept it out for good, and was served the notes it left
+    # there when it closed with forget (its files stay).
+    home = daemon.data_dir / "workspaces"
+    with Client(daemon.socket_path) as c:
+        c.workspace_open("kea.2")
+        c.add_note("kea.2", "the kea hides its spare key under the third stone")
+        c.call("workspace.close", {"agent_id": "kea.2", "forget": True})
+        for taken in (home / "kea.2", home / "never-came"):
+            try:
+                c.workspace_open("tui", path=str(taken))
+                raise AssertionError(f"{taken} opened for tui")
+            except errors.InvalidParams as exc:
+                assert f"where the workspace of agent {taken.name!r} opens" in str(exc), exc
+        assert c.workspace_open("never-came")["path"] == str(home / "never-came")
+        assert c.workspace_open("kea.2")["path"] == str(home / "kea.2")
+        assert "kea" in c.search("kea.2", "spare key")[0].text
+        # Its own default folder, and a folder of its own there under another name, open.
+        assert c.workspace_open("tui", path=str(home / "tui"))["state"] == "ready"
+        assert c.workspace_open("moa", path=str(home / "moa notes"))["state"] == "ready"
