@@ -135,6 +135,33 @@ def test_code_spans_of_several_backticks_hide_their_links() -> None:
         ("a", 1), ("b", 2), ("c", 3), ("d", 4)]
 
 
+def test_comments_hide_their_links_as_renderers_do() -> None:
+    # Read left to right with code spans: a comment in a span is none, a comment ends at
+    # its first close, even one a backtick stands before; ``<!-->`` closes itself; a fence
+    # in a comment opens no block; an HTML comment opened inside a line and never closed
+    # is text, one opening a line (an HTML block) runs to the end, as an Obsidian one does.
+    text = ("`<!--` [[a]] `%%`\n"
+            "<!-- `--> [[b]]` -->[[c]]\n"
+            "<!-->[[d]] <!--->[[e]] %%%%[[f]]\n"
+            "%% ```\n[[no]]\n%% [[g]]\n"
+            "```\n<!-- [[in fence]]\n```\n"
+            "[<!-- -->[no]] [[h]]<!--\n"
+            "-->\n"
+            "text <!-- never closed [[i]]\n")
+    assert [(lk.dst, lk.line) for lk in extract_links("n.md", text)] == [
+        ("a", 1), ("b", 2), ("c", 2), ("d", 3), ("e", 3), ("f", 3), ("g", 6), ("h", 10),
+        ("i", 12)]
+    assert extract_links("n.md", "[[a]]\n  <!-- [[b]]\n\n[[c]] -- >\n") == [
+        Link("n.md", "a", "link", 1, resolved=False)]
+    assert extract_links("n.md", "[[a]] %% [[b]]\n\n## Related\n[[c]]\n") == [
+        Link("n.md", "a", "link", 1, resolved=False)]
+
+
+def test_an_escaped_bracket_opens_no_link() -> None:
+    text = "\\[[a]] \\\\[[b]] \\\\\\[[c]] [\\[[d]] \\[[[e]] \\![[f]]\n"
+    assert [lk.dst for lk in extract_links("n.md", text)] == ["b", "e", "f"]
+
+
 def test_embeds_of_notes_count_and_attachments_do_not() -> None:
     links = extract_links("a.md", "![[photo.png]] ![[digest/wiki/foo]] [[v2.3 notes]]\n")
     assert [(lk.dst, lk.resolved) for lk in links] == [
@@ -203,6 +230,7 @@ def test_links_cross_the_process_boundary_whole() -> None:
 _NOTE = st.lists(st.sampled_from([
     "[[", "]]", "[", "]", "`", "``", "```", "~~~", "\n", " ", "#", "## Related\n",
     "parent:: ", "a", "b.md", "c/d", "|alias", "#head", "![[", "img.png", "x",
+    "<!--", "-->", "%%", "\\",
 ]), max_size=40).map("".join)
 
 
@@ -210,7 +238,7 @@ _NOTE = st.lists(st.sampled_from([
 # beside brackets: the notes the skip is for.
 _NOTE_WITHOUT_LINKS = st.lists(st.sampled_from([
     "[", "]", "]]", "`", "``", "```", "`x`", "[`", "`[", "\n", " ", "## Related\n",
-    "parent:: ", "a", "|alias", "~~~", "x",
+    "parent:: ", "a", "|alias", "~~~", "x", "<!--", "-->", "%%", "\\",
 ]), max_size=40).map("".join)
 
 

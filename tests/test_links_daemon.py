@@ -266,3 +266,25 @@ def test_a_link_from_the_root_names_no_note_of_its_name_elsewhere(daemon: Daemon
     assert links_of(daemon, "rootlinkword") == []
     assert links_of(daemon, "memkafkaword") == []
     assert links_of(daemon, "deepword") == []
+
+
+def test_links_no_renderer_shows_are_none(daemon_factory: DaemonFactory,
+                                          tmp_path: Path) -> None:
+    # In a comment (HTML or Obsidian, on one line or over several, closed or running to
+    # the end) or escaped, a link is shown by no Markdown renderer: no edge, no neighbour.
+    # Beside such a comment, or after it closes, a link counts.
+    root = tmp_path / "ws"
+    write(root, "digest/wiki/Heron Plan.md", "# Heron plan\ntargetword\n")
+    write(root, "digest/wiki/kept.md", "# Kept\nkeptword\n")
+    write(root, "memory/2026-08-01/hidden.md",
+          "# Hidden\nhiddenword <!--see [[heron plan]]--> and %%[[Heron Plan#Why]]%%\n"
+          "<!-- draft:\n  - [[HERON PLAN|plan]]\n-->\n%%\n[[heron plan]]\n%%\n"
+          "escaped \\[[heron plan]] and \\\\\\[[heron plan|p]]\n"
+          "<!-- todo --> [[kept]] %%x%%\n%% never closed\n[[heron plan]]\n")
+    write(root, "memory/2026-08-01/shown.md",
+          "# Shown\nshownword 100% sure <!-- [[heron plan]], and \\\\[[Heron Plan]]\n")
+    daemon = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+    assert linked(daemon, "hiddenword") == (["digest/wiki/kept.md"], ["digest/wiki/kept.md"])
+    assert links_of(daemon, "shownword") == ["digest/wiki/Heron Plan.md"]
+    assert linked(daemon, "targetword") == (["memory/2026-08-01/shown.md"],
+                                            ["memory/2026-08-01/shown.md"])

@@ -31,7 +31,7 @@ from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, TypedDict
 
-from recalld.daemon.index.codelines import lines_outside_code
+from recalld.daemon.index.codelines import visible_lines
 from recalld.daemon.index.filters import composed
 from recalld.daemon.jsontypes import JsonObject
 
@@ -188,8 +188,9 @@ def pick_note(target: str, paths: Sequence[str], src: str = "") -> str | None:
 
 
 def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list[Link]:
-    """Edges of one note, in text order; code blocks and code spans are skipped, and an edge to
-    the note itself is dropped. Duplicates (same dst, kind, line) are kept once.
+    """Edges of one note, in text order; code blocks, code spans, comments (``<!-- -->``,
+    ``%% %%``) and escaped links (``\\[[x]]``) are skipped, and an edge to the note itself
+    is dropped. Duplicates (same dst, kind, line) are kept once.
 
     Kinds: the typed key (``parent::``), ``source`` / ``related`` for links under a
     ``## Sources`` / ``## Related`` heading and for the older ``derived_from::`` /
@@ -202,7 +203,7 @@ def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list
         return out
     seen: set[tuple[str, str, int]] = set()
     section = "link"
-    for number, line in lines_outside_code(text):
+    for number, line in visible_lines(text):
         heading = _HEADING_RE.match(line)
         if heading is not None:
             section = _SECTION_KINDS.get(heading.group(1).strip().lower(), "link")
@@ -212,6 +213,8 @@ def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list
         kind = typed.group(1).strip().lower() if typed is not None else section
         kind = LEGACY_KINDS.get(kind, kind)
         for m in _WIKILINK_RE.finditer(line):
+            if not m.group(1) and _escaped(line, m.start()):
+                continue  # ``\\[[x]]``: a bracket shown as it is, no link
             name, part = m.group(2).strip(), (m.group(3) or "").strip()
             if m.group(4) is not None:
                 # ``[[name\|alias]]``: the pipe escaped, as a link in a table cell is.
@@ -236,6 +239,14 @@ def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list
                 Link(path, dst, kind, number, part, (m.group(4) or "").strip(), resolved)
             )
     return out
+
+
+def _escaped(line: str, at: int) -> bool:
+    """Whether the character at ``at`` is escaped: an odd run of backslashes before it."""
+    start = at
+    while start and line[start - 1] == "\\":
+        start -= 1
+    return (at - start) % 2 == 1
 
 
 def legacy_edge(line: str) -> tuple[str, list[str]] | None:
