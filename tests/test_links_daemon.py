@@ -10,6 +10,7 @@ from conftest import DaemonFactory, DaemonHandle
 from waits import wait_committed
 
 from recalld.daemon.index.passes import POOL_MIN_FILES
+from recalld.daemon.store.records import read_records
 
 
 def write(root: Path, rel: str, text: str) -> None:
@@ -283,8 +284,19 @@ def test_links_no_renderer_shows_are_none(daemon_factory: DaemonFactory,
           "<!-- todo --> [[kept]] %%x%%\n%% never closed\n[[heron plan]]\n")
     write(root, "memory/2026-08-01/shown.md",
           "# Shown\nshownword 100% sure <!-- [[heron plan]], and \\\\[[Heron Plan]]\n")
-    daemon = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+    # Two links of one line to one note, by other headings and aliases: both kept.
+    write(root, "memory/2026-08-01/two.md",
+          "# Two\ntwoword [[Heron Plan#^step1|first]] then [[heron plan#Risks|risks]]\n")
+    daemon = daemon_factory(f'[workspaces.w]\npath = "{root}"\n'
+                            '[daemon]\npersist_delay_s = 0.05\n')
     assert linked(daemon, "hiddenword") == (["digest/wiki/kept.md"], ["digest/wiki/kept.md"])
     assert links_of(daemon, "shownword") == ["digest/wiki/Heron Plan.md"]
-    assert linked(daemon, "targetword") == (["memory/2026-08-01/shown.md"],
-                                            ["memory/2026-08-01/shown.md"])
+    assert linked(daemon, "targetword") == (
+        ["memory/2026-08-01/shown.md", "memory/2026-08-01/two.md"],
+        ["memory/2026-08-01/shown.md", "memory/2026-08-01/two.md"])
+    wait_committed(daemon, "w")
+    graph = max((root / "mem_metadata/index").glob("graph.g*.jsonl.zst"))
+    edges = [(r["src"].rsplit("/", 1)[1], r["line"], r["heading"], r["alias"])
+             for r in read_records(graph)]
+    assert edges == [("hidden.md", 10, "", ""), ("shown.md", 2, "", ""),
+                     ("two.md", 2, "^step1", "first"), ("two.md", 2, "Risks", "risks")]

@@ -190,7 +190,7 @@ def pick_note(target: str, paths: Sequence[str], src: str = "") -> str | None:
 def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list[Link]:
     """Edges of one note, in text order; code blocks, code spans, comments (``<!-- -->``,
     ``%% %%``) and escaped links (``\\[[x]]``) are skipped, and an edge to the note itself
-    is dropped. Duplicates (same dst, kind, line) are kept once.
+    is dropped. Duplicates (same dst, kind, line, heading and alias) are kept once.
 
     Kinds: the typed key (``parent::``), ``source`` / ``related`` for links under a
     ``## Sources`` / ``## Related`` heading and for the older ``derived_from::`` /
@@ -201,7 +201,7 @@ def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list
         # stood right before a span's opening backtick. Most notes, not walked line by
         # line.
         return out
-    seen: set[tuple[str, str, int]] = set()
+    seen: set[tuple[str, str, int, str, str]] = set()
     section = "link"
     for number, line in visible_lines(text):
         heading = _HEADING_RE.match(line)
@@ -231,13 +231,12 @@ def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list
             dst, resolved = normalize_target(name, resolve, path)
             if not dst or dst == path:
                 continue
-            key = (dst, kind, number)
+            alias = (m.group(4) or "").strip()
+            key = (dst, kind, number, part, alias)
             if key in seen:
                 continue
             seen.add(key)
-            out.append(
-                Link(path, dst, kind, number, part, (m.group(4) or "").strip(), resolved)
-            )
+            out.append(Link(path, dst, kind, number, part, alias, resolved))
     return out
 
 
@@ -268,11 +267,11 @@ def resolve_links(path: str, links: list[Link], resolve: Resolver) -> list[Link]
     """``links`` of ``path`` (extracted without a resolver) with their names resolved now,
     bare names again (another note of the name may have come): a name that turns out to
     be ``path`` itself is dropped, and an edge that now repeats another (same dst, kind,
-    line) is kept once."""
+    line, heading and alias) is kept once."""
     if all(link.resolved and not (link.by_name or link.name) for link in links):
         return links
     out: list[Link] = []
-    seen: set[tuple[str, str, int]] = set()
+    seen: set[tuple[str, str, int, str, str]] = set()
     for link in links:
         if not link.resolved or link.by_name or link.name:
             name = link.dst if not link.resolved else written_name(link)
@@ -282,7 +281,7 @@ def resolve_links(path: str, links: list[Link], resolve: Resolver) -> list[Link]
             # Only a bare name follows its note to another folder; a path names one place.
             link = Link(link.src, dst, link.kind, link.line, link.heading, link.alias, resolved,
                         resolved and "/" not in name, name if resolved and dst != name else "")
-        key = (link.dst, link.kind, link.line)
+        key = (link.dst, link.kind, link.line, link.heading, link.alias)
         if key not in seen:
             seen.add(key)
             out.append(link)
