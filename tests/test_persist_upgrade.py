@@ -70,10 +70,36 @@ def test_links_saved_under_older_rules_are_resolved_again(
     monkeypatch.undo()
     state = IndexState()
     report = IndexStore(tmp_path / "meta").load(state)
-    assert report.rebuilt == [] and report.corrupt == {}
+    assert report.rebuilt == ["links"] and report.corrupt == {}
     assert state.neighbours(rels[1]) == [rels[0]] and state.neighbours(rels[0]) == [rels[1]]
     assert [(lk.dst, lk.resolved, lk.by_name) for lk in state.graph.outgoing(rels[1])] == [
         (rels[0], True, True)]
+
+
+def test_links_read_by_older_rules_are_read_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An older version read a link in a comment as an edge: a load makes every note read
+    # as changed, so the startup reconcile reads its links by the present rules.
+    root = tmp_path / "ws"
+    rels = ["memory/2026-07-23/kafka.md", "memory/2026-07-23/plan.md"]
+    texts = ["# Kafka\nlog\n", "# Plan\n<!-- see [[kafka]] -->\n"]
+    for rel, text in zip(rels, texts, strict=True):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+    state = IndexState()
+    state.apply([prepare_files(root, rels, max_chars=1600, digests={})])
+    state.graph.add_file(rels[1], [Link(rels[1], rels[0], "link", 2, by_name=True)])
+    monkeypatch.setattr(persist, "LINKING", 1)
+    IndexStore(tmp_path / "meta").save(snapshot(state))
+    monkeypatch.undo()
+    state = IndexState()
+    report = IndexStore(tmp_path / "meta").load(state)
+    assert report.rebuilt == ["links"] and report.corrupt == {}
+    assert {p: (f.mtime_ns, f.size, f.digest) for p, f in state.files.items()} == {
+        p: (0, 0, "") for p in rels}
+    digests = {p: f.digest for p, f in state.files.items()}
+    state.apply([prepare_files(root, rels, max_chars=1600, digests=digests)])
+    assert state.neighbours(rels[1]) == [] and len(state.graph) == 0
 
 
 def test_generations_saved_under_older_rules_go_once_the_files_are_chunked_again(

@@ -125,6 +125,7 @@ _REBUILT = {
     "vectors": "the vector graph is rebuilt from the chunks' saved vectors",
     "windows": "the window vectors are refilled from the embedding cache",
     "chunks": "every note is chunked again",
+    "links": "every note's links are read again",
 }
 #: ...and for a damaged part it did without (``LoadReport.corrupt``).
 _REPAIRED = {
@@ -296,6 +297,12 @@ class IndexStore:
             bm25.add_many(
                 (c.key, tokenize(index_text(c.text, c.heading, c.metadata)))
                 for c in chunks.values())
+        if meta.get("linking") != LINKING and not report.corrupt:
+            # Links read by other rules (some in comments, say): every file reads as
+            # changed, so the startup reconcile reads its links again.
+            files = [FileInfo(f.path, 0, 0, "", f.keys, f.secret_name, f.encoding)
+                     for f in files]
+            report.rebuilt.append("links")
         if meta.get("chunking") != CHUNKING and not report.corrupt:
             # Chunked by other rules: every file reads as changed, so the startup
             # reconcile chunks it again (its unchanged texts keep their cached vectors).

@@ -48,7 +48,11 @@ from __future__ import annotations
 # and Indonesian are masked, and password names longer than 12 characters are matched.
 # Raise it with any change of these rules (redact.py's included).
 CHUNKING = 30
-# The rules by which wikilinks name notes (``links.py``): a generation saved under other
-# rules has its graph's edges to no note resolved again after a load. 1: as Obsidian
-# resolves them (``[[Kafka.md]]``, ``[[wiki/foo]]`` in any case).
-LINKING = 1
+# The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
+# generation saved under other rules has its graph's edges to no note resolved again after
+# a load, and every note read again by the startup reconcile (2 on). 1: as Obsidian
+# resolves them (``[[Kafka.md]]``, ``[[wiki/foo]]`` in any case); 2: links in comments
+# (``<!-- -->``, ``%% %%``) and escaped ones (``\[[x]]``) are none, and links of one line
+# to one note with other headings or aliases are each kept.
+# Raise it with any change of these rules.
+LINKING = 2
