@@ -7,8 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyroaring import BitMap
 from test_index_daemon import open_ws, paths, search, write
 
+from recalld.daemon.index import state as index_state
+from recalld.daemon.index.filters import Filters, passing
+from recalld.daemon.index.prepare import prepare_files
+from recalld.daemon.index.state import IndexState
 from recalld.ipc.errors import InvalidParams
 
 
@@ -66,3 +71,33 @@ def test_a_filtered_search_after_a_write_sees_the_files_it_added_moved_and_remov
     assert paths(search(daemon, "pangolin", filters=feb, sync=True)) == [
         "memory/2025-02-20/b.md"]
     assert paths(search(daemon, "pangolin", filters=shapes[2])) == []
+
+
+def test_whether_any_chunk_passes_reads_what_was_found_for_the_filters(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A search with vectors asks whether any chunk passes its filters before it embeds
+    # the query, then finds the chunks that pass: one walk of the files for both, also
+    # when none passes, until a file changes.
+    root = tmp_path / "ws"
+    rels = ["memory/2025-02-12/a.md", "digest/wiki/b.md"]
+    for rel in rels:
+        write(root, rel, "- the pangolin\n")
+    state = IndexState()
+    state.apply([prepare_files(root, rels, max_chars=1600, digests={})])
+    walks: list[Filters] = []
+
+    def counted(files: Any, filters: Filters, **kw: Any) -> Any:
+        walks.append(filters)
+        return passing(files, filters, **kw)
+
+    monkeypatch.setattr(index_state, "passing", counted)
+    none, feb = Filters(date_from="2025-03-01"), Filters(date_from="2025-02-01")
+    for _ in range(2):
+        assert not state.allows_any(none) and state.allowed(none) == BitMap()
+        assert state.allows_any(feb) and len(state.allowed(feb) or ()) == 1
+    assert walks == [none, feb]
+    write(root, "memory/2025-03-02/c.md", "- a pangolin came back\n")
+    state.apply([prepare_files(root, ["memory/2025-03-02/c.md"], max_chars=1600,
+                               digests={})])
+    assert state.allows_any(none) and len(state.allowed(none) or ()) == 1
+    assert walks == [none, feb, none]

@@ -127,18 +127,22 @@ class IndexState:
         """The doc keys that pass ``filters`` (None: everything)."""
         if filters.empty:
             return None
+        return BitMap(self._kept(filters))  # the caller's own: nothing it does changes the memo
+
+    def allows_any(self, filters: Filters) -> bool:
+        """Whether some chunk passes ``filters``: whether :meth:`allowed` finds any (what
+        it finds is kept for the search that follows)."""
+        return filters.empty or bool(self._kept(filters))
+
+    def _kept(self, filters: Filters) -> FrozenBitMap:
+        """The doc keys that pass ``filters``, found once until files change."""
         found = self._allowed.get(filters)
         if found is None:
             if len(self._allowed) >= ALLOWED_MEMO_MAX:
                 self._allowed = {}
             found = self._allowed[filters] = FrozenBitMap(
                 key for info in self._passing(filters) for key in info.keys)
-        return BitMap(found)  # the caller's own: nothing it does changes the memo
-
-    def allows_any(self, filters: Filters) -> bool:
-        """Whether some chunk passes ``filters``: whether :meth:`allowed` finds any (told
-        at the first file that has one)."""
-        return filters.empty or any(info.keys for info in self._passing(filters))
+        return found
 
     def _passing(self, filters: Filters) -> Iterator[FileInfo]:
         return passing(self.files, filters, daily_dir=self.daily_dir,
