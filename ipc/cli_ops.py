@@ -131,6 +131,9 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     action = ns.backup_command
     result: JsonObject | BackupList | BackupSummary
     if action == "create":
+        if ns.out == "-":  # read as standard output elsewhere: a file named "-" surprises
+            raise errors.InvalidParams("--out -: the archive is written to a file, not to "
+                                       "standard output; name the file (./- for one named -)")
         outfile = str(paths.local_path(ns.out, "--out")) if ns.out is not None else None
         with following(client, "backup create", as_json=as_json,
                        after="recalld backup list shows the archive once it is written") as token:

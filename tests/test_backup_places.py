@@ -14,6 +14,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from clirun import run_recalld
 from conftest import DaemonFactory, DaemonHandle
 from test_backup import NOTES, tree, write_tree
 
@@ -85,7 +86,7 @@ def test_paths_in_a_loop_of_links_are_refused_naming_the_loop(
     # archive named through one, and for a closed workspace whose folder became one.
     (tmp_path / "loop-a").symlink_to(tmp_path / "loop-b")
     (tmp_path / "loop-b").symlink_to(tmp_path / "loop-a")
-    out = tmp_path / "loop-a"
+    out = tmp_path / "loop-a" / "x.zip"
     with pytest.raises(InvalidParams) as caught:
         daemon.call("backup.create", {"agents": ["w"], "out": str(out)})
     assert caught.value.message == (
@@ -99,6 +100,39 @@ def test_paths_in_a_loop_of_links_are_refused_naming_the_loop(
         with pytest.raises(InvalidParams, match="Too many levels of symbolic links"):
             daemon.call(method, params)
     assert daemon.call("daemon.ping", {})
+
+
+def test_an_archive_named_at_a_link_or_in_a_missing_folder_is_refused_making_nothing(
+        daemon: DaemonHandle, ws: Path, tmp_path: Path) -> None:
+    # A dangling link was replaced by the archive (the check for an existing file
+    # followed it); one in the workspace leading out of it put the archive inside it.
+    # A missing folder was made, as far up as it was missing.
+    outside = tmp_path / "elsewhere" / "target.zip"
+    links = {ws / "memory" / "bk.zip": outside, tmp_path / "dangling.zip": outside,
+             tmp_path / "to-a-file.zip": ws / "digest" / "wiki" / "trains.md"}
+    for link, target in links.items():
+        link.symlink_to(target)
+        with pytest.raises(InvalidParams) as caught:
+            daemon.call("backup.create", {"agents": ["w"], "out": str(link)})
+        assert caught.value.message == (
+            f"{link} exists (a symbolic link to {target}); choose another name")
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    refused = {tmp_path / "no" / "such" / "x.zip": f"no folder {tmp_path / 'no'}: make it first",
+               tmp_path / "gone" / "deeper" / "x.zip":
+                   f"{tmp_path / 'gone'} is a symbolic link to nothing ({tmp_path / 'nowhere'})"}
+    for out, why in refused.items():
+        with pytest.raises(InvalidParams) as caught:
+            daemon.call("backup.create", {"agents": ["w"], "out": str(out)})
+        assert caught.value.message == f"cannot write the backup to {out}: {why}"
+    assert all(link.is_symlink() for link in links)
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "no").exists()
+    assert not (tmp_path / "nowhere").exists()
+    assert daemon.call("backup.list", {})["backups"] == []
+    proc = run_recalld(["--socket", str(daemon.socket_path), "backup", "create", "--out", "-"],
+                       env=daemon.env)
+    assert proc.returncode == 2, proc.stderr
+    assert "--out -: the archive is written to a file, not to standard output" in proc.stderr
+    assert daemon.call("backup.list", {})["backups"] == []
 
 
 @contextlib.contextmanager

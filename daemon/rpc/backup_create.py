@@ -107,6 +107,46 @@ def _out_refused(path: Path, exc: store_errors.StorageIOError) -> InvalidParams:
     return InvalidParams(f"cannot write the backup to {path}: {why}")
 
 
+def _check_out_place(path: Path, named_folder: bool) -> None:
+    """InvalidParams unless a new archive can be put at the client-named ``path``: a
+    folder there (or ``named_folder``, the path ending in ``/``), anything at all there
+    (a symbolic link too, dangling or not: the rename would replace it, not write where
+    it leads), or a folder on its way missing (the daemon makes none of the client's)."""
+    try:
+        is_dir, is_link, exists = path.is_dir(), path.is_symlink(), os.path.lexists(path)
+        parent_ok = path.parent.is_dir()
+    except OSError as exc:  # a name or path longer than the system takes, a link loop
+        raise InvalidParams(f"cannot write the backup to {path}: "
+                            f"{why_not_made(path.parent, exc)}") from None
+    if named_folder or is_dir:
+        raise InvalidParams(f"{path} is a folder: name the archive file in it "
+                            f"(e.g. {path / 'recalld-backup.zip'})")
+    if is_link:
+        raise InvalidParams(f"{path} exists (a symbolic link to {os.readlink(path)}); "
+                            "choose another name")
+    if exists:
+        raise InvalidParams(f"{path} exists; choose another name")
+    if not parent_ok:
+        raise InvalidParams(f"cannot write the backup to {path}: {_no_folder(path.parent)}")
+
+
+def _no_folder(folder: Path) -> str:
+    """Why the client-named ``folder`` takes no file: the first folder on its way that is
+    missing (or a symbolic link leading nowhere), a loop of links, or the file in the way."""
+    try:
+        os.stat(folder)
+    except FileNotFoundError:
+        missing = folder
+        while not os.path.exists(missing.parent):
+            missing = missing.parent
+        if os.path.islink(missing):
+            return f"{missing} is a symbolic link to nothing ({os.readlink(missing)})"
+        return f"no folder {missing}: make it first"
+    except OSError as exc:
+        return why_not_made(folder, exc) if exc.errno != errno.ELOOP else str(exc.strerror)
+    return why_not_made(folder, OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)))
+
+
 async def write_backup(state: DaemonState, sources: list[bk.AgentSource], out: Path,
                        include_derived: bool, note: str,
                        include_secrets: bool = False,
@@ -151,16 +191,7 @@ async def create_backup(ctx: CallContext, agents: list[str] | None, out: str | N
         path = Path(out).expanduser()  # noqa: ASYNC240 - no I/O: expands ~ only
         if "\x00" in out or not path.is_absolute():
             raise InvalidParams("param 'out' must be an absolute path")
-        try:
-            is_dir, exists = path.is_dir(), path.exists()
-        except OSError as exc:  # a name or path longer than the system takes, a link loop
-            raise InvalidParams(f"cannot write the backup to {path}: "
-                                f"{why_not_made(path.parent, exc)}") from None
-        if out.endswith("/") or is_dir:
-            raise InvalidParams(f"{path} is a folder: name the archive file in it "
-                                f"(e.g. {path / 'recalld-backup.zip'})")
-        if exists:
-            raise InvalidParams(f"{path} exists; choose another name")
+        await trio.to_thread.run_sync(_check_out_place, path, out.endswith("/"))
         try:
             real = await trio.to_thread.run_sync(path.resolve)
         except RuntimeError:  # a loop of symbolic links (Python 3.11)
