@@ -18,6 +18,7 @@ from recalld.ipc.health import assess, daemon_problems, not_open
 from recalld.ipc.problems import Problem
 from recalld.ipc.progress import size
 from recalld.ipc.render import _cell, _uptime, print_json, table
+from recalld.ipc.types import visible
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -70,7 +71,9 @@ def render_status(status: DaemonStatus, socket_path: str, jobs: Sequence[JobInfo
                 lines.append(f"         fix: {p.fix}")
     if not status.get("workspaces"):
         lines += ["", "no open workspaces (recalld workspace open AGENT)"]
-    return "\n".join(lines + not_open(listed, status, jobs)) + "\n"
+    # One line each: a path or a name holding a line break or a terminal's control
+    # character (a workspace folder named so) is shown escaped, as workspace list shows it.
+    return "".join(visible(line) + "\n" for line in lines + not_open(listed, status, jobs))
 
 
 def file_refused(status: DaemonStatus, refused: paths.PathError,
@@ -142,12 +145,12 @@ def render_internals(status: DaemonStatus) -> str:
         for err in h.get("last_errors") or []:
             notes.append(f"  {agent} error {_cell(err.get('time'), 'time_at')}: "
                          f"{err.get('what')}: {err.get('error')}")
-    text = "\n".join(lines) + "\n"
+    text = "".join(visible(line) + "\n" for line in lines)
     if rows:
         text += table(rows, ["agent", "state", "health", "files", "chunks", "pending",
                              "watcher", "derived"])
         text += "  (files: on disk/indexed)\n"
-    return text + "".join(n + "\n" for n in notes)
+    return text + "".join(visible(n) + "\n" for n in notes)
 
 
 def _shell_config() -> Path | None:

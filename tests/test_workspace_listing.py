@@ -180,3 +180,23 @@ def test_commands_suggested_for_an_agent_id_that_begins_with_a_dash_run(
     words = _suggested(text, "wait for it to open (recalld ", ")\n")
     assert words == ["workspace", "open", "--", agent], text
     assert recalld(*words, env=env).returncode == 0
+
+
+def test_status_shows_a_workspace_path_with_a_line_break_on_its_own_line(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # The path was printed raw: a line break in it split the workspace's line in two, an
+    # escape sequence reached the terminal; workspace list showed both escaped.
+    daemon = daemon_factory()
+    env = daemon.env
+    opened, closed = tmp_path / "night\nshift", tmp_path / "red\x1b[31mtext"
+    for agent, where in (("opened", opened), ("closed", closed)):
+        where.mkdir()
+        daemon.call("workspace.open", {"agent_id": agent, "path": str(where)})
+    daemon.call("workspace.close", {"agent_id": "closed"})
+    for args in (("status",), ("status", "--verbose")):
+        proc = recalld(*args, env=env)
+        assert proc.returncode == 0, proc
+        lines = proc.stdout.splitlines()
+        assert f"opened: OK  (ready, {tmp_path}/night\\nshift)" in lines, proc.stdout
+        assert f"closed: not open  (closed, {tmp_path}/red\\x1b[31mtext)" in lines, proc.stdout
+        assert "\x1b" not in proc.stdout and "shift)" not in lines, proc.stdout
