@@ -51,10 +51,11 @@ def shown(name: str) -> str:
     return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
-def split_relative(path: object) -> list[str]:
+def split_relative(path: object, *, root_ok: bool = False) -> list[str]:
     """The components of a client-named relative path, or PathOutsideWorkspace.
 
-    ``.`` and empty components are dropped; a path naming the root itself is refused.
+    ``.`` and empty components are dropped; a path naming the root itself is refused
+    (InvalidParams), unless ``root_ok`` (then it has no components).
     """
     if not isinstance(path, str):
         raise InvalidParams("path must be a string")
@@ -67,11 +68,22 @@ def split_relative(path: object) -> list[str]:
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if any(p == ".." for p in parts):
         raise PathOutsideWorkspace("path must not contain '..'")
-    if not parts:
+    if not parts and not root_ok:
         raise InvalidParams("path names the workspace root, not a file")
     if any(len(p.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES for p in parts):
         # The file system would refuse it (ENAMETOOLONG) deep inside a read or a write.
         raise InvalidParams(f"a part of the path is longer than {MAX_NAME_BYTES} bytes")
+    return parts
+
+
+def split_file(path: object) -> list[str]:
+    """:func:`split_relative` of a path that names a file: one ending in ``/`` (or
+    ``/.``) names a folder, as the system reads it, and is refused (InvalidParams)."""
+    parts = split_relative(path)
+    if isinstance(path, str) and path.endswith(("/", "/.")):
+        end = "/." if path.endswith("/.") else "/"
+        raise InvalidParams(f"path ends in '{end}', so it names a folder, not a file: "
+                            f"{masked(path)}")
     return parts
 
 
@@ -175,7 +187,7 @@ def open_confined(root: Path, path: str, *, writable: bool = False) -> int:
     Returns a file descriptor of a regular file that the caller must close.
     Raises PathOutsideWorkspace, NotFound or InvalidParams (not a regular file).
     """
-    parts = split_relative(path)
+    parts = split_file(path)
     current = open_parent(root, parts, path)
     try:
         try:

@@ -374,6 +374,29 @@ def test_memory_read_is_confined(daemon: DaemonHandle, tmp_path: Path) -> None:
                                     "start_line": 3, "end_line": 2})
 
 
+def test_a_file_path_ending_in_a_slash_and_a_prefix_of_slashes_are_refused_as_documented(
+        daemon: DaemonHandle) -> None:
+    # "commute.md/" was read as commute.md (the system refuses it: not a folder); a
+    # memory.list prefix "/" was "names the workspace root" (-32602), not absolute (-32005).
+    root = Path(daemon.call("workspace.list")["workspaces"][0]["path"])
+    (root / "memory" / "2026-07-23").mkdir(parents=True)
+    (root / "memory" / "2026-07-23" / "commute.md").write_text("a\n")
+    for bad in ("memory/2026-07-23/commute.md/", "memory/2026-07-23/commute.md//",
+                "memory/2026-07-23/commute.md/.", "memory/2026-07-23/"):
+        with pytest.raises(errors.InvalidParams) as caught:
+            daemon.call("memory.read", {"agent_id": "default", "path": bad})
+        assert caught.value.code == errors.INVALID_PARAMS
+        assert "so it names a folder, not a file: " + bad in caught.value.message
+    for prefix in ("/", "//", "/memory/"):
+        with pytest.raises(errors.PathOutsideWorkspace, match="must be relative"):
+            daemon.call("memory.list", {"agent_id": "default", "prefix": prefix})
+    every = daemon.call("memory.list", {"agent_id": "default"})["files"]
+    assert [f["path"] for f in every] == ["memory/2026-07-23/commute.md"]
+    for whole in (".", "./", "./.", ".//"):
+        assert daemon.call("memory.list", {"agent_id": "default",
+                                           "prefix": whole})["files"] == every
+
+
 def test_configured_workspaces_open_at_start(daemon_factory: DaemonFactory,
                                              tmp_path: Path) -> None:
     d = daemon_factory(f'[workspaces.writer]\npath = "{tmp_path / "w"}"\ndaily_dir = "days"\n')

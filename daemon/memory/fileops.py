@@ -206,7 +206,7 @@ class FileOps:
 
     def check_writable(self, path: str) -> str:
         """The normalized relative path if the policy allows writing it."""
-        parts = safepath.split_relative(path)
+        parts = safepath.split_file(path)
         rel = "/".join(parts)
         if not safepath.below(parts, self.policy.folders):
             allowed = ", ".join(f"{f}/" for f in self.policy.folders)

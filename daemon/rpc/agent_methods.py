@@ -213,13 +213,12 @@ async def memory_list(ctx: CallContext, params: JsonObject) -> FileList:
     limit = p.integer("limit", MAX_LIST_FILES, minimum=1)
     caller = _caller(p, agent_id)
     p.done()
-    if prefix.rstrip("/") == ".":
-        prefix = ""  # the whole workspace, as a search's path_prefix "." is
-    elif prefix:
-        # Written as a shell would (./memory, memory//2026-07-23): the same prefix, as a
-        # search's path_prefix takes it. NUL, absolute and .. refused.
-        parts = safepath.split_relative(prefix.rstrip("/"))
-        prefix = "/".join(parts) + ("/" if prefix.endswith("/") else "")
+    if prefix:
+        # Written as a shell would (./memory, memory//2026-07-23; "." or "./" the whole
+        # workspace): the same prefix, as a search's path_prefix takes it. NUL, absolute
+        # (including "/") and .. refused.
+        parts = safepath.split_relative(prefix, root_ok=True)
+        prefix = "/".join(parts) + ("/" if parts and prefix.endswith("/") else "")
     ws = sharing.readable(ctx.state.registry, caller, agent_id)
     s = ws.settings
     tops = ["/".join(safepath.split_relative(d)) for d in (s.daily_dir, s.digest_dir)]

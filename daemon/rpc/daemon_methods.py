@@ -245,7 +245,7 @@ async def memory_read(ctx: CallContext, params: JsonObject) -> ReadResult:
     p.done()
     if end_line is not None and end_line < start_line:
         raise InvalidParams("end_line must not be smaller than start_line")
-    parts = safepath.split_relative(path)  # refuse bad names before touching anything
+    parts = safepath.split_file(path)  # refuse bad names before touching anything
     ws = sharing.readable(ctx.state.registry, as_agent, agent_id)
     by_shown = MASK in path  # a note named by a credential, read by the name shown for it
     if by_shown:
