@@ -24,7 +24,7 @@ class Call(Generic[T_co]):
     """One method call, ready to send: ``parse`` turns the raw result into ``T``."""
 
     method: str
-    params: JsonObject
+    params: JsonObject | list[object]
     parse: Callable[[object], T_co]
 
 
@@ -61,6 +61,21 @@ def _as_list(key: str, shape: type[T]) -> Callable[[object], list[T]]:
     return parse
 
 
-def raw_call(method: str, params: Mapping[str, object] | None = None) -> Call[Any]:
-    """An untyped call, as ``client.call`` makes: the raw result comes back."""
-    return Call(method, dict(params or {}), _identity)
+#: What ``client.call`` sends as params: named (a mapping) or, to the methods that take
+#: their first params by position, positional (a list or a tuple).
+Params = Mapping[str, object] | list[object] | tuple[object, ...]
+
+
+def raw_call(method: str, params: Params | None = None) -> Call[Any]:
+    """An untyped call, as ``client.call`` makes: the raw result comes back. TypeError
+    for ``params`` neither a mapping nor a list or tuple (a string, a set, a number)."""
+    if params is None:
+        return Call(method, {}, _identity)
+    if isinstance(params, Mapping):
+        if not all(isinstance(k, str) for k in params):
+            raise TypeError(f"{method}: the names of params must be strings")
+        return Call(method, dict(params), _identity)
+    if isinstance(params, list | tuple):
+        return Call(method, list(params), _identity)
+    raise TypeError(f"{method}: params must be a mapping of named params or a list (or "
+                    f"tuple) of positional ones, not {type(params).__name__}")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import collections
 import math
 import socket
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -276,8 +276,10 @@ class AsyncClient(_flavours.AsyncMethods):
 
     # -------------------------------------------------------------------- calls
 
-    async def call(self, method: str, params: Mapping[str, object] | None = None) -> Any:
-        """Call ``method`` with ``params``; return the raw result or raise its typed error."""
+    async def call(self, method: str, params: _call.Params | None = None) -> Any:
+        """Call ``method`` with ``params`` (named: a mapping; positional, for the methods
+        that take them: a list or a tuple); return the raw result or raise its typed
+        error. TypeError for other params."""
         return await self._run(_call.raw_call(method, params))
 
     async def _run(self, call: Call[T]) -> T:

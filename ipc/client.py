@@ -28,7 +28,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, TypeVar
@@ -227,8 +227,10 @@ class Client(_flavours.SyncMethods):
 
     # -------------------------------------------------------------------- calls
 
-    def call(self, method: str, params: Mapping[str, object] | None = None) -> Any:
-        """Call ``method`` with ``params``; return the raw result or raise its typed error."""
+    def call(self, method: str, params: _call.Params | None = None) -> Any:
+        """Call ``method`` with ``params`` (named: a mapping; positional, for the methods
+        that take them: a list or a tuple); return the raw result or raise its typed
+        error. TypeError for other params."""
         return self._run(_call.raw_call(method, params))
 
     def _run(self, call: Call[T]) -> T:

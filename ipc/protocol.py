@@ -394,11 +394,12 @@ class ClientProtocol:
     def __init__(self) -> None:
         self._ids: Iterator[int] = itertools.count(1)
 
-    def request(self, method: str,
-                params: Mapping[str, object] | None = None) -> tuple[int, bytes]:
+    def request(self, method: str, params: Mapping[str, object] | Sequence[object] | None = None
+                ) -> tuple[int, bytes]:
         id_ = next(self._ids)
         return id_, _encode_request(
-            {"jsonrpc": JSONRPC, "method": method, "params": params or {}, "id": id_}
+            {"jsonrpc": JSONRPC, "method": method, "params": {} if params is None else params,
+             "id": id_}
         )
 
     @staticmethod

@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakes.rpc_daemon import FakeDaemon, fake, sockdir
@@ -236,3 +237,29 @@ def test_sync_a_forked_child_lets_its_parents_connection_and_lock_go(fake: FakeD
         # The parent's connection is as it was: not closed by the child, not replaced.
         assert client.call("test.peer") == os.getpid()
         assert fake.methods().count("events.subscribe") == 2  # the child's, and ours
+
+
+async def test_raw_calls_send_positional_params_and_refuse_other_shapes(daemon: Any) -> None:
+    # client.call("memory.search", ["default", "q"]) failed in dict() with a bare
+    # ValueError; the protocol takes such an array for the methods it lists.
+    daemon.call("memory.add_note", {"agent_id": "default", "content": "the heron at dawn"})
+    named = daemon.call("memory.search", {"agent_id": "default", "query": "heron"})
+    assert named["results"], named
+    with Client(daemon.socket_path) as client:
+        for params in (["default", "heron"], ("default", "heron")):
+            assert client.call("memory.search", params)["results"] == named["results"]
+        assert client.call("memory.list", ("default",))["agent_id"] == "default"
+        with pytest.raises(errors.InvalidParams, match=r"daemon\.ping takes named params"):
+            client.call("daemon.ping", [])  # sent as given: the daemon says why not
+        for bad in ("default", {"default"}, 5, b"default"):
+            with pytest.raises(TypeError, match=(
+                    "memory.list: params must be a mapping of named params or a list "
+                    rf"\(or tuple\) of positional ones, not {type(bad).__name__}")):
+                client.call("memory.list", bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="the names of params must be strings"):
+            client.call("memory.list", {1: "default"})  # type: ignore[dict-item]
+    async with AsyncClient(daemon.socket_path) as aclient:
+        got = await aclient.call("memory.search", ["default", "heron"])
+        assert got["results"] == named["results"]
+        with pytest.raises(TypeError, match="not str"):
+            await aclient.call("memory.list", "default")  # type: ignore[arg-type]
