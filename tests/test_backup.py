@@ -418,6 +418,7 @@ def test_backup_leaves_out_symlinks_and_hidden_files(daemon: DaemonHandle, ws: P
     (ws / "memory" / "link.md").symlink_to(secret)
     (ws / "memory" / ".tmp-cookie").write_text("x")
     out = tmp_path / "out" / "b.zip"
+    out.parent.mkdir()  # (a missing folder is refused, not made)
     made = daemon.call("backup.create", {"agents": ["w"], "out": str(out)})
     assert Path(made["file"]) == out
     # Every file of the workspace is in it: only its owner may read it, wherever it is.
