@@ -191,7 +191,7 @@ def _read_meta(path: Path, zf: zipfile.ZipFile, limits: BackupLimits) -> JsonObj
     _check_fields(path, meta, _META_FIELDS)
     for entry in files:
         if not (isinstance(entry, dict) and isinstance(entry.get("path"), str)
-                and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str)
+                and _count(entry.get("size")) and isinstance(entry.get("sha256"), str)
                 and len(entry["sha256"]) == 64
                 and _time_ns(entry.get("mtime_ns", 0))):
             raise refuse(path, "meta.json has a malformed file entry")

@@ -165,8 +165,10 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
             result = checked = client.backup_verify(_local_or_name(ns.file),
                                                     progress_token=token)
         if not as_json:
-            out.write(f"ok: {checked['file']}: {checked['members']} file(s), agents "
-                      f"{', '.join(sorted(checked.get('agents', {})))}\n")
+            held = ", ".join(sorted(checked.get("agents", {})))
+            out.write(f"ok: {checked['file']}: {checked['members']} file(s), "
+                      + (f"agents {held}\n" if held else
+                         "no workspace (nothing to restore)\n"))
     elif action == "rollback" or (action == "restore" and ns.rollback):
         if action == "restore" and (ns.file or ns.agents or ns.no_snapshot):
             raise errors.InvalidParams("backup restore --rollback undoes the last restore: "

@@ -16,6 +16,7 @@ from typing import IO, Any
 
 import orjson
 import pytest
+from clirun import run_recalld
 from conftest import DaemonHandle
 from test_backup import tree, write_tree, ws
 
@@ -169,6 +170,61 @@ def test_meta_fields_of_the_wrong_type_are_refused_and_change_nothing(
     # Absent, they are an archive of old: taken.
     old = _with_meta(Path(made["file"]), tmp_path / "old.zip")
     assert daemon.call("backup.verify", {"file": str(old)})["ok"] is True
+
+
+def _rewritten(archive: Path, out: Path, change: Any, keep: Any = lambda name: True) -> Path:
+    """A copy of ``archive`` with ``change(meta)`` applied, the members ``keep`` keeps."""
+    with zipfile.ZipFile(archive) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename == "meta.json":
+                meta = orjson.loads(data)
+                change(meta)
+                data = orjson.dumps(meta)
+            if keep(info.filename):
+                dst.writestr(info, data)
+    return out
+
+
+def test_a_file_size_that_is_not_a_count_is_refused(
+        daemon: DaemonHandle, ws: Path, tmp_path: Path) -> None:
+    # true was taken as the size 1 (and false as 0): JSON's booleans are Python's ints.
+    write_tree(ws, {"memory/one.md": "x", "memory/none.md": ""})
+    made = Path(daemon.call("backup.create", {"agents": ["w"]})["file"])
+    for name, value in (("one.md", True), ("none.md", False), ("one.md", -1), ("one.md", 1.0)):
+        def change(meta: Any, name: str = name, value: object = value) -> None:
+            entry = next(f for f in meta["files"] if f["path"].endswith("/" + name))
+            entry["size"] = value
+        bad = _rewritten(made, tmp_path / "bad.zip", change)
+        with pytest.raises(InvalidBackup, match=r"meta\.json has a malformed file entry"):
+            daemon.call("backup.verify", {"file": str(bad)})
+
+
+def test_an_archive_of_no_workspace_verifies_and_is_not_restored(
+        daemon: DaemonHandle, ws: Path, tmp_path: Path) -> None:
+    # Its restore wrote nothing but took a snapshot of nothing, which replaced the rollback
+    # point of the restore before; verify printed "agents " and a dry run an empty line.
+    made = Path(daemon.call("backup.create", {"agents": ["w"]})["file"])
+    daemon.call("backup.restore", {"file": str(made)})
+    listed = daemon.call("backup.list")
+    empty = _rewritten(made, tmp_path / "empty.zip",
+                       lambda meta: meta.update(agents={}, files=[
+                           f for f in meta["files"] if not f["path"].startswith("agents/")]),
+                       keep=lambda name: not name.startswith("agents/"))
+    checked = daemon.call("backup.verify", {"file": str(empty)})
+    assert checked["agents"] == {}
+    for dry_run in (True, False):
+        with pytest.raises(InvalidParams) as refused:
+            daemon.call("backup.restore", {"file": str(empty), "dry_run": dry_run})
+        assert refused.value.message == "backup empty.zip holds no workspace: nothing to restore"
+    assert daemon.call("backup.list") == listed  # the same rollback point, no new snapshot
+    cli = ["--socket", str(daemon.socket_path), "backup"]
+    proc = run_recalld([*cli, "verify", str(empty)], env=daemon.env)
+    assert proc.stdout == (f"ok: {empty}: {checked['members']} file(s), no workspace "
+                           "(nothing to restore)\n"), proc
+    proc = run_recalld([*cli, "restore", str(empty), "--dry-run"], env=daemon.env)
+    assert proc.returncode == 2 and proc.stdout == "", proc
+    assert "recalld: backup empty.zip holds no workspace: nothing to restore" in proc.stderr
 
 
 def test_a_restore_removes_the_folders_it_empties(daemon: DaemonHandle, ws: Path) -> None:

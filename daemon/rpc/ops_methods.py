@@ -155,6 +155,8 @@ def ops_methods() -> Methods:
         checked = await trio.to_thread.run_sync(
             lambda: open_checked(path, progress=sink), limiter=cpu)
         chosen = list(dict.fromkeys(agents)) if agents else checked.agents
+        if not chosen:  # a restore of nothing would still replace the rollback point
+            raise InvalidParams(f"backup {path.name} holds no workspace: nothing to restore")
         for agent_id in chosen:
             check_agent_id(agent_id)
             if agent_id not in checked.meta["agents"]:
