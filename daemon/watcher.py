@@ -132,6 +132,7 @@ class Watcher(CookieSync):
         self._max_pending_seen = 0
         self._last_change_applied: float | None = None
         self._last_reconcile: ReconcileResult | None = None
+        self._reconciled = trio.Event()  # a reconcile applied every difference it found
         #: Called with ``(disk, known)`` after every reconcile's scan, before it applies
         #: the differences: others that need the disk's state (health) need not scan again.
         self.scan_listeners: list[Callable[[Mapping[str, tuple[int, int]],
@@ -199,6 +200,12 @@ class Watcher(CookieSync):
             self._rescan = reason
         self._wake.set()
 
+    async def wait_reconciled(self) -> None:
+        """Return once a reconcile (the startup one, first) has compared the disk with
+        what the consumer knows and applied every difference: what the consumer loaded
+        from before the start is then what the notes hold. Cancellation changes nothing."""
+        await self._reconciled.wait()
+
     def pending_count(self) -> int:
         return len(self._pending) + len(self._pending_dirs)
 
@@ -264,6 +271,7 @@ class Watcher(CookieSync):
         result = ReconcileResult(reason, self._wall(), len(added), len(changed), len(deleted),
                                  trio.current_time() - start)
         self._last_reconcile = result
+        self._reconciled.set()
         if added or changed or deleted:
             log.info("reconcile (%s) of %s: %d added, %d changed, %d deleted", reason,
                      self._workspace, len(added), len(changed), len(deleted))

@@ -7,13 +7,14 @@
   turns vectors off for good;
 - the backfill loop (its rate and time to full coverage in status): pending work is
   derived (chunks without a vector in the active space), so it survives restarts without
-  a queue of its own; a round's texts go to the provider sorted by length. Each round
-  takes the index lock only to read the next batch (newest content first: daily notes by
-  date, other notes by mtime) and again to install the vectors; embedding happens outside
-  the lock, through the text-keyed cache of the space first, the provider only for what the
-  cache lacks. Keyword indexing and search never wait for the provider, nor does a
-  query's embedding wait behind a backfill call (the local backend gives queries a lane
-  of their own, ``providers/local.py``);
+  a queue of its own (after a restart, read once the workspace has looked at its folder:
+  a note deleted meanwhile is not sent); a round's texts go to the provider sorted by
+  length. Each round takes the index lock only to read the next batch (newest content
+  first: daily notes by date, other notes by mtime) and again to install the vectors;
+  embedding happens outside the lock, through the text-keyed cache of the space first,
+  the provider only for what the cache lacks. Keyword indexing and search never wait
+  for the provider, nor does a query's embedding wait behind a backfill call (the local
+  backend gives queries a lane of their own, ``providers/local.py``);
 - outages: a transient provider error waits (exponential backoff with jitter, at least until
   the circuit breaker admits a probe and the provider's Retry-After ends) instead of
   spinning; an error for good (a rejected key, an unknown model, vectors of other
@@ -174,6 +175,7 @@ class VectorWorker(VectorServing):
             # After the daemon's start: it competes with the first answers, and a shared
             # workspace embeds through its replica, which starts in the start's second stage.
             await self.index.after_start()
+            await self._wait_checked()
             await self._backfill()
         finally:
             if self.fill.texts is not None:
@@ -201,6 +203,14 @@ class VectorWorker(VectorServing):
             self.target.client.wait_healthy, self.index.root, name=self.index.ws.agent_id,
             backoff_base_s=self.cfg.backoff_base_s, backoff_max_s=self.cfg.backoff_max_s,
             on_wait=self._waiting))
+
+    async def _wait_checked(self) -> None:
+        """Until the workspace's first look at its folder, when the index was loaded with
+        chunks: those of a note deleted or edited while the daemon was down are still
+        there, and their texts must not go to the provider (a first build goes at once)."""
+        if await self.index.locked(lambda state: len(state.chunks) > 0):
+            self.state = "starting"
+            await self.index.watcher.wait_reconciled()
 
     def _waiting(self, delay_s: float, error: str) -> None:
         self._wait_until, self._wait_error = trio.current_time() + delay_s, error
