@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from conftest import STOP_DEADLINE_S, DaemonFactory, DaemonHandle
 from crash.vecdaemon import KillingForks
 from fakes.provider_server import FakeProvider, Reply, fake_vector
 from test_vectors_daemon import fake_config, vectors_status, write
-from waits import wait_value
+from waits import wait_value, workspace_status
 
 from recalld.daemon.index.embedcache import decode_f16, encode_f16, text_hash
 from recalld.daemon.index.vectors import VectorIndex, WindowVectors, mean_unit, normalize
@@ -62,8 +61,8 @@ KILLS = [
     "replace openai-*.log 1",  # the embedding cache compacted
 ]
 #: Then kills at a random mutating call among the first this many after the run's first
-#: commit (its backfill, its vector commits); a run that gets through them all and idles
-#: is killed there.
+#: commit (its backfill, its vector commits); a run that gets through them all and
+#: settles is killed there.
 RANDOM_KILLS = 3
 RANDOM_WITHIN = 120
 
@@ -121,30 +120,47 @@ def check_generation(meta_dir: Path, scratch: Path) -> int:
     return len(with_vec)
 
 
-def idle(d: DaemonHandle) -> bool:
-    """Whether ``d``'s backfill has nothing left to do (False while it does not answer)."""
+def settled(d: DaemonHandle) -> int | None:
+    """How many chunks ``d`` holds once its backfill has nothing left to do and every
+    change it applied is committed; None before (or while it does not answer)."""
     try:
-        st = vectors_status(d)
+        ws = workspace_status(d, "w")
     except (OSError, EOFError, RecalldError):
-        return False
-    return st["pending"] is not None and st["pending"] == st["parked"] and st["state"] in (
-        "idle", "waiting")
+        return None
+    if ws is None:
+        return None
+    index, st = ws["index"], ws["index"]["vectors"]
+    if st["pending"] is None or st["pending"] != st["parked"] or st["state"] not in (
+            "idle", "waiting"):
+        return None
+    if index["pending_changes"] or index["preparing"] or index["uncommitted_changes"]:
+        return None
+    return int(st["total"])
 
 
-def wait_killed(d: DaemonHandle, root: Path, step: int) -> int:
-    """``d``'s exit status once it reached its kill point. How many commits a start makes
-    depends on how fast the backfill keeps up with the index (one commit, or one for the
-    keyword side and one for the vectors), and a point such as the clean-up of a
-    generation two commits back needs a second one: a daemon that idles first gets
-    another note, which makes another commit."""
-    for nudge in range(3):
-        wait_value(lambda: d.proc.poll() is not None or idle(d), lambda done: done,
-                   "the daemon to die or to idle")
-        if d.proc.poll() is not None:
-            break
+def wait_killed(d: DaemonHandle, root: Path, step: int) -> int | None:
+    """``d``'s exit status once it reached its kill point, None if it settled without.
+    How many commits a start makes depends on how fast the backfill keeps up with the
+    index (one commit, or one for the keyword side and one for the vectors), and a point
+    such as the clean-up of a generation two commits back needs a second one: a daemon
+    that settles first gets another note, which makes another commit. A nudge counts
+    once the daemon holds its chunk and has committed it (one seen idle before it read
+    the new note would get the next nudge at once, and its commit would take them all)."""
+    held = -1
+    for nudge in range(4):
+        dead, chunks = wait_value(
+            lambda: (d.proc.poll() is not None, settled(d)),
+            lambda got, held=held: got[0] or (got[1] is not None and got[1] > held),
+            "the daemon to die, or to settle holding the last nudge")
+        if dead:
+            return d.proc.wait()
+        if nudge == 3:
+            return None
+        assert chunks is not None
+        held = chunks
         write(root, f"memory/2026-05-{step + 1:02d}/nudge{nudge}.md",
               f"# Nudge {step} {nudge}\n\nA pelican counted {step * 7 + nudge} herring.\n")
-    return d.proc.wait(timeout=60)
+    return None
 
 
 def grow_cache(log: Path) -> None:
@@ -224,14 +240,14 @@ def test_sigkill_during_backfill_and_vector_commits(
             d = killing_factory(config, wait=False, XDG_DATA_HOME=str(data_home),
                                 CRASH_AT=kill)
             if kill in KILLS:
-                try:
-                    status = wait_killed(d, root, step)
-                except subprocess.TimeoutExpired:
+                status = wait_killed(d, root, step)
+                if status is None:
+                    d.kill()
                     pytest.fail(f"kill point {kill!r} never reached (step {step}, seed "
                                 f"{seed}); the daemon's log ends:\n{d.log()[-3000:]}")
             else:
-                wait_value(lambda d=d: d.proc.poll() is not None or idle(d), lambda done: done,
-                           "the daemon to die or to idle")
+                wait_value(lambda d=d: d.proc.poll() is not None or settled(d) is not None,
+                           lambda done: done, "the daemon to die or to settle")
                 d.kill()
                 status = d.proc.wait()
             assert status == -9, (seed, kill, status, d.log())
