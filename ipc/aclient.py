@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import collections
 import math
-import socket
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -38,9 +36,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from recalld.ipc import _call, _core, _flavours, _methods, errors, paths
+from recalld.ipc._aconn import Connection, Lost, NotSent, Waiter
 from recalld.ipc._call import Call
 from recalld.ipc.answers import Subscribed
-from recalld.ipc.protocol import ClientProtocol, FrameTooLarge, LineFramer, Notification, Response
+from recalld.ipc.protocol import ClientProtocol, FrameTooLarge, Notification, Response
 from recalld.ipc.types import Event
 
 if TYPE_CHECKING:
@@ -48,42 +47,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 DEFAULT_MAX_EVENTS = 1024
-
-
-@dataclass(eq=False)
-class _Waiter:
-    """A task waiting on a connection: for the answer to request ``answer_id``, or (None)
-    for events. ``wake`` is set when something it may want arrived, or when the task that
-    read stopped reading."""
-
-    answer_id: int | None = None
-    wake: anyio.Event = field(default_factory=anyio.Event)
-    response: Response | None = None
-    error: errors.RecalldError | None = None
-
-    def answered(self) -> bool:
-        return self.response is not None or self.error is not None
-
-
-@dataclass(eq=False)
-class _Connection:
-    stream: SocketStream
-    #: The stream's non-blocking socket, for the send that needs no wait (see ``_send``).
-    sock: socket.socket
-    framer: LineFramer = field(
-        default_factory=lambda: LineFramer(_core.CLIENT_MAX_FRAME_BYTES))
-    pending: dict[int, _Waiter] = field(default_factory=dict)
-    #: Waiters asleep while another task reads, in arrival order.
-    idle: dict[_Waiter, None] = field(default_factory=dict)
-    reading: bool = False
-    #: Held while a request is sent in more than one piece; taken without a checkpoint.
-    send_lock: anyio.Lock = field(default_factory=lambda: anyio.Lock(fast_acquire=True))
-    closed: bool = False
-    fatal: Response | None = None
-
-
-class _Lost:
-    """Marker put in the event buffer when a subscribed connection dies."""
 
 
 class AsyncClient(_flavours.AsyncMethods):
@@ -114,13 +77,13 @@ class AsyncClient(_flavours.AsyncMethods):
         self.events_dropped = 0
         self._max_events = max_events
         self._protocol = ClientProtocol()
-        self._conn: _Connection | None = None
+        self._conn: Connection | None = None
         self._connect_lock = anyio.Lock()
         #: Set (and replaced) whenever a connection opens: event waiters wait for one.
         self._opened = anyio.Event()
         self._topics: list[str] = []
         self._topics_agent: str | None = None
-        self._events: collections.deque[Event | _Lost] = collections.deque()
+        self._events: collections.deque[Event | Lost] = collections.deque()
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -151,7 +114,7 @@ class AsyncClient(_flavours.AsyncMethods):
         """The largest request the daemon takes, in bytes of JSON (``max_request_bytes``)."""
         return self._request_limit
 
-    async def _connection(self) -> _Connection:
+    async def _connection(self) -> Connection:
         conn = self._conn
         if conn is not None and not conn.closed:
             return conn  # the usual case: no lock, no checkpoint
@@ -165,7 +128,7 @@ class AsyncClient(_flavours.AsyncMethods):
                     raise
                 stream = await self._start_daemon()
             raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)  # noqa: S610 (not Django)
-            conn = self._conn = _Connection(stream, raw)
+            conn = self._conn = Connection(stream, raw)
             self._opened.set()
             self._opened = anyio.Event()
             if self._topics:
@@ -200,7 +163,7 @@ class AsyncClient(_flavours.AsyncMethods):
         finally:
             spawned.close()
 
-    async def _close(self, conn: _Connection) -> None:
+    async def _close(self, conn: Connection) -> None:
         """End ``conn``: fail the calls waiting on it, tell subscribers, close the stream."""
         if not conn.closed:
             conn.closed = True
@@ -212,13 +175,13 @@ class AsyncClient(_flavours.AsyncMethods):
             for waiter in conn.idle:
                 waiter.wake.set()
             if self._topics and len(self._events) < self._max_events:
-                self._events.append(_Lost())
+                self._events.append(Lost())
         with anyio.CancelScope(shield=True):
             await conn.stream.aclose()
 
     # ------------------------------------------------------------------ reading
 
-    async def _wait(self, conn: _Connection, waiter: _Waiter,
+    async def _wait(self, conn: Connection, waiter: Waiter,
                     ready: Callable[[], bool]) -> None:
         """Return once ``ready()`` or ``conn`` has ended: read the connection, or sleep
         while another task reads it and routes to ``waiter``.
@@ -244,7 +207,7 @@ class AsyncClient(_flavours.AsyncMethods):
             if not conn.reading and conn.idle:
                 next(iter(conn.idle)).wake.set()
 
-    async def _read_some(self, conn: _Connection) -> None:
+    async def _read_some(self, conn: Connection) -> None:
         """Read what has arrived and route it; at EOF or garbage, end the connection."""
         try:
             data = await conn.stream.receive(_core.READ_CHUNK_BYTES)
@@ -255,7 +218,7 @@ class AsyncClient(_flavours.AsyncMethods):
                 errors.ParseError, FrameTooLarge):
             await self._close(conn)
 
-    def _route(self, conn: _Connection, message: Response | Notification) -> None:
+    def _route(self, conn: Connection, message: Response | Notification) -> None:
         if isinstance(message, Notification):
             if message.method == "event":
                 if len(self._events) >= self._max_events:
@@ -288,15 +251,15 @@ class AsyncClient(_flavours.AsyncMethods):
                 try:
                     # (A reconnect's re-subscription can meet a closed connection too.)
                     return await self._call_on(await self._connection(), call)
-                except _NotSent as exc:
+                except NotSent as exc:
                     if attempt:  # what the daemon said as it closed (overloaded), if it did
                         raise _core.lost(exc.fatal, "the daemon closed the connection") from None
         raise TimeoutError(f"{call.method}: no answer within {self.timeout_s} s")
 
-    async def _call_on(self, conn: _Connection, call: Call[T]) -> T:
+    async def _call_on(self, conn: Connection, call: Call[T]) -> T:
         id_, frame = self._protocol.request(call.method, call.params)
         _core.check_request_size(frame, self._request_limit)
-        waiter = _Waiter(id_)
+        waiter = Waiter(id_)
         conn.pending[id_] = waiter
         try:
             await self._send(conn, frame)
@@ -308,8 +271,8 @@ class AsyncClient(_flavours.AsyncMethods):
         assert waiter.response is not None
         return _core.finish(call, waiter.response)
 
-    async def _send(self, conn: _Connection, frame: bytes) -> None:
-        """Send one whole request; :class:`_NotSent` if ``conn`` is found dead first.
+    async def _send(self, conn: Connection, frame: bytes) -> None:
+        """Send one whole request; :class:`NotSent` if ``conn`` is found dead first.
 
         Most requests fit the socket buffer: while no other request is half sent, one
         non-blocking ``send`` writes it without a wait, so the requests of many tasks
@@ -320,7 +283,7 @@ class AsyncClient(_flavours.AsyncMethods):
         shared by the calls of other tasks.
         """
         if conn.closed:
-            raise _NotSent(conn.fatal)
+            raise NotSent(conn.fatal)
         if not conn.send_lock.locked():
             try:
                 sent = conn.sock.send(frame)
@@ -328,7 +291,7 @@ class AsyncClient(_flavours.AsyncMethods):
                 sent = 0
             except OSError:
                 await self._closed_by_daemon(conn)
-                raise _NotSent(conn.fatal) from None
+                raise NotSent(conn.fatal) from None
             if sent == len(frame):
                 return
             if sent:
@@ -339,11 +302,11 @@ class AsyncClient(_flavours.AsyncMethods):
                 return
         async with conn.send_lock:  # a cancellation while waiting for it sends nothing
             if conn.closed:
-                raise _NotSent(conn.fatal)
+                raise NotSent(conn.fatal)
             with anyio.CancelScope(shield=True):
                 await self._send_whole(conn, frame)
 
-    async def _send_whole(self, conn: _Connection, data: bytes) -> None:
+    async def _send_whole(self, conn: Connection, data: bytes) -> None:
         """Send ``data`` (a request, or its rest) with the send lock held and shielded
         from the caller's cancellation, within ``timeout_s``: a daemon that takes no
         more of it by then leaves half a request in ``conn``, which is closed."""
@@ -353,19 +316,19 @@ class AsyncClient(_flavours.AsyncMethods):
                 return
             except anyio.BrokenResourceError:
                 await self._closed_by_daemon(conn)
-                raise _NotSent(conn.fatal) from None
+                raise NotSent(conn.fatal) from None
             except anyio.ClosedResourceError:
                 await self._close(conn)  # closed here meanwhile (aclose)
-                raise _NotSent(conn.fatal) from None
+                raise NotSent(conn.fatal) from None
         await self._close(conn)
         raise TimeoutError(f"sending a request to {self.socket_path} timed out")
 
-    async def _closed_by_daemon(self, conn: _Connection) -> None:
+    async def _closed_by_daemon(self, conn: Connection) -> None:
         """End ``conn``, found closed by the daemon (it restarted) while sending, once
         what the daemon sent before closing (events, a last error) has been read."""
         try:
             with anyio.move_on_after(self.connect_timeout_s):
-                await self._wait(conn, _Waiter(), lambda: False)
+                await self._wait(conn, Waiter(), lambda: False)
         finally:
             await self._close(conn)
 
@@ -390,7 +353,7 @@ class AsyncClient(_flavours.AsyncMethods):
         no event.
         """
         with anyio.move_on_after(math.inf if timeout_s is None else timeout_s):
-            waiter = _Waiter()
+            waiter = Waiter()
             while not self._events:
                 conn = self._conn
                 if (conn is None or conn.closed) and self._topics:
@@ -403,7 +366,7 @@ class AsyncClient(_flavours.AsyncMethods):
                 else:
                     await self._wait(conn, waiter, lambda: bool(self._events))
             item = self._events.popleft()
-            if isinstance(item, _Lost):
+            if isinstance(item, Lost):
                 raise errors.ConnectionLost("the daemon closed the connection")
             return item
         return None
@@ -415,12 +378,3 @@ class AsyncClient(_flavours.AsyncMethods):
             if event is None:
                 return
             yield event
-
-
-class _NotSent(Exception):
-    """The request never reached a live daemon; it is safe to send again. ``fatal``: the
-    null-id error the daemon sent as it closed the connection (it refused it), if any."""
-
-    def __init__(self, fatal: Response | None = None) -> None:
-        super().__init__()
-        self.fatal = fatal
