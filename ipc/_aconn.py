@@ -1,16 +1,21 @@
 """The state of the async client's connections (:mod:`recalld.ipc.aclient`): a connection
-with the calls waiting on it, a waiting task, and the markers of a connection that ended."""
+with the calls waiting on it, a waiting task, the markers of a connection that ended, and
+what the client holds in each event loop run."""
 
 from __future__ import annotations
 
+import collections
 import socket
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import anyio
+import sniffio
 
 from recalld.ipc import _core, errors
 from recalld.ipc.protocol import LineFramer, Response
+from recalld.ipc.types import Event
 
 if TYPE_CHECKING:
     from anyio.abc import SocketStream
@@ -31,11 +36,20 @@ class Waiter:
         return self.response is not None or self.error is not None
 
 
+class Lost:
+    """Marker put in the event buffer when a subscribed connection dies."""
+
+
+Events = collections.deque[Event | Lost]
+
+
 @dataclass(eq=False)
 class Connection:
     stream: SocketStream
     #: The stream's non-blocking socket, for the send that needs no wait (see ``_send``).
     sock: socket.socket
+    #: Where its events go: the event buffer of its run.
+    events: Events
     framer: LineFramer = field(
         default_factory=lambda: LineFramer(_core.CLIENT_MAX_FRAME_BYTES))
     pending: dict[int, Waiter] = field(default_factory=dict)
@@ -48,8 +62,54 @@ class Connection:
     fatal: Response | None = None
 
 
-class Lost:
-    """Marker put in the event buffer when a subscribed connection dies."""
+@dataclass(eq=False)
+class Run:
+    """What the client holds in one event loop run: ``loop`` (an asyncio loop, or a trio
+    run's token), its connection, and the lock and event its tasks wait on. None of it is
+    awaited in another run."""
+
+    loop: object
+    conn: Connection | None = None
+    connect_lock: anyio.Lock = field(default_factory=anyio.Lock)
+    #: Set (and replaced) whenever a connection opens: event waiters wait for one.
+    opened: anyio.Event = field(default_factory=anyio.Event)
+    events: Events = field(default_factory=collections.deque)
+
+    def ended(self) -> bool:
+        """Whether the loop has ended for good (an asyncio loop not running may run again)."""
+        # (Each library is imported already: the loop is one of its own.)
+        asyncio = sys.modules.get("asyncio")
+        if asyncio is not None and isinstance(self.loop, asyncio.AbstractEventLoop):
+            return bool(self.loop.is_closed())
+        try:  # a trio token: a finished run takes no more callbacks
+            self.loop.run_sync_soon(_nothing)  # type: ignore[attr-defined]
+        except sys.modules["trio"].RunFinishedError:
+            return True
+        return False
+
+    def drop(self) -> None:
+        """Let go of the connection of a run that has ended or that a forked child
+        inherited, without awaiting: close this process's descriptor of it (no
+        shutdown, which would end a parent's connection too)."""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.closed = True
+            conn.sock.close()
+
+
+def current_loop() -> object:
+    """The event loop run of the calling task: its trio token, or its asyncio loop (as
+    anyio tells them apart; neither library is imported here for the other's programs)."""
+    if (sniffio.thread_local.name or sniffio.current_async_library_cvar.get()) == "trio":
+        return sys.modules["trio"].lowlevel.current_trio_token()
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        raise RuntimeError("the async client is called from no trio or asyncio loop")
+    return asyncio.get_running_loop()
+
+
+def _nothing() -> None:
+    pass
 
 
 class NotSent(Exception):

@@ -18,6 +18,12 @@ leaves the connection usable for the calls of other tasks (its late answer is dr
 one cancelled while its request is being sent first sends the rest of it (within
 ``timeout_s``; past that the connection, holding half a request, is closed).
 
+The client belongs to no event loop: each loop run that uses it (a ``trio.run``, an
+``asyncio.run``, a loop in another thread) gets a connection of its own, made on first
+use; the connection of a run that has ended is closed by the next run that comes. A
+client copied into a child by ``os.fork`` lets go of its parent's connections (closing
+its copies of them only), as the blocking client does; its next call connects anew.
+
 Events are read while some task waits (for an answer, or in :meth:`next_event`); the
 ones that arrive in between wait in the socket until then. A subscriber keeps reading
 its events: the daemon cuts off a client that leaves its socket full for its
@@ -26,17 +32,19 @@ its events: the daemon cuts off a client that leaves its socket full for its
 
 from __future__ import annotations
 
-import collections
 import math
+import os
+import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import anyio
 
 from recalld.ipc import _call, _core, _flavours, _methods, errors, paths
-from recalld.ipc._aconn import Connection, Lost, NotSent, Waiter
+from recalld.ipc._aconn import Connection, Lost, NotSent, Run, Waiter, current_loop
 from recalld.ipc._call import Call
 from recalld.ipc.answers import Subscribed
 from recalld.ipc.protocol import ClientProtocol, FrameTooLarge, Notification, Response
@@ -59,6 +67,9 @@ class AsyncClient(_flavours.AsyncMethods):
     wait to be read; more are dropped and counted in ``events_dropped``.
     """
 
+    #: Every client of this process, for a child forked from it (:meth:`_forget_inherited`).
+    _living: ClassVar[weakref.WeakSet[AsyncClient]] = weakref.WeakSet()
+
     def __init__(
         self,
         socket_path: str | Path | None = None,
@@ -77,13 +88,13 @@ class AsyncClient(_flavours.AsyncMethods):
         self.events_dropped = 0
         self._max_events = max_events
         self._protocol = ClientProtocol()
-        self._conn: Connection | None = None
-        self._connect_lock = anyio.Lock()
-        #: Set (and replaced) whenever a connection opens: event waiters wait for one.
-        self._opened = anyio.Event()
+        #: The state of each event loop run using the client, and of the one used last.
+        self._runs: list[Run] = []
+        self._last: Run | None = None
+        self._runs_lock = threading.Lock()
         self._topics: list[str] = []
         self._topics_agent: str | None = None
-        self._events: collections.deque[Event | Lost] = collections.deque()
+        AsyncClient._living.add(self)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -101,26 +112,63 @@ class AsyncClient(_flavours.AsyncMethods):
     async def aclose(self) -> None:
         """Close the connection (idempotent): calls waiting on it raise
         :class:`ConnectionLost`. The client can still be used: it reconnects."""
-        conn, self._conn = self._conn, None
+        run = self._here()
+        conn, run.conn = run.conn, None
         if conn is not None:
             await self._close(conn)
 
     @property
     def connected(self) -> bool:
-        return self._conn is not None and not self._conn.closed
+        """Whether the event loop run that used the client last has a connection."""
+        run = self._last
+        return run is not None and run.conn is not None and not run.conn.closed
 
     @property
     def request_limit(self) -> int:
         """The largest request the daemon takes, in bytes of JSON (``max_request_bytes``)."""
         return self._request_limit
 
+    def _here(self) -> Run:
+        """The client's state in the calling task's event loop run."""
+        loop = current_loop()
+        run = self._last
+        if run is None or run.loop is not loop:
+            run = self._last = self._enter(loop)
+        return run
+
+    def _enter(self, loop: object) -> Run:
+        with self._runs_lock:  # loops in other threads may use the client too
+            for run in self._runs:
+                if run.loop is loop:
+                    return run
+            run = Run(loop)
+            for old in [old for old in self._runs if old.ended()]:
+                self._runs.remove(old)
+                lost = old.conn is not None and not old.conn.closed
+                old.drop()  # (no task of an ended loop is left to tell)
+                run.events.extend(old.events)  # read, and not yet taken
+                if lost and self._topics:
+                    run.events.append(Lost())
+            self._runs.append(run)
+            return run
+
+    @classmethod
+    def _forget_inherited(cls) -> None:
+        """In a child just forked: every client's connections are the parent's."""
+        for client in list(cls._living):
+            client._runs_lock = threading.Lock()  # a thread of the parent may hold it
+            for run in client._runs:
+                run.drop()
+            client._runs, client._last = [], None
+
     async def _connection(self) -> Connection:
-        conn = self._conn
+        run = self._here()
+        conn = run.conn
         if conn is not None and not conn.closed:
             return conn  # the usual case: no lock, no checkpoint
-        async with self._connect_lock:
-            if self._conn is not None and not self._conn.closed:
-                return self._conn
+        async with run.connect_lock:
+            if run.conn is not None and not run.conn.closed:
+                return run.conn
             try:
                 stream = await self._open_stream()
             except errors.DaemonNotRunning:
@@ -128,9 +176,9 @@ class AsyncClient(_flavours.AsyncMethods):
                     raise
                 stream = await self._start_daemon()
             raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)  # noqa: S610 (not Django)
-            conn = self._conn = Connection(stream, raw)
-            self._opened.set()
-            self._opened = anyio.Event()
+            conn = run.conn = Connection(stream, raw, run.events)
+            run.opened.set()
+            run.opened = anyio.Event()
             if self._topics:
                 await self._call_on(conn, _methods.subscribe(
                     self._topics, self._topics_agent))
@@ -174,8 +222,8 @@ class AsyncClient(_flavours.AsyncMethods):
             conn.pending.clear()
             for waiter in conn.idle:
                 waiter.wake.set()
-            if self._topics and len(self._events) < self._max_events:
-                self._events.append(Lost())
+            if self._topics and len(conn.events) < self._max_events:
+                conn.events.append(Lost())
         with anyio.CancelScope(shield=True):
             await conn.stream.aclose()
 
@@ -221,10 +269,10 @@ class AsyncClient(_flavours.AsyncMethods):
     def _route(self, conn: Connection, message: Response | Notification) -> None:
         if isinstance(message, Notification):
             if message.method == "event":
-                if len(self._events) >= self._max_events:
+                if len(conn.events) >= self._max_events:
                     self.events_dropped += 1
                     return
-                self._events.append(Event.from_params(message.params))
+                conn.events.append(Event.from_params(message.params))
                 for idle in conn.idle:
                     if idle.answer_id is None:
                         idle.wake.set()
@@ -354,18 +402,20 @@ class AsyncClient(_flavours.AsyncMethods):
         """
         with anyio.move_on_after(math.inf if timeout_s is None else timeout_s):
             waiter = Waiter()
-            while not self._events:
-                conn = self._conn
+            run = self._here()
+            events = run.events
+            while not events:
+                conn = run.conn
                 if (conn is None or conn.closed) and self._topics:
                     # A subscriber reconnects itself (and subscribes again), as the
                     # blocking client's events() does: no call may ever come.
                     with anyio.fail_after(self.timeout_s):
                         await self._connection()
                 elif conn is None or conn.closed:
-                    await self._opened.wait()  # nothing arrives until a call connects
+                    await run.opened.wait()  # nothing arrives until a call connects
                 else:
-                    await self._wait(conn, waiter, lambda: bool(self._events))
-            item = self._events.popleft()
+                    await self._wait(conn, waiter, lambda: bool(events))
+            item = events.popleft()
             if isinstance(item, Lost):
                 raise errors.ConnectionLost("the daemon closed the connection")
             return item
@@ -378,3 +428,6 @@ class AsyncClient(_flavours.AsyncMethods):
             if event is None:
                 return
             yield event
+
+
+os.register_at_fork(after_in_child=AsyncClient._forget_inherited)
