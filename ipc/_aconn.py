@@ -36,8 +36,11 @@ class Waiter:
         return self.response is not None or self.error is not None
 
 
+@dataclass(frozen=True)
 class Lost:
-    """Marker put in the event buffer when a subscribed connection dies."""
+    """Marker put in the event buffer when a subscribed connection dies, and why."""
+
+    why: str = "the daemon closed the connection"
 
 
 Events = collections.deque[Event | Lost]

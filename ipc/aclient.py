@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 DEFAULT_MAX_EVENTS = 1024
+_RUN_ENDED = ("the subscribed connection was closed: the event loop run that read it has "
+              "ended (the next call or next_event subscribes again)")
 
 
 class AsyncClient(_flavours.AsyncMethods):
@@ -147,8 +149,8 @@ class AsyncClient(_flavours.AsyncMethods):
                 lost = old.conn is not None and not old.conn.closed
                 old.drop()  # (no task of an ended loop is left to tell)
                 run.events.extend(old.events)  # read, and not yet taken
-                if lost and self._topics:
-                    run.events.append(Lost())
+                if lost and self._topics and len(run.events) < self._max_events:
+                    run.events.append(Lost(_RUN_ENDED))
             self._runs.append(run)
             return run
 
@@ -417,7 +419,7 @@ class AsyncClient(_flavours.AsyncMethods):
                     await self._wait(conn, waiter, lambda: bool(events))
             item = events.popleft()
             if isinstance(item, Lost):
-                raise errors.ConnectionLost("the daemon closed the connection")
+                raise errors.ConnectionLost(item.why)
             return item
         return None
 

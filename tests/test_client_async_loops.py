@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 import trio
 from fakes.rpc_daemon import FakeDaemon, fake, sockdir
 
@@ -40,9 +41,8 @@ def test_one_client_serves_trio_and_asyncio_runs_in_turn(fake: FakeDaemon) -> No
 
     async def take_events() -> list[Any]:
         taken = [(await client.next_event(5)).data, (await client.next_event(5)).data]
-        with contextlib.suppress(errors.ConnectionLost):  # the trio run's connection ended
+        with pytest.raises(errors.ConnectionLost, match="event loop run that read it has ended"):
             await client.next_event(5)
-            raise AssertionError("the end of the subscribed connection was not told")
         await client.call("test.emit", {"count": 1})  # subscribed again on this loop's
         taken.append((await client.next_event(5)).data)
         await client.aclose()
@@ -51,6 +51,12 @@ def test_one_client_serves_trio_and_asyncio_runs_in_turn(fake: FakeDaemon) -> No
     trio.run(subscribe_and_emit)
     assert asyncio.run(take_events()) == [{"i": 0}, {"i": 1}, {"i": 0}]
     assert fake.methods().count("events.subscribe") == 2
+
+    # A client that keeps no events is told nothing: its bound holds that marker too.
+    client = AsyncClient(fake.path, timeout_s=10, max_events=0)
+    trio.run(client.subscribe, ["job.*"])
+    assert asyncio.run(client.next_event(0)) is None
+    asyncio.run(client.aclose())
 
 
 def test_loops_of_two_threads_share_one_client(fake: FakeDaemon) -> None:
