@@ -1,5 +1,6 @@
 """One async client across event loops: a ``trio.run`` and later ``asyncio.run`` calls (and
-back), loops of two threads at once, and a child forked while a loop runs."""
+back), loops of two threads at once, and a child forked while a loop runs; and its bound
+of events."""
 
 from __future__ import annotations
 
@@ -93,6 +94,13 @@ def test_loops_of_two_threads_share_one_client(fake: FakeDaemon) -> None:
     for thread in threads:
         thread.join(30)
     assert got == {"trio": list(range(20)), "asyncio": list(range(20))}
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, "5", None, True])
+def test_a_bound_of_events_that_is_no_count_is_refused_at_once(value: object) -> None:
+    # -1 dropped every event; "5" or None raised a TypeError at some later call (aclose).
+    with pytest.raises(ValueError, match=r"^max_events must be a whole number, 0 or more"):
+        AsyncClient("/tmp/unused.sock", max_events=value)  # type: ignore[arg-type]
 
 
 def _clients_of(path: Path) -> int:
