@@ -7,7 +7,7 @@ from pathlib import Path
 
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
-from test_dream import ScriptedModel, dream, node, open_ws, write
+from test_dream import ScriptedModel, dream, node, open_ws, run_job, write
 from test_dream_history import history_text
 
 TRIP = "digest/personal/trip-to-lisbon.md"
@@ -164,3 +164,39 @@ def test_a_node_shown_cut_inside_its_content_is_not_rewritten_on_the_part_read(
     assert "too long to be shown whole" in refused, refused
     text = (root / page).read_text(encoding="utf-8")
     assert all(line in text for line in lines) and "## History" not in text, text[-500:]
+
+
+
+def test_a_node_whose_own_fields_say_what_they_cannot_is_refused_saying_what(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A hand-edited ``deleted_sources: yes`` was read as a source named ``yes`` and
+    counted toward the confidence; ``corroborations: -5`` became -4; a frontmatter that
+    did not parse for a nested list was said to hold a duplicate key or an open quote."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-07-02/kitchen.md"
+    write(root, note, "The kettle boils in 90 s.\n")
+    nodes = {
+        "kettle": "deleted_sources: yes\n",
+        "mug": "corroborations: -5\n",
+        "jar": "sources: [memory/2026-07-01/a.md, 17]\n",
+        "pot": "sources: [memory/2026-07-01/a.md, {by: hand}]\n",
+    }
+    for name, field in nodes.items():
+        write(root, f"digest/wiki/{name}.md",
+              f"---\nname: {name}\n{field}---\n# {name}\n\n- boils\n")
+    before = {name: (root / f"digest/wiki/{name}.md").read_bytes() for name in nodes}
+    model.plan[note] = [[("integrate", {"action": "CORROBORATE", "bucket": "wiki",
+                                        "node": f"digest/wiki/{name}.md", "reason": "again"})
+                         for name in nodes]]
+    open_ws(daemon, root, fake)
+    job = run_job(daemon, "auto_dream")  # the note waits on the nodes to be mended
+    assert job["state"] == "failed" and "cannot be read as written" in job["error"], job
+    told = dict(zip(nodes, model.tool_results, strict=True))
+    assert all(told[name].startswith("refused:") for name in nodes), told
+    assert "deleted_sources holds 'yes', which is no note's path" in told["kettle"], told
+    assert "corroborations is -5, not a count" in told["mug"], told
+    assert "sources holds a number (17), not a path" in told["jar"], told
+    assert "sources: a { inside a flow list or mapping" in told["pot"], told
+    assert not any("duplicate key" in t for t in told.values()), told
+    assert {name: (root / f"digest/wiki/{name}.md").read_bytes() for name in nodes} == before

@@ -21,7 +21,7 @@ from typing import Final
 from recalld.daemon.index.marks import MARKS
 from recalld.daemon.jsontypes import JsonObject
 
-__all__ = ["DELETE", "body_of", "has_body", "open_fields", "parse_frontmatter",
+__all__ = ["DELETE", "block_problem", "body_of", "has_body", "open_fields", "parse_frontmatter",
            "render_frontmatter", "update_frontmatter"]
 
 _FENCE: Final = "---"
@@ -105,17 +105,18 @@ def _double_quoted(body: str) -> str:
     """The text of a double-quoted scalar's ``body`` (between its quotes)."""
     rest = _ESCAPE_RE.sub("", body)
     if '"' in rest or "\\" in rest:
-        raise _Malformed(body)  # a quote not escaped, or a backslash that escapes nothing
+        raise _Malformed("a double-quoted value holds a quote not escaped or a backslash "
+                         "that escapes nothing")
 
     def one(m: re.Match[str]) -> str:
         digits = m.group(1) or m.group(2) or m.group(3)
         if digits:
             if int(digits, 16) > 0x10FFFF:
-                raise _Malformed(m.group(0))
+                raise _Malformed(f"the escape {m.group(0)} names no character")
             return chr(int(digits, 16))
         char = _ESCAPES.get(m.group(4))
         if char is None:
-            raise _Malformed(m.group(0))
+            raise _Malformed(f"the escape {m.group(0)} names no character")
         return char
 
     try:
@@ -123,7 +124,7 @@ def _double_quoted(body: str) -> str:
         # character; a lone surrogate is no text.
         return _ESCAPE_RE.sub(one, body).encode("utf-16", "surrogatepass").decode("utf-16")
     except UnicodeError as exc:
-        raise _Malformed(body) from exc
+        raise _Malformed("a double-quoted value holds a lone surrogate escape") from exc
 
 
 def _unquote(value: str) -> str:
@@ -135,10 +136,10 @@ def _unquote(value: str) -> str:
         value = value[:end]
     if value[0] == '"':
         if len(value) < 2 or not value.endswith('"'):
-            raise _Malformed(value)
+            raise _Malformed("a quote not closed, or text after the closing quote")
         return _double_quoted(value[1:-1])
     if len(value) < 2 or not value.endswith("'"):
-        raise _Malformed(value)
+        raise _Malformed("a quote not closed, or text after the closing quote")
     return value[1:-1].replace("''", "'")
 
 
@@ -154,7 +155,8 @@ def _scalar(raw: str) -> _Scalar:
         return _unquote(value)
     value = _strip_comment(value)
     if value[0] in "&*!|>{%@`":
-        raise _Malformed(value)
+        raise _Malformed(f"a value opening with {value[0]} (an anchor, alias, tag or "
+                         "another form of YAML this reader does not take)")
     lowered = value.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
@@ -197,11 +199,14 @@ def _split_flow(text: str, close: str = "]") -> tuple[list[str], str]:
             if not items[-1].strip():
                 items.pop()  # an empty list, or a trailing comma
             return items, text[i + 1:]
-        elif ch in "[]{}" or (ch == "#" and i > 0 and text[i - 1].isspace()):
-            raise _Malformed(text)
+        elif ch in "[]{}":
+            raise _Malformed(f"a {ch} inside a flow list or mapping (nested lists and "
+                             "mappings are not read)")
+        elif ch == "#" and i > 0 and text[i - 1].isspace():
+            raise _Malformed("a comment inside a flow list or mapping")
         else:
             buf.append(ch)
-    raise _Malformed(text)  # no closing bracket, or a quote left open
+    raise _Malformed("a bracket not closed, or a quote left open")
 
 
 def _value(raw: str) -> _Scalar | list[_Scalar] | dict[str, _Scalar]:
@@ -210,13 +215,13 @@ def _value(raw: str) -> _Scalar | list[_Scalar] | dict[str, _Scalar]:
         items, rest = _split_flow(value[1:], "]" if value[0] == "[" else "}")
         # After the list only a comment may follow (a `#` after a space), as for scalars.
         if rest and not (rest[0].isspace() and rest.lstrip().startswith("#")):
-            raise _Malformed(value)
+            raise _Malformed("text after the closing bracket")
         if value[0] == "[":
             return [_scalar(item) for item in items]
         # A flow mapping, as PyYAML writes an empty one (``{}``) or, before 5.1, any.
         pairs = [_key_value(item.strip()) for item in items]
         if not all(pairs):
-            raise _Malformed(value)
+            raise _Malformed("an entry of a flow mapping that is no key: value")
         return {kv[0]: _scalar(kv[1] or "") for kv in pairs if kv}
     return _scalar(value)
 
@@ -233,7 +238,7 @@ def _folded(first: str, more: list[str]) -> str:
     gap = False
     for line in more:
         if line.strip() and not line[0].isspace():
-            raise _Malformed(line)  # a `- item` at the margin after a value
+            raise _Malformed("a line at the margin inside a value that goes on over lines")
         part = line.strip()
         if not part:
             out += "\\n" if double else "\n"
@@ -261,6 +266,31 @@ def _entries(lines: list[str]) -> list[tuple[str, list[str]]]:
     return out
 
 
+def _field_value(raw: str, nested: list[str]) -> object:
+    """The value of a key whose line holds ``raw`` after the colon, with the ``nested``
+    lines under it."""
+    if raw.strip() in ("|", ">", "|-", ">-"):
+        body = [ln.strip() for ln in nested]
+        text = ("\n" if raw.strip()[0] == "|" else " ").join(body)
+        return text if raw.strip().endswith("-") else text + "\n"
+    if raw.strip() and not raw.strip().startswith("#"):
+        return _value(_folded(raw, nested) if nested else raw)
+    if not nested:
+        return None
+    if all(ln.strip().startswith("- ") or ln.strip() == "-" for ln, _ in _entries(nested)):
+        return [_value(_folded(ln.strip()[1:], more)) for ln, more in _entries(nested)]
+    sub: JsonObject = {}
+    for ln, more in _entries(nested):
+        if ln.lstrip().startswith("#"):
+            continue
+        skv = _key_value(ln.strip())
+        if skv is None or not ln[0].isspace() or (more and not skv[1]):
+            raise _Malformed(f"a nested line that is no key: value ({ln.strip()[:40]!r}; "
+                             "deeper nesting is not read)")
+        sub[skv[0]] = _value(_folded(skv[1] or "", more))
+    return sub
+
+
 def _parse_block(lines: list[str]) -> tuple[JsonObject, list[tuple[str, int, int]]]:
     """Parse the lines between the fences; also returns each key's line span (end exclusive)."""
     out: JsonObject = {}
@@ -272,10 +302,10 @@ def _parse_block(lines: list[str]) -> tuple[JsonObject, list[tuple[str, int, int
             i += 1
             continue
         if line[0].isspace():
-            raise _Malformed(line)
+            raise _Malformed(f"an indented line where a key must start: {line.strip()[:40]!r}")
         kv = _key_value(line)
         if kv is None:
-            raise _Malformed(line)
+            raise _Malformed(f"a line that is no key: value: {line.strip()[:40]!r}")
         key, raw = kv[0], kv[1] or ""
         start = i
         i += 1
@@ -286,29 +316,12 @@ def _parse_block(lines: list[str]) -> tuple[JsonObject, list[tuple[str, int, int
         while nested and not nested[-1].strip():
             nested.pop()
             i -= 1
-        if raw.strip() in ("|", ">", "|-", ">-"):
-            body = [ln.strip() for ln in nested]
-            text = ("\n" if raw.strip()[0] == "|" else " ").join(body)
-            out[key] = text if raw.strip().endswith("-") else text + "\n"
-        elif raw.strip() and not raw.strip().startswith("#"):
-            out[key] = _value(_folded(raw, nested) if nested else raw)
-        elif not nested:
-            out[key] = None
-        elif all(ln.strip().startswith("- ") or ln.strip() == "-"
-                 for ln, _ in _entries(nested)):
-            out[key] = [_value(_folded(ln.strip()[1:], more)) for ln, more in _entries(nested)]
-        else:
-            sub: JsonObject = {}
-            for ln, more in _entries(nested):
-                if ln.lstrip().startswith("#"):
-                    continue
-                skv = _key_value(ln.strip())
-                if skv is None or not ln[0].isspace() or (more and not skv[1]):
-                    raise _Malformed(ln)
-                sub[skv[0]] = _value(_folded(skv[1] or "", more))
-            out[key] = sub
+        try:
+            out[key] = _field_value(raw, nested)
+        except _Malformed as exc:
+            raise _Malformed(f"{key}: {exc}") from None
         if key in out and any(k == key for k, _, _ in spans):
-            raise _Malformed(f"duplicate key {key}")
+            raise _Malformed(f"the key {key} twice")
         spans.append((key, start, i))
     return out, spans
 
@@ -333,7 +346,23 @@ def parse_frontmatter(text: str) -> tuple[JsonObject, int]:
 def unreadable_block(text: str) -> bool:
     """Whether ``text`` opens with a frontmatter block (fences) that does not parse (a
     duplicate key, an unclosed quote or bracket): its fields cannot be read."""
-    return _block_end(_lines(text)) >= 0 and parse_frontmatter(text)[1] == 0
+    return bool(block_problem(text))
+
+
+def block_problem(text: str) -> str:
+    """What makes the frontmatter block ``text`` opens with unreadable (``"tags: a
+    bracket not closed, or a quote left open"``); "" if it parses or there is none."""
+    lines = _lines(text)
+    end = _block_end(lines)
+    if end < 0:
+        return ""
+    try:
+        _parse_block(lines[1:end])
+    except _Malformed as exc:
+        return str(exc)
+    except (ValueError, IndexError, RecursionError):
+        return "a form of YAML this reader does not take"
+    return ""
 
 
 def body_of(text: str) -> tuple[str, int]:

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from recalld.daemon.index.frontmatter import (
+    block_problem,
     parse_frontmatter,
     render_frontmatter,
-    unreadable_block,
 )
 from recalld.daemon.index.links import legacy_edge
 from recalld.daemon.jsontypes import JsonObject
@@ -94,9 +94,15 @@ class Node:
     #: (prose a person put there included), written again as they are.
     title: str = ""
     written: dict[str, list[str]] = field(default_factory=dict)
-    #: Its frontmatter block does not parse, or its bytes are not UTF-8 (a hand edit):
-    #: written again, its fields or text would be lost, so it is not written.
-    unreadable: bool = False
+    #: What keeps it from being read as written (a hand edit): its frontmatter block does
+    #: not parse, a field the code owns holds what it cannot be (sources that name no
+    #: note, corroborations below 0), or its bytes are not UTF-8; "" if none. Written
+    #: again, its fields or text would be lost or counted wrong, so it is not written.
+    problem: str = ""
+
+    @property
+    def unreadable(self) -> bool:
+        return bool(self.problem)
 
     @property
     def confidence(self) -> float:
@@ -262,8 +268,32 @@ def parse_node(path: str, text: str) -> Node:
         extra={k: v for k, v in fields.items() if k not in own},
         title=title or "",
         written={k: _trimmed(sections.get(k, [])) for k in ("Related", "Sources")},
-        unreadable=unreadable_block(text),
+        problem=f"in its frontmatter, {why}" if (
+            why := block_problem(text) or _fields_problem(fields)) else "",
     )
+
+
+def _fields_problem(fields: JsonObject) -> str:
+    """What a field the code owns holds that it cannot be, as a person may write it: a
+    source that is no note's path (``deleted_sources: yes``, ``sources: [1, 2]``), a
+    related node that is no text, corroborations that are no count; "" if none."""
+    for key in ("sources", "deleted_sources", "related"):
+        value = fields.get(key)
+        entries = value if isinstance(value, list) else [] if value in (None, "") else [value]
+        for entry in entries:
+            if entry is None:
+                continue  # an empty item (``-``): nothing named
+            if not isinstance(entry, str):
+                return f"{key} holds {_kind(entry)} ({entry!r}), not a path"
+            target = link_path(entry)
+            if key != "related" and target and not (
+                    target.endswith(".md") and not target.startswith("/")):
+                return (f"{key} holds {entry[:80]!r}, which is no note's path "
+                        "(<folder>/<date>/<note>.md)")
+    corr = fields.get("corroborations")
+    if corr is not None and (not isinstance(corr, int) or isinstance(corr, bool) or corr < 0):
+        return f"corroborations is {corr!r}, not a count (0 or more)"
+    return ""
 
 
 def _link_line(target: str) -> str:

@@ -244,7 +244,7 @@ class _Run:
             existing = None if before_text is None else digest.parse_node(
                 proposal.path, await redact_async(before_text))
             if existing is not None and not utf8:
-                existing.unreadable = True
+                existing.problem = "its text is not saved as UTF-8"
             outcome = integration.integrate(existing, proposal, self.today,
                                             None if existing is not None else alike)
             if existing is not None and existing.unreadable:

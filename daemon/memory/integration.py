@@ -151,11 +151,10 @@ def integrate(existing: Node | None, proposal: Integration, today: str,
 
     if existing.unreadable:
         return Outcome(action, path, "refused", None,
-                       f"{path} cannot be read as written (a hand edit: in its frontmatter "
-                       "a duplicate key, an unclosed quote or bracket; or text not saved as "
-                       "UTF-8); it is left as it is until it is fixed, and this note is read "
-                       "again by later dreams (if it waits after a few tries: by the next "
-                       "dream once the node is changed, or recalld dream --retry-failed)")
+                       f"{path} cannot be read as written (a hand edit: {existing.problem}); "
+                       "it is left as it is until it is fixed, and this note is read again "
+                       "by later dreams (if it waits after a few tries: by the next dream "
+                       "once the node is changed, or recalld dream --retry-failed)")
     if action in ("REFINE", "CORRECT") and len(existing.content) > MAX_CONTENT_CHARS:
         return Outcome(action, path, "refused", None,
                        f"{path} holds {len(existing.content)} characters of content, more "
