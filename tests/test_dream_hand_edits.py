@@ -200,3 +200,26 @@ def test_a_node_whose_own_fields_say_what_they_cannot_is_refused_saying_what(
     assert "sources: a { inside a flow list or mapping" in told["pot"], told
     assert not any("duplicate key" in t for t in told.values()), told
     assert {name: (root / f"digest/wiki/{name}.md").read_bytes() for name in nodes} == before
+
+
+def test_content_a_corroboration_carries_is_not_written_and_the_model_is_told(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """The node gains the source; what the content says beyond it was dropped while the
+    model was told "applied", as if it were kept."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note, pan = "memory/2026-07-03/pan.md", "digest/wiki/pan.md"
+    write(root, note, "The pan fries eggs in 3 minutes.\n")
+    write(root, pan, "---\nname: pan\nsources: [memory/2026-07-01/a.md]\n---\n# pan\n\n- fries\n")
+    said = {"action": "CORROBORATE", "bucket": "wiki", "node": pan, "reason": "again"}
+    model.plan[note] = [[("integrate", {**said, "content": "- fries eggs in 3 minutes"})],
+                        [("integrate", {**said, "content": "- Fries"})]]
+    open_ws(daemon, root, fake)
+    assert dream(daemon)["actions"] == {"CORROBORATE": 1, "unchanged": 1}
+    more, same = model.tool_results
+    assert more.startswith("applied: CORROBORATE") and "was not written" in more, more
+    assert "REFINE" in more and "CORRECT" in more, more
+    # Content the node already says (another case) is no news: nothing to tell.
+    assert same.startswith("unchanged:") and "not written" not in same, same
+    fields, text = node(root, pan)
+    assert fields["corroborations"] == 1 and "eggs" not in text, text

@@ -182,15 +182,21 @@ def integrate(existing: Node | None, proposal: Integration, today: str,
                            "CORRECT it if the note contradicts it")
         action = "CORROBORATE"
     if action == "CORROBORATE":
+        # Content that says more than the node (a CREATE's was refused above): not
+        # written, and the model told so, or it takes what the note adds as kept.
+        unsaid = ("; the content given says what the node does not and was not written "
+                  "(CORROBORATE adds sources only): REFINE the node to add detail, or "
+                  "CORRECT it if the note contradicts it"
+                  if kept_fraction(proposal.content, existing.content) < 1.0 else "")
         if not new_sources:
             if node.related == existing.related:
                 return Outcome(action, path, "unchanged", None,
-                               "already backed by these sources")
+                               "already backed by these sources" + unsaid)
         else:
             node.corroborations += len(new_sources)
             node.sources.extend(new_sources)
         detail = (f"corroborated by {len(new_sources)} new source(s); confidence "
-                  f"{existing.confidence} -> {node.confidence}")
+                  f"{existing.confidence} -> {node.confidence}{unsaid}")
     elif action == "REFINE":
         kept = kept_fraction(existing.content, proposal.content)
         older = _older_than(proposal, existing, today)
