@@ -133,8 +133,9 @@ def check_submit(kinds: Mapping[str, JobKind], kind: str, params: Mapping[str, o
         for other in others:
             if other.kind == kind and other.state in ACTIVE:
                 raise AlreadyRunning(
-                    f"a {kind} job is already {other.state} for workspace {other.agent_id!r}"
-                    f" ({other.job_id}); wait for it or cancel it",
+                    # No article before the kind: "a auto_dream job" read wrong.
+                    f"{kind} is already {other.state} for workspace {other.agent_id!r} "
+                    f"(job {other.job_id}); wait for it or cancel it",
                     {"job_id": other.job_id, "state": other.state})
     return checked
 

@@ -105,6 +105,10 @@ async def test_exclusive_kind_refuses_a_second_submit(autojump_clock: object) ->
         with pytest.raises(AlreadyRunning, match="already") as info:
             await manager.submit("alice", "reindex")
         assert info.value.data["job_id"] == first
+        # Said without an article, which read "a auto_dream job" for a kind of a vowel.
+        state = info.value.data["state"]
+        assert info.value.message == (f"reindex is already {state} for workspace 'alice' "
+                                      f"(job {first}); wait for it or cancel it")
         # Another workspace is not affected.
         other = await manager.submit("bob", "reindex")
         await trio.testing.wait_all_tasks_blocked()
