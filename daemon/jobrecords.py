@@ -159,6 +159,23 @@ def take_up(job: JobRecord, kinds: Mapping[str, JobKind]) -> Literal["queue", "i
     return "interrupted"
 
 
+def cpu_borrower(job: JobRecord) -> tuple[str, str]:
+    """Who holds ``job``'s token of the daemon-wide CPU limiter."""
+    return ("recalld.job", job.job_id)
+
+
+def mark_held(jobs: Iterable[JobRecord], held: bool) -> list[JobRecord]:
+    """Record on each unfinished job of ``jobs`` (one workspace's) whether it is held (a
+    restart keeps a job journaled held until its workspace opens; the running ones are
+    journaled once they are queued again); the queued ones changed, to journal."""
+    changed = []
+    for job in jobs:
+        if job.state in ACTIVE and job.held != held:
+            job.held = held
+            if job.state == "queued":
+                changed.append(job)
+    return changed
+
 #: Records a running job's progress: ``(job, done, total, message)``.
 Progress = Callable[[JobRecord, int, int | None, str], None]
 

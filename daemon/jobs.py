@@ -46,6 +46,8 @@ from recalld.daemon.jobrecords import (
     JobsConfig,
     JobStatistics,
     check_submit,
+    cpu_borrower,
+    mark_held,
     take_up,
 )
 from recalld.daemon.jsontypes import JsonObject, json_safe
@@ -57,10 +59,6 @@ log = logging.getLogger(__name__)
 
 Publish = Callable[[str, Mapping[str, object]], object]
 INTERRUPTED = "interrupted by daemon restart"
-
-
-def _cpu_borrower(job: JobRecord) -> tuple[str, str]:
-    return ("recalld.job", job.job_id)
 
 
 class JobManager:
@@ -241,27 +239,15 @@ class JobManager:
             return []
         self._held.add(agent_id)
         self._paused[agent_id] = self._paused.get(agent_id, 0) + 1
-        return self._mark_held(agent_id, True)
+        return mark_held(self._jobs.get(agent_id, {}).values(), True)
 
     def release(self, agent_id: str) -> None:
         """``agent_id``'s workspace opened: its held jobs run (if nothing else pauses it).
         Journaled in the background: a restart before that holds them until it opens."""
         if agent_id in self._held:
             self._held.discard(agent_id)
-            self._record_held_soon(self._mark_held(agent_id, False))
+            self._record_held_soon(mark_held(self._jobs.get(agent_id, {}).values(), False))
             self._unpause(agent_id)
-
-    def _mark_held(self, agent_id: str, held: bool) -> builtins.list[JobRecord]:
-        """Record on each of ``agent_id``'s unfinished jobs whether it is held (a restart
-        keeps a job journaled held until its workspace opens; the running ones are
-        journaled once they are queued again); the queued ones changed, to journal."""
-        changed = []
-        for job in self._jobs.get(agent_id, {}).values():
-            if job.state in ACTIVE and job.held != held:
-                job.held = held
-                if job.state == "queued":
-                    changed.append(job)
-        return changed
 
     async def _record_held(self, job: JobRecord) -> None:
         """Journal ``job``'s held mark, then publish it: what is told is on disk."""
@@ -401,7 +387,7 @@ class JobManager:
         # Tokens are taken here, in turn order, not by the job tasks (whose start order
         # trio does not promise), so the shared limiter sees workspaces round robin.
         try:
-            self._cpu.acquire_on_behalf_of_nowait(_cpu_borrower(job))
+            self._cpu.acquire_on_behalf_of_nowait(cpu_borrower(job))
         except trio.WouldBlock:
             if not self._cpu_waiter:
                 self._cpu_waiter = True
@@ -447,7 +433,7 @@ class JobManager:
         if job.slot:
             job.slot = False
             if self._kinds[job.kind].cpu_heavy:
-                self._cpu.release_on_behalf_of(_cpu_borrower(job))
+                self._cpu.release_on_behalf_of(cpu_borrower(job))
             self._running[job.agent_id] -= 1
             self._changed.set()
 
