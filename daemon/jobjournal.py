@@ -73,6 +73,22 @@ class JobJournal:
                 else:
                     self.write_failure.clear()
 
+    async def drop(self, retained: Retained) -> None:
+        """Rewrite the journal with ``retained()`` only, once jobs were dropped from
+        memory (they would come back at the next start). Shielded, as :meth:`append`;
+        a failure is logged and recorded as its are."""
+        if self._log is None or not self._open:
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(self._write_timeout_s):
+            async with self._lock:
+                kept = retained()
+                try:
+                    await trio.to_thread.run_sync(self._log.rewrite, kept)
+                    self._lines = len(kept)
+                except RecalldError as exc:
+                    log.exception("job journal rewrite failed")
+                    self.write_failure.record(exc.message)
+
     async def rewrite(self, records: Sequence[JobInfo]) -> None:
         """Replace the journal with ``records`` (at a start, after recovery)."""
         if self._log is None:

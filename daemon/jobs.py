@@ -170,7 +170,8 @@ class JobManager:
         return job.job_id
 
     async def wait(self, agent_id: str, job_id: str) -> JobInfo:
-        """Wait until the job has finished and return its record (NotFound if unknown).
+        """Wait until the job has finished (its end journaled) and return its record
+        (NotFound if unknown).
         Cancelling the wait leaves the job alone."""
         job = self._find(agent_id, job_id)
         if job.state in ACTIVE:
@@ -195,11 +196,24 @@ class JobManager:
 
     async def forget(self, agent_id: str, reason: str) -> None:
         """``agent_id``'s workspace is forgotten: its jobs queued (held since it closed) or
-        running (resumed, waiting for it to open) are cancelled, ``reason`` their error."""
+        running (resumed, waiting for it to open) are cancelled, ``reason`` their error
+        (published); then its finished jobs go, from memory and the journal: an agent
+        that opens a workspace under this id later is not shown what they were given
+        and produced."""
         for job in [j for j in self._jobs.get(agent_id, {}).values() if j.state in ACTIVE]:
             job.cancel_reason = reason
             await self._cancel(job)
         self.release(agent_id)  # after: none of them starts meanwhile
+        for job in [j for j in self._jobs.get(agent_id, {}).values() if j.state not in ACTIVE]:
+            await job.done.wait()  # its end journaled: not appended after the drop
+        jobs = self._jobs.pop(agent_id, {})
+        left = {k: j for k, j in jobs.items() if j.state in ACTIVE}  # did not stop in time
+        if left:
+            self._jobs[agent_id] = left
+        if not self._queues.get(agent_id, True):
+            del self._queues[agent_id]
+        if len(left) < len(jobs):
+            await self._journal_log.drop(self._retained)
 
     @contextlib.asynccontextmanager
     async def paused(self, agent_id: str, reason: str) -> AsyncIterator[None]:
@@ -345,9 +359,11 @@ class JobManager:
         job.state, job.error_code, job.held = state, code, False
         job.result, job.error = json_safe(result), json_safe(error)
         job.finished_at = self._wall()
-        job.done.set()
         self._publish("job.state", job.as_dict())
-        await self._journal(job)
+        try:
+            await self._journal(job)
+        finally:  # done once on disk: a forget waits for it before it drops the job
+            job.done.set()
 
     def _start_eligible(self, nursery: trio.Nursery) -> None:
         """Admit queued jobs: the agent at the front of ``_turns`` goes first; an agent that
@@ -435,6 +451,8 @@ class JobManager:
             if self._kinds[job.kind].cpu_heavy:
                 self._cpu.release_on_behalf_of(cpu_borrower(job))
             self._running[job.agent_id] -= 1
+            if not self._running[job.agent_id]:  # kept for no agent that ran a job once
+                del self._running[job.agent_id]
             self._changed.set()
 
     async def _execute(self, job: JobRecord, spec: JobKind) -> None:

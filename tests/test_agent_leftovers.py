@@ -88,3 +88,39 @@ def test_file_locks_are_kept_while_in_use_and_not_after() -> None:
             locks.of(f"came-{n}")  # each workspace that opened and closed since
     assert grown() < LEFT_BEHIND_BYTES, grown()
     assert locks.of("busy").write is held.write
+
+
+async def test_a_forgotten_agent_leaves_no_jobs_behind(tmp_path: Path,
+                                                      autojump_clock: object) -> None:
+    """Its finished jobs (params, results) stayed listed, in memory and in the journal,
+    for whatever agent opened under its id next; every agent that once ran a job kept a
+    zero count of running ones."""
+    from recalld.daemon.jobrecords import JobContext
+    from recalld.daemon.jobs import JobManager
+
+    async def reindex(job: JobContext) -> dict[str, object]:
+        return {"secret": f"result of {job.agent_id}"}
+
+    journal = tmp_path / "jobs.jsonl"
+    manager = JobManager(journal_path=journal)
+    manager.register("reindex", reindex)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(manager.run)
+        for agent in ("stays", "warm"):
+            await manager.wait(agent, await manager.submit(agent, "reindex", {"x": 1}))
+        await manager.forget("warm", "forgotten")
+        with growth() as grown:
+            for n in range(40):
+                await manager.wait(f"came-{n}", await manager.submit(f"came-{n}", "reindex"))
+                await manager.forget(f"came-{n}", "forgotten")
+        assert grown() < LEFT_BEHIND_BYTES, grown()
+        assert manager.list("warm") == [] and manager.list("came-0") == []
+        assert [j["agent_id"] for j in manager.list()] == ["stays"]
+        nursery.cancel_scope.cancel()
+    # Not back after a restart either: the journal no longer holds them.
+    again = JobManager(journal_path=journal)
+    again.register("reindex", reindex)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(again.run)
+        assert [j["agent_id"] for j in again.list()] == ["stays"]
+        nursery.cancel_scope.cancel()

@@ -9,9 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fakes.provider_server import FakeProvider
 from test_capture import add, chat_requests, config, done, notes, turn, write_note
 from waits import wait_job
+
+from recalld.ipc.client import Client
+from recalld.ipc.errors import NotFound
 
 
 def answered_a_tool(body: Any) -> bool:
@@ -54,18 +58,26 @@ def test_a_forget_cancels_the_jobs_held_for_the_workspace_saying_why(
     # Forgotten, a workspace never opens again by itself, yet its jobs were held for it:
     # journaled queued, they were resumed at the next start to wait 30 s for a workspace
     # that never came, and ran, long after, on a workspace opened anew at that folder.
+    # Then, cancelled, they were kept with their params and results (and journaled so
+    # across restarts) for whatever agent opened a workspace under that id next.
     root = tmp_path / "ws"
     text = config(root, fake, idle_s=600)
     d = daemon_factory(text)
     held = fake.gate(lambda body: True)
     first = add(d, "s1", turn("My dog is called Rex."), flush=True)
     assert held.entered.wait(30)
-    d.call("workspace.close", {"agent_id": "w", "forget": True})
+    with Client(d.socket_path) as watcher:
+        watcher.subscribe(["job.state"], "w")
+        d.call("workspace.close", {"agent_id": "w", "forget": True})
+        ended = next(e.data for e in watcher.events(timeout_s=60)
+                     if e.data.get("job_id") == first["job_id"]
+                     and e.data.get("state") == "cancelled")
+    assert "closed with forget" in ended["error"], ended
     held.open()
     assert d.stop() == 0
     d2 = daemon_factory(text, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
     d2.call("workspace.open", {"agent_id": "w", "path": str(root)})
-    job = d2.call("jobs.get", {"agent_id": "w", "job_id": first["job_id"]})
-    assert job["state"] == "cancelled" and "closed with forget" in job["error"], job
-    assert not job["resumed"]
+    with pytest.raises(NotFound):
+        d2.call("jobs.get", {"agent_id": "w", "job_id": first["job_id"]})
+    assert d2.call("jobs.list", {"agent_id": "w"})["jobs"] == []
     assert chat_requests(fake) == 1 and not notes(root)
