@@ -10,6 +10,8 @@ from fakes.provider_server import FakeProvider
 from test_dream import ScriptedModel, dream, node, open_ws, run_job, write
 from test_dream_history import history_text
 
+from recalld.daemon.memory import digest, integration
+
 TRIP = "digest/personal/trip-to-lisbon.md"
 HAND = "- la réservation est au nom de Zoë Ørsted (ajouté à la main)"
 
@@ -200,6 +202,19 @@ def test_a_node_whose_own_fields_say_what_they_cannot_is_refused_saying_what(
     assert "sources: a { inside a flow list or mapping" in told["pot"], told
     assert not any("duplicate key" in t for t in told.values()), told
     assert {name: (root / f"digest/wiki/{name}.md").read_bytes() for name in nodes} == before
+
+
+def test_an_older_node_naming_a_source_by_name_stays_readable_once_written() -> None:
+    """A ReMe node links a source note by its bare name; written again, the name is in
+    its frontmatter's sources, which a source of any text may be (deleted ones may not)."""
+    old = digest.parse_node("digest/wiki/x.md", "---\nname: x\n---\n# x\n\n- a fact\n"
+                                                "derived_from:: [[standup-notes]]\n")
+    out = integration.integrate(old, digest.Integration(
+        action="CORROBORATE", bucket="wiki", name="x", node="digest/wiki/x.md",
+        sources=("memory/2026-07-04/b.md",)), "2026-07-05")
+    assert out.text is not None and "sources: [standup-notes, memory/" in out.text, out
+    again = digest.parse_node("digest/wiki/x.md", out.text)
+    assert not again.unreadable and again.confidence == digest.confidence_for(2), again
 
 
 def test_content_a_corroboration_carries_is_not_written_and_the_model_is_told(

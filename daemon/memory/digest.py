@@ -275,8 +275,10 @@ def parse_node(path: str, text: str) -> Node:
 
 def _fields_problem(fields: JsonObject) -> str:
     """What a field the code owns holds that it cannot be, as a person may write it: a
-    source that is no note's path (``deleted_sources: yes``, ``sources: [1, 2]``), a
-    related node that is no text, corroborations that are no count; "" if none."""
+    source or related node that is no text (``sources: [1, 2]``), a deleted source that
+    is no note's path (``deleted_sources: yes``: only deleted notes go there), counts
+    that are none; "" if none. A source may be a bare name: an older (ReMe) node links
+    its source notes so, and a node written again lists them as they were."""
     for key in ("sources", "deleted_sources", "related"):
         value = fields.get(key)
         entries = value if isinstance(value, list) else [] if value in (None, "") else [value]
@@ -286,8 +288,8 @@ def _fields_problem(fields: JsonObject) -> str:
             if not isinstance(entry, str):
                 return f"{key} holds {_kind(entry)} ({entry!r}), not a path"
             target = link_path(entry)
-            if key != "related" and target and not (
-                    target.endswith(".md") and not target.startswith("/")):
+            if key == "deleted_sources" and target and not (
+                    target.lower().endswith(".md") and not target.startswith("/")):
                 return (f"{key} holds {entry[:80]!r}, which is no note's path "
                         "(<folder>/<date>/<note>.md)")
     corr = fields.get("corroborations")
