@@ -110,7 +110,7 @@ async def test_a_forgotten_agent_leaves_no_jobs_behind(tmp_path: Path,
             await manager.wait(agent, await manager.submit(agent, "reindex", {"x": 1}))
         await manager.forget("warm", "forgotten")
         with growth() as grown:
-            for n in range(40):
+            for n in range(25):
                 await manager.wait(f"came-{n}", await manager.submit(f"came-{n}", "reindex"))
                 await manager.forget(f"came-{n}", "forgotten")
         assert grown() < LEFT_BEHIND_BYTES, grown()
