@@ -45,9 +45,10 @@ from __future__ import annotations
 # after a load; 29: a private key block not closed in a note keeps its BEGIN line and
 # masks its key lines, not the prose below them (``secret_keys.key_blocks``); 30:
 # passwords stated in Arabic, Persian, Hebrew, Hindi, Greek, Thai, Turkish, Vietnamese
-# and Indonesian are masked, and password names longer than 12 characters are matched.
+# and Indonesian are masked, and password names longer than 12 characters are matched;
+# 31: a Telegram bot token glued to "bot" (its API URLs) is masked.
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 30
+CHUNKING = 31
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
 # generation saved under other rules has its graph's edges to no note resolved again after
 # a load, and every note read again by the startup reconcile (2 on). 1: as Obsidian

@@ -245,8 +245,11 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
                 r"|(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/"
                 r"|[\w.\-]*webhook\.office\.com/webhookb2/"
                 r"|hooks\.zapier\.com/hooks/catch/)[A-Za-z0-9_/+@\-]+", token=False),
+    # Telegram's Bot API takes the token glued to ``bot`` in its URLs
+    # (``https://api.telegram.org/bot<token>/sendMessage``): the token starts after it too.
     _regex_rule("telegram_bot_token", (":",),
-                _P + r"(?<!:)\d{5,12}:[A-Za-z0-9_\-]{30,50}" + _Q, check=_tail_random),
+                _P + r"(?:[Bb]ot)?(?<!:)(\d{5,12}:[A-Za-z0-9_\-]{30,50})" + _Q, group=1,
+                check=_tail_random),
     _regex_rule("sendgrid", ("sg.",), _P + r"SG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{30,}" + _Q),
     _regex_rule("stripe", ("_live_", "_test_", "_prod_", "whsec_"),
                 _P + r"(?:(?:sk|rk)_(?:live|test|prod)_[A-Za-z0-9]{10,}|whsec_[A-Za-z0-9]{20,})"
