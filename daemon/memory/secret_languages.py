@@ -3,7 +3,8 @@ it): in Chinese ("密码是 ...", "PIN码：1234", "账号admin 密码Zx9#kLm2")
 password's name in Japanese, Korean, Russian, Arabic, Hebrew, Hindi, Greek, Thai, German,
 French, Spanish and other languages ("パスワードは ... です", "비밀번호: ...", "Пароль: ...",
 "كلمة السر هي ...", "Das Passwort lautet ...", "le mot de passe est ...", "la contraseña es
-..."). Talk about a password in those languages stays
+..."), also with the verb last ("मेरा पासवर्ड ... है", "رمز عبور من ... است"). Talk about a
+password in those languages stays
 ("パスワードを忘れました", "Kennwort: vergessen", "le mot de passe est trop court").
 """
 
@@ -46,6 +47,32 @@ _OTHER = re.compile(
     r"|(?P<en>password)(?P<en_sep>[ \t]+(?:è|ist|lautet|est|es|é|är|jest|je|это)))"
     r"[ \t]*[\"'“「『]?(?P<value>[!#-&(-+\--:<-_a-~\u00c0-\u024f\u0400-\u04ff]{4,200})")
 
+#: A password stated with the verb last, as Hindi, Persian, Japanese and Korean put it:
+#: the password's name, perhaps whose it is in that script ("رمز عبور من": my password),
+#: the value, then "is" ("मेरा पासवर्ड Zx9kLm2Q है", "رمز عبور من Zx9kLm2Q است",
+#: "パスワード Zx9kLm2Q です", "비밀번호 Zx9kLm2Q입니다"). The verb right after the value
+#: tells it is one: "पासवर्ड reset करना है" (the password must be reset) has none there.
+_VERB_LAST = re.compile(
+    r"(?i)(?:" + "|".join(NON_LATIN_WORDS) + r")(?:[ \t]+[^\x00-\x7f\s]+){0,3}?[ \t]+"
+    r"[\"'“「『]?(?P<value>[!#-&(-+\--:<-_a-~\u00c0-\u024f\u0400-\u04ff]{4,200}?)"
+    r"[\"'”」』]?[ \t]*(?:हैं|है|था|थी|ہے|است|هست|です|だ|입니다|이다|이에요|예요)"
+    r"(?=[\s।.,!?;:)\"'”」』]|\Z)")
+_NON_LATIN_CHARS: Final = max(map(len, NON_LATIN_WORDS))
+
+
+def _verb_last(text: str, a: int) -> Span | None:
+    if not text[a:a + _NON_LATIN_CHARS].lower().startswith(NON_LATIN_WORDS):
+        return None
+    m = _VERB_LAST.match(text, a)
+    if m is None:
+        return None
+    value = m.group("value")
+    if looks_secret(value) and any(not c.isalpha() for c in value):
+        return m.start("value"), m.end("value")
+    # A plain word ("पासवर्ड lighthouse है"), judged as the English "the password is
+    # lighthouse" would be: "पासवर्ड weak है" (the password is weak) is no password.
+    return _stated(text, m.start("value"), "is")
+
 
 #: What a text starts with where one of the patterns may match (most anchors are English
 #: words: they are passed by at once).
@@ -64,6 +91,8 @@ def find_in_other_languages(text: str, starts: Sequence[int]) -> Iterable[Span]:
                 yield m.start("value"), m.start("value") + len(value)
             elif (span := _latin_stated(text, m)) is not None:
                 yield span
+        if (span := _verb_last(text, a)) is not None:
+            yield span
         m = _ZH.match(text, a)
         if m is None:
             continue
