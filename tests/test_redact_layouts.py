@@ -1,13 +1,19 @@
 """Secrets redaction, credentials in layouts the other rules did not read: a Telegram bot
-token glued to ``bot`` as its API URLs write it, and a password stated with the verb last
-(Hindi, Persian, Japanese, Korean); their look-alikes stay."""
+token glued to ``bot`` as its API URLs write it, a password stated with the verb last
+(Hindi, Persian, Japanese, Korean), and a credential in a Markdown table; their
+look-alikes stay; and from outside, none of them reaches memory, the index or a chat
+model."""
 
 from __future__ import annotations
 
 import random
 import string
+from pathlib import Path
+from typing import Any
 
 import pytest
+from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
+from waits import wait_job
 
 from recalld.daemon.memory.redact import MASK, redact
 
@@ -61,3 +67,80 @@ def test_a_password_stated_with_the_verb_last_is_masked(text: str, secret: str) 
 def test_talk_about_a_password_with_the_verb_last_stays(text: str) -> None:
     assert redact(text) == text
 
+
+TABLE_PW, KEY, TOKEN = "Zq8" + _r(8) + "!", _r(24), "Qk3" + _r(10)
+
+
+@pytest.mark.parametrize("table", [
+    f"| service | user | password |\n|---|---|---|\n| prod db | admin | {TABLE_PW} |\n",
+    f"| host | Admin password |\n|:--|--:|\n| a | `{TABLE_PW}` |\n| b | **{TABLE_PW}** |\n",
+    f"service | password\n--- | ---\nprod | {TABLE_PW}\n",
+    f"| Name | Value |\n| --- | --- |\n| PORT | 5432 |\n| **DB_PASSWORD** | {TABLE_PW} |\n",
+    f"| Password | {TABLE_PW} |\n|---|---|\n| Notes | rotate monthly |\n",
+    f"Text before.\n\n| key | secret |\n|---|---|\n| api | {TABLE_PW} |\n\nText after.\n",
+])
+def test_a_credential_in_a_markdown_table_is_masked(table: str) -> None:
+    out = redact(table)
+    assert TABLE_PW.rstrip("!") not in out and MASK in out, out
+    assert out.count("|") == table.count("|")  # the table keeps its shape
+
+
+def test_every_credential_of_a_table_is_masked() -> None:
+    table = (f"| Setting | Value |\n|---|---|\n| API key | {KEY} |\n| GITHUB_TOKEN | {TOKEN} |\n"
+             f"| timeout_s | 30 |\n")
+    out = redact(table)
+    assert KEY not in out and TOKEN not in out and "| timeout_s | 30 |" in out, out
+
+
+@pytest.mark.parametrize("table", [
+    "| password | rule |\n|---|---|\n| length | at least 12 |\n| rotation | 90 days |\n",
+    "| Setting | Default |\n|---|---|\n| password_min_length | 12 |\n| token_ttl | 3600 |\n",
+    "| id | api_key_created_at |\n|---|---|\n| 1 | 2025-01-01 |\n",
+    "| col | password |\n|---|---|\n| a | see vault |\n| b | ******** |\n| c | ${DB_PASS} |\n"
+    "| d | os.environ[\"PW\"] |\n",
+    "| Model | tokens | cost |\n|---|---|---|\n| gpt-4o | 1834 | $0.02 |\n",
+    "| key | meaning |\n|---|---|\n| Ctrl-C | copy |\n| F5 | refresh |\n",
+    "| Release | Secret rotation |\n|---|---|\n| v2.3.1 | 2026-01-05 |\n",
+    "| Session | Started |\n|---|---|\n| s-2026-01-05-a | 10:30 |\n",
+])
+def test_tables_about_credentials_stay(table: str) -> None:
+    assert redact(table) == table
+
+
+def test_a_daemon_keeps_them_out_of_notes_index_reads_and_chat_requests(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    """From outside: turns and an agent's note holding each shape, and a note written by
+    hand with a table of them. None reaches a note, the dialog log, a search's answer, a
+    masked read or a request to the chat model."""
+    root = tmp_path / "ws"
+    hand = root / "memory" / "2026-01-05" / "creds.md"
+    hand.parent.mkdir(parents=True)
+    hand.write_text(f"# Creds\n\n| service | user | password |\n|---|---|---|\n"
+                    f"| prod db | admin | {TABLE_PW} |\n")
+    d = daemon_factory(
+        f'[workspaces.w]\npath = "{root}"\nauto_memory_interval = 0\n'
+        f'chat_model_config = {{base_url = "{fake.url}/v1", api_key = "test-key", '
+        f'model_name = "fake-model", timeout_s = 10.0}}\n')
+    said = (f"alerts: https://api.telegram.org/bot{TELEGRAM}/sendMessage\n"
+            f"मेरा पासवर्ड {PASSWORD} है\n| Name | Value |\n|---|---|\n| GITHUB_TOKEN | {TOKEN} |\n")
+    secrets = [TELEGRAM.split(":")[1], PASSWORD, TOKEN, TABLE_PW.rstrip("!")]
+    fake.script(Reply(json=chat_answer(None, [tool_call("daily_write", {
+        "name": "ops", "description": "ops notes", "content": said})])),
+        Reply(json=chat_answer("saved")))
+    added = d.call("memory.add_turns", {"agent_id": "w", "session_id": "s1", "flush": True,
+                                        "messages": [{"role": "user", "content": said}]})
+    assert wait_job(d, added["job_id"])["state"] == "succeeded"
+    note = d.call("memory.add_note", {"agent_id": "w", "content": said, "name": "ops2"})
+    assert "alerts: https://api.telegram.org/bot" in (root / note["path"]).read_text()
+    d.call("index.sync", {"agent_id": "w"})
+    read = d.call("memory.read", {"agent_id": "w", "path": "memory/2026-01-05/creds.md",
+                                  "masked": True})
+    assert "| prod db | admin | [REDACTED] |" in read["text"]
+    texts = [read["text"], (root / "mem_session" / "dialog" / "s1.jsonl").read_text(),
+             *(p.read_text() for p in (root / "memory").rglob("*.md") if p != hand),
+             *(r.body.decode() for r in fake.requests)]
+    texts += [str(d.call("memory.search", {"agent_id": "w", "query": s})) for s in secrets]
+    found = d.call("memory.search", {"agent_id": "w", "query": "prod db admin"})
+    assert [h["path"] for h in found["results"]][:1] == ["memory/2026-01-05/creds.md"]
+    assert fake.requests
+    assert [s for s in secrets for t in texts if s in t] == []

@@ -46,8 +46,9 @@ from __future__ import annotations
 # masks its key lines, not the prose below them (``secret_keys.key_blocks``); 30:
 # passwords stated in Arabic, Persian, Hebrew, Hindi, Greek, Thai, Turkish, Vietnamese
 # and Indonesian are masked, and password names longer than 12 characters are matched;
-# 31: a Telegram bot token glued to "bot" (its API URLs) and a password stated with
-# the verb last ("मेरा पासवर्ड ... है", "... است", "... です") are masked.
+# 31: a Telegram bot token glued to "bot" (its API URLs), a password stated with the
+# verb last ("मेरा पासवर्ड ... है", "... است", "... です") and a credential in a Markdown
+# table (the cell after its name, the column under it) are masked.
 # Raise it with any change of these rules (redact.py's included).
 CHUNKING = 31
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a

@@ -10,6 +10,8 @@
   settings write them;
 - a credential element's ``value`` attribute (``<password value="..."/>``), and a label
   alone on its line with the value alone on the next ("Password:", then the value).
+
+(A Markdown table's cells are read by :mod:`secret_tables`.)
 """
 
 from __future__ import annotations
@@ -138,14 +140,19 @@ def _label(text: str, a: int) -> Span | None:
     m = _LABEL.match(text, a)
     if m is None or (kind := name_kind(m.group("key"))) is None:
         return None
-    value = strip_end(m.group("value"))
-    # Alone on a line, a plain word, a version or a date may be anything: only what looks
-    # like a secret (made like a password, where the label names no password).
+    return set_apart(kind, text, strip_end(m.group("value")), m.start("value"))
+
+
+def set_apart(kind: str, text: str, value: str, start: int) -> Span | None:
+    """The span of ``value`` (at ``start``, alone on its line or in its cell, apart from
+    the name of ``kind`` it belongs to) if it is a secret."""
+    # Apart from its name, a plain word, a version or a date may be anything: only what
+    # looks like a secret (made like a password, where the name names no password).
     if (not looks_secret(value) or value.isalpha() or _NUMBERED.fullmatch(value)
-            or names_a_source(text, m.start("value"))
+            or names_a_source(text, start)
             or (kind != "password" and not made_like_a_password(value))):
         return None
-    return value_span(kind, value, m.start("value"), 0)
+    return value_span(kind, value, start, 0)
 
 
 def find_in_configs(text: str, starts: Sequence[int]) -> Iterable[Span]:

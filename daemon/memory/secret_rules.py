@@ -34,7 +34,8 @@ about credentials ("my password is too weak", "the token is refreshed hourly").
 Here: what a rule is (:class:`Rule`), the token runs token rules look in, the format
 rules, and the rule table. The context rules' finders are in :mod:`secret_context` (in
 :mod:`secret_languages` for languages other than English, :mod:`secret_config` for
-values a configuration file sets apart from their names), their anchors in
+values a configuration file sets apart from their names, :mod:`secret_tables` for
+Markdown tables), their anchors in
 :mod:`secret_anchors`; how a value found is judged (random-looking, a placeholder, a
 plain word) is in :mod:`secret_values`.
 """
@@ -57,6 +58,7 @@ from recalld.daemon.memory.secret_context import (
 )
 from recalld.daemon.memory.secret_keys import key_block_tail, key_blocks
 from recalld.daemon.memory.secret_languages import find_in_other_languages
+from recalld.daemon.memory.secret_tables import find_in_tables
 from recalld.daemon.memory.secret_values import (
     HEX,
     PLACEHOLDER,
@@ -410,6 +412,7 @@ CONTEXT_RULES: Final[tuple[Rule, ...]] = (
          format=False),
     Rule("other_language", CRED_HINTS, anchored=find_in_other_languages, format=False),
     Rule("config_layout", CRED_HINTS, anchored=find_in_configs, format=False),
+    Rule("table", CRED_HINTS, anchored=find_in_tables, format=False),
 )
 RULES: Final[tuple[Rule, ...]] = FORMAT_RULES + CONTEXT_RULES
 

@@ -1,0 +1,118 @@
+"""The context rule for credentials in a Markdown table (:mod:`secret_rules` applies it):
+the cell after a cell naming a credential (``| DB_PASSWORD | Zq8mN2pL4x |``), and the
+cells under a header naming one (``| user | password |``, then ``| admin | Zq8mN2pL4x
+|``). A value there is judged as one alone on the line below its label
+(:func:`secret_config.set_apart`): a plain word, a version or a date stays.
+
+A table is a header row, its delimiter row (``|---|:--:|``) and the rows after it, each
+line holding a ``|``. The lines of a text are read once, whatever the number of anchors
+in it (a table of thousands of ``password_...`` rows).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import re
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from recalld.daemon.memory.secret_config import set_apart
+from recalld.daemon.memory.secret_context import name_kind
+
+if TYPE_CHECKING:
+    from recalld.daemon.memory.secret_rules import Span
+
+_DELIMITER = re.compile(r"[ \t]*\|?(?:[ \t]*:?-+:?[ \t]*\|)+(?:[ \t]*:?-+:?[ \t]*)?\r?"
+                        r"|[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)+\r?")
+_CELL_EDGE = re.compile(r"(?<!\\)\|")
+#: What decorates a cell's text (bold, italics, code): not part of a name or a value.
+_DECORATION = " \t*_`"
+
+
+def _cells(text: str, start: int, end: int) -> list[Span]:
+    """The spans of a table row's cells (``text[start:end]``), without their decoration."""
+    bounds = [start - 1, *(m.start() for m in _CELL_EDGE.finditer(text, start, end)), end]
+    cells = []
+    for i, (a, b) in enumerate(itertools.pairwise(bounds)):
+        a += 1
+        if i in (0, len(bounds) - 2) and not text[a:b].strip():
+            continue  # before the leading pipe, after the trailing one
+        while a < b and text[a] in _DECORATION:
+            a += 1
+        while b > a and text[b - 1] in _DECORATION + "\r":
+            b -= 1
+        cells.append((a, b))
+    return cells
+
+
+class _Tables:
+    """The tables of a text: for each line, whether it is a header row or a row after
+    one, and the rows below each header."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        #: Per line: the index of its table's header line, or -1 (no table row).
+        self.header: list[int] = []
+        #: Per header line: the index of its table's last row.
+        self.last: dict[int, int] = {}
+        header = -1
+        start = 0
+        before = ""
+        for i, line in enumerate(text.split("\n")):
+            self.starts.append(start)
+            self.ends.append(start + len(line))
+            start += len(line) + 1
+            row = "|" in line
+            if row and header < 0 and "|" in before and _DELIMITER.fullmatch(line):
+                header = i - 1
+                self.header[header] = header
+            self.header.append(header if row else -1)
+            if not row:
+                header = -1
+            elif header >= 0:
+                self.last[header] = i
+            before = line
+
+    def spans(self, a: int, seen: set[int]) -> Iterable[Span]:
+        line = bisect.bisect_right(self.starts, a) - 1
+        header = self.header[line]
+        if header < 0 or line == header + 1:
+            return
+        text = self.text
+        cells = _cells(text, self.starts[line], self.ends[line])
+        column = next((i for i, (s, e) in enumerate(cells) if s <= a < e), None)
+        if column is None or cells[column][0] in seen:
+            return
+        seen.add(cells[column][0])
+        if (kind := name_kind(text[slice(*cells[column])])) is None:
+            return
+        if line == header:
+            for row in range(header + 2, self.last[header] + 1):
+                row_cells = _cells(text, self.starts[row], self.ends[row])
+                if column < len(row_cells):
+                    yield from _value(kind, text, row_cells[column])
+        # A table of names and values may have its first pair as its header.
+        if column + 1 < len(cells):
+            yield from _value(kind, text, cells[column + 1])
+
+
+def _value(kind: str, text: str, cell: Span) -> Iterable[Span]:
+    value = text[cell[0]:cell[1]]
+    if value and not any(c.isspace() for c in value):  # words in a cell: prose
+        span = set_apart(kind, text, value, cell[0])
+        if span is not None:
+            yield span
+
+
+def find_in_tables(text: str, starts: Sequence[int]) -> Iterable[Span]:
+    if "|" not in text or not starts:
+        return
+    tables = _Tables(text)
+    if not tables.last:
+        return
+    seen: set[int] = set()
+    for a in starts:
+        yield from tables.spans(a, seen)
