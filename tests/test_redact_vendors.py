@@ -101,3 +101,27 @@ def test_a_secret_wrapped_in_base64_is_masked(template: str, secret: str, form: 
 def test_base64_of_ordinary_text_stays(plain: str) -> None:
     text = f"echo {_b64(plain)} | base64 -d"
     assert redact(text) == text
+
+
+SLACK_SESSION = {
+    # A browser session's client token and its ``d`` cookie (URL-encoded base64).
+    "xoxc": f"xoxc-{_r(string.digits, 12)}-{_r(string.digits, 12)}-{_r(string.digits, 13)}-"
+            + _r(HEX, 64),
+    "xoxd": "xoxd-" + _r(B62, 60) + "%2B" + _r(B62, 20) + "%2F" + _r(B62, 8) + "%3D",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SLACK_SESSION))
+@pytest.mark.parametrize("template", ["{s}", "Cookie: d={s}; d-s=1712345678", "use {s} ok"])
+def test_slack_session_tokens_are_masked(kind: str, template: str) -> None:
+    secret = SLACK_SESSION[kind]
+    out = redact(template.format(s=secret))
+    # Every piece between escapes is masked (a "%3D" of base64's padding may stay).
+    pieces = [p[2:] if i else p for i, p in enumerate(secret[5:].split("%"))]
+    assert MASK in out and not any(p in out for p in pieces if p), out
+
+
+@pytest.mark.parametrize("text", ["the xoxb-token-format doc", "see xoxd-cookie-format.md",
+                                  "xoxc-client-token-explained"])
+def test_slack_prefixes_before_words_stay(text: str) -> None:
+    assert redact(text) == text

@@ -48,9 +48,10 @@ from __future__ import annotations
 # and Indonesian are masked, and password names longer than 12 characters are matched;
 # 31: a Telegram bot token glued to "bot" (its API URLs), a password stated with the
 # verb last ("मेरा पासवर्ड ... है", "... است", "... です") and a credential in a Markdown
-# table (the cell after its name, the column under it) are masked.
+# table (the cell after its name, the column under it) are masked; 32: Slack's session
+# tokens (``xoxc-``, the ``xoxd-`` cookie) are masked, a Slack prefix before words is not.
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 31
+CHUNKING = 32
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
 # generation saved under other rules has its graph's edges to no note resolved again after
 # a load, and every note read again by the startup reconcile (2 on). 1: as Obsidian

@@ -238,9 +238,12 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
                 _P + r"(?:gl(?:pat|dt|rt|ptt|ft|cbt|oas|soat|imt|agent|ffct|wt)-[A-Za-z0-9_\-]{20,}"
                 r"(?:\.[A-Za-z0-9_\-]+)*"
                 r"|GR1348941[A-Za-z0-9_\-]{20,})" + _Q),
+    # Slack's tokens, also a browser session's: its client token (``xoxc-``) and its ``d``
+    # cookie (``xoxd-``, base64 its ``+``, ``/`` and ``=`` percent-encoded: read decoded).
     _regex_rule("slack_token", ("xox", "xapp-"),
-                _P + r"(?:xox[abposre](?:\.xox[a-z])?-[A-Za-z0-9\-]{10,}"
-                r"|xapp-\d-[A-Za-z0-9\-]{10,})" + _Q),
+                _P + r"(?:xox[abposre](?:\.xox[a-z])?-[A-Za-z0-9\-]{10,}|xoxc-[A-Za-z0-9\-]{10,}"
+                r"|xoxd-[A-Za-z0-9\-+/]{10,}={0,2}|xapp-\d-[A-Za-z0-9\-]{10,})" + _Q,
+                check=lambda v: _tail_random(v[5:])),
     _regex_rule("webhook_url", ("hooks.slack.com", "/api/webhooks/", "webhook.office.com",
                                 "hooks.zapier.com"),
                 r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/"
