@@ -71,3 +71,34 @@ def test_remes_chunks_with_a_key_in_their_frontmatter_stay_remes(daemon_factory:
     d.call("index.sync", {"agent_id": "w"})
     assert store.read_bytes() == written
     assert d.stop() == 0
+
+
+def test_a_chunk_repeated_in_remes_store_is_one_chunk(daemon_factory: Any,
+                                                      tmp_path: Path) -> None:
+    # ReMe's store written twice over in part (an upsert appended, a copy merged): the
+    # same chunk under the same id on two lines, once with an older text, or the same
+    # chunk with no id. ReMe keeps the last of an id; the notes keep ReMe's boundaries
+    # and vectors, and nothing is paid.
+    ws = copy_fixture(tmp_path / "ws")
+    store = ws / "mem_metadata" / reme_import.CHUNK_STORE
+    records = read_foreign_records(store).records
+    stale = [{**rec, "text": rec["text"] + "\nsaid before an edit"} for rec in records[:3]]
+    without_id = {k: v for k, v in records[3].items() if k != "id"}
+    again = [*stale, *records, *records[:2], without_id, without_id]
+    store.write_bytes(zstandard.ZstdCompressor().compress(
+        b"".join(orjson.dumps(rec) + b"\n" for rec in again)))
+    found = reme_import.read_store(ws / "mem_metadata")
+    assert found is not None and len(found) == len(found.vectors) == len(records)
+    with fixture_provider() as fake:
+        d = daemon_factory(f'[workspaces.w]\npath = "{ws}"\n{embedding_toml()}'
+                           '[daemon]\npersist_delay_s = 0.05\n')
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_full(d)
+        rep = d.call("workspace.open", {"agent_id": "w", "path": str(ws),
+                                        "import_report": True})["import"]
+        assert passage_texts(fake) == []
+        assert rep["chunks"] == {"total": len(records), "reme_boundaries": len(records)}, rep
+        assert rep["reme_store"]["chunks"] == len(records), rep["reme_store"]
+        assert rep["reme_store"]["skipped"] == len(again) - len(records), rep["reme_store"]
+        assert st["reused_vectors"] == st["total"] == len(records)
+        assert d.stop() == 0

@@ -92,7 +92,8 @@ class ReMeStore:
     #: ``(text, _embedding_f16_b64)`` of every record with both.
     vectors: list[tuple[str, str]] = field(default_factory=list)
     records: int = 0
-    #: Records that give no chunk boundaries (malformed, or recalld's own former mirrors).
+    #: Records that give no chunk boundaries (malformed, recalld's own former mirrors, or
+    #: one chunk again: its ``id``, or its note, lines and text, on a later line).
     skipped: int = 0
     #: Why part of the file could not be read (its notes are chunked and embedded anew).
     damaged: str | None = None
@@ -113,7 +114,8 @@ class ReMeStore:
 def read_store(metadata_dir: Path) -> ReMeStore | None:
     """ReMe's chunk store under ``metadata_dir``; None when there is none or it cannot be
     read. Records that are not ReMe chunks (recalld's own former mirrors carry a ``key``)
-    or are malformed give no boundaries (counted in ``skipped``); their vectors count."""
+    or are malformed give no boundaries (counted in ``skipped``); their vectors count.
+    A chunk on several lines is read once, from its last (the others are ``skipped``)."""
     path = metadata_dir / CHUNK_STORE
     if not path.is_file():
         return None
@@ -126,7 +128,9 @@ def read_store(metadata_dir: Path) -> ReMeStore | None:
     if store.damaged is not None:
         log.warning("ReMe's chunk store %s is damaged (%s): the notes it lost are chunked "
                     "and embedded anew", path, store.damaged)
-    for rec in found.records:
+    records = _last_of_each(found.records)
+    store.skipped = len(found.records) - len(records)
+    for rec in records:
         text, emb = rec.get("text"), rec.get("_embedding_f16_b64")
         if isinstance(text, str) and isinstance(emb, str):
             store.vectors.append((text, emb))
@@ -138,6 +142,28 @@ def read_store(metadata_dir: Path) -> ReMeStore | None:
     for chunks in store.chunks.values():
         chunks.sort(key=lambda c: (c.start_line, c.end_line))
     return store
+
+
+def _last_of_each(records: Sequence[JsonObject]) -> list[JsonObject]:
+    """``records`` with each chunk once, at its last line: a record repeats an earlier one
+    with the same ``id`` (ReMe loads its store by id, the last record of an id winning)
+    or the same note, lines and text. Two of one chunk would make their note's lines say
+    its text twice, which no note does: none of its chunks would be kept."""
+    ids: set[str] = set()
+    chunks: set[tuple[object, ...]] = set()
+    out: list[JsonObject] = []
+    for rec in reversed(records):
+        rid = rec.get("id")
+        same = (rec.get("path"), rec.get("start_line"), rec.get("end_line"), rec.get("text"))
+        if (isinstance(rid, str) and rid in ids) or (
+                all(isinstance(v, str | int) for v in same) and same in chunks):
+            continue
+        if isinstance(rid, str):
+            ids.add(rid)
+        chunks.add(same)
+        out.append(rec)
+    out.reverse()
+    return out
 
 
 def other_chunk_stores(metadata_dir: Path) -> list[str]:
