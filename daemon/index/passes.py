@@ -225,9 +225,12 @@ class Passes:
         async def one(i: int, paths: list[str]) -> None:
             nonlocal left
             digests = {p: digest_of(p) for p in paths}
-            reme = await self.reme.boundaries(paths, self._cpu) if self.reme else None
+            reme = moved = None
+            if self.reme is not None:
+                reme = await self.reme.boundaries(paths, self._cpu)
+                moved = await self.reme.moved(paths, self._cpu)
             job = partial(prepare_files, self.root, paths, max_chars=self._max_chars,
-                          digests=digests, reme=reme or None)
+                          digests=digests, reme=reme or None, moved=moved or None)
             if pool is not None:
                 with contextlib.suppress(PoolUnavailable):  # else: in a thread after all
                     results[i] = await pool.call(partial(job, vocab=vocab))

@@ -21,7 +21,7 @@ from recalld.daemon import safepath
 from recalld.daemon.index.chunker import Chunk, chunk_markdown
 from recalld.daemon.index.links import Link, extract_links
 from recalld.daemon.index.postings import Slab, Vocabulary, join_terms
-from recalld.daemon.index.reme_chunks import ReMeChunk, adopt_chunks
+from recalld.daemon.index.reme_chunks import ReMeChunk, adopt_chunks, adopt_moved
 from recalld.daemon.index.tokenizer import tokenize_split
 from recalld.daemon.notetext import decode_as, decode_note
 from recalld.ipc.errors import PathOutsideWorkspace
@@ -166,10 +166,13 @@ def _go_on() -> None:
 
 
 def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
-            reme: Sequence[ReMeChunk] | None = None, real_root: str | None = None,
-            check: Callable[[], None] = _go_on) -> Prepared:
+            reme: Sequence[ReMeChunk] | None = None,
+            moved: Mapping[str, Sequence[ReMeChunk]] | None = None,
+            real_root: str | None = None, check: Callable[[], None] = _go_on) -> Prepared:
     """Read and chunk ``rel`` under ``root`` (``unchanged`` when its digest is ``known_digest``);
-    ``reme``: ReMe's chunks of it, kept while the note still matches them; ``real_root``:
+    ``reme``: ReMe's chunks of it, kept while the note still matches them; ``moved``:
+    ReMe's chunks of notes gone from where ReMe indexed them, kept where this note (one
+    ReMe has no chunks of) says what they say (it was renamed or moved); ``real_root``:
     ``os.path.realpath(root)``, resolved once for many files; ``check`` is called between
     the steps (a note of megabytes takes seconds), and may raise to end the work."""
     from recalld.daemon.memory.secret_names import named_by_secret
@@ -206,6 +209,8 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
         text = redact_note(read, len(decode_as(data, encoding, prefix=True)))
     check()
     chunks = adopt_chunks(rel, text, reme, max_chars=max_chars) if reme else None
+    if reme is None and moved:
+        chunks = adopt_moved(rel, text, moved, max_chars=max_chars)
     return Prepared(
         path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size, digest=digest,
         chunks=chunk_markdown(rel, text, max_chars=max_chars) if chunks is None else chunks,
@@ -215,7 +220,8 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
 
 def prepare_files(
     root: Path, rels: list[str], *, max_chars: int, digests: Mapping[str, str | None],
-    reme: Mapping[str, Sequence[ReMeChunk]] | None = None, vocab: str | None = None,
+    reme: Mapping[str, Sequence[ReMeChunk]] | None = None,
+    moved: Mapping[str, Sequence[ReMeChunk]] | None = None, vocab: str | None = None,
     check: Callable[[], None] = _go_on,
 ) -> PreparedBatch:
     """Read, chunk, tokenize and count ``rels``: the CPU-heavy part of indexing, touching no
@@ -233,7 +239,8 @@ def prepare_files(
     global _vocab
     real_root = os.path.realpath(root)
     files = [prepare(root, rel, max_chars=max_chars, known_digest=digests.get(rel),
-                     reme=(reme or {}).get(rel), real_root=real_root, check=check)
+                     reme=(reme or {}).get(rel), moved=moved, real_root=real_root,
+                     check=check)
              for rel in rels]
     split = []
     for f in files:

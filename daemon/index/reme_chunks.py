@@ -122,6 +122,30 @@ def adopt_chunks(path: str, text: str, reme: Sequence[ReMeChunk], *,
     return out
 
 
+def adopt_moved(path: str, text: str, moved: Mapping[str, Sequence[ReMeChunk]], *,
+                max_chars: int = DEFAULT_MAX_CHARS) -> list[Chunk] | None:
+    """The chunks of a note ReMe's store knows no chunks of, by ReMe's chunks of one of
+    the ``moved`` notes (gone from where ReMe indexed them) wherever it still says what
+    they say: a note renamed or moved since ReMe indexed it costs what it did then, not
+    its embedding again. The one of which most chunks are kept; None: none fits. Only
+    those with a chunk whose last line with text is one of the note's are tried."""
+    said = {k for ln in text.split("\n") if (k := _alnum(ln))}
+    best: list[Chunk] | None = None
+    kept = 0
+    for reme in moved.values():
+        if not any(_last_key(c) in said for c in reme):
+            continue
+        got = adopt_chunks(path, text, reme, max_chars=max_chars)
+        n = sum(1 for c in got or () if c.metadata.get("chunker") == "reme")
+        if n > kept:
+            best, kept = got, n
+    return best
+
+
+def _last_key(chunk: ReMeChunk) -> str:
+    return next((k for ln in reversed(chunk.text.split("\n")) if (k := _alnum(ln))), "")
+
+
 def still_says(path: str, text: str, reme: Sequence[ReMeChunk]) -> bool:
     """Whether the note still says what every chunk of ReMe's says, on the lines ReMe
     recorded, and nothing more: it is as ReMe read it."""
@@ -134,8 +158,7 @@ def _anchored(group: Sequence[ReMeChunk], anchors: Mapping[str, list[int]],
               size: int) -> list[int]:
     """Where the group's range would start if its last line with text is one of the
     note's lines that say the same (a range moved by lines added or removed before it)."""
-    last = next((k for ln in reversed(group[-1].text.split("\n")) if (k := _alnum(ln))), "")
-    return [i - size + 1 for i in anchors.get(last, ())]
+    return [i - size + 1 for i in anchors.get(_last_key(group[-1]), ())]
 
 
 #: What ReMe puts before a chunk's own lines: its ancestors' headings, a ``[Part X/N]``
@@ -171,4 +194,4 @@ def _place(lines: Sequence[str], free_from: int, size: int, joined: str,
     return None
 
 
-__all__ = ["ReMeChunk", "adopt_chunks", "still_says"]
+__all__ = ["ReMeChunk", "adopt_chunks", "adopt_moved", "still_says"]

@@ -23,6 +23,7 @@ given limiter; cancelled there, the read finishes in its thread and is kept.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from typing import Final
 
 import trio
 
+from recalld.daemon import safepath
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.index import reme_import
 from recalld.daemon.index.embedcache import EmbeddingCache, text_hash
@@ -41,6 +43,7 @@ from recalld.daemon.store import confine
 from recalld.daemon.store.errors import StorageError
 from recalld.daemon.store.fsio import REAL, ensure_dir
 from recalld.daemon.store.records import read_records, write_records
+from recalld.ipc.errors import InvalidParams
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +75,13 @@ def _identity(path: Path) -> list[int] | None:
 class ReMeSource:
     """ReMe's chunk store of one workspace: its summary, boundaries and vectors."""
 
-    def __init__(self, metadata_dir: Path, agent_id: str, *,
+    def __init__(self, metadata_dir: Path, agent_id: str, *, root: Path | None = None,
                  max_input_length: int = 8192) -> None:
         self.metadata_dir = metadata_dir
         self.agent_id = agent_id
+        #: The workspace folder (the store's paths are below it): where :meth:`moved`
+        #: looks whether ReMe's notes are still there.
+        self.root = root
         #: ReMe's character budget of one embedding input: a chunk of more than twice
         #: that is not kept (its vector covers only its head;
         #: docs/adr/0015-reme-chunk-boundaries.md).
@@ -150,6 +156,40 @@ class ReMeSource:
         budget = self.max_input_length
         return {p: [c for c in got[p] if reme_import.mostly_embedded(c.text, budget)]
                 for p in wanted if p in got}
+
+    async def moved(self, paths: Iterable[str], limiter: trio.CapacityLimiter,
+                    ) -> dict[str, list[ReMeChunk]]:
+        """When one of ``paths`` is a note the store has no chunks of: ReMe's chunks of the
+        store's notes no longer where ReMe indexed them (those a vector covers at least
+        half of), by their former path. A note renamed or moved since keeps those its
+        lines still say (``reme_chunks.adopt_moved``); empty otherwise."""
+        if self.root is None or not self.paths or all(p in self.paths for p in paths):
+            return {}
+        # Looked for first: with every note of ReMe's where it was, the store is not read.
+        gone = await trio.to_thread.run_sync(self._gone, limiter=limiter)
+        if not gone:
+            return {}
+        if self._boundaries is None:
+            async with self._loading:
+                await trio.to_thread.run_sync(self._read_boundaries, limiter=limiter)
+        got = self._boundaries or {}
+        budget = self.max_input_length
+        out = {p: [c for c in got.get(p, ()) if reme_import.mostly_embedded(c.text, budget)]
+               for p in gone}
+        return {p: cs for p, cs in out.items() if cs}
+
+    def _gone(self) -> list[str]:
+        """The store's notes that are not in the workspace (file metadata only)."""
+        assert self.root is not None
+        out: list[str] = []
+        for rel in sorted(self.paths):
+            try:
+                parts = safepath.split_relative(rel)
+            except InvalidParams:  # no note's path (ReMe's store says odd things)
+                continue
+            if not os.path.lexists(self.root.joinpath(*parts)):
+                out.append(rel)
+        return out
 
     def _read_boundaries(self) -> None:
         with self._lock:

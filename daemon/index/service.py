@@ -173,7 +173,7 @@ class WorkspaceIndex:
         #: ReMe's chunk store, if the workspace has one: its vectors for the embedding
         #: cache and its boundaries for the notes it chunked, each read when needed.
         self.reme = ReMeSource(
-            self.store.metadata_dir, ws.agent_id,
+            self.store.metadata_dir, ws.agent_id, root=self.root,
             max_input_length=settings.embedding_model_config.max_input_length)
         self._passes.reme = self.reme
 
