@@ -6,7 +6,9 @@ another; none is fine), opens the workspace in place with those settings through
 not in UTF-8), chunks,
 vectors reused from ReMe against those still to embed (with the provider calls that
 takes), the notes ReMe's dream already consolidated, and the settings applied or ignored.
-Nothing is copied or converted: the workspace is served where it is.
+Nothing is copied or converted: the workspace is served where it is. A folder that is
+not an agent's workspace but holds them (QwenPaw's home, ``~/.qwenpaw/workspaces``) or lies
+inside one is refused with the command to give instead.
 """
 
 from __future__ import annotations
@@ -160,6 +162,33 @@ def qwenpaw_home_agents(root: Path) -> dict[str, Path] | None:
     return out
 
 
+def agent_workspace(folder: Path) -> bool:
+    """Whether ``folder`` is a QwenPaw agent's workspace: it has its ``agent.json`` or
+    ReMe's folder of what it stored (``mem_metadata``)."""
+    return (folder / "agent.json").is_file() or (folder / "mem_metadata").is_dir()
+
+
+def not_a_workspace(root: Path) -> str | None:
+    """Why ``root`` is not to be served as an agent's workspace, with what to import
+    instead: it holds QwenPaw agents' workspaces (``~/.qwenpaw/workspaces``), or it lies
+    inside one (its ``memory`` folder, say). Served, it would get folders of its own among
+    or inside the agents', and keep them from being imported. None: it may be."""
+    if agent_workspace(root) or (root / "memory").is_dir():
+        return None
+    try:
+        held = sorted(p for p in root.iterdir() if p.is_dir() and agent_workspace(p))
+    except OSError:
+        held = []
+    if held:
+        listed = "; ".join(f"recalld import-qwenpaw {shlex.quote(str(p))}" for p in held)
+        return f"{root} holds the workspaces of QwenPaw agents; import each ({listed})"
+    around = next((p for p in root.parents if agent_workspace(p)), None)
+    if around is not None:
+        return (f"{root} lies inside the QwenPaw workspace {around}; import it: "
+                f"recalld import-qwenpaw {shlex.quote(str(around))}")
+    return None
+
+
 def _import(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     root = paths.local_path(ns.path, "PATH")
     if not root.is_dir():
@@ -173,6 +202,9 @@ def _import(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         raise errors.InvalidParams(
             f"{root} is QwenPaw's home, not an agent's workspace; import each agent's "
             f"workspace ({listed})")
+    why = not_a_workspace(root)
+    if why is not None:
+        raise errors.InvalidParams(why)
     agent_json = (paths.local_path(ns.agent_json, "--agent-json") if ns.agent_json is not None
                   else root / "agent.json")
     config = read_agent_json(agent_json, explicit=bool(ns.agent_json))
