@@ -281,3 +281,25 @@ def test_a_copy_without_file_times_does_not_dream_again_what_reme_consolidated(
     assert sorted(model.notes) == sorted({p for p in daily if p not in done_by_reme}
                                          | {changed, reindexed})
     assert result["recognised_from_reme"] == len(done_by_reme) - 2
+
+
+def test_a_note_renamed_or_moved_since_reme_consolidated_it_is_not_dreamed_again(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    ws = copy_fixture(tmp_path / "ws")
+    model = NoteRecorder(fake)
+    done_by_reme = sorted(reme_dreamed())
+    daily = [p for p in fixture_notes() if p.startswith("memory/")]
+    renamed, moved, replaced = done_by_reme[:3]
+    (ws / renamed).rename(ws / renamed.replace(".md", " (kept).md"))
+    (ws / "memory" / "archive").mkdir()
+    (ws / moved).rename(ws / "memory" / "archive" / "old.md")
+    # Another note in the place of one, with its time: it says something else.
+    stamp = (ws / replaced).stat().st_mtime_ns
+    (ws / replaced).unlink()
+    (ws / "memory" / "archive" / "new.md").write_text("# New\n\nA plan ReMe never read.\n")
+    os.utime(ws / "memory" / "archive" / "new.md", ns=(stamp, stamp))
+    open_ws(daemon, ws, fake)
+    result = dream(daemon)
+    expected = sorted({p for p in daily if p not in done_by_reme} | {"memory/archive/new.md"})
+    assert sorted(model.notes) == expected
+    assert result["recognised_from_reme"] == len(done_by_reme) - 1

@@ -12,7 +12,10 @@ the text instead, when its file graph records the note at the time the dream rec
 (ReMe indexed the version its dream read) and its chunk store's chunks of the note still
 say what the note says (``reme_chunks.still_says``). That holds for a note recalld's catalog
 already has under an older text too (edited while QwenPaw served the workspace, then
-consolidated by ReMe's dream): the workspace may go back and forth. ReMe's file is only
+consolidated by ReMe's dream): the workspace may go back and forth. A note renamed or
+moved since (``mv`` keeps its time) is recognised at its new path when it has the time
+the dream recorded for a note that is gone and ReMe's index vouches for its text under
+that path. ReMe's file is only
 read, never written. Blocking: call from worker threads.
 """
 
@@ -76,6 +79,7 @@ def read_reme_dreamed(root: Path, metadata_dir: str, daily_dir: str,
                     "not consolidated", path, out.damaged)
     prefix = daily_dir.rstrip("/") + "/"
     index = _ReMeIndex(root / metadata_dir)
+    gone: dict[str, float] = {}  # a note no longer there, and the time ReMe's dream read
     for rec in found.records:
         rel, mtime = rec.get("path"), rec.get("st_mtime")
         if (not isinstance(rel, str) or not isinstance(mtime, int | float)
@@ -102,11 +106,43 @@ def read_reme_dreamed(root: Path, metadata_dir: str, daily_dir: str,
                     and (st.st_mtime == float(mtime) or index.holds(rel, text, mtime))):
                 out.unchanged.append((rel, text))
         elif text is None:
-            out.gone.append(rel)
+            gone[rel] = float(mtime)
         elif st.st_mtime == float(mtime) or index.holds(rel, text, mtime):
             out.unchanged.append((rel, text))
         else:
             out.changed.append(rel)
+    recorded = {r.get("path") for r in found.records} | set(known or {})
+    moved = _moved(root, daily_dir, gone, recorded, index) if gone else {}
+    out.unchanged += moved.values()
+    out.gone = [rel for rel in gone if rel not in moved]
+    return out
+
+
+def _moved(root: Path, daily_dir: str, gone: Mapping[str, float], recorded: set[object],
+           index: _ReMeIndex) -> dict[str, tuple[str, str]]:
+    """``{former path: (path, text)}`` of the notes of ``gone`` renamed or moved since
+    ReMe's dream read them: a daily note neither catalog has, with the time ReMe's dream
+    recorded for one that is gone (a rename keeps a note's time), whose text ReMe's index
+    shows is what that one said as its dream read it."""
+    at: dict[float, list[str]] = {}
+    for rel, mtime in gone.items():
+        at.setdefault(mtime, []).append(rel)
+    out: dict[str, tuple[str, str]] = {}
+    for dirpath, dirnames, filenames in os.walk(root / daily_dir):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
+            if not name.endswith(".md") or name.startswith(".") or rel in recorded:
+                continue
+            try:
+                st = os.stat(root / rel, follow_symlinks=False)
+                former = [g for g in at.get(st.st_mtime, ()) if g not in out]
+                text = read_confined(root, rel) if former else None
+            except (OSError, RecalldError):
+                continue
+            was = next((g for g in former if text and index.holds(g, text, gone[g])), None)
+            if was is not None:
+                out[was] = (rel, text or "")
     return out
 
 
