@@ -88,6 +88,11 @@ def test_sessions_of_another_database_do_not_hold_a_workspace_of_this_one(
             locks.claim_host(rival, workspace_id, name, "desk")
             with pytest.raises(locks.HostTaken, match=re.escape("'desk' (from 127.0.0.1 since")):
                 locks.claim_host(here, workspace_id, name, "desk")
+            (rival_pid,) = rival.execute("SELECT pg_backend_pid()").fetchone() or (None,)
+        # A closed connection's server process ends (and lets its locks go) after the
+        # close returns: wait for it, or its host lock may still be seen below.
+        wait_for(lambda: here.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s",
+                                      (rival_pid,)).fetchone() is None, "the rival's session")
         assert locks.try_job_lock(here, workspace_id, "auto_dream") is None
         assert forget.remove_workspace(here, name) == {
             "workspace_id": workspace_id, "rows": {**dict.fromkeys(
