@@ -136,6 +136,25 @@ async def test_an_answer_cut_short_says_so_on_one_line(bridge: ProviderBridge, f
     assert info.value.transient and "\n" not in str(info.value), str(info.value)
 
 
+@pytest.mark.parametrize("wire", [
+    b"HTTP/1.1 200 OK\r\nContent-Encoding: br\r\nContent-Length: 4\r\n\r\nabcd",
+    b"\x15\x03\x01\x00\x02\x02\x46",  # a TLS alert: http:// to a port speaking TLS
+    b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 9000 + b"\r\nContent-Length: 2\r\n\r\n{}",
+], ids=["unasked-encoding", "not-http", "head-too-long"])
+async def test_an_answer_whose_head_cannot_be_read_says_so(bridge: ProviderBridge,
+                                                           fake: FakeProvider,
+                                                           wire: bytes) -> None:
+    # The provider answered, but not in HTTP the client reads. aiohttp reports that as a
+    # "400" of its own parser: quoted, it read as the provider refusing the input, and
+    # "cannot reach" sent the operator to the network.
+    fake.script(Reply(wire=wire))
+    with pytest.raises(ProviderBadResponse, match="cannot be read: ") as info:
+        await bridge.request("POST", fake.url + "/x", headers={}, json={}, timeout_s=5)
+    said = str(info.value)
+    assert "400" not in said and "cannot reach" not in said and "\n" not in said, said
+    assert info.value.status is None
+
+
 async def test_slow_answer_times_out(bridge: ProviderBridge, fake: FakeProvider) -> None:
     fake.script(Reply(delay_s=3.0))
     with pytest.raises(ProviderTimeout):

@@ -99,6 +99,14 @@ def _translate(exc: BaseException, url: str) -> BaseException:
         # It answered, but less than it announced (or a body it could not decode): a
         # dropped connection all the same, not a server out of reach.
         return ProviderConnectError(f"the answer from {where} was cut short: {said}")
+    if (isinstance(exc, aiohttp.ClientResponseError)
+            and not isinstance(exc, aiohttp.ClientHttpProxyError)):
+        # Statuses are returned, not raised (raise_for_status=False): this is an answer
+        # whose head aiohttp could not read (not HTTP, an encoding it cannot decode). Its
+        # status is the parser's own 400, which no provider sent: naming it would read as
+        # the provider refusing the input, and "cannot reach" as a network fault.
+        message = redact(" ".join(str(exc.message).split()))
+        return ProviderBadResponse(f"the answer from {where} cannot be read: {message}")
     if isinstance(exc, aiohttp.ClientError | OSError):
         return ProviderConnectError(f"cannot reach {where}: {said}")
     if isinstance(exc, ValueError | TypeError):  # a request aiohttp will not build
@@ -386,7 +394,8 @@ class ProviderBridge:
 
         Raises ProviderConnectError (no connection, dropped, bridge not running),
         ProviderTimeout (``timeout_s`` passed), ProviderConfigError (bad URL) or
-        ProviderBadResponse (oversized answer). On cancellation the asyncio task is
+        ProviderBadResponse (an oversized answer, or one whose head cannot be read: not
+        HTTP, an encoding it cannot decode). On cancellation the asyncio task is
         cancelled and awaited (bounded) before Cancelled propagates.
         """
         if not self.running:
