@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.provider_server import FakeProvider, Reply
+from fakes.provider_server import FakeProvider, Reply, fake_vector
 from test_embedding_backends import REMOTE, fake, make  # noqa: F401
+from test_vectors import Harness, ask
 from test_vectors_daemon import fake_config, vectors_status, wait_covered, write
-from waits import wait_value
+from waits import until, wait_value
 
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.errors import DimensionMismatch, ProviderBadResponse
@@ -104,7 +105,9 @@ def test_an_odd_answer_to_a_query_leaves_the_health_to_the_backfill(
 async def test_vectors_of_mixed_dimensions_are_named_so(
         fake: FakeProvider, bridge: ProviderBridge) -> None:  # noqa: F811
     client = make(fake, bridge)  # 8 dimensions configured
-    for lengths in ((3, 5), (3, 3, 9)):
+    # The configured dimensions among them or not: the answer is broken for some texts,
+    # which says nothing against ``dimensions``.
+    for lengths in ((3, 5), (3, 3, 9), (8, 5, 8), (8, 0)):
         items = [{"index": i, "embedding": [1.0] * n} for i, n in enumerate(lengths)]
         fake.script(Reply(raw=json.dumps({"data": items}).encode()))
         with pytest.raises(ProviderBadResponse) as caught:
@@ -116,3 +119,35 @@ async def test_vectors_of_mixed_dimensions_are_named_so(
     fake.script(Reply(raw=json.dumps({"data": items}).encode()))
     with pytest.raises(ProviderBadResponse, match="not lists of numbers"):
         await client.embed(["a", "b"])
+
+
+
+async def test_a_text_answered_in_other_dimensions_is_parked_alone(
+        tmp_path: Path, bridge: ProviderBridge) -> None:
+    # Every answer holding one text has that text's vector short (the others of the
+    # configured length): the configuration is right, the answer broken for that text.
+    # It held back every text of its batch for good, the status telling the user to fix
+    # ``dimensions``; now it is singled out and parked, the others embedded.
+    h = Harness(tmp_path, bridge)
+    for i in range(3):
+        write(h.root, f"memory/2026-05-0{i + 1}/n.md", f"# N{i}\n\ntuff {i}\n")
+    write(h.root, "memory/2026-05-04/odd.md", "# Odd\n\nignimbrite\n")
+
+    def short_for_the_odd_text(body: Any) -> Reply | None:
+        texts = body["input"]
+        if not any("ignimbrite" in t for t in texts):
+            return None
+        return Reply(json={"data": [
+            {"index": i, "embedding": fake_vector(t, 8).tolist()[:5 if "ignimbrite" in t else 8]}
+            for i, t in enumerate(texts)]})
+
+    with FakeProvider(dims=8) as provider:
+        provider.reply_for = short_for_the_odd_text
+        async with h.open(h.emb(provider)) as (index, worker):
+            await until(lambda: worker.status()["parked"] == 1, deadline_s=10)
+            st = worker.status()
+            assert st["embedded"] == 3 and st["total"] == 4, st
+            assert st["parked_paths"][0].startswith("memory/2026-05-04/odd.md"), st
+            assert "5-dimensional" in st["parked_error"] and "failed" in st["parked_error"]
+            res = await ask(index, "tuff 1")
+            assert res["mode"] == "hybrid" and res["vector_hits"] == 3, res

@@ -13,7 +13,8 @@ failure are told apart from an outage, so that one text never holds back the res
   raised;
 - a transient failure (5xx, a timeout, a dropped connection; not an open circuit breaker,
   which sent nothing) or an answer that cannot be used (bad JSON, a wrong count of
-  vectors: ``answer_at_fault``) strikes every text of the call. Struck texts go last in
+  vectors, vectors of other dimensions: ``answer_at_fault``) strikes every text of the
+  call. Struck texts go last in
   the next rounds (``order``), so the round's other texts are embedded first; a batch holding a
   text struck ``isolate_after`` times is sent text by text (the least struck first: a
   success closes a circuit breaker the failures opened); a text that then fails alone,

@@ -377,11 +377,12 @@ def to_unit_rows(vectors: Sequence[object], n: int, dims: int, what: str) -> F32
     except (TypeError, ValueError):
         lengths = sorted({len(v) for v in vectors if isinstance(v, list)})
         if len(lengths) > 1 and all(_numbers(v) for v in vectors):
-            # Lists of numbers all the same, of other lengths than one another.
-            mixed = f"{what}: vectors of mixed dimensions {lengths}, configured {dims}"
-            if dims in lengths:
-                raise DimensionMismatch(mixed) from None
-            raise ProviderBadResponse(mixed) from None
+            # Lists of numbers all the same, of other lengths than one another: a broken
+            # answer, not the configuration's fault (one dimension for some texts, another
+            # for others, the configured one among them or not), so a text the provider
+            # keeps answering wrongly is singled out, not blamed on ``dimensions``.
+            raise ProviderBadResponse(
+                f"{what}: vectors of mixed dimensions {lengths}, configured {dims}") from None
         raise ProviderBadResponse(f"{what}: vectors are not lists of numbers") from None
     # Strings, booleans or nulls alone make another kind of array than numbers do; a
     # boolean among numbers is taken for 1 or 0, so the types met are looked at too

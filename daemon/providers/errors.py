@@ -163,8 +163,10 @@ def answer_at_fault(exc: ProviderError) -> bool:
     vectors than of texts, NaN or all-zero vectors): the provider's answer is at fault,
     which says nothing sure of the inputs (a truncated body, a gateway's page), unless it
     keeps going wrong for one text while others are embedded. Vectors of other
-    dimensions than configured are the configuration's fault, not this."""
-    return isinstance(exc, ProviderBadResponse) and not isinstance(exc, DimensionMismatch)
+    dimensions than configured are the configuration's fault (every text's answer, the
+    pings' too, has them) unless that too keeps going wrong for one text alone while
+    others get vectors of the configured dimensions."""
+    return isinstance(exc, ProviderBadResponse)
 
 
 def status_error(
