@@ -215,7 +215,8 @@ class WireFormat:
 
     def _answer(self, body: bytes, *path: str) -> object:
         """``path`` of the answer; an answer that is an error (some gateways send them
-        with HTTP 200) is refused quoting what the provider said, not for a missing field."""
+        with HTTP 200, some beside an empty or null list of vectors) is refused quoting
+        what the provider said, not for a missing field or a count of none."""
         answer = _loads(body, self.name, self._api_key)
         said = _error_said(answer)
         try:
@@ -224,7 +225,7 @@ class WireFormat:
             if said is None:
                 raise
             found = None
-        if found is None and said is not None:
+        if said is not None and not found:
             raise ProviderBadResponse(f"{self.name}: the provider answered an error, not "
                                       f"vectors: {snippet(said, 200, self._api_key)}")
         return found
