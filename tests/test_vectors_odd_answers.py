@@ -127,11 +127,13 @@ async def test_a_text_answered_in_other_dimensions_is_parked_alone(
     # Every answer holding one text has that text's vector short (the others of the
     # configured length): the configuration is right, the answer broken for that text.
     # It held back every text of its batch for good, the status telling the user to fix
-    # ``dimensions``; now it is singled out and parked, the others embedded.
+    # ``dimensions``; now it is singled out and parked, the others embedded. Being the
+    # oldest note, it is the last one sent alone: that failed call, the text's own, does
+    # not leave the provider shown failing for good (fix the config) while it embeds.
     h = Harness(tmp_path, bridge)
     for i in range(3):
         write(h.root, f"memory/2026-05-0{i + 1}/n.md", f"# N{i}\n\ntuff {i}\n")
-    write(h.root, "memory/2026-05-04/odd.md", "# Odd\n\nignimbrite\n")
+    write(h.root, "memory/2026-04-30/odd.md", "# Odd\n\nignimbrite\n")
 
     def short_for_the_odd_text(body: Any) -> Reply | None:
         texts = body["input"]
@@ -147,7 +149,8 @@ async def test_a_text_answered_in_other_dimensions_is_parked_alone(
             await until(lambda: worker.status()["parked"] == 1, deadline_s=10)
             st = worker.status()
             assert st["embedded"] == 3 and st["total"] == 4, st
-            assert st["parked_paths"][0].startswith("memory/2026-05-04/odd.md"), st
+            assert st["parked_paths"][0].startswith("memory/2026-04-30/odd.md"), st
             assert "5-dimensional" in st["parked_error"] and "failed" in st["parked_error"]
+            assert st["health"] == "ok" and not st["provider"]["fails_for_good"], st
             res = await ask(index, "tuff 1")
             assert res["mode"] == "hybrid" and res["vector_hits"] == 3, res

@@ -176,6 +176,7 @@ class PassageCalls:
             if not strikes:
                 raise
             del self._strikes[hashes[0]]
+            self.space.client.text_at_fault()
             refused[texts[0]] = (f"{exc} (failed {strikes} times for this text while the "
                                  "provider embedded others)")
             return

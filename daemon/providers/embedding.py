@@ -452,6 +452,12 @@ class EmbeddingClient:
         self.health, self.fails_for_good = "fail", for_good
         self._judged_by_backfill = by_backfill
 
+    def text_at_fault(self) -> None:
+        """The last failure was a text's own (it failed alone again and again while
+        others were embedded: ``index/passages.py``), so it says nothing of the provider's
+        health, as a refused text does not."""
+        self.health, self.fails_for_good = "ok", False
+
     def note_error(self, error: str) -> None:
         """Keep ``error`` (redacted) as the last one met, with its time."""
         self.last_error, self.last_error_at = error, time.time()
