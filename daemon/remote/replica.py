@@ -93,6 +93,9 @@ class Replica:
         self._conn_state = "connecting"
         self._last_error: str | None = None
         self._last_error_at: float | None = None
+        # The kind of refusal of ours logged since the last session (said once: its text
+        # changes with the other daemon's session, or with offline spells between).
+        self._refusal_logged: str | None = None
         self._online_since: float | None = None
         self._secrets = _secrets(cfg)
         self._first_attempt = trio.Event()
@@ -183,7 +186,8 @@ class Replica:
                 # The server answers; this recalld cannot use its tables ("upgrade"), or
                 # another daemon is there under this host's name.
                 ours = True
-                if self._last_error != one_line(group.exceptions[0], ()):
+                if self._refusal_logged != type(group.exceptions[0]).__name__:
+                    self._refusal_logged = type(group.exceptions[0]).__name__
                     log.error("shared workspace %s: %s", self._cfg.name, group.exceptions[0])
                 self._record_error(group.exceptions[0], server=False)
             except* db.UNAVAILABLE as group:
@@ -253,7 +257,7 @@ class Replica:
             self._online_since = time.time()
             # What kept it offline (or failing) is over: the log keeps it, status no longer
             # shows it beside "online" as if it still held.
-            self._last_error = self._last_error_at = None
+            self._last_error = self._last_error_at = self._refusal_logged = None
             self._files.writes.cleared()  # the next write refused says so again
             if listen_refused is not None:
                 self._files.writes.refused(listen_refused, self._cfg.name)
