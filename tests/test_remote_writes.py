@@ -37,6 +37,11 @@ def read_only(pg: PgServer) -> Iterator[None]:
     with psycopg.connect(pg.dsn, autocommit=True) as conn:
         conn.execute("ALTER SYSTEM SET default_transaction_read_only = on")
         conn.execute("SELECT pg_reload_conf()")
+    # The reload is the server's to do after pg_reload_conf() returns: once a new session
+    # starts read-only, the server has read it and told every open session, which each
+    # takes before its next statement.
+    wait_for(lambda: _setting(pg, "default_transaction_read_only") == "on",
+             what="the server read-only")
     try:
         yield
     finally:
@@ -44,6 +49,12 @@ def read_only(pg: PgServer) -> Iterator[None]:
             conn.execute("SET default_transaction_read_only = off")
             conn.execute("ALTER SYSTEM RESET default_transaction_read_only")
             conn.execute("SELECT pg_reload_conf()")
+
+
+def _setting(pg: PgServer, name: str) -> str:
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
+    return str(row[0]) if row else ""
 
 
 def test_a_host_connecting_to_a_hot_standby_reads_it_without_ddl_or_listen(
