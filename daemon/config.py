@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-from recalld.daemon import config_rules, qwenpaw
+from recalld.daemon import config_rules, qwenpaw, sharedplace
 from recalld.daemon.dsn import mask_dsn
 from recalld.daemon.dsn import problem as dsn_problem
 from recalld.ipc import paths
@@ -484,7 +484,7 @@ def _from_table(table: Mapping[str, object], daemon_table: dict[str, object], cf
             base_ws = _build(WorkspaceSettings, agent, base=defaults,
                              where=f"{where} qwenpaw_agent_json")
         workspaces[agent_id] = _workspace(ws_table, base_ws, where)
-    if twin := config_rules.shared_twice({a: w.remote for a, w in workspaces.items()}):
+    if twin := sharedplace.shared_twice({a: w.remote for a, w in workspaces.items()}):
         raise ConfigError(twin)
 
     base = DaemonConfig(

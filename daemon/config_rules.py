@@ -22,16 +22,15 @@ import unicodedata
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Protocol, TypeGuard
+from typing import TYPE_CHECKING, TypeGuard
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-from recalld.daemon.dsn import UnusableDsn, mask_dsn, params
+from recalld.daemon.dsn import mask_dsn
 from recalld.daemon.providers.local_names import E5_SMALL, MINILM, known_local_model
 from recalld.daemon.watchpaths import IGNORE_DIRS
-from recalld.ipc.agent_ids import workspace_table
 
 #: Agent ids name workspaces and directories; the same rule as ``workspace.open``.
 AGENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
@@ -348,44 +347,6 @@ def layout_problem(dirs: Mapping[str, str]) -> str | None:
         return (f"resource_dir = {shown(dirs['resource_dir'])} must not be in a folder named "
                 f"as metadata_dir = {shown(dirs['metadata_dir'])}: the resource watcher "
                 "passes folders of that name by")
-    return None
-
-
-class SharedPlace(Protocol):
-    """What names a shared workspace and this replica in it (``RemoteConfig``)."""
-
-    @property
-    def dsn(self) -> str: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def host(self) -> str: ...
-
-
-def shared_twice(remotes: Mapping[str, SharedPlace | None]) -> str | None:
-    """Why two workspaces (agent id to its ``remote``) cannot both replicate: they name
-    one shared workspace on one server (host, port, database, service as the DSNs say)
-    under one ``host`` (unset: both the machine's name). The server holds a replica's
-    host name for its session, so the second one would never connect. None: none do."""
-    seen: dict[tuple[str, ...], str] = {}
-    for agent_id, remote in remotes.items():
-        if remote is None:
-            continue
-        try:
-            found = params(remote.dsn)
-        except UnusableDsn:
-            continue  # refused with its own message
-        place = (remote.name, remote.host, *(found.get(key, "") for key in (
-            "host", "hostaddr", "port", "dbname", "service")))
-        if place in seen:
-            host = (f"host {shown(remote.host)}" if remote.host
-                    else "host (the machine's name: no host is set)")
-            return (f"{workspace_table(agent_id)[:-1]}.remote]: shared workspace {remote.name} on "
-                    f"that server is replicated by {workspace_table(seen[place])} too, under "
-                    f"the same {host}: a daemon's two replicas of one shared workspace "
-                    "need a host each (or share one workspace between the agents with "
-                    "shared_with)")
-        seen[place] = agent_id
     return None
 
 

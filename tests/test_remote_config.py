@@ -236,7 +236,7 @@ def test_the_default_host_name_keeps_the_host_rule(monkeypatch: pytest.MonkeyPat
     import socket
 
     from recalld.daemon.config import RemoteConfig
-    from recalld.daemon.remote.replica import default_host
+    from recalld.daemon.sharedplace import default_host
 
     monkeypatch.setattr(socket, "gethostname", lambda: hostname)
     assert default_host() == host

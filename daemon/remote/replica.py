@@ -25,8 +25,6 @@ import contextlib
 import logging
 import os
 import random
-import re
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -52,6 +50,7 @@ from recalld.daemon.remote.schema import SchemaTooNew
 from recalld.daemon.remote.searcher import SearchUnavailable, ServerSearcher, one_line
 from recalld.daemon.remote.wentback import server_went_back
 from recalld.daemon.remote.writes import refusal_kind
+from recalld.daemon.sharedplace import default_host
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import AlreadyRunning, ProviderUnavailable
 
@@ -65,14 +64,6 @@ Ts = TypeVarTuple("Ts")
 FIRST_CONNECT_WAIT_S = 15.0
 CLAIM_POLL_S = 0.2
 RECONNECT = RetryPolicy(backoff_base_s=0.5, backoff_max_s=10.0)
-
-
-def default_host() -> str:
-    """This machine's short host name as the ``host`` setting's rule takes it (it names
-    conflict copies and the server's rows): other characters dropped, at most 64 of
-    them; ``host`` when none is left."""
-    name = re.sub(r"[^A-Za-z0-9_.-]", "", socket.gethostname().split(".")[0])[:64]
-    return name.strip(".") or "host"
 
 
 class Replica:
