@@ -82,6 +82,42 @@ def test_two_workspaces_replicating_one_shared_workspace_under_one_host_are_refu
     assert "pw@" not in shown and ":x@" not in shown  # no DSN (nor password) is quoted
 
 
+@pytest.mark.parametrize(("first", "second", "refused"), [
+    # One server written two ways is one server: loopback names and addresses, the
+    # default port written out, a URI or keywords, a host name's case and final dot,
+    # a socket folder with a slash after it, a database named as the user it defaults to.
+    ('dsn = "postgresql://localhost/mem"', 'dsn = "host=127.0.0.1 port=5432 dbname=mem"', True),
+    ('dsn = "postgresql://[::1]:05432/mem"', 'dsn = "postgresql://localhost./mem"', True),
+    ('dsn = "host=db.example port=5432 dbname=mem"', 'dsn = "postgresql://DB.Example./mem"',
+     True),
+    ('dsn = "host=/var/run/postgresql/ dbname=mem"',
+     'dsn = "postgresql://%2Fvar%2Frun%2Fpostgresql/mem"', True),
+    ('dsn = "postgresql://ann@db.example/"', 'dsn = "postgresql://ann@db.example/ann"', True),
+    ('dsn = "host=db.example hostaddr=10.0.0.5 dbname=mem"',
+     'dsn = "postgresql://10.0.0.5/mem"', True),
+    ('dsn = "postgresql://h1,h2:5433/mem"', 'dsn = "host=h1,h2 port=5432,5433 dbname=mem"',
+     True),
+    # Other servers or databases stay apart.
+    ('dsn = "postgresql://localhost:5433/mem"', 'dsn = "postgresql://127.0.0.1/mem"', False),
+    ('dsn = "postgresql://127.0.0.2/mem"', 'dsn = "postgresql://127.0.0.1/mem"', False),
+    ('dsn = "postgresql://db.example/mem/"', 'dsn = "postgresql://db.example/mem"', False),
+    ('dsn = "host=/tmp dbname=mem"', 'dsn = "host=localhost dbname=mem"', False),
+    ('dsn = "postgresql://ann@db.example/"', 'dsn = "postgresql://bob@db.example/"', False),
+])
+def test_one_server_written_two_ways_is_one_server(tmp_path: Path, first: str, second: str,
+                                                   refused: bool) -> None:
+    test_two_workspaces_replicating_one_shared_workspace_under_one_host_are_refused(
+        tmp_path, first, second, refused)
+
+
+def test_the_machines_name_written_out_is_the_host_left_unset(tmp_path: Path) -> None:
+    from recalld.daemon.sharedplace import default_host
+
+    test_two_workspaces_replicating_one_shared_workspace_under_one_host_are_refused(
+        tmp_path, 'dsn = "postgresql://db.example/mem"',
+        f'dsn = "postgresql://db.example/mem", host = "{default_host()}"', True)
+
+
 @pytest.mark.parametrize(("dsn", "masked"), [
     ("postgresql://u:s3cret@h:5432/db", "postgresql://u:***@h:5432/db"),
     ("postgres://:s3cret@h/db", "postgres://:***@h/db"),
