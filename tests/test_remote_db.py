@@ -70,7 +70,7 @@ def test_a_daemon_that_waited_for_another_s_migration_finds_its_tables(
 
     try:
         with first.transaction():
-            first.execute("SELECT pg_advisory_xact_lock(%s)", (schema.MIGRATION_LOCK,))
+            first.execute("SELECT pg_advisory_xact_lock(%s, %s)", schema.MIGRATION_LOCK)
             waiter = threading.Thread(target=migrate_second)
             waiter.start()
             wait_for(lambda: first.execute(

@@ -14,7 +14,7 @@ from test_remote import cli, converged, notes, pair, root, write
 from waits import wait_for
 
 from recalld.daemon.config import RemoteConfig
-from recalld.daemon.remote import db, forget, locks
+from recalld.daemon.remote import db, forget, locks, schema
 from recalld.ipc.errors import AlreadyRunning, InvalidParams, NotFound
 
 TABLES = ("recalld_files", "recalld_changes", "recalld_catalog", "recalld_embeddings")
@@ -102,3 +102,21 @@ def test_sessions_of_another_database_do_not_hold_a_workspace_of_this_one(
         there.close()
         with psycopg.connect(pg_server.dsn, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE {other} WITH (FORCE)".encode())
+
+
+def test_a_migrating_session_is_no_host_of_any_workspace(pg_server: PgServer) -> None:  # noqa: F811
+    # The migration lock's key lies apart from the hosts' (workspace id, host) keys: a
+    # daemon migrating the schema was counted as a host of workspace 7,497,059 (the
+    # migration key's first half), whose forgetting it refused.
+    name = "f" + uuid.uuid4().hex[:12]
+    cfg = RemoteConfig(dsn=pg_server.dsn, name=name)
+    key = schema.MIGRATION_LOCK
+    args = key if isinstance(key, tuple) else (key,)
+    with db.connect(cfg) as here, db.connect(cfg) as migrating:
+        schema.migrate(here)
+        here.execute("INSERT INTO recalld_workspaces (workspace_id, name) OVERRIDING SYSTEM"
+                     " VALUE VALUES (7497059, %s)", (name,))
+        migrating.execute(f"SELECT pg_advisory_lock({', '.join(['%s'] * len(args))})", args)
+        assert forget.remove_workspace(here, name) == {
+            "workspace_id": 7497059, "rows": {**dict.fromkeys(
+                (*db.WORKSPACE_TABLES, "recalld_workspaces"), 0), "recalld_workspaces": 1}}

@@ -21,8 +21,11 @@ import psycopg
 
 log = logging.getLogger(__name__)
 
-# pg_advisory_xact_lock key of the migration step ("recalld" as a number).
-MIGRATION_LOCK = 0x7265_6361_6C6C_64
+# Advisory lock key of the migration step: a pair of keys ("reca", "rc" and 0), apart
+# from the hosts' single bigint keys (workspace id, host), which a single key of the
+# migration would share (it held the lock of a host of workspace 7,497,059), and from
+# the job locks' pairs (workspace id, "rc" and the kind's number from 1).
+MIGRATION_LOCK = (0x7265_6361, 0x7263_0000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,12 +169,12 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]]) -> list[int]:
     # found it (PostgreSQL reads other sessions' catalog changes at a transaction's
     # start), so the tables another daemon made meanwhile were missing to it, and its
     # CREATE TABLE failed with "already exists".
-    conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+    conn.execute("SELECT pg_advisory_lock(%s, %s)", MIGRATION_LOCK)
     try:
         return _migrate_locked(conn)
     finally:
         if not conn.closed and not conn.broken:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+            conn.execute("SELECT pg_advisory_unlock(%s, %s)", MIGRATION_LOCK)
 
 
 def _migrate_locked(conn: psycopg.Connection[tuple[object, ...]]) -> list[int]:
