@@ -16,6 +16,7 @@ import trio
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_settings_from_params
 from recalld.daemon.config_rules import valid_agent_id
 from recalld.daemon.recordbook import RecordBook
+from recalld.daemon.sharedplace import shared_twice
 from recalld.daemon.workspace_places import (
     Place,
     check_daemon_folders,
@@ -132,12 +133,20 @@ class KnownPlaces:
 
     def _check_overlap(self, agent_id: str, root: Path, settings: WorkspaceSettings) -> None:
         """:func:`check_overlap` against every other workspace, open or recorded to reopen
-        (with the settings it has or would open with)."""
+        (with the settings it has or would open with); and InvalidParams if its ``remote``
+        names a shared workspace that an open one replicates under the same host
+        (:func:`shared_twice`, as a config file is checked): the server holds a host's
+        name for one session, so the two would take it from each other."""
         others: dict[str, Place] = {
             a: (Path(rec["path"]), False) for a, rec in self._records.entries.items()}
         others.update((w.agent_id, (w.root, True)) for w in self._workspaces.values()
                       if w.state in ("opening", "ready"))
         check_overlap(agent_id, root, settings, others, self.settings_of)
+        for other in self._workspaces.values():
+            if (other.agent_id != agent_id and other.state in ("opening", "ready")
+                    and (twin := shared_twice({other.agent_id: other.settings.remote,
+                                               agent_id: settings.remote}))):
+                raise InvalidParams(twin)
 
 
 def _holds_files(folder: str) -> bool:

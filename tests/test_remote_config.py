@@ -151,7 +151,8 @@ def test_dsn_passwords_are_masked(dsn: str, masked: str) -> None:
     assert "s3" not in dsn_without_password(dsn)
 
 
-def test_workspace_list_masks_the_password(daemon_factory: DaemonFactory) -> None:
+def test_workspace_list_masks_the_password_and_open_checks_the_host(
+        daemon_factory: DaemonFactory) -> None:
     # An unreachable server: the workspace opens and serves all the same (offline).
     d = daemon_factory('[workspaces.team]\nremote = { kind = "postgres", '
                        'dsn = "postgresql://u:s3cret@127.0.0.1:1/db", name = "team" }\n')
@@ -161,6 +162,24 @@ def test_workspace_list_masks_the_password(daemon_factory: DaemonFactory) -> Non
     status = {w["agent_id"]: w for w in d.call("daemon.status")["workspaces"]}
     assert "s3cret" not in json.dumps(status)
     assert "remote" not in status["default"]
+
+    # workspace.open's settings are checked as the config file's are: a second replica of
+    # one shared workspace under one host took the first one's name at the server in
+    # turn (at a start, whichever connected first), each shown as "another daemon".
+    from recalld.daemon.sharedplace import default_host
+
+    def opened(agent_id: str, dsn: str, host: str) -> object:
+        return d.call("workspace.open", {"agent_id": agent_id, "config": {"remote": {
+            "kind": "postgres", "dsn": dsn, "name": "team", "host": host}}})
+
+    with pytest.raises(InvalidParams) as info:
+        opened("twin", "host=localhost port=1 dbname=db user=v", default_host())
+    assert "replicated by [workspaces.team] too" in info.value.message
+    assert "s3cret" not in info.value.message
+    assert "twin" not in [w["agent_id"] for w in d.call("workspace.list")["workspaces"]]
+    assert opened("twin", "host=localhost port=1 dbname=db", "lap2")
+    with pytest.raises(InvalidParams, match=r"replicated by \[workspaces.twin\] too"):
+        opened("third", "postgresql://[::1]:1/db", "lap2")
     assert "s3cret" not in d.log()
 
 
@@ -277,3 +296,4 @@ def test_the_default_host_name_keeps_the_host_rule(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(socket, "gethostname", lambda: hostname)
     assert default_host() == host
     RemoteConfig(dsn="postgresql://h/db", name="w", host=default_host()).check("[remote]")
+
