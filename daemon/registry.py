@@ -344,6 +344,7 @@ class WorkspaceRegistry(KnownPlaces):
                 config.workspace_settings(agent_id), overrides
             )
             self._check_overlap(agent_id, root, settings)
+            self._check_replicas(agent_id, settings)
             await trio.to_thread.run_sync(check_daemon_folders, root, config)
             if self._nursery is None:
                 raise RecalldError("the workspace registry is not running")
@@ -355,6 +356,7 @@ class WorkspaceRegistry(KnownPlaces):
             settings = workspace_settings_from_params(
                 self._get_config().workspace_settings(agent_id), overrides)
             self._check_overlap(agent_id, root, settings)
+            self._check_replicas(agent_id, settings)
             ws = Workspace(agent_id, root, settings, on_change=self._pulse)
             self._workspaces[agent_id] = ws
             if current is not None:

@@ -133,21 +133,28 @@ class KnownPlaces:
 
     def _check_overlap(self, agent_id: str, root: Path, settings: WorkspaceSettings) -> None:
         """:func:`check_overlap` against every other workspace, open or recorded to reopen
-        (with the settings it has or would open with); and InvalidParams if its ``remote``
-        names a shared workspace that an open one replicates under the same host
-        (:func:`shared_twice`, as a config file is checked): the server holds a host's
-        name for one session, so the two would take it from each other."""
+        (with the settings it has or would open with)."""
         others: dict[str, Place] = {
             a: (Path(rec["path"]), False) for a, rec in self._records.entries.items()}
         others.update((w.agent_id, (w.root, True)) for w in self._workspaces.values()
                       if w.state in ("opening", "ready"))
         check_overlap(agent_id, root, settings, others, self.settings_of)
-        for other in self._workspaces.values():
-            if (other.agent_id != agent_id and other.state in ("opening", "ready")
-                    and (twin := shared_twice({other.agent_id: other.settings.remote,
-                                               agent_id: settings.remote}))):
-                raise InvalidParams(twin)
 
+    def _check_replicas(self, agent_id: str, settings: WorkspaceSettings) -> None:
+        """InvalidParams if ``agent_id``'s ``remote`` names a shared workspace that an open
+        or configured workspace replicates under the same host (:func:`shared_twice`, as
+        the config file's workspaces are checked among themselves): the server holds a
+        host's name for one session, so the two would take it from each other. Checked
+        against the configured ones even before they open, so that at a start, where all
+        open at once, a workspace opened by RPC is the one refused, never the config's."""
+        config = self._get_config()
+        others = {w.agent_id for w in self._workspaces.values()
+                  if w.state in ("opening", "ready")} | set(config.configured_agents())
+        for other in sorted(others - {agent_id}):
+            theirs = self.settings_of(other)
+            if theirs is not None and (twin := shared_twice(
+                    {other: theirs.remote, agent_id: settings.remote})):
+                raise InvalidParams(twin)
 
 def _holds_files(folder: str) -> bool:
     try:
