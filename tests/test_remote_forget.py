@@ -120,3 +120,38 @@ def test_a_migrating_session_is_no_host_of_any_workspace(pg_server: PgServer) ->
         assert forget.remove_workspace(here, name) == {
             "workspace_id": 7497059, "rows": {**dict.fromkeys(
                 (*db.WORKSPACE_TABLES, "recalld_workspaces"), 0), "recalld_workspaces": 1}}
+
+
+def test_workspaces_past_31_bits_of_id_have_lock_keys_of_their_own(
+        pg_server: PgServer) -> None:  # noqa: F811
+    # An id sequence set high (or 2^31 workspaces made): the hosts' keys kept 31 bits of
+    # the id, so a host of workspace k held the name in workspace 2^31 + k, whose forget
+    # took it for a daemon connected; a job's key did not fit the server's int4.
+    name = "f" + uuid.uuid4().hex[:12]
+    cfg = RemoteConfig(dsn=pg_server.dsn, name=name)
+    low = 1_000_000_000 + uuid.uuid4().int % 100_000_000
+    with db.connect(cfg) as here, db.connect(cfg) as other, db.connect(cfg) as high:
+        schema.migrate(here)
+        for workspace_id in (low + (1 << 31), (1 << 32) - 1):
+            here.execute("INSERT INTO recalld_workspaces (workspace_id, name) OVERRIDING"
+                         " SYSTEM VALUE VALUES (%s, %s)", (workspace_id, name))
+            other.execute("SELECT pg_advisory_unlock_all()")
+            locks.claim_host(other, workspace_id - (1 << 31), "x", "laptop")
+            assert locks.try_job_lock(other, workspace_id - (1 << 31), "auto_dream") is None
+            locks.claim_host(here, workspace_id, name, "laptop")
+            assert locks.try_job_lock(here, workspace_id, "auto_dream") is None
+            here.execute("SET application_name = 'recalld laptop auto_dream'")
+            assert locks.try_job_lock(high, workspace_id, "auto_dream") == (
+                "recalld laptop auto_dream")
+            with pytest.raises(locks.HostTaken, match="'laptop'"):
+                locks.claim_host(high, workspace_id, name, "laptop")
+            with pytest.raises(forget.StillShared, match=re.escape("from 127.0.0.1")):
+                forget.remove_workspace(high, name)
+            here.execute("SELECT pg_advisory_unlock_all()")
+            assert forget.remove_workspace(high, name) == {
+                "workspace_id": workspace_id, "rows": {**dict.fromkeys(
+                    (*db.WORKSPACE_TABLES, "recalld_workspaces"), 0), "recalld_workspaces": 1}}
+        # Past 32 bits no key could tell it apart: refused, saying what to do.
+        with pytest.raises(locks.WorkspaceIdTooLarge,
+                           match=re.escape("restart the sequence lower (ALTER TABLE")):
+            locks.claim_host(here, 1 << 32, name, "laptop")

@@ -32,8 +32,10 @@ class StillShared(Exception):
 def _connected(conn: db.Conn, workspace_id: int) -> list[str]:
     """The sessions holding a host's lock in the workspace (see ``locks.claim_host``):
     ``from <address> since <time> UTC`` each."""
+    if workspace_id > 0xFFFF_FFFF:
+        return []  # no host can replicate it (locks.WorkspaceIdTooLarge)
     return [f"from {h.address or 'a local socket'} since {h.since} UTC"
-            for h in locks.holders(conn, workspace_id & 0x7FFF_FFFF, 1)]
+            for h in locks.holders(conn, workspace_id, 1)]
 
 
 def remove_workspace(conn: db.Conn, name: str) -> JsonObject | None:

@@ -173,9 +173,9 @@ class Replica:
             except* db.BadDsn as group:
                 self._record_error(group.exceptions[0], server=False)
                 misconfigured = True
-            except* (SchemaTooNew, locks.HostTaken) as group:
-                # The server answers; this recalld cannot use its tables ("upgrade"), or
-                # another daemon is there under this host's name.
+            except* (SchemaTooNew, locks.HostTaken, locks.WorkspaceIdTooLarge) as group:
+                # The server answers; this recalld cannot use its tables ("upgrade") or
+                # its workspace's id, or another daemon is there under this host's name.
                 ours = True
                 if self._refusal_logged != type(group.exceptions[0]).__name__:
                     self._refusal_logged = type(group.exceptions[0]).__name__
