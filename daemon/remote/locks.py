@@ -98,7 +98,7 @@ def claim_host(conn: Conn, workspace_id: int, name: str, host: str) -> None:
         f"another daemon is connected to shared workspace {name} as host {host!r}"
         f"{f' ({where})' if where else ''}: each daemon sharing a workspace needs its own "
         "`host` in its remote setting; this one waits and tries again (a session of this "
-        "host that ended uncleanly is dropped by the server within a minute)")
+        "host that ended uncleanly is dropped by the server within about half a minute)")
 
 
 def try_job_lock(conn: Conn, workspace_id: int, kind: str) -> str | None:
