@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import uuid
 from collections.abc import Iterator
@@ -30,6 +31,14 @@ def change(path: str, text: str | None, when: float = 1_700_000_000.0) -> Change
     data = None if text is None else text.encode()
     return Change(str(uuid.uuid4()), path, data, None if data is None else content_hash(data),
                   when)
+
+
+def server_stamp(conn: db.Conn) -> str:
+    """The server's time now as a conflict copy's name says it."""
+    row = conn.execute("SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC',"
+                       " 'YYYYMMDD-HH24MISS')").fetchone()
+    assert row is not None
+    return str(row[0])
 
 
 def test_migrations_are_recorded_and_run_once(conn: db.Conn) -> None:
@@ -135,12 +144,21 @@ def test_upload_rules(conn: db.Conn) -> None:
     assert (again.outcome, again.version, again.replayed) == ("applied", a1.version, True)
     a2 = db.upload(conn, ws, "ha", change(p, "two"), p, a1.version)
     assert a2.outcome == "applied" and a2.version > a1.version
-    # Based on an old version: the first committed keeps the path, this one is a copy.
-    c = db.upload(conn, ws, "hb", change(p, "three", when=1_700_000_000.0), p, a1.version)
-    assert c.outcome == "conflict"
-    assert c.stored_path == "memory/2026-07-23/a.sync-conflict-20231114-221320-hb.md"
-    c2 = db.upload(conn, ws, "hb", change(p, "four", when=1_700_000_000.0), p, a1.version)
-    assert c2.stored_path == "memory/2026-07-23/a.sync-conflict-20231114-221320-hb-1.md"
+    # Based on an old version: the first committed keeps the path, this one is a copy,
+    # named at the server's time whatever the host's clock says (1970 after a boot
+    # without a clock, a year no date can name).
+    before = server_stamp(conn)
+    c = db.upload(conn, ws, "hb", change(p, "three", when=0.0), p, a1.version)
+    c2 = db.upload(conn, ws, "hb", change(p, "four", when=253_402_300_800.0), p, a1.version)
+    after = server_stamp(conn)
+    assert (c.outcome, c2.outcome) == ("conflict", "conflict")
+    stamp, stamp2 = (x.stored_path.removeprefix("memory/2026-07-23/a.sync-conflict-")[:15]
+                     for x in (c, c2))
+    assert before <= stamp <= stamp2 <= after, (before, c, c2, after)
+    assert c.stored_path == f"memory/2026-07-23/a.sync-conflict-{stamp}-hb.md"
+    # A second copy in the same second takes a counter.
+    assert c2.stored_path == (f"memory/2026-07-23/a.sync-conflict-{stamp2}-hb"
+                              f"{'-1' if stamp2 == stamp else ''}.md")
     # Identical content is no change; a stale delete loses to a newer edit.
     assert db.upload(conn, ws, "hb", change(p, "two"), p, a1.version).outcome == "same"
     assert db.upload(conn, ws, "hb", change(p, None), p, a1.version).outcome == "kept"
@@ -169,14 +187,16 @@ def test_a_run_of_changes_is_answered_as_one_by_one_in_one_transaction(
         db.listen(listener, ws)
         run = [
             (change("memory/2026-07-01/new.md", "fresh"), "memory/2026-07-01/new.md", 0),
-            (change(held, "stale edit", when=1_700_000_000.0), held, 0),  # based on nothing
+            (change(held, "stale edit", when=0.0), held, 0),  # based on nothing
             (replay, replay.path, 0),  # committed before: answered from the record
             (change(gone, None), gone, 0),  # a stale delete of a file edited since
             (change("digest/wiki/same.md", None), "digest/wiki/same.md", 0),
         ]
         answers = db.upload_many(conn, ws, "hb", run)
         assert [a.outcome for a in answers] == ["applied", "conflict", "applied", "kept", "same"]
-        assert answers[1].stored_path == "digest/wiki/held.sync-conflict-20231114-221320-hb.md"
+        assert re.fullmatch(r"digest/wiki/held\.sync-conflict-\d{8}-\d{6}-hb\.md",
+                            answers[1].stored_path), answers[1]
+        assert "-1970" not in answers[1].stored_path
         assert answers[2] == db.Answer("applied", r1.version, replay.path, replayed=True)
         assert answers[3].version == g1.version
         assert answers[1].version > answers[0].version > h1.version

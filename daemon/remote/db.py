@@ -24,7 +24,8 @@ distinct files in one transaction, each as below):
    the same content already there → ``same``; a deletion of a file changed since →
    ``kept`` (the change loses, nothing is lost); a file deleted since → ``applied`` (an
    edit outlives a deletion); otherwise ``conflict``: the first committed version keeps
-   the path and this change is stored as a conflict copy beside it;
+   the path and this change is stored as a conflict copy beside it, named with the
+   server's time (the transaction's ``now()``), not the host's;
 4. when a host searches the workspace in the server (``search_chunked``), the file's
    chunks and postings are replaced (``chunks.replace``);
 5. the change id and outcome go into ``recalld_changes``; ``pg_notify`` (once per
@@ -278,13 +279,16 @@ def _upload_one(conn: Conn, workspace_id: int, host: str, change: Change, target
         return Answer(str(done[0]), int(str(done[1])), str(done[2]),  # type: ignore[arg-type]
                       replayed=True)
     bumped = conn.execute(
-        "UPDATE recalld_workspaces SET last_version = last_version + 1 "
-        "WHERE workspace_id = %s RETURNING last_version, search_chunked",
+        "UPDATE recalld_workspaces SET last_version = last_version + 1 WHERE workspace_id"
+        " = %s RETURNING last_version, search_chunked, extract(epoch FROM now())::float8",
         (workspace_id,)).fetchone()
     if bumped is None:
         raise WorkspaceGone(workspace_id)
     version = int(str(bumped[0]))
     search_chunked = bool(bumped[1])
+    # A conflict copy is named at the server's time: a host's clock may be far off (1970
+    # after a boot without a clock, a year past 9999 that no date can name).
+    now = float(str(bumped[2]))
     current = conn.execute(
         "SELECT version, content_hash, deleted FROM recalld_files "
         "WHERE workspace_id = %s AND path = %s FOR UPDATE", (workspace_id, target)
@@ -308,7 +312,7 @@ def _upload_one(conn: Conn, workspace_id: int, host: str, change: Change, target
             outcome = "kept"
         else:
             outcome = "conflict"
-            stored = _free_conflict_name(conn, workspace_id, target, change.time, host)
+            stored = _free_conflict_name(conn, workspace_id, target, now, host)
     if outcome in ("applied", "conflict"):
         _write_row(conn, workspace_id, stored, change, version, host, cid)
         if search_chunked:
