@@ -283,7 +283,7 @@ class InboxItem(TypedDict):
 
     id: str
     time: float
-    kind: str  # auto_memory | auto_dream | auto_resource | sync_conflict
+    kind: str  # auto_memory | auto_dream | auto_resource | sync_conflict | sync_restored
     summary: str
     changes: list[str]
     job_id: str | None

@@ -170,7 +170,14 @@ def test_concurrent_edits_keep_both_versions(daemon_factory: DaemonFactory,
     wait_for(lambda: converged(a, b)
              and (root(b) / "digest/wiki/plan.md").exists(), what="edit restored on b")
     assert (root(b) / "digest/wiki/plan.md").read_text() == "# Plan\nversion of host a emu\n"
-    assert len(b.call("inbox.list", {"agent_id": "default"})["items"]) == 1
+    # The host whose deletion lost is told why the note came back; the other is not.
+    items = b.call("inbox.list", {"agent_id": "default"})["items"]
+    assert [(i["kind"], i["changes"]) for i in items] == [
+        ("sync_conflict", ["digest/wiki/plan.md", copy]),
+        ("sync_restored", ["digest/wiki/plan.md"])], items
+    assert items[1]["details"]["path"] == "digest/wiki/plan.md"
+    assert "deleted here but changed on another host first" in items[1]["summary"]
+    assert a.call("inbox.list", {"agent_id": "default"})["items"] == []
 
 
 def test_notes_with_the_longest_names_replicate_and_conflict(

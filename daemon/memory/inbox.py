@@ -46,7 +46,8 @@ INBOX_WAIT_S: Final = 10.0
 
 Publish = Callable[[str, Mapping[str, object]], object]
 INBOX_TOPIC = "inbox.item"
-KINDS = frozenset({"auto_memory", "auto_dream", "auto_resource", "sync_conflict"})
+KINDS = frozenset({"auto_memory", "auto_dream", "auto_resource", "sync_conflict",
+                   "sync_restored"})
 DEFAULT_MAX_ITEMS = 1000
 WRITE_TIMEOUT_S = 10.0
 

@@ -1,5 +1,6 @@
-"""The inbox item of a conflict: this host's version of a note lost to another host's and
-was kept beside it as a conflict copy (``remote/filesync.py`` makes the copy)."""
+"""The inbox items of a conflict: this host's version of a note lost to another host's and
+was kept beside it as a conflict copy (``remote/filesync.py`` makes the copy), or this
+host's deletion of a note lost to another host's edit and the note comes back."""
 
 from __future__ import annotations
 
@@ -29,3 +30,26 @@ async def report_conflict(ws: Workspace, name: str, path: str, copy: str,
                                    "shared_workspace": name})
     except Exception:  # the copy is on disk either way; the inbox is a courtesy
         log.exception("inbox item for the conflict on %s not recorded", path)
+
+
+async def report_restored(ws: Workspace, name: str, path: str, version: int,
+                          replayed: bool) -> None:
+    """Log that this host's deletion of ``path`` lost to another host's edit (version
+    ``version`` on the server), which comes back here, and say it in ``ws``'s inbox once:
+    a note deleted on purpose reappearing unexplained is taken for a fault."""
+    log.warning("shared workspace %s: %s was deleted here but changed on another host "
+                "first; the note comes back with that version", name, path)
+    try:
+        inbox = ws.services.inbox
+        if replayed and any(i.get("kind") == "sync_restored"
+                            and i.get("details", {}).get("path") == path
+                            and i.get("details", {}).get("version") == version
+                            for i in inbox.list(include_acked=True)):
+            return  # reported before a crash interrupted the bookkeeping
+        await inbox.push(
+            "sync_restored",
+            f"{path} was deleted here but changed on another host first; the note is back"
+            " with that version (delete it again to delete it everywhere)",
+            [path], details={"path": path, "version": version, "shared_workspace": name})
+    except Exception:  # the note comes back either way; the inbox is a courtesy
+        log.exception("inbox item for the restored note %s not recorded", path)

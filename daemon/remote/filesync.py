@@ -47,7 +47,7 @@ import trio
 from recalld.daemon.config import RemoteConfig
 from recalld.daemon.remote import db, leftovers, refusals, writes
 from recalld.daemon.remote.calls import in_thread, on_conn
-from recalld.daemon.remote.conflicts import report_conflict
+from recalld.daemon.remote.conflicts import report_conflict, report_restored
 from recalld.daemon.remote.localfs import EditedMeanwhile, LocalFile
 from recalld.daemon.remote.outbox import Change
 from recalld.daemon.remote.replicafiles import ReplicaFiles
@@ -290,6 +290,8 @@ class FileSync(ReplicaFiles):
             elif answer.outcome == "kept":
                 old = bases.get(change.path) or Base(0, None)
                 updates.append((change.path, replace(old, settle=True)))
+                await report_restored(self._ws, self._cfg.name, change.path, answer.version,
+                                      answer.replayed)
         # Counted before the outbox lets go of them: an empty outbox means counted.
         self.uploaded += len(batch)
         with trio.CancelScope(shield=True):
