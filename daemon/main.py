@@ -307,7 +307,10 @@ def _main(argv: Sequence[str] | None, hangup: HeldHangup | None) -> int:
             print(f"recalld: cannot open the log file {ns.log_file}: {why_failed(exc)}",
                   file=sys.stderr)
             return EXIT_CONFIG
-    logging.basicConfig(handlers=[handler], level=ns.log_level or "INFO", format=LOG_FORMAT)
+    from recalld.daemon.logformat import LineFormatter
+
+    handler.setFormatter(LineFormatter(LOG_FORMAT))
+    logging.basicConfig(handlers=[handler], level=ns.log_level or "INFO")
     logging.getLogger().setLevel(level)
     if sd_env.ignored_listen:
         log.warning("%s: the sockets it names are not used (a program that starts "

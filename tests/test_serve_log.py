@@ -1,26 +1,61 @@
 """``recalld serve --log-file``: the log names workspaces, notes and queries, so it and
 its rotations are the owner's only (0600), whatever the umask of the shell that started
-the daemon; a log or rotation an earlier start left readable is tightened."""
+the daemon; a log or rotation an earlier start left readable is tightened.
+
+Each record is one line: a note or file name holding a line break (or another control
+character) cannot split a record or forge one, and a name whose bytes are not UTF-8 is
+written escaped, not lost with a "Logging error" on stderr."""
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
 import sys
 from pathlib import Path
 
-from conftest import DaemonFactory
+from conftest import DaemonFactory, DaemonHandle
+from waits import wait_value
 
 from recalld.daemon import main as serve
+from recalld.daemon.logformat import LineFormatter
+
+FORGED = "2026-01-01 00:00:00,000 ERROR recalld: forged"
+#: Where a record starts: the daemon's LOG_FORMAT.
+RECORD = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ \S+: ")
 
 
 def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def test_the_log_file_is_private_under_a_loose_umask(daemon_factory: DaemonFactory,
-                                                    tmp_path: Path) -> None:
+def _startup_reconcile(d: DaemonHandle) -> dict[str, object]:
+    def watcher() -> dict[str, object]:
+        ws = d.call("daemon.status")["workspaces"][0]
+        return ws["index"]["watcher"]  # type: ignore[no-any-return]
+
+    return wait_value(watcher, lambda w: (w.get("last_reconcile") or {}).get("reason")
+                      == "startup", "the startup reconcile")
+
+
+def _hostile_names(d: DaemonFactory) -> bytes:
+    """The default workspace's day folder the daemon to start finds, holding a note the
+    watcher passes by (its name is not UTF-8), named to forge a record, and the temp file
+    of a write a kill cut short, removed (and logged) at the start."""
+    day = os.fsencode(Path(d.environment()["XDG_DATA_HOME"])
+                      / "recalld/workspaces/default/memory/2026-01-02")
+    os.makedirs(day)
+    with open(day + f"/n\n{FORGED} \x1b[2J\u2028".encode() + b"\xff.md", "wb") as fh:
+        fh.write(b"the heron fishes at dawn\n")
+    with open(day + b"/.caf\xe9.md.tmp-0123abcd", "wb") as fh:
+        fh.write(b"x")
+    return day
+
+
+def test_the_log_file_is_private_and_one_record_a_line(daemon_factory: DaemonFactory,
+                                                       tmp_path: Path) -> None:
+    day = _hostile_names(daemon_factory)
     logs = tmp_path / "logs"
     logs.mkdir()
     old = logs / "recalld.log.2"  # rotated away by an earlier, looser start
@@ -30,11 +65,21 @@ def test_the_log_file_is_private_under_a_loose_umask(daemon_factory: DaemonFacto
                  sys.executable, "-m", "recalld.daemon.main"]
     d = daemon_factory(args=["--log-file", str(logs / "recalld.log")], launcher=umask_022)
     d.call("memory.add_note", {"agent_id": "default", "content": "the heron fishes at dawn"})
+    assert _startup_reconcile(d)["misnamed"]
+    assert not os.path.exists(day + b"/.caf\xe9.md.tmp-0123abcd")
     assert d.stop() == 0
     log = logs / "recalld.log"
-    assert "recalld serving on" in log.read_text(encoding="utf-8")
+    lines = log.read_text(encoding="utf-8").splitlines()
+    assert [line for line in lines if "recalld serving on" in line]
     assert _mode(log) == 0o600
     assert _mode(old) == 0o600
+    assert all(RECORD.match(line) for line in lines), lines
+    passed = [line for line in lines if "passing by" in line]
+    assert len(passed) == 1, lines
+    assert f"memory/2026-01-02/n\\n{FORGED} \\x1b[2J\\u2028\\xff.md: its name" in passed[0]
+    assert [line for line in lines if "left over by a write cut short" in line
+            and "/.caf\\xe9.md.tmp-0123abcd" in line], lines
+    assert "Logging error" not in d.log(), d.log()
 
 
 def test_every_rotation_is_created_private(tmp_path: Path) -> None:
@@ -56,3 +101,16 @@ def test_every_rotation_is_created_private(tmp_path: Path) -> None:
     made = sorted(p.name for p in (tmp_path / "d").iterdir())
     assert made == ["r.log", "r.log.1", "r.log.2", "r.log.3"], made
     assert {p.name: _mode(p) for p in (tmp_path / "d").iterdir()} == dict.fromkeys(made, 0o600)
+
+
+def test_a_traceback_keeps_its_lines_after_its_one_line_record() -> None:
+    try:
+        raise ValueError("bad\nthing")
+    except ValueError:
+        record = logging.LogRecord("recalld", logging.ERROR, __file__, 1,
+                                   "note %s failed", ("a\r\nb\x00\ud800",), sys.exc_info())
+    text = LineFormatter(serve.LOG_FORMAT).format(record)
+    first, *rest = text.split("\n")
+    assert first.endswith(" ERROR recalld: note a\\r\\nb\\x00\\ud800 failed"), first
+    assert rest[0] == "Traceback (most recent call last):", rest
+    assert rest[-2:] == ["ValueError: bad", "thing"], rest
