@@ -31,6 +31,7 @@ from recalld.ipc.cli_ops import (
 from recalld.ipc.client import Client
 from recalld.ipc.render import print_json, render_read, say, table
 from recalld.ipc.request_parts import note_parts
+from recalld.ipc.types import visible
 
 #: A change record's run id (``20261129T230012Z-a1b2c3``).
 RUN_ID = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}")
@@ -151,9 +152,13 @@ def _inbox(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -
             for item in items:
                 seen = "  (seen)" if item.get("acked") else ""
                 when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(item["time"])))
-                out.write(f"{item['id']}  {when}  {item.get('kind')}{seen}\n"
-                          f"  {item.get('summary') or ''}\n")
-                out.writelines(f"  - {path}\n" for path in item.get("changes") or ())
+                # A path (in the summary too) may hold a line break or an escape
+                # sequence: shown escaped, it cannot pass for another item or line.
+                out.write(f"{visible(str(item['id']))}  {when}  "
+                          f"{visible(str(item.get('kind')))}{seen}\n"
+                          f"  {visible(str(item.get('summary') or ''))}\n")
+                out.writelines(f"  - {visible(str(path))}\n"
+                               for path in item.get("changes") or ())
         return EXIT_OK
     ids = list(ns.ids)
     if not ids and not ns.all:

@@ -190,6 +190,10 @@ def test_jobs_inbox_and_note_commands(daemon_factory: DaemonFactory, tmp_path: P
     async def push() -> None:
         await inbox.open()
         await inbox.push("auto_dream", "2 nodes refined", ["digest/wiki/vpn.md"])
+        # A conflict on a note whose name holds a line break and an escape sequence.
+        odd = "memory/2026-01-02/a\n- forged.md\x1b[2J"
+        await inbox.push("sync_conflict", f"{odd} was changed on another host first",
+                         [odd, f"{odd}.conflict"])
 
     trio.run(push)
     daemon = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
@@ -218,9 +222,12 @@ def test_jobs_inbox_and_note_commands(daemon_factory: DaemonFactory, tmp_path: P
     assert shown.returncode == 0, shown.stderr
     assert "auto_dream" in shown.stdout and "2 nodes refined" in shown.stdout
     assert "- digest/wiki/vpn.md" in shown.stdout
+    odd = "memory/2026-01-02/a\\n- forged.md\\x1b[2J"
+    assert f"  {odd} was changed on another host first\n  - {odd}\n  - {odd}.conflict\n" \
+        in shown.stdout, shown.stdout
     assert_one_line_error(recalld("inbox", "ack", "--agent", "w", env=env), 2)  # nothing named
     acked = recalld("inbox", "ack", "--all", "--agent", "w", env=env)
-    assert "marked 1 item(s) seen" in acked.stdout, acked.stderr
+    assert "marked 2 item(s) seen" in acked.stdout, acked.stderr
     assert recalld("inbox", "list", "--agent", "w", env=env).stdout == "inbox empty\n"
     assert "(seen)" in recalld("inbox", "list", "--all", "--agent", "w", env=env).stdout
     again = recalld("inbox", "ack", "--all", "--agent", "w", env=env)  # nothing left: fine
