@@ -350,7 +350,8 @@ def _apply(backup: CheckedBackup, plan: RestorePlan, progress: ProgressSink) -> 
                       name, translate=False)
         except (OSError, NotFound) as exc:  # its bytes are the backup's, only its time not
             log.warning("restore of %s: could not set the modification time of %s: %s",
-                        plan.agent_id, root / rel, getattr(exc, "strerror", None) or exc)
+                        plan.agent_id, safepath.masked(str(root / rel)),
+                        getattr(exc, "strerror", None) or exc)
     written = len(plan.writes) - len(unchanged)
     for folder in sorted({rel.rpartition("/")[0] for rel in plan.writes.values()}):
         in_folder(root, folder, folder or ".", REAL.fsync)
@@ -360,7 +361,8 @@ def _apply(backup: CheckedBackup, plan: RestorePlan, progress: ProgressSink) -> 
                       translate=False)
         except (OSError, PathOutsideWorkspace, NotFound) as exc:
             log.warning("restore of %s: could not remove %s, moved out of the way: %s",
-                        plan.agent_id, root / rel.rpartition("/")[0] / away,
+                        plan.agent_id,
+                        safepath.masked(str(root / rel.rpartition("/")[0] / away)),
                         getattr(exc, "strerror", None) or exc)
     cleared = tuple(f"{rel}/" for rel in plan.clears)
     removed = 0

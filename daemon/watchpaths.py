@@ -146,7 +146,7 @@ class WatchedRoots:
                 # A root moved elsewhere with a link left in its place: its notes are
                 # unknown, not gone, as for a root moved away or a file in its place.
                 return "it is a symbolic link leading out of the workspace"
-            log.warning("not descending %s: it leads out of the workspace", top)
+            log.warning("not descending %s: it leads out of the workspace", _shown(str(top)))
             return None
         stack = [top]
         while stack:
@@ -200,7 +200,7 @@ class WatchedRoots:
             if (entry.is_file(follow_symlinks=False)
                     and entry.stat(follow_symlinks=False).st_ctime_ns < self._opened_ns):
                 os.unlink(entry.path)
-                log.info("removed %s, left over by a write cut short", entry.path)
+                log.info("removed %s, left over by a write cut short", _shown(entry.path))
 
     def scan(self, reached: tuple[int, Callable[[], None]] | None = None,
              ) -> dict[str, tuple[int, int]]:

@@ -5,6 +5,7 @@ and the dream catalog), and the next dream reads the run's notes again."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from test_dream import AGENT, ScriptedModel, chat_config, dream, open_ws, run_jo
 from recalld.daemon.memory import changelog, dreamundo
 from recalld.daemon.memory.catalog import load_catalog
 from recalld.daemon.memory.changelog import DamagedRecord
-from recalld.ipc.errors import InvalidParams
+from recalld.ipc.errors import InvalidParams, NotAllowed
 
 CAT = "digest/personal/cat.md"
 NOTE, OTHER = "memory/2026-05-02/tortoise.md", "memory/2026-05-03/bins.md"
@@ -162,3 +163,29 @@ def test_a_damaged_or_stray_undo_marker_stops_no_dream(tmp_path: Path) -> None:
     (done,) = dreamundo.finish_pending(tmp_path, runs, digest_dir="digest", catalog=catalog)
     assert done["run_id"] == run.run_id and "undo_pending" not in done
     assert not (tmp_path / CAT).exists() and not list(runs.glob("*.undoing"))
+
+
+def test_an_undo_names_a_note_named_by_a_credential_masked(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # The log and the errors of an undo name the notes of its record as search shows them.
+    token = "ghp_" + "Zq8" * 12
+    secret = f"digest/personal/{token}.md"
+    runs = tmp_path / RUNS
+    run = changelog.RunLog("20261204T060000Z-abcdef", "2026-12-04T06:00:00+00:00", "cron",
+                           notes=[NOTE])
+    run.record_write(secret, None, b"- Gus\n")
+    changelog.write_run(runs, run)
+    (tmp_path / secret).mkdir(parents=True)  # a folder in its place: it cannot be read
+    with pytest.raises(NotAllowed) as refused:
+        dreamundo.undo_run(tmp_path, runs, run.run_id, digest_dir="digest", now="t")
+    assert "digest/personal/[REDACTED].md cannot be read" in refused.value.message
+    record = orjson.loads((runs / f"{run.run_id}.json").read_bytes())
+    record["undone"] = "t"
+    record["undo_pending"] = {"restored": [f"digest/wiki/{token}.md"], "removed": []}
+    (runs / f"{run.run_id}.json").write_bytes(orjson.dumps(record))
+    (runs / f"{run.run_id}.undoing").write_bytes(b"")
+    with caplog.at_level(logging.WARNING, "recalld"):
+        assert dreamundo.finish_pending(tmp_path, runs, digest_dir="digest",
+                                        catalog=tmp_path / CATALOG) == []
+    assert "names 'digest/wiki/[REDACTED].md', a file the run did not write" in caplog.text
+    assert token not in caplog.text + refused.value.message

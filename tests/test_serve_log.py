@@ -22,6 +22,8 @@ from recalld.daemon import main as serve
 from recalld.daemon.logformat import LineFormatter
 
 FORGED = "2026-01-01 00:00:00,000 ERROR recalld: forged"
+#: A note named by what looks like a credential: the log shows its name masked.
+TOKEN = "ghp_" + "Zq8" * 12
 #: Where a record starts: the daemon's LOG_FORMAT.
 RECORD = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ \S+: ")
 
@@ -42,14 +44,16 @@ def _startup_reconcile(d: DaemonHandle) -> dict[str, object]:
 def _hostile_names(d: DaemonFactory) -> bytes:
     """The default workspace's day folder the daemon to start finds, holding a note the
     watcher passes by (its name is not UTF-8), named to forge a record, and the temp file
-    of a write a kill cut short, removed (and logged) at the start."""
+    of a write a kill cut short, removed (and logged) at the start, of a note named by
+    a credential and of one whose name is not UTF-8."""
     day = os.fsencode(Path(d.environment()["XDG_DATA_HOME"])
                       / "recalld/workspaces/default/memory/2026-01-02")
     os.makedirs(day)
     with open(day + f"/n\n{FORGED} \x1b[2J\u2028".encode() + b"\xff.md", "wb") as fh:
         fh.write(b"the heron fishes at dawn\n")
-    with open(day + b"/.caf\xe9.md.tmp-0123abcd", "wb") as fh:
-        fh.write(b"x")
+    for temp in (b"/.caf\xe9.md.tmp-0123abcd", f"/.{TOKEN}.md.tmp-0123abcd".encode()):
+        with open(day + temp, "wb") as fh:
+            fh.write(b"x")
     return day
 
 
@@ -77,8 +81,10 @@ def test_the_log_file_is_private_and_one_record_a_line(daemon_factory: DaemonFac
     passed = [line for line in lines if "passing by" in line]
     assert len(passed) == 1, lines
     assert f"memory/2026-01-02/n\\n{FORGED} \\x1b[2J\\u2028\\xff.md: its name" in passed[0]
-    assert [line for line in lines if "left over by a write cut short" in line
-            and "/.caf\\xe9.md.tmp-0123abcd" in line], lines
+    left_over = [line for line in lines if "left over by a write cut short" in line]
+    assert [line for line in left_over if "/.caf\\xe9.md.tmp-0123abcd" in line], lines
+    assert [line for line in left_over if "/.[REDACTED].md.tmp-0123abcd" in line], lines
+    assert TOKEN not in "\n".join(lines)
     assert "Logging error" not in d.log(), d.log()
 
 

@@ -432,7 +432,8 @@ async def run_dream(
             except ProviderConfigError:
                 raise
             except (ProviderError, JobFailed) as exc:
-                log.warning("dream of %s: %s not processed: %s", ws.agent_id, note, exc)
+                log.warning("dream of %s: %s not processed: %s", ws.agent_id,
+                            safepath.masked(note), exc)
                 run.log.failed_notes[note] = exc.message
                 await run.journaled({"failed_note": note, "reason": exc.message})
                 await run.set_catalog(catalog, note, dreamretry.failed_record(

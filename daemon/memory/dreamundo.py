@@ -24,6 +24,7 @@ from recalld.daemon.memory.changelog import (
     record_ids,
     sha256,
 )
+from recalld.daemon.safepath import masked
 from recalld.daemon.store.errors import translate_os_error
 from recalld.daemon.store.fsio import REAL, atomic_write, atomic_writer, ensure_dir, note_mode
 from recalld.ipc.answers import DreamUndone
@@ -38,11 +39,12 @@ def _confined(root: Path, rel: str, allowed_prefix: str) -> Path:
     parts = rel.split("/")
     if (not rel.startswith(allowed_prefix + "/") or any(p in ("", ".", "..") for p in parts)
             or "\x00" in rel):
-        raise DamagedRecord(f"run record names a path outside {allowed_prefix}/: {rel!r}")
+        raise DamagedRecord(f"run record names a path outside {allowed_prefix}/: "
+                            f"{masked(rel)!r}")
     target = root / rel
     real_root = os.path.realpath(root)
     if not os.path.realpath(target.parent).startswith(real_root + os.sep):
-        raise DamagedRecord(f"run record path leaves the workspace: {rel!r}")
+        raise DamagedRecord(f"run record path leaves the workspace: {masked(rel)!r}")
     return target
 
 
@@ -127,7 +129,7 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
         try:
             current = _current(target)
         except OSError as exc:  # a folder in its place, a file made unreadable
-            raise NotAllowed(f"{rel} cannot be read ({exc.strerror}): nothing was "
+            raise NotAllowed(f"{masked(rel)} cannot be read ({exc.strerror}): nothing was "
                              "restored") from None
         expected = rec.get("after_sha256")
         now_sha = None if current is None else sha256(current)
@@ -145,8 +147,8 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
                          f"({exc.strerror}): nothing was restored") from None
     if conflicts and not force:
         later = _later_writers(directory, data, conflicts)
-        shown = [f"{p} (written again by run {later[p]}: undo it first)" if p in later else p
-                 for p in conflicts]
+        shown = [f"{masked(p)} (written again by run {later[p]}: undo it first)"
+                 if p in later else masked(p) for p in conflicts]
         raise UndoConflict(
             f"changed since run {run_id}: {', '.join(shown)} (use --force to restore "
             "the previous versions anyway)", {"conflicts": conflicts, "later_runs": later})
@@ -180,8 +182,8 @@ def _finish(root: Path, directory: Path, data: JsonObject, *, digest_dir: str,
     for rel in restored + removed:
         rec = files.get(rel)
         if not isinstance(rec, dict):
-            raise DamagedRecord(f"dream run {run_id}'s undo names {rel!r}, a file the run "
-                                "did not write")
+            raise DamagedRecord(f"dream run {run_id}'s undo names {masked(rel)!r}, a file "
+                                "the run did not write")
         target = _confined(root, rel, digest_dir)
         before = None if rec.get("before") is None else base64.b64decode(rec["before"])
         try:
@@ -196,8 +198,8 @@ def _finish(root: Path, directory: Path, data: JsonObject, *, digest_dir: str,
         except FileNotFoundError:
             continue
         except OSError as exc:  # a folder in its place since: the undo is finished later
-            raise NotAllowed(f"{rel} cannot be restored ({exc.strerror}): the undo of run "
-                             f"{run_id} is finished once it can be") from None
+            raise NotAllowed(f"{masked(rel)} cannot be restored ({exc.strerror}): the undo "
+                             f"of run {run_id} is finished once it can be") from None
     md = directory / f"{run_id}.md"
     told = (f"\nUndone at {data['undone']}: restored {len(restored)}, removed "
             f"{len(removed)} file(s){' (forced)' if pending.get('forced') else ''}.\n").encode()
@@ -237,7 +239,7 @@ def _drop_marker(path: Path) -> None:
     except FileNotFoundError:
         pass
     except OSError as exc:
-        log.warning("%s stays: %s", path, exc.strerror)
+        log.warning("%s stays: %s", masked(str(path)), exc.strerror)
 
 
 def finish_pending(root: Path, directory: Path, *, digest_dir: str,

@@ -14,6 +14,7 @@ import logging
 
 import trio
 
+from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import DELETE, parse_frontmatter, render_frontmatter
 from recalld.daemon.index.frontmatter import update_frontmatter as update_fm
 from recalld.daemon.jsontypes import JsonObject
@@ -159,5 +160,6 @@ async def renamed_in_note(ws: Workspace, note: str, old: str, new: str,
         try:
             await files.remove(note, original)
         except WriteConflict:  # edited by hand meanwhile: that text is not ours to drop
-            log.warning("%s changed while it moved to %s: left in place", note, target)
+            log.warning("%s changed while it moved to %s: left in place",
+                        safepath.masked(note), safepath.masked(target))
     return target

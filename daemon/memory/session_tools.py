@@ -119,7 +119,7 @@ class SessionTools:
         self.refused.append({"tool": tool, "path": rel, "dropped": dropped})
         self._unsettled[rel] = refused
         log.warning("auto_memory: refused a %s of %s that dropped %d line(s)",
-                    tool, rel, len(dropped))
+                    tool, safepath.masked(rel), len(dropped))
         listed = "\n".join(dropped[:20])
         return (f"error: refused: this would drop {len(dropped)} line(s) (bullet points or "
                 f"sentences) the note already holds. Write the whole note again keeping "
@@ -269,4 +269,4 @@ class SessionTools:
         await self.ops.daily_write(self.session_id, PurePosixPath(rel).stem, merged,
                                    date=self.date)
         log.info("auto_memory: kept the new lines of the refused rewrite of %s; no line of "
-                 "the note was dropped", rel)
+                 "the note was dropped", safepath.masked(rel))

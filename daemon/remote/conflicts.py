@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+from recalld.daemon.safepath import masked
 from recalld.daemon.workspaces import Workspace
 
 log = logging.getLogger(__name__)
@@ -17,7 +18,7 @@ async def report_conflict(ws: Workspace, name: str, path: str, copy: str,
     inbox, once (``replayed``: the server's answer came again after a crash, and the item
     may be there already)."""
     log.warning("shared workspace %s: %s was changed on another host first; this "
-                "host's version is kept as %s", name, path, copy)
+                "host's version is kept as %s", name, masked(path), masked(copy))
     try:
         inbox = ws.services.inbox
         if replayed and any(i.get("details", {}).get("conflict_copy") == copy
@@ -29,7 +30,7 @@ async def report_conflict(ws: Workspace, name: str, path: str, copy: str,
             [path, copy], details={"path": path, "conflict_copy": copy,
                                    "shared_workspace": name})
     except Exception:  # the copy is on disk either way; the inbox is a courtesy
-        log.exception("inbox item for the conflict on %s not recorded", path)
+        log.exception("inbox item for the conflict on %s not recorded", masked(path))
 
 
 async def report_restored(ws: Workspace, name: str, path: str, version: int,
@@ -38,7 +39,7 @@ async def report_restored(ws: Workspace, name: str, path: str, version: int,
     ``version`` on the server), which comes back here, and say it in ``ws``'s inbox once:
     a note deleted on purpose reappearing unexplained is taken for a fault."""
     log.warning("shared workspace %s: %s was deleted here but changed on another host "
-                "first; the note comes back with that version", name, path)
+                "first; the note comes back with that version", name, masked(path))
     try:
         inbox = ws.services.inbox
         if replayed and any(i.get("kind") == "sync_restored"
@@ -52,4 +53,4 @@ async def report_restored(ws: Workspace, name: str, path: str, version: int,
             " with that version (delete it again to delete it everywhere)",
             [path], details={"path": path, "version": version, "shared_workspace": name})
     except Exception:  # the note comes back either way; the inbox is a courtesy
-        log.exception("inbox item for the restored note %s not recorded", path)
+        log.exception("inbox item for the restored note %s not recorded", masked(path))

@@ -35,6 +35,7 @@ from recalld.daemon.remote.localfs import (
 )
 from recalld.daemon.remote.outbox import Change, Outbox
 from recalld.daemon.remote.state import Base, ReplicaState
+from recalld.daemon.safepath import masked
 from recalld.daemon.workspaces import Workspace
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,8 @@ class ReplicaFiles:
                 why = str(failed[path]) if path in failed else None
                 if why is not None and self._unreadable.get(path) != why:
                     log.warning("shared workspace %s: cannot read %s now (%s); it is read "
-                                "again at its next change or rescan", self._cfg.name, path, why)
+                                "again at its next change or rescan", self._cfg.name,
+                                masked(path), why)
                 if why is None:
                     self._unreadable.pop(path, None)
                 else:

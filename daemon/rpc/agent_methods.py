@@ -367,7 +367,7 @@ async def _topic_done(ws: Workspace, rel: str, created: bool, changed: bool,
                       action: str) -> TopicWritten:
     # The index file follows at once (the service would also catch it on the next change).
     await ws.services.memory_file.refresh(touched=(rel,))
-    log.info("workspace %s: topic file %s %s", ws.agent_id, rel,
+    log.info("workspace %s: topic file %s %s", ws.agent_id, safepath.masked(rel),
              action if changed else "unchanged")
     return {"agent_id": ws.agent_id, "path": rel, "created": created, "changed": changed,
             "memory_md": f"{topics.digest_folder(ws)}/{topics.INDEX_FILE}"}
