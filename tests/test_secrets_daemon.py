@@ -54,6 +54,12 @@ MAILCHIMP = "".join(RNG.choice("0123456789abcdef") for _ in range(32)) + "-us14"
 URL_TOKEN = _rand(28)
 WRAPPED = __import__("base64").b64encode(f"{GITLAB}x{_rand(8)}".encode()).decode()
 PIN = str(RNG.randrange(100000, 999999))
+# Apart from a credential's name: a key wrapped onto the line below it, a password that
+# PowerShell or a Windows command takes, a session cookie handed to curl, a PAT stated.
+WRAP_KEY = _rand(40, B62 + "/+")
+PS_PW, NET_PW = "Ps" + _rand(8) + "!", "Nu" + _rand(8) + "#"
+COOKIE = "".join(RNG.choice("0123456789abcdef") for _ in range(32))
+ADO_PAT = "".join(RNG.choice("abcdefghijklmnopqrstuvwxyz234567") for _ in range(52))
 
 TURN_TEXT = (
     f"Here is my PGP key, keep it:\n{PGP}\n"
@@ -69,6 +75,10 @@ TURN_TEXT = (
     f"use {USE_PW} as the password for staging\nmailchimp {MAILCHIMP}\n"
     f"git clone https://{URL_TOKEN}@git.example.org/x/y\necho {WRAPPED} | base64 -d\n"
     f"银行卡 PIN码：{PIN}\n"
+    f"aws_secret_access_key = {WRAP_KEY[:20]}\n    {WRAP_KEY[20:]}\n"
+    f"$cred = ConvertTo-SecureString '{PS_PW}' -AsPlainText -Force\n"
+    f"net use Z: \\\\fs01\\data {NET_PW} /user:bob\n"
+    f"curl -b 'PHPSESSID={COOKIE}' https://intranet.example\nmy azure devops PAT is {ADO_PAT}\n"
 )
 SECRETS = {
     "pgp": PGP_BODY, "aws": [AWS_SECRET], "password": [PASSWORD], "passphrase": [PASSPHRASE],
@@ -81,6 +91,8 @@ SECRETS = {
     "symbols": [SYMBOL_PW, SYMBOL_PW[4:]],
     "yaml": [YAML_PW], "k8s": [K8S_PW], "use": [USE_PW], "mailchimp": [MAILCHIMP],
     "url_token": [URL_TOKEN], "wrapped": [WRAPPED[:24]], "pin": [PIN],
+    "wrapped_key": [WRAP_KEY[20:]], "powershell": [PS_PW], "net_use": [NET_PW],
+    "cookie": [COOKIE], "pat": [ADO_PAT],
 }
 
 

@@ -49,9 +49,13 @@ from __future__ import annotations
 # 31: a Telegram bot token glued to "bot" (its API URLs), a password stated with the
 # verb last ("मेरा पासवर्ड ... है", "... است", "... です") and a credential in a Markdown
 # table (the cell after its name, the column under it) are masked; 32: Slack's session
-# tokens (``xoxc-``, the ``xoxd-`` cookie) are masked, a Slack prefix before words is not.
+# tokens (``xoxc-``, the ``xoxd-`` cookie) are masked, a Slack prefix before words is not;
+# 33: a key wrapped onto the lines below its name or quoted over lines, passwords that
+# PowerShell, credential classes, Windows commands, ``sudo -S``, fish's ``set -x`` and
+# setters take, session cookies outside a Cookie header and a "PAT" stated are masked
+# (``secret_wrapped``, ``secret_commands``), "Pat: 555-..." and "$env:PW -AsPlainText" not.
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 32
+CHUNKING = 33
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
 # generation saved under other rules has its graph's edges to no note resolved again after
 # a load, and every note read again by the startup reconcile (2 on). 1: as Obsidian

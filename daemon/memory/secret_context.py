@@ -28,6 +28,7 @@ from recalld.daemon.memory.secret_values import (
     prose_compound,
     verb_form,
 )
+from recalld.daemon.memory.secret_wrapped import MULTILINE_QUOTED, continued, joined
 
 if TYPE_CHECKING:
     from recalld.daemon.memory.secret_rules import Span
@@ -91,6 +92,8 @@ def name_kind(name: str) -> str | None:
     'random' for a name whose value is a credential only when it looks random (a
     session's id; a count of a model's tokens, ``max_tokens``), None otherwise (also a
     name about a credential: see ``_ABOUT_PARTS``)."""
+    if name.strip("\"'`$-[]") == "Pat":
+        return "random"  # a person named Pat ("Pat: 555-0134"), unless it looks random
     parts = [p.lower() for p in _NAME_SPLIT.split(name.strip("\"'`$-[]")) if p]
     if not parts or (len(parts) >= 2 and parts[-1] in _ABOUT_PARTS):
         return None
@@ -126,6 +129,9 @@ _ASSIGN = re.compile(
     r"(?P<value>\"[^\"\n]{1,400}\"|'[^'\n]{1,400}'|`[^`\n]{1,400}`"
     r"|[^\s\"'`,;&}\]\)<>|]{1,400}(?:[ \t]+[A-Za-z][a-z]*){0,8})"
 )
+#: A name and a quoted value that goes on past its line (:mod:`secret_wrapped`).
+_ASSIGN_WRAPPED = re.compile(_ASSIGN.pattern[:_ASSIGN.pattern.index("(?P<value>")]
+                             + MULTILINE_QUOTED)
 _FLAG = re.compile(r"(?<!\S)--?(?P<key>[A-Za-z][\w\-]{0,40})(?:=|[ \t]+)"
                    r"(?P<value>\"[^\"\n]{1,400}\"|'[^'\n]{1,400}'|[^\s\"']{1,400})")
 _XML = re.compile(r"<(?P<key>[A-Za-z][\w.\-:]{0,40})>(?P<value>[^<\n]{1,400})</(?P=key)>")
@@ -219,13 +225,26 @@ def _auth_pairs(text: str, a: int) -> Iterable[Span]:
             yield m.start("value"), m.end("value")
 
 
+def _wrapped_quoted(text: str, at: int) -> Iterable[Span]:
+    """The value of a name at ``at`` quoted over several lines, judged as one line."""
+    m = _ASSIGN_WRAPPED.match(text, at)
+    if m is None or (kind := name_kind(m.group("key"))) is None:
+        return
+    value = joined(m.group("mvalue"))
+    if value and value_span(kind, f'"{value}"', 0, 0) is not None:
+        yield m.start("mvalue"), m.end("mvalue")
+
+
 def find_assignments(text: str, starts: Sequence[int]) -> Iterable[Span]:
     for a in starts:
         yield from _auth_pairs(text, a)
         for key_start in (a, a - 1) if a and text[a - 1] in "\"'`" else (a,):
             m = _ASSIGN.match(text, key_start)
-            if (m is None or (kind := name_kind(m.group("key"))) is None
-                    or names_a_source(text, m.start("value"))):
+            if m is None:
+                yield from _wrapped_quoted(text, key_start)
+                continue
+            if (kind := name_kind(m.group("key"))) is None or names_a_source(
+                    text, m.start("value")):
                 continue
             sep = m.group("sep")
             # Several words only after ':' or '=' (YAML, .env, prose "pw: ...").
@@ -233,7 +252,7 @@ def find_assignments(text: str, starts: Sequence[int]) -> Iterable[Span]:
                                m.start("value"),
                                phrase_words(m.group("key")) if sep.strip() in (":", "=") else 0)
             if span is not None:
-                yield span
+                yield continued(text, span) if m.group("value")[:1] not in "\"'`" else span
         m = _FLAG.match(text, a) if text.startswith("-", a) else None
         if m is not None and (kind := name_kind(m.group("key"))) is not None:
             span = value_span(kind, m.group("value"), m.start("value"), 0)
@@ -253,7 +272,9 @@ _CRED = (r"(?:pass(?:word|phrase|code|wd)s?|pass\s+(?:phrase|code)|pins?(?:\s+(?
          r"|pwd?|(?:secret|api|access|private|signing|encryption|master|license|ssh|app)"
          r"[\s_\-]?(?:key|token|secret)s?|(?:access|auth|bearer|api|refresh|session|bot)[\s_\-]?"
          r"tokens?|tokens?|secrets?|credentials?|creds|logins?|(?:client|app)[\s_\-]secrets?|otp"
-         r"|keys?)")
+         r"|keys?"
+         # A personal access token's acronym, in capitals only: "Pat" names a person.
+         r"|(?-i:PATs?))")
 _STATE = re.compile(
     r"(?i)\b(?P<cred>(?:[A-Za-z0-9]+[_\-])*" + _CRED + r")\b"
     r"(?P<mid>(?:[ \t]+(?:for|of|on|to|at|in|from)(?:[ \t]+(?!(?:is|was|are|were)\b)"
@@ -383,6 +404,7 @@ _BEFORE_CHARS = 40
 _BARE_VALUE = re.compile(
     r"(?i)\b(?:pass(?:word|phrase|code|wd)?|pwd?|pins?|tokens?|secrets?|otp)[ \t]+"
     r"(?P<value>[!#-&*-+\--~]{6,200})")
+_SWITCH = re.compile(r"--?[A-Za-z][A-Za-z\-]*")
 _FILE_NAME = re.compile(r"(?i)[a-z][a-z_\-]*\.(?:md|markdown|txt|jsonl?|csv|ya?ml|html?|pdf"
                         r"|docx?|xlsx?|pptx?|png|jpe?g|log)")
 #: "credentials: admin / Winter2025!": a user and a password after a credential word.
@@ -447,11 +469,13 @@ def find_near_credential_words(text: str, starts: Sequence[int]) -> Iterable[Spa
         m = _BARE_VALUE.match(text, a)
         if m is not None:
             value = strip_end(m.group("value"))
-            if value.endswith("=") or _FILE_NAME.fullmatch(value) or prose_compound(value):
+            if (value.endswith("=") or _FILE_NAME.fullmatch(value) or prose_compound(value)
+                    or _SWITCH.fullmatch(value)):
                 # The name of the next setting ("<password value=...") or of a file, a
-                # word and its suffix ("password policy.md", "pin codes.txt"), or words
-                # joined into one ("the token passing-scheme-for-rings", "secret
-                # santa-list-2026"): looks_secret takes their joins for symbols.
+                # command's switch ("$env:PW -AsPlainText"), a word and its suffix
+                # ("password policy.md", "pin codes.txt"), or words joined into one
+                # ("the token passing-scheme-for-rings", "secret santa-list-2026"):
+                # looks_secret takes their joins for symbols.
                 continue
             if looks_secret(value) and any(not c.isalpha() for c in value):
                 yield m.start("value"), m.start("value") + len(value)

@@ -14,8 +14,10 @@ like, by its shape alone (``FORMAT_RULES``) or by a credential word next to it
   Tokens, webhook URLs, the password of
   ``scheme://user:password@host`` URLs, a token as a URL's whole user part, and passwords
   on a command line (``mysql -pS3cret``, ``sshpass -p S3cret``, ``curl -u me:S3cret``,
-  ``redis-cli -a S3cret``, ``docker login -p S3cret``); and any of these wrapped in base64
-  (a Kubernetes Secret's ``data``, ``echo ... | base64 -d``);
+  ``redis-cli -a S3cret``, ``docker login -p S3cret``; PowerShell's and Windows'
+  commands, credential classes and session cookies: :mod:`secret_commands`); and any of
+  these but the last wrapped in base64 (a Kubernetes Secret's ``data``, ``echo ... |
+  base64 -d``);
 - *context*: values assigned to credential-like names (``password=...``, ``pw: ...``,
   ``"api_key": "..."``, ``--token ...``, ``<password>...</password>``, connection-string
   ``Pwd=...;``), credentials stated in prose ("the password for prod is ...", "my
@@ -50,6 +52,7 @@ from typing import Final
 
 from recalld.daemon.memory.secret_anchors import CRED_HINTS
 from recalld.daemon.memory.secret_base64 import BLOB, WRAPPED, blob_text, wrapped_finder
+from recalld.daemon.memory.secret_commands import find_command_passwords, find_cookies
 from recalld.daemon.memory.secret_config import find_in_configs
 from recalld.daemon.memory.secret_context import (
     find_assignments,
@@ -400,6 +403,11 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
 
 FORMAT_RULES: Final[tuple[Rule, ...]] = (
     *_SHAPE_RULES,
+    # Passwords PowerShell, credential classes and Windows commands take, and session
+    # cookies (:mod:`secret_commands`).
+    Rule("cli_password", ("securestring", "credential", "net", "psexec", "paexec", "sudo",
+                          "passwd", "set", "put", "add"), find_command_passwords),
+    Rule("cookie", ("cookie", "curl"), find_cookies),
     # Any of them wrapped in base64 (:mod:`secret_base64`), at its start or in a text.
     Rule("wrapped", (), wrapped_finder(_SHAPE_RULES), token=True, pattern=WRAPPED),
     Rule("wrapped", (), blob_text, token=True, pattern=BLOB),

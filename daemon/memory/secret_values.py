@@ -176,16 +176,24 @@ self this cls os env environ process settings config conf cfg secrets vars ctx c
 args opts options params request app data creds credentials vault keyring props
 """.split())
 _CRED_NAME = re.compile(r"(?i)pass|pwd|token|secret|key|cred|auth")
+#: A PowerShell cmdlet, its approved verb and a noun (``ConvertTo-SecureString``,
+#: ``Read-Host``, ``Get-Secret``): what makes the value follows it.
+_CMDLET = re.compile(
+    r"(?:Add|Get|Read|New|Import|Export|Invoke|ConvertTo|ConvertFrom|Convert|Unprotect"
+    r"|Protect|Select|Receive|Request|Resolve|Find|Search|Open|Use|Join|Format|Out|Copy"
+    r"|Set|Start|Test|Merge|Expand|Restore|Update|Show|Wait|Write|Enter|Connect)"
+    r"-[A-Z][A-Za-z]+")
 
 
 def code_reference(value: str) -> bool:
     """Does ``value`` only name where a credential comes from, as code and configs do: a
     call (``get_password()``, ``os.getenv('DB_PASS')``, ``see(docs)``), a subscript
-    (``os.environ["TOKEN"]``), an attribute (``self.password``, ``settings.API_KEY``), or
-    a YAML tag (``!vault``)? A literal that looks like a password inside it (``decrypt(
+    (``os.environ["TOKEN"]``), an attribute (``self.password``, ``settings.API_KEY``), a
+    YAML tag (``!vault``), or a PowerShell cmdlet (``ConvertTo-SecureString``,
+    ``Read-Host``)? A literal that looks like a password inside it (``decrypt(
     "Zq8mN2pL4x")``), an identifier with digits inside, and two plain dotted words
     (``hunter.sunrise``) are not that."""
-    if _YAML_TAG.fullmatch(value) or _CALL.fullmatch(value):
+    if _YAML_TAG.fullmatch(value) or _CALL.fullmatch(value) or _CMDLET.fullmatch(value):
         return True
     if not _ATTRIBUTES.fullmatch(value):
         return False
