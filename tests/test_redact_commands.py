@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from recalld.daemon.memory.redact import MASK, redact
+from recalld.daemon.memory.redact import MASK, redact, redact_note
 
 HALF_A, HALF_B = "Xq9rT2vLm8PzK4nW1bYc", "Hs7DfG3jUe5RtQ0aZxVo"
 PW = "Sail4Ever!x"
@@ -34,6 +34,16 @@ def test_a_key_wrapped_onto_the_lines_below_its_name_is_masked_whole(text: str) 
     out = redact(text)
     assert HALF_A not in out and HALF_B not in out, out
     assert redact(text, keep_lines=True).count("\n") == text.count("\n")
+
+
+def test_the_rest_of_a_key_below_an_earlier_mask_is_masked() -> None:
+    """A note written before the pieces below a key were read as its own holds the mask,
+    then the rest of the key: the index reads it again under these rules and masks that
+    rest; a word below a mask, or the mask read again, stays."""
+    old = f"---\nname: aws\n---\naws_secret_access_key = {MASK}\n    {HALF_B}\n"
+    assert redact_note(old) == f"---\nname: aws\n---\naws_secret_access_key = {MASK}\n    {MASK}\n"
+    assert redact(redact_note(old)) == redact_note(old)
+    assert redact(f"password: {MASK}\n  done\n") == f"password: {MASK}\n  done\n"
 
 
 def test_the_lines_after_a_wrapped_key_stay() -> None:

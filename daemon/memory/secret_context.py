@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Final
 
+from recalld.daemon.memory.secret_names import MASK
 from recalld.daemon.memory.secret_values import (
     FUNCTION_WORDS,
     HEX,
@@ -28,7 +29,12 @@ from recalld.daemon.memory.secret_values import (
     prose_compound,
     verb_form,
 )
-from recalld.daemon.memory.secret_wrapped import MULTILINE_QUOTED, continued, joined
+from recalld.daemon.memory.secret_wrapped import (
+    MULTILINE_QUOTED,
+    continued,
+    joined,
+    pieces_below,
+)
 
 if TYPE_CHECKING:
     from recalld.daemon.memory.secret_rules import Span
@@ -253,6 +259,11 @@ def find_assignments(text: str, starts: Sequence[int]) -> Iterable[Span]:
                                phrase_words(m.group("key")) if sep.strip() in (":", "=") else 0)
             if span is not None:
                 yield continued(text, span) if m.group("value")[:1] not in "\"'`" else span
+            elif text.startswith(MASK, at := m.start("value")):
+                # Masked before the pieces below it were read as its own (an older note).
+                below = pieces_below(text, at, at + len(MASK))
+                if below is not None:
+                    yield below
         m = _FLAG.match(text, a) if text.startswith("-", a) else None
         if m is not None and (kind := name_kind(m.group("key"))) is not None:
             span = value_span(kind, m.group("value"), m.start("value"), 0)

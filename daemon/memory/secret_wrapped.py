@@ -3,7 +3,8 @@
 indented (an INI file's or ``~/.aws/credentials``' continuation lines, a YAML plain
 scalar folded over lines, a shell line ended by ``\\``), and a quoted value that closes
 on a later line (TOML's and Python's ``\"\"\"...\"\"\"``, a YAML quoted scalar). Masked
-on its first line only, the rest of the key stayed as it was.
+on its first line only, the rest of the key stayed as it was; in a text masked so (a note
+written before), the pieces below the mask are masked now.
 """
 
 from __future__ import annotations
@@ -39,19 +40,28 @@ def _piece(value: str) -> bool:
     return any(c.isupper() for c in rest) and any(c.islower() for c in rest)
 
 
-def continued(text: str, span: Span) -> Span:
-    """``span`` (an unquoted value that ends its line) with the pieces of it wrapped onto
-    the lines below, each alone on its line and more indented than the line of its name."""
-    start, end = span
+def pieces_below(text: str, start: int, end: int) -> Span | None:
+    """The span of the pieces of a value (``text[start:end]``, ending its line) wrapped
+    onto the lines below, each alone on its line and more indented than the line of its
+    name; None if there are none."""
     line = text[text.rfind("\n", 0, start) + 1:start].expandtabs()
     indent = len(line) - len(line.lstrip())
+    first = None
     for _ in range(_MAX_LINES):
         m = _NEXT_PIECE.match(text, end)
         if (m is None or len(m.group("indent").expandtabs()) <= indent
                 or not _piece(m.group("piece"))):
             break
+        first = m.start("piece") if first is None else first
         end = m.end("piece")
-    return start, end
+    return None if first is None else (first, end)
+
+
+def continued(text: str, span: Span) -> Span:
+    """``span`` (an unquoted value that ends its line) with the pieces of it wrapped onto
+    the lines below (:func:`pieces_below`)."""
+    below = pieces_below(text, *span)
+    return span if below is None else (span[0], below[1])
 
 
 def joined(value: str) -> str:
@@ -60,4 +70,4 @@ def joined(value: str) -> str:
     return "".join(line.strip().removesuffix("\\").strip() for line in value.splitlines())
 
 
-__all__ = ["MULTILINE_QUOTED", "continued", "joined"]
+__all__ = ["MULTILINE_QUOTED", "continued", "joined", "pieces_below"]
