@@ -82,6 +82,14 @@ def test_the_lines_after_a_wrapped_key_stay() -> None:
     f"[Environment]::SetEnvironmentVariable('DB_PASSWORD', '{PW}', 'User')",
     f"os.environ.setdefault('DB_PASSWORD', '{PW}')",
     f'config.set("db", "password", "{PW}")',
+    f"[System.Net.NetworkCredential]::new('bob', '{PW}')",
+    f"schtasks /create /tn backup /tr run.cmd /ru bob /rp {PW}",
+    f"xfreerdp /v:srv /u:bob /p:{PW}", f"rdesktop -u bob -p {PW} srv",
+    f"sqlcmd -S srv -U sa -P {PW} -Q x", f"bcp db.t out f -U sa -P{PW}",
+    f"smbclient //srv/share -U bob%{PW}", f"lftp -u bob,{PW} ftp.example",
+    f"ssh-keygen -t ed25519 -N '{PW}' -f key", f"gh secret set DB --body '{PW}'",
+    f"setx /M DB_PASSWORD {PW}", f"elvish: set-env DB_PASSWORD {PW}",
+    f"FROM alpine\nENV DB_PASSWORD {PW}\n",
 ])
 def test_a_password_a_command_or_a_constructor_takes_is_masked(text: str) -> None:
     out = redact(text)
@@ -102,8 +110,14 @@ def test_powershell_code_around_the_password_stays() -> None:
                  "psexec \\\\srv -p $pw cmd", "echo $PW | sudo -S apt update",
                  "set -x PATH $PATH /usr/local/bin", "setenv EDITOR vim",
                  "config.set('db', 'host', 'db01')", 'os.Setenv("TOKEN_TTL", "3600")',
-                 "config.set('db', 'password_file', '/etc/pw')"):
+                 "config.set('db', 'password_file', '/etc/pw')",
+                 "New-PSDrive -Credential (Get-Credential) x", "ENV PATH /usr/local/bin:$PATH",
+                 "ENV DB_PASSWORD_FILE /run/secrets/db", 'gh secret set X --body "$VALUE"',
+                 'ssh-keygen -N "" -f key', "schtasks /create /ru SYSTEM /rp * /tn x",
+                 "smbclient -U bob //srv/s", "lftp -u bob ftp.example"):
         assert redact(text) == text
+    made = "New-ADUser bob -AccountPassword (ConvertTo-SecureString '{}' -AsPlainText -Force)"
+    assert redact(made.format(PW)) == made.format(MASK)
 
 
 @pytest.mark.parametrize(("text", "secret"), [
@@ -118,6 +132,11 @@ def test_powershell_code_around_the_password_stays() -> None:
     (f'session.cookies.set("sessionid", "{SESSION_MIXED}")', SESSION_MIXED),
     (f'$s.Cookies.Add((New-Object System.Net.Cookie("PHPSESSID", "{SESSION}", "/", "x")))',
      SESSION),
+    (f'page.setCookie({{name: "sid", value: "{SESSION_MIXED}"}})', SESSION_MIXED),
+    (f"PHPSESSID: {SESSION}", SESSION), (f"JSESSIONID={SESSION.upper()}", SESSION.upper()),
+    (f"ASP.NET_SessionId={SESSION_MIXED}", SESSION_MIXED),
+    (f"the PHPSESSID is {SESSION}", SESSION), (f"my session cookie is {SESSION_MIXED}",
+                                               SESSION_MIXED),
 ])
 def test_a_session_cookie_outside_a_cookie_header_is_masked(text: str, secret: str) -> None:
     out = redact(text)
@@ -128,7 +147,9 @@ def test_cookies_that_hold_no_session_stay() -> None:
     for text in ("curl -b cookies.txt https://x", "curl -c jar.txt -b jar.txt https://x",
                  "curl -b 'theme=dark' https://x", 'curl -X POST -b "a=1; b=2" x',
                  "requests.get(u, cookies={'theme': 'dark', 'lang': 'en-US'})",
-                 "resp.set_cookie('theme', 'dark')", "the cookie = a small cake"):
+                 "resp.set_cookie('theme', 'dark')", "the cookie = a small cake",
+                 "the session cookie is set on login", "PHPSESSID: none", "JSESSIONID=abc",
+                 "my session cookies are stored in the browser"):
         assert redact(text) == text
 
 

@@ -51,9 +51,11 @@ from __future__ import annotations
 # table (the cell after its name, the column under it) are masked; 32: Slack's session
 # tokens (``xoxc-``, the ``xoxd-`` cookie) are masked, a Slack prefix before words is not;
 # 33: a key wrapped onto the lines below its name or quoted over lines, passwords that
-# PowerShell, credential classes, Windows commands, ``sudo -S``, fish's ``set -x`` and
-# setters take, session cookies outside a Cookie header and a "PAT" stated are masked
-# (``secret_wrapped``, ``secret_commands``), "Pat: 555-..." and "$env:PW -AsPlainText" not.
+# PowerShell, credential classes, Windows commands and other clients, ``sudo -S``,
+# fish's ``set -x``, ``setx``, ``ENV`` and setters take, session cookies outside a Cookie
+# header or named (``PHPSESSID``) and a "PAT" stated are masked (``secret_wrapped``,
+# ``secret_commands``), "Pat: 555-...", "$env:PW -AsPlainText" and code in brackets after a
+# switch, ``-Credential (Get-Credential)``, not.
 # Raise it with any change of these rules (redact.py's included).
 CHUNKING = 33
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a

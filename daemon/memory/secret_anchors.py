@@ -29,7 +29,7 @@ ZH_WORDS: Final = ("密码", "口令", "密钥", "秘钥", "密匙", "令牌", "
 _ANCHOR_WORDS: Final = (
     "pass", "pw", "pin", "secret", "token", "key", "cred", "auth", "sig", "cookie", "session",
     "otp", "pat", "login", "api", "access", "private", "signing", "encryption", "master",
-    "license", "ssh", "app", "bearer", "refresh", "bot", "client",
+    "license", "ssh", "app", "bearer", "refresh", "bot", "client", "sessid",
     *ZH_WORDS, *OTHER_WORDS)
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.$")
 _NAME_REACH = 64
@@ -87,5 +87,5 @@ def anchors(text: str, lower: str, words: Sequence[int] | None = None) -> list[i
 
 
 CRED_HINTS = ("pass", "pw", "pin", "secret", "token", "key", "cred", "auth", "sig", "cookie",
-              "session", "otp", "pat", "login",
+              "session", "sessid", "otp", "pat", "login",
               *ZH_WORDS, *OTHER_WORDS)

@@ -43,7 +43,8 @@ _PASSWORDS: Final = (
     # password as a string. Only a class (a capital starts its name: not
     # ``keyring.get_credential(service, user)``).
     (("credential",), re.compile(
-        r"(?<![\w.])(?:[A-Za-z_]\w*\.)*[A-Z]\w*Credentials?[ \t]*"
+        r"(?:(?<![\w.])(?:[A-Za-z_]\w*\.)*[A-Z]\w*Credentials?"
+        r"|(?i:\[(?:\w+\.)*\w*credentials?\]::new))[ \t]*"
         r"(?:\(|[ \t]+-ArgumentList[ \t]+\(?|[ \t]+\()[ \t]*"
         r"(?:\"[^\"\n]{0,200}\"|'[^'\n]{0,200}'|\$?[A-Za-z_][\w.]{0,100})[ \t]*,[ \t]*"
         + _QUOTED)),
@@ -53,6 +54,23 @@ _PASSWORDS: Final = (
     # ``net user bob S3cret [/add]``.
     (("net",), re.compile(
         r"(?i)\bnet[ \t]+user[ \t]+(?:\"[^\"\n]{1,100}\"|[^\s/\"*]{1,100})[ \t]+" + _VALUE)),
+    # More clients' password switches: a scheduled task's ``/rp``, FreeRDP's ``/p:``,
+    # SQL Server's ``-P``, rdesktop's ``-p``, a key's passphrase (``ssh-keygen -N``),
+    # Samba's ``-U user%password``, lftp's ``-u user,password``, and the value of a
+    # GitHub secret (``gh secret set NAME --body ...``).
+    (("schtasks",), re.compile(r"(?i)\bschtasks\b[^\n]{0,300}?(?<!\S)/rp[ \t]+" + _VALUE)),
+    (("freerdp",), re.compile(r"(?i)\b\w*freerdp3?\b[^\n]{0,300}?(?<!\S)/p:" + _VALUE)),
+    (("sqlcmd", "bcp", "osql", "isql"), re.compile(
+        r"\b(?:sqlcmd|bcp|osql|isql)\b[^\n]{0,300}?(?<!\S)-P[ \t]*" + _VALUE)),
+    (("rdesktop",), re.compile(r"\brdesktop\b[^\n]{0,300}?(?<!\S)-p[ \t]+" + _VALUE)),
+    (("ssh-keygen",), re.compile(r"\bssh-keygen\b[^\n]{0,300}?(?<!\S)-[NP][ \t]+" + _VALUE)),
+    (("smbclient",), re.compile(
+        r"\bsmbclient\b[^\n]{0,300}?(?<!\S)(?:-U|--user(?:name)?)(?:[ \t]+|=)[\"']?"
+        r"[^\s%\"']{1,100}%(?P<bare>[^\s\"']{3,200})")),
+    (("lftp",), re.compile(
+        r"\blftp\b[^\n]{0,300}?(?<!\S)-u[ \t]+[\"']?[^\s,\"']{1,100},(?P<bare>[^\s\"']{3,200})")),
+    (("gh",), re.compile(r"\bgh[ \t]+secret[ \t]+set\b[^\n]{0,300}?(?<!\S)(?:--body|-b)"
+                         r"(?:[ \t]+|=)" + _VALUE)),
     (("psexec", "paexec"), re.compile(
         r"(?i)\b(?:psexec(?:64)?|paexec)(?:\.exe)?\b[^\n]{0,200}?(?<!\S)-p[ \t]+" + _VALUE)),
 )
@@ -69,10 +87,12 @@ _PIPED: Final = (
                            + _VALUE)),
 )
 #: A variable set by a shell's own command, its name then its value apart: fish's
-#: ``set -x DB_PASSWORD S3cret``, csh's ``setenv DB_PASSWORD S3cret``, launchd's
-#: ``launchctl setenv``.
+#: ``set -x DB_PASSWORD S3cret``, csh's ``setenv DB_PASSWORD S3cret``, elvish's
+#: ``set-env``, Windows' ``setx [/M]``, launchd's ``launchctl setenv``, a Dockerfile's
+#: ``ENV DB_PASSWORD S3cret``.
 _SHELL_SET: Final = re.compile(
-    r"\b(?:set(?:[ \t]+-[A-Za-z]+|[ \t]+--[a-z]+)+|setenv|launchctl[ \t]+setenv)[ \t]+"
+    r"(?:\b(?:set(?:[ \t]+-[A-Za-z]+|[ \t]+--[a-z]+)+|setenv|set-env|launchctl[ \t]+setenv"
+    r"|setx(?:[ \t]+/[Mm])?)|(?m:^[ \t]*ENV))[ \t]+"
     r"(?P<name>[A-Za-z_][\w]{0,60})[ \t]+(?P<value>\"[^\"\n]{1,400}\"|'[^'\n]{1,400}'"
     r"|[^\s\"';|&]{1,400})")
 #: A setter handed a variable's or a setting's name, then its value (a section before
@@ -143,10 +163,11 @@ _COOKIE_SET: Final = re.compile(
 _SET_PAIR: Final = re.compile(
     r"(?:[\"'][^\"'\n]{1,100}[\"']|\w{1,100})[ \t]*[:=][ \t]*"
     r"(?:\"(?P<dq>[^\"\n]{1,4000})\"|'(?P<sq>[^'\n]{1,4000})')")
-#: A cookie made or set by a call: its name, then its value.
+#: A cookie made or set by a call: its name, then its value, or an object's ``value``
+#: (``page.setCookie({name: "sid", value: "..."})``).
 _COOKIE_CALL: Final = re.compile(
     r"(?i)cookies?(?:\.(?:set|add|update|append))?[ \t]*\([ \t]*"
-    r"[\"'][^\"'\n]{1,100}[\"'][ \t]*,[ \t]*"
+    r"(?:[\"'][^\"'\n]{1,100}[\"'][ \t]*,[ \t]*|\[?[ \t]*\{[^{}]{0,400}?\bvalue[\"']?[ \t]*:[ \t]*)"
     r"(?:\"(?P<dq>[^\"\n]{1,4000})\"|'(?P<sq>[^'\n]{1,4000})')")
 
 

@@ -48,6 +48,9 @@ _STRONG_PARTS: Final = frozenset({
 })
 #: Strong only as one word: the cookie ``sessionid``, not a ``session_id`` field.
 _ONE_WORD: Final = frozenset({"sessionid"})
+#: The session cookies that web platforms name: ``PHPSESSID``, ``JSESSIONID``,
+#: ``ASPSESSIONID...``, Django's ``sessionid``.
+_SESSION_COOKIES: Final = ("sessid", "sessionid")
 _PASSWORD_PARTS: Final = frozenset({"password", "passwd", "passphrase", "passcode", "pass",
                                     "pwd", "pw", "pin", "passwort"})
 #: A name part ending in one of these is a password's name glued to its owner's:
@@ -107,7 +110,8 @@ def name_kind(name: str) -> str | None:
     if any(p in _PASSWORD_PARTS or p.endswith(_PASSWORD_ENDINGS)
            or (p.endswith("pass") and p[:-4] in _PASS_OWNERS) for p in parts):
         return "password"
-    strong = {p for p in parts if p in _STRONG_PARTS} | (joined & _STRONG_PARTS - _ONE_WORD)
+    strong = {p for p in parts if p in _STRONG_PARTS or p.endswith(_SESSION_COOKIES)} | (
+        joined & _STRONG_PARTS - _ONE_WORD)
     if strong == {"tokens"} or (strong and strong <= {"token", "tokens"}
                                 and parts[-1] in ("id", "ids")):
         # A model's tokens counted (``max_tokens: 4096``, ``total_tokens``,
@@ -162,8 +166,11 @@ def value_span(kind: str, value: str, start: int, min_words: int,
         return start + 1, start + len(value) - 1
     words = value.split()
     first = words[0] if words else ""
-    if first.startswith("[REDACTED") or (first[:1] in "([" and first[1:].isalpha()):
-        return None  # a remark in brackets: "password: (see the wiki)"
+    if first.startswith("[REDACTED") or (first[:1] in "([" and (
+            first[1:].isalpha() or code_reference(first[1:].rstrip(")")))):
+        # A remark in brackets ("password: (see the wiki)"), or code making the value
+        # (``-AccountPassword (ConvertTo-SecureString ...)``, ``-Credential (New-Object``).
+        return None
     if kind in ("key", "datakey"):
         return (start, start + len(first)) if keyish(first, data=kind == "datakey") else None
     if kind == "random":
@@ -283,7 +290,7 @@ _CRED = (r"(?:pass(?:word|phrase|code|wd)s?|pass\s+(?:phrase|code)|pins?(?:\s+(?
          r"|pwd?|(?:secret|api|access|private|signing|encryption|master|license|ssh|app)"
          r"[\s_\-]?(?:key|token|secret)s?|(?:access|auth|bearer|api|refresh|session|bot)[\s_\-]?"
          r"tokens?|tokens?|secrets?|credentials?|creds|logins?|(?:client|app)[\s_\-]secrets?|otp"
-         r"|keys?"
+         r"|keys?|(?:php|j|asp)?sess(?:ion)?ids?|session[\s_\-]?cookies?"
          # A personal access token's acronym, in capitals only: "Pat" names a person.
          r"|(?-i:PATs?))")
 _STATE = re.compile(

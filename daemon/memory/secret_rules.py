@@ -406,7 +406,9 @@ FORMAT_RULES: Final[tuple[Rule, ...]] = (
     # Passwords PowerShell, credential classes and Windows commands take, and session
     # cookies (:mod:`secret_commands`).
     Rule("cli_password", ("securestring", "credential", "net", "psexec", "paexec", "sudo",
-                          "passwd", "set", "put", "add"), find_command_passwords),
+                          "passwd", "set", "put", "add", "env", "schtasks", "freerdp", "sql",
+                          "bcp", "rdesktop", "ssh-keygen", "smbclient", "lftp", "gh"),
+         find_command_passwords),
     Rule("cookie", ("cookie", "curl"), find_cookies),
     # Any of them wrapped in base64 (:mod:`secret_base64`), at its start or in a text.
     Rule("wrapped", (), wrapped_finder(_SHAPE_RULES), token=True, pattern=WRAPPED),
