@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.index.service import WorkspaceIndex
@@ -126,6 +127,65 @@ async def test_a_refresh_reads_only_the_digest_notes_that_changed(
         assert memory_md.read_text(encoding="utf-8") == topics.render_memory_md(
             topic_entries(root, "digest"), "digest")
         assert "A B" in memory_md.read_text(encoding="utf-8")
+        nursery.cancel_scope.cancel()
+
+
+
+async def test_a_warm_start_reads_the_topic_files_once_after_its_startup_reconcile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # At a warm start the index holds the notes as they were before the stop until its
+    # startup reconcile, which waits for the daemon's start to let background work go.
+    # MEMORY.md's first refresh waits for that reconcile: it neither reads the topic
+    # files beside the first answers nor lists what changed while the daemon was down
+    # as it was.
+    root = tmp_path / "ws"
+    for i in range(4):
+        _write(root, f"digest/wiki/n{i}.md", _topic(f"Topic {i}"))
+    cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "d",
+                       config_path=tmp_path / "c.toml", persist_delay_s=0.01)
+    ws = Workspace("w", root, WorkspaceSettings())
+    watching = WatcherConfig(reconcile_interval_s=3600.0)
+    memory_md = root / "digest" / topics.INDEX_FILE
+    async with trio.open_nursery() as nursery:
+        index = WorkspaceIndex(ws, cfg, cpu=trio.CapacityLimiter(2), watcher_config=watching)
+        await nursery.start(index.run)
+        await index.sync()
+        nursery.cancel_scope.cancel()  # the index commits as it closes
+    assert index.state.files
+    # While the daemon is down: a topic renamed, one added, one no longer a topic.
+    _write(root, "digest/wiki/n1.md", _topic("Renamed while down"))
+    _write(root, "digest/wiki/new.md", _topic("Added while down"))
+    _write(root, "digest/wiki/n2.md", "# Plain now\n")
+    reads: list[str] = []
+
+    def read_topic(at: Path, rel: str) -> tuple[topics.TopicEntry | None,
+                                                 tuple[int, int] | None]:
+        reads.append(rel)
+        return _READ_TOPIC(at, rel)
+
+    monkeypatch.setattr(topics, "read_topic", read_topic)
+    released = trio.Event()
+    async with trio.open_nursery() as nursery:
+        # As the daemon's start holds it: the startup reconcile comes after the hold.
+        index = WorkspaceIndex(ws, cfg, cpu=trio.CapacityLimiter(2), hold=released.wait)
+        memory = MemoryFile(ws, index)
+        await nursery.start(index.run)  # loaded: it serves searches
+        await nursery.start(memory.run)
+        await trio.testing.wait_all_tasks_blocked()
+        async with memory._lock:  # a refresh begun meanwhile (it holds the lock) ended
+            assert reads == []
+            assert not memory_md.exists()
+        released.set()
+        await index.sync()
+        await trio.testing.wait_all_tasks_blocked()
+        # The refresh (under way or done: it holds the lock entries() takes) read each
+        # note of the digest folder once, as the reconcile left them.
+        assert await memory.entries() == topic_entries(root, "digest")
+        assert sorted(reads) == [f"digest/wiki/{n}.md"
+                                 for n in ("n0", "n1", "n2", "n3", "new")]
+        text = memory_md.read_text(encoding="utf-8")
+        assert "Renamed while down" in text and "Added while down" in text
+        assert "Topic 2" not in text and "Topic 1" not in text
         nursery.cancel_scope.cancel()
 
 
