@@ -43,6 +43,8 @@ WRITES: dict[str, tuple[str, dict[str, Any]]] = {
         "agent_id": "w", "path": "waders.md", "name": "waders", "description": "shore birds",
         "type": "user", "body": "The whimbrel passes in May."}),
     "ack": ("inbox.ack", {"agent_id": "w", "ids": ["no-such-item"]}),
+    # Not a write of notes, but it commits a generation of the index the restore replaces.
+    "compact": ("index.compact", {"agent_id": "w"}),
 }
 
 
@@ -83,6 +85,7 @@ def test_writes_during_a_restore_wait_for_it_and_are_kept(
         calls.join()
     assert all(isinstance(r, dict) for r in results.values()), results
     assert results["turns"]["added_messages"] == 1
+    assert results["compact"]["agent_id"] == "w"
     pending = (root / "mem_metadata" / "sessions" / "pending.jsonl").read_text()
     assert "a dunlin" in pending and "a curlew" in pending
     with zipfile.ZipFile(results["restore"]["snapshot"]) as zf:

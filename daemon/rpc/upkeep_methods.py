@@ -29,8 +29,10 @@ async def index_compact(ctx: CallContext, params: JsonObject) -> IndexCompacted:
     p = Params(params)
     agent_id = p.agent_id()
     p.done()
-    ws = ctx.workspace(agent_id)
-    return await compact(ws, ws.services.index)
+    # It commits a generation of the index a restore replaces: it waits for a restore,
+    # and a restore waits for it, as writes do.
+    async with ctx.writable(agent_id) as ws:
+        return await compact(ws, ws.services.index)
 
 
 @METHODS.add("remote.release", positional=("agent_id", "action"))
