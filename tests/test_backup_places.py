@@ -20,7 +20,7 @@ from test_backup import NOTES, tree, write_tree
 
 from recalld.daemon import backup, remembered
 from recalld.ipc.client import Client
-from recalld.ipc.errors import InvalidParams
+from recalld.ipc.errors import InvalidBackup, InvalidParams
 
 LONG_AGENT = "a" * 64
 
@@ -253,21 +253,38 @@ def _with_record(archive: Path, out: Path, agent_id: str, config: dict[str, str]
         dst.writestr("meta.json", orjson.dumps(meta))
 
 
-def test_settings_of_the_backup_refused_here_are_said_to_be_the_backups(
+def test_settings_of_the_backup_refused_here_refuse_the_archive_in_verify_and_restore(
         daemon_factory: DaemonFactory, tmp_path: Path) -> None:
     # Restored where it was never open, a workspace opens with the settings the backup
-    # recorded for it; refused, the message named a "workspace config" nobody here gave.
+    # recorded for it. Refused, the restore answered -32602 (exit 2: a wrong command)
+    # while `backup verify` had passed the archive.
     d1 = daemon_factory()
     write_tree(tmp_path / "ws", NOTES)
     d1.call("workspace.open", {"agent_id": "w", "path": str(tmp_path / "ws")})
     archive = Path(d1.call("backup.create", {"agents": ["w"]})["file"])
-    bad = tmp_path / "bad.zip"
-    _with_record(archive, bad, "w", {"daily_dir": "memory/../../elsewhere"})
     d2 = daemon_factory()
-    with pytest.raises(InvalidParams) as refused:
-        d2.call("backup.restore", {"file": str(bad), "agents": ["w"]})
-    assert refused.value.message.startswith(
-        "cannot restore workspace 'w': the settings backup bad.zip recorded for it are "
-        "refused here (workspace config daily_dir"), refused.value.message
-    assert "nothing was restored" in refused.value.message
+    cases = {
+        "daily_dir": {"daily_dir": "memory/../../elsewhere"},
+        "unknown field(s) colour": {"auto_memory_interval": 10, "colour": "teal"},
+    }
+    for said, config in cases.items():
+        bad = tmp_path / f"bad {said[:5]}.zip"
+        _with_record(archive, bad, "w", config)
+        why = "the settings it recorded for workspace 'w' are refused here (workspace config"
+        for method, params in (("backup.verify", {"file": str(bad)}),
+                               ("backup.restore", {"file": str(bad), "agents": ["w"]}),
+                               ("backup.restore", {"file": str(bad), "dry_run": True})):
+            with pytest.raises(InvalidBackup) as refused:
+                d2.call(method, params)
+            assert refused.value.message.startswith(f"refusing backup {bad}: {why}"), \
+                (method, refused.value.message)
+            assert said in refused.value.message, refused.value.message
+            assert refused.value.data == {"file": str(bad),
+                                          "reason": refused.value.message.split(": ", 1)[1]}
+        proc = run_recalld(["backup", "verify", str(bad)], env=d2.env)
+        assert proc.returncode == 1 and proc.stderr.rstrip().endswith("(code -32012)"), proc
     assert not (d2.data_dir / "workspaces" / "w").exists()
+    assert d2.call("backup.list", {})["rollback"] is None  # no snapshot was taken
+    # The archive as made passes both, its settings taken as recorded.
+    assert d2.call("backup.verify", {"file": str(archive)})["ok"] is True
+    assert d2.call("backup.restore", {"file": str(archive), "agents": ["w"]})["restored"]

@@ -21,9 +21,8 @@ from pathlib import Path
 import trio
 
 from recalld.daemon import backup as bk
-from recalld.daemon import config as config_mod
 from recalld.daemon import metrics
-from recalld.daemon.backup_check import list_backups, open_checked
+from recalld.daemon.backup_check import CheckedBackup, list_backups, open_checked
 from recalld.daemon.backup_restore import (
     Restored,
     RestorePlan,
@@ -31,7 +30,8 @@ from recalld.daemon.backup_restore import (
     plan_restore,
     plan_summary,
 )
-from recalld.daemon.config import ConfigError
+from recalld.daemon.config import ConfigError, DaemonConfig
+from recalld.daemon.remembered import Remembered
 from recalld.daemon.rpc.backup_create import (
     create_backup,
     dirs_of,
@@ -45,6 +45,7 @@ from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject, Me
 from recalld.daemon.rpc.echo import echoed, echoed_path
 from recalld.daemon.rpc.restore_config import (
     closed_home,
+    closed_settings,
     config_to_restore,
     drop_config,
     incoming_config,
@@ -62,7 +63,7 @@ from recalld.daemon.rpc.restore_record import (
 )
 from recalld.daemon.store import errors as store_errors
 from recalld.daemon.workspace_places import resolved
-from recalld.daemon.workspaces import check_agent_id
+from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.errors import DiskFull, InvalidParams, NotFound
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,44 @@ async def _reopen_after_failure(state: DaemonState, plan: RestorePlan,
 def _resumes(plan: RestorePlan) -> bool:
     """True if ``plan`` writes session, inbox or dream-run state."""
     return any("/" + sub in "/" + rel for rel in plan.writes.values() for sub in bk.RESUMABLE)
+
+
+async def _incoming(state: DaemonState, checked: CheckedBackup, chosen: list[str],
+                    open_ws: Mapping[str, Workspace], rolling_back: bool,
+                    ) -> tuple[DaemonConfig, bytes | None, str | None, str | None]:
+    """What a restore of ``chosen`` from ``checked`` does with the backup's config file:
+    the configuration the workspaces that are not open open with, the file it puts in
+    place (None: this machine's is kept), why it is kept where it says so, and why the
+    backup's was refused."""
+    config_data, config_kept = await trio.to_thread.run_sync(
+        config_to_restore, state, checked, None if rolling_back else chosen)
+    cfg = state.config
+    config_error: str | None = None
+    if config_data is not None:
+        try:
+            cfg = await trio.to_thread.run_sync(incoming_config, state, config_data)
+        except ConfigError as exc:  # kept out: it would stop the next start
+            config_error, config_data = str(exc), None
+    if config_data is not None and not rolling_back:
+        moved = await trio.to_thread.run_sync(moved_by, cfg, state.config, open_ws)
+        if moved:  # it would open there from the next start, without what is restored
+            config_data, cfg = None, state.config
+            config_kept = (
+                "kept this machine's config file: the backup's places "
+                + ", ".join(f"{a} at {where}" for a, where in moved)
+                + ", open here elsewhere, where the restore puts its files (copy what "
+                "you need from the backup's daemon/config.toml)")
+    return cfg, config_data, config_kept, config_error
+
+
+async def _homes(cfg: DaemonConfig, checked: CheckedBackup, chosen: list[str],
+                 known: Mapping[str, Remembered],
+                 ) -> dict[str, tuple[Path, dict[str, object] | None]]:
+    """Where and how each of ``chosen`` opens after the restore if it is not open (its
+    files go there)."""
+    recorded = await trio.to_thread.run_sync(recorded_in, checked)
+    return {agent_id: closed_home(cfg, agent_id, known.get(agent_id), recorded.get(agent_id))
+            for agent_id in chosen}
 
 
 def _selection(p: Params) -> list[str] | None:
@@ -144,6 +183,16 @@ def ops_methods() -> Methods:
         async with progress.pumping():
             checked = await trio.to_thread.run_sync(
                 lambda: open_checked(path, progress=progress), limiter=ctx.services.cpu)
+        # And the settings a restore of it all here opens its workspaces with (the open
+        # ones keep theirs): refused, the restore would refuse the archive.
+        state = ctx.state
+        open_ws = {w.agent_id: w for w in state.registry.list() if w.state == "ready"}
+        cfg, *_ = await _incoming(state, checked, checked.agents, open_ws, False)
+        known = state.registry.remembered()
+        homes = await _homes(cfg, checked, checked.agents, known)
+        for agent_id, (_, overrides) in homes.items():
+            if agent_id not in open_ws:
+                closed_settings(cfg, path, agent_id, agent_id in known, overrides)
         return {"ok": True, **checked.summary(), "file": echoed_path(str(path))}
 
     async def restore(state: DaemonState, path: Path, agents: list[str] | None,
@@ -163,30 +212,10 @@ def ops_methods() -> Methods:
                 raise InvalidParams(f"agent {agent_id!r} is not in backup {path.name} "
                                     f"(it has {', '.join(checked.agents) or 'none'})")
         open_ws = {w.agent_id: w for w in state.registry.list() if w.state == "ready"}
-        config_data, config_kept = await trio.to_thread.run_sync(
-            config_to_restore, state, checked, None if rolling_back else chosen)
-        cfg = state.config
-        config_error: str | None = None
-        if config_data is not None:
-            try:
-                cfg = await trio.to_thread.run_sync(incoming_config, state, config_data)
-            except ConfigError as exc:  # kept out: it would stop the next start
-                config_error, config_data = str(exc), None
-        if config_data is not None and not rolling_back:
-            moved = await trio.to_thread.run_sync(moved_by, cfg, state.config, open_ws)
-            if moved:  # it would open there from the next start, without what is restored
-                config_data, cfg = None, state.config
-                config_kept = (
-                    "kept this machine's config file: the backup's places "
-                    + ", ".join(f"{a} at {where}" for a, where in moved)
-                    + ", open here elsewhere, where the restore puts its files (copy what "
-                    "you need from the backup's daemon/config.toml)")
-        recorded = await trio.to_thread.run_sync(recorded_in, checked)
+        cfg, config_data, config_kept, config_error = await _incoming(
+            state, checked, chosen, open_ws, rolling_back)
         known = state.registry.remembered()
-        # Where and how each that is not open opens after the restore (below): its files
-        # go there.
-        homes = {agent_id: closed_home(cfg, agent_id, known.get(agent_id),
-                                        recorded.get(agent_id)) for agent_id in chosen}
+        homes = await _homes(cfg, checked, chosen, known)
         targets: list[bk.AgentSource] = []
         for agent_id in chosen:
             ws = open_ws.get(agent_id)
@@ -200,15 +229,7 @@ def ops_methods() -> Methods:
             except InvalidParams as exc:
                 raise InvalidParams(f"cannot restore workspace {agent_id!r} to {root}: "
                                     f"{exc.message}") from None
-            try:
-                settings = config_mod.workspace_settings_from_params(
-                    cfg.workspace_settings(agent_id), overrides)
-            except InvalidParams as exc:  # its overrides: where they come from, and why
-                whose = ("this daemon recorded" if agent_id in known
-                         else f"backup {path.name} recorded")
-                raise InvalidParams(
-                    f"cannot restore workspace {agent_id!r}: the settings {whose} for it "
-                    f"are refused here ({exc.message}); nothing was restored") from None
+            settings = closed_settings(cfg, path, agent_id, agent_id in known, overrides)
             targets.append(bk.AgentSource(agent_id, root, dirs_of(settings)))
         sink.phase("planning", total=len(targets))
 

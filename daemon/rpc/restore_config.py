@@ -17,11 +17,12 @@ import orjson
 
 from recalld.daemon import config as config_mod
 from recalld.daemon import remembered
-from recalld.daemon.backup_check import CheckedBackup
-from recalld.daemon.config import DaemonConfig
+from recalld.daemon.backup_check import CheckedBackup, refuse
+from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.rpc.dispatch import DaemonState
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, temp_name
 from recalld.daemon.workspaces import Workspace
+from recalld.ipc.errors import InvalidParams
 
 
 def config_to_restore(state: DaemonState, checked: CheckedBackup,
@@ -89,6 +90,24 @@ def closed_home(cfg: DaemonConfig, agent_id: str, known: remembered.Remembered |
              else cfg.workspace_path(agent_id))
     config = known["config"] if known is not None else (recorded or {}).get("config")
     return where, dict(config) if isinstance(config, Mapping) else None
+
+
+def closed_settings(cfg: DaemonConfig, path: Path, agent_id: str, ours: bool,
+                    overrides: Mapping[str, object] | None) -> WorkspaceSettings:
+    """The settings workspace ``agent_id``, not open, opens with after a restore of
+    backup ``path``: ``overrides`` (:func:`closed_home`) over ``cfg``'s. Refused, the
+    backup is (BackupInvalid) when they are the ones it recorded; InvalidParams when
+    this daemon recorded them (``ours``)."""
+    try:
+        return config_mod.workspace_settings_from_params(cfg.workspace_settings(agent_id),
+                                                         overrides)
+    except InvalidParams as exc:  # its overrides: where they come from, and why
+        if not ours:
+            raise refuse(path, f"the settings it recorded for workspace {agent_id!r} are "
+                               f"refused here ({exc.message})") from None
+        raise InvalidParams(
+            f"cannot restore workspace {agent_id!r}: the settings this daemon recorded for "
+            f"it are refused here ({exc.message}); nothing was restored") from None
 
 
 def moved_by(new: DaemonConfig, old: DaemonConfig,
