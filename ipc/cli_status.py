@@ -168,6 +168,16 @@ def _jobs_or_none(client: Client) -> list[JobInfo]:
         return []  # a daemon without jobs: the rest of the status still shows
 
 
+def _refused_json(status: DaemonStatus, refused: paths.PathError | None,
+                  ) -> dict[str, str | None] | None:
+    if refused is None:
+        return None
+    config = _shell_config()
+    problem = file_refused(status, refused, config)
+    return {"path": None if config is None else str(config), "error": str(refused),
+            "what": problem.what, "fix": problem.fix}
+
+
 def status_command(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     """``recalld status``. ``ns.config_refused``: why the config file this shell reads is
     refused (:func:`paths.socket_despite_file`); the daemon still answers on the settings
@@ -180,7 +190,9 @@ def status_command(client: Client, ns: argparse.Namespace, out: TextIO, as_json:
             raise refused from None  # no daemon to show: the file is what to mend
         raise
     if as_json:
-        print_json(out, status)
+        # Said in the JSON too (a script reading stdout sees why the exit status is 2):
+        # null when the file is read, else the file, why it is refused and what to do.
+        print_json(out, {**status, "config_refused": _refused_json(status, refused)})
         if refused is not None:
             sys.stderr.write(f"recalld: configuration error: {refused}\n")
     else:

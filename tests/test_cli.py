@@ -58,6 +58,7 @@ def test_status_shows_daemon_and_default_workspace(daemon: DaemonHandle) -> None
     status = as_json(recalld("status", "--json", env=daemon.env))
     assert status["pid"] == daemon.pid
     assert [w["agent_id"] for w in status["workspaces"]] == ["default"]
+    assert status["config_refused"] is None  # the config file is read (or left out)
     # The global position of --json works too.
     assert as_json(recalld("--json", "status", env=daemon.env))["pid"] == daemon.pid
 

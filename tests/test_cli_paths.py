@@ -145,6 +145,16 @@ def test_a_typo_in_the_config_file_does_not_cut_agents_off_the_daemon(
         assert status.returncode == 2 and "Traceback" not in status.stderr, status.stderr
         assert f"pid {d.pid}" in status.stdout, status.stdout
         assert f"config file: {d.config_path}: " in status.stdout, status.stdout
+        # --json says it on stdout too, where a script reads why the exit status is 2.
+        status = recalld("status", "--json", env=d.env)
+        assert status.returncode == 2 and "Traceback" not in status.stderr, status.stderr
+        answer = json.loads(status.stdout)
+        refused = answer["config_refused"]
+        assert answer["pid"] == d.pid and refused["path"] == str(d.config_path), answer
+        assert refused["error"].startswith(f"{d.config_path}: "), refused
+        assert f"configuration error: {refused['error']}" in status.stderr, status.stderr
+        assert "a reload or restart would refuse it" in refused["what"], refused
+        assert refused["fix"].startswith("mend the file"), refused
 
 
 def _client_reaches(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
