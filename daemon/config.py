@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 from recalld.daemon import config_rules, qwenpaw, sharedplace
 from recalld.daemon.dsn import mask_dsn
 from recalld.daemon.dsn import problem as dsn_problem
+from recalld.daemon.refusals import SettingsRefused
 from recalld.ipc import paths
 from recalld.ipc.agent_ids import workspace_table
-from recalld.ipc.errors import InvalidParams
 
 DEFAULT_AGENT = "default"
 
@@ -405,7 +405,7 @@ def workspace_settings_from_params(
     try:
         return base.merged(overrides)
     except ConfigError as exc:
-        raise InvalidParams(str(exc)) from None
+        raise SettingsRefused(str(exc)) from None
 
 
 _DAEMON_FIELDS = {

@@ -59,6 +59,7 @@ from recalld.ipc.errors import InvalidParams, RecalldError, UnknownWorkspace
 
 if TYPE_CHECKING:
     from recalld.daemon.jobs import JobManager
+    from recalld.daemon.refusals import RefusedFor
 
 # The registry and its workspaces log under one name: recalld.daemon.workspaces.
 log = logging.getLogger("recalld.daemon.workspaces")
@@ -390,7 +391,7 @@ class WorkspaceRegistry(KnownPlaces):
         self._events.publish("workspace.opened", {"agent_id": agent_id, "path": str(root)})
         return ws
 
-    def record_refused(self, agent_id: str, root: Path, error: str) -> None:
+    def record_refused(self, agent_id: str, root: Path, error: str, cause: RefusedFor) -> None:
         """Show a configured or recorded workspace whose opening was refused before it
         started (its path, its settings) as ``failed`` with ``error``, like one whose
         services failed; ``workspace.open`` tries again, ``close`` drops it."""
@@ -404,7 +405,7 @@ class WorkspaceRegistry(KnownPlaces):
             with contextlib.suppress(RecalldError):
                 settings = workspace_settings_from_params(settings, recorded)
         ws = Workspace(agent_id, root, settings, on_change=self._pulse)
-        ws.refuse(error)
+        ws.refuse(error, cause)
         self._workspaces[agent_id] = ws
         self._pulse()
 

@@ -16,6 +16,7 @@ import trio
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_settings_from_params
 from recalld.daemon.config_rules import valid_agent_id
 from recalld.daemon.recordbook import RecordBook
+from recalld.daemon.refusals import ReplicaTaken
 from recalld.daemon.sharedplace import shared_twice
 from recalld.daemon.workspace_places import (
     Place,
@@ -154,7 +155,7 @@ class KnownPlaces:
             theirs = self.settings_of(other)
             if theirs is not None and (twin := shared_twice(
                     {other: theirs.remote, agent_id: settings.remote})):
-                raise InvalidParams(twin)
+                raise ReplicaTaken(twin)
 
 def _holds_files(folder: str) -> bool:
     try:

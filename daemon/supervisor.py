@@ -48,6 +48,7 @@ from recalld.daemon.config import ConfigError, DaemonConfig
 from recalld.daemon.datadirs import owning_data_dir
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.lock import socket_note
+from recalld.daemon.refusals import refused_for
 from recalld.daemon.rpc.dispatch import DaemonState, Dispatcher, Methods
 from recalld.daemon.rpc.listener import BoundSocket, bind_listener
 from recalld.daemon.rpc.server import RpcServer
@@ -268,7 +269,7 @@ class Supervisor:
             log.error("opening workspace %s at %s failed: %s", agent_id, root, message)
             # Refused before it started (a system folder, another user's, another
             # workspace's): shown in status and doctor like a workspace that failed.
-            self.registry.record_refused(agent_id, root, message)
+            self.registry.record_refused(agent_id, root, message, refused_for(exc))
         finally:
             self.services.start.reached(agent_id)
 
@@ -421,7 +422,7 @@ class Supervisor:
                     log.error("reload: opening workspace %s failed: %s", agent_id,
                               exc.message)
                     self.registry.record_refused(agent_id, new.workspace_path(agent_id),
-                                                 exc.message)
+                                                 exc.message, refused_for(exc))
                 except Exception as exc:
                     log.error("reload: opening workspace %s failed: %s", agent_id, exc)
         if new.config_found:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from recalld.daemon import safepath
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
+from recalld.daemon.refusals import FolderGone
 from recalld.daemon.workspaces import shares
 from recalld.ipc.errors import InvalidParams
 
@@ -77,7 +78,7 @@ def check_still_there(root: Path) -> None:
         what = "is missing"
     except OSError:
         return
-    raise InvalidParams(
+    raise FolderGone(
         f"its folder {root} {what} (on a disk not mounted? moved?), so it was not opened "
         "as an empty workspace: put the folder back and open the workspace again (opened "
         "while the folder is still missing, it starts afresh, empty), or close it with "

@@ -33,6 +33,7 @@ from recalld.daemon.config_rules import AGENT_ID_RULE, valid_agent_id
 from recalld.daemon.datadirs import remove_unfinished_below
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.lock import AlreadyServing, FileLock
+from recalld.daemon.refusals import RefusedFor
 from recalld.daemon.store import confine
 from recalld.ipc.answers import WorkspaceInfo
 from recalld.ipc.errors import (
@@ -139,6 +140,7 @@ class Workspace:
         self.error: str | None = None
         #: Never opened: its path or settings were refused (``error`` says why).
         self.refused = False
+        self.refused_for: RefusedFor = "place"  # why (:mod:`recalld.daemon.refusals`)
         #: Its search stage started while it still opens (``services.SEARCH_STAGE``):
         #: searches may be answered before it is ``ready``.
         self.search_ready = False
@@ -235,6 +237,7 @@ class Workspace:
             info["error"] = self.error
         if self.refused:
             info["refused"] = True
+            info["refused_for"] = self.refused_for
         for name, status in self.status().items():
             info[name] = status
         return info
@@ -338,12 +341,13 @@ class Workspace:
         self.error = error
         self._stopped.set()
 
-    def refuse(self, error: str) -> None:
+    def refuse(self, error: str, cause: RefusedFor = "place") -> None:
         """Mark a workspace that never started as refused (``failed`` with ``error``):
         nothing runs in it, so closing it has nothing to wait for."""
         self.state = "failed"
         self.error = error
         self.refused = True
+        self.refused_for = cause
         self._finished.set()
 
     def request_close(self) -> None:

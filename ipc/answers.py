@@ -42,6 +42,8 @@ class WorkspaceInfo(TypedDict):
     settings: NotRequired[JsonObject]  # secrets masked; not in daemon.status
     error: NotRequired[str]  # why it failed
     refused: NotRequired[bool]  # its path or settings were refused: never opened
+    # Why: "place" (its folder), "missing" (its folder gone), "settings", "replica".
+    refused_for: NotRequired[str]
     registered: NotRequired[bool]  # workspace.list: reopened at start
     configured: NotRequired[bool]  # workspace.list: the config file names it
     registered_at: NotRequired[float]

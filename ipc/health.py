@@ -56,6 +56,28 @@ def _key_fix(reason: str) -> str:
     return "fix embedding_model_config in the config file; " + RESTART_FIX
 
 
+def _refused_fix(agent: str, cause: object) -> str:
+    """What to do about a workspace refused before it opened, by the daemon's
+    ``refused_for`` (its folder when the daemon does not say)."""
+    table = workspace_table(agent)
+    stop = (f"stop serving it: take {table} out of the config file if it is there, kill -HUP "
+            f"the daemon, then: recalld workspace close --forget {agent_operand(agent)}")
+    reopen = f"recalld workspace open --config-json JSON {agent_operand(agent)}"
+    if cause == "missing":
+        return (f"put its folder back (mount its disk), then: recalld workspace open "
+                f"{agent_operand(agent)}; or {stop}")
+    if cause == "replica":
+        return (f"give one of the two replicas a host of its own: host in {table[:-1]}.remote] "
+                f"of the config file, then kill -HUP the daemon, or {reopen} with its remote "
+                "and a \"host\" in JSON (or share one workspace between the agents with "
+                f"shared_with); or {stop}")
+    if cause == "settings":
+        return (f"open it with settings that go with the config file: {reopen}, or mend "
+                f"{table} in the config file, then kill -HUP the daemon; or {stop}")
+    return (f"give it a folder of its own ({table} path in the config file, then kill -HUP "
+            f"the daemon), or {stop}")
+
+
 def _index(a: Assessment, ws: WorkspaceInfo) -> None:
     agent = a.agent_id
     h = ws.get("health") or {}
@@ -76,12 +98,8 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
         text = "none: the workspace is not open (the problem below says why)"
     a.facts.append(("index", text))
     if ws.get("state") == "failed" and ws.get("refused"):
-        a.problems.append(Problem(
-            "fail", f"workspace not opened: {ws.get('error')}",
-            f"give it a folder of its own ({workspace_table(agent)} path in the config file, "
-            f"then kill -HUP the daemon), or stop serving it: take {workspace_table(agent)} out "
-            f"of the config file if it is there, kill -HUP the daemon, then: recalld "
-            f"workspace close --forget {agent_operand(agent)}"))
+        a.problems.append(Problem("fail", f"workspace not opened: {ws.get('error')}",
+                                  _refused_fix(agent, ws.get("refused_for"))))
     elif ws.get("state") == "failed":
         a.problems.append(Problem("fail", f"workspace failed: {ws.get('error')}",
                                   f"recalld workspace open {agent_operand(agent)}"))

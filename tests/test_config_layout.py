@@ -331,6 +331,7 @@ def test_a_recorded_workspace_whose_config_no_longer_fits_is_refused_saying_why(
     listed = {w["agent_id"]: w for w in second.call("workspace.list")["workspaces"]}
     assert listed["default"]["state"] == "ready"
     assert listed["x"]["state"] == "failed" and listed["x"]["refused"] is True
+    assert listed["x"]["refused_for"] == "settings"
     error = listed["x"]["error"]
     assert 'metadata_dir = "notes/state" must not lie inside daily_dir = "notes"' in error
     assert "config recorded for it in workspaces.json" in error and "forget" in error

@@ -182,6 +182,24 @@ def test_workspace_list_masks_the_password_and_open_checks_the_host(
         opened("third", "postgresql://[::1]:1/db", "lap2")
     assert "s3cret" not in d.log()
 
+    # Configured so and reloaded, it is refused, and status's fix is a host of its own
+    # (it was "give it a folder of its own", which changes nothing).
+    d.config_path.write_text(d.config_path.read_text() + '[workspaces.third]\nremote = { '
+                             'kind = "postgres", dsn = "postgresql://[::1]:1/db", '
+                             'name = "team", host = "lap2" }\n')
+    d.signal(signal.SIGHUP)
+
+    def third() -> dict[str, object] | None:
+        return next((w for w in d.call("workspace.list")["workspaces"]
+                     if w["agent_id"] == "third" and w["state"] == "failed"), None)
+    wait_for(third, "the reload refuses the third replica")
+    assert third() == {**(third() or {}), "refused": True, "refused_for": "replica"}
+    block = cli(d, "status").split("\nthird: ", 1)[1]
+    assert "replicated by [workspaces.twin] too" in block, block
+    assert "fix: give one of the two replicas a host of its own: host in " \
+           "[workspaces.third.remote] of the config file" in block, block
+    assert "a folder of its own" not in block, block
+
 
 def _mapped(pid: int) -> str:
     return Path(f"/proc/{pid}/maps").read_text()

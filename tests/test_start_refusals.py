@@ -222,7 +222,7 @@ def test_refused_workspace_paths_show_in_status_and_doctor(daemon_factory: Daemo
     for name in set(paths) - {"good"}:
         ws = states[name]
         assert ws["state"] == "failed" and ws["refused"] is True, ws
-        assert refused[name] in ws["error"], ws
+        assert ws["refused_for"] == "place" and refused[name] in ws["error"], ws
     # Shown with the settings it was refused with, not the defaults.
     listed = {w["agent_id"]: w for w in daemon.call("workspace.list")["workspaces"]}
     assert listed["etc"]["settings"]["daily_dir"] == "journal"
@@ -233,6 +233,7 @@ def test_refused_workspace_paths_show_in_status_and_doctor(daemon_factory: Daemo
     assert shown.returncode == 0, shown.stderr
     for name in set(paths) - {"good"}:
         assert f"workspace not opened: {states[name]['error']}" in shown.stdout, shown.stdout
+        assert f"fix: give it a folder of its own ([workspaces.{name}] path" in shown.stdout
         # No index to count: said so, not "-: - file(s), - chunk(s) indexed".
         block = shown.stdout.split(f"\n{name}: ", 1)[1].splitlines()
         assert block[1].split(None, 1) == [
@@ -350,6 +351,12 @@ def test_a_served_workspace_whose_folder_is_gone_or_empty_is_not_made_again(
         listed = {w["agent_id"]: w for w in d.call("workspace.list")["workspaces"]}
         assert listed["far"]["state"] == "failed", listed["far"]
         assert f"{ws} is {shape}" in listed["far"]["error"]
+        assert listed["far"]["refused_for"] == "missing", listed["far"]
+        if shape == "missing":  # the fix is to put it back, not to find it another place
+            block = recalld("status", env=d.env).stdout.split("\nfar: ", 1)[1]
+            assert "fix: put its folder back (mount its disk), then: recalld workspace " \
+                   "open far; or stop serving it" in block, block
+            assert "a folder of its own" not in block, block
         assert d.stop() == 0
         if shape == "missing":
             assert not ws.exists()
