@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
@@ -35,6 +34,7 @@ from recalld.ipc.cli_args import local_file
 from recalld.ipc.cli_ops import Subparsers, add_command
 from recalld.ipc.client import Client
 from recalld.ipc.progress import following
+from recalld.ipc.qwenpaw_places import home_refused, not_a_workspace
 from recalld.ipc.render import not_applied_lines, print_json, render_workspaces
 
 EXIT_OK, EXIT_ERROR = 0, 1
@@ -136,73 +136,13 @@ def read_agent_json(path: Path, explicit: bool) -> JsonObject | None:
     return data
 
 
-def qwenpaw_home_agents(root: Path) -> dict[str, Path] | None:
-    """The agents of a QwenPaw home (``~/.qwenpaw``: a ``config.json`` whose
-    ``agents.profiles`` name each agent's workspace), id -> workspace folder; None when
-    ``root`` is not one. A ``workspace_dir`` that is not a folder here (the home came from
-    another machine) is looked for where QwenPaw keeps it, ``workspaces/<id>``."""
-    if (root / "agent.json").exists():
-        return None  # an agent's workspace
-    try:
-        data = orjson.loads(paths.read_regular_file(root / "config.json"))
-    except (OSError, orjson.JSONDecodeError):
-        return None
-    agents = data.get("agents") if isinstance(data, dict) else None
-    profiles = agents.get("profiles") if isinstance(agents, dict) else None
-    if not isinstance(profiles, dict):
-        return None
-    out: dict[str, Path] = {}
-    for key, ref in profiles.items():
-        ref = ref if isinstance(ref, dict) else {}
-        given = ref.get("workspace_dir")
-        path = root / Path(given).expanduser() if isinstance(given, str) and given else None
-        if path is None or not path.is_dir():
-            path = root / "workspaces" / key
-        out[str(ref.get("id") or key)] = path
-    return out
-
-
-def agent_workspace(folder: Path) -> bool:
-    """Whether ``folder`` is a QwenPaw agent's workspace: it has its ``agent.json`` or
-    ReMe's folder of what it stored (``mem_metadata``)."""
-    return (folder / "agent.json").is_file() or (folder / "mem_metadata").is_dir()
-
-
-def not_a_workspace(root: Path) -> str | None:
-    """Why ``root`` is not to be served as an agent's workspace, with what to import
-    instead: it holds QwenPaw agents' workspaces (``~/.qwenpaw/workspaces``), or it lies
-    inside one (its ``memory`` folder, say). Served, it would get folders of its own among
-    or inside the agents', and keep them from being imported. None: it may be."""
-    if agent_workspace(root) or (root / "memory").is_dir():
-        return None
-    try:
-        held = sorted(p for p in root.iterdir() if p.is_dir() and agent_workspace(p))
-    except OSError:
-        held = []
-    if held:
-        listed = "; ".join(f"recalld import-qwenpaw {shlex.quote(str(p))}" for p in held)
-        return f"{root} holds the workspaces of QwenPaw agents; import each ({listed})"
-    around = next((p for p in root.parents if agent_workspace(p)), None)
-    if around is not None:
-        return (f"{root} lies inside the QwenPaw workspace {around}; import it: "
-                f"recalld import-qwenpaw {shlex.quote(str(around))}")
-    return None
-
-
 def _import(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     root = paths.local_path(ns.path, "PATH")
     if not root.is_dir():
         raise errors.InvalidParams(f"{root} is not a directory")
-    agents = qwenpaw_home_agents(root)
-    if agents is not None:
-        # Served as a workspace, QwenPaw's home would hold every agent's folder (and
-        # stand in the way of importing each of them).
-        listed = "; ".join(f"{agent}: recalld import-qwenpaw {shlex.quote(str(path))}"
-                           for agent, path in sorted(agents.items())) or "none listed"
-        raise errors.InvalidParams(
-            f"{root} is QwenPaw's home, not an agent's workspace; import each agent's "
-            f"workspace ({listed})")
-    why = not_a_workspace(root)
+    # Served as a workspace, QwenPaw's home would hold every agent's folder (and stand
+    # in the way of importing each of them).
+    why = home_refused(root) or not_a_workspace(root)
     if why is not None:
         raise errors.InvalidParams(why)
     agent_json = (paths.local_path(ns.agent_json, "--agent-json") if ns.agent_json is not None
