@@ -19,6 +19,7 @@ from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.refusals import FolderGone
 from recalld.daemon.workspaces import shares
 from recalld.ipc.errors import InvalidParams
+from recalld.ipc.qwenpaw_places import held_agents, holds_refused, home_refused
 
 #: Folders that hold the system: a workspace is never at or below one of them.
 SYSTEM_TREES = tuple(Path(p) for p in (
@@ -62,6 +63,24 @@ def check_root(root: Path) -> None:
     if st.st_uid != os.getuid():
         raise InvalidParams(f"workspace {root} belongs to uid {st.st_uid}, not to the "
                             "user recalld runs as")
+    check_not_agents_folder(root)
+
+
+def check_not_agents_folder(root: Path) -> None:
+    """InvalidParams if ``root`` is QwenPaw's home or the folder of its agents'
+    workspaces (``~/.qwenpaw/workspaces``: folders with an ``agent.json``), as
+    ``recalld import-qwenpaw`` refuses them, saying how to import each agent instead
+    (blocking). A folder served before (it has its ``memory`` folder) is left alone, and
+    so is one holding recalld's workspaces only (shared ones may hold each other)."""
+    if (root / "memory").is_dir() or (root / "agent.json").is_file():
+        return
+    why = home_refused(root)
+    if why is None:
+        held = held_agents(root)
+        if any((p / "agent.json").is_file() for p in held):
+            why = holds_refused(root, held)
+    if why is not None:
+        raise InvalidParams(why)
 
 
 def check_still_there(root: Path) -> None:

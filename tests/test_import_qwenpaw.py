@@ -277,6 +277,38 @@ def test_qwenpaws_home_is_not_imported_as_one_workspace(daemon: DaemonHandle,
         assert proc.returncode == 0 and "notes:    1" in proc.stdout, proc.stderr
 
 
+def test_the_folders_holding_qwenpaws_agents_are_refused_by_the_daemon_too(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # workspace.open (a client, the MCP bridge, `workspace open --path`) served
+    # ~/.qwenpaw/workspaces as one workspace, its folders made among the agents', which
+    # `import-qwenpaw` refuses.
+    home = tmp_path / "Qwen Paw"
+    agents = home / "workspaces"
+    for agent in ("coder", "the-writer"):
+        (agents / agent / "memory").mkdir(parents=True)
+        (agents / agent / "agent.json").write_text(json.dumps({"id": agent}))
+    (home / "config.json").write_text(json.dumps({"agents": {"profiles": {
+        "coder": {"id": "coder"}, "the-writer": {"id": "the-writer"}}}}))
+    before = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+    for folder in (agents, home):
+        said = cli(daemon, "import-qwenpaw", str(folder)).stderr.strip()
+        assert said.startswith("recalld: ") and "recalld import-qwenpaw " in said, said
+        for config in (None, {"daily_dir": "memory"}):
+            with pytest.raises(InvalidParams) as refused:
+                daemon.call("workspace.open", {"agent_id": "paws", "path": str(folder),
+                                               **({"config": config} if config else {})})
+            assert f"recalld: {refused.value.message} (code -32602)" == said, said
+    assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == before
+    assert "paws" not in [w["agent_id"] for w in daemon.call("workspace.list")["workspaces"]]
+    # A folder holding recalld's own workspaces (no agent.json) is no QwenPaw folder.
+    outer = tmp_path / "team"
+    daemon.call("workspace.open", {"agent_id": "inner", "path": str(outer / "inner"),
+                                   "config": {"shared_with": ["outer"]}})
+    opened = daemon.call("workspace.open", {"agent_id": "outer", "path": str(outer),
+                                            "config": {"shared_with": ["inner"]}})
+    assert opened["state"] == "ready"
+
+
 def test_an_agent_recorded_at_another_folder_keeps_its_id(daemon: DaemonHandle,
                                                           tmp_path: Path) -> None:
     # Three QwenPaw homes (three machines), each with an agent `coder`: each folder gets
