@@ -45,6 +45,19 @@ def checked_timeout(value: float, name: str) -> float:
     return float(value)
 
 
+def checked_wait(value: float | None, name: str) -> float | None:
+    """``value``, how long an events wait lasts without one (seconds; 0: only the events
+    already arrived; ``math.inf`` or None: no limit), or ValueError when it is not such a
+    number: a NaN or a string failed in the wait with another library's error, a negative
+    one was taken for 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds, 0 or more (or None: no "
+                         f"limit), not {value!r}")
+    return float(value)
+
+
 def not_running(socket_path: Path) -> errors.DaemonNotRunning:
     """The error for no daemon at ``socket_path``, with the command that starts one there:
     ``recalld serve`` finds the socket as a client does, unless the client was given

@@ -403,8 +403,9 @@ class AsyncClient(_flavours.AsyncMethods):
 
         Raises :class:`ConnectionLost` when the subscribed connection dies; the next call,
         or the next ``next_event``, reconnects and subscribes again. Cancelled, it takes
-        no event.
+        no event. ValueError unless ``timeout_s`` is None or seconds, 0 or more.
         """
+        timeout_s = _core.checked_wait(timeout_s, "timeout_s")
         with anyio.move_on_after(math.inf if timeout_s is None else timeout_s):
             waiter = Waiter()
             run = self._here()
@@ -426,8 +427,12 @@ class AsyncClient(_flavours.AsyncMethods):
             return item
         return None
 
-    async def events(self, timeout_s: float | None = None) -> AsyncIterator[Event]:
-        """Yield events until ``timeout_s`` passes without one (None: forever)."""
+    def events(self, timeout_s: float | None = None) -> AsyncIterator[Event]:
+        """Yield events until ``timeout_s`` passes without one (None: forever).
+        ValueError at once unless ``timeout_s`` is None or seconds, 0 or more."""
+        return self._yield_events(_core.checked_wait(timeout_s, "timeout_s"))
+
+    async def _yield_events(self, timeout_s: float | None) -> AsyncIterator[Event]:
         while True:
             event = await self.next_event(timeout_s)
             if event is None:

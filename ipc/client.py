@@ -375,8 +375,12 @@ class Client(_flavours.SyncMethods):
         """Yield events as they arrive; stop after ``timeout_s`` without one (None: never).
 
         Raises :class:`ConnectionLost` if the daemon goes away while waiting; the next call
-        (or ``events()``) reconnects and subscribes again.
+        (or ``events()``) reconnects and subscribes again. ValueError at once unless
+        ``timeout_s`` is None or seconds, 0 or more.
         """
+        return self._yield_events(_core.checked_wait(timeout_s, "timeout_s"))
+
+    def _yield_events(self, timeout_s: float | None) -> Iterator[Event]:
         while True:
             with self._lock:
                 if not self._events:

@@ -4,6 +4,7 @@ daemon), 2 usage (ours or found by the daemon), 3 no daemon; a closed pipe ends 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import subprocess
@@ -201,6 +202,23 @@ def test_a_client_wait_that_is_no_positive_number_is_refused_at_once(
     for flavour in (Client, AsyncClient):
         with pytest.raises(ValueError, match=f"^{name} must be a number of seconds"):
             flavour("/tmp/unused.sock", **{name: value})
+
+
+@pytest.mark.parametrize("value", [float("nan"), -0.5, "5", True, [1]])
+def test_an_events_wait_that_is_no_number_of_seconds_is_refused_at_once(value: object) -> None:
+    # A NaN or a string failed inside the wait with anyio's or the standard library's
+    # error ("deadline must not be NaN", "unsupported operand type(s)"), and only once
+    # iterated; a negative one was taken for 0.
+    said = "^timeout_s must be a number of seconds, 0 or more"
+    with pytest.raises(ValueError, match=said):
+        Client("/tmp/unused.sock").events(timeout_s=value)
+    aclient = AsyncClient("/tmp/unused.sock")
+    with pytest.raises(ValueError, match=said):
+        aclient.events(timeout_s=value)
+    with pytest.raises(ValueError, match=said):
+        asyncio.run(aclient.next_event(timeout_s=value))
+    # 0 takes the events already arrived: none here, and no wait for a connection.
+    assert asyncio.run(aclient.next_event(timeout_s=0)) is None
 
 
 @pytest.mark.parametrize("lines", [80_001])
