@@ -308,6 +308,9 @@ class Watcher(CookieSync):
                 if dirs:
                     files |= await self._run_sync(
                         self._paths.expand_dirs, dirs, self._known_here(), limiter=self._limiter)
+                if files:
+                    files = await self._run_sync(self._paths.with_other_names, files,
+                                                 limiter=self._limiter)
                 await self._apply_all(files)
             self._applied_seq = max(self._applied_seq, upto)
             for name, seq in self._cookie_seen.items():

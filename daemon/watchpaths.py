@@ -13,6 +13,7 @@ import contextlib
 import errno
 import logging
 import os
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final, TypedDict
@@ -25,6 +26,9 @@ from recalld.daemon.watchsource import COOKIE_PREFIX
 from recalld.ipc.errors import RecalldError
 
 __all__ = ["IGNORE_DIRS", "WatchedRoots", "passed_by"]
+
+#: A note's file as ``(st_dev, st_ino, st_nlink)``: the names of one file share it.
+Inode = tuple[int, int, int]
 
 # The scans are the watcher's: they log under its name.
 log = logging.getLogger("recalld.daemon.watcher")
@@ -79,6 +83,11 @@ class WatchedRoots:
         self._found_misnamed: set[str] = set()
         self._misnamed: frozenset[str] = frozenset()
         self._unlisted: dict[str, str] = {}  # roots the last scan could not list, said once
+        # Notes with more than one name (hard links) and their file: a write through one
+        # name changes every other, and makes an event for that name alone (or none, from
+        # a name outside the roots). ``_mapped``: the files a walk found every name of.
+        self._links: dict[str, Inode] = {}
+        self._mapped: frozenset[Inode] = frozenset()
         # The daemon's own temp files (an atomic write's, a restore's) whose inode last
         # changed before the workspace opened are what a kill cut short. Read on the clock
         # file times are taken from: none made after this dates from before it.
@@ -128,10 +137,12 @@ class WatchedRoots:
     # -- disk scans (worker threads) ---------------------------------------------------------
 
     def _walk(self, top: Path, out: dict[str, tuple[int, int]],
-              reached: tuple[int, Callable[[], None]] | None = None) -> str | None:
+              reached: tuple[int, Callable[[], None]] | None = None,
+              links: dict[str, Inode] | None = None) -> str | None:
         # Links below ``top`` are never descended (``follow_symlinks=False``); ``top``
         # itself (a root, or a folder named by an event) may be a link, followed only
         # while it stays in the workspace: another agent's memory never enters this one.
+        # Notes with more than one name go to ``links`` too.
         # Returns why ``top`` itself could not be listed, or None.
         if self._real is None:
             self._real = os.path.realpath(self.workspace)
@@ -176,6 +187,8 @@ class WatchedRoots:
                         if self.is_note(rel):
                             st = entry.stat(follow_symlinks=False)
                             out[rel] = (st.st_mtime_ns, st.st_size)
+                            if links is not None and st.st_nlink > 1:
+                                links[rel] = (st.st_dev, st.st_ino, st.st_nlink)
                             if reached is not None and len(out) == reached[0]:
                                 reached[1]()
                         elif self._note_but_for_encoding(rel, entry.name):
@@ -214,9 +227,10 @@ class WatchedRoots:
         no permission) with why: what they hold is unknown, not gone."""
         out: dict[str, tuple[int, int]] = {}
         unlisted: dict[str, str] = {}
+        links: dict[str, Inode] = {}
         self._found_misnamed = set()
         for rel, root in zip(self.root_rels, self.roots, strict=True):
-            why = self._walk(root, out, reached)
+            why = self._walk(root, out, reached, links)
             if why is not None:
                 unlisted[rel] = why
                 if self._unlisted.get(rel) != why:
@@ -224,7 +238,55 @@ class WatchedRoots:
                                 root, why)
         self._unlisted = unlisted
         self._misnamed = frozenset(self._found_misnamed)
+        if not unlisted:  # else names in a root not listed may be missing
+            self._links, self._mapped = links, frozenset(links.values())
         return out, unlisted
+
+    def with_other_names(self, paths: set[str]) -> set[str]:
+        """``paths`` (notes a batch of events names) and every other name of a note among
+        them that has more than one: a write through one name of a file changes them all,
+        but only the name written through has an event (blocking). A file whose names
+        are not known yet (a link just made) has the roots walked for them once."""
+        files: set[Inode] = set()
+        for rel in paths:
+            try:
+                st = os.lstat(self.workspace / rel)
+            except OSError:
+                st = None
+            if st is None or not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+                self._links.pop(rel, None)
+                continue
+            self._links[rel] = inode = (st.st_dev, st.st_ino, st.st_nlink)
+            files.add(inode)
+        if not files:
+            return paths
+        if not files <= self._mapped:
+            links: dict[str, Inode] = {}
+            for root in self.roots:
+                self._walk(root, {}, None, links)
+            self._links = {**self._links, **links}
+            self._mapped = self._mapped | frozenset(links.values()) | files
+        same = {inode[:2] for inode in files}
+        return paths | {rel for rel, inode in self._links.items() if inode[:2] in same}
+
+    def has_other_names(self) -> bool:
+        """Whether a note with more than one name is known (see :meth:`changed_links`)."""
+        return bool(self._links)
+
+    def changed_links(self, known: Mapping[str, tuple[int, int]]) -> set[str]:
+        """The notes with more than one name whose ``(mtime_ns, size)`` on disk is not
+        ``known``'s: a name outside the roots may have changed them, which no event says
+        (blocking)."""
+        out: set[str] = set()
+        for rel in list(self._links):
+            try:
+                st = os.lstat(self.workspace / rel)
+            except OSError:
+                out.add(rel)
+                continue
+            if known.get(rel) != (st.st_mtime_ns, st.st_size):
+                out.add(rel)
+        return out
 
     def expand_dirs(self, dirs: set[str], known: Mapping[str, tuple[int, int]]) -> set[str]:
         """The notes the folder events ``dirs`` stand for, against ``known`` (blocking)."""

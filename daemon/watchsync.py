@@ -50,6 +50,11 @@ class CookieSync:
     _wake: trio.Event
     _sync_fallbacks: int
     _moved_away: set[str]
+    _pending: set[str]
+    _rescan: str | None
+
+    def _known_here(self) -> dict[str, tuple[int, int]]:
+        raise NotImplementedError
 
     async def reconcile(self, reason: str = "requested", *,
                         unattended: bool = False) -> ReconcileResult:
@@ -71,6 +76,8 @@ class CookieSync:
         if self._watch_state != "watching" or self._unlisted:
             await self._sync_by_reconcile("sync without a watch")
             return
+        if self._paths.has_other_names():
+            await self._queue_changed_links()
         self._cookie_n += 1
         name = f"{COOKIE_PREFIX}{os.getpid()}-{self._cookie_n}"
         done = trio.Event()
@@ -105,6 +112,14 @@ class CookieSync:
                     await self._run_sync(partial(self._paths.mark, name, remove=True))
                 except OSError as exc:  # the root is a file now, or unreadable
                     log.debug("sync cookie %s not removed: %s", name, exc)
+
+    async def _queue_changed_links(self) -> None:
+        # A note with more than one name may have changed through a name outside the
+        # roots, which no event says: what differs is applied with the cookie's batch.
+        changed = await self._run_sync(self._paths.changed_links, self._known_here())
+        if changed and self._rescan is None:  # an owed reconcile finds them anyway
+            self._pending |= changed
+            self._wake.set()
 
     def _check_running(self) -> None:
         if self._ended:
