@@ -12,9 +12,10 @@ directory below its roots but hidden ones (which every watcher passes by: a ``.g
 holds hundreds). New and moved-in directories get watches as they appear (their files
 are reported through the directory event, ``Change.folder`` whatever the directory's
 name; the watcher expands it). A directory moved away loses its watches, so stale
-paths never leak out. Queue overflow (``IN_Q_OVERFLOW``: the kernel dropped events) and
-a full watch table (``ENOSPC``: ``fs.inotify.max_user_watches``) raise
-:class:`WatchError`; the watcher then reconciles and restarts the source with backoff.
+paths never leak out. Queue overflow (``IN_Q_OVERFLOW``: the kernel dropped events;
+:class:`WatchOverflow`, which the watcher counts) and a full watch table (``ENOSPC``:
+``fs.inotify.max_user_watches``) raise :class:`WatchError`; the watcher then reconciles
+and restarts the source with backoff.
 Losing a root is reported as a deletion of the root itself, or ``Change.moved_away``; a root
 that cannot be watched when the source starts (gone, a link or a file in its place) raises
 :class:`WatchError`.
@@ -34,7 +35,7 @@ from pathlib import Path
 import trio
 
 from recalld.daemon.libc import libc
-from recalld.daemon.watchsource import Change, Emit, RawChange, WatchError
+from recalld.daemon.watchsource import Change, Emit, RawChange, WatchError, WatchOverflow
 
 IN_MODIFY = 0x00000002
 IN_ATTRIB = 0x00000004
@@ -137,7 +138,8 @@ class _Instance:
             for wd, mask, name in parse_events(data):
                 if mask & IN_Q_OVERFLOW:
                     for watches in self.users:
-                        watches.fail("inotify event queue overflowed; events were lost")
+                        watches.fail(WatchOverflow(
+                            "inotify event queue overflowed; events were lost"))
                     continue
                 owners = (self.owners.pop(wd, None) if mask & IN_IGNORED
                           else self.owners.get(wd))
@@ -155,7 +157,7 @@ class _Instance:
                 if not self.closed:
                     self.closed = True
                     for watches in self.users:
-                        watches.fail(f"reading inotify events failed: {exc}")
+                        watches.fail(WatchError(f"reading inotify events failed: {exc}"))
 
     def _read(self) -> bytes:
         chunks = []
@@ -204,7 +206,7 @@ class _Watches:
         #: The directory each of this source's watch descriptors stands for.
         self.paths: dict[int, str] = {}
         self._events: list[tuple[int, str, int, str]] = []
-        self._error: str | None = None
+        self._error: WatchError | None = None
         self._wake = trio.Event()
 
     def add_tree(self, top: str, *, root: bool = False) -> None:
@@ -246,8 +248,8 @@ class _Watches:
         self._events.append((wd, base, mask, name))
         self._wake.set()
 
-    def fail(self, why: str) -> None:
-        self._error = why
+    def fail(self, error: WatchError) -> None:
+        self._error = error
         self._wake.set()
 
     async def next(self) -> list[tuple[int, str, int, str]]:
@@ -255,7 +257,7 @@ class _Watches:
         await self._wake.wait()
         self._wake = trio.Event()
         if self._error is not None:
-            raise WatchError(self._error)
+            raise self._error
         events, self._events = self._events, []
         return events
 

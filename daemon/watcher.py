@@ -44,6 +44,7 @@ from recalld.daemon.watchsource import (
     ChangeSource,
     RawChange,
     WatchError,
+    WatchOverflow,
     default_source,
 )
 from recalld.daemon.watchsync import CookieSync
@@ -55,6 +56,13 @@ log = logging.getLogger(__name__)
 
 Known = Callable[[], Mapping[str, tuple[int, int]]]
 Apply = Callable[[set[str]], Awaitable[None]]
+
+
+def _caused_by(exc: BaseException, kind: type[Exception]) -> bool:
+    """Whether ``exc`` is a ``kind``, alone or in a group (a nursery wraps failures)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(kind) is not None
+    return isinstance(exc, kind)
 
 
 class Watcher(CookieSync):
@@ -376,6 +384,8 @@ class Watcher(CookieSync):
                 continue  # at once (a removed root is recreated, a moved one is not)
             except Exception as exc:
                 self._source_scope = None
+                if _caused_by(exc, WatchOverflow):  # events lost, as a pending set's overflow
+                    self._overflows += 1
                 self._record_error("watch failed", exc)
                 self._watch_state, self._why = "failed", describe_error(exc)
                 if not started:

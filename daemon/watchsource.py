@@ -47,6 +47,11 @@ class WatchError(Exception):
     """The change source stopped or failed; the watcher restarts it with backoff."""
 
 
+class WatchOverflow(WatchError):
+    """The kernel's event queue overflowed: events were lost (the watcher counts it among
+    its ``overflows`` and rescans)."""
+
+
 class ChangeSource(Protocol):
     """Delivers batches of raw changes below ``roots`` to ``emit`` until cancelled.
 
