@@ -186,3 +186,24 @@ def test_editor_litter_is_not_a_note(tmp_path: Path, name: str) -> None:
     assert not watcher.is_note(f"memory/2026-07-01/{name}")
     assert watcher.is_note("memory/2026-07-01/a.md")
     assert not watcher.is_note("memory/mem_metadata/a.md")
+
+
+async def test_a_write_through_one_name_applies_every_name_of_the_note(
+        tmp_path: Path, autojump_clock: object) -> None:
+    # Hard links: the write makes an event for the name written through, and no other.
+    first = write(tmp_path / "memory" / "2026-11-04" / "first.md", "v1")
+    watcher, index, src = make(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(watcher.run)
+        second = tmp_path / "memory" / "2026-11-06" / "second.md"
+        second.parent.mkdir()
+        os.link(first, second)  # known by the new name's event alone
+        src.emit([(Change.added, second)])
+        await eventually(lambda: "memory/2026-11-06/second.md" in index.docs)
+        second.write_text("v2", encoding="utf-8")
+        src.emit([(Change.modified, second)])
+        await eventually(lambda: index.texts().get("memory/2026-11-06/second.md") == "v2")
+        assert index.texts() == disk_notes(tmp_path) == {
+            "memory/2026-11-04/first.md": "v2", "memory/2026-11-06/second.md": "v2"}
+        assert watcher.status()["last_reconcile"]["reason"] == "startup"
+        nursery.cancel_scope.cancel()
