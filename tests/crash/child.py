@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.random  # numpy imports it lazily: a worker would pay that in its kill window
 from pyroaring import BitMap
 
 from recalld.daemon.store.applog import AppendLog
