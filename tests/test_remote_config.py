@@ -280,11 +280,10 @@ def test_a_dsn_libpq_cannot_use_is_refused_where_it_is_given(daemon_factory: Dae
                 f'{json.dumps(remote["dsn"])}, name = "mask{agent}" }}\n')
         path = tmp_path / f"{agent}.toml"
         path.write_text(text, encoding="utf-8")
-        check = subprocess.run([sys.executable, "-m", "recalld.daemon.main", "--check-config",
-                                "--config", str(path)], env=d.env, capture_output=True,
-                               text=True, timeout=60, check=False)
-        assert check.returncode == 2 and f"[workspaces.{agent}.remote]: " in check.stderr, \
-            check.stderr
+        check = daemon_factory(wait=False, args=["--check-config", "--config", str(path)])
+        assert check.proc.wait(timeout=60) == 2
+        stderr = check.log()
+        assert f"[workspaces.{agent}.remote]: " in stderr, stderr
         failed = d.log().count("reload failed")
         d.config_path.write_text(text, encoding="utf-8")
         d.signal(signal.SIGHUP)
@@ -293,7 +292,7 @@ def test_a_dsn_libpq_cannot_use_is_refused_where_it_is_given(daemon_factory: Dae
         assert f"[workspaces.{agent}.remote]: " in error and "dsn" in error, error
         with pytest.raises(InvalidParams, match="dsn") as refused:
             d.call("workspace.open", {"agent_id": agent, "config": {"remote": remote}})
-        for text in (check.stderr, error, refused.value.message, d.log()):
+        for text in (stderr, error, refused.value.message, d.log()):
             assert "SECRET" not in text, text
     assert [w["agent_id"] for w in d.call("workspace.list")["workspaces"]] == ["default"]
 
