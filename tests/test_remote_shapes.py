@@ -201,6 +201,8 @@ def test_a_row_held_back_is_tried_again_alone_not_with_the_feed_after_it(
     assert remote_status(b)["blocked"] == {"digest/wiki/plan.md": remote_status(b)[
         "last_error"]}
     (root(b) / "digest/wiki/plan.md").rmdir()
+    # The retry on the timer is shown above: a's change wakes this one.
+    woken(4)
     wait_for(lambda: converged(a, b) and remote_status(b)["state"] == "online",
              what="b online again")
     assert (root(b) / "digest/wiki/plan.md").read_text() == "# Plan\nblocked on b\n"
