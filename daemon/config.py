@@ -175,6 +175,9 @@ class DaemonConfig:
     # persist delay batches commits of derived state after bursts of edits.
     reconcile_interval_s: float = 300.0
     persist_delay_s: float = 2.0
+    # The vector backfill's first wait after a failed round (doubled per failed round in a
+    # row, to 300 s, with jitter).
+    backfill_backoff_s: float = 2.0
     # A workspace nobody searched for this long lets go of the index pages its searches
     # mapped in, and freed heap goes back to the system (0: never).
     idle_trim_s: float = 30.0
@@ -377,7 +380,7 @@ _DAEMON_FIELDS = {
     "max_request_bytes", "max_batch", "max_connections", "idle_timeout_s", "write_timeout_s",
     "graceful_timeout_s", "max_concurrent_calls_per_connection", "cpu_threads", "log_level",
     "backfill_threads", "backfill_nice", "reconcile_interval_s", "persist_delay_s",
-    "idle_trim_s", "chunk_max_chars", "schedule_jitter_s",
+    "idle_trim_s", "chunk_max_chars", "schedule_jitter_s", "backfill_backoff_s",
 }
 
 

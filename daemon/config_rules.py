@@ -219,6 +219,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("DaemonConfig", "log_level"): one_of(LOG_LEVELS, fold_case=True),
     ("DaemonConfig", "reconcile_interval_s"): between(5.0, 7 * DAY_S),
     ("DaemonConfig", "persist_delay_s"): between(0.0, 3600.0),
+    ("DaemonConfig", "backfill_backoff_s"): between(0.01, 300.0),
     ("DaemonConfig", "idle_trim_s"): Rule(_idle_trim, 0.5),
     ("DaemonConfig", "schedule_jitter_s"): between(0.0, 3600.0),
     # Below a few hundred characters a chunk holds a line or two: search finds fragments.

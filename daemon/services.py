@@ -34,7 +34,7 @@ import trio
 from recalld.daemon import statefiles
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.events import EventBus
-from recalld.daemon.index.embedder import VectorWorker
+from recalld.daemon.index.embedder import BackfillConfig, VectorWorker
 from recalld.daemon.index.procpool import PreparePool, cpu_count
 from recalld.daemon.index.service import Rebuilt, WorkspaceIndex
 from recalld.daemon.index.spaces import VectorSpaces
@@ -336,7 +336,9 @@ def build_workspace_services(ws: Workspace, daemon: DaemonServices) -> Workspace
                            # (a sync waiting for the watch then ends as the server drains;
                            # opened later: at once).
                            hold=None if daemon.start.done else daemon.start.wait_released)
-    vectors = VectorWorker(index, daemon.vector_spaces, ws.settings.embedding_model_config)
+    vectors = VectorWorker(index, daemon.vector_spaces, ws.settings.embedding_model_config,
+                           backfill=BackfillConfig(
+                               backoff_base_s=daemon.config.current.backfill_backoff_s))
     chat = ChatClients(ws, daemon.providers)
     sessions = SessionStore(
         ws.root / ws.settings.metadata_dir / "sessions" / "pending.jsonl", ws.agent_id,

@@ -69,8 +69,9 @@ RESTART_ONLY = ("socket_path", "data_dir", "max_request_bytes", "max_batch", "ma
                 "max_concurrent_calls_per_connection", "backfill_threads", "backfill_nice")
 # A stop's time beyond its two graceful_timeout_s waits (the last saves), for systemd.
 STOP_MARGIN_S = 30.0
-# Daemon settings a workspace's index takes when it opens (open ones keep theirs).
-AT_OPEN = ("reconcile_interval_s", "persist_delay_s", "idle_trim_s", "chunk_max_chars")
+# Daemon settings a workspace's index and backfill take when it opens (open ones keep theirs).
+AT_OPEN = ("reconcile_interval_s", "persist_delay_s", "idle_trim_s", "chunk_max_chars",
+           "backfill_backoff_s")
 
 Reloader = Callable[[], DaemonConfig]
 

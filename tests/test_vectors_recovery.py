@@ -110,7 +110,8 @@ def test_a_text_whose_answers_keep_breaking_is_parked_alone(daemon_factory: Any,
         fake.reply_for = lambda body: (Reply(raw=b"<html>upstream error</html>")
                                        if any("vitrophyre" in t for t in body["input"])
                                        else None)
-        d = daemon_factory(fake_config(root, fake))
+        # Its three failed rounds (``isolate_after``) come one short backoff after another.
+        d = daemon_factory(fake_config(root, fake) + "backfill_backoff_s = 0.05\n")
         d.call("index.sync", {"agent_id": "w"})
         st = wait_value(lambda: vectors_status(d), lambda st: st["parked"] == 1
                         and st["embedded"] == 3, "the odd text parked, the others embedded")
