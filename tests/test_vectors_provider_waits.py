@@ -110,7 +110,10 @@ def test_a_failed_round_s_error_goes_once_its_note_is_deleted(daemon_factory: An
     write(root, "memory/2026-07-23/commute.md", "# Commute\n\nThe train to Zurich.\n")
     with FakeProvider(dims=8, api_key="k") as fake:
         d = covered_daemon(daemon_factory, root, fake)
-        fake.reply_for = lambda body: Reply(status=500) if any(
+        # Retry-After: 0 has the call's own retries go at once, not over seconds of
+        # backoff; the round still fails, and the breaker its failures opened holds the
+        # backfill's next round as before.
+        fake.reply_for = lambda body: Reply(status=500, headers={"Retry-After": "0"}) if any(
             "DOOMED" in t for t in body["input"]) else None
         write(root, "memory/2026-07-24/doomed.md", "# Doomed\n\nDOOMED note.\n")
         d.call("index.sync", {"agent_id": "w"})
