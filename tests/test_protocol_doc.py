@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import orjson
 import pytest
 from conftest import DaemonHandle
 
@@ -140,3 +141,77 @@ def test_readme_config_example_loads(tmp_path: Path) -> None:
     assert cfg.workspace_settings("coder").auto_memory_interval == 10
     coder = cfg.workspace_path("coder")
     assert coder.is_absolute() and coder.parts[-3:] == (".qwenpaw", "workspaces", "coder")
+
+
+# ------------------------------------------------------------------ the examples, run
+
+
+def documented_exchanges() -> list[tuple[str, list[object]]]:
+    """The ``socat`` examples: each ``>`` line with the ``<`` lines that answer it."""
+    block = doc_text().split("\n## Examples\n", 1)[1].split("```text\n", 1)[1]
+    exchanges: list[tuple[str, list[object]]] = []
+    for line in block.split("```", 1)[0].splitlines():
+        if line.startswith("> "):
+            exchanges.append((line[2:], []))
+        elif line.startswith("< "):
+            exchanges[-1][1].append(orjson.loads(line[2:]))
+    return exchanges
+
+
+def _timeless(message: object) -> object:
+    """``message`` with its clock readings (``time``) blanked: they differ on every run."""
+    if isinstance(message, list):
+        return sorted((_timeless(m) for m in message), key=repr)
+    if isinstance(message, dict):
+        return {k: None if k == "time" else _timeless(v) for k, v in message.items()}
+    return message
+
+
+def test_the_examples_answer_as_shown(daemon: DaemonHandle, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Every socat example, sent as written, gets the answers and events the doc shows
+    (a workspace an event names is opened meanwhile), and the Python one prints them."""
+    note = daemon.data_dir / "workspaces" / "default" / "memory" / "2026-07-23" / "commute.md"
+    note.parent.mkdir(parents=True)
+    note.write_text("# Commute\nbike on Mondays\ntrain otherwise\n", encoding="utf-8")
+    daemon.call("index.sync", {"agent_id": "default"})
+    exchanges = documented_exchanges()
+    assert len(exchanges) >= 5
+    for request, expected in exchanges:
+        with daemon.connect(timeout=10) as conn:
+            conn.send_bytes(request.encode() + b"\n")
+            got: list[object] = []
+            for shown in expected:
+                if isinstance(shown, dict) and shown.get("method") == "event":
+                    params = shown["params"]
+                    folder = tmp_path / params["agent_id"]
+                    daemon.call("workspace.open", {"agent_id": params["agent_id"],
+                                                   "path": str(folder)})
+                    params["path"] = str(folder)
+                got.append(conn.recv())
+        assert _timeless(got) == _timeless(expected), request
+    python = doc_text().split("The same from Python:", 1)[1].split("```python\n", 1)[1]
+    monkeypatch.setenv("RECALLD_CONFIG", str(daemon.config_path))
+    monkeypatch.setenv("RECALLD_SOCKET", str(daemon.socket_path))
+    exec(python.split("```", 1)[0], {})  # the doc's own example
+    out = capsys.readouterr().out
+    assert out.startswith("{'pong': True, 'time': ")
+    assert out.endswith("}\nbike on Mondays\ntrain otherwise\n\n")
+
+
+def test_the_method_table_names_the_params_of_each_params_table() -> None:
+    """A method whose section has a ``| param | type | meaning |`` table takes exactly
+    those params, as the method table at the top lists them."""
+    methods = doc_text().split("\n## Methods\n", 1)[1].split("\n### ", 1)[0]
+    listed = {m: set(re.findall(r"`(\w+)\??`", params)) for m, params in
+              re.findall(r"^\| `([a-z_]+\.[a-z_.]+)` \| ([^|]*) \|", methods, flags=re.M)}
+    sections = re.split(r"^### `([a-z_]+\.[a-z_.]+)`$", doc_text(), flags=re.MULTILINE)
+    tabled = 0
+    for method, body in zip(sections[1::2], sections[2::2], strict=True):
+        if "\n| param | type | meaning |\n" not in body:
+            continue
+        table = body.split("\n| param | type | meaning |\n", 1)[1].split("\n\n", 1)[0]
+        assert set(re.findall(r"^\| `(\w+)` \|", table, flags=re.M)) == listed[method], method
+        tabled += 1
+    assert tabled >= 4
