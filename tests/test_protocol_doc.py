@@ -3,6 +3,7 @@ methods against a real daemon (a method is there unless it answers MethodNotFoun
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -215,3 +216,56 @@ def test_the_method_table_names_the_params_of_each_params_table() -> None:
         assert set(re.findall(r"^\| `(\w+)` \|", table, flags=re.M)) == listed[method], method
         tabled += 1
     assert tabled >= 4
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:  # argparse keeps its subparsers nowhere public
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def test_the_readme_lists_every_command_with_flags_it_takes() -> None:
+    """The README's command list names every command and subcommand of ``recalld``, and
+    each line's options are options of its command."""
+    from recalld.daemon import main as daemon_main
+    from recalld.ipc import cli
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("\n## Command line\n", 1)[1].split("```text\n", 1)[1]
+    lines = [line.split("   ")[0].split()[1:] for line in block.split("```", 1)[0].splitlines()
+             if line.startswith("recalld ")]
+    listed: set[str] = set()
+    for words in lines:
+        parser = _subcommands(cli.build_parser())[words[0]]
+        if words[0] == "serve":
+            parser = daemon_main.build_parser()
+        command = words[0]
+        for name in words[1].split("|") if len(words) > 1 else ():
+            if name in _subcommands(parser):
+                command = f"{words[0]} {name}"
+                listed.add(command)
+        parser = _subcommands(parser).get(command.partition(" ")[2], parser)
+        listed.add(words[0])
+        options = {o for action in parser._actions for o in action.option_strings}
+        flags = {f for w in words for f in w.strip("[]").split("|") if f[:1] == "-" and f != "-"}
+        assert flags <= options, (command, flags - options)
+    commands = set()
+    for name, parser in _subcommands(cli.build_parser()).items():
+        commands.add(name)
+        commands.update(f"{name} {sub}" for sub in _subcommands(parser))
+    assert listed == commands
+
+
+def test_the_readme_memory_capture_example_runs(daemon: DaemonHandle,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's capture example, run as written against a daemon with no chat model,
+    opens its workspace and stores the turns (the flush's job then waits for a model)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Memory capture\n", 1)[1]
+    example = section.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.setenv("RECALLD_CONFIG", str(daemon.config_path))
+    monkeypatch.setenv("RECALLD_SOCKET", str(daemon.socket_path))
+    exec("from recalld.ipc.client import Client\n" + example, {})  # the README's own example
+    workspaces = daemon.call("workspace.list")["workspaces"]
+    assert "coder" in {ws["agent_id"] for ws in workspaces if ws.get("state") == "ready"}
