@@ -207,3 +207,18 @@ def test_ensure_dir_creates_parents_durably(tmp_path: Path) -> None:
     assert fs.calls == 6  # three mkdirs, each followed by an fsync of its parent
     with pytest.raises(DiskFull):
         ensure_dir(FailingFS(1, ops=["mkdir"]), tmp_path / "d")
+
+
+def test_a_left_over_temp_file_of_a_name_with_a_line_break_is_removed(
+        tmp_path: Path) -> None:
+    # The temp file of a note whose name holds a line break (dropped in by hand, or
+    # written by a client) did not match the temp files' pattern: a kill between its
+    # write and its rename left it there for good. A name that only ends like a temp
+    # file's, with a line break after it, is not one of the daemon's.
+    ours = [tmp_path / temp_name(name) for name in ("two\nlines.md", "\n", "end\r\n.md")]
+    theirs = [tmp_path / ".x.md.tmp-0a1b2c3d4e5f\n", tmp_path / ".x.md.tmp-\n0a1b2c3d"]
+    for path in [*ours, *theirs]:
+        path.write_bytes(b"")
+        assert bool(TEMP_RE.match(path.name)) == (path in ours), path.name
+    assert remove_left_over(tmp_path, file_times_now() + 10**9) == sorted(p.name for p in ours)
+    assert sorted(tmp_path.iterdir()) == sorted(theirs)

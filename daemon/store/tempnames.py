@@ -15,8 +15,10 @@ from pathlib import Path
 
 from recalld.daemon.safepath import MAX_NAME_BYTES
 
-#: A temp file left by an interrupted publish: ``.<name>.tmp-<hex>``.
-TEMP_RE = re.compile(r"^\..+\.tmp-[0-9a-f]{8,}$")
+#: A temp file left by an interrupted publish: ``.<name>.tmp-<hex>``. ``<name>`` is a
+#: file's name, which may hold a line break (DOTALL); nothing follows the hex (``\Z``:
+#: ``$`` would let a name ending in a line break after it pass for one).
+TEMP_RE = re.compile(r"\A\..+\.tmp-[0-9a-f]{8,}\Z", re.DOTALL)
 
 
 def temp_name(name: str) -> str:
