@@ -19,6 +19,12 @@ As a workspace service (``WorkspaceServices.inbox``) :meth:`Inbox.run` opens the
 serves until cancelled, then closes the log.
 Writes are shielded under a deadline, so an item whose files were written is recorded
 even if its job is cancelled right then.
+
+Agents read the inbox: a note named by what looks like a credential (a token dropped in
+as a file name) is named in an item as search and status show it (:func:`shown_item`:
+masked, folder and suffix kept, and read back by that name), in its changes, its summary
+and its details, when it is pushed and again when it is listed (an item kept before the
+rules masked that name).
 """
 
 from __future__ import annotations
@@ -28,11 +34,12 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Final, TypedDict
+from typing import Final, TypedDict, cast
 
 import trio
 
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.safepath import masked
 from recalld.daemon.store.applog import AppendLog
 from recalld.daemon.store.errors import StorageError
 from recalld.daemon.workspaces import Workspace
@@ -158,16 +165,16 @@ class Inbox:
             # Never an id given before, also when the log went back (a backup restored) or
             # was lost: a client's ``since`` cursor would skip the item, its ack hit it.
             self._seq = max(self._seq + 1, int(now * 1000))
-            item: InboxItem = {
+            item = cast(InboxItem, shown_item({
                 "id": f"{self._seq:010d}",
                 "time": now,
                 "kind": kind,
                 "summary": summary,
-                "changes": list(dict.fromkeys(changes)),
+                "changes": list(changes),
                 "job_id": job_id,
                 "details": dict(details or {}),
                 "acked": False,
-            }
+            }))
             await self._append([{"op": "push", "item": item}])
         if self._publish is not None:
             try:
@@ -189,7 +196,7 @@ class Inbox:
             else:
                 t = _parse_time(since)
                 items = [i for i in items if float(i["time"]) > t]
-        return [dict(i) for i in items if include_acked or not i.get("acked")]
+        return [shown_item(i) for i in items if include_acked or not i.get("acked")]
 
     async def ack(self, ids: Iterable[str]) -> Acked:
         """Mark items as seen: ``{acked: [...], unknown: [...]}`` (already acked counts)."""
@@ -261,6 +268,55 @@ class Inbox:
                 del self._items[item_id]
 
 
+def shown_item(item: Mapping[str, object]) -> JsonObject:
+    """A copy of ``item`` naming each path it holds as search shows it: every path of its
+    ``changes`` and every text of its ``details`` masked where a part of it looks like a
+    credential (:func:`safepath.masked`), and so masked wherever the summary or a detail
+    quotes it."""
+    listed = item.get("changes")
+    changes = [c for c in listed if isinstance(c, str)] if isinstance(listed, list) else []
+    named = {raw: shown for raw in (*changes, *_texts(item.get("details")))
+             if (shown := masked(raw)) != raw}
+    out = dict(item)
+    if not named:
+        out["changes"] = list(dict.fromkeys(changes))
+        return out
+    order = sorted(named, key=len, reverse=True)  # a path before a part of it
+
+    def mask(text: str) -> str:
+        for raw in order:
+            text = text.replace(raw, named[raw])
+        return text
+
+    out["changes"] = list(dict.fromkeys(mask(c) for c in changes))
+    out["summary"] = mask(str(item.get("summary", "")))
+    out["details"] = _mapped(item.get("details") or {}, mask)
+    return out
+
+
+def _texts(value: object) -> Iterable[str]:
+    """The texts in a JSON value (an item's details)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from _texts(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _texts(v)
+
+
+def _mapped(value: object, mask: Callable[[str], str]) -> object:
+    """``value`` (JSON) with each text in it (keys too) passed through ``mask``."""
+    if isinstance(value, str):
+        return mask(value)
+    if isinstance(value, Mapping):
+        return {mask(str(k)): _mapped(v, mask) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mapped(v, mask) for v in value]
+    return value
+
+
 def _seq_of(item_id: str) -> int:
     try:
         return int(item_id)
@@ -299,7 +355,8 @@ async def push_inbox(ws: Workspace, kind: str, summary: str, changes: list[str],
             else:
                 await ws.wait_changed()  # a service started, or it stopped opening
     if inbox is None:
-        log.info("%s: no inbox to tell about %s", ws.agent_id, summary)
+        log.info("%s: no inbox to tell about %s", ws.agent_id, shown_item(
+            {"summary": summary, "changes": changes, "details": details})["summary"])
         return False
     try:
         await inbox.push(kind, summary, changes, job_id=job_id, details=dict(details))

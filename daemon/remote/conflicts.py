@@ -21,7 +21,8 @@ async def report_conflict(ws: Workspace, name: str, path: str, copy: str,
                 "host's version is kept as %s", name, masked(path), masked(copy))
     try:
         inbox = ws.services.inbox
-        if replayed and any(i.get("details", {}).get("conflict_copy") == copy
+        # Listed as shown: named masked where a name looks like a credential.
+        if replayed and any(i.get("details", {}).get("conflict_copy") == masked(copy)
                             for i in inbox.list(include_acked=True)):
             return  # reported before a crash interrupted the bookkeeping
         await inbox.push(
@@ -43,7 +44,7 @@ async def report_restored(ws: Workspace, name: str, path: str, version: int,
     try:
         inbox = ws.services.inbox
         if replayed and any(i.get("kind") == "sync_restored"
-                            and i.get("details", {}).get("path") == path
+                            and i.get("details", {}).get("path") == masked(path)
                             and i.get("details", {}).get("version") == version
                             for i in inbox.list(include_acked=True)):
             return  # reported before a crash interrupted the bookkeeping
