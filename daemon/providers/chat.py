@@ -40,6 +40,7 @@ from recalld.daemon.providers.errors import (
     ProviderConfigError,
     ProviderError,
     redact,
+    redact_url,
     snippet,
 )
 from recalld.daemon.providers.json_answers import not_json
@@ -339,7 +340,7 @@ class ChatClient:
         self.last_ok: float | None = None
 
     def __repr__(self) -> str:
-        endpoint = redact(self.endpoint, self._api_key)
+        endpoint = redact_url(self.endpoint, self._api_key)
         return f"ChatClient(model={self.config.model_name!r}, endpoint={endpoint!r}, api_key=***)"
 
     @property
@@ -407,7 +408,7 @@ class ChatClient:
         return {
             "enabled": self.enabled,
             "model": self.config.model_name,
-            "endpoint": redact(self.endpoint, self._api_key),
+            "endpoint": redact_url(self.endpoint, self._api_key),
             "breaker": self.breaker.snapshot().as_dict(),
             "last_error": self.last_error,
             "last_ok": self.last_ok,

@@ -54,6 +54,7 @@ from recalld.daemon.providers.errors import (
     ProviderTimeout,
     input_refused,
     redact,
+    redact_url,
 )
 from recalld.daemon.providers.retry import RetryPolicy, call_with_retry, check_response
 
@@ -188,7 +189,7 @@ class EmbeddingClient:
         self.input_limit = config.max_input_length
 
     def __repr__(self) -> str:
-        c, endpoint = self.config, redact(self.endpoint, self._api_key)
+        c, endpoint = self.config, redact_url(self.endpoint, self._api_key)
         return (f"EmbeddingClient(backend={c.backend!r}, model={c.model_name!r}, "
                 f"dims={self.dimensions}, endpoint={endpoint!r}, api_key=***)")
 
@@ -483,7 +484,7 @@ class EmbeddingClient:
             "backend": c.backend,
             "model": c.model_name,
             "dims": self.dimensions,
-            "endpoint": self._redact(self.endpoint),
+            "endpoint": redact_url(self.endpoint, self._api_key),
             "vector_space": self.vector_space_key(),
             "health": self.health,
             "breaker": self.breaker.snapshot().as_dict(),

@@ -21,7 +21,7 @@ from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.providers.errors import (
     DimensionMismatch,
     ProviderBadResponse,
-    redact,
+    redact_url,
     snippet,
 )
 from recalld.daemon.providers.json_answers import not_json
@@ -200,7 +200,7 @@ class WireFormat:
         self.base_url = (config.base_url or DEFAULT_BASE_URLS[config.backend]).rstrip("/")
 
     def __repr__(self) -> str:
-        url = redact(self.endpoint, self._api_key)
+        url = redact_url(self.endpoint, self._api_key)
         return f"<{type(self).__name__} model={self.config.model_name!r} url={url}>"
 
     @property
