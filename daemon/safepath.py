@@ -105,6 +105,17 @@ def masked(path: str) -> str:
     return mask_path(path)
 
 
+def masked_about(text: str, path: str) -> str:
+    """``text`` (an error's words, which may quote ``path`` or a folder of it, as an
+    absolute path) with each name of ``path`` that :func:`masked` masks masked there."""
+    from recalld.daemon.memory.secret_names import mask_name
+
+    for part in sorted(set(path.split("/")), key=len, reverse=True):
+        if part and (shown := mask_name(part)) != part:
+            text = text.replace(part, shown)
+    return text
+
+
 def _refuse_or_missing(parent_fd: int, name: str, exc: OSError, path: str) -> Exception:
     """Translate a failed step: a symlink is outside, anything missing is NotFound."""
     shown = masked(path)

@@ -18,12 +18,16 @@ from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from test_remote import cli, config, converged, notes, pair, remote_status, root, write
 from waits import wait_for
 
+from recalld.daemon.memory.secret_names import mask_path
+
 # A valid path on Linux (names under 255 bytes, the whole under 4,096) that PostgreSQL's
 # B-tree index of the files cannot hold (about 2.7 kB a key): no two folders alike, so
 # the key does not compress below that.
 DEEP = "memory/" + "/".join(f"{i:02d}" + "".join(chr(0x4E00 + (i * 67 + j * 7) % 20000)
                                                  for j in range(62)) for i in range(16))
-LONG = DEEP + "/deep.md"
+#: Named by a token too: the path is named masked in status and the log, as search shows it.
+GITHUB = "ghp_Zr4Tq9Lm2Xw7Ks3Vn8Bp1Dh6Fy0Jc5Ga2Ue9"
+LONG = DEEP + f"/deep-{GITHUB}.md"
 
 
 def test_a_note_the_server_cannot_store_waits_alone_and_goes_once_renamed(
@@ -42,7 +46,8 @@ def test_a_note_the_server_cannot_store_waits_alone_and_goes_once_renamed(
              <= notes(b).keys(), what="the other notes on b")
     status = wait_for(lambda: (lambda s: s if s["refused"] else None)(remote_status(a)),
                       what="the long path refused")
-    assert list(status["refused"]) == [LONG], status
+    assert list(status["refused"]) == [mask_path(LONG)], status
+    assert GITHUB[4:20] not in str(status) and GITHUB[4:20] not in a.log(), status
     assert status["state"] == "failing" and status["outbox"] == 1, status
     assert "the server refuses to store" in str(status["last_error"]), status
     # Later notes go up too: the replica stays online.
@@ -50,6 +55,7 @@ def test_a_note_the_server_cannot_store_waits_alone_and_goes_once_renamed(
     wait_for(lambda: "memory/2026-08-01/after.md" in notes(b), what="after on b")
     shown = cli(a, "doctor")
     assert "reachable and accepts this host" not in shown and "rename the note" in shown, shown
+    assert GITHUB[4:20] not in shown, shown
     # An edit takes the place of the refused change; the outbox holds one change.
     write(a, LONG, "# Deep\nfar down, edited\n")
     wait_for(lambda: (root(a) / LONG).read_text().endswith("edited\n")

@@ -18,7 +18,10 @@ from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from test_remote import cli, config, converged, notes, pair, remote_status, root, write
 from waits import wait_for
 
+from recalld.daemon.memory.secret_names import mask_path
 from recalld.daemon.remote.filesync import BLOCKED_RETRY_S
+
+GITHUB = "ghp_Zr4Tq9Lm2Xw7Ks3Vn8Bp1Dh6Fy0Jc5Ga2Ue9"
 
 
 def test_a_note_replaced_by_a_folder_of_its_name_and_back_converges(
@@ -173,8 +176,10 @@ def test_a_row_held_back_is_tried_again_alone_not_with_the_feed_after_it(
     # Each retry (every few seconds) of a note b cannot write fetches that note: the
     # 300 notes after it, applied already, are not read again each time.
     a, b, _ = pair(daemon_factory, pg_server)
-    (root(b) / "digest/wiki/plan.md").mkdir(parents=True)
-    write(a, "digest/wiki/plan.md", "# Plan\nblocked on b\n")
+    # Named by a token: status and the log name it masked, as search shows it.
+    plan = f"digest/wiki/plan-{GITHUB}.md"
+    (root(b) / plan).mkdir(parents=True)
+    write(a, plan, "# Plan\nblocked on b\n")
     for i in range(300):
         write(a, f"memory/2026-07-24/n{i}.md", f"# N{i}\nnote {i}\n")
     wait_for(lambda: len(notes(b)) == 300 and remote_status(b)["state"] == "failing",
@@ -198,14 +203,16 @@ def test_a_row_held_back_is_tried_again_alone_not_with_the_feed_after_it(
     # A backend may report its statistics late (the first pass's 300 rows, say): one
     # such report fits under the bound, a read of the feed at every retry does not.
     assert feed_rows_read(pg_server) - before < 650
-    assert remote_status(b)["blocked"] == {"digest/wiki/plan.md": remote_status(b)[
-        "last_error"]}
-    (root(b) / "digest/wiki/plan.md").rmdir()
+    status = remote_status(b)
+    assert status["blocked"] == {mask_path(plan): status["last_error"]}, status
+    assert status["last_error"].startswith(f"cannot write {mask_path(plan)}: "), status
+    assert GITHUB[4:20] not in str(status) and GITHUB[4:20] not in b.log(), status
+    (root(b) / plan).rmdir()
     # The retry on the timer is shown above: a's change wakes this one.
     woken(4)
     wait_for(lambda: converged(a, b) and remote_status(b)["state"] == "online",
              what="b online again")
-    assert (root(b) / "digest/wiki/plan.md").read_text() == "# Plan\nblocked on b\n"
+    assert (root(b) / plan).read_text() == "# Plan\nblocked on b\n"
 
 
 def test_hosts_naming_other_folders_are_told_and_catch_up_once_they_agree(

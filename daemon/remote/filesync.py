@@ -326,7 +326,7 @@ class FileSync(ReplicaFiles):
             await self._observe([exc.found])
             return
         except (OSError, RecalldError) as exc:  # a folder in its place: only it waits
-            reason = f"cannot write {path}: {exc}"
+            reason = refusals.cannot_write(path, exc)
             if failed_before is None:
                 log.warning("shared workspace %s: %s", self._cfg.name, reason)
             self._unsettled[path] = reason
@@ -408,7 +408,7 @@ class FileSync(ReplicaFiles):
                 updates = await self._apply_remote(wanted, failed)
                 for row in rows:
                     if row.path in failed:
-                        blocked[row.path] = f"cannot write {row.path}: {failed[row.path]}"
+                        blocked[row.path] = refusals.cannot_write(row.path, failed[row.path])
                         hold = row.version if hold is None else min(hold, row.version)
                     elif row.path in self._feed_blocked:  # written now: status says so now
                         del self._feed_blocked[row.path]

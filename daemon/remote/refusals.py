@@ -9,7 +9,9 @@ in status with the server's reason (``refused``), and the change is tried again 
 :data:`RETRY_S` and at each new connection. A later change of the same path (the note
 renamed, deleted, edited) takes its place: only the path's newest content counts.
 
-Pure bookkeeping, no I/O: the uploader (``remote/filesync.py``) asks and records.
+Pure bookkeeping, no I/O: the uploader (``remote/filesync.py``) asks and records. The
+reasons (and :func:`cannot_write`'s, of a file of the feed this host cannot write) name
+a note masked where a name in its path looks like a credential, as search shows it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from collections.abc import Callable, Iterable
 
 import psycopg
 import trio
+
+from recalld.daemon.safepath import masked, masked_about
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +41,17 @@ def refuses(exc: BaseException) -> bool:
 
 def reason(path: str, exc: psycopg.Error) -> str:
     """Why the server refuses ``path``, on one line (its primary message: the detail and
-    hint of PostgreSQL's error say nothing a user of recalld can act on)."""
-    text = exc.diag.message_primary or str(exc)
-    return f"the server refuses to store {path}: {' '.join(text.split())}"
+    hint of PostgreSQL's error say nothing a user of recalld can act on), naming it
+    masked where a name in it looks like a credential, as search shows it."""
+    text = masked_about(exc.diag.message_primary or str(exc), path)
+    return f"the server refuses to store {masked(path)}: {' '.join(text.split())}"
+
+
+def cannot_write(path: str, exc: BaseException) -> str:
+    """Why this host cannot write ``path`` of the feed (``exc``: the error met), on one
+    line, naming it as :func:`reason` does."""
+    why = " ".join(masked_about(str(exc), path).split())
+    return f"cannot write {masked(path)}: {why}"
 
 
 class Refusals:

@@ -50,6 +50,7 @@ from recalld.daemon.remote.schema import SchemaTooNew
 from recalld.daemon.remote.searcher import SearchUnavailable, ServerSearcher, one_line
 from recalld.daemon.remote.wentback import server_went_back
 from recalld.daemon.remote.writes import refusal_kind
+from recalld.daemon.safepath import masked
 from recalld.daemon.sharedplace import default_host
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import AlreadyRunning, ProviderUnavailable
@@ -146,8 +147,9 @@ class Replica:
             "last_pull": self._files.last_pull,
             "last_error": faults[0] if faults else self._last_error,
             "last_error_at": self._last_error_at,
-            "blocked": dict(blocked),
-            "refused": refused,
+            # Named as search names them: masked where a name looks like a credential.
+            "blocked": {masked(path): why for path, why in blocked.items()},
+            "refused": {masked(path): why for path, why in refused.items()},
             "held": self._files.guard.status(),
             "outside": self._files.outside,
             "unshared": self._files.watcher.status()["misnamed"],

@@ -35,7 +35,7 @@ from recalld.daemon.remote.localfs import (
 )
 from recalld.daemon.remote.outbox import Change, Outbox
 from recalld.daemon.remote.state import Base, ReplicaState
-from recalld.daemon.safepath import masked
+from recalld.daemon.safepath import masked, masked_about
 from recalld.daemon.workspaces import Workspace
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class ReplicaFiles:
             failed: dict[str, Exception] = {}
             files = await in_thread(self._fs.read_each, wanted, failed)
             for path in wanted:  # one that fails stays as the replica knew it until then
-                why = str(failed[path]) if path in failed else None
+                why = masked_about(str(failed[path]), path) if path in failed else None
                 if why is not None and self._unreadable.get(path) != why:
                     log.warning("shared workspace %s: cannot read %s now (%s); it is read "
                                 "again at its next change or rescan", self._cfg.name,
