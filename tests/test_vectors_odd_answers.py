@@ -146,9 +146,12 @@ async def test_a_text_answered_in_other_dimensions_is_parked_alone(
     with FakeProvider(dims=8) as provider:
         provider.reply_for = short_for_the_odd_text
         async with h.open(h.emb(provider)) as (index, worker):
-            await until(lambda: worker.status()["parked"] == 1, deadline_s=10)
+            # The odd text parked and the others embedded: in either order (their own
+            # calls and its last lone one may end in any order on a busy machine).
+            await until(lambda: (lambda st: st["parked"] == 1 and st["embedded"] == 3)(
+                worker.status()))
             st = worker.status()
-            assert st["embedded"] == 3 and st["total"] == 4, st
+            assert st["total"] == 4, st
             assert st["parked_paths"][0].startswith("memory/2026-04-30/odd.md"), st
             assert "5-dimensional" in st["parked_error"] and "failed" in st["parked_error"]
             assert st["health"] == "ok" and not st["provider"]["fails_for_good"], st
