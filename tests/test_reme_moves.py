@@ -5,15 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from reme_fixture_util import copy_fixture, embedding_toml, fixture_provider, passage_texts
+from reme_fixture_util import fixture_provider, passage_texts
 from test_reme_import import wait_full
+from test_reme_start import reme_workspace, report
 
 from recalld.daemon.index import reme_import
 
 
 def test_notes_renamed_or_moved_since_reme_indexed_them_cost_nothing(
         daemon_factory: Any, tmp_path: Path) -> None:
-    ws = copy_fixture(tmp_path / "ws")
+    ws, config = reme_workspace(tmp_path)
     reme_files = {p: p.read_bytes() for p in (ws / "mem_metadata").rglob("*") if p.is_file()}
     found = reme_import.read_store(ws / "mem_metadata")
     assert found is not None
@@ -24,12 +25,10 @@ def test_notes_renamed_or_moved_since_reme_indexed_them_cost_nothing(
     (ws / "memory" / "archive").mkdir()
     (ws / one).rename(ws / moved)
     with fixture_provider() as fake:
-        d = daemon_factory(f'[workspaces.w]\npath = "{ws}"\n{embedding_toml()}'
-                           '[daemon]\npersist_delay_s = 0.05\n')
+        d = daemon_factory(config)
         d.call("index.sync", {"agent_id": "w"})
         st = wait_full(d)
-        rep = d.call("workspace.open", {"agent_id": "w", "path": str(ws),
-                                        "import_report": True})["import"]
+        rep = report(d, ws)
         paid = passage_texts(fake)
         hits = {h["path"] for h in d.call("memory.list", {"agent_id": "w"})["files"]}
         assert d.stop() == 0

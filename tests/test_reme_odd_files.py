@@ -11,6 +11,7 @@ import orjson
 import zstandard
 from reme_fixture_util import copy_fixture, embedding_toml, fixture_provider, passage_texts
 from test_reme_import import wait_full
+from test_reme_start import reme_workspace, report
 from waits import wait_for
 
 from recalld.daemon.index import reme_import
@@ -79,7 +80,7 @@ def test_a_chunk_repeated_in_remes_store_is_one_chunk(daemon_factory: Any,
     # same chunk under the same id on two lines, once with an older text, or the same
     # chunk with no id. ReMe keeps the last of an id; the notes keep ReMe's boundaries
     # and vectors, and nothing is paid.
-    ws = copy_fixture(tmp_path / "ws")
+    ws, config = reme_workspace(tmp_path)
     store = ws / "mem_metadata" / reme_import.CHUNK_STORE
     records = read_foreign_records(store).records
     stale = [{**rec, "text": rec["text"] + "\nsaid before an edit"} for rec in records[:3]]
@@ -90,12 +91,10 @@ def test_a_chunk_repeated_in_remes_store_is_one_chunk(daemon_factory: Any,
     found = reme_import.read_store(ws / "mem_metadata")
     assert found is not None and len(found) == len(found.vectors) == len(records)
     with fixture_provider() as fake:
-        d = daemon_factory(f'[workspaces.w]\npath = "{ws}"\n{embedding_toml()}'
-                           '[daemon]\npersist_delay_s = 0.05\n')
+        d = daemon_factory(config)
         d.call("index.sync", {"agent_id": "w"})
         st = wait_full(d)
-        rep = d.call("workspace.open", {"agent_id": "w", "path": str(ws),
-                                        "import_report": True})["import"]
+        rep = report(d, ws)
         assert passage_texts(fake) == []
         assert rep["chunks"] == {"total": len(records), "reme_boundaries": len(records)}, rep
         assert rep["reme_store"]["chunks"] == len(records), rep["reme_store"]
