@@ -9,7 +9,7 @@ import unicodedata
 import pytest
 
 from recalld.daemon.memory.redact import redact, redact_parts, seam_spans
-from recalld.daemon.memory.secret_forms import ascii_forms
+from recalld.daemon.memory.secret_forms import as_ascii, ascii_forms
 from recalld.daemon.memory.secret_names import mask_name
 
 GITHUB = "ghp_" + "Wd3Rk8Tq1Zm6Yv9Xb2Nc5Lf7Hj4Gp0Sa8Ke1"
@@ -78,3 +78,23 @@ def test_a_key_in_another_form_cut_between_two_messages_is_masked_in_both(form: 
             assert ends and starts, (form, at, repr(mark))
             assert redact_parts([before], [ends])[0].endswith("my key is [REDACTED]")
             assert redact_parts([after], [starts])[0] == "[REDACTED] ok"
+
+
+def test_long_and_short_texts_read_every_form_alike() -> None:
+    # Long texts are read through a table lookup, short ones by str.translate: every
+    # character of the table, characters beyond it, a lone surrogate and a piece boundary
+    # read the same either way.
+    import random
+
+    forms = ascii_forms()
+    pool = [chr(c) for c in forms] + ["中", "文", "。", "a", " ", "\n", "\U0001f600",
+                                      "\U0010fffd", "\udc80", chr(max(forms) + 1)]
+    rng = random.Random(7)
+    for size in (600, 70_000):
+        text = "".join(rng.choice(pool) for _ in range(size))
+        read = as_ascii(text)
+        assert len(read) == len(text)
+        assert read == text.translate(forms)
+        assert as_ascii(read) == read
+    plain = "中文没有别的形式。" * 100
+    assert as_ascii(plain) is plain

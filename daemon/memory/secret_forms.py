@@ -18,7 +18,11 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = ["as_ascii", "ascii_forms"]
 
@@ -68,6 +72,46 @@ def _has_forms() -> re.Pattern[str]:
 def as_ascii(text: str) -> str:
     """``text`` with each compatibility form of an ASCII character read as that
     character (the same length: positions are kept)."""
-    if text.isascii() or _has_forms().search(text) is None:
+    if text.isascii():
+        return text
+    if len(text) >= _ARRAY_CHARS:
+        return "".join(_read_array(text[i:i + _ARRAY_PIECE])
+                       for i in range(0, len(text), _ARRAY_PIECE))
+    if _has_forms().search(text) is None:
         return text
     return text.translate(ascii_forms())
+
+
+#: Texts this long or longer are read by a table lookup over their code points (numpy):
+#: a Chinese note of 4,000 characters, nearly all with full-width punctuation, in ~0.15
+#: ms instead of ~1 ms for the search above and ``str.translate`` (a dict lookup, and a
+#: KeyError, for each character). Shorter ones are not worth the arrays.
+_ARRAY_CHARS: Final = 512
+#: ... in pieces of this many characters, so that a note of megabytes does not make
+#: arrays of four bytes a character all at once.
+_ARRAY_PIECE: Final = 1 << 16
+
+
+@functools.cache
+def _form_table() -> npt.NDArray[np.uint32]:
+    """Code point -> the code point the rules read (itself for most), up to the last
+    code point :func:`ascii_forms` maps."""
+    import numpy as np
+
+    forms = ascii_forms()
+    table = np.arange(max(forms) + 1, dtype=np.uint32)
+    table[list(forms)] = list(forms.values())
+    return table
+
+
+def _read_array(text: str) -> str:
+    import numpy as np
+
+    table = _form_table()
+    # "surrogatepass": a lone surrogate (a file name's undecodable byte) is a code point
+    # like any other here.
+    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    read = np.where(points < len(table), table[np.minimum(points, len(table) - 1)], points)
+    if np.array_equal(read, points):
+        return text
+    return read.astype("<u4").tobytes().decode("utf-32-le", "surrogatepass")
