@@ -69,7 +69,8 @@ _PASSWORDS: Final = (
         r"[^\s%\"']{1,100}%(?P<bare>[^\s\"']{3,200})")),
     (("lftp",), re.compile(
         r"\blftp\b[^\n]{0,300}?(?<!\S)-u[ \t]+[\"']?[^\s,\"']{1,100},(?P<bare>[^\s\"']{3,200})")),
-    (("gh",), re.compile(r"\bgh[ \t]+secret[ \t]+set\b[^\n]{0,300}?(?<!\S)(?:--body|-b)"
+    # (Looked for where "secret" is: "gh" is in most English texts.)
+    (("secret",), re.compile(r"\bgh[ \t]+secret[ \t]+set\b[^\n]{0,300}?(?<!\S)(?:--body|-b)"
                          r"(?:[ \t]+|=)" + _VALUE)),
     (("psexec", "paexec"), re.compile(
         r"(?i)\b(?:psexec(?:64)?|paexec)(?:\.exe)?\b[^\n]{0,200}?(?<!\S)-p[ \t]+" + _VALUE)),
@@ -106,8 +107,10 @@ _SETTER: Final = re.compile(
 
 
 #: What each of the two rules above cannot match without: a look for it costs a few
-#: percent of running the rule over a text that holds neither (most texts).
-_SHELL_SET_NEEDS: Final = re.compile(r"set[ \t]+-|setenv|set-env|setx|(?m:^[ \t]*ENV)")
+#: percent of running the rule over a text that holds neither (most texts). (Each a
+#: literal first, which ``re`` looks for fast; a Dockerfile's ``ENV`` apart.)
+_SHELL_SET_NEEDS: Final = re.compile(r"set(?:[ \t]+-|env|-env|x)")
+_SHELL_ENV_NEEDS: Final = re.compile(r"(?m)^[ \t]*ENV")
 _SETTER_NEEDS: Final = re.compile(r"\([ \t]*[\"']")
 
 
@@ -132,15 +135,20 @@ def find_command_passwords(text: str, pos: int, endpos: int) -> Iterable[Span]:
                 span = _value_span(m)
                 if span is not None:
                     yield span
-    for needs, rx in ((_SHELL_SET_NEEDS, _SHELL_SET), (_SETTER_NEEDS, _SETTER)):
-        if needs.search(text, pos, endpos) is None:
-            continue
-        for m in rx.finditer(text, pos, endpos):
-            kind = name_kind(m.group("name"))
-            if kind is not None and not names_a_source(text, m.start("value")):
-                span = value_span(kind, m.group("value"), m.start("value"), 0)
-                if span is not None:
-                    yield span
+    if _SHELL_SET_NEEDS.search(text, pos, endpos) is not None or (
+            "ENV" in text and _SHELL_ENV_NEEDS.search(text, pos, endpos) is not None):
+        yield from _set_values(_SHELL_SET, text, pos, endpos)
+    if _SETTER_NEEDS.search(text, pos, endpos) is not None:
+        yield from _set_values(_SETTER, text, pos, endpos)
+
+
+def _set_values(rx: re.Pattern[str], text: str, pos: int, endpos: int) -> Iterable[Span]:
+    for m in rx.finditer(text, pos, endpos):
+        kind = name_kind(m.group("name"))
+        if kind is not None and not names_a_source(text, m.start("value")):
+            span = value_span(kind, m.group("value"), m.start("value"), 0)
+            if span is not None:
+                yield span
 
 
 def session_value(value: str) -> bool:
