@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from recalld.daemon.memory.secret_rules import INVISIBLE_IN_TOKEN, Span
+from recalld.daemon.memory.secret_rules import INVISIBLE, INVISIBLE_IN_TOKEN, Span
 
 __all__ = ["Reading", "token_reading"]
 
@@ -117,7 +117,7 @@ def token_reading(text: str) -> Reading | None:
     """``text`` read without what shows nothing inside its tokens and with the escapes
     inside them spelling their characters; None when that reads as ``text`` does."""
     pieces: list[tuple[int, int, str]] = []  # (start, end, read as)
-    if not text.isascii():
+    if not text.isascii() and INVISIBLE.search(text) is not None:
         pieces.extend((m.start(), m.end(), "") for m in INVISIBLE_IN_TOKEN.finditer(text))
     if _has_escape(text):
         size = len(text)

@@ -127,6 +127,10 @@ INVISIBLE_CHARS: Final = ("\u00ad\u034f\u061c\u17b4\u17b5\u180b-\u180f\u200b-\u2
                           "\U000e0000-\U000e0fff")  # inside a character class
 INVISIBLE_IN_TOKEN: Final = re.compile(
     rf"(?<={_RUN_CHAR})[{INVISIBLE_CHARS}]+(?={_RUN_CHAR})")
+#: Any of them: a search for it is several times faster than INVISIBLE_IN_TOKEN's (a
+#: pattern starting with a look-behind is tried at every position), and nearly every
+#: text holds none.
+INVISIBLE: Final = re.compile(f"[{INVISIBLE_CHARS}]")
 
 
 def token_runs(text: str) -> list[Span]:

@@ -55,18 +55,16 @@ def shown_message(message: str) -> str:
     token it cuts, and shown escaped again."""
     if "\\" not in message:
         return _masked(message)
-    from recalld.daemon.memory.secret_rules import INVISIBLE_CHARS
-
-    invisible = re.compile(f"[{INVISIBLE_CHARS}]")
+    from recalld.daemon.memory.secret_rules import INVISIBLE
 
     def unescape(m: re.Match[str]) -> str:
         char = chr(int(m.group(m.lastindex or 0), 16))
-        return char if invisible.fullmatch(char) else m.group()
+        return char if INVISIBLE.fullmatch(char) else m.group()
 
     read = _ESCAPE.sub(unescape, message)
     if read == message:
         return _masked(message)
-    return invisible.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"),
+    return INVISIBLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"),
                          _masked(read))
 
 
