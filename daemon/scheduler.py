@@ -327,6 +327,18 @@ class CronScheduler:
         if scope is not None:
             scope.cancel()
 
+    async def forget(self, agent_id: str) -> None:
+        """Drop ``agent_id``'s entries and their history (its workspace was closed with
+        forget): one opened later under that id starts from then, as a new entry."""
+        prefix = _key(agent_id, "")
+        for entry in [e for k, e in self._entries.items() if k.startswith(prefix)]:
+            self.unschedule(entry.agent_id, entry.kind)
+        dropped = [k for k in self._state if k.startswith(prefix)]
+        for key in dropped:
+            del self._state[key]
+        if dropped:
+            await self._persist()
+
     def status(self) -> list[ScheduleEntry]:
         now = self._wall.now()
         return [self._status(key, entry, now) for key, entry in sorted(self._entries.items())]

@@ -131,3 +131,35 @@ async def test_unscheduled_on_close_and_still_running_dream_is_not_doubled(
         h.scheduler.unschedule(ws.agent_id, DREAM_KIND)  # what closing the workspace does
         await sleep_until(wall, datetime(2026, 11, 30, 5, 5, tzinfo=UTC))
     assert len(h.ran) == 2
+
+
+@pytest.mark.parametrize("how", ["disabled", "forgotten"])
+async def test_a_dream_turned_off_or_forgotten_does_not_catch_up_when_back(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock, how: str) -> None:
+    # Disabled (dream_cron_enabled = false) or its workspace closed with forget, then on
+    # again days later: its entry starts from then, as a new one does; the nights it was
+    # off are not made up for at once (a reopen after a plain close or a restart is).
+    wall = FakeWallClock(datetime(2026, 11, 29, 22, 0, tzinfo=UTC))
+    h = Harness(tmp_path, wall, 3)
+    on = h.workspace(tmp_path, "w.1")
+    async with h.running():
+        h.consolidation.schedule_workspace(on)
+        await sleep_until(wall, datetime(2026, 11, 29, 22, 30, tzinfo=UTC))
+        if how == "disabled":
+            h.consolidation.schedule_workspace(
+                h.workspace(tmp_path, "w.1", dream_cron_enabled=False))
+        else:
+            h.scheduler.unschedule(on.agent_id, DREAM_KIND)  # what its close does
+            await h.scheduler.forget(on.agent_id)
+        await sleep_until(wall, datetime(2026, 12, 2, 12, 0, tzinfo=UTC))
+        await trio.testing.wait_all_tasks_blocked()
+    assert h.ran == []
+    h2 = Harness(tmp_path, wall, 4)  # and across a restart while it was off
+    async with h2.running():
+        h2.consolidation.schedule_workspace(on)
+        await sleep_until(wall, datetime(2026, 12, 2, 22, 59, tzinfo=UTC))
+        await trio.testing.wait_all_tasks_blocked()
+        assert h2.ran == []
+        await sleep_until(wall, datetime(2026, 12, 2, 23, 2, tzinfo=UTC))
+        await trio.testing.wait_all_tasks_blocked()
+    assert [params["occurrence"] for _, params, _ in h2.ran] == ["2026-12-02T23:00:00+00:00"]

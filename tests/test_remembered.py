@@ -88,6 +88,10 @@ def test_restart_reopens_every_workspace_served_before(daemon_factory: Any,
 
     record = remembered.load(d.data_dir / "state" / "workspaces.json")
     assert set(record) == {"default", "by-rpc", "by-middleware", "by-mcp", "closed-kept"}
+    # The dream's history goes with it: opened again under its id, it starts from then
+    # rather than make up at once for a night it did not exist (a closed one keeps it).
+    dreams = orjson.loads((d.data_dir / "state" / "scheduler.json").read_bytes())["entries"]
+    assert "forgotten/auto_dream" not in dreams and "closed-kept/auto_dream" in dreams
     assert record["by-rpc"]["config"] == {"auto_memory_interval": 3}
 
     d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])

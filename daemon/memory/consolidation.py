@@ -11,8 +11,9 @@
 :class:`ResourceService` is its per-workspace service: it registers the workspace's
 ``dream_cron`` (when ``dream_cron_enabled``) with the scheduler, runs the resource catalog
 and its watcher, and on close unschedules the entry (its last fired occurrence stays in
-the scheduler state, so a reopen does not fire it again). It stops by cancellation with
-its workspace.
+the scheduler state, so a reopen does not fire it again; a workspace whose dream is
+turned off, or that is closed with forget, loses it: back on, its dream starts from then,
+no missed night made up for). It stops by cancellation with its workspace.
 """
 
 from __future__ import annotations
@@ -208,8 +209,8 @@ class Consolidation:
         try:
             if s.dream_cron_enabled:
                 self.scheduler.schedule(ws.agent_id, DREAM_KIND, s.dream_cron)
-            else:
-                self.scheduler.unschedule(ws.agent_id, DREAM_KIND)
+            else:  # its history goes: turned on again, it starts from then
+                self.scheduler.schedule(ws.agent_id, DREAM_KIND, s.dream_cron, enabled=False)
         except ValueError as exc:
             log.error("workspace %s: dream_cron not scheduled: %s", ws.agent_id, exc)
             return str(exc)

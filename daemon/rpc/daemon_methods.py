@@ -225,6 +225,8 @@ async def workspace_close(ctx: CallContext, params: JsonObject) -> WorkspaceClos
     forget = p.boolean("forget", False)
     p.done()
     closed = await ctx.state.registry.close(agent_id, forget=forget)
+    if forget:  # a workspace opened later under its id dreams from then, as a new one
+        await ctx.state.services.scheduler.forget(agent_id)
     # A workspace the configuration names opens at every start and reload, forgotten or not.
     configured = agent_id in ctx.state.config.configured_agents()
     return {"agent_id": agent_id, "closed": closed, "forgotten": forget,
