@@ -7,6 +7,7 @@ wait is on a condition with a generous cap.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import os
@@ -250,7 +251,7 @@ def test_a_change_the_replica_cannot_apply_is_failing_not_offline(
 
 def test_offline_keeps_serving_then_converges(daemon_factory: DaemonFactory,
                                               pg_server: PgServer) -> None:  # noqa: F811
-    a, b, _ = pair(daemon_factory, pg_server)
+    a, b, name = pair(daemon_factory, pg_server)
     write(a, "memory/2026-07-20/base.md", "# Base\nshared before the outage\n")
     wait_for(lambda: converged(a, b) and "memory/2026-07-20/base.md" in notes(b))
 
@@ -269,6 +270,15 @@ def test_offline_keeps_serving_then_converges(daemon_factory: DaemonFactory,
         assert search_paths(b, "ibex")
         wait_for(lambda: remote_status(a)["outbox"] == 3, what="a's queue")
         wait_for(lambda: remote_status(b)["outbox"] == 5, what="b's queue")
+        # A note saved again and again keeps two versions in the outbox, not one a save:
+        # the one that goes up first and the latest.
+        outbox = root(a) / "mem_metadata/remote/outbox.log"
+        for i in range(6):
+            text = f"# A0\noffline note alpaca0 saved {i} times\n"
+            write(a, "memory/2026-07-21/a0.md", text)
+            queued = base64.b64encode(text.encode()).decode()
+            wait_for(lambda q=queued: q in outbox.read_text(), what=f"save {i} queued")
+        assert remote_status(a)["outbox"] == 4
         shown = cli(b, "status")
         assert re.search(r"remote: +offline, outbox 5 ", shown), shown
         assert "shared workspace default" in cli(b, "doctor")
@@ -289,6 +299,9 @@ def test_offline_keeps_serving_then_converges(daemon_factory: DaemonFactory,
     assert any(p.endswith("rpcnote.md") for p in files)
     wait_for(lambda: search_paths(a, "bison2") == ["memory/2026-07-21/b2.md"])
     wait_for(lambda: search_paths(b, "alpaca0") == ["memory/2026-07-21/a0.md"])
+    assert (root(b) / "memory/2026-07-21/a0.md").read_text() == (
+        "# A0\noffline note alpaca0 saved 5 times\n")
+    assert changes_of(pg_server, name, "memory/2026-07-21/a0.md") == 2
 
 
 def changes_by(pg: PgServer, name: str, host: str) -> tuple[int, int]:
@@ -302,6 +315,18 @@ def changes_by(pg: PgServer, name: str, host: str) -> tuple[int, int]:
             (name, host)).fetchone()
     assert row is not None
     return int(row[0]), int(row[1])
+
+
+def changes_of(pg: PgServer, name: str, path: str) -> int:
+    """How many changes of ``path`` were uploaded to ``name``."""
+    import psycopg
+
+    with psycopg.connect(pg.dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM recalld_changes c JOIN recalld_workspaces w "
+            "USING (workspace_id) WHERE w.name = %s AND c.path = %s", (name, path)).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 @pytest.mark.slow

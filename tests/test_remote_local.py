@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from recalld.daemon.remote import outbox
 from recalld.daemon.remote.localfs import Confinement, EditedMeanwhile, LocalFile, conflict_name
 from recalld.daemon.remote.outbox import COMPACT_AFTER_LINES, Change, Outbox
 from recalld.daemon.remote.searcher import one_line
@@ -273,6 +274,52 @@ def test_outbox_runs_stop_at_a_repeated_path_and_their_size(tmp_path: Path) -> N
     assert [c.id for c in box.pending()] == ["id3", "id4"]
     box.done(["id3", "id4"])
     assert box.head_run(10, 1 << 20) == [] and len(box) == 0
+
+
+def test_a_path_saved_again_and_again_keeps_two_changes_in_the_outbox(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(outbox, "COMPACT_AFTER_STALE_BYTES", 1000, raising=False)
+    path = tmp_path / "outbox.log"
+    box = Outbox(path)
+    box.open()
+
+    def save(i: int, note: str = "p", size: int = 100) -> Change:
+        change = Change(f"id{i}", f"memory/d/{note}.md", bytes([i]) * size, f"h{i}", float(i))
+        box.add([change])
+        return change
+
+    save(0)
+    save(1, "q")
+    save(2)
+    for i in range(3, 40):  # never sent: only the first change of a path goes up
+        save(i)
+    assert [(c.id, c.data) for c in box.pending()] == [
+        ("id0", bytes([0]) * 100), ("id1", bytes([1]) * 100), ("id2", bytes([39]) * 100)]
+    assert box.count_for("memory/d/p.md") == 2 and len(box) == 3
+    assert [c.id for c in box.head_run(10, 1 << 20)] == ["id0", "id1"]
+    # The replaced versions' bytes are compacted away: the log holds the three changes.
+    assert len(path.read_bytes().splitlines()) < 10
+    box.close()
+    box = Outbox(path)
+    box.open()
+    assert [(c.id, c.data, c.time) for c in box.pending()] == [
+        ("id0", bytes([0]) * 100, 0.0), ("id1", bytes([1]) * 100, 1.0),
+        ("id2", bytes([39]) * 100, 39.0)]
+    # A replaced change goes last, as the latest save; the first of a path (it may be on
+    # the wire) is never replaced, and after it is done the next save is a change of its own.
+    save(40, "q")
+    save(41, "q")
+    assert [(c.id, c.data[0]) for c in box.pending()] == [
+        ("id0", 0), ("id1", 1), ("id2", 39), ("id40", 41)]
+    box.done(["id0", "id1"])
+    save(42)
+    save(43, "q")
+    expected = [("id2", 39), ("id40", 41), ("id42", 42), ("id43", 43)]
+    assert [(c.id, c.data[0]) for c in box.pending()] == expected
+    box.close()
+    box = Outbox(path)
+    box.open()
+    assert [(c.id, c.data[0]) for c in box.pending()] == expected
 
 
 def test_state_keeps_bases_landings_and_identity(tmp_path: Path) -> None:

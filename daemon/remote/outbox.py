@@ -9,6 +9,13 @@ else knows of it, and marked done only after the server's answer has been record
 replica state, so a crash at any point loses no change; the server remembers every
 change id, so one uploaded twice is answered from that record instead of applied again.
 
+Only the oldest pending change of a path is ever sent (:meth:`Outbox.head_run`; the next
+one's base is the version it makes), so a path's later changes have never left the host:
+a new change of a path that has two or more pending takes the place of the last one (its
+id, at the end of the order), written as an ``add`` of that id again. A note saved a
+thousand times while the server cannot be reached so keeps two versions in the outbox,
+not a thousand, and the log is compacted once the versions replaced outweigh the rest.
+
 Blocking file I/O: every method that touches the log runs in a worker thread.
 """
 
@@ -17,7 +24,7 @@ from __future__ import annotations
 import base64
 from collections import Counter, OrderedDict
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, TypedDict
 
@@ -25,6 +32,9 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.applog import AppendLog
 
 COMPACT_AFTER_LINES = 2_000
+#: File content of replaced changes the log may hold (and at most as much as the pending
+#: changes hold) before it is compacted.
+COMPACT_AFTER_STALE_BYTES = 16 << 20
 
 
 class OutboxRecord(TypedDict):
@@ -73,32 +83,64 @@ class Outbox:
         self._log = AppendLog(path)
         self._pending: OrderedDict[str, Change] = OrderedDict()
         self._paths: Counter[str] = Counter()
+        #: The id of each path's last pending change.
+        self._last: dict[str, str] = {}
         self._lines = 0
+        #: Bytes of file content in the log's ``add`` records of replaced changes.
+        self._stale_bytes = 0
 
     def open(self) -> None:
         records, _report = self._log.open()
         for rec in records:
             if rec.get("op") == "add":
                 change = Change.from_record(rec)
-                self._pending[change.id] = change
+                self._place(change)
             elif rec.get("op") == "done":
                 self._pending.pop(str(rec.get("id")), None)
         self._paths = Counter(c.path for c in self._pending.values())
+        self._last = {c.path: c.id for c in self._pending.values()}
         self._lines = len(records)
+
+    def _place(self, change: Change) -> bool:
+        """Put ``change`` last in the order, in place of the pending change of its id if
+        there is one (True then)."""
+        old = self._pending.pop(change.id, None)
+        self._pending[change.id] = change
+        if old is not None:
+            self._stale_bytes += len(old.data or b"")
+        return old is not None
 
     def close(self) -> None:
         self._log.close()
 
     def add(self, changes: Iterable[Change]) -> None:
-        """Append changes durably (one write, one fsync)."""
-        batch = list(changes)
+        """Append changes durably (one write, one fsync). A change of a path that had two
+        or more changes pending before the call takes the place of the last of them (see
+        the module docstring)."""
+        batch = [self._slot(c) for c in changes]
         if not batch:
             return
         self._log.append([c.to_record() for c in batch])
         for change in batch:
-            self._pending[change.id] = change
-            self._paths[change.path] += 1
+            if not self._place(change):
+                self._paths[change.path] += 1
+            self._last[change.path] = change.id
         self._lines += len(batch)
+        if self._stale_bytes > COMPACT_AFTER_STALE_BYTES and self._stale_bytes > sum(
+                len(c.data or b"") for c in self._pending.values()):
+            self._compact()
+
+    def _slot(self, change: Change) -> Change:
+        """``change`` with the id it takes in the outbox."""
+        last = self._last.get(change.path)
+        if last is None or self._paths[change.path] < 2:
+            return change
+        return replace(change, id=last)
+
+    def _compact(self) -> None:
+        self._log.rewrite([c.to_record() for c in self._pending.values()])
+        self._lines = len(self._pending)
+        self._stale_bytes = 0
 
     def done(self, change_ids: Iterable[str]) -> None:
         """Mark changes answered (one write, one fsync); compacts the log when it has
@@ -113,10 +155,11 @@ class Outbox:
                 self._paths[change.path] -= 1
                 if self._paths[change.path] <= 0:
                     del self._paths[change.path]
+                if self._last.get(change.path) == change_id:
+                    del self._last[change.path]
         self._lines += len(ids)
         if self._lines > COMPACT_AFTER_LINES and self._lines > 4 * len(self._pending):
-            self._log.rewrite([c.to_record() for c in self._pending.values()])
-            self._lines = len(self._pending)
+            self._compact()
 
     def head_run(self, count: int, data_bytes: int,
                  passed: Collection[str] = frozenset()) -> list[Change]:
