@@ -11,12 +11,8 @@ from hypothesis import strategies as st
 
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.chunker import Chunk, chunk_id, chunk_markdown, split_line
-from recalld.daemon.index.frontmatter import (
-    DELETE,
-    parse_frontmatter,
-    render_frontmatter,
-    update_frontmatter,
-)
+from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.index.frontmatter_edit import DELETE, render_frontmatter, update_frontmatter
 from recalld.daemon.index.tokenizer import tokenize, tokenize_query
 
 NOTE = """---

@@ -61,7 +61,8 @@ from typing import NotRequired, TypedDict
 
 import trio
 
-from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
+from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.index.frontmatter_edit import render_frontmatter
 from recalld.daemon.jobrecords import JobContext
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import capture_log, dialog_log

@@ -27,11 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from recalld.daemon.index.frontmatter import (
-    block_problem,
-    parse_frontmatter,
-    render_frontmatter,
-)
+from recalld.daemon.index.frontmatter import block_problem, parse_frontmatter
+from recalld.daemon.index.frontmatter_edit import render_frontmatter
 from recalld.daemon.index.links import legacy_edge
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.slugs import names_nothing

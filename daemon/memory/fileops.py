@@ -41,12 +41,9 @@ import trio
 from recalld.daemon import safepath
 from recalld.daemon.config import WorkspaceSettings
 from recalld.daemon.index.filters import authors_of
-from recalld.daemon.index.frontmatter import (
-    DELETE,
-    parse_frontmatter,
-    render_frontmatter,
-)
-from recalld.daemon.index.frontmatter import update_frontmatter as _update_fm
+from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.index.frontmatter_edit import DELETE, render_frontmatter
+from recalld.daemon.index.frontmatter_edit import update_frontmatter as _update_fm
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.confined import MAX_EDIT_BYTES as MAX_EDIT_BYTES
 from recalld.daemon.memory.confined import NotUtf8 as NotUtf8

@@ -20,7 +20,8 @@ from typing import Final
 from urllib.parse import quote
 
 from recalld.daemon import safepath
-from recalld.daemon.index.frontmatter import body_of, parse_frontmatter, render_frontmatter
+from recalld.daemon.index.frontmatter import body_of, parse_frontmatter
+from recalld.daemon.index.frontmatter_edit import render_frontmatter
 from recalld.daemon.notetext import note_text
 from recalld.daemon.store.fsio import fit_name
 from recalld.ipc.errors import PathOutsideWorkspace

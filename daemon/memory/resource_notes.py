@@ -15,8 +15,9 @@ import logging
 import trio
 
 from recalld.daemon import safepath
-from recalld.daemon.index.frontmatter import DELETE, parse_frontmatter, render_frontmatter
-from recalld.daemon.index.frontmatter import update_frontmatter as update_fm
+from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.index.frontmatter_edit import DELETE, render_frontmatter
+from recalld.daemon.index.frontmatter_edit import update_frontmatter as update_fm
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.fileops import WriteConflict, fileops_for, read_confined
 from recalld.daemon.memory.resource_files import (

@@ -24,7 +24,8 @@ from typing import Final
 import trio
 
 from recalld.daemon import safepath
-from recalld.daemon.index.frontmatter import parse_frontmatter, render_frontmatter
+from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.index.frontmatter_edit import render_frontmatter
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.memory.fileops import read_confined, write_confined
