@@ -303,3 +303,37 @@ def test_hits_are_shown_by_their_body_not_their_frontmatter(daemon: DaemonHandle
         "rendered"]
     assert "[memory/2026-07-26/conversation.md:7-7]" in answer["rendered"]
     assert "description: the heronbell tower keys" in hits["digest/wiki/keys-only.md"]["text"]
+
+
+def test_linked_nodes_and_hits_lose_frontmatter_this_reader_cannot_parse(
+        daemon: DaemonHandle, ws: Path) -> None:
+    """Frontmatter that other YAML readers take and this one does not (a key written
+    twice, an anchor, nesting two deep, CRLF line ends) is still no body: neither the
+    recall block nor the search's linked context shows its keys."""
+    nodes = {
+        "twice": "---\nname: Owlgate\nname: Owlgate again\ntype: reference\n---\n",
+        "anchor": "---\nname: &n Owlgate\ndescription: *n\n---\n",
+        "nested": "---\nname: Owlgate\nmeta:\n  seen:\n    by: ana\n---\n",
+        "crlf": "---\r\nname: Owlgate\r\nname: twice\r\n---\r\n",
+    }
+    for name, block in nodes.items():
+        end = "\r\n" if "\r" in block else "\n"
+        write(ws, f"digest/wiki/{name}.md", f"{block}The {name} node body.{end}")
+    write(ws, "memory/2026-07-26/gate.md", "The owlgatekeeper came by. See "
+          + ", ".join(f"[[{name}]]" for name in nodes) + ".\n")
+    write(ws, "digest/wiki/hit.md", "---\nname: x\nname: y\n---\nThe owlgatekeeper hit.\n")
+    daemon.call("index.sync", {"agent_id": "w"})
+    answer = recall(daemon, query="owlgatekeeper", max_results=4, budget_chars=20_000)
+    items = {i["path"]: i for i in answer["items"]}
+    for name, block in nodes.items():
+        item = items.get(f"digest/wiki/{name}.md") or pytest.fail(repr(answer["items"]))
+        assert item["kind"] == "linked"
+        assert (item["text"], item["start_line"]) == (f"The {name} node body.",
+                                                      block.count("\n") + 1), name
+    hit = items["digest/wiki/hit.md"]
+    assert (hit["text"], hit["start_line"]) == ("The owlgatekeeper hit.", 5)
+    assert "name:" not in answer["rendered"] and "---" not in answer["rendered"]
+    found = daemon.call("memory.search", {"agent_id": "w", "query": "owlgatekeeper",
+                                          "max_results": 4})
+    assert sorted(e["text"].strip() for e in found["expanded"]) == sorted(
+        f"The {name} node body." for name in nodes)

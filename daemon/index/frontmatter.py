@@ -360,11 +360,29 @@ def block_problem(text: str) -> str:
 
 
 def body_of(text: str) -> tuple[str, int]:
-    """``text`` without its frontmatter block, and the 0-based line where that body starts."""
+    """``text`` without its frontmatter block, and the 0-based line where that body starts.
+    A closed block of field lines that this reader cannot parse (YAML it does not take:
+    deeper nesting, anchors, a key written twice) is a block too: its keys are no body."""
     _, start = parse_frontmatter(text)
+    if not start:
+        start = _fields_block_end(text)
     if not start:
         return text, 0
     return "\n".join(text.split("\n")[start:]), start
+
+
+def _fields_block_end(text: str) -> int:
+    """The line after the closing fence of a block whose lines read as fields (0: none):
+    keys at the margin, not capitalized (prose after a Markdown rule is), then list items,
+    comments and indented lines. Anything else makes it a Markdown rule and its text."""
+    lines = _lines(text)
+    end = _block_end(lines)
+    inner = [ln for ln in lines[1:end] if ln.strip()]
+    if end < 0 or not inner or inner[0][0].isupper() or not _FIELD_RE.match(inner[0]):
+        return 0
+    fields = all(ln[0].isspace() or ln[0] in "#-" or (
+        not ln[0].isupper() and _FIELD_RE.match(ln)) for ln in inner)
+    return end + 1 if fields else 0
 
 
 # A key as frontmatter writes it (``session_id``, ``source-conversation``, ``标签``): one
