@@ -16,6 +16,7 @@ from agentscope.event import ReplyEndEvent, RequireExternalExecutionEvent, Requi
 from agentscope.message import AssistantMsg, DataBlock, HintBlock, Msg, TextBlock
 
 from recalld.ipc.answers import JsonObject
+from recalld.ipc.textcut import cut_text
 from recalld.ipc.types import SearchResponse, render_linked, render_skipped
 
 #: Name of the context message that carries recalled memory (never written back).
@@ -40,7 +41,9 @@ def format_hits(response: SearchResponse) -> list[str]:
     """One text per hit: where it comes from, then the text (cut to a bound)."""
     out = []
     for hit in response:
-        text = hit.text if len(hit.text) <= MAX_HIT_CHARS else hit.text[:MAX_HIT_CHARS] + "…"
+        text = hit.text
+        if len(text) > MAX_HIT_CHARS:
+            text = cut_text(text, MAX_HIT_CHARS) + "…"
         owner = hit.extra.get("agent_id")
         where = f"{owner}:" if isinstance(owner, str) else ""
         out.append(f"[{where}{hit.path}:{hit.start_line}-{hit.end_line}]\n{text.strip()}")

@@ -18,6 +18,7 @@ from recalld.ipc import errors
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import owner_name
 from recalld.ipc.answers import JsonObject
+from recalld.ipc.textcut import cut_text
 
 # The adapter logs under its public module's name, wherever the code lives.
 log = logging.getLogger("recalld.ipc.agentscope")
@@ -171,7 +172,7 @@ async def selected_files(client: AsyncClient, workspace: str, query: str, limit:
         room = left - len(label) - 1
         if room <= 0:
             break
-        body = text if len(text) <= room else text[:max(room - 1, 0)] + "…"
+        body = text if len(text) <= room else cut_text(text, room - 1) + "…"
         out.append(f"{label}\n{body}")
         left -= len(label) + 1 + len(body)
     return out

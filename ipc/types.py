@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import overload
 
 from recalld.ipc.answers import JsonObject
+from recalld.ipc.textcut import cut_text
 
 # C0 and C1 controls, DEL and the Unicode line and paragraph separators: anything that
 # could start a new line (or redraw one) where a name is shown inside text; and the bidi
@@ -232,7 +233,7 @@ def render_linked(response: SearchResponse, max_chars: int = 1200) -> str:
         if not text:
             continue
         if len(text) > max_chars:
-            text = text[:max_chars] + "…"
+            text = cut_text(text, max_chars) + "…"
         via = item.extra.get("via")
         origin = f" (linked from {via})" if isinstance(via, str) else ""
         parts.append(f"[{item.path}:{item.start_line}-{item.end_line}]{origin}\n{text}")

@@ -337,3 +337,23 @@ def test_linked_nodes_and_hits_lose_frontmatter_this_reader_cannot_parse(
                                           "max_results": 4})
     assert sorted(e["text"].strip() for e in found["expanded"]) == sorted(
         f"The {name} node body." for name in nodes)
+
+
+@pytest.mark.parametrize("cluster", ["e\u0301", "\U0001f1ef\U0001f1f5",
+                                     "👨\u200d👩\u200d👧\u200d👦", "👍🏽", "\u1112\u1161\u11ab"])
+def test_a_cut_never_breaks_a_character(daemon: DaemonHandle, ws: Path, cluster: str) -> None:
+    """A cut item ends between whole characters as a reader sees them: never a letter
+    without its accent, half a flag, an emoji family without its last member, a hand
+    without its skin tone, a Hangul syllable without its final consonant."""
+    lead = "owlcluster "
+    write(ws, "memory/2026-07-26/clusters.md", lead + cluster * 400 + "\n")
+    daemon.call("index.sync", {"agent_id": "w"})
+    cuts = set()
+    for budget in range(150, 190):
+        answer = recall(daemon, query="owlcluster", max_results=1, budget_chars=budget)
+        assert len(answer["rendered"]) <= budget and answer["rendered"].endswith("…")
+        (item,) = answer["items"]
+        shown = item["text"].removeprefix(lead)
+        assert shown == cluster * (len(shown) // len(cluster)), (budget, shown[-8:])
+        cuts.add(len(shown))
+    assert len(cuts) > 1  # the budgets cut at several places

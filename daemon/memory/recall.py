@@ -19,6 +19,7 @@ from recalld.daemon.index.frontmatter import body_of
 from recalld.daemon.memory.turns import user_texts
 from recalld.ipc.answers import Recall, RecallItem
 from recalld.ipc.errors import InvalidParams
+from recalld.ipc.textcut import cut_text
 from recalld.ipc.types import visible
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ class _Block:
         if not fitted:
             return None, False
         shown = item.copy()
-        shown["text"] = text[:room].rstrip()
+        shown["text"] = cut_text(text, room).rstrip()
         shown["end_line"] = item["start_line"] + shown["text"].count("\n")
         self.parts.append(f"{_label(shown)}\n{shown['text']}{ELLIPSIS}")
         return shown, False

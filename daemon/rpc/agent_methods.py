@@ -60,6 +60,7 @@ from recalld.ipc.answers import (
     TopicWritten,
 )
 from recalld.ipc.errors import LOOKS_LIKE_A_CREDENTIAL, InvalidParams, NotFound, RecalldError
+from recalld.ipc.textcut import cut_text
 from recalld.ipc.types import visible
 
 log = logging.getLogger(__name__)
@@ -244,7 +245,7 @@ def _one_line(value: object) -> str:
     """A frontmatter field as one line, secrets masked (as the index masks them)."""
     text = redact(" ".join(str(value).split())) if value is not None else ""
     if len(text) > MAX_DESCRIPTION_CHARS:
-        text = text[: MAX_DESCRIPTION_CHARS - 1] + "…"
+        text = cut_text(text, MAX_DESCRIPTION_CHARS - 1) + "…"
     return text
 
 
