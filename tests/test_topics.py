@@ -178,9 +178,31 @@ def test_topic_writes_are_confined_and_checked(daemon: DaemonHandle) -> None:
         encoding="utf-8")
     listed = wait_for(lambda: "hand\\n" in (text := _memory_md(digest.parent)) and text,
                       "MEMORY.md lists the hand-made topic file")
-    assert "- [Hand](hand\\n- [forged](evil.md).md) — by hand" in listed.splitlines()
+    assert "- [Hand](<hand\\n- [forged](evil.md).md>) — by hand" in listed.splitlines()
     assert "- [forged](evil.md).md) — by hand" not in listed.splitlines()
     assert daemon.call("daemon.ping")["pong"] is True
+
+
+def test_memory_md_links_each_topic_file_and_nothing_else(daemon: DaemonHandle) -> None:
+    """Names and paths as an agent may give them (brackets, a Markdown link, spaces,
+    parentheses, CJK) make one link each in MEMORY.md and in memory.index: to the file,
+    never to what a name holds."""
+    daemon.call("workspace.open", {"agent_id": "a"})
+    for path, name in (("京都 trip (2).md", "京都の旅行 [draft]"),
+                       ("plain.md", "[boss](../../etc/passwd)"),
+                       ("sub dir/half.md", "half ] open [")):
+        daemon.call("memory.topic_write", {
+            "agent_id": "a", "path": path, "name": name, "description": f"about {path}",
+            "type": "project", "body": "body"})
+    lines = _memory_md(daemon.data_dir / "workspaces" / "a").splitlines()
+    assert lines[2:] == [
+        "## project",
+        "- [\\[boss\\](../../etc/passwd)](plain.md) — about plain.md",
+        "- [京都の旅行 \\[draft\\]](<京都 trip (2).md>) — about 京都 trip (2).md",
+        "- [half \\] open \\[](<sub dir/half.md>) — about sub dir/half.md"]
+    index = daemon.call("memory.index", {"agent_id": "a"})["rendered"]
+    assert "- [\\[boss\\](../../etc/passwd)](digest/plain.md) — about plain.md" in index
+    assert "(<digest/京都 trip (2).md>)" in index
 
 
 #: A daemon that notes in $ON_LOOP_LOG every long text it redacts on its event loop's

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -137,6 +138,25 @@ def _walk_order(rel: str) -> tuple[tuple[int, str], ...]:
     return (*((1, f) for f in folders), (0, name))
 
 
+_LINK_TEXT_RE: Final = re.compile(r"([\\\[\]])")
+_BARE_TARGET_RE: Final = re.compile(r"[\s()<>]")
+
+
+def index_line(name: str, target: str, description: str) -> str:
+    """``- [name](target) — description``: one line of an index of notes. Each part is
+    shown escaped (:func:`visible`: none adds a line or reorders one), brackets and
+    backslashes in the name are escaped and a target holding spaces, parentheses or angle
+    brackets is put in ``<>`` (CommonMark), so the line links to the file it names and to
+    nothing else (a name written ``[x](../y)`` is text)."""
+    # Escaped before :func:`visible` adds its own backslashes (``\\n``, ``\\u202e``).
+    text = visible(_LINK_TEXT_RE.sub(r"\\\1", name))
+    target = visible(target)
+    if _BARE_TARGET_RE.search(target):
+        target = "<" + target.replace("<", "\\<").replace(">", "\\>") + ">"
+    hook = f" — {visible(description)}" if description else ""
+    return f"- [{text}]({target}){hook}"
+
+
 def render_memory_md(entries: list[TopicEntry], digest: str) -> str:
     """``MEMORY.md``: a title, then per type a heading and one line per topic file."""
     lines = [INDEX_TITLE, ""]
@@ -147,9 +167,8 @@ def render_memory_md(entries: list[TopicEntry], digest: str) -> str:
         lines.append(f"## {type_}")
         for e in group:
             # A file named with a line break (made by hand) cannot add lines of its own.
-            link = visible(e["path"].removeprefix(digest + "/"))
-            hook = f" — {e['description']}" if e["description"] else ""
-            lines.append(f"- [{e['name']}]({link}){hook}")
+            lines.append(index_line(e["name"], e["path"].removeprefix(digest + "/"),
+                                    e["description"]))
         lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
 

@@ -281,9 +281,8 @@ def render_index(entries: list[IndexEntry]) -> str:
             bucket = e["bucket"]
             lines.append(f"## {visible(bucket) or 'other'}")
         # Names and descriptions come from the files (a name from a file name, fields as
-        # written by hand): shown escaped, as the path, so none breaks or reorders a line.
-        hook = f" — {visible(e['description'])}" if e["description"] else ""
-        lines.append(f"- [{visible(e['name'])}]({visible(e['path'])}){hook}")
+        # written by hand): none breaks or reorders a line, nor adds a link.
+        lines.append(topics.index_line(e["name"], e["path"], e["description"]))
     return "\n".join(lines)
 
 
