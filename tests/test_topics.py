@@ -163,6 +163,10 @@ def test_topic_writes_are_confined_and_checked(daemon: DaemonHandle) -> None:
     with pytest.raises(InvalidParams, match="type"):
         daemon.call("memory.topic_edit", {"agent_id": "a", "path": "memory/inside.md",
                                           "old": "type: reference", "new": "type: nope"})
+    # An edit that leaves a block the reader cannot parse says what is wrong in it.
+    with pytest.raises(InvalidParams, match=r"does not parse \(the key name twice\)"):
+        daemon.call("memory.topic_edit", {"agent_id": "a", "path": "memory/inside.md",
+                                          "old": "name: X", "new": "name: X\nname: Y"})
     with pytest.raises(InvalidParams, match="0 times"):
         daemon.call("memory.topic_edit", {"agent_id": "a", "path": "memory/inside.md",
                                           "old": "absent", "new": "x"})

@@ -25,7 +25,7 @@ from typing import Final
 import trio
 
 from recalld.daemon import safepath
-from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.index.frontmatter import block_problem, parse_frontmatter
 from recalld.daemon.index.frontmatter_edit import render_frontmatter
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import IndexState
@@ -98,7 +98,10 @@ def checked_topic(text: str, where: str) -> str:
     """``text`` if its frontmatter makes it a valid topic file (else InvalidParams)."""
     fields, start = parse_frontmatter(text)
     if not start:
-        raise InvalidParams(f"{where}: a topic file starts with a frontmatter block")
+        # A block that is there but does not parse is said so, with what is wrong in it.
+        why = block_problem(text)
+        raise InvalidParams(f"{where}: its frontmatter block does not parse ({why})" if why
+                            else f"{where}: a topic file starts with a frontmatter block")
     check_fields(fields, where)
     if len(text) > MAX_TOPIC_CHARS:
         raise InvalidParams(f"a topic file is at most {MAX_TOPIC_CHARS} characters")
