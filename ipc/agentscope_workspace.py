@@ -19,6 +19,7 @@ from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import owner_name
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.textcut import cut_text
+from recalld.ipc.types import visible
 
 # The adapter logs under its public module's name, wherever the code lives.
 log = logging.getLogger("recalld.ipc.agentscope")
@@ -168,7 +169,8 @@ async def selected_files(client: AsyncClient, workspace: str, query: str, limit:
         path = str(entry.get("path", ""))
         read = await client.read(workspace, path, masked=True)  # it goes to the model
         text = str(read.get("text") or "").strip()
-        label = f"[{path}:1-{read.get('end_line', 1)}]"
+        # Shown escaped, as recall labels are: a file name cannot add a line of its own.
+        label = f"[{visible(path)}:1-{read.get('end_line', 1)}]"
         room = left - len(label) - 1
         if room <= 0:
             break
