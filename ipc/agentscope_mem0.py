@@ -46,7 +46,7 @@ from recalld.ipc.errors import InvalidParams, refused_as_credential
 from recalld.ipc.known_ids import KnownIds
 from recalld.ipc.request_parts import in_note_parts, search_query
 from recalld.ipc.tool_args import MAX_HITS, ArgumentError, whole_argument
-from recalld.ipc.types import without_frontmatter
+from recalld.ipc.types import visible, without_frontmatter
 
 if TYPE_CHECKING:
     from agentscope.agent import Agent
@@ -184,7 +184,8 @@ class RecalldMem0Middleware(MiddlewareBase):
         memories = []
         for hit in response:  # a memory is what the note says, not its frontmatter
             body, start = without_frontmatter(hit.text, hit.start_line)
-            memories.append(f"[{hit.path}:{start}-{hit.end_line}] {' '.join(body.split())}")
+            memories.append(f"[{visible(hit.path)}:{start}-{hit.end_line}] "
+                            f"{' '.join(body.split())}")
         return memories
 
     async def add_memory_text(self, text: str, request_id: str | None = None) -> NoteAdded:

@@ -17,7 +17,7 @@ from agentscope.message import AssistantMsg, DataBlock, HintBlock, Msg, TextBloc
 
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.textcut import cut_text
-from recalld.ipc.types import SearchResponse, render_linked, render_skipped
+from recalld.ipc.types import SearchResponse, render_linked, render_skipped, visible
 
 #: Name of the context message that carries recalled memory (never written back).
 MEMORY_MSG_NAME = "memory"
@@ -45,8 +45,9 @@ def format_hits(response: SearchResponse) -> list[str]:
         if len(text) > MAX_HIT_CHARS:
             text = cut_text(text, MAX_HIT_CHARS) + "…"
         owner = hit.extra.get("agent_id")
-        where = f"{owner}:" if isinstance(owner, str) else ""
-        out.append(f"[{where}{hit.path}:{hit.start_line}-{hit.end_line}]\n{text.strip()}")
+        where = f"{visible(owner)}:" if isinstance(owner, str) else ""
+        out.append(f"[{where}{visible(hit.path)}:{hit.start_line}-{hit.end_line}]\n"
+                   f"{text.strip()}")
     return out
 
 

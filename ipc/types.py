@@ -235,8 +235,8 @@ def render_linked(response: SearchResponse, max_chars: int = 1200) -> str:
         if len(text) > max_chars:
             text = cut_text(text, max_chars) + "…"
         via = item.extra.get("via")
-        origin = f" (linked from {via})" if isinstance(via, str) else ""
-        parts.append(f"[{item.path}:{item.start_line}-{item.end_line}]{origin}\n{text}")
+        origin = f" (linked from {visible(via)})" if isinstance(via, str) else ""
+        parts.append(f"[{visible(item.path)}:{item.start_line}-{item.end_line}]{origin}\n{text}")
     return "## Linked context\n\n" + "\n\n".join(parts) if parts else ""
 
 
