@@ -169,7 +169,10 @@ def build_recall(
             truncated = True
     interests_included = False
     if interests is not None:
-        lines = "\n".join(f"- {topic} ({weight:.2f})" for topic, weight in interests)
+        # A topic is one line, shown escaped: a model's or a hand's line breaks and bidi
+        # controls in it cannot add a heading or a label to the block, nor reorder one.
+        lines = "\n".join(f"- {visible(' '.join(topic.split()))} ({weight:.2f})"
+                          for topic, weight in interests)
         if not block.full and block.add(f"{INTERESTS_HEADER}\n{lines or '(none yet)'}"):
             interests_included = True
         else:
