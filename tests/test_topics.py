@@ -204,6 +204,14 @@ def test_memory_md_links_each_topic_file_and_nothing_else(daemon: DaemonHandle) 
         "- [\\[boss\\](../../etc/passwd)](plain.md) — about plain.md",
         "- [京都の旅行 \\[draft\\]](<京都 trip (2).md>) — about 京都 trip (2).md",
         "- [half \\] open \\[](<sub dir/half.md>) — about sub dir/half.md"]
+    # A description written by hand longer than the tools take is listed cut short.
+    root = daemon.data_dir / "workspaces" / "a"
+    (root / "digest" / "hand.md").write_text(
+        "---\nname: Hand\ndescription: " + "long hook " * 500 + "\ntype: user\n---\nx\n",
+        encoding="utf-8")
+    line = wait_for(lambda: next((ln for ln in _memory_md(root).splitlines()
+                                  if ln.startswith("- [Hand](hand.md)")), None), "hand.md")
+    assert line == "- [Hand](hand.md) — " + ("long hook " * 30)[:299] + "…"
     index = daemon.call("memory.index", {"agent_id": "a"})["rendered"]
     assert "- [\\[boss\\](../../etc/passwd)](digest/plain.md) — about plain.md" in index
     assert "(<digest/京都 trip (2).md>)" in index

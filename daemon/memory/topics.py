@@ -34,6 +34,7 @@ from recalld.daemon.watchpaths import IGNORE_DIRS, passed_by
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.answers import TopicEntry
 from recalld.ipc.errors import InvalidParams, RecalldError
+from recalld.ipc.textcut import cut_text
 from recalld.ipc.types import visible
 
 log = logging.getLogger(__name__)
@@ -128,10 +129,13 @@ def read_topic(root: Path, rel: str) -> tuple[TopicEntry | None, tuple[int, int]
 
     # Masked as the index masks them: MEMORY.md and memory.select show what a person may
     # have typed into the frontmatter.
+    description = redact(" ".join(str(fields.get("description") or "").split()))
+    if len(description) > MAX_DESCRIPTION_CHARS:  # written by hand: the tools refuse it
+        # One file's hook does not take the room of the others in a bounded snapshot.
+        description = cut_text(description, MAX_DESCRIPTION_CHARS - 1) + "…"
     return ({"path": rel, "type": str(fields["type"]),
              "name": redact(" ".join(str(fields.get("name") or name[:-3]).split())),
-             "description": redact(" ".join(str(fields.get("description") or "").split()))},
-            seen)
+             "description": description}, seen)
 
 
 def _walk_order(rel: str) -> tuple[tuple[int, str], ...]:
