@@ -169,6 +169,19 @@ async def test_a_health_check_told_to_wait_asks_again_only_then(
     assert client.hold_s() == 0
 
 
+async def test_a_health_check_answered_a_retry_after_of_no_date_fails_as_a_ping(
+        fake: FakeProvider, bridge: ProviderBridge, tmp_path: Path) -> None:  # noqa: F811
+    # A year no datetime holds in the Retry-After of a 503: a failed ping like any other
+    # (it raised OverflowError out of the health check, and the workspace failed with it).
+    client = make(fake, bridge, policy=RetryPolicy(max_attempts=1))
+    fake.script(Reply(status=503, headers={
+        "Retry-After": "Wed, 21 Oct 99999999999999999999 07:28:00 GMT"}))
+    assert not await client.health_check(tmp_path, name="notes")
+    assert client.health == "fail" and "HTTP 503" in (client.last_error or "")
+    assert client.hold_s() == 0
+    assert await client.health_check(tmp_path, name="notes") and client.health == "ok"
+
+
 def test_truncate_to_budget() -> None:
     assert truncate_to_budget("short", 100) == "short"
     assert truncate_to_budget("a" * 100, 10) == "a" * 30

@@ -91,6 +91,23 @@ def test_parse_retry_after_http_date() -> None:
     assert parse_retry_after(past, now=now) == 0.0
 
 
+@pytest.mark.parametrize("value", [
+    "Wed, 21 Oct 99999999999999999999 07:28:00 GMT",
+    "Wed, 21 Oct 2015 99999999999999999999:28:00 GMT",
+    "Wed, 21 Oct 2015 07:28:00 +9999999999999999999",
+    "Wed, 21 Oct 2015 07:28:00 -9999",
+])
+def test_a_retry_after_date_no_datetime_holds_is_no_wait(value: str) -> None:
+    # A year, hour or offset past a C long raised OverflowError out of the parse: the
+    # 503 it came with was no provider error but a crash (an embedding workspace's
+    # health check took the whole workspace down with it).
+    assert parse_retry_after(value) is None
+    with pytest.raises(ProviderRetryableStatus) as info:
+        check_response(HttpResult(503, {"retry-after": value}, b"busy"), RetryPolicy(),
+                       what="t")
+    assert info.value.retry_after_s is None and info.value.transient
+
+
 def test_check_response_types() -> None:
     policy = RetryPolicy()
     ok = HttpResult(200, {}, b"{}")

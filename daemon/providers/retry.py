@@ -75,7 +75,9 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date), or None.
 
     ``now`` is the wall-clock time an HTTP-date is measured from (default: time.time()).
-    Dates in the past give 0; unparseable values give None.
+    Dates in the past give 0; unparseable values give None, whatever the header holds
+    (a provider's header is input: a date whose year or offset no datetime holds is
+    no wait, not an error of the caller's).
     """
     if value is None:
         return None
@@ -92,7 +94,7 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
 
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # a field past a C long: Overflow
         return None
     if when.tzinfo is None:
         return None
