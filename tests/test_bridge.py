@@ -19,8 +19,10 @@ from recalld.daemon.providers.errors import (
     ProviderBadResponse,
     ProviderConfigError,
     ProviderConnectError,
+    ProviderRejected,
     ProviderTimeout,
 )
+from recalld.daemon.providers.retry import RetryPolicy, check_response
 
 
 @pytest.fixture
@@ -101,6 +103,22 @@ async def test_only_a_redirect_that_keeps_request_and_server_is_followed(
             assert (result.status, result.headers["location"]) == (status, target)
         assert other.requests == []
     assert [r.method for r in fake.requests] == ["POST"] * 8
+
+
+async def test_a_redirect_to_no_url_is_the_answer(bridge: ProviderBridge,
+                                                  fake: FakeProvider) -> None:
+    # A Location that is no URL (an IPv6 host left open) raised ValueError while the
+    # redirect was weighed, and the call failed as "cannot send to <base_url>": the
+    # configured URL blamed for the provider's broken redirect.
+    for target in ("http://[oops/v1/embeddings", "//[::1/x"):
+        fake.script(Reply(status=307, headers={"Location": target}))
+        result = await bridge.request("POST", fake.url + "/v1/embeddings", headers={},
+                                      json={}, timeout_s=5)
+        assert (result.status, result.headers["location"]) == (307, target)
+        with pytest.raises(ProviderRejected, match=r"the provider redirects to .*\[") as info:
+            check_response(result, RetryPolicy(), what="embed")
+        assert not info.value.transient
+    assert len(fake.requests) == 2
 
 
 async def test_a_redirect_loop_ends(bridge: ProviderBridge, fake: FakeProvider) -> None:

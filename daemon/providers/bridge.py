@@ -144,10 +144,10 @@ def followed(url: str, status: int, location: str | None) -> str | None:
     """
     if status not in (307, 308) or not location:
         return None
-    target = urllib.parse.urljoin(url, location.strip())
     try:
+        target = urllib.parse.urljoin(url, location.strip())
         same = _origin(urllib.parse.urlsplit(target)) == _origin(urllib.parse.urlsplit(url))
-    except ValueError:  # a port out of range
+    except ValueError:  # no URL (an IPv6 host left open), a port out of range
         return None
     return target if same else None
 
