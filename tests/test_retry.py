@@ -131,6 +131,38 @@ async def test_retryable_statuses_are_retried(code: int, autojump_clock: object)
     assert len(script.times) == 3
 
 
+@pytest.mark.parametrize("code", [520, 521, 522, 523, 524, 529, 598, 599])
+async def test_a_gateway_s_or_an_overloaded_server_s_status_is_retried(
+        code: int, autojump_clock: object) -> None:
+    # Cloudflare's 52x, an overloaded API's 529, a proxy's 598/599: the server is down,
+    # busy or slow, as with a 503. Taken for a refusal, the call failed at once and its
+    # breaker counted the provider up.
+    policy = RetryPolicy()
+    breaker = CircuitBreaker(BreakerConfig(failure_threshold=2), name="t")
+    answers = [HttpResult(code, {}, b"<html>busy</html>"), HttpResult(200, {}, b"{}")]
+
+    async def attempt(timeout_s: float) -> HttpResult:
+        return check_response(answers.pop(0), policy, what="t")
+
+    result = await call_with_retry(policy, attempt, rng=random.Random(0), breaker=breaker)
+    assert result.status == 200 and answers == []
+    with pytest.raises(ProviderRetryableStatus):
+        check_response(HttpResult(code, {}, b""), policy, what="t")
+    for _ in range(2):
+        answers.append(HttpResult(code, {}, b""))
+        with pytest.raises(ProviderRetryableStatus):
+            await call_with_retry(RetryPolicy(max_attempts=1), attempt,
+                                  rng=random.Random(0), breaker=breaker)
+    assert breaker.snapshot().state == "open"
+
+
+@pytest.mark.parametrize("code", [501, 505, 525, 526, 530])
+def test_a_status_no_retry_changes_is_a_refusal(code: int) -> None:
+    with pytest.raises(ProviderRejected) as info:
+        check_response(HttpResult(code, {}, b"not supported"), RetryPolicy(), what="t")
+    assert not info.value.transient
+
+
 @pytest.mark.parametrize("code", [400, 401, 403, 404, 413, 422, 501])
 async def test_other_statuses_fail_at_once(code: int, autojump_clock: object) -> None:
     script = Script(status(code))

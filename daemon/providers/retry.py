@@ -1,8 +1,9 @@
 """Retries on the trio side: an immutable policy and the loop that applies it.
 
 The bridge performs single attempts; :func:`call_with_retry` decides whether and when to try
-again. Retried: connect errors, timeouts of one attempt, HTTP 408/429/5xx (the policy's
-``retry_statuses``). Everything else fails at once. Waits use full jitter,
+again. Retried: connect errors, timeouts of one attempt, HTTP 408/429 and the 5xx of a
+server or gateway that is down or busy (the policy's ``retry_statuses``). Everything
+else fails at once. Waits use full jitter,
 ``uniform(0, min(backoff_max_s, backoff_base_s * 2**attempt))``, unless the provider sent
 Retry-After, which is honoured exactly but capped at ``retry_after_cap_s``. The whole call,
 sleeps included, stays inside ``deadline_s``: a wait that would end past the deadline is not
@@ -37,7 +38,16 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+#: What a server, or the gateway in front of it, answers while it is down, busy or out of
+#: time: 408, 429, 500, 502-504; the gateways' own (Cloudflare's 520-524: the server
+#: behind it failed, refused, timed out or is out of reach), 529 (overloaded: Anthropic's
+#: API and others), 598/599 (a proxy's read or connect timeout). Not 501 or 505 (what
+#: the server cannot do at all: llama.cpp's 501 for embeddings it was not started for),
+#: nor 525/526/530 (TLS or DNS set up wrongly): no retry changes those. Taken for
+#: permanent, an overloaded server failed each call at once, and a run of them counted
+#: as the provider up, so the breaker never held the calls that followed.
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524, 529,
+                            598, 599})
 
 
 @dataclass(frozen=True, slots=True)
