@@ -173,6 +173,32 @@ async def test_an_answer_whose_head_cannot_be_read_says_so(bridge: ProviderBridg
     assert info.value.status is None
 
 
+@pytest.mark.parametrize("wire", [
+    bytes.fromhex("160303002a020000260303") + bytes(40),  # a ServerHello
+    b"\x15\x03\x01\x00\x02\x02\x46",  # an alert
+], ids=["server-hello", "alert"])
+async def test_a_port_speaking_tls_to_http_says_to_use_https(bridge: ProviderBridge,
+                                                             fake: FakeProvider,
+                                                             wire: bytes) -> None:
+    # The error quoted the record's bytes ("Bad status line: ... b'\x16\x03\x03...'"),
+    # which left the operator to tell TLS by its first byte.
+    fake.script(Reply(wire=wire))
+    with pytest.raises(ProviderBadResponse) as info:
+        await bridge.request("POST", fake.url + "/x", headers={}, json={}, timeout_s=5)
+    assert str(info.value).endswith("cannot be read: the server speaks TLS on this port: "
+                                    "use https:// in base_url"), str(info.value)
+
+
+async def test_https_to_a_port_speaking_http_says_to_use_http(bridge: ProviderBridge,
+                                                              fake: FakeProvider) -> None:
+    url = fake.url.replace("http:", "https:") + "/x"
+    with pytest.raises(ProviderConnectError) as info:
+        await bridge.request("POST", url, headers={}, json={}, timeout_s=5)
+    assert "the server does not speak TLS on this port: use http:// in base_url" \
+        in str(info.value), str(info.value)
+    assert info.value.transient
+
+
 async def test_slow_answer_times_out(bridge: ProviderBridge, fake: FakeProvider) -> None:
     fake.script(Reply(delay_s=3.0))
     with pytest.raises(ProviderTimeout):

@@ -82,6 +82,14 @@ class _Call:
     cancelled: bool = False
 
 
+#: How aiohttp quotes the start of a TLS record (a handshake, an alert) where it expected
+#: an HTTP status line: an http:// URL to a port that speaks HTTPS.
+_TLS_RECORDS = ("'\\x16\\x03", "'\\x15\\x03")
+#: OpenSSL's reasons for a handshake answered by what is no TLS (an https:// URL to a
+#: port that speaks plain HTTP).
+_NOT_TLS = frozenset({"WRONG_VERSION_NUMBER", "PACKET_LENGTH_TOO_LONG"})
+
+
 def _translate(exc: BaseException, url: str) -> BaseException:
     """Map library exceptions to the provider error family (once, here)."""
     if isinstance(exc, ProviderError):
@@ -106,7 +114,15 @@ def _translate(exc: BaseException, url: str) -> BaseException:
         # status is the parser's own 400, which no provider sent: naming it would read as
         # the provider refusing the input, and "cannot reach" as a network fault.
         message = redact(" ".join(str(exc.message).split()))
+        if any(record in message for record in _TLS_RECORDS):
+            # The bytes of a TLS record quoted: what the operator is to do, not them.
+            message = "the server speaks TLS on this port: use https:// in base_url"
         return ProviderBadResponse(f"the answer from {where} cannot be read: {message}")
+    if isinstance(exc, aiohttp.ClientConnectorSSLError) and getattr(
+            exc.os_error, "reason", None) in _NOT_TLS:
+        return ProviderConnectError(
+            f"cannot reach {where}: the server does not speak TLS on this port: use "
+            f"http:// in base_url ({said})")
     if isinstance(exc, aiohttp.ClientError | OSError):
         return ProviderConnectError(f"cannot reach {where}: {said}")
     if isinstance(exc, ValueError | TypeError):  # a request aiohttp will not build
