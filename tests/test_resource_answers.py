@@ -67,3 +67,50 @@ def test_an_answer_with_a_frontmatter_block_of_its_own(daemon: DaemonHandle,
     assert fields["source_resource"] == "[[resource/minutes.md]]"
     assert text.count("---\n") == 2 and "resource/other.md" not in text, text
     assert "# Board minutes\n- The Lisbon office is approved" in text
+
+
+def test_an_answer_stopped_by_another_limit_or_a_filter_says_so(daemon: DaemonHandle,
+                                                               fake: FakeProvider,
+                                                               tmp_path: Path) -> None:
+    # A gateway's "max_tokens" is the length limit by another name, and Azure's content
+    # filter cuts an answer mid-way: each summary was written as if it were whole.
+    root = tmp_path / "ws"
+    answers = {"Lease": chat_answer("Lease.\n- Rent: 900 a mon", finish_reason="max_tokens"),
+               "Recipe": chat_answer("Recipe.\n- Flour: 200", finish_reason="content_filter")}
+    fake.chat_default = lambda req: next(a for k, a in answers.items() if k in str(req))
+    write(root, "resource/lease.txt", "Lease: rent 900 a month.\n")
+    write(root, "resource/recipe.txt", "Recipe: flour 200 g.\n")
+    open_ws(daemon, "res", root, fake)
+    for rel in ("resource/lease.txt", "resource/recipe.txt"):
+        wait_state(root, rel, "processed", "failed")
+    text = note_of(root, "resource/lease.txt")[1]
+    assert "- Rent: 900 a mon\n\n[summary cut: the model's answer stopped at its length " \
+        "limit]" in text, text
+    text = note_of(root, "resource/recipe.txt")[1]
+    assert "- Flour: 200\n\n[summary cut: the provider's content filter stopped the " \
+        "model's answer]" in text, text
+
+
+def test_a_refusal_is_no_summary_and_says_why(daemon: DaemonHandle, fake: FakeProvider,
+                                              tmp_path: Path) -> None:
+    # OpenAI's ``refusal``: with no content the file failed as "answered with no text",
+    # the model's reason lost; with content beside it, the refusal became the file's note.
+    root = tmp_path / "ws"
+    why = "I'm sorry, I cannot help with that."
+
+    def refusing(content: str | None) -> dict[str, object]:
+        answer = chat_answer(content)
+        answer["choices"][0]["message"]["refusal"] = why
+        return answer
+
+    answers = {"Diary": refusing(None), "Ledger": refusing(why)}
+    fake.chat_default = lambda req: next(a for k, a in answers.items() if k in str(req))
+    write(root, "resource/diary.txt", "Diary: a quiet day.\n")
+    write(root, "resource/ledger.txt", "Ledger: 12 entries.\n")
+    open_ws(daemon, "res", root, fake)
+    for rel in ("resource/diary.txt", "resource/ledger.txt"):
+        wait_state(root, rel, "processed", "failed")
+        entry = catalog(root)[rel]
+        assert entry["state"] == "failed" and not entry.get("note"), entry
+        assert entry["reason"] == f"the chat model refused to summarize it: {why}", entry
+    assert not list(root.glob("memory/*/resource-*.md"))

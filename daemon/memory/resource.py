@@ -70,7 +70,7 @@ from recalld.daemon.memory.resource_notes import (
     renamed_in_note,
     write_note,
 )
-from recalld.daemon.memory.resource_prompt import cut_summary, messages
+from recalld.daemon.memory.resource_prompt import cut_summary, messages, refused
 from recalld.daemon.memory.resource_results import (
     ResourceResult,
     ResourceStatus,
@@ -462,9 +462,10 @@ class ResourceCatalog:
         from recalld.daemon.memory.redact import redact_async
 
         # Masked before it is cut (to max_summary_chars, its first line to the description).
-        summary = unfenced(await redact_async(answer.content or ""))
+        why = refused(answer.refusal)  # no summary, whatever content came beside it
+        summary = "" if why else unfenced(await redact_async(answer.content or ""))
         if not summary:
-            return settle("failed", "the chat model answered with no text")
+            return settle("failed", why or "the chat model answered with no text")
         if superseded():
             return "superseded", None
         summary = cut_summary(summary, answer.finish_reason, self.config.max_summary_chars)

@@ -22,11 +22,30 @@ def messages(rel: str, size: int, text: str, *, cut: bool) -> list[ChatMessage]:
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt}]
 
 
+#: Why an answer was stopped mid-way, by its finish reason: the length limit (``length``;
+#: ``max_tokens`` from gateways that pass Anthropic's name on) or a content filter
+#: (Azure OpenAI's, which cuts the answer where it objects).
+_CUT_BY: Final = {
+    "length": "the model's answer stopped at its length limit",
+    "max_tokens": "the model's answer stopped at its length limit",
+    "content_filter": "the provider's content filter stopped the model's answer",
+}
+
+
 def cut_summary(summary: str, finish_reason: str | None, max_chars: int) -> str:
     """``summary`` at most ``max_chars`` long (a model that ignores max_tokens), saying so
-    when it was cut there or the model stopped at its length limit, mid-way."""
+    when it was cut there or the answer was stopped mid-way (its length limit, a filter)."""
     if len(summary) > max_chars:
         return summary[:max_chars].rstrip() + "\n\n[summary cut: the model's answer was longer]"
-    if finish_reason == "length":
-        return summary + "\n\n[summary cut: the model's answer stopped at its length limit]"
-    return summary
+    cut_by = _CUT_BY.get(finish_reason or "")
+    return summary if cut_by is None else f"{summary}\n\n[summary cut: {cut_by}]"
+
+
+def refused(refusal: str | None) -> str | None:
+    """Why the file has no summary when the model declined to write one (OpenAI's
+    ``refusal``; masked, short), else None."""
+    if not refusal:
+        return None
+    from recalld.daemon.memory.redact import redact  # loaded with the chat client
+
+    return f"the chat model refused to summarize it: {redact(refusal[:300])}"
