@@ -95,6 +95,37 @@ def test_a_needle_asked_with_a_rare_word_of_its_note_ranks_first(daemon: Any,
             misses.append((query, target, top and top["path"]))
     assert misses == []
 
+def test_a_needle_asked_with_a_rare_word_of_other_notes_ranks_first(daemon: Any,
+                                                                    tmp_path: Path) -> None:
+    # The query's rare word is in a note that shares only the needle's parts, not in the
+    # needle's own note: no note holds every special term, and the one that holds the
+    # identifier must still rank first, exact, ahead of the notes with only its parts.
+    bs = bilingual.generate(notes=120, needles=6, seed=17, distractors=20)
+    root = tmp_path / "ws"
+    bilingual.write(root, bs)
+    (root / "digest").mkdir()
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    daemon.call("index.sync", {"agent_id": "w"})
+    needles = [(query, target) for query, target, form
+               in zip(bs.queries, bs.targets, bs.forms, strict=True) if form == "ident"]
+    words = ("kelvinator", "蜂鸟引擎", "frobnicated 48213")
+    for (ident, target), word in zip(needles, words, strict=False):
+        answer = daemon.call("memory.search", {"agent_id": "w", "query": ident,
+                                               "max_results": 5})
+        rival = next(r["path"] for r in answer["results"] if r["path"] != target)
+        with (root / rival).open("a", encoding="utf-8") as f:
+            f.write(f"\n{word}\n")
+    misses = []
+    for (ident, target), word in zip(needles, words, strict=False):
+        for query in (f"{ident} {word}", f"{word} {ident}"):
+            answer = daemon.call("memory.search", {"agent_id": "w", "query": query,
+                                                   "max_results": 5, "sync": True})
+            top = answer["results"][0] if answer["results"] else None
+            if top is None or top["path"] != target or not top.get("exact"):
+                misses.append((query, target, top and top["path"]))
+    assert misses == []
+
+
 def _full_width(text: str) -> str:
     """ASCII spelled in full-width forms, as a Chinese input method in that mode types it."""
     return "".join(chr(ord(ch) + 0xFEE0) if "!" <= ch <= "~" else ch for ch in text)

@@ -23,7 +23,9 @@ heading + text, read as the tokenizer reads it (NFKC, case folded: full-width fo
 the text may not spell: ``strategi`` of strategy). Only lookups count: when the special
 terms are under a third of the query's content words (a long question or claim with one
 rare word), no hit is exact, unless the query is short (``LOOKUP_WORDS``) and names an
-identifier.
+identifier. When no hit holds every special term but the identifiers alone make a lookup
+(the query's rare word is in other notes, not the identifier's), a hit holding every
+identifier is exact.
 Pure functions; the caller runs them under the index lock.
 """
 
@@ -149,17 +151,24 @@ def special_terms(query: str, bm25: KeywordIndex) -> list[str]:
     return _special(query, bm25)[0]
 
 
-def _special(query: str, bm25: KeywordIndex,
-             tokens: list[str] | None = None) -> tuple[list[str], list[str]]:
-    """(the special terms, those of them that are identifiers)."""
+def _special(query: str, bm25: KeywordIndex, tokens: list[str] | None = None,
+             ) -> tuple[list[str], list[str], bool]:
+    """(the special terms, those of them that are identifiers, whether the identifiers
+    alone make the query a lookup)."""
     idents = identifier_terms(query)
     if len(idents) > MAX_LOOKUP_IDENTIFIERS:
-        return [], []  # a pasted log or listing: no chunk is looked up by all of them
+        return [], [], False  # a pasted log or listing: no chunk is looked up by all of them
     special = idents + rare_terms(query, bm25, skip=idents, tokens=tokens)
     words = _content_words(query)
-    if len(special) * 3 < words and not (idents and words <= LOOKUP_WORDS):
-        return [], []
-    return special, idents
+    if not _lookup(len(special), words, idents=bool(idents)):
+        return [], [], False
+    return special, idents, _lookup(len(idents), words, idents=bool(idents))
+
+
+def _lookup(special: int, words: int, *, idents: bool) -> bool:
+    """Whether a query of ``words`` content words, ``special`` of them special, is a
+    lookup: they are a third of its words at least, or it is short and names an identifier."""
+    return special > 0 and (special * 3 >= words or (idents and words <= LOOKUP_WORDS))
 
 
 def _count_content_words(query: str) -> int:
@@ -284,9 +293,36 @@ def exact_first(
     """
     if tokens is None:
         tokens = tokenize_query(query)
-    special, idents = _special(query, bm25, tokens)
+    special, idents, by_idents = _special(query, bm25, tokens)
     if not special:
         return hits, set()
+    exact = _holding(special, idents, bm25, hits, chunks, limit=limit, allowed=allowed)
+    if not exact and by_idents and len(idents) < len(special):
+        # A rare word of the query that other notes have, not the identifier's (``ERR_X_42
+        # kelvinator``): the notes that hold the identifiers still answer the lookup, ahead
+        # of notes that share only the identifiers' parts.
+        exact = _holding(idents, idents, bm25, hits, chunks, limit=limit, allowed=allowed)
+    if not exact:
+        return hits, set()
+    scores = dict(hits)
+    missing = [key for key in exact if key not in scores]
+    if missing:
+        # Their score for the whole query, so exact hits rank among themselves as BM25
+        # has it (the same search restricted to them).
+        scores = bm25.score_keys(tokens, missing)
+        hits = hits + sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+    ordered = [kv for kv in hits if kv[0] in exact]
+    ordered.sort(key=lambda kv: (-kv[1], kv[0]))
+    ordered += [kv for kv in hits if kv[0] not in exact]
+    return ordered[:max(limit, len(exact))], exact
+
+
+def _holding(
+    special: list[str], idents: list[str], bm25: KeywordIndex, hits: list[tuple[int, float]],
+    chunks: Mapping[int, StoredChunk], *, limit: int, allowed: BitMap | None,
+) -> set[int]:
+    """The keys of the chunks that hold every one of ``special`` (``idents`` among them,
+    read in their text as whole words), found beyond ``hits`` too."""
     wholes = [t for term in special for t in _whole_form(term)]
     own = bm25.search(wholes, limit, allowed=allowed)
     # More chunks hold the terms than one pool: the hits may hold others of them.
@@ -311,21 +347,8 @@ def exact_first(
                 rest = set(rare[1:])
                 held = {key for key in held if rest <= _terms(chunks[key])}
         pool = [kv for kv in pool if kv[0] in held]
-    exact = (exact_keys(idents, pool, chunks, idents=idents) if idents
-             else {key for key, _ in pool})
-    if not exact:
-        return hits, set()
-    scores = dict(hits)
-    missing = [key for key in exact if key not in scores]
-    if missing:
-        # Their score for the whole query, so exact hits rank among themselves as BM25
-        # has it (the same search restricted to them).
-        scores = bm25.score_keys(tokens, missing)
-        hits = hits + sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
-    ordered = [kv for kv in hits if kv[0] in exact]
-    ordered.sort(key=lambda kv: (-kv[1], kv[0]))
-    ordered += [kv for kv in hits if kv[0] not in exact]
-    return ordered[:max(limit, len(exact))], exact
+    return (exact_keys(idents, pool, chunks, idents=idents) if idents
+            else {key for key, _ in pool})
 
 
 __all__ = ["KeywordIndex", "exact_first", "exact_keys", "identifier_terms", "rare_terms",
