@@ -61,10 +61,21 @@ def _check_invariants(text: str, chunks: list[Chunk], max_chars: int) -> None:
             rest = c.text[len(block) + 1:]
             assert c.text.startswith(block + "\n") and rest in original
             assert len(rest) <= max_chars
-            if "\n" in rest:
+            parts = rest.split("\n")
+            if parts[0].lstrip().startswith("#") and not any(p.strip() for p in parts[1:-1]):
+                # A heading and its first line (or that line's first piece): over the cap
+                # by at most the block, as a first line without a heading.
+                assert len(c.text) <= len(block) + 1 + max_chars
+            elif "\n" in rest:
                 assert len(c.text) <= max(max_chars, len(block) + 1 + max_chars - max_chars // 2)
         elif c.start_line == c.end_line and len(lines[c.start_line - 1]) > max_chars:
             assert c.text in original and len(c.text) <= max_chars
+        elif len(lines[c.end_line - 1]) > max_chars:
+            # A heading (and blank lines) opening the first piece of an overlong line.
+            head = lines[c.start_line - 1 : c.end_line - 1]
+            assert head[0].lstrip().startswith("#") and not any(ln.strip() for ln in head[1:])
+            assert c.text.startswith("\n".join(head) + "\n") and c.text in original
+            assert len(c.text) <= max_chars
         else:
             assert c.text == original
             assert len(c.text) <= max_chars
@@ -75,31 +86,37 @@ def _check_invariants(text: str, chunks: list[Chunk], max_chars: int) -> None:
             assert i in owner, f"line {i} is in no chunk"
     # Pieces of a split line put the line back together exactly, but for those alike to
     # an earlier piece of it (the same chunk again).
+    # A piece after a heading is cut shorter and is no piece alike to the later ones.
     by_line: dict[int, str] = {}
-    for n, c in enumerate(chunks):
-        piece = c.text
-        if n == 0 and fm_end > 0 and body:
-            piece = c.text[len("\n".join(lines[: body[0]])) + 1:]
-        if c.end_line == body[0] + 1 if n == 0 and fm_end > 0 and body else (
-                c.start_line == c.end_line):
-            if len(lines[c.end_line - 1]) > max_chars:
-                by_line[c.end_line] = by_line.get(c.end_line, "") + piece
+    headed: dict[int, str] = {}
+    for c in chunks:
+        if len(lines[c.end_line - 1]) <= max_chars:
+            continue
+        before = lines[c.start_line - 1 : c.end_line - 1]  # a frontmatter block, a heading
+        piece = c.text[len("\n".join(before)) + 1:] if before else c.text
+        if any(ln.strip() for ln in lines[max(c.start_line - 1, fm_end) : c.end_line - 1]):
+            headed[c.end_line] = piece
+        by_line[c.end_line] = by_line.get(c.end_line, "") + piece
     for ln, joined in by_line.items():
-        assert joined == "".join(dict.fromkeys(split_line(lines[ln - 1], max_chars)))
+        line, first = lines[ln - 1], headed.get(ln, "")
+        assert line.startswith(first)
+        assert joined == first + "".join(dict.fromkeys(split_line(line[len(first):],
+                                                                  max_chars)))
     assert len({c.id for c in chunks}) == len(chunks)
 
 
 def test_note_chunks_and_line_ranges() -> None:
     chunks = chunk_markdown("memory/2026-07-23/commute.md", NOTE, max_chars=60)
     fm = [c for c in chunks if "frontmatter" in c.metadata]
-    # The frontmatter block, fences included, is the start of the first body chunk (under
-    # this small cap only the heading line fits after it), never a chunk of its own.
+    # The frontmatter block, fences included, is the start of the first body chunk, never
+    # a chunk of its own, nor one with a heading alone: under this small cap the heading
+    # takes the first line of its paragraph, and the chunk is over the cap by the block.
     assert len(fm) == 1 and fm[0] is chunks[0]
-    assert (fm[0].start_line, fm[0].end_line) == (1, 6)
+    assert (fm[0].start_line, fm[0].end_line) == (1, 8)
     assert fm[0].text.startswith("---\nname: commute notes\n") and fm[0].text.endswith(
-        "---\n# Commute")
+        "---\n# Commute\n\nI ride the bike to work.")
     assert fm[0].metadata["frontmatter"]["name"] == "commute notes"
-    assert fm[0].heading == "Commute" and chunks[1].start_line == 8
+    assert fm[0].heading == "Commute" and chunks[1].start_line == 9
     _check_invariants(NOTE, chunks, 60)
     costs = [c for c in chunks if "49 euros" in c.text]
     assert len(costs) == 1 and costs[0].heading == "Commute > Costs"
@@ -138,6 +155,24 @@ def test_frontmatter_is_never_a_chunk_by_itself() -> None:
     assert [(c.start_line, c.end_line, c.text) for c in only] == [
         (1, 4, "---\nname: lonely\ntags: [a]\n---")]
     assert only[0].metadata["frontmatter"] == {"name": "lonely", "tags": ["a"]}
+
+
+def test_a_heading_is_never_a_chunk_by_itself() -> None:
+    # Before a paragraph over the cap (one line of Chinese prose, a long list), a heading
+    # opens that paragraph's first chunk: a hit of a heading alone, or of a frontmatter
+    # block and a heading, holds nothing to read.
+    prose = "会议记录：存储迁移推迟到下周，先完成回滚演练。" * 12
+    wrapped = "\n".join(f"- item {i} of the checklist" for i in range(12))
+    block = "---\nname: plan\ndescription: 迁移计划\n---\n"
+    for text in (f"# 计划\n\n{prose}\n", f"# 计划\n{prose}\n", f"{block}# 计划\n\n{prose}\n",
+                 f"# Plan\n\n{wrapped}\n", f"{block}\n# Plan\n\n{wrapped}\n",
+                 f"# A\n\nshort\n\n## 计划\n\n{prose}\n"):
+        chunks = chunk_markdown("p.md", text, max_chars=120)
+        _check_invariants(text, chunks, 120)
+        for c in chunks:
+            own = c.text.removeprefix(block) if "frontmatter" in c.metadata else c.text
+            assert any(ln.strip() and not ln.startswith("#") for ln in own.split("\n")), (
+                text[:40], c)
 
 
 def test_frontmatter_words_are_searchable() -> None:
@@ -193,11 +228,13 @@ def test_chunk_ids_are_stable_and_distinct() -> None:
     assert len(a[0].id) == 16 and int(a[0].id, 16) >= 0
     assert chunk_id("a.md", 1, 2, "x") != chunk_id("b.md", 1, 2, "x")
     # A line repeating one run of text: its pieces alike are one chunk, not several.
-    text = "# Rule\n" + "-" * 250 + "\n" + "ab " * 90 + "end\n"
+    # (The heading opens the line's first piece, cut shorter by the heading's size.)
+    text = "# Rule\n" + "-" * 300 + "\n" + "ab " * 90 + "end\n"
     chunks = chunk_markdown("r.md", text, max_chars=100)
     _check_invariants(text, chunks, 100)
     assert [(c.start_line, c.text) for c in chunks] == [
-        (1, "# Rule"), (2, "-" * 100), (2, "-" * 50), (3, "ab " * 33), (3, "ab " * 24 + "end")]
+        (1, "# Rule\n" + "-" * 93), (2, "-" * 100), (2, "-" * 7), (3, "ab " * 33),
+        (3, "ab " * 24 + "end")]
 
 
 def test_empty_and_blank_files() -> None:

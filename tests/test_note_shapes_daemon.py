@@ -288,3 +288,28 @@ def test_a_note_whose_secret_was_masked_is_added_though_it_reads_as_an_earlier_o
                                              "session_id": "ops", "name": "keys"})["changed"]
              for _ in range(2)]
     assert again == [True, False]
+
+
+def test_a_frontmatter_word_finds_body_text_before_a_long_paragraph(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # A session note whose first section is one long line (Chinese prose has no line
+    # breaks), saved on Windows: a word of its frontmatter or heading finds a hit that
+    # holds the block, the heading and body text, never the block and a heading alone;
+    # a word of the section's end finds the rest of the line.
+    root = tmp_path / "ws"
+    day = root / "memory" / "2026-08-02"
+    day.mkdir(parents=True)
+    prose = "今天把存储迁移推迟到下周，先做一次回滚演练，再确认监控的告警阈值。" * 70
+    (day / "s.md").write_bytes(
+        ("\ufeff---\r\nname: 迁移会议\r\ndescription: quillworth review\r\n---\r\n"
+         f"# Zephyrine\r\n\r\n{prose}尾声记号\r\n").encode())
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    for word in ("quillworth", "zephyrine"):
+        answer = daemon.call("memory.search", {"agent_id": "w", "query": word, "sync": True})
+        # (The heading's word is in every chunk of its section; the block only in one.)
+        results = answer["results"]
+        assert results and all("回滚演练" in r["text"] for r in results), answer
+        (hit,) = [r for r in results if r["start_line"] == 1]
+        assert hit["end_line"] == 7 and hit["text"].startswith("---\nname: 迁移会议\n"), hit
+    answer = daemon.call("memory.search", {"agent_id": "w", "query": "尾声记号"})
+    assert answer["results"][0]["text"].endswith("尾声记号")

@@ -15,6 +15,10 @@ Rules:
   or the first line alone is longer than what the block leaves (lines are split only when
   longer than the cap): then that chunk is over the cap by at most the block. A note that is
   only frontmatter is chunked like a body (one chunk at usual sizes).
+- A heading is no chunk by itself either (a hit of one line, or of a frontmatter block and a
+  heading): before a paragraph too long to join whole, it opens that paragraph's first
+  chunk; before an overlong line, the line's first piece, cut shorter by the heading. Only
+  before a line within the cap that does not fit with it does a heading stay alone.
 - The body is split at ATX headings (``#`` .. ``######``, not inside fenced code) into sections,
   sections into paragraphs at blank lines (a fenced code block is one paragraph; it ends at a
   line of its fence's character, at least as many, and nothing else, as in CommonMark). Adjacent
@@ -156,11 +160,13 @@ class _Builder:
     def cap(self) -> int:
         return self.max_chars - self.reserve if not self.chunks else self.max_chars
 
-    def emit(self, start: int, end: int, headings: list[str], text: str | None = None) -> None:
-        """Emit 0-based inclusive line range [start, end]."""
+    def emit(self, start: int, end: int, headings: list[str], text: str | None = None,
+             *, headed: bool = False) -> None:
+        """Emit 0-based inclusive line range [start, end] (``text``: a piece of its last
+        line, after the whole lines before it; ``headed``: those open with a heading)."""
         body = "\n".join(self.lines[start : end + 1]) if text is None else text
         meta: ChunkMeta = {"headings": list(headings)}
-        if _HEADING_RE.match(self.lines[start]) and text is None:
+        if _HEADING_RE.match(self.lines[start]) and (text is None or headed):
             meta["starts_with_heading"] = True
         self.chunks.append(
             Chunk(self.path, start + 1, end + 1, body, " > ".join(headings), meta)
@@ -173,6 +179,12 @@ class _Builder:
             size = self.size(start, end)
             if cur is not None and self.size(cur[0], end) <= self.cap:
                 cur = (cur[0], end)
+                continue
+            if cur is not None and cur[0] == cur[1] and self.lone_heading(cur[0], start - 1):
+                # A heading is no chunk by itself (a hit of one line, or of a frontmatter
+                # block and one line): it opens the paragraph, split after it if need be.
+                self.long_paragraph(cur[0], end, headings)
+                cur = None
                 continue
             if cur is not None:
                 self.emit(cur[0], cur[1], headings)
@@ -191,10 +203,32 @@ class _Builder:
             if cur_start >= 0 and cur_size + 1 + n <= self.cap:
                 cur_size += 1 + n
                 continue
+            rest = ""
+            if cur_start >= 0 and self.lone_heading(cur_start, i - 1):
+                # A heading is no chunk by itself: it takes the next line whole if the cap
+                # allows (the first chunk's, before a frontmatter block is joined to it, is
+                # then over by at most the block, as for a first line without a heading),
+                # else, when the line is split anyway, its first piece, cut shorter.
+                head = self.size(cur_start, i - 1)
+                if head + 1 + n <= self.max_chars:
+                    cur_size = head + 1 + n
+                    continue
+                if n > self.max_chars and head + 1 < self.max_chars:
+                    line = self.lines[i]
+                    first = split_line(line, self.max_chars - head - 1)[0]
+                    text = "\n".join(self.lines[cur_start:i]) + "\n" + first
+                    self.emit(cur_start, i, headings, text, headed=True)
+                    cur_start, rest = -1, line[len(first):]
+                else:
+                    self.emit(cur_start, cur_start, headings)  # not the blank lines after it
+                    cur_start = -1
             if cur_start >= 0:
                 self.emit(cur_start, i - 1, headings)
                 cur_start = -1
-            if n <= self.max_chars:
+            if rest:
+                for piece in dict.fromkeys(split_line(rest, self.max_chars)):
+                    self.emit(i, i, headings, piece)
+            elif n <= self.max_chars:
                 cur_start, cur_size = i, n
             else:
                 # Pieces alike (a line repeating one run of text) would be one chunk
@@ -203,6 +237,11 @@ class _Builder:
                     self.emit(i, i, headings, piece)
         if cur_start >= 0:
             self.emit(cur_start, end, headings)
+
+    def lone_heading(self, start: int, end: int) -> bool:
+        """Whether lines ``start..end`` are a heading and blank lines only."""
+        return (_HEADING_RE.match(self.lines[start]) is not None
+                and not any(self.lines[j].strip() for j in range(start + 1, end + 1)))
 
     def size(self, start: int, end: int) -> int:
         """Characters of lines ``start..end`` joined by newlines."""

@@ -55,9 +55,11 @@ from __future__ import annotations
 # fish's ``set -x``, ``setx``, ``ENV`` and setters take, session cookies outside a Cookie
 # header or named (``PHPSESSID``) and a "PAT" stated are masked (``secret_wrapped``,
 # ``secret_commands``), "Pat: 555-...", "$env:PW -AsPlainText" and code in brackets after a
-# switch, ``-Credential (Get-Credential)``, not.
+# switch, ``-Credential (Get-Credential)``, not; 34: a heading is no chunk by itself (nor
+# with only a frontmatter block) before a paragraph over the cap: it takes that
+# paragraph's first lines, or the first piece of its overlong line.
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 33
+CHUNKING = 34
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
 # generation saved under other rules has its graph's edges to no note resolved again after
 # a load, and every note read again by the startup reconcile (2 on). 1: as Obsidian
