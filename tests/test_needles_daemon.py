@@ -241,3 +241,31 @@ def test_a_chunk_is_exact_only_while_its_index_holds_every_rare_word(daemon: Any
     both.write_text(f"# 记录\n\n{long_zh}zorbification{long_zh}\n", encoding="utf-8")
     first.write_text("# Only one\n\nzorbification, and now quelphast too\n", encoding="utf-8")
     assert exact_paths() == ["memory/2026-03-17/first.md"]
+
+
+def test_an_identifier_and_its_value_find_the_note_holding_both(daemon: Any,
+                                                                tmp_path: Path) -> None:
+    # `user_id=771203`: short English notes hold the identifier with other values, others
+    # the value alone (too many for it to be a rare term); the long Chinese note holding
+    # both ranks first, exact, however the query joins them.
+    root = tmp_path / "ws"
+    day = root / "memory" / "2026-03-18"
+    day.mkdir(parents=True)
+    (root / "digest").mkdir()
+    for i in range(6):
+        (day / f"other{i}.md").write_text(f"# Login {i}\n\nuser_id=77130{i} logged in twice, "
+                                          f"user_id checked\n", encoding="utf-8")
+        (day / f"value{i}.md").write_text(f"# Order {i}\n\norder 771203 shipped, box {i}\n",
+                                          encoding="utf-8")
+    zh = "今天排查登录失败的问题，发现会话过期以后没有刷新，需要修改配置并观察一天。" * 20
+    (day / "both.md").write_text(f"# 登录\n\n{zh}用户 user_id=771203 多次登录失败。{zh}\n",
+                                 encoding="utf-8")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    daemon.call("index.sync", {"agent_id": "w"})
+    for query in ("user_id=771203", "user_id 771203", "771203 user_id",
+                  "ｕｓｅｒ＿ｉｄ＝７７１２０３", "用户user_id=771203登录失败"):
+        answer = daemon.call("memory.search", {"agent_id": "w", "query": query,
+                                               "max_results": 5})
+        top = answer["results"][0]
+        assert top["path"] == "memory/2026-03-18/both.md" and top.get("exact"), (
+            query, [(r["path"], r.get("exact")) for r in answer["results"]])

@@ -23,9 +23,10 @@ heading + text, read as the tokenizer reads it (NFKC, case folded: full-width fo
 the text may not spell: ``strategi`` of strategy). Only lookups count: when the special
 terms are under a third of the query's content words (a long question or claim with one
 rare word), no hit is exact, unless the query is short (``LOOKUP_WORDS``) and names an
-identifier. When no hit holds every special term but the identifiers alone make a lookup
-(the query's rare word is in other notes, not the identifier's), a hit holding every
-identifier is exact.
+identifier. A number (``NUMBER_DIGITS``) in a query naming an identifier is special too, read
+as a whole word (``user_id=771203``). When no hit holds every special term but the
+identifiers alone make a lookup (the query's rare word or number is in other notes, not the
+identifier's), a hit holding every identifier is exact.
 Pure functions; the caller runs them under the index lock.
 """
 
@@ -54,6 +55,8 @@ from recalld.daemon.index.tokenizer import (
 )
 
 RARE_DF = 2
+# A number of at least this many digits in a query naming an identifier is a name too.
+NUMBER_DIGITS = 3
 RARE_MIN_DOCS = 50
 # A query of at most this many content words that names an identifier is a lookup, however
 # few of its words are special ("what broke in kelmo v4.27.3?").
@@ -125,6 +128,24 @@ def _find_identifiers(query: str) -> tuple[str, ...]:
 _identifiers: Final = Memo(_find_identifiers, 1024, max_chars=MEMO_QUERY_CHARS).__getitem__
 
 
+def _find_numbers(query: str) -> tuple[str, ...]:
+    """The numbers of ``query`` (runs of at least ``NUMBER_DIGITS`` digits, in any width:
+    ``771203`` of ``user_id=771203``, ``88123`` of ``#88123`` or ``工单88123``), in order,
+    without repeats."""
+    text = nfkc.normalize(query)
+    if not text.isascii():
+        text = cjk_re().sub(" ", text)
+    out: dict[str, None] = {}
+    for m in _WORD.finditer(text):
+        word = m.group(0).strip(".-")
+        if len(word) >= NUMBER_DIGITS and word.isascii() and word.isdigit():
+            out[word] = None
+    return tuple(out)
+
+
+_numbers: Final = Memo(_find_numbers, 1024, max_chars=MEMO_QUERY_CHARS).__getitem__
+
+
 def rare_terms(query: str, bm25: KeywordIndex, *, skip: Iterable[str] = (),
                tokens: list[str] | None = None) -> list[str]:
     """Query terms that at most ``RARE_DF`` chunks contain (none in a tiny index);
@@ -152,17 +173,24 @@ def special_terms(query: str, bm25: KeywordIndex) -> list[str]:
 
 
 def _special(query: str, bm25: KeywordIndex, tokens: list[str] | None = None,
-             ) -> tuple[list[str], list[str], bool]:
-    """(the special terms, those of them that are identifiers, whether the identifiers
-    alone make the query a lookup)."""
+             ) -> tuple[list[str], list[str], list[str]]:
+    """(the special terms, those of them read as whole words in the text: identifiers and
+    the numbers beside them, the identifiers alone if they make the query a lookup)."""
     idents = identifier_terms(query)
     if len(idents) > MAX_LOOKUP_IDENTIFIERS:
-        return [], [], False  # a pasted log or listing: no chunk is looked up by all of them
-    special = idents + rare_terms(query, bm25, skip=idents, tokens=tokens)
+        return [], [], []  # a pasted log or listing: no chunk is looked up by all of them
+    # A number beside an identifier is a value of it (``user_id=771203``, ``ERR_X_42 on
+    # host 8812``): the note holding both answers the lookup, ahead of the notes holding the
+    # identifier with other values, however much shorter.
+    names = idents + [n for n in (_numbers(query) if idents else ())
+                      if not any(n in ident for ident in idents)]
+    if len(names) > MAX_LOOKUP_IDENTIFIERS:
+        names = idents
+    special = names + rare_terms(query, bm25, skip=names, tokens=tokens)
     words = _content_words(query)
     if not _lookup(len(special), words, idents=bool(idents)):
-        return [], [], False
-    return special, idents, _lookup(len(idents), words, idents=bool(idents))
+        return [], [], []
+    return special, names, idents if _lookup(len(idents), words, idents=bool(idents)) else []
 
 
 def _lookup(special: int, words: int, *, idents: bool) -> bool:
@@ -293,14 +321,14 @@ def exact_first(
     """
     if tokens is None:
         tokens = tokenize_query(query)
-    special, idents, by_idents = _special(query, bm25, tokens)
+    special, names, idents = _special(query, bm25, tokens)
     if not special:
         return hits, set()
-    exact = _holding(special, idents, bm25, hits, chunks, limit=limit, allowed=allowed)
-    if not exact and by_idents and len(idents) < len(special):
-        # A rare word of the query that other notes have, not the identifier's (``ERR_X_42
-        # kelvinator``): the notes that hold the identifiers still answer the lookup, ahead
-        # of notes that share only the identifiers' parts.
+    exact = _holding(special, names, bm25, hits, chunks, limit=limit, allowed=allowed)
+    if not exact and idents and len(idents) < len(special):
+        # A rare word or a number of the query that other notes have, not the identifier's
+        # (``ERR_X_42 kelvinator``): the notes that hold the identifiers still answer the
+        # lookup, ahead of notes that share only the identifiers' parts.
         exact = _holding(idents, idents, bm25, hits, chunks, limit=limit, allowed=allowed)
     if not exact:
         return hits, set()
