@@ -144,13 +144,13 @@ def _check_workspace_places(cfg: DaemonConfig) -> int:
     workspace checks its place (a system folder, another user's, one that holds the
     daemon's own folders or its config file, as ``~`` does), which the start would only
     show as a failed workspace. EXIT_CONFIG with one line naming the first refused."""
-    from recalld.daemon.workspace_places import check_daemon_folders, check_root
+    from recalld.daemon.workspace_places import check_daemon_folders, check_root, resolved
     from recalld.ipc.agent_ids import workspace_table
     from recalld.ipc.errors import RecalldError
 
     for agent_id, path in sorted(cfg.workspace_paths.items()):
         try:
-            root = path.resolve()
+            root = resolved(path)
             check_root(root)
             check_daemon_folders(root, cfg)
         except (OSError, RuntimeError) as exc:  # a link loop, a folder we may not enter

@@ -30,14 +30,27 @@ SYSTEM_FOLDERS = tuple(Path(p) for p in (
     "/", "/var", "/var/lib", "/home", "/tmp", "/opt", "/srv", "/mnt", "/media", "/root"))  # noqa: S108
 
 def resolved(root: Path) -> Path:
-    """``root`` with its symbolic links resolved (blocking). InvalidParams if they loop,
-    as :func:`check_root` says of a path it cannot stat: Python 3.11's ``resolve`` raises
-    RuntimeError there, which would fail a start or a reload, not this one workspace."""
+    """``root`` (absolute) with its symbolic links resolved (blocking).
+
+    InvalidParams if ``root`` as given lies in a system tree: the links there lead where
+    the daemon's own process is (``/proc/self/cwd``, ``/dev/fd/3``) or into another
+    process's view of the files (``/proc/<pid>/root``), so what they resolve to is no
+    folder the client named. InvalidParams too if the links loop or one cannot be read
+    (``/proc/1/cwd`` of another user, a failing disk), as :func:`check_root` says of a
+    path it cannot stat: ``resolve`` raises RuntimeError or OSError there, which would
+    fail a start or a reload, not this one workspace."""
+    given = Path(os.path.normpath(root))
+    if any(given.is_relative_to(t) for t in SYSTEM_TREES):
+        raise InvalidParams(f"{root} is a system folder; a workspace needs a folder of "
+                            "its own")
     try:
         return root.resolve()
     except RuntimeError:
         raise InvalidParams(f"workspace {root} is not available: "
                             f"{os.strerror(errno.ELOOP)}") from None
+    except OSError as exc:
+        raise InvalidParams(f"workspace {root} is not available: "
+                            f"{exc.strerror or type(exc).__name__}") from None
 
 
 def check_root(root: Path) -> None:

@@ -301,12 +301,12 @@ class Doctor:
         by_device: dict[int, tuple[Path, list[str]]] = {}
         for what, target in targets:
             probe = target
-            while not probe.exists() and probe != probe.parent:
-                probe = probe.parent
             try:
+                while not probe.exists() and probe != probe.parent:
+                    probe = probe.parent
                 device = probe.stat().st_dev
-            except OSError:
-                continue  # gone meanwhile: the workspace's own check says so
+            except OSError:  # gone meanwhile, a link on the way that cannot be read:
+                continue  # the workspace's own check says so
             by_device.setdefault(device, (probe, []))[1].append(what)
         return [self._disk(probe, holds) for probe, holds in by_device.values()]
 

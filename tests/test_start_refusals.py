@@ -205,12 +205,21 @@ def test_refused_workspace_paths_show_in_status_and_doctor(daemon_factory: Daemo
     (good / "memory").mkdir(parents=True)
     (good / "memory" / "facts.md").write_text(
         "# Facts\n\nThe osprey ledger sits on the top shelf.\n", encoding="utf-8")
-    paths = {"etc": "/etc", "root": "/", "good": str(good)}
+    # A path in /proc leads where the daemon's process is, not to a folder the client
+    # named: this one resolves to an ordinary folder, and was served there.
+    paths = {"etc": "/etc", "root": "/", "good": str(good),
+             "proc": f"/proc/self/root{tmp_path}/via-proc"}
+    refused = {"etc": "system folder", "root": "system folder", "proc": "system folder",
+               "theirs": "belongs to uid", "hop": "is not available: Permission denied"}
     if os.getuid() == 0:
         theirs = tmp_path / "theirs"
         theirs.mkdir()
         os.chown(theirs, 4321, 4321)
         paths["theirs"] = str(theirs)
+    if _unreadable_link("/proc/1/cwd"):
+        # A link on the way that cannot be read stopped the whole start (exit 1).
+        (tmp_path / "hop").symlink_to("/proc/1/cwd")
+        paths["hop"] = str(tmp_path / "hop" / "x")
     config = "".join(f'[workspaces.{name}]\npath = "{path}"\n\n'
                      for name, path in paths.items())
     config = config.replace('path = "/etc"\n', 'path = "/etc"\ndaily_dir = "journal"\n')
@@ -218,7 +227,6 @@ def test_refused_workspace_paths_show_in_status_and_doctor(daemon_factory: Daemo
     status = daemon.call("daemon.status")
     states = {w["agent_id"]: w for w in status["workspaces"]}
     assert states["good"]["state"] == "ready"
-    refused = {"etc": "system folder", "root": "system folder", "theirs": "belongs to uid"}
     for name in set(paths) - {"good"}:
         ws = states[name]
         assert ws["state"] == "failed" and ws["refused"] is True, ws
@@ -228,6 +236,7 @@ def test_refused_workspace_paths_show_in_status_and_doctor(daemon_factory: Daemo
     assert listed["etc"]["settings"]["daily_dir"] == "journal"
     assert listed["root"]["settings"]["daily_dir"] == "memory"
     assert not (Path("/etc") / "memory").exists()
+    assert not (tmp_path / "via-proc").exists()
 
     shown = recalld("status", env=daemon.env)
     assert shown.returncode == 0, shown.stderr
@@ -258,11 +267,25 @@ def test_refused_workspace_paths_show_in_status_and_doctor(daemon_factory: Daemo
     with Client(daemon.socket_path) as c:
         hits = c.search("good", "osprey ledger", sync=True).results
         assert any("top shelf" in h.text for h in hits)
+        # Opened by a client, the same places are refused the same way.
+        for name in set(paths) & {"proc", "hop"}:
+            with pytest.raises(InvalidParams, match=refused[name]):
+                c.workspace_open(f"{name}-again", path=paths[name])
         # Closing a refused workspace drops it at once; nothing was running.
         c.call("workspace.close", {"agent_id": "etc"})
     agents = {w["agent_id"] for w in daemon.call("daemon.status")["workspaces"]}
     assert "etc" not in agents
     assert daemon.stop() == 0
+
+
+def _unreadable_link(path: str) -> bool:
+    try:
+        os.readlink(path)
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def test_a_workspace_folder_half_made_names_what_stands_in_the_way(
