@@ -274,7 +274,11 @@ class Workspace:
                 raise AlreadyRunning(f"{exc}; one recalld serves a workspace at a time"
                                      ) from None
             except OSError as exc:
-                raise _open_error(f"cannot lock workspace {self.root}", exc) from None
+                what = f"cannot lock workspace {self.root}"
+                if str(lock.path) not in (exc.strerror or ""):
+                    # Which file: "Is a directory; remove it" alone named the workspace.
+                    what += f": {lock.path}"
+                raise _open_error(what, exc) from None
             # Run with the lock held, before any service writes; those of the watched
             # folders go with the scans.
             await trio.to_thread.run_sync(remove_unfinished_below, self.agent_id, (

@@ -7,6 +7,7 @@ the others.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -35,6 +36,9 @@ def test_a_workspace_that_cannot_open_at_start_fails_alone(daemon_factory: Daemo
     gone = tmp_path / "unmounted" / "ws"
     lockdir = tmp_path / "lockdir"
     (lockdir / "mem_metadata" / "recalld.lock").mkdir(parents=True)
+    lockfifo = tmp_path / "lockfifo"
+    (lockfifo / "mem_metadata").mkdir(parents=True)
+    os.mkfifo(lockfifo / "mem_metadata" / "recalld.lock")
     indexfile = tmp_path / "indexfile"
     (indexfile / "mem_metadata").mkdir(parents=True)
     (indexfile / "mem_metadata" / "index").write_text("garbage\n", encoding="utf-8")
@@ -43,16 +47,23 @@ def test_a_workspace_that_cannot_open_at_start_fails_alone(daemon_factory: Daemo
     (good / "memory" / "facts.md").write_text(
         "# Facts\n\nThe quokka ledger is kept in the blue binder.\n", encoding="utf-8")
     config = "".join(f'[workspaces.{name}]\npath = "{path}"\n\n' for name, path in (
-        ("gone", gone), ("lockdir", lockdir), ("indexfile", indexfile), ("good", good)))
+        ("gone", gone), ("lockdir", lockdir), ("lockfifo", lockfifo), ("indexfile", indexfile),
+        ("good", good)))
 
     daemon = daemon_factory(config)  # waits until it answers: it did not exit
     status = daemon.call("daemon.status")
     states = {w["agent_id"]: w for w in status["workspaces"]}
     assert states["good"]["state"] == "ready"
     assert states["default"]["state"] == "ready"
-    for name in ("gone", "lockdir", "indexfile"):
+    for name in ("gone", "lockdir", "lockfifo", "indexfile"):
         assert states[name]["state"] == "failed", states[name]
         assert states[name]["error"], states[name]
+    # The lock file is named: "cannot lock workspace <root>: not a regular file; remove
+    # it" sent the user to remove the workspace folder.
+    for name, said in (("lockdir", "Is a directory"), ("lockfifo", "not a regular file")):
+        lock = tmp_path / name / "mem_metadata" / "recalld.lock"
+        assert states[name]["error"].startswith(
+            f"cannot lock workspace {lock.parents[1]}: {lock}: {said}"), states[name]
     with Client(daemon.socket_path) as c:
         hits = c.search("good", "quokka ledger", sync=True).results
     assert any("blue binder" in h.text for h in hits)
