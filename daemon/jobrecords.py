@@ -3,16 +3,20 @@ and what a kind's handler sees of its job (:mod:`recalld.daemon.jobs` acts on th
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypedDict
 
 import trio
 
+from recalld.daemon.config_rules import valid_agent_id
 from recalld.daemon.jobparams import ParamsCheck
 from recalld.daemon.jsontypes import JsonObject
 from recalld.ipc.answers import JobInfo, JobProgress
 from recalld.ipc.errors import AlreadyRunning, InvalidParams
+
+log = logging.getLogger(__name__)
 
 #: A job kind's work: returns the job's result, a JSON object (a TypedDict, mostly).
 Handler = Callable[["JobContext"], Awaitable[Mapping[str, object] | None]]
@@ -95,15 +99,24 @@ class JobRecord:
 
     @classmethod
     def from_dict(cls, rec: JsonObject) -> JobRecord:
-        """A job from its journal record (JSON read back from disk)."""
-        job = cls(job_id=str(rec["job_id"]), agent_id=str(rec["agent_id"]),
-                  kind=str(rec["kind"]), params=dict(rec.get("params") or {}),
+        """A job from its journal record (JSON read back from disk); ValueError if a
+        field is not of the shape the daemon writes (see :func:`recovered`)."""
+        job_id, agent_id, kind = rec.get("job_id"), rec.get("agent_id"), rec.get("kind")
+        params, state = rec.get("params") or {}, rec.get("state", "queued")
+        if not (isinstance(job_id, str) and job_id and isinstance(kind, str) and kind
+                and valid_agent_id(agent_id) and isinstance(params, dict)
+                and state in STATES and isinstance(rec.get("error"), str | None)
+                and isinstance(rec.get("error_code"), int | None)
+                and all(isinstance(rec.get(k), int | float | None)
+                        for k in ("submitted_at", "started_at", "finished_at"))):
+            raise ValueError("a field is missing or not of its type")
+        job = cls(job_id=job_id, agent_id=agent_id, kind=kind, params=params,
                   submitted_at=float(rec.get("submitted_at") or 0.0))
-        job.state = str(rec.get("state", "queued"))
+        job.state = state
         progress = rec.get("progress")
         if isinstance(progress, Mapping):
-            total = progress.get("total")
-            job.progress = JobProgress(done=int(progress.get("done") or 0),
+            done, total = progress.get("done"), progress.get("total")
+            job.progress = JobProgress(done=done if isinstance(done, int) else 0,
                                     total=total if isinstance(total, int) else None,
                                     message=str(progress.get("message") or ""))
         job.result = rec.get("result")
@@ -138,6 +151,19 @@ def check_submit(kinds: Mapping[str, JobKind], kind: str, params: Mapping[str, o
                     f"(job {other.job_id}); wait for it or cancel it",
                     {"job_id": other.job_id, "state": other.state})
     return checked
+
+
+def recovered(records: Iterable[JsonObject]) -> Iterator[JobRecord]:
+    """The jobs of the journal's ``records`` (each line verified by its checksum); one of
+    another shape (a field of another type, an agent id no method accepts, a state no
+    job has: written by hand, or by another program) is passed by with a log line: it
+    stopped the start (a restart loop under systemd), or reached clients as it was."""
+    for rec in records:
+        try:
+            yield JobRecord.from_dict(rec)
+        except ValueError as exc:
+            log.warning("job journal: passing by the record of job %r: %s",
+                        rec.get("job_id"), exc)
 
 
 def take_up(job: JobRecord, kinds: Mapping[str, JobKind]) -> Literal["queue", "interrupted",

@@ -48,6 +48,7 @@ from recalld.daemon.jobrecords import (
     check_submit,
     cpu_borrower,
     mark_held,
+    recovered,
     take_up,
 )
 from recalld.daemon.jsontypes import JsonObject, json_safe
@@ -468,8 +469,7 @@ class JobManager:
     async def _recover(self) -> None:
         """Held, resumed or interrupted: each unfinished job of the journal (module doc)."""
         interrupted: list[JobRecord] = []
-        for rec in await self._journal_log.open():
-            job = JobRecord.from_dict(rec)
+        for job in recovered(await self._journal_log.open()):
             self._add(job)
             fate = take_up(job, self._kinds)
             if fate == "queue":

@@ -26,9 +26,11 @@ from typing import NotRequired, TypedDict
 import orjson
 
 from recalld.daemon.config_rules import (
+    AGENT_ID_RULE,
     SECRET_SETTING,
     URL_QUERY_SECRET,
     url_without_secrets,
+    valid_agent_id,
 )
 from recalld.daemon.dsn import dsn_without_password
 from recalld.daemon.jsontypes import JsonObject
@@ -138,6 +140,12 @@ def load(path: Path) -> dict[str, Remembered]:
             raise ValueError("checksum mismatch")
         out: dict[str, Remembered] = {}
         for agent_id, rec in entries.items():
+            if not valid_agent_id(agent_id):
+                # No method can name it (each checks the id), and it broke those that list
+                # every workspace's jobs (recalld status): the others are served.
+                log.error("%s: the record of %r is passed by: not an agent id (%s)", path,
+                          agent_id, AGENT_ID_RULE)
+                continue
             if not isinstance(rec, dict) or not isinstance(rec.get("path"), str):
                 raise ValueError(f"bad entry {agent_id!r}")
             config = rec.get("config")

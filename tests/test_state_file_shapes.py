@@ -16,6 +16,9 @@ import pytest
 from conftest import DaemonFactory, DaemonHandle
 from waits import wait_for
 
+from recalld.daemon import remembered
+from recalld.daemon.store.applog import encode_line
+from recalld.ipc.client import Client
 from recalld.ipc.errors import NotFound
 
 AGENT = "default"
@@ -148,6 +151,37 @@ def test_logs_and_records_that_are_no_files_are_set_aside(daemon_factory: Daemon
     sessions = _workspace(daemon)["sessions"]
     assert sessions["pending_messages"] == 1, sessions
     assert daemon.call("jobs.get", {"agent_id": AGENT, "job_id": job["job_id"]})
+
+
+def test_verified_state_records_of_another_shape_are_passed_by(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Records whose checksums match but whose shape does not (written by hand or by
+    # another program): a workspace record keyed by no agent id ("../up", "a/b") was
+    # served as a failed workspace no method can name, and `recalld status`, asking each
+    # workspace for its jobs, failed for every agent; a job record with its params a list
+    # stopped the start (exit 1: a restart loop under systemd).
+    state = tmp_path / "data" / "state"
+    state.mkdir(parents=True, mode=0o700)
+    (tmp_path / "data").chmod(0o700)
+    entries = {agent: remembered.Remembered(path=str(tmp_path / f"ws{n}"), config=None,
+                                            registered_at=1.0)
+               for n, agent in enumerate(("kept", "../up", "a/b", "", "ab\x00c"))}
+    remembered.save(state / "workspaces.json", entries)
+    job = {"job_id": "0123456789abcdef", "agent_id": "kept", "kind": "reindex",
+           "params": {}, "state": "succeeded", "submitted_at": 1.0, "finished_at": 2.0}
+    bad = [{"params": [1, 2]}, {"agent_id": "../up"}, {"state": "weird"}, {"job_id": 5},
+           {"submitted_at": "yesterday"}, {"error_code": "x"}, {"kind": None}]
+    (state / "jobs.journal").write_bytes(b"".join(
+        encode_line({**job, **fields, "job_id": fields.get("job_id", f"{n:016x}")})
+        for n, fields in enumerate([{"job_id": job["job_id"]}, *bad])))
+    daemon = daemon_factory(RECALLD_DATA_DIR=str(tmp_path / "data"))
+    assert [w["agent_id"] for w in daemon.call("daemon.status")["workspaces"]] == [
+        "default", "kept"]
+    log = daemon.log()
+    assert "the record of '../up' is passed by: not an agent id" in log, log[-3000:]
+    assert log.count("job journal: passing by the record of job") == len(bad), log[-3000:]
+    with Client(daemon.socket_path) as c:
+        assert [j["job_id"] for j in c.jobs_of_every_workspace()] == [job["job_id"]]
 
 
 def _add_turn(daemon: DaemonHandle, text: str) -> int:
