@@ -409,9 +409,12 @@ class CronScheduler:
                 or rec.get("tz") != str(entry.schedule.tz):
             return None
         try:
-            return datetime.fromisoformat(rec["last_fired"])
+            fired = datetime.fromisoformat(rec["last_fired"])
         except (KeyError, ValueError):
             return None
+        # Written with its offset: one without (a hand edit) compared with the aware
+        # times of the schedule stopped the daemon at its start.
+        return fired if fired.tzinfo is not None else None
 
     def set_jitter(self, jitter_max_s: float) -> None:
         """Occurrences from now on wait 0-``jitter_max_s`` seconds (a reload's new value)."""

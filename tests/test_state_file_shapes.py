@@ -8,6 +8,7 @@ the log, the index is rebuilt from the Markdown and answers as before the damage
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -159,7 +160,8 @@ def test_verified_state_records_of_another_shape_are_passed_by(
     # another program): a workspace record keyed by no agent id ("../up", "a/b") was
     # served as a failed workspace no method can name, and `recalld status`, asking each
     # workspace for its jobs, failed for every agent; a job record with its params a list
-    # stopped the start (exit 1: a restart loop under systemd).
+    # stopped the start (exit 1: a restart loop under systemd), as did a scheduler
+    # record whose time has no offset.
     state = tmp_path / "data" / "state"
     state.mkdir(parents=True, mode=0o700)
     (tmp_path / "data").chmod(0o700)
@@ -174,7 +176,10 @@ def test_verified_state_records_of_another_shape_are_passed_by(
     (state / "jobs.journal").write_bytes(b"".join(
         encode_line({**job, **fields, "job_id": fields.get("job_id", f"{n:016x}")})
         for n, fields in enumerate([{"job_id": job["job_id"]}, *bad])))
-    daemon = daemon_factory(RECALLD_DATA_DIR=str(tmp_path / "data"))
+    (state / "scheduler.json").write_text(json.dumps({"version": 1, "entries": {
+        "default/auto_dream": {"cron": "0 23 * * *", "tz": "Europe/Berlin",
+                               "last_fired": "2026-06-01T23:00:00"}}}))
+    daemon = daemon_factory(RECALLD_DATA_DIR=str(tmp_path / "data"), TZ="Europe/Berlin")
     assert [w["agent_id"] for w in daemon.call("daemon.status")["workspaces"]] == [
         "default", "kept"]
     log = daemon.log()
@@ -182,6 +187,10 @@ def test_verified_state_records_of_another_shape_are_passed_by(
     assert log.count("job journal: passing by the record of job") == len(bad), log[-3000:]
     with Client(daemon.socket_path) as c:
         assert [j["job_id"] for j in c.jobs_of_every_workspace()] == [job["job_id"]]
+    dream = next(w for w in daemon.call("daemon.status")["workspaces"]
+                 if w["agent_id"] == "default")["dream"]
+    assert dream["tz"] == "Europe/Berlin" and dream["next_run"], dream  # from now on
+    assert dream["last_fired"] != "2026-06-01T23:00:00", dream
 
 
 def _add_turn(daemon: DaemonHandle, text: str) -> int:
