@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from waits import wait_value
 
-from recalld.daemon.store.applog import parse
+from recalld.daemon.store.applog import encode_line, parse
 
 
 def _ws_status(d: Any) -> dict[str, Any]:
@@ -69,3 +69,29 @@ def test_a_damaged_record_is_quarantined_logged_and_counted(
     _add(d3, 4)
     info = d3.call("memory.add_turns", {"agent_id": "w", "session_id": "s1", "messages": []})
     assert info["pending_turns"] == 3
+
+
+def test_records_of_another_shape_are_quarantined_not_failing_the_workspace(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # Records whose checksums match but whose fields do not (a hand edit, another
+    # program): "user_turns": "x" failed the workspace's open with "ValueError: invalid
+    # literal for int()", its notes unsearchable and its turns refused.
+    root = tmp_path / "ws"
+    log_path = root / "mem_metadata" / "sessions" / "pending.jsonl"
+    log_path.parent.mkdir(parents=True)
+    good = {"op": "turns", "session_id": "s1", "user_turns": 1, "user_seqs": [1], "upto": 1,
+            "messages": [{"role": "user", "content": "the sky is teal", "seq": 1, "at": 1.0}]}
+    bad = [{"session_id": 5}, {"messages": "not a list"}, {"user_turns": "x"},
+           {"user_seqs": ["1"]}, {"upto": 1.5}, {"op": "state", "answers": ["r1"]}]
+    log_path.write_bytes(encode_line(good) + b"".join(
+        encode_line({**good, "session_id": f"s{n + 2}", **fields})
+        for n, fields in enumerate(bad)))
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\nauto_memory_interval = 0\n')
+    ws = _ws_status(d)
+    assert ws["state"] == "ready" and ws["sessions"]["quarantined_records"] == len(bad), ws
+    info = d.call("memory.add_turns", {"agent_id": "w", "session_id": "s1", "messages": []})
+    assert info["pending_turns"] == 1
+    records, _, _ = parse(log_path.with_name("pending.quarantine.jsonl").read_bytes())
+    assert [r["reason"].split(": ", 1)[0] for r in records] == (
+        ["not of this log's shape"] * len(bad))
+    assert "user_turns is not an integer" in records[2]["reason"], records

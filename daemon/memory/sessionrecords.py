@@ -8,6 +8,30 @@ from typing import Literal, NotRequired, TypedDict
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.turns import Turn
 
+_COUNTS = ("upto", "user_turns", "committed", "submitted", "user_turns_total", "seq")
+
+
+def shape_error(rec: JsonObject) -> str | None:
+    """Why a record of the log, its checksum good, is not of the shape the log's writer
+    gives it (a field another program or a hand edit wrote): the record is set aside as
+    a damaged one is, never applied in part nor failing the workspace's open."""
+    def counts(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    if not isinstance(rec.get("session_id"), str | None):
+        return "session_id is not a string"
+    for key in _COUNTS:
+        if rec.get(key) is not None and not counts(rec.get(key)):
+            return f"{key} is not an integer"
+    seqs, messages = rec.get("user_seqs") or [], rec.get("messages") or []
+    if not isinstance(seqs, list) or not all(counts(x) for x in seqs):
+        return "user_seqs is not a list of integers"
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        return "messages is not a list of objects"
+    if not isinstance(rec.get("answers") or {}, dict):
+        return "answers is not an object"
+    return None
+
 
 class LoggedTurn(Turn):
     seq: int  # its place in the workspace's sequence of messages

@@ -10,7 +10,8 @@ job covers the turns of one session up to a sequence number (``upto``); it reads
 picked up by the next) and marks them done with :meth:`SessionStore.commit`. Pending turns
 survive restarts.
 
-A damaged record in the log (a bad checksum, garbage) is never dropped silently: it is set
+A damaged record in the log (a bad checksum, garbage, a field of another type:
+:func:`~recalld.daemon.memory.sessionrecords.shape_error`) is never dropped silently: it is set
 aside in ``<metadata_dir>/sessions/pending.quarantine.jsonl`` (raw bytes, offset, reason),
 logged, and counted in the workspace status (``sessions.quarantined_records``); the log
 is rewritten without it, and the records around it are kept.
@@ -51,6 +52,7 @@ from recalld.daemon.memory.sessionrecords import (
     StateRecord,
     SubmitRecord,
     TurnsRecord,
+    shape_error,
 )
 from recalld.daemon.memory.turns import (
     count_user_turns,
@@ -117,7 +119,7 @@ class SessionStore:
         self.path = path
         self.agent_id = agent_id
         self.quarantine_path = path.with_name(path.stem + ".quarantine.jsonl")
-        self._log = AppendLog(path, quarantine=self.quarantine_path)
+        self._log = AppendLog(path, quarantine=self.quarantine_path, check=shape_error)
         self._quarantined = 0
         # Sanitizing a large batch of turns takes far longer than the event loop may be
         # held: it runs in a worker thread under ``cpu`` (the daemon's CPU limiter).

@@ -107,8 +107,15 @@ def _decode_line(line: bytes) -> JsonObject | str:
     return record
 
 
-def parse(data: bytes) -> tuple[list[JsonObject], ReplayReport, int]:
-    """Records, report and the length of the good prefix of a log's bytes."""
+#: Why a record whose line is sound is not of the shape its log's writer gives it, or
+#: None (a log's own check: a record written by hand or by another program).
+ShapeCheck = Callable[[JsonObject], str | None]
+
+
+def parse(data: bytes, check: ShapeCheck | None = None,
+          ) -> tuple[list[JsonObject], ReplayReport, int]:
+    """Records, report and the length of the good prefix of a log's bytes; a record
+    ``check`` refuses is a bad line (its line sound: the prefix goes on past it)."""
     records: list[JsonObject] = []
     bad: list[BadLine] = []
     good_end = 0
@@ -118,8 +125,12 @@ def parse(data: bytes) -> tuple[list[JsonObject], ReplayReport, int]:
         if nl < 0:
             break  # unterminated: torn, whatever it holds
         decoded = _decode_line(data[pos:nl])
+        why = None if isinstance(decoded, str) or check is None else check(decoded)
         if isinstance(decoded, str):
             bad.append(BadLine(pos, decoded))
+        elif why is not None:
+            bad.append(BadLine(pos, f"not of this log's shape: {why}"))
+            good_end = nl + 1
         else:
             records.append(decoded)
             good_end = nl + 1
@@ -209,7 +220,8 @@ def _open_quarantine(fs: FS, quarantine: Path) -> int:
 
 
 def replay(
-    path: Path, fs: FS = REAL, *, repair: bool = True, quarantine: Path | None = None
+    path: Path, fs: FS = REAL, *, repair: bool = True, quarantine: Path | None = None,
+    check: ShapeCheck | None = None,
 ) -> tuple[list[JsonObject], ReplayReport]:
     """The good records of the log at ``path`` (none if it does not exist).
 
@@ -226,7 +238,7 @@ def replay(
         return [], _move_aside(fs, path, exc.reason) if repair else ReplayReport()
     except OSError as exc:
         raise translate_os_error(exc, path) from exc
-    records, report, good_end = parse(data)
+    records, report, good_end = parse(data, check)
     if quarantine is not None and (report.bad_lines or report.truncated_at is not None):
         pieces = _set_aside(data, report, good_end, lambda: _keep_whole(fs, path))
         ensure_dir(fs, quarantine.parent)
@@ -261,10 +273,12 @@ class AppendLog:
     Usable as a context manager (``with AppendLog(p) as log: records, report = log.opened``).
     """
 
-    def __init__(self, path: Path, fs: FS = REAL, *, quarantine: Path | None = None) -> None:
+    def __init__(self, path: Path, fs: FS = REAL, *, quarantine: Path | None = None,
+                 check: ShapeCheck | None = None) -> None:
         self.path = Path(path)
         self.fs = fs
         self.quarantine = quarantine
+        self.check = check
         self._fd: int | None = None
         self._size = 0
         self._rollback_pending = False
@@ -275,7 +289,8 @@ class AppendLog:
         ensure_dir(self.fs, self.path.parent)
         self._remove_unfinished()
         existed = self._is_file()
-        records, report = replay(self.path, self.fs, repair=True, quarantine=self.quarantine)
+        records, report = replay(self.path, self.fs, repair=True, quarantine=self.quarantine,
+                                 check=self.check)
         self._reopen()
         if not existed:
             try:
