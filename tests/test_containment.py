@@ -240,6 +240,10 @@ def test_jobs_and_events_show_only_what_the_agent_may_read(
                                ("jobs.get", {"agent_id": "bob", "job_id": ids["bob"],
                                              "x": 1}),
                                ("jobs.cancel", {"agent_id": "a/b", "job_id": ids["bob"]}),
+                               # Without agent_id: the default workspace is not assumed.
+                               ("jobs.submit", {"kind": "reindex"}),
+                               ("jobs.get", {"job_id": ids["bob"]}),
+                               ("jobs.cancel", {"job_id": ids["bob"]}),
                                ("memory.list", {"agent_id": "alice", "as_agent": "../bob"}),
                                ("memory.index", {"agent_id": "alice", "as_agent": ""})):
             try:

@@ -327,12 +327,13 @@ async def test_rpc_handlers_validate(autojump_clock: object) -> None:
         assert (await job_methods.rpc_list(manager, {"agent_id": "default"}))["jobs"] == []
         shared = await job_methods.rpc_list(manager, {}, lambda caller, owner: True)
         assert [j["job_id"] for j in shared["jobs"]] == [out["job_id"]]
-        default = await job_methods.rpc_submit(manager, {"kind": "quick"})
-        assert manager.get("default", default["job_id"])["agent_id"] == "default"
 
         bad: list[tuple[Callable[..., Any], Any, type[Exception]]] = [
             (job_methods.rpc_submit, ["alice", "quick"], InvalidParams),
             (job_methods.rpc_submit, {"agent_id": "alice"}, InvalidParams),
+            # Started, read or cancelled, a job's workspace is named: no default assumed.
+            (job_methods.rpc_submit, {"kind": "quick"}, InvalidParams),
+            (job_methods.rpc_get, {"job_id": out["job_id"]}, InvalidParams),
             (job_methods.rpc_submit, {"agent_id": "alice", "kind": "nope"}, InvalidParams),
             (job_methods.rpc_submit, {"agent_id": "alice", "kind": "quick", "params": [1]},
              InvalidParams),

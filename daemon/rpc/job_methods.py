@@ -33,7 +33,9 @@ def _params(params: object) -> Params:
 
 
 def _agent(p: Params) -> str:
-    return check_agent_id(p.text("agent_id", DEFAULT_AGENT))
+    """The workspace a job call names: required where a job is started, read or cancelled
+    (left out, another agent's jobs were acted on: the default workspace's)."""
+    return p.agent_id()
 
 
 async def rpc_submit(manager: JobManager, params: object) -> JobSubmitted:
@@ -77,7 +79,7 @@ async def rpc_list(manager: JobManager, params: object,
     own workspace and of the others' that ``may_see(agent, owner)`` allows (shared with
     it), those as a reader sees them."""
     p = _params(params)
-    agent = _agent(p)
+    agent = check_agent_id(p.text("agent_id", DEFAULT_AGENT))
     p.done()
     jobs = manager.list(agent) + [sharing.job_for_reader(j) for j in manager.list()
                                   if j["agent_id"] != agent and may_see(agent, j["agent_id"])]
@@ -104,7 +106,7 @@ def _on_manager(
 async def _submit(ctx: CallContext, params: JsonObject) -> JobSubmitted:
     # A workspace that failed to open runs no job: refused here, saying why, rather than
     # a job id nobody can list (the job would only fail).
-    agent = params.get("agent_id", DEFAULT_AGENT) if isinstance(params, Mapping) else None
+    agent = params.get("agent_id") if isinstance(params, Mapping) else None
     if isinstance(agent, str):
         ws = ctx.state.registry.find(agent)
         if ws is not None and ws.state == "failed":
