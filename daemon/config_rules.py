@@ -134,6 +134,9 @@ def _subdir(value: object) -> str | None:
     parts = PurePosixPath(value).parts
     if value.startswith(("/", "~")) or ".." in parts or "\\" in value:
         return "must be a directory inside the workspace (relative, no '..')"
+    if any(c < " " or c == "\x7f" for c in value):
+        # ``"memory\n"``: a folder no one meant, whose notes every path shown escapes.
+        return "must be a directory name without control characters (a line break, a tab)"
     return None
 
 

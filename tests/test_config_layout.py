@@ -138,6 +138,16 @@ def test_a_note_folder_the_index_could_not_watch_is_a_field_error(
     assert why in str(info.value)
 
 
+@pytest.mark.parametrize("value", ["memory\n", "notes\tdaily", "mem\x1bory", "a/b\x7f"])
+@pytest.mark.parametrize("key", [*config_rules.NOTE_DIRS, "metadata_dir", "resource_dir"])
+def test_a_folder_setting_with_a_control_character_is_a_field_error(key: str,
+                                                                   value: str) -> None:
+    with pytest.raises(config.ConfigError) as info:
+        DEFAULTS.merged({key: value})
+    assert str(info.value).startswith(f"workspace config {key} = {config_rules.shown(value)}: ")
+    assert "control characters" in str(info.value)
+
+
 @pytest.mark.parametrize(("value", "why"), [
     (".", "not the workspace itself"),
     (".resources", "not hidden"),
