@@ -40,6 +40,7 @@ from recalld.daemon.providers.errors import (
     ProviderError,
     ProviderTimeout,
     redact,
+    unexpected,
 )
 
 if TYPE_CHECKING:
@@ -91,7 +92,9 @@ _NOT_TLS = frozenset({"WRONG_VERSION_NUMBER", "PACKET_LENGTH_TOO_LONG"})
 
 
 def _translate(exc: BaseException, url: str) -> BaseException:
-    """Map library exceptions to the provider error family (once, here)."""
+    """Map library exceptions to the provider error family (once, here); one nobody
+    foresaw is that request's :class:`ProviderFault` (its traceback logged), never
+    its caller's crash."""
     if isinstance(exc, ProviderError):
         return exc
     import aiohttp  # loaded by the thread that raised ``exc``
@@ -127,6 +130,8 @@ def _translate(exc: BaseException, url: str) -> BaseException:
         return ProviderConnectError(f"cannot reach {where}: {said}")
     if isinstance(exc, ValueError | TypeError):  # a request aiohttp will not build
         return ProviderConfigError(f"cannot send to {where}: {redact(str(exc))}")
+    if isinstance(exc, Exception):
+        return unexpected(exc, f"request to {where}")
     return exc
 
 

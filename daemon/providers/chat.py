@@ -396,7 +396,8 @@ class ChatClient:
 
         try:
             answer = await call_with_retry(self.policy, attempt, rng=self._rng,
-                                           breaker=self.breaker, what=what)
+                                           breaker=self.breaker, what=what,
+                                           secret=self._api_key)
         except ProviderError as exc:
             self.last_error = redact(str(exc), self._api_key)
             raise

@@ -55,6 +55,7 @@ from recalld.daemon.providers.errors import (
     input_refused,
     redact,
     redact_url,
+    unexpected,
 )
 from recalld.daemon.providers.retry import RetryPolicy, call_with_retry, check_response
 
@@ -334,6 +335,8 @@ class EmbeddingClient:
                 rows: F32 = await self._local.embed(batch, is_query=kind == "query")
             except (OSError, RuntimeError, ValueError, MemoryError) as exc:
                 raise ProviderBadResponse(f"local embedding failed: {exc}") from exc
+            except Exception as exc:
+                raise unexpected(exc, "local embedding") from exc
             return rows
         fmt, bridge = self._format, self._bridge
         assert fmt is not None
@@ -350,7 +353,8 @@ class EmbeddingClient:
                                 self.dimensions, what)
 
         return await call_with_retry(policy, attempt, rng=self._rng,
-                                     breaker=self.breaker, what=what, on_wait=on_wait)
+                                     breaker=self.breaker, what=what, on_wait=on_wait,
+                                     secret=self._api_key)
 
     async def health_check(self, workspace_dir: str | os.PathLike[str], *, name: str,
                            on_wait: OnWait | None = None) -> bool:

@@ -16,12 +16,15 @@ and whatever the memory's redaction rules take for a credential), then cut short
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 from typing import ClassVar
 
 from recalld.daemon.config_rules import URL_QUERY_SECRET, mask_url
 from recalld.ipc.errors import RecalldError
+
+log = logging.getLogger(__name__)
 
 #: The message of the ProviderConfigError a workspace without a chat model gets.
 NO_CHAT_MODEL = "no chat model configured"
@@ -148,6 +151,28 @@ class MalformedToolCall(ProviderBadResponse):
     JSON object, no function name, cut off by the answer's length limit): what the model
     wrote for this conversation, not the server's failure; the same conversation may get
     it again."""
+
+
+class ProviderFault(ProviderBadResponse):
+    """A provider call failed with an error nobody foresaw (a defect here or in a library
+    this call went through, met on some answer or state): that call's failure, not its
+    caller's (a workspace, a job), and its answer taken for unusable (a text whose every
+    answer meets it is parked as one whose answers are). Made by :func:`unexpected`,
+    which logs the traceback."""
+
+
+def unexpected(exc: Exception, what: str, *secrets: str) -> ProviderFault:
+    """The :class:`ProviderFault` of ``exc``, raised by the call ``what``; its traceback
+    is logged here, once (redacted: the error may quote the answer or the key sent); the
+    error's message says what it was, not where."""
+    import traceback
+
+    said = redact(" ".join(f"{type(exc).__name__}: {exc}".split()), *secrets).rstrip(": ")
+    trace = redact("".join(traceback.format_exception(exc)), *secrets).rstrip()
+    log.error("%s failed unexpectedly: %s\n%s", redact(what, *secrets), said, trace)
+    fault = ProviderFault(f"{what}: unexpected error: {said}")
+    fault.__cause__ = exc
+    return fault
 
 
 class DimensionMismatch(ProviderBadResponse):

@@ -32,6 +32,7 @@ from recalld.daemon.providers.errors import (
     ProviderTransient,
     redact,
     status_error,
+    unexpected,
 )
 
 log = logging.getLogger(__name__)
@@ -144,10 +145,13 @@ async def call_with_retry(
     breaker: CircuitBreaker | None = None,
     what: str = "provider call",
     on_wait: Callable[[float, ProviderError], None] | None = None,
+    secret: str = "",
 ) -> T:
     """Run ``attempt_fn(timeout_s)`` until it succeeds, fails permanently or time runs out.
 
-    ``attempt_fn`` gets the timeout for that one attempt and raises ProviderError subclasses.
+    ``attempt_fn`` gets the timeout for that one attempt and raises ProviderError subclasses;
+    any other Exception it raises is that attempt's ProviderFault (logged with its
+    traceback, ``secret``, the key sent, masked), never its caller's crash.
     The breaker (if any) is consulted before every attempt (CircuitOpen is raised at once
     when it refuses the first; a retry it refuses raises the failed attempt's own error:
     the call was sent, and the caller may count that against what it sent) and told
@@ -186,6 +190,8 @@ async def call_with_retry(
                 raise timeout()
         except ProviderError as exc:
             error = exc
+        except Exception as exc:  # reading the answer met what nobody foresaw
+            error = unexpected(exc, what, secret)
         except BaseException:
             if breaker is not None:
                 breaker.release()
