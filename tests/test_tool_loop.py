@@ -165,3 +165,43 @@ async def test_calls_dropped_for_having_no_name_are_told_to_the_model(
     for what in ("tool call 0 has no function name", "tool call 2 is not an object",
                  "tool call 3 has no function name"):
         assert what in told["content"], told
+
+
+async def test_an_answer_of_thousands_of_calls_costs_one_bounded_follow_up(
+        fake: FakeProvider, bridge: ProviderBridge, caplog: pytest.LogCaptureFixture) -> None:
+    """3,000 calls in one answer were each answered with a tool result of their own (a
+    follow-up request of 1 MB), and each nameless one logged a line of its own and was
+    quoted in a note of unbounded length. Past the first calls of an answer, those left
+    are told in one short note; one log line counts them."""
+    ran: list[int] = []
+
+    async def dispatch(name: str, arguments: Any) -> str:
+        ran.append(arguments["n"])
+        return "made"
+
+    chat = loop_client(fake, bridge)
+    named, nameless = 2_000, 1_000
+    calls: list[Any] = [tool_call("create", {"n": n}, f"c{n}") for n in range(named)]
+    calls += [{"id": f"x{n}", "type": "function", "function": {"arguments": "{}"}}
+              for n in range(nameless)]
+    fake.script(Reply(json=chat_answer(None, calls)), Reply(json=chat_answer("done")))
+    budget = ToolBudget(limit=10 * MAX_CALLS_PER_ANSWER)
+    res = await run_tools(chat, [{"role": "user", "content": "go"}], [], dispatch,
+                          budget=budget)
+    assert res.finished and ran == list(range(MAX_CALLS_PER_ANSWER))
+    assert budget.refused == named - MAX_CALLS_PER_ANSWER
+    follow_up = fake.requests[-1]
+    assert len(follow_up.body) < 64_000, len(follow_up.body)
+    sent = follow_up.json["messages"]
+    echoed = sent[1]["tool_calls"]
+    tool_msgs = [m for m in sent if m["role"] == "tool"]
+    # What is sent back is whole: each call echoed has its one result.
+    assert [c["id"] for c in echoed] == [m["tool_call_id"] for m in tool_msgs]
+    assert tool_msgs[0]["content"] == "made"
+    assert tool_msgs[MAX_CALLS_PER_ANSWER]["content"].startswith("error: refused:")
+    note = tool_msgs[-1]["content"]
+    assert f"error: {nameless} other call(s)" in note and "and 997 more" in note
+    assert f"refused: {named - len(tool_msgs)} more call(s)" in note and len(note) < 1_500
+    lines = [r for r in caplog.records if r.name == "recalld.daemon.memory.llm"]
+    assert len(lines) == 1 and f"{nameless + named - len(tool_msgs)} tool call(s)" in (
+        lines[0].getMessage())

@@ -6,9 +6,11 @@ model answers without tool calls, ``max_steps`` answers were spent, or ``deadlin
 passed. Tool calls are bounded: at most :data:`MAX_CALLS_PER_ANSWER` of one answer are run,
 and a job's :class:`ToolBudget` bounds them over all its conversations; a call past either
 is not run, and the model is told so in its result (a runaway model cannot write hundreds
-of files in one answer or one job). A spent budget ends the loop, unfinished. A call the
-client could not read (:attr:`ToolCall.error`) is not run; the model is answered why
-(one without a name, which has no result of its own, in its answer's last result).
+of files in one answer or one job); the calls of one answer past
+:data:`MAX_CALLS_ANSWERED` are not answered one by one but in one note (one log line).
+A spent budget ends the loop, unfinished. A call the client could not read
+(:attr:`ToolCall.error`) is not run; the model is answered why (one without a name,
+which has no result of its own, in its answer's last result).
 :class:`ChatClients` builds (and keeps per workspace and configuration) the
 :class:`ChatClient` of a workspace from its ``chat_model_config`` and the daemon's provider
 bridge.
@@ -21,6 +23,7 @@ lets them escape is reported failed with that code and message.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
@@ -52,6 +55,12 @@ CUT_SHORT = frozenset({"length", "max_tokens", "content_filter"})
 #: Tool calls of one answer that are run; those past it are refused (a real model asks
 #: for a few at a time).
 MAX_CALLS_PER_ANSWER = 32
+#: Tool calls of one answer that are answered one by one (each its own tool result);
+#: those past it are left out of the conversation and told in one note, so an answer of
+#: thousands of calls costs one bounded follow-up request, not one result each.
+MAX_CALLS_ANSWERED = 4 * MAX_CALLS_PER_ANSWER
+#: The reasons quoted in the note on the calls of an answer that were not answered.
+_REASONS_QUOTED = 3
 #: ``LoopResult.cut`` of a loop that ended because its job's tool budget was spent.
 BUDGET_SPENT = "tool budget spent"
 #: ``LoopResult.cut`` of a loop whose model declined to answer (a ``refusal``).
@@ -170,7 +179,9 @@ async def run_tools(
         while steps < max_steps:
             answer = await chat.complete(convo, tools or None)
             steps += 1
-            convo.append(answer.assistant_message())
+            named = [c for c in answer.tool_calls if c.name]
+            answered = named[:MAX_CALLS_ANSWERED]
+            convo.append(dataclasses.replace(answer, tool_calls=answered).assistant_message())
             if not answer.tool_calls:
                 # An answer cut short (a thinking model spending its tokens) is no "nothing
                 # to save": the caller must not take it for the model's last word.
@@ -185,13 +196,15 @@ async def run_tools(
                 return LoopResult(answer.content or "", steps, made, cut is None, convo, cut,
                                   answer.refusal or "")
             ran: list[str] = []
-            nameless: list[str] = []
+            nameless = [c.error for c in answer.tool_calls if not c.name]
+            left_out = named[MAX_CALLS_ANSWERED:]
+            answering = {c.id for c in answered}  # ids are unique in an answer
+            # Each of these would only say "not run": one note (and one log line) says it.
+            budget.refused += sum(1 for c in left_out if not c.error)
             for n, call in enumerate(answer.tool_calls):
-                refusal = _refusal(n, len(answer.tool_calls), budget)
-                if not call.name:  # not sent back (nothing to answer); the others run
-                    log.warning("tool call %d not run: %s", n, call.error)
-                    nameless.append(call.error)
+                if call.id not in answering:  # no name (nothing to answer), or past the limit
                     continue
+                refusal = _refusal(n, len(answer.tool_calls), budget)
                 if call.error:
                     out = (f"error: {call.error}; this "
                            f"call was not run: call {call.name} again with its arguments "
@@ -205,8 +218,12 @@ async def run_tools(
                     budget.refused += 1
                     out = refusal
                 convo.append({"role": "tool", "tool_call_id": call.id, "content": out})
-            if nameless:
-                _tell_nameless(convo, nameless)
+            if nameless or left_out:
+                _tell_unanswered(convo, nameless, len(left_out))
+                log.warning("%d tool call(s) of answer %d not answered: %d without a "
+                            "name (%s), %d past the first %d", len(nameless) + len(left_out),
+                            steps, len(nameless), "; ".join(nameless[:1]) or "-",
+                            len(left_out), MAX_CALLS_ANSWERED)
             refused = len([c for c in answer.tool_calls if not c.error]) - len(ran)
             if on_step is not None:
                 on_step(steps, f"ran {', '.join(ran) or 'no tool'}"
@@ -222,15 +239,27 @@ async def run_tools(
     return LoopResult(last if isinstance(last, str) else "", steps, made, False, convo)
 
 
-def _tell_nameless(convo: list[ChatMessage], errors: list[str]) -> None:
-    """Tell the model of the calls of its last answer that were dropped (no function name,
-    not an object): they have no id of their own to answer, so the last tool result of
-    that answer says it (every server takes a tool result; not all a user turn there).
-    Its answer had a call with a name, or it would have failed as a whole."""
+def _tell_unanswered(convo: list[ChatMessage], errors: list[str], past: int) -> None:
+    """Tell the model of the calls of its last answer that were dropped: those without a
+    function name (or not an object; ``errors`` says why), which have no id of their own
+    to answer, and the ``past`` ones after the first :data:`MAX_CALLS_ANSWERED`, which
+    were left out of the conversation. The last tool result of that answer says it, in
+    a note of bounded length (every server takes a tool result; not all a user turn
+    there). Its answer had a call with a name, or it would have failed as a whole."""
     last = convo[-1]
-    note = (f"\n\nerror: {len(errors)} other call(s) of that answer were not run: "
-            f"{'; '.join(errors)}. Each call needs the name of one of the tools offered "
-            "and its arguments as one JSON object; call again what is still needed")
+    note = ""
+    if errors:
+        quoted = "; ".join(errors[:_REASONS_QUOTED])
+        more = len(errors) - _REASONS_QUOTED
+        note += (f"\n\nerror: {len(errors)} other call(s) of that answer were not run: "
+                 f"{quoted}{f'; and {more} more' if more > 0 else ''}. Each call needs the "
+                 "name of one of the tools offered and its arguments as one JSON object; "
+                 "call again what is still needed")
+    if past:
+        note += (f"\n\nerror: refused: {past} more call(s) of that answer, past its first "
+                 f"{MAX_CALLS_ANSWERED}, were not run; only the first "
+                 f"{MAX_CALLS_PER_ANSWER} of one answer are run. Ask again for what is "
+                 "still needed, a few calls at a time")
     last["content"] = (last["content"] or "") + note
 
 
