@@ -8,6 +8,7 @@ import orjson
 import pytest
 import trio
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
+from trio.testing import MockClock
 
 from recalld.daemon.config import ChatModelConfig
 from recalld.daemon.errors import wire_error
@@ -15,6 +16,7 @@ from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.chat import (
     NO_CHAT_MODEL,
     ChatClient,
+    ChatMessage,
     ChatResult,
     ToolCall,
     parse_chat_response,
@@ -24,6 +26,7 @@ from recalld.daemon.providers.errors import (
     ProviderBadResponse,
     ProviderConfigError,
     ProviderRejected,
+    ProviderRetryableStatus,
 )
 from recalld.daemon.providers.retry import RetryPolicy
 from recalld.ipc.errors import PROVIDER_UNAVAILABLE, ProviderUnavailable
@@ -269,3 +272,38 @@ def test_a_refusal_given_as_a_content_part_is_a_refusal() -> None:
     assert got.refusal == "No puedo ayudar con eso." and got.content == ""
     body["choices"][0]["message"]["content"] = [{"type": "text", "text": "ok"}]
     assert parse_chat_response(orjson.dumps(body)).refusal is None
+
+
+@pytest.fixture
+def still_clock() -> MockClock:
+    """Fake time that moves only when the test jumps it: no wait of the loopback
+    answers is taken for a timeout."""
+    return MockClock()
+
+
+async def test_a_retry_after_holds_the_next_calls_until_it_ends(
+        fake: FakeProvider, bridge: ProviderBridge, still_clock: MockClock) -> None:
+    """After a 429 with Retry-After: 3600 the next call (the next auto_memory run, a
+    dream, a summary) was sent at once; now calls are held, unsent, for the Retry-After
+    (capped by the policy, as embeddings are), and the status says for how long."""
+    chat = ChatClient(ChatModelConfig(base_url=fake.url + "/v1", model_name="m",
+                                      api_key=KEY), bridge,
+                      policy=RetryPolicy(max_attempts=1, retry_after_cap_s=60.0), environ={})
+    hello: list[ChatMessage] = [{"role": "user", "content": "hello"}]
+    fake.script(Reply(status=429, headers={"Retry-After": "3600"}),
+                Reply(json=chat_answer("later")))
+    with pytest.raises(ProviderRetryableStatus, match="HTTP 429"):
+        await chat.complete(hello)
+    assert chat.status()["wait_s"] == 60.0
+    still_clock.jump(20)
+    with pytest.raises(ProviderRetryableStatus,
+                       match=r"asked to wait 40s more \(Retry-After\) after: chat m: HTTP 429"
+                       ) as info:
+        await chat.complete(hello)
+    assert info.value.transient and info.value.retry_after_s == 40.0
+    assert len(fake.requests) == 1  # held: nothing sent
+    assert "HTTP 429" in str(chat.status()["last_error"]) and chat.status()["wait_s"] == 40.0
+    still_clock.jump(40)
+    assert chat.status()["wait_s"] is None
+    assert (await chat.complete(hello)).content == "later"
+    assert len(fake.requests) == 2 and chat.status()["wait_s"] is None

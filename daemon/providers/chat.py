@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import random
 import re
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NotRequired, TypedDict
 
 import orjson
+import trio
 
 from recalld.daemon.config import ChatModelConfig
 from recalld.daemon.jsontypes import JsonObject
@@ -35,10 +37,12 @@ from recalld.daemon.providers.errors import (
     NO_CHAT_MODEL as NO_CHAT_MODEL,
 )
 from recalld.daemon.providers.errors import (
+    CircuitOpen,
     MalformedToolCall,
     ProviderBadResponse,
     ProviderConfigError,
     ProviderError,
+    ProviderRetryableStatus,
     redact,
     redact_url,
     snippet,
@@ -109,6 +113,9 @@ class ChatStatus(TypedDict):
     breaker: BreakerState
     last_error: str | None
     last_ok: float | None
+    #: Seconds before a call is sent again (the provider's Retry-After after
+    #: ``last_error``, capped; an open breaker); None when calls go out now.
+    wait_s: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +345,8 @@ class ChatClient:
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
         self.last_error: str | None = None
         self.last_ok: float | None = None
+        #: Until when (trio clock) the provider's last Retry-After asks to be left alone.
+        self._quiet_until = -math.inf
 
     def __repr__(self) -> str:
         endpoint = redact_url(self.endpoint, self._api_key)
@@ -364,7 +373,10 @@ class ChatClient:
         """One chat completion (retried per the policy).
 
         Raises ProviderConfigError(NO_CHAT_MODEL) without a model, ProviderTransient after
-        retries are exhausted, ProviderPermanent for rejected or malformed answers.
+        retries are exhausted, ProviderPermanent for rejected or malformed answers. While
+        the provider's last Retry-After (capped by the policy) runs, it raises
+        ProviderRetryableStatus at once and sends nothing: asking again would only be
+        refused again (a job's turns stay pending; a search falls back).
         Cancellation cancels the HTTP attempt in flight. Secrets in the messages are
         redacted before they leave (whatever the caller put in them).
         """
@@ -373,6 +385,10 @@ class ChatClient:
         bridge = self._bridge
         if bridge is None:
             raise ProviderConfigError("no provider bridge to send chat requests through")
+        if (quiet := self.quiet_s()) > 0:
+            raise ProviderRetryableStatus(
+                f"chat {self.config.model_name}: the chat provider asked to wait {quiet:.0f}s "
+                f"more (Retry-After) after: {self.last_error}", retry_after_s=quiet)
         body: ChatRequest = {
             "model": self.config.model_name,
             "messages": await redact_messages_async(messages),
@@ -394,15 +410,37 @@ class ChatClient:
             check_response(result, self.policy, what=what, secret=self._api_key)
             return parse_chat_response(result.body, self._api_key)
 
+        def told(delay_s: float, exc: ProviderError) -> None:
+            self._asked_to_wait(exc, delay_s)  # other calls keep off while this one waits
+
         try:
             answer = await call_with_retry(self.policy, attempt, rng=self._rng,
                                            breaker=self.breaker, what=what,
-                                           secret=self._api_key)
+                                           on_wait=told, secret=self._api_key)
         except ProviderError as exc:
-            self.last_error = redact(str(exc), self._api_key)
+            self._asked_to_wait(exc, exc.retry_after_s)
             raise
         self.last_ok = time.time()
+        self._quiet_until = -math.inf  # it answers again: a Retry-After is over
         return answer
+
+    def _asked_to_wait(self, exc: ProviderError, wait_s: float | None) -> None:
+        """Keep ``exc`` as the last error; when the provider sent Retry-After with it
+        (not an open circuit's wait, which the breaker keeps), hold calls ``wait_s``
+        (capped by the policy)."""
+        self.last_error = redact(str(exc), self._api_key)
+        if wait_s is not None and exc.retry_after_s is not None and not isinstance(
+                exc, CircuitOpen):
+            wait_s = min(max(wait_s, 0.0), self.policy.retry_after_cap_s)
+            self._quiet_until = max(self._quiet_until, trio.current_time() + wait_s)
+
+    def quiet_s(self) -> float:
+        """Seconds the provider's last Retry-After (capped) still asks to be left alone."""
+        return max(self._quiet_until - trio.current_time(), 0.0)
+
+    def hold_s(self) -> float:
+        """Seconds before a call is sent again: the Retry-After, an open breaker."""
+        return max(self.breaker.retry_in_s(), self.quiet_s())
 
     def status(self) -> ChatStatus:
         """For daemon.status: no secrets."""
@@ -413,4 +451,5 @@ class ChatClient:
             "breaker": self.breaker.snapshot().as_dict(),
             "last_error": self.last_error,
             "last_ok": self.last_ok,
+            "wait_s": round(hold, 3) if (hold := self.hold_s()) > 0 else None,
         }
