@@ -307,3 +307,16 @@ async def test_a_retry_after_holds_the_next_calls_until_it_ends(
     assert chat.status()["wait_s"] is None
     assert (await chat.complete(hello)).content == "later"
     assert len(fake.requests) == 2 and chat.status()["wait_s"] is None
+
+
+async def test_an_answer_after_a_byte_order_mark_is_read(
+        fake: FakeProvider, bridge: ProviderBridge) -> None:
+    # A UTF-8 BOM before the JSON (a .NET gateway's encoder) failed the whole answer as
+    # "not valid JSON"; RFC 8259 lets a reader ignore it.
+    chat = ChatClient(ChatModelConfig(base_url=fake.url + "/v1", model_name="m",
+                                      api_key=KEY), bridge, policy=FAST, environ={})
+    fake.script(Reply(raw=b"\xef\xbb\xbf" + orjson.dumps(chat_answer("café"))))
+    assert (await chat.complete([{"role": "user", "content": "hi"}])).content == "café"
+    fake.script(Reply(raw=b"\xef\xbb\xbf\xef\xbb\xbf{}"))  # one mark, not any number
+    with pytest.raises(ProviderBadResponse, match="not valid JSON"):
+        await chat.complete([{"role": "user", "content": "hi"}])

@@ -39,6 +39,21 @@ async def test_vectors_follow_their_index(fake: FakeProvider, bridge: ProviderBr
             await client.embed(texts[:2])
 
 
+@pytest.mark.parametrize("backend", ["openai", "gemini"])
+async def test_an_answer_after_a_byte_order_mark_is_read(
+        backend: str, fake: FakeProvider, bridge: ProviderBridge) -> None:  # noqa: F811
+    # A UTF-8 BOM before the JSON (a .NET gateway's encoder) failed every batch as "not
+    # valid JSON"; RFC 8259 lets a reader ignore it.
+    client = make(fake, bridge, backend)
+    texts = ["ebb", "flood"]
+    vecs = [fake_vector(t, DIMS).tolist() for t in texts]
+    answer = ({"data": [{"index": i, "embedding": v} for i, v in enumerate(vecs)]}
+              if backend == "openai" else {"embeddings": [{"values": v} for v in vecs]})
+    fake.script(Reply(raw=b"\xef\xbb\xbf" + json.dumps(answer).encode()))
+    np.testing.assert_allclose(await client.embed(texts), expected(texts), rtol=1e-5,
+                               atol=1e-6)
+
+
 @pytest.mark.parametrize(("backend", "other"), [("dashscope", "index"),
                                               ("dashscope_multimodal", "text_index")])
 async def test_a_dashscope_answer_naming_its_index_the_other_way_keeps_the_order(

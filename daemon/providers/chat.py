@@ -47,7 +47,7 @@ from recalld.daemon.providers.errors import (
     redact_url,
     snippet,
 )
-from recalld.daemon.providers.json_answers import not_json
+from recalld.daemon.providers.json_answers import not_json, without_bom
 from recalld.daemon.providers.retry import RetryPolicy, call_with_retry, check_response
 
 DEFAULT_CHAT_BASE_URL = "https://api.openai.com/v1"
@@ -239,6 +239,7 @@ def _part_text(part: object, index: int) -> str:
 def parse_chat_response(body: bytes, secret: str = "") -> ChatResult:
     """Parse a chat.completion answer; malformed answers raise ProviderBadResponse
     (``secret``, the key sent, is masked where the answer quotes it)."""
+    body = without_bom(body)
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:

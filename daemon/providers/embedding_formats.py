@@ -24,7 +24,7 @@ from recalld.daemon.providers.errors import (
     redact_url,
     snippet,
 )
-from recalld.daemon.providers.json_answers import not_json
+from recalld.daemon.providers.json_answers import not_json, without_bom
 
 REMOTE_BACKENDS = ("openai", "dashscope", "dashscope_multimodal", "gemini", "ollama")
 BACKENDS = (*REMOTE_BACKENDS, "local")
@@ -128,6 +128,7 @@ def _strip_suffixes(url: str, suffixes: tuple[str, ...]) -> str:
 
 
 def _loads(body: bytes, what: str, secret: str = "") -> object:
+    body = without_bom(body)
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:

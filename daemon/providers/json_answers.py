@@ -1,7 +1,7 @@
-"""What is wrong with a provider's answer that does not parse as JSON, said so that the
-user can act on it: a number beyond a 64-bit float or a name JSON has no number for is
-named, anything else is quoted (redacted, short) from where the parse stopped. Shared by
-the embedding and chat answers; no I/O."""
+"""A provider's answer read as JSON (:func:`without_bom`), and what is wrong with one that
+does not parse, said so that the user can act on it: a number beyond a 64-bit float or a
+name JSON has no number for is named, anything else is quoted (redacted, short) from
+where the parse stopped. Shared by the embedding and chat answers; no I/O."""
 
 from __future__ import annotations
 
@@ -16,6 +16,14 @@ from recalld.daemon.providers.errors import snippet
 #: no number for (Python's ``NaN``, ``Infinity``; C's ``inf``, ``nan``).
 _NUMBER = re.compile(r"[-+]?(?:nan|infinity|inf|[0-9.][0-9.e+-]*)", re.IGNORECASE)
 _SHOWN_NUMBER_CHARS = 24
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def without_bom(body: bytes) -> bytes:
+    """``body`` without the UTF-8 byte order mark a server may put before it (a .NET or
+    Windows gateway's encoder): JSON has none, and RFC 8259 lets a reader ignore it,
+    where the parser calls it an error and the whole answer was lost."""
+    return body[len(_UTF8_BOM):] if body.startswith(_UTF8_BOM) else body
 
 
 def not_json(body: bytes, exc: orjson.JSONDecodeError, secret: str) -> str:
@@ -48,4 +56,4 @@ def not_json(body: bytes, exc: orjson.JSONDecodeError, secret: str) -> str:
             + (f" at: {snippet(near, 60, secret)}" if near else ""))
 
 
-__all__ = ["not_json"]
+__all__ = ["not_json", "without_bom"]
