@@ -371,7 +371,7 @@ class BackupSummary(TypedDict):
     hidden: NotRequired[dict[str, list[str]]]
     # backup.create: FIFOs, sockets and device files left out, by agent
     special: NotRequired[dict[str, list[str]]]
-    # backup.create of every workspace: the recorded or failed ones not open, left out
+    # backup.create of every workspace: those left out (failed, opening, closed without a folder)
     not_open: NotRequired[list[str]]
     ok: NotRequired[bool]  # backup.verify: every check passed
 

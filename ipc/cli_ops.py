@@ -50,7 +50,8 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     bk_sub = bk.add_subparsers(dest="backup_command", required=True, metavar="ACTION")
     create = add(bk_sub, "create", "write a zip of the agents' Markdown, sessions, resources")
     create.add_argument("--agent", action="append", dest="agents", metavar="A",
-                        help="only this agent (repeatable; default: every open workspace)")
+                        help="only this agent (repeatable; default: every workspace, open or "
+                             "closed, that the next start opens)")
     create.add_argument("--out", metavar="FILE", help="zip to write (default: data dir)")
     create.add_argument("--include-derived", action="store_true",
                         help="also store the derived index state (it can be rebuilt)")
@@ -147,7 +148,8 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
                 for agent, names in sorted(left.items()):
                     out.write(f"left out of {agent} ({why}): {_some(names)}\n")
             if made.get("not_open"):
-                out.write(f"not backed up (not open): {', '.join(made['not_open'])}\n")
+                out.write("not backed up (failed, still opening, or no folder): "
+                          f"{', '.join(made['not_open'])}\n")
     elif action == "list":
         result = listing = client.backup_list()
         if not as_json:

@@ -18,7 +18,7 @@ from conftest import DaemonFactory, DaemonHandle
 
 from recalld.daemon.backup_check import BackupInvalid, BackupLimits, open_checked
 from recalld.daemon.backup_restore import plan_restore
-from recalld.ipc.errors import InvalidBackup, InvalidParams, NotFound
+from recalld.ipc.errors import InvalidBackup, InvalidParams, NotFound, UnknownWorkspace
 
 NOTES = {
     "memory/2026-07-23/commute.md": "# Commute\n\nI take the 7:40 train to Zurich.\n"
@@ -108,30 +108,45 @@ def test_backup_wipe_restore_is_byte_identical_and_searches_the_same(
     assert health["files_on_disk"] == health["files_indexed"] == 4
 
 
-def test_a_backup_of_every_workspace_names_those_not_open(daemon: DaemonHandle, ws: Path,
-                                                          tmp_path: Path) -> None:
-    # Only open workspaces can be backed up: one closed (still recorded, reopened at the
-    # next start) was left out of "every workspace" without a word.
-    daemon.call("workspace.open", {"agent_id": "resting", "path": str(tmp_path / "r")})
-    daemon.call("workspace.close", {"agent_id": "resting"})
+def test_a_backup_of_every_workspace_holds_one_closed_that_the_next_start_opens(
+        daemon: DaemonHandle, ws: Path, tmp_path: Path) -> None:
+    # One closed without forget (still recorded, reopened at the next start) was left out
+    # of "every workspace": its pending turns and notes went to no new machine, while its
+    # record was in the archive.
+    rest = tmp_path / "r"
+    write_tree(rest, {"memory/2026-08-01/plan.md": "Ferry to Ærø at dawn.\n"})
+    daemon.call("workspace.open", {"agent_id": "rest.v2", "path": str(rest)})
+    daemon.call("memory.add_turns", {"agent_id": "rest.v2", "session_id": "s", "messages": [
+        {"role": "user", "content": "Mein Fahrrad ist grün."}]})
+    daemon.call("workspace.close", {"agent_id": "rest.v2"})
     made = daemon.call("backup.create", {})
-    assert made["not_open"] == ["resting"] and "resting" not in made["agents"]
-    assert "not_open" not in daemon.call("backup.create", {"agents": ["w"]})
+    assert sorted(made["agents"]) == ["default", "rest.v2", "w"] and not made["not_open"]
+    assert made["agents"]["rest.v2"]["path"] == str(rest)
+    with zipfile.ZipFile(made["file"]) as zf:
+        assert "Fahrrad" in zf.read(
+            "agents/rest.v2/mem_metadata/sessions/pending.jsonl").decode()
+        plan = zf.read("agents/rest.v2/memory/2026-08-01/plan.md").decode()
+        assert plan == "Ferry to Ærø at dawn.\n"
+    verified = daemon.call("backup.verify", {"file": made["file"]})
+    assert sorted(verified["agents"]) == ["default", "rest.v2", "w"]
+    plans = daemon.call("backup.restore", {"file": made["file"], "dry_run": True})["plans"]
+    assert {p["agent_id"]: p["root"] for p in plans}["rest.v2"] == str(rest)
+    with pytest.raises(UnknownWorkspace):  # read, not opened
+        daemon.call("memory.search", {"agent_id": "rest.v2", "query": "ferry"})
 
 
-def test_a_backup_of_every_workspace_names_a_configured_one_closed(
+def test_a_backup_of_every_workspace_names_a_configured_one_it_cannot_read(
         daemon_factory: DaemonFactory, tmp_path: Path) -> None:
-    # A workspace the config file names, closed (or never opened: a folder that is a
-    # file) is neither open nor recorded: it was left out without a word.
+    # A workspace the config file names, closed, opens at the next start: backed up. One
+    # whose folder is a file (it never opened) cannot be read: named, and the rest written.
     (tmp_path / "afile").write_text("not a folder\n")
     d = daemon_factory(f'[workspaces.notes]\npath = "{tmp_path / "notes"}"\n'
                        f'[workspaces.flat]\npath = "{tmp_path / "afile"}"\n')
     d.call("workspace.close", {"agent_id": "notes"})
     d.call("workspace.close", {"agent_id": "flat"})
     made = d.call("backup.create", {})
-    assert made["not_open"] == ["flat", "notes"] and sorted(made["agents"]) == ["default"], made
-    # Named, the closed one is read where it opens; the one whose place is a file, refused.
-    assert sorted(d.call("backup.create", {"agents": ["notes"]})["agents"]) == ["notes"]
+    assert made["not_open"] == ["flat"] and sorted(made["agents"]) == ["default", "notes"], made
+    # Named, the one whose place is a file is refused.
     with pytest.raises(InvalidParams, match="is not a folder"):
         d.call("backup.create", {"agents": ["flat"]})
 

@@ -94,6 +94,24 @@ async def _closed_source(state: DaemonState, agent_id: str) -> bk.AgentSource | 
     return bk.AgentSource(agent_id, root, dirs_of(settings))
 
 
+async def _every_closed_source(state: DaemonState) -> tuple[list[bk.AgentSource], set[str]]:
+    """Every workspace the next start opens (recorded or configured) that is closed now,
+    where and as it opens: its pending turns, inbox and notes are as much to resume as an
+    open one's. And the agents of those whose folder cannot be read (gone, a file)."""
+    known = set(state.registry.remembered()) | set(state.config.configured_agents())
+    sources: list[bk.AgentSource] = []
+    unread: set[str] = set()
+    for agent_id in sorted(known):
+        try:
+            source = await _closed_source(state, agent_id)
+        except InvalidParams:
+            unread.add(agent_id)
+            continue
+        if source is not None:
+            sources.append(source)
+    return sources, unread
+
+
 #: What writing a client-named archive fails with when its place is wrong, not the disk.
 _PLACE_ERRNOS = frozenset({errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM,
                            errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP, errno.ENOENT})
@@ -173,8 +191,11 @@ async def create_backup(ctx: CallContext, agents: list[str] | None, out: str | N
                         include_derived: bool, include_secrets: bool,
                         progress: CallProgress) -> JsonObject:
     """``backup.create`` (the caller holds the restore lock): the named agents, open or
-    closed, or every open workspace, into ``out`` or a fresh file in the backups folder."""
+    closed, or every workspace the next start opens (open or closed; a failed one, or a
+    closed one whose folder is gone, is named in ``not_open``), into ``out`` or a fresh
+    file in the backups folder."""
     closed: list[bk.AgentSource] = []
+    unread: set[str] = set()
     if agents:
         workspaces = []
         for agent_id in dict.fromkeys(agents):
@@ -185,8 +206,9 @@ async def create_backup(ctx: CallContext, agents: list[str] | None, out: str | N
                 workspaces.append(ctx.workspace(agent_id))
     else:
         workspaces = [w for w in ctx.state.registry.list() if w.state == "ready"]
+        closed, unread = await _every_closed_source(ctx.state)
     if not workspaces and not closed:
-        raise InvalidParams("no open workspace to back up")
+        raise InvalidParams("no workspace to back up")
     if out is not None:
         path = Path(out).expanduser()  # noqa: ASYNC240 - no I/O: expands ~ only
         if "\x00" in out or not path.is_absolute():
@@ -222,11 +244,8 @@ async def create_backup(ctx: CallContext, agents: list[str] | None, out: str | N
                 raise
             raise await trio.to_thread.run_sync(_out_refused, path, exc) from None
     if not agents:  # "every workspace": say which ones it could not be
-        registry = ctx.state.registry
-        known = set(registry.remembered()) | set(ctx.state.config.configured_agents())
         made["not_open"] = sorted(
-            {w.agent_id for w in registry.list() if w.state != "ready"}
-            | (known - {w.agent_id for w in registry.list()}))
+            {w.agent_id for w in ctx.state.registry.list() if w.state != "ready"} | unread)
     if out is not None:  # the caller's path, sent back as it is shown
         made["file"] = echoed_path(str(made["file"]))
     return made
