@@ -23,9 +23,12 @@ turns stay pending, ``health`` says so, and a new turn, a flush, or a restart or
 of the workspace (a new chat model, say) submits them again.
 
 Turns found on disk when the workspace opens (a crash between a turn's acknowledgement
-and its note) count as active at that moment, so the idle flush writes them after
-``auto_memory_idle_s``. Without a chat model nothing is submitted: the turns stay on
-disk and :meth:`SessionFlusher.waiting` says how many wait and why (``health``).
+and its note, a session idle while the daemon was down) count as idle since the time
+recorded with the session's last turn, so a session idle for ``auto_memory_idle_s``
+already is written at once; one with no time recorded, or one ahead of the clock (set
+back since), counts as active at the opening. Without a chat model nothing is
+submitted: the turns stay on disk and :meth:`SessionFlusher.waiting` says how many
+wait and why (``health``).
 
 Run by each open workspace (``WorkspaceServices.capture``); it stops by cancellation
 and needs no cleanup.
@@ -36,6 +39,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -182,9 +186,9 @@ class SessionFlusher:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Flush sessions idle for ``auto_memory_idle_s`` until cancelled."""
-        now = trio.current_time()
+        now, wall = trio.current_time(), time.time()
         for session_id in self.store.sessions_pending():
-            self._active[session_id] = now
+            self._active[session_id] = now - self._idle_before(session_id, wall)
         task_status.started()
         while True:
             self._wake = trio.Event()
@@ -206,6 +210,13 @@ class SessionFlusher:
                 elif job_id is not None:
                     self.idle_covered += 1
             await self._retry_failed(trio.current_time())
+
+    def _idle_before(self, session_id: str, wall: float) -> float:
+        """How long the session found pending at the opening had been idle by its last
+        turn's recorded time, at Unix time ``wall``: 0 where none was recorded or it lies
+        ahead (the clock was set back since; idle from now on, not for ever after)."""
+        last = self.store.last_turn_at(session_id)
+        return 0.0 if last is None else max(wall - last, 0.0)
 
     async def _retry_failed(self, now: float) -> None:
         """Submit again the sessions whose job ended with their turns still waiting."""

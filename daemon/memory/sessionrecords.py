@@ -47,6 +47,7 @@ class TurnsRecord(TypedDict):
     user_turns: int
     user_seqs: list[int]
     upto: int
+    at: NotRequired[float]  # when it was added (Unix time; not in logs before it was kept)
     request_id: NotRequired[str]
     answer: NotRequired[JsonObject]  # the answer given to ``request_id``
 
@@ -74,6 +75,7 @@ class StateRecord(TypedDict):
     seq: int
     answers: dict[str, JsonObject]
     user_seqs: NotRequired[list[int]]  # moved into a turns record when written
+    at: NotRequired[float]  # when the session's last turn was added (moved likewise)
 
 
 class SessionsStatus(TypedDict):

@@ -33,6 +33,7 @@ serve until cancelled, close. Log writes are shielded under a deadline.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from array import array
 from bisect import bisect_right
@@ -74,6 +75,13 @@ MAX_DONE_SESSIONS = 10_000
 WRITE_TIMEOUT_S = 10.0
 
 
+def _recorded_time(value: object) -> float | None:
+    """A Unix time as a log record holds it, None if it holds none (or no number)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
 def _seqs() -> array[int]:
     return array("q")
 
@@ -88,6 +96,9 @@ class _Session:
     user_turns_total: int = 0
     #: Seq of each uncommitted user turn, ascending.
     user_seqs: array[int] = field(default_factory=_seqs)
+    #: When its last turn was added (Unix time, as recorded with it; None: not recorded,
+    #: a log from before it was).
+    last_at: float | None = None
     #: The end of the last text added, as given: a secret cut there is found with the
     #: start of the next (``turns.sanitize_messages``'s ``before``). Not logged.
     tail: str = ""
@@ -198,11 +209,14 @@ class SessionStore:
             return
         s = self._sessions.setdefault(sid, _Session())
         if op == "turns":
+            s.last_at = _recorded_time(rec.get("at"))
             for msg in rec.get("messages") or []:
                 if isinstance(msg, dict) and isinstance(msg.get("seq"), int):
                     self._seq = max(self._seq, msg["seq"])
                     if msg["seq"] > s.committed:
                         s.seqs.append(msg["seq"])
+                    if "at" not in rec:  # a record written before it carried the time
+                        s.last_at = _recorded_time(msg.get("at"))
             self._seq = max(self._seq, int(rec.get("upto") or 0))
             s.user_turns_total += int(rec.get("user_turns") or 0)
             s.user_seqs.extend(int(x) for x in rec.get("user_seqs") or [] if x > s.committed)
@@ -219,6 +233,7 @@ class SessionStore:
             s.submitted = int(rec.get("submitted") or 0)
             s.last_job_id = rec.get("last_job_id")
             s.user_turns_total = int(rec.get("user_turns_total") or 0)
+            s.last_at = _recorded_time(rec.get("at"))
             self._seq = max(self._seq, int(rec.get("seq") or 0))
             for rid, answer in (rec.get("answers") or {}).items():
                 self._remember(rid, answer)
@@ -300,6 +315,8 @@ class SessionStore:
                         "submitted": s.submitted, "last_job_id": s.last_job_id,
                         "user_turns_total": s.user_turns_total, "seq": self._seq,
                         "answers": answers, "user_seqs": list(s.user_seqs)})
+            if s.last_at is not None:
+                out[-1]["at"] = s.last_at
             answers = {}
         return out
 
@@ -331,13 +348,15 @@ class SessionStore:
         out: list[Mapping[str, object]] = []
         for st in states:
             user_seqs = st.pop("user_seqs")
+            at = st.pop("at", None)
             out.append(st)
             pending = messages.get(str(st["session_id"]))
             if pending or user_seqs:
                 out.append({"op": "turns", "session_id": st["session_id"],
                             "messages": pending or [], "user_turns": 0,
                             "user_seqs": user_seqs,
-                            "upto": max([m["seq"] for m in pending or []] + user_seqs)})
+                            "upto": max([m["seq"] for m in pending or []] + user_seqs),
+                            **({"at": at} if at is not None else {})})
         self._log.rewrite(out)
         return len(out)
 
@@ -402,7 +421,7 @@ class SessionStore:
             return self._added(session_id)
         record: TurnsRecord = {"op": "turns", "session_id": session_id,
                                "messages": stamped, "user_turns": count_user_turns(messages),
-                               "user_seqs": user_seqs, "upto": self._seq}
+                               "user_seqs": user_seqs, "upto": self._seq, "at": now}
         if request_id is not None:
             record["request_id"] = request_id
             if answer is None:
@@ -444,6 +463,12 @@ class SessionStore:
         found = await trio.to_thread.run_sync(
             self._messages_on_disk, {session_id: s.committed}, upto)
         return found.get(session_id, [])
+
+    def last_turn_at(self, session_id: str) -> float | None:
+        """When the session's last turn was added (Unix time as recorded, which a clock
+        set back may have put in the future), None if that was not recorded."""
+        s = self._sessions.get(session_id)
+        return s.last_at if s is not None else None
 
     def sessions_pending(self) -> list[str]:
         """The sessions with turns not yet committed by auto_memory."""
