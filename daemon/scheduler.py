@@ -20,6 +20,9 @@ Rules, like cron(8) and anacron:
   like anacron: only the latest missed one, however many were missed. The wall clock
   stepping back never re-fires an occurrence already fired. A new or re-enabled entry, or
   one whose expression changed, starts from "now" (no catch-up for times before it existed).
+  One whose zone changed (another name of the same zone, ``TZ=UTC`` after ``Etc/UTC``, or
+  another zone) keeps its last occurrence, an instant: the occurrences of its new zone
+  after it fire, a missed one once.
 
 Sleeping: trio's clock is monotonic and stops during suspend, while cron speaks wall time.
 Each task sleeps toward its next occurrence in bounded steps (half the remaining time,
@@ -405,8 +408,9 @@ class CronScheduler:
 
     def _last_fired(self, entry: _Entry) -> datetime | None:
         rec = self._state.get(entry.key)
-        if not rec or rec.get("cron") != entry.schedule.expr \
-                or rec.get("tz") != str(entry.schedule.tz):
+        # The zone is not compared: the last occurrence is an instant, true under any
+        # zone's name ("UTC" or "Etc/UTC" from one run to the next) and in another zone.
+        if not rec or rec.get("cron") != entry.schedule.expr:
             return None
         try:
             fired = datetime.fromisoformat(rec["last_fired"])

@@ -306,6 +306,32 @@ async def test_restart_does_not_repeat_and_catches_up_once(
     assert not list((tmp_path / "state").glob("*.tmp*"))
 
 
+async def test_a_zone_named_otherwise_after_a_restart_keeps_the_missed_night(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    # TZ=UTC in one run, Etc/UTC in the next (the same zone): the last occurrence was
+    # dropped, so the night missed while the daemon was down never fired.
+    wall = FakeWallClock(utc(2026, 7, 1, 22))
+    first, jobs1 = make(wall, tmp_path)
+    first.schedule("a", "auto_dream", "0 23 * * *", tz="Etc/UTC")
+    async with running(first):
+        await advance_wall(wall, utc(2026, 7, 1, 23, 5))
+    assert jobs1.occurrences() == [utc(2026, 7, 1, 23)]
+    wall.jump(timedelta(days=1))  # down over the night of July 2
+    second, jobs2 = make(wall, tmp_path)
+    second.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    async with running(second):
+        await trio.sleep(120)
+        assert jobs2.occurrences() == [utc(2026, 7, 2, 23)]  # once, at the start
+    # Another zone: its occurrences after the last one fire, none again, none missed.
+    third, jobs3 = make(wall, tmp_path)
+    third.schedule("a", "auto_dream", "0 23 * * *", tz=NEW_YORK)
+    async with running(third):
+        await advance_wall(wall, utc(2026, 7, 4, 12))
+    assert jobs3.occurrences() == [datetime(2026, 7, 2, 23, tzinfo=NEW_YORK),
+                                   datetime(2026, 7, 3, 23, tzinfo=NEW_YORK)]
+
+
 async def test_restart_during_the_jitter_delay_fires_once(
     tmp_path: Path, autojump_clock: object
 ) -> None:
