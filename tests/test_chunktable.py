@@ -217,7 +217,8 @@ def test_state_reloaded_from_its_saved_files_is_the_one_a_warm_start_loads(
     reload_saved(state, store.store.current)
     assert answers(state) == before and shape(state) == files_before
     assert state.mapped and not state.bm25.terms_built  # the saved bytes, as after a load
-    assert state.linked_chunks("second", rels[:3]) and not state.bm25.terms_built
+    assert state.linked_chunks("second", [(rel, "") for rel in rels[:3]])
+    assert not state.bm25.terms_built
     loaded = IndexState()
     assert IndexStore(root / "mem_metadata").load(loaded).corrupt == {}
     assert answers(loaded) == before and shape(loaded) == files_before

@@ -6,54 +6,126 @@ caller's index lock and changes nothing in it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+import unicodedata
+from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from recalld.daemon.index.chunktable import StoredChunk
 from recalld.daemon.index.frontmatter import body_of
+from recalld.daemon.index.links import Link
 from recalld.daemon.index.tokenizer import tokenize_query
 
 if TYPE_CHECKING:
     from recalld.daemon.index.state import IndexState
 
-__all__ = ["linked_chunks"]
+__all__ = ["Target", "heading_key", "in_section", "linked_chunks", "linked_sections"]
+
+_HEADING_RE: Final = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
 
 
-def linked_chunks(state: IndexState, query: str, paths: Sequence[str], *,
-                  tokens: list[str] | None = None) -> dict[str, StoredChunk]:
-    """For each of ``paths`` (linked files), the chunk that stands for it beside a hit:
-    its best keyword match for ``query``, else its first chunk with body text, shown
-    without the note's frontmatter block (its lines start after it). A file whose
-    chunks are all bare frontmatter has none (a block of keys tells an agent little).
+#: A linked note and the section its link names (``[[Node#Part]]``: ``"Part"``; ``""``
+#: for the whole note, and for a link found the other way, from the note to the hit).
+Target = tuple[str, str]
+
+# Characters a heading may hold that a link to it cannot (they end its name or start
+# another part): Obsidian writes a space in their place in the links it makes.
+_UNLINKABLE: Final = str.maketrans(dict.fromkeys("#^[]|", " "))
+
+
+def heading_key(heading: str) -> str:
+    """``heading`` as a link names it, for comparing: any case, Unicode form and run of
+    spaces, and a space for a character no link holds (``## C# tips``: ``[[n#c tips]]``)."""
+    text = heading.translate(_UNLINKABLE)
+    if not text.isascii():
+        text = unicodedata.normalize("NFC", text)
+    return " ".join(text.casefold().split())
+
+
+def in_section(headings: Sequence[str], section: str) -> bool:
+    """Whether a chunk under ``headings`` (its heading path, outermost first) lies in the
+    section a link names: ``Part``, or nested as Obsidian writes it, ``Part#Inner``
+    (each heading under the one before it, not necessarily right under it); a section
+    holds the sections under its heading."""
+    parts = [key for key in map(heading_key, section.split("#")) if key]
+    if not parts:
+        return False
+    keys = [heading_key(h) for h in headings]
+    at = 0
+    for part in parts:
+        while at < len(keys) and keys[at] != part:
+            at += 1
+        if at == len(keys):
+            return False
+        at += 1
+    return True
+
+
+def linked_sections(src: str, links: Iterable[Link]) -> Iterator[tuple[tuple[str, str], str]]:
+    """((``src``, a note linked), the section the first of ``links`` to it naming one
+    names) for the notes whose links name a section."""
+    seen: set[str] = set()
+    for lk in links:
+        if lk.heading and lk.dst not in seen:
+            seen.add(lk.dst)
+            yield (src, lk.dst), lk.heading
+
+
+def linked_chunks(state: IndexState, query: str, targets: Sequence[Target], *,
+                  tokens: list[str] | None = None) -> dict[Target, StoredChunk]:
+    """For each of ``targets`` (linked files, each with the section its link names), the
+    chunk that stands for it beside a hit: its best keyword match for ``query``, else its
+    first chunk with body text, shown without the note's frontmatter block (its lines start
+    after it). Where a link names a section, the chunks of that section stand, the first
+    that says more than its headings before the others; a section gone from the note
+    (renamed, removed, a block reference) names none, and the whole note's stand. A file
+    whose chunks are all bare frontmatter has none (a block of keys tells an agent little).
     ``tokens``: ``tokenize_query(query)`` when the caller has it."""
-    # Only a file of several chunks has a best match to look for: a one-chunk file's
-    # candidate is that chunk either way, so it costs no search.
-    owner: dict[int, str] = {}
-    for path in paths:
+    candidates: dict[Target, list[int]] = {}
+    for target in targets:
+        path, section = target
         info = state.files.get(path)
-        if info is not None and len(info.keys) > 1:
-            owner.update((key, path) for key in info.keys)
-    out: dict[str, StoredChunk] = {}
-    if owner:
-        scores = state.bm25.score_keys(
-            tokenize_query(query) if tokens is None else tokens, owner)
-        for key in sorted(scores, key=lambda k: (-scores[k], k)):
-            path = owner[key]
-            if path not in out:
-                chunk = _body_chunk(state.chunks[key])
-                if chunk is not None:
-                    out[path] = chunk
-    for path in paths:
-        info = state.files.get(path)
-        if path in out or info is None:
+        if info is None or target in candidates:
             continue
-        for key in info.keys:
+        inside = _section_keys(state, info.keys, section) if section else []
+        candidates[target] = _said_first(state, inside) if inside else list(info.keys)
+    # Only several candidates have a best match to look for: one chunk stands either way,
+    # so it costs no search.
+    searched = {key for keys in candidates.values() if len(keys) > 1 for key in keys}
+    scores = state.bm25.score_keys(
+        tokenize_query(query) if tokens is None else tokens, searched) if searched else {}
+    out: dict[Target, StoredChunk] = {}
+    for target, keys in candidates.items():
+        best = sorted((k for k in keys if k in scores), key=lambda k: (-scores[k], k))
+        for key in [*best, *keys]:
             chunk = _body_chunk(state.chunks[key])
             if chunk is not None:
-                out[path] = chunk
+                out[target] = chunk
                 break
-    return {path: out[path] for path in paths if path in out}
+    return out
+
+
+def _section_keys(state: IndexState, keys: Iterable[int], section: str) -> list[int]:
+    """The keys among ``keys`` of chunks in the section ``section`` names."""
+    found = []
+    for key in keys:
+        chunk = state.chunks[key]
+        headings = chunk.metadata.get("headings")
+        if not isinstance(headings, list):
+            # A chunk kept from ReMe's records: its heading path joined.
+            headings = chunk.heading.split(" > ") if chunk.heading else []
+        if in_section([str(h) for h in headings], section):
+            found.append(key)
+    return found
+
+
+def _said_first(state: IndexState, keys: list[int]) -> list[int]:
+    """``keys``, those of chunks with more than heading lines first (a section that opens
+    with a subheading has a chunk of its heading alone)."""
+    bare = [k for k in keys if all(not line.strip() or _HEADING_RE.match(line)
+                                   for line in state.chunks[k].text.splitlines())]
+    return [*(k for k in keys if k not in bare), *bare]
 
 
 @lru_cache(maxsize=4096)

@@ -24,6 +24,7 @@ from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.chunktable import ChunkTable
 from recalld.daemon.index.exact import exact_first
 from recalld.daemon.index.filters import Filters
+from recalld.daemon.index.linked import Target, linked_sections
 from recalld.daemon.index.memo import Memo
 from recalld.daemon.index.state import IndexState, StoredChunk
 from recalld.daemon.index.ties import Place, exact_by_place, hits_by_place, settled
@@ -57,13 +58,17 @@ class Candidates:
     exact: set[int]
     chunks: dict[int, StoredChunk]
     links: dict[str, list[str]]  # candidate path -> linked paths
-    #: linked path -> its chunk that best matches the query, else its first with body text
-    firsts: dict[str, StoredChunk]
+    #: (linked path, the section a hit's link to it names, or "") -> its chunk that best
+    #: matches the query, else its first with body text (``linked.linked_chunks``)
+    firsts: dict[Target, StoredChunk]
     #: How much of the query the keyword branch sees (``fusion.keyword_reach``); measured
     #: only when there is a vector branch to fuse with.
     reach: float = 1.0
     #: candidate key -> its window nearest the query (when asked for and known)
     windows: dict[int, Window] = field(default_factory=dict)
+    #: (candidate path, linked path) -> the section of the linked note that the
+    #: candidate's first link naming one names (``linked.linked_sections``)
+    sections: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 class StateAccess:
@@ -267,23 +272,29 @@ def gather(
         chunks.update((key, state.chunks[key]) for key, _ in vec_hits)
         reach = state.keyword_reach(tokens, hits)
     links: dict[str, list[str]] = {}
-    firsts: dict[str, StoredChunk] = {}
+    firsts: dict[Target, StoredChunk] = {}
+    sections: dict[tuple[str, str], str] = {}
     if link_limit:
         hit_paths = dict.fromkeys(c.path for c in chunks.values())
         targets: dict[str, None] = {}
+        wanted: dict[Target, None] = {}
         for path in hit_paths:
             links[path] = state.neighbours(path)
+            sections.update(linked_sections(path, state.graph.outgoing(path)))
             for other in links[path]:
                 # With ``keep`` the hits are the results, which expansion skips.
-                if other in targets or (keep is not None and other in hit_paths):
+                if keep is not None and other in hit_paths:
                     continue
-                if len(targets) < link_limit and other in state.files:
-                    targets[other] = None
-        firsts = state.linked_chunks(query, list(targets), tokens=tokens)
+                if other not in targets and (len(targets) >= link_limit
+                                             or other not in state.files):
+                    continue
+                targets[other] = None
+                wanted[other, sections.get((path, other), "")] = None
+        firsts = state.linked_chunks(query, list(wanted), tokens=tokens)
     best: dict[int, Window] = {}
     if windows and query_vector is not None and (worker := vectors()) is not None:
         best = worker.fill.best_windows(state, query_vector[1], chunks)
-    return Candidates(hits, vec_hits, exact, chunks, links, firsts, reach, best)
+    return Candidates(hits, vec_hits, exact, chunks, links, firsts, reach, best, sections)
 
 
 def places(chunks: Mapping[int, StoredChunk]) -> Callable[[int], Place]:

@@ -329,13 +329,16 @@ async def search(
                     extra[other] = path
         picked = list(extra)[:max_results]
         firsts = found.firsts
-        missing = [path for path in picked if path not in firsts]
+        # The chunk of the section the hit's link names, if it names one.
+        wanted = {path: (path, found.sections.get((extra[path], path), ""))
+                  for path in picked}
+        missing = [target for target in wanted.values() if target not in firsts]
         if hybrid and missing and source is None:
             # The candidates' neighbours were read before fusion ranked them: a result
             # ranked up from deep in the pool may link files not read then.
             firsts = {**firsts, **await index.linked_chunks(query, missing)}
         for path in picked:
-            chunk = firsts.get(path)
+            chunk = firsts.get(wanted[path])
             if chunk is None:
                 continue
             item = _result(chunk, 0.0, None, None)

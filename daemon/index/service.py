@@ -53,6 +53,7 @@ from recalld.daemon.workspaces import Workspace
 
 if TYPE_CHECKING:
     from recalld.daemon.index.embedder import VectorWorker
+    from recalld.daemon.index.linked import Target
     from recalld.daemon.index.state import StoredChunk
     from recalld.daemon.index.vector_status import VectorStatus
 
@@ -401,9 +402,10 @@ class WorkspaceIndex:
             return True
         return await self._access.read(lambda: self.state.allows_any(filters), query)
 
-    async def linked_chunks(self, query: str, paths: list[str]) -> dict[str, StoredChunk]:
+    async def linked_chunks(self, query: str,
+                            targets: list[Target]) -> dict[Target, StoredChunk]:
         """:meth:`IndexState.linked_chunks` of the state served now, read as searches read."""
-        return await self._access.read(lambda: self.state.linked_chunks(query, paths), query)
+        return await self._access.read(lambda: self.state.linked_chunks(query, targets), query)
 
     # -- rebuild ---------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.chunktable import ChunkTable, StoredChunk
 from recalld.daemon.index.filters import Filters, authors_of, passing
 from recalld.daemon.index.fusion import keyword_reach
-from recalld.daemon.index.linked import linked_chunks
+from recalld.daemon.index.linked import Target, linked_chunks
 from recalld.daemon.index.links import (
     Link,
     LinkGraph,
@@ -189,10 +189,10 @@ class IndexState:
             found = memo[path] = sorted(p for p in self.graph.linked(path) if p in files)
         return list(found)
 
-    def linked_chunks(self, query: str, paths: Sequence[str], *,
-                      tokens: list[str] | None = None) -> dict[str, StoredChunk]:
+    def linked_chunks(self, query: str, targets: Sequence[Target], *,
+                      tokens: list[str] | None = None) -> dict[Target, StoredChunk]:
         """:func:`linked.linked_chunks` of this state."""
-        return linked_chunks(self, query, paths, tokens=tokens)
+        return linked_chunks(self, query, targets, tokens=tokens)
 
     # -- writing ---------------------------------------------------------------------
 

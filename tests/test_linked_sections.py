@@ -1,0 +1,76 @@
+"""A hit's link to a section of a note (``[[Node#Part]]``, nested, with an alias) brings
+that section's chunk beside the hit, in ``memory.search`` and ``memory.recall``: headings
+matched as Obsidian matches them, the whole note's chunk when the section is gone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import DaemonHandle
+
+NODE = """---
+name: node
+---
+# Node
+
+Intro paragraph about the node itself, a general overview.
+
+## Part One
+
+Alpha section body: apples and oranges.
+
+## Part  Two
+
+### Deep Inner
+
+Beta section body: the number is 4242.
+
+## Último Paso
+
+Gamma section body: the final step.
+"""
+
+
+def write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def test_a_link_to_a_section_brings_that_section(daemon: DaemonHandle, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "digest/wiki/Node.md", NODE)
+    links = {
+        "nested": "[[Node#part two#DEEP inner|the number]]",  # case, nesting, an alias
+        "spaced": "[[Node#Part Two]]",  # one space for two; its first chunk says nothing
+        "accent": "[[node#ÚLTIMO   paso]]",
+        "gone": "[[Node#Renamed Since]]",  # no such heading: the whole note's chunk
+        "plain": "[[Node]] and later [[Node#Part One]]",  # the link naming a section
+    }
+    for word, link in links.items():
+        write(root, f"memory/2026-12-05/{word}.md", f"# {word}\n\n{word}word, see {link}\n")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    daemon.call("index.sync", {"agent_id": "w"})
+
+    def linked(word: str) -> tuple[int, str]:
+        answer = daemon.call("memory.search", {"agent_id": "w", "query": f"{word}word"})
+        (item,) = answer["expanded"]
+        assert item["path"] == "digest/wiki/Node.md"
+        assert item["via"] == f"memory/2026-12-05/{word}.md"
+        return item["start_line"], item["text"].splitlines()[-1]
+
+    assert linked("nested") == (14, "Beta section body: the number is 4242.")
+    assert linked("spaced") == (14, "Beta section body: the number is 4242.")
+    assert linked("accent") == (18, "Gamma section body: the final step.")
+    assert linked("gone") == (4, "Intro paragraph about the node itself, a general overview.")
+    assert linked("plain") == (8, "Alpha section body: apples and oranges.")
+
+    # Two hits naming two sections of one note: the note comes once, with the section
+    # the hit it comes by names (read before fusion ranks the hits, not after).
+    both = daemon.call("memory.search", {"agent_id": "w", "query": "plainword accentword"})
+    (item,) = both["expanded"]
+    assert (item["via"], item["start_line"]) in {("memory/2026-12-05/plain.md", 8),
+                                                  ("memory/2026-12-05/accent.md", 18)}
+    # The recall block an agent puts before its reply shows the section too.
+    text = daemon.call("memory.recall", {"agent_id": "w", "query": "nestedword"})["rendered"]
+    assert "number is 4242" in text and "Intro paragraph" not in text
