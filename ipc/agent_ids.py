@@ -94,6 +94,16 @@ def stand_in_name(name: str) -> str:
     return f"agent-{_digest(_nfc(name))}"
 
 
+def author_name(name: str) -> str:
+    """The name recorded as the ``author`` of the notes an agent named ``name`` writes:
+    ``name``, or where the daemon takes no author of it (one with no letter or digit,
+    ``~``, ``🤖``, ``.md``) its :func:`stand_in_name`, as a name looking like a credential
+    is recorded, so that its notes are stored and its scoped searches find them."""
+    stem = name.strip()
+    stem = stem[:-3] if stem.lower().endswith(".md") else stem
+    return name if any(ch.isalnum() for ch in stem) else stand_in_name(name)
+
+
 def same_id_refusal(agent_id: str, name: str, owner: str) -> str:
     """Why agent ``name`` may not use the workspace ``agent_id``: it is the workspace of
     agent ``owner``, another name that makes the same id ("Sales Bot", "Sales_Bot")."""

@@ -23,7 +23,7 @@ from agentscope.tool import ToolBase, ToolChunk
 
 from recalld.ipc._reopen import on_workspace
 from recalld.ipc.aclient import AsyncClient
-from recalld.ipc.agent_ids import session_key, stand_in_name, workspace_name
+from recalld.ipc.agent_ids import author_name, session_key, stand_in_name, workspace_name
 from recalld.ipc.agentscope_messages import (
     MEMORY_MSG_NAME,
     Parked,
@@ -84,8 +84,9 @@ class RecalldMem0Middleware(MiddlewareBase):
       Mem0) searches only return notes whose ``author`` is this ``agent_id`` (the
       ``author`` search filter); off, or without ``agent_id``, the user's whole workspace.
       An ``agent_id`` the daemon refuses to write as looking like a credential (an API
-      key given by mistake) is recorded as ``agent-<digest of it>`` instead, with one
-      warning; searches scoped by agent find the notes written under either name.
+      key given by mistake), and one with no letter or digit (``~``, an emoji), which no
+      author may be, is recorded as ``agent-<digest of it>`` instead, with one warning;
+      searches scoped by agent find the notes written under either name.
     - ``static_control`` / ``both``: before a reply, the user's text is searched (``top_k``
       hits, at least ``threshold``: the daemon's score, BM25 or fused) and the memories
       are injected when the reply starts; after it, the exchange is stored as a note (Mem0
@@ -137,9 +138,14 @@ class RecalldMem0Middleware(MiddlewareBase):
         if agent_id is not None:
             workspace_name(agent_id)  # names its session: refused if it makes no name
         self.agent_id = agent_id
-        #: The name its notes record: ``agent_id``, or its stand-in once the daemon has
-        #: refused it as looking like a credential.
-        self.writer = agent_id
+        #: The name its notes record: ``agent_id``, or its stand-in where it has no
+        #: letter or digit (``author_name``), or once the daemon has refused it as
+        #: looking like a credential.
+        self.writer = agent_id if agent_id is None else author_name(agent_id)
+        if self.writer != agent_id:
+            log.warning("recalld: the agent_id %r of RecalldMem0Middleware for %s has no "
+                        "letter or digit, which a note's author needs: its notes record "
+                        "the author %r instead", agent_id, self.workspace, self.writer)
         self.mode: Mode = mode
         self.top_k = top_k
         self.threshold = threshold

@@ -278,3 +278,30 @@ def test_an_agent_id_that_looks_like_a_credential_writes_under_a_stand_in(
     warnings = [r.getMessage() for r in caplog.records if "looks like a credential" in
                 r.getMessage()]
     assert len(warnings) == 1 and key not in warnings[0], warnings
+
+
+def test_an_agent_id_of_no_letter_or_digit_writes_under_a_stand_in(
+        daemon: DaemonHandle, caplog: pytest.LogCaptureFixture) -> None:
+    """No note's ``author`` may lack a letter or digit: ``agent_id="~"`` was taken, then
+    every ``add_memory`` failed. Its notes record a stand-in, and its scoped searches find
+    them, not another agent's."""
+    async def main(agent_id: str) -> tuple[str, list[str]]:
+        middleware = RecalldMem0Middleware(user_id="fern", agent_id=agent_id,
+                                           socket_path=daemon.socket_path)
+        try:
+            added = await middleware.add_memory_text(f"Fern waters the ficus ({agent_id}).")
+            return str(added["path"]), await middleware.search_memories("Fern ficus")
+        finally:
+            await middleware.close()
+
+    with caplog.at_level(logging.WARNING, logger="recalld.ipc.agentscope"):
+        for agent_id in ("~", "\U0001f916", " -.md"):
+            path, found = asyncio.run(main(agent_id))
+            fields = parse_frontmatter((_workspace(daemon, "fern") / path).read_text(
+                encoding="utf-8"))[0]
+            assert fields["author"] == stand_in_name(agent_id), fields
+            assert [m.split("] ", 1)[1] for m in found] == [
+                f"Fern waters the ficus ({agent_id})."], found
+    warnings = [r.getMessage() for r in caplog.records if "no letter or digit" in
+                r.getMessage()]
+    assert len(warnings) == 3, warnings
