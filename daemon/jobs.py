@@ -55,6 +55,7 @@ from recalld.daemon.jsontypes import JsonObject, json_safe
 from recalld.daemon.store import confine
 from recalld.ipc.answers import JobInfo, JobProgress
 from recalld.ipc.errors import JOB_FAILED, NotFound, UnknownWorkspace
+from recalld.ipc.textcut import cut_text
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ class JobManager:
         self._check_known(agent_id)
         job = self._jobs.get(agent_id, {}).get(job_id)
         if job is None:
-            shown = job_id if len(job_id) <= 64 else job_id[:64] + "…"  # echo no megabytes
+            shown = job_id if len(job_id) <= 64 else cut_text(job_id, 64) + "…"  # echo no megabytes
             raise NotFound(f"no job {shown!r} in workspace {agent_id!r}")
         return job
 

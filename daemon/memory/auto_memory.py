@@ -89,6 +89,7 @@ from recalld.ipc.errors import (
     RecalldError,
     UnknownWorkspace,
 )
+from recalld.ipc.textcut import cut_text
 
 log = logging.getLogger(__name__)
 
@@ -451,7 +452,8 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
             job.set_progress(4, 4, "done")
             # Masked before it is cut: a key the cut fell inside would no longer be
             # recognised. (A bounded stretch: no secret the start shows is that long.)
-            model_text = redact(final_text[:4 * MODEL_TEXT_CHARS])[:MODEL_TEXT_CHARS]
+            model_text = cut_text(redact(cut_text(final_text, 4 * MODEL_TEXT_CHARS)),
+                                  MODEL_TEXT_CHARS)
             return {
                 "session_id": session_id, "turns": len(turns), "upto": upto, "date": date,
                 "dates": [date],

@@ -77,6 +77,7 @@ from recalld.daemon.providers.errors import (
 )
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import JobFailed, PathOutsideWorkspace, UnknownWorkspace
+from recalld.ipc.textcut import cut_text
 
 if TYPE_CHECKING:
     from recalld.daemon.remote.hook import SharedCatalog
@@ -175,7 +176,7 @@ class _Run:
             config=self.ws.settings.search, agent_id=self.ws.agent_id)
         seen: dict[str, str] = {}
         for r in answer["results"]:
-            seen.setdefault(r["path"], " ".join(str(r.get("text", "")).split())[:300])
+            seen.setdefault(r["path"], cut_text(" ".join(str(r.get("text", "")).split()), 300))
         if not seen:
             return "no matching nodes"
         return "\n".join(f"{p}: {snippet}" for p, snippet in seen.items())

@@ -17,6 +17,7 @@ import trio
 from recalld.daemon.memory import digest, integration, nodefiles
 from recalld.daemon.memory.fileops import read_confined
 from recalld.daemon.memory.llm import MAX_TOOL_RESULT_CHARS
+from recalld.ipc.textcut import cut_text
 
 #: The characters of a node shown at most: a tool result's bound, less room for the
 #: node's path and the note saying where it was cut.
@@ -39,12 +40,12 @@ async def node_read(run: _Run, args: Mapping[str, object]) -> str:
     rel, text = found
     shown = text
     if len(text) > SHOWN_CHARS:
-        shown = text[:SHOWN_CHARS]
+        shown = cut_text(text, SHOWN_CHARS)
         whole = digest.parse_node(rel, shown).content == digest.parse_node(rel, text).content
         if not whole:
             run.read_in_part[rel] = len(text)
         shown += (f"\n[cut: the node has {len(text)} characters, only the first "
-                  f"{SHOWN_CHARS} are shown; "
+                  f"{len(shown)} are shown; "
                   + ("the rest is past its content (History, links), which a rewrite keeps]"
                      if whole else "its content goes on past them, so it cannot be "
                      "rewritten (REFINE, CORRECT): CORROBORATE it, or CREATE a node for what "

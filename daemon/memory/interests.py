@@ -17,6 +17,8 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
+from recalld.ipc.textcut import cut_text
+
 DECAY: Final = 0.9
 MIN_WEIGHT: Final = 0.05
 MAX_TOPICS: Final = 50
@@ -73,7 +75,7 @@ def refresh(old: Mapping[str, float], seen: Mapping[str, float]) -> dict[str, fl
     """Decay ``old``, raise each topic in ``seen`` to its weight, prune."""
     merged = {t: round(w * DECAY, 2) for t, w in old.items()}
     for topic, weight in seen.items():
-        topic = " ".join(topic.split())[:80]
+        topic = cut_text(" ".join(topic.split()), 80)
         if topic:
             merged[topic] = round(max(merged.get(topic, 0.0), min(1.0, weight)), 2)
     kept = sorted(((t, w) for t, w in merged.items() if w >= MIN_WEIGHT),

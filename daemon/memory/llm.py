@@ -38,6 +38,7 @@ from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.errors import NO_CHAT_MODEL, ProviderConfigError
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import JobFailed
+from recalld.ipc.textcut import cut_text
 
 if TYPE_CHECKING:
     # The chat client (and the redaction it applies to what it sends) is imported when a
@@ -134,7 +135,7 @@ class LoopResult:
         if self.cut == REFUSED:
             from recalld.daemon.memory.redact import redact  # with the chat client
 
-            return f"the chat model refused to answer: {redact(self.detail[:300])}"
+            return f"the chat model refused to answer: {redact(cut_text(self.detail, 300))}"
         if self.cut == CALLS_AS_TEXT:
             return ("the chat model wrote its tool calls as text, or the server ended the "
                     "answer for tool calls it did not send: serve the model with tool calling "
@@ -283,7 +284,7 @@ async def _run_one(dispatch: Dispatch, name: str, arguments: JsonObject) -> str:
         log.warning("tool %s failed: %s", name, exc)
         out = f"error: {type(exc).__name__}: {exc}"
     if len(out) > MAX_TOOL_RESULT_CHARS:
-        out = out[:MAX_TOOL_RESULT_CHARS] + "\n[truncated]"
+        out = cut_text(out, MAX_TOOL_RESULT_CHARS) + "\n[truncated]"
     return out
 
 

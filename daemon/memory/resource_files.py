@@ -25,6 +25,7 @@ from recalld.daemon.index.frontmatter_edit import render_frontmatter
 from recalld.daemon.notetext import note_text
 from recalld.daemon.store.fsio import fit_name
 from recalld.ipc.errors import PathOutsideWorkspace
+from recalld.ipc.textcut import cut_text
 from recalld.ipc.types import visible
 
 log = logging.getLogger(__name__)
@@ -183,7 +184,7 @@ def description(summary: str) -> str:
     """The note's description: the summary's first line of text (a rule, a fence or a
     table border holds none), without its heading marks, at most 200 characters."""
     first = next((ln for ln in summary.splitlines() if _HAS_TEXT.search(ln)), "")
-    return first.strip().strip("#").strip()[:200]
+    return cut_text(first.strip().strip("#").strip(), 200)
 
 
 def folders_among(root: Path, paths: set[str]) -> set[str]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from recalld.ipc.textcut import cut_text
+
 if TYPE_CHECKING:  # the chat client loads the redaction rules: not at a warm start
     from recalld.daemon.providers.chat import ChatMessage
 
@@ -36,7 +38,8 @@ def cut_summary(summary: str, finish_reason: str | None, max_chars: int) -> str:
     """``summary`` at most ``max_chars`` long (a model that ignores max_tokens), saying so
     when it was cut there or the answer was stopped mid-way (its length limit, a filter)."""
     if len(summary) > max_chars:
-        return summary[:max_chars].rstrip() + "\n\n[summary cut: the model's answer was longer]"
+        return (cut_text(summary, max_chars).rstrip()
+                + "\n\n[summary cut: the model's answer was longer]")
     cut_by = _CUT_BY.get(finish_reason or "")
     return summary if cut_by is None else f"{summary}\n\n[summary cut: {cut_by}]"
 
@@ -48,4 +51,4 @@ def refused(refusal: str | None) -> str | None:
         return None
     from recalld.daemon.memory.redact import redact  # loaded with the chat client
 
-    return f"the chat model refused to summarize it: {redact(refusal[:300])}"
+    return f"the chat model refused to summarize it: {redact(cut_text(refusal, 300))}"

@@ -18,6 +18,7 @@ from typing import Final, TypedDict
 from recalld.daemon.jsontypes import JsonObject
 from recalld.ipc.answers import MESSAGE_ROLES
 from recalld.ipc.errors import LOOKS_LIKE_A_CREDENTIAL, InvalidParams
+from recalld.ipc.textcut import cut_text
 
 ROLES = MESSAGE_ROLES
 #: The roles whose words are kept, as what they are kept as (Gemini's ``model`` is the
@@ -114,7 +115,7 @@ def _media_placeholder(kind: str, block: Mapping[str, object]) -> str:
                  if isinstance(v.get(k), str)), None)
     name = " ".join(str(name or "").replace("[", "(").replace("]", ")").split())
     if len(name) > MAX_MEDIA_NAME:
-        name = name[:MAX_MEDIA_NAME] + "…"
+        name = cut_text(name, MAX_MEDIA_NAME) + "…"
     return f"[{what} omitted: {name}]" if name else f"[{what} omitted]"
 
 

@@ -1,0 +1,31 @@
+"""Text the daemon cuts short (echoed ids, media names, summaries, topics, refusals) is cut
+between whole characters: never an accent without its letter, an emoji without its skin
+tone, half a flag."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import DaemonHandle
+
+from recalld.daemon.memory.interests import refresh
+from recalld.daemon.memory.resource_prompt import cut_summary, refused
+from recalld.daemon.memory.turns import MAX_MEDIA_NAME, last_text
+from recalld.ipc.errors import NotFound
+
+THUMB = "\U0001f44d\U0001f3fd"  # a thumbs-up and its skin tone: one character to a reader
+
+
+def test_an_unknown_job_id_is_echoed_in_whole_characters(daemon: DaemonHandle) -> None:
+    with pytest.raises(NotFound) as caught:
+        daemon.call("jobs.get", {"agent_id": "default", "job_id": "a" + THUMB * 40})
+    assert f"'a{THUMB * 31}…'" in str(caught.value)
+
+
+def test_pure_cuts_keep_whole_characters() -> None:
+    name = "x" * (MAX_MEDIA_NAME - 1) + "e\u0301tude"  # é as e and its accent
+    said = last_text([{"role": "user", "content": [{"type": "image", "name": name}]}])
+    assert f"[image omitted: {'x' * (MAX_MEDIA_NAME - 1)}…]" in said
+    summary = cut_summary("flag " + "\U0001f1e9\U0001f1ea" * 10, None, 10)
+    assert summary.startswith("flag \U0001f1e9\U0001f1ea\U0001f1e9\U0001f1ea\n\n[summary cut")
+    assert list(refresh({}, {"y" * 79 + THUMB: 1.0})) == ["y" * 79]
+    assert refused("z" * 299 + THUMB) == f"the chat model refused to summarize it: {'z' * 299}"
