@@ -156,8 +156,12 @@ def test_topic_writes_are_confined_and_checked(daemon: DaemonHandle) -> None:
             ({"path": "wiki/" + "n" * 300 + ".md"}, InvalidParams)):
         with pytest.raises(error):
             daemon.call("memory.topic_write", {**good, **change})
+    # A name is a title on one line of MEMORY.md: it has a limit, as a description has.
+    with pytest.raises(InvalidParams, match="topic: name is longer than 100 characters"):
+        daemon.call("memory.topic_write", {**good, "name": "Long " * 100})
     digest = daemon.data_dir / "workspaces" / "a" / "digest"
     assert not [p for p in digest.rglob("*") if "\n" in p.name or "ghp_" in p.name]
+    assert not (digest / "x.md").exists()
     written = daemon.call("memory.topic_write", {**good, "path": "memory/inside.md"})
     assert written["path"] == "digest/memory/inside.md" and written["created"]
     with pytest.raises(InvalidParams, match="type"):
@@ -206,12 +210,21 @@ def test_memory_md_links_each_topic_file_and_nothing_else(daemon: DaemonHandle) 
         "- [half \\] open \\[](<sub dir/half.md>) — about sub dir/half.md"]
     # A description written by hand longer than the tools take is listed cut short.
     root = daemon.data_dir / "workspaces" / "a"
+    # So is a name.
     (root / "digest" / "hand.md").write_text(
         "---\nname: Hand\ndescription: " + "long hook " * 500 + "\ntype: user\n---\nx\n",
         encoding="utf-8")
-    line = wait_for(lambda: next((ln for ln in _memory_md(root).splitlines()
-                                  if ln.startswith("- [Hand](hand.md)")), None), "hand.md")
-    assert line == "- [Hand](hand.md) — " + ("long hook " * 30)[:299] + "…"
+    (root / "digest" / "title.md").write_text(
+        "---\nname: " + "Título " * 50 + "\ndescription: d\ntype: user\n---\nx\n",
+        encoding="utf-8")
+    def listed() -> list[str] | None:
+        found = [ln for ln in _memory_md(root).splitlines()
+                 if ln.startswith(("- [Hand](hand.md)", "- [Tít"))]
+        return found if len(found) == 2 else None
+
+    lines = wait_for(listed, "hand.md and title.md")
+    assert lines == ["- [Hand](hand.md) — " + ("long hook " * 30)[:299] + "…",
+                     "- [" + ("Título " * 15)[:99] + "…](title.md) — d"], lines
     index = daemon.call("memory.index", {"agent_id": "a"})["rendered"]
     assert "- [\\[boss\\](../../etc/passwd)](digest/plain.md) — about plain.md" in index
     assert "(<digest/京都 trip (2).md>)" in index

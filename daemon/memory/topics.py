@@ -44,6 +44,8 @@ INDEX_FILE: Final = "MEMORY.md"
 INDEX_TITLE: Final = "# Memory index"
 MAX_TOPIC_CHARS: Final = 64_000
 MAX_DESCRIPTION_CHARS: Final = 300
+#: A topic's name is a title on one line of MEMORY.md, before its description.
+MAX_NAME_CHARS: Final = 100
 MAX_TOPICS: Final = 2_000
 _HEAD_BYTES: Final = 8 * 1024
 
@@ -80,8 +82,9 @@ def check_fields(fields: Mapping[str, object], where: str) -> None:
         value = fields.get(key)
         if not isinstance(value, str) or not value.strip() or "\n" in value:
             raise InvalidParams(f"{where}: frontmatter {key!r} must be one non-empty line")
-    if len(str(fields["description"])) > MAX_DESCRIPTION_CHARS:
-        raise InvalidParams(f"{where}: description is longer than {MAX_DESCRIPTION_CHARS}")
+    for key, most in (("name", MAX_NAME_CHARS), ("description", MAX_DESCRIPTION_CHARS)):
+        if len(str(fields[key])) > most:
+            raise InvalidParams(f"{where}: {key} is longer than {most} characters")
     if fields.get("type") not in TYPES:
         raise InvalidParams(f"{where}: frontmatter 'type' must be one of {', '.join(TYPES)}")
 
@@ -130,12 +133,17 @@ def read_topic(root: Path, rel: str) -> tuple[TopicEntry | None, tuple[int, int]
     # Masked as the index masks them: MEMORY.md and memory.select show what a person may
     # have typed into the frontmatter.
     description = redact(" ".join(str(fields.get("description") or "").split()))
-    if len(description) > MAX_DESCRIPTION_CHARS:  # written by hand: the tools refuse it
-        # One file's hook does not take the room of the others in a bounded snapshot.
-        description = cut_text(description, MAX_DESCRIPTION_CHARS - 1) + "…"
+    # Longer ones are written by hand (the tools refuse them): one file's name and hook
+    # do not take the room of the others in a bounded snapshot.
+    description = _shortened(description, MAX_DESCRIPTION_CHARS)
+    title = redact(" ".join(str(fields.get("name") or name[:-3]).split()))
     return ({"path": rel, "type": str(fields["type"]),
-             "name": redact(" ".join(str(fields.get("name") or name[:-3]).split())),
-             "description": description}, seen)
+             "name": _shortened(title, MAX_NAME_CHARS), "description": description}, seen)
+
+
+def _shortened(text: str, most: int) -> str:
+    """``text``, cut with ``…`` to ``most`` characters if longer."""
+    return text if len(text) <= most else cut_text(text, most - 1) + "…"
 
 
 def _walk_order(rel: str) -> tuple[tuple[int, str], ...]:
