@@ -14,7 +14,9 @@ Rules:
   within the cap, unless the block is larger than half the cap (the first chunk keeps half)
   or the first line alone is longer than what the block leaves (lines are split only when
   longer than the cap): then that chunk is over the cap by at most the block. A note that is
-  only frontmatter is chunked like a body (one chunk at usual sizes).
+  only frontmatter is chunked like a body (one chunk at usual sizes). The block is the one
+  ``frontmatter.recall_block`` finds: also a closed block of fields its reader cannot parse
+  (with no fields as metadata) and a TOML ``+++`` block, of any length.
 - A heading is no chunk by itself either (a hit of one line, or of a frontmatter block and a
   heading): before a paragraph too long to join whole, it opens that paragraph's first
   chunk; before an overlong line, the line's first piece, cut shorter by the heading. Only
@@ -40,7 +42,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Final, Literal, TypedDict
 
-from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.index.frontmatter import recall_block
 from recalld.daemon.jsontypes import JsonObject
 
 __all__ = ["DEFAULT_MAX_CHARS", "Chunk", "ChunkMeta", "chunk_id", "chunk_markdown", "closes_fence",
@@ -264,7 +266,7 @@ def chunk_markdown(path: str, text: str, *, max_chars: int = DEFAULT_MAX_CHARS,
     if lines and lines[-1] == "":
         lines.pop()  # the final newline does not open a line
     builder = _Builder(path, lines, max_chars)
-    fields, body_start = parse_frontmatter(text)
+    fields, body_start = recall_block(text)
     first_body = next((i for i in range(body_start, len(lines)) if lines[i].strip()), -1)
     joins = first_body not in skip
     if body_start > 0 and first_body >= 0 and joins:

@@ -17,10 +17,12 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from recalld.daemon.index.frontmatter_toml import toml_block
 from recalld.daemon.index.marks import MARKS
 from recalld.daemon.jsontypes import JsonObject
 
-__all__ = ["block_problem", "body_of", "has_body", "open_fields", "parse_frontmatter"]
+__all__ = ["block_problem", "body_of", "has_body", "open_fields", "parse_frontmatter",
+           "recall_block"]
 
 _FENCE: Final = "---"
 # A key is a word in any script (`标签`, `नाम`, `2026`), as YAML takes it plain: letters,
@@ -33,6 +35,8 @@ _FENCE: Final = "---"
 _KEY_RE: Final = re.compile(rf"^(\w(?=([\w.\- {MARKS}]*))\2)\s*:(?:\s+(.*))?$")
 _INT_RE: Final = re.compile(r"^[-+]?[0-9]+$")
 _FLOAT_RE: Final = re.compile(r"^[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$")
+# How far a ``---`` line not closed (yet) is read as a block being written; a closed
+# block is one however long it is.
 _MAX_LINES: Final = 2000
 
 class _Malformed(ValueError):
@@ -57,7 +61,7 @@ def _block_end(lines: list[str]) -> int:
     """Index of the closing fence, or -1 when the text has no frontmatter block."""
     if not lines or lines[0].lstrip("\ufeff").rstrip() != _FENCE:
         return -1
-    for i in range(1, min(len(lines), _MAX_LINES)):
+    for i in range(1, len(lines)):
         if lines[i].rstrip() in (_FENCE, "..."):
             return i
     return -1
@@ -310,12 +314,12 @@ def _parse_block(lines: list[str]) -> tuple[JsonObject, list[tuple[str, int, int
         while nested and not nested[-1].strip():
             nested.pop()
             i -= 1
+        if key in out:
+            raise _Malformed(f"the key {key} twice")
         try:
             out[key] = _field_value(raw, nested)
         except _Malformed as exc:
             raise _Malformed(f"{key}: {exc}") from None
-        if key in out and any(k == key for k, _, _ in spans):
-            raise _Malformed(f"the key {key} twice")
         spans.append((key, start, i))
     return out, spans
 
@@ -359,13 +363,25 @@ def block_problem(text: str) -> str:
     return ""
 
 
+def recall_block(text: str) -> tuple[JsonObject, int]:
+    """The fields of the frontmatter block ``text`` opens with and the 0-based line where
+    its body starts, as search and recall take them: a block this reader parses; a closed
+    block of field lines it cannot parse (YAML it does not take: deeper nesting, anchors,
+    a key written twice), of no fields, as its keys are no body either; a TOML ``+++``
+    block (Hugo, Zola); ({}, 0) without one."""
+    fields, start = parse_frontmatter(text)
+    if start:
+        return fields, start
+    start = _fields_block_end(text)
+    if start:
+        return {}, start
+    return toml_block(text)
+
+
 def body_of(text: str) -> tuple[str, int]:
-    """``text`` without its frontmatter block, and the 0-based line where that body starts.
-    A closed block of field lines that this reader cannot parse (YAML it does not take:
-    deeper nesting, anchors, a key written twice) is a block too: its keys are no body."""
-    _, start = parse_frontmatter(text)
-    if not start:
-        start = _fields_block_end(text)
+    """``text`` without its frontmatter block (:func:`recall_block`'s), and the 0-based
+    line where that body starts."""
+    _, start = recall_block(text)
     if not start:
         return text, 0
     return "\n".join(text.split("\n")[start:]), start

@@ -138,7 +138,7 @@ def _body_of(text: str) -> tuple[str, int]:
 def _body_chunk(chunk: StoredChunk) -> StoredChunk | None:
     """``chunk`` without a leading frontmatter block (None when nothing else is in it)."""
     text = chunk.text
-    if not text.lstrip("\ufeff").startswith("---"):
+    if not text.lstrip("\ufeff").startswith(("---", "+++")):
         # No fence on the first line: no frontmatter block to strip.
         return chunk if text.strip() else None
     body, skipped = _body_of(text)

@@ -57,9 +57,11 @@ from __future__ import annotations
 # ``secret_commands``), "Pat: 555-...", "$env:PW -AsPlainText" and code in brackets after a
 # switch, ``-Credential (Get-Credential)``, not; 34: a heading is no chunk by itself (nor
 # with only a frontmatter block) before a paragraph over the cap: it takes that
-# paragraph's first lines, or the first piece of its overlong line.
+# paragraph's first lines, or the first piece of its overlong line; 35: a closed block of
+# fields the frontmatter reader cannot parse, one over 2,000 lines and a TOML ``+++`` block
+# join the first body chunk too (``frontmatter.recall_block``).
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 34
+CHUNKING = 35
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
 # generation saved under other rules has its graph's edges to no note resolved again after
 # a load, and every note read again by the startup reconcile (2 on). 1: as Obsidian
