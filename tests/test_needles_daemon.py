@@ -269,3 +269,44 @@ def test_an_identifier_and_its_value_find_the_note_holding_both(daemon: Any,
         top = answer["results"][0]
         assert top["path"] == "memory/2026-03-18/both.md" and top.get("exact"), (
             query, [(r["path"], r.get("exact")) for r in answer["results"]])
+
+
+def test_a_lookup_ranks_first_the_note_holding_its_names_as_the_query_joins_them(
+        daemon: Any, tmp_path: Path) -> None:
+    # Short notes hold the query's names apart (`payments.retry` and another setting's
+    # `max_ms`, `max-old-space-size` with another value, `users` and `2f42`); the longer
+    # note holding them joined (`payments.retry.max_ms`, the flag and its value, the
+    # encoded path) ranks first, and alone is exact.
+    root = tmp_path / "ws"
+    day = root / "memory" / "2026-03-19"
+    day.mkdir(parents=True)
+    (root / "digest").mkdir()
+    filler = "after the review we kept the change and watched the dashboards for a day. " * 6
+    notes = {
+        "retry": f"Production settings: payments.retry.max_ms = 5000. {filler}",
+        "retry_apart": "payments.retry is on; checkout.timeout max_ms is 300.",
+        "retry_glued": "payments.retry_count and http_max_ms were raised.",
+        "heap": f"The worker crashed on heap; we run node --max-old-space-size=8192. {filler}",
+        "heap_apart": "max-old-space-size is 4096 on api; 8192 ports are open.",
+        "path": f"GET /api/users%2F42 gave 404: the path was encoded twice. {filler}",
+        "path_apart": "users 2f42: the users table hash 2f42 for users.",
+    }
+    for name, text in notes.items():
+        (day / f"{name}.md").write_text(text + "\n", encoding="utf-8")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    daemon.call("index.sync", {"agent_id": "w"})
+    for query, target in (("max_ms of payments.retry", "retry"),
+                          ("payments.retry.max_ms", "retry"),
+                          ("--max-old-space-size=8192", "heap"),
+                          ("users%2F42", "path"), ("what broke /api/users%2F42?", "path")):
+        answer = daemon.call("memory.search", {"agent_id": "w", "query": query})
+        exact = [r["path"].rsplit("/", 1)[1] for r in answer["results"] if r.get("exact")]
+        assert exact == [f"{target}.md"], (query, [(r["path"], r.get("exact"))
+                                                   for r in answer["results"]])
+    # A dotted name is held by its members' names; a name glued on by `_` is another.
+    answer = daemon.call("memory.search", {"agent_id": "w", "query": "payments.retry"})
+    assert {r["path"].rsplit("/", 1)[1] for r in answer["results"] if r.get("exact")} == {
+        "retry.md", "retry_apart.md"}, answer["results"]
+    answer = daemon.call("memory.search", {"agent_id": "w", "query": "max_ms"})
+    assert {r["path"].rsplit("/", 1)[1] for r in answer["results"] if r.get("exact")} == {
+        "retry.md", "retry_apart.md"}, answer["results"]

@@ -19,14 +19,19 @@ Special terms:
 
 A hit is exact when it holds every special term: an identifier as a whole word of its
 heading + text, read as the tokenizer reads it (NFKC, case folded: full-width forms count;
-``v4.27`` is not in ``v4.27.3``), a rare term where its index has it (the term is a stem
-the text may not spell: ``strategi`` of strategy). Only lookups count: when the special
-terms are under a third of the query's content words (a long question or claim with one
-rare word), no hit is exact, unless the query is short (``LOOKUP_WORDS``) and names an
-identifier. A number (``NUMBER_DIGITS``) in a query naming an identifier is special too, read
-as a whole word (``user_id=771203``). When no hit holds every special term but the
-identifiers alone make a lookup (the query's rare word or number is in other notes, not the
-identifier's), a hit holding every identifier is exact.
+``v4.27`` is not in ``v4.27.3``, ``user_id`` not in ``user_id_hash``, but a dotted name is
+in its members' names, ``payments.retry`` in ``payments.retry.max_ms``), a rare term where
+its index has it (the term is a stem the text may not spell: ``strategi`` of strategy).
+Only lookups count: when the special terms are under a third of the query's content words
+(a long question or claim with one rare word), no hit is exact, unless the query is short
+(``LOOKUP_WORDS``) and names an identifier. A number (``NUMBER_DIGITS``) in a query naming
+an identifier is special too, read as a whole word (``user_id=771203``). When no hit holds
+every special term but the identifiers alone make a lookup (the query's rare word or
+number is in other notes, not the identifier's), a hit holding every identifier is exact.
+Of the exact hits, those holding the names as the query joins them are the exact ones, when
+any is: each query word joining a name to more, as typed (``users%2F42``,
+``--max-old-space-size=8192``), then every name in one word (``payments.retry.max_ms`` for
+``max_ms of payments.retry``), not apart.
 Pure functions; the caller runs them under the index lock.
 """
 
@@ -229,16 +234,26 @@ _whole_form: Final = Memo(_first_token, 1024, max_chars=MEMO_QUERY_CHARS).__geti
 
 @functools.lru_cache(maxsize=256)
 def _pattern(term: str, *, whole: bool) -> re.Pattern[str]:
-    """``term`` not glued to a preceding ASCII letter or digit, and (``whole``) not followed
-    by one, nor by a connector and one (``v4.27`` does not match ``v4.27.3``). CJK has no
-    word boundaries: next to CJK characters a term always matches."""
+    """``term`` not glued to a preceding ASCII letter or digit and, ``whole`` (a name):
+    not glued to one by ``_`` or ``-`` unless it is a number (``max_ms`` is not in
+    ``http_max_ms``; ``8812`` is in ``host-8812``), nor followed by one, nor by ``_`` or
+    ``-`` and one (``user_id`` is not in ``user_id_hash``), nor by a dot and a digit
+    (``v4.27`` is not in ``v4.27.3``). A dotted name's member goes on from it, as a
+    namespace's ``::`` does: ``payments.retry`` and ``max_ms`` are both in
+    ``payments.retry.max_ms`` (the tokenizer gives its compound keys too). CJK has no word
+    boundaries: next to CJK characters a term always matches."""
     escaped = re.escape(term)
     # The left check looks back from the end of the term ("term, not preceded by a letter
     # or digit"), so the pattern starts with the term itself and the engine scans for it
     # as a literal; a leading look-behind would be tried at every position of the text.
-    left = (rf"(?<![a-z0-9]{escaped})" if term[:1].isascii() and term[:1].isalnum()
-            else "")
-    right = (r"(?![a-z0-9]|[._\-][a-z0-9])" if whole and term[-1:].isascii()
+    left = ""
+    if term[:1].isascii() and term[:1].isalnum():
+        # A rare term (not ``whole``) is a stem, the index's term of an identifier's part
+        # too, and a number a value named before it (``host-8812``): either may follow a
+        # connector (``kelm`` of ``FP_KELMO``).
+        glued = whole and not term.isdigit()
+        left = rf"(?<![a-z0-9]{escaped})" + (rf"(?<![a-z0-9][_\-]{escaped})" if glued else "")
+    right = (r"(?![a-z0-9]|[_\-][a-z0-9]|\.[0-9])" if whole and term[-1:].isascii()
              and term[-1:].isalnum() else "")
     return re.compile(escaped + left + right)
 
@@ -266,12 +281,63 @@ def _contains_all(text: str, terms: list[_Term]) -> bool:
         return True
     if text.isascii():
         return False  # NFKC leaves ASCII as it is, and casefold is lower there
-    # The text as the tokenizer reads it (NFKC, case folded), so that a chunk holds a term
-    # whenever its index has it: a Chinese note may spell an identifier in full-width
-    # forms (ＱＸ＿ＴＯＲＶＥＬ＿５８３１), a word in another case form (Straße) or with
-    # accents the index folds away (café).
-    low = fold(nfkc.normalize(text).casefold())
+    low = _as_read(text)
     return all(t.term in low and t.search(low) for t in terms)
+
+
+def _as_read(text: str) -> str:
+    """``text`` as the tokenizer reads it (NFKC, case folded), so that a chunk holds a term
+    whenever its index has it: a Chinese note may spell an identifier in full-width forms
+    (ＱＸ＿ＴＯＲＶＥＬ＿５８３１), a word in another case form (Straße) or with accents the
+    index folds away (café)."""
+    return text.lower() if text.isascii() else fold(nfkc.normalize(text).casefold())
+
+
+def _find_forms(query: str) -> tuple[str, ...]:
+    """The words of ``query`` as typed between spaces, read as :func:`_as_read` reads
+    text, without the punctuation around them (``--max-old-space-size=8192``:
+    ``max-old-space-size=8192``; ``users%2F42?``: ``users%2f42``), in order, without
+    repeats; CJK characters end a word, as for identifiers."""
+    text = nfkc.normalize(query)
+    if not text.isascii():
+        text = cjk_re().sub(" ", text)
+    out: dict[str, None] = {}
+    for word in fold(text.casefold()).split():
+        lead = next((i for i, ch in enumerate(word) if ch.isalnum()), len(word))
+        tail = next((i for i in range(len(word), 0, -1) if word[i - 1].isalnum()), 0)
+        if lead < tail:
+            out[word[lead:tail]] = None
+    return tuple(out)
+
+
+_forms: Final = Memo(_find_forms, 1024, max_chars=MEMO_QUERY_CHARS).__getitem__
+
+
+def _joined(query: str, names: list[str], exact: set[int],
+            chunks: Mapping[int, StoredChunk]) -> set[int]:
+    """The ``exact`` hits that hold the query's names as the query joins them, or
+    ``exact`` when none does: first those that hold, as typed, each query word joining a
+    name to more (``users%2F42``, ``--max-old-space-size=8192``: not a note holding
+    ``users`` and ``2f42`` apart); then, of those, the ones holding every name in one word
+    (``payments.retry.max_ms`` for ``max_ms of payments.retry``: not a note naming
+    ``payments.retry`` and another thing's ``max_ms``)."""
+    if not exact:
+        return exact
+    terms = [_Term(name, whole=True) for name in names]
+    forms = [_Term(form, whole=True) for form in _forms(query)
+             if form not in names and any(t.term in form and t.search(form) for t in terms)]
+    texts = {key: _as_read(chunks[key].heading + "\n" + chunks[key].text)
+             for key in exact if key in chunks}
+    if forms:
+        held = {key for key, low in texts.items()
+                if all(f.term in low and f.search(low) for f in forms)}
+        exact = held or exact
+    if len(names) < 2:
+        return exact
+    held = {key for key in exact if key in texts and any(
+        all(t.term in word and t.search(word) for t in terms)
+        for word in texts[key].split() if terms[0].term in word)}
+    return held or exact
 
 
 def exact_keys(
@@ -329,9 +395,11 @@ def exact_first(
         # A rare word or a number of the query that other notes have, not the identifier's
         # (``ERR_X_42 kelvinator``): the notes that hold the identifiers still answer the
         # lookup, ahead of notes that share only the identifiers' parts.
+        names = idents
         exact = _holding(idents, idents, bm25, hits, chunks, limit=limit, allowed=allowed)
     if not exact:
         return hits, set()
+    exact = _joined(query, names, exact, chunks)
     scores = dict(hits)
     missing = [key for key in exact if key not in scores]
     if missing:
@@ -353,8 +421,10 @@ def _holding(
     read in their text as whole words), found beyond ``hits`` too."""
     wholes = [t for term in special for t in _whole_form(term)]
     own = bm25.search(wholes, limit, allowed=allowed)
-    # More chunks hold the terms than one pool: the hits may hold others of them.
-    pool = own if len(own) < limit else [*own, *hits]
+    # The hits may hold others of them: more chunks hold the terms than one pool, and a
+    # dotted name is held as a member's parent, which the index has no term of
+    # (``payments.retry`` in ``payments.retry.max_ms``).
+    pool = [*own, *hits]
     # A rare term is a term of the index, often a stem the text does not spell
     # (``strategi`` of strategy, ``copi`` of copying): a chunk holds it when the index
     # has it there (a few chunks: it is rare), and only the identifiers are read in the text.
