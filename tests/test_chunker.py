@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from recalld.daemon.index.bm25 import BM25Index
 from recalld.daemon.index.chunker import Chunk, chunk_id, chunk_markdown, split_line
-from recalld.daemon.index.frontmatter import parse_frontmatter
+from recalld.daemon.index.frontmatter import parse_frontmatter, recall_block
 from recalld.daemon.index.frontmatter_edit import DELETE, render_frontmatter, update_frontmatter
 from recalld.daemon.index.tokenizer import tokenize, tokenize_query
 
@@ -44,7 +44,7 @@ def _check_invariants(text: str, chunks: list[Chunk], max_chars: int) -> None:
     lines = _lines(text)
     owner: dict[int, int] = {}
     last_end = 0
-    _, fm_end = parse_frontmatter(text)
+    _, fm_end = recall_block(text)
     body = [i for i in range(fm_end, len(lines)) if lines[i].strip()]
     for n, c in enumerate(chunks):
         assert 1 <= c.start_line <= c.end_line <= len(lines)
@@ -251,7 +251,8 @@ _LINE = st.one_of(
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(_LINE, max_size=40), st.integers(min_value=10, max_value=120),
-       st.sampled_from(["", "---\nname: x\n---\n", "---\ndescription: a longer one\n---\n\n"]))
+       st.sampled_from(["", "---\nname: x\n---\n", "---\ndescription: a longer one\n---\n\n",
+                        "---\nname: x\nname: twice\n---\n", '+++\ntitle = "x"\n+++\n\n']))
 def test_chunks_cover_every_line_exactly_once(lines: list[str], max_chars: int,
                                               block: str) -> None:
     text = block + "\n".join(lines) + "\n"
