@@ -1,5 +1,5 @@
 """Frontmatter blocks that recalld's YAML reader does not take (YAML it does not read, a
-very long block, Hugo's TOML), as a daemon indexes and searches them: never a hit by
+long block, Hugo's TOML), as a daemon indexes and searches them: never a hit by
 themselves, always part of their note's first body chunk."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ _BLOCKS = {
     "twice": "---\nname: quorvex twice\nname: again\n---",
     "anchor": "---\nname: anchored\nbase: &base quorvex anchor\n---",
     "deep": "---\nname: deep\nouter:\n  inner:\n    leaf: quorvex deep\n---",
-    # Over 2,000 lines of fields.
-    "long": "---\nname: quorvex long\n" + "".join(f"k{i}: v{i}\n" for i in range(2100)) + "---",
+    # 1,900 lines of fields (a block is looked for in a note's first 2,000 lines).
+    "long": "---\nname: quorvex long\n" + "".join(f"k{i}: v{i}\n" for i in range(1900)) + "---",
     # TOML (Hugo, Zola), and TOML with a key twice.
     "toml": '+++\ntitle = "quorvex toml"\nauthor = "hugo-writer"\ndate = 2024-05-01\n'
             'tags = ["a", "b"]\n[params]\nx = 1\n+++',
@@ -49,3 +49,20 @@ def test_a_block_the_reader_cannot_take_joins_the_first_body_chunk(
     answer = daemon.call("memory.recall", {"agent_id": "fm", "query": "quorvex",
                                            "max_results": 20})
     assert all(not item["text"].startswith(("---", "+++")) for item in answer["items"]), answer
+
+
+def test_a_block_is_looked_for_in_the_first_lines_only() -> None:
+    # A "block" closed past the first 2,000 lines is text, chunked as text is: a block is
+    # part of its note's first chunk, and no chunk grows without bound.
+    from recalld.daemon.index.chunker import chunk_markdown
+
+    for fence in ("---", "+++"):
+        fields = "".join(f"k{i} = {i}\n" if fence == "+++" else f"k{i}: {i}\n"
+                         for i in range(5000))
+        text = f"{fence}\n{fields}{fence}\n\n# Plan\n\nWalk the yak at dawn.\n"
+        chunks = chunk_markdown("memory/big.md", text, max_chars=2000)
+        assert max(len(c.text) for c in chunks) < 10_000, fence
+        small = f"{fence}\n" + "".join(fields.splitlines(keepends=True)[:50]) + \
+            f"{fence}\n\n# Plan\n\nWalk the yak at dawn.\n"
+        first = chunk_markdown("memory/small.md", small, max_chars=2000)[0]
+        assert first.start_line == 1 and "Walk the yak" in first.text, fence

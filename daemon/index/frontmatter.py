@@ -35,8 +35,10 @@ _FENCE: Final = "---"
 _KEY_RE: Final = re.compile(rf"^(\w(?=([\w.\- {MARKS}]*))\2)\s*:(?:\s+(.*))?$")
 _INT_RE: Final = re.compile(r"^[-+]?[0-9]+$")
 _FLOAT_RE: Final = re.compile(r"^[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$")
-# How far a ``---`` line not closed (yet) is read as a block being written; a closed
-# block is one however long it is.
+# How far the closing fence of a block is looked for: a longer "block" is read as text,
+# chunked as any text is, since a block is part of its note's first chunk and no chunk
+# may grow without bound (200,000 lines of fields made one chunk of 2.4 MB, a search
+# hit's text and an embedding request of that size).
 _MAX_LINES: Final = 2000
 
 class _Malformed(ValueError):
@@ -61,7 +63,7 @@ def _block_end(lines: list[str]) -> int:
     """Index of the closing fence, or -1 when the text has no frontmatter block."""
     if not lines or lines[0].lstrip("\ufeff").rstrip() != _FENCE:
         return -1
-    for i in range(1, len(lines)):
+    for i in range(1, min(len(lines), _MAX_LINES)):
         if lines[i].rstrip() in (_FENCE, "..."):
             return i
     return -1
@@ -375,7 +377,7 @@ def recall_block(text: str) -> tuple[JsonObject, int]:
     start = _fields_block_end(text)
     if start:
         return {}, start
-    return toml_block(text)
+    return toml_block(text, _MAX_LINES)
 
 
 def body_of(text: str) -> tuple[str, int]:

@@ -17,15 +17,17 @@ __all__ = ["toml_block"]
 _FENCE: Final = "+++"
 
 
-def toml_block(text: str) -> tuple[JsonObject, int]:
+def toml_block(text: str, max_lines: int) -> tuple[JsonObject, int]:
     """The fields of the ``+++`` block ``text`` opens with and the 0-based line after its
-    closing fence; ({}, 0) without a closed block. A closed block whose TOML does not
-    parse (a key twice) is a block all the same, of no fields: a ``+++`` line is no
-    Markdown, so what lies between two of them at the top is no body."""
+    closing fence; ({}, 0) without a block closed within its first ``max_lines`` lines.
+    A closed block whose TOML does not parse (a key twice) is a block all the same, of no
+    fields: a ``+++`` line is no Markdown, so what lies between two of them at the top is
+    no body."""
     lines = [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")]
     if not lines or lines[0].lstrip("\ufeff").rstrip() != _FENCE:
         return {}, 0
-    end = next((i for i in range(1, len(lines)) if lines[i].rstrip() == _FENCE), -1)
+    end = next((i for i in range(1, min(len(lines), max_lines))
+                if lines[i].rstrip() == _FENCE), -1)
     if end < 0:
         return {}, 0
     try:
