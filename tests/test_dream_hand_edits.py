@@ -238,3 +238,29 @@ def test_content_a_corroboration_carries_is_not_written_and_the_model_is_told(
     assert same.startswith("unchanged:") and "not written" not in same, same
     fields, text = node(root, pan)
     assert fields["corroborations"] == 1 and "eggs" not in text, text
+
+
+def test_the_first_source_of_a_node_a_person_wrote_backs_it_and_corroborates_nothing(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A node written by hand, citing no note: the first note that says it is its first
+    source (counted 0 corroborations, as a created node's), the next one a corroboration;
+    it said 1 and then 2, with its confidence at 0.5 and 0.75."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    tea = "digest/personal/お茶.md"
+    write(root, tea, "---\nname: お茶\n---\n# お茶\n\n- 緑茶が好き\n")
+    first, second = "memory/2026-06-01/朝.md", "memory/2026-06-02/夜.md"
+    write(root, first, "朝は緑茶。\n")
+    write(root, second, "夜も緑茶が好き。\n")
+    # A CREATE of what the node says lands on it as a corroboration; then the explicit one.
+    model.plan[first] = [[("integrate", {"action": "CREATE", "bucket": "personal",
+                                         "name": "お茶", "content": "- 緑茶が好き",
+                                         "reason": "said"})]]
+    model.plan[second] = [[("integrate", {"action": "CORROBORATE", "bucket": "personal",
+                                          "node": tea, "reason": "said again"})]]
+    open_ws(daemon, root, fake)
+    assert dream(daemon)["actions"] == {"CORROBORATE": 2}, model.tool_results
+    fields, _ = node(root, tea)
+    assert fields["sources"] == [first, second], fields
+    assert (fields["corroborations"], fields["confidence"]) == (1, 0.75), fields
+    assert model.tool_results[0].endswith("confidence 0.5 -> 0.5"), model.tool_results

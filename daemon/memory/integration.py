@@ -8,7 +8,9 @@ decides, deterministically, what the node becomes:
   proposed content: one that says more or otherwise is refused, the model told to read
   the node and REFINE or CORRECT it; a name of another node that only shares its slug is
   refused);
-- CORROBORATE: the node gains the new sources, ``corroborations`` and ``confidence`` rise;
+- CORROBORATE: the node gains the new sources, ``corroborations`` (each source after
+  the first: a node a person wrote citing none is backed, not corroborated, by its first)
+  and ``confidence`` rise;
   the content is not touched (nothing is ever just appended);
 - REFINE: the content is replaced by a more detailed version that must keep at least
   ``MIN_KEEP_FRACTION`` of the old content lines (a line with detail added keeps it); a
@@ -193,7 +195,10 @@ def integrate(existing: Node | None, proposal: Integration, today: str,
                 return Outcome(action, path, "unchanged", None,
                                "already backed by these sources" + unsaid)
         else:
-            node.corroborations += len(new_sources)
+            # The first note of a node that cited none (a person wrote it) backs it as a
+            # created node's does: a corroboration is each note after the first.
+            first = not node.sources and not node.deleted_sources
+            node.corroborations += len(new_sources) - first
             node.sources.extend(new_sources)
         detail = (f"corroborated by {len(new_sources)} new source(s); confidence "
                   f"{existing.confidence} -> {node.confidence}{unsaid}")
