@@ -364,3 +364,29 @@ def test_a_note_dated_in_the_future_does_not_make_every_correction_older(
     result = dream(daemon)
     assert result["actions"] == {"CORRECT": 1}, (result, model.tool_results)
     assert "- on Monday" in (root / meeting).read_text().split("## History")[0]
+
+
+def test_a_note_saved_again_with_other_line_ends_is_not_read_again(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A dreamed note an editor saves again with CRLF line ends, a byte order mark,
+    blanks at line ends or blank lines at its end says what was read: no model is asked
+    about it again (one that named its fact otherwise would have made a second node of
+    it). A word changed is read again."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-09-14/周会.md"
+    said = "---\ntags: [会议]\n---\n用户每周一开会。\n下午三点。\n"
+    write(root, note, said)
+    open_ws(daemon, root, fake)
+    model.plan[note] = [[("integrate", {"action": "CREATE", "bucket": "procedure",
+                                        "name": "周会", "content": "- 每周一下午三点",
+                                        "reason": "routine"})]]
+    assert dream(daemon)["actions"] == {"CREATE": 1}
+    asked = len(fake.requests)
+    for saved in ("\ufeff" + said.replace("\n", "\r\n"), said.replace("\n", "  \n") + "\n\n",
+                  said.replace("\n", "\r")):
+        (root / note).write_bytes(saved.encode("utf-8"))
+        again = dream(daemon)
+        assert again["notes"] == 0 and len(fake.requests) == asked, (saved, again)
+    (root / note).write_text(said.replace("三点", "四点"), encoding="utf-8")
+    assert dream(daemon)["notes"] == 1 and len(fake.requests) > asked

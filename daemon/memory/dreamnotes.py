@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 DELETED_AT: Final = "deleted_at"
 #: In a catalog record of a resource's note: what it says (:func:`note_says`).
 SAYS: Final = "says"
+#: In a catalog record of a note: the digest of its text as the model reads it
+#: (:func:`reads`), by which a note an editor saved again, saying the same, is known.
+READS: Final = "reads"
 
 
 def sha256_text(text: str) -> str:
@@ -149,10 +152,19 @@ def recognise_reme_dreamed(ws: Workspace, catalog: dict[str, JsonObject]) -> int
 
 def says(text: str) -> JsonObject:
     """The fields a catalog record of a note read as ``text`` keeps besides its digest:
-    for a resource's note, the digest of what it says wherever its file is
-    (:data:`SAYS`), by which a note rewritten as its file moved is known again."""
+    what the model read in it (:data:`READS`); for a resource's note, the digest of what
+    it says wherever its file is (:data:`SAYS`), by which a note rewritten as its file
+    moved is known again."""
     said = note_says(text)
-    return {} if said is None else {SAYS: said}
+    return {READS: reads(text), **({} if said is None else {SAYS: said})}
+
+
+def reads(text: str) -> str:
+    """The digest of ``text`` but for what an editor changes when it saves a note again:
+    its line ends (CRLF, CR), a byte order mark, blanks at the end of a line, blank lines
+    at its ends."""
+    lines = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    return sha256_text("\n".join(ln.rstrip() for ln in lines.split("\n")).strip("\n"))
 
 
 def renamed_notes(root: Path, catalog: Mapping[str, Mapping[str, object]],
@@ -185,14 +197,16 @@ def renamed_notes(root: Path, catalog: Mapping[str, Mapping[str, object]],
 
 def unchanged_notes(catalog: Mapping[str, Mapping[str, object]],
                     todo: list[tuple[str, str, str]]) -> dict[str, str]:
-    """``{path: sha256}`` of the notes of ``todo`` processed as they say now: resource
+    """``{path: sha256}`` of the notes of ``todo`` processed as they say now: saved again
+    as they were read but for line ends and blanks (:data:`READS` the same); resource
     notes rewritten in place as their file was renamed, removed or back (:data:`SAYS`
     the same). Read again, they would have the model say it all again."""
     out: dict[str, str] = {}
     for rel, sha, text in todo:
         rec = catalog.get(rel)
-        if rec is not None and rec.get("state") == "processed" and rec.get(SAYS) \
-                and rec.get(SAYS) == note_says(text):
+        if rec is not None and rec.get("state") == "processed" and (
+                rec.get(READS) == reads(text)
+                or (rec.get(SAYS) and rec.get(SAYS) == note_says(text))):
             out[rel] = sha
     return out
 
