@@ -12,7 +12,7 @@ from reme_fixture_util import passage_texts
 from waits import wait_for, wait_value
 
 from recalld.daemon.index.embedcache import encode_f16
-from recalld.daemon.index.reme_chunks import ReMeChunk, adopt_chunks
+from recalld.daemon.index.reme_chunks import ReMeChunk, adopt_chunks, still_says
 
 DIMS = 16
 TITLE = "# Trip planning 2026"
@@ -148,4 +148,34 @@ def test_a_chunk_longer_than_remes_vector_covers_is_chunked_anew(daemon_factory:
         assert all("record" in t for t in sent)
         assert "depot 399." in " ".join(sent)
         assert not any(c.text in sent for c in reme)
+        assert d.stop() == 0
+
+
+def test_an_edit_of_symbols_alone_is_an_edit(daemon_factory: Any, tmp_path: Path) -> None:
+    """ReMe's renderer keeps emoji, currency, arrows and CJK punctuation as written, so
+    a note whose symbols changed since ReMe chunked it no longer says what ReMe's text
+    says: its stretch is chunked anew (search, recall and the dream see what the note
+    says now, not ReMe's former text)."""
+    rel = "memory/2026-07-03/budget.md"
+    old = ("# Budget review\n\nCloud budget: $1200 per month ✅ approved.\n\n"
+           "Latency target → 200 ms, error rate ≤ 1%.\n\n合同：已签。\n")
+    reme = [ReMeChunk(1, 7, old.rstrip("\n"))]
+    assert adopt_chunks(rel, old, reme) is not None  # as ReMe read it: kept
+    for was, now in (("$1200", "€1200"), ("✅", "❌"), ("→", "←"), ("≤", "≥"),
+                     ("已签。", "已签？"), ("$1200", "1200"), ("1%", "1‰")):
+        edited = old.replace(was, now, 1)
+        got = adopt_chunks(rel, edited, reme)
+        assert got is None or reme[0].text not in [c.text for c in got], now
+        assert not still_says(rel, edited, reme), now
+    ws = tmp_path / "ws"
+    (ws / rel).parent.mkdir(parents=True)
+    (ws / rel).write_text(old.replace("✅", "❌").replace("$1200", "€1200"), "utf-8")
+    write_reme_store(ws, rel, reme)
+    with FakeProvider(dims=DIMS) as fake:
+        d = open_daemon(daemon_factory, ws, fake)
+        d.call("index.sync", {"agent_id": "w"})
+        res = d.call("memory.search", {"agent_id": "w", "query": "cloud budget approved"})
+        text = res["results"][0]["text"]
+        assert "❌" in text and "€1200" in text and "✅" not in text and "$" not in text
+        wait_for(lambda: any("❌" in t for t in passage_texts(fake)), "the edit embedded")
         assert d.stop() == 0

@@ -37,15 +37,22 @@ class ReMeChunk:
 #: (2.5, -3, 10:30, 2026-06-13, v2.3.1, 1,000): rendering Markdown again keeps it, and an
 #: edit may change nothing else ("v2.3.1" to "v23.1", "-200" to "200").
 _NUMBER_MARKS = frozenset(".,:/+-")
+#: ASCII signs that are no Markdown syntax, so ReMe's renderer (mistletoe's Markdown
+#: renderer) writes them as they are, and they say something ("$1200" is not "1200").
+_ASCII_SIGNS = frozenset("$%")
 
 
-def _alnum(text: str) -> str:
-    """The letters and digits of ``text``, with the punctuation of its numbers: what
-    rendering Markdown again cannot change."""
+def _said(text: str) -> str:
+    """What of ``text`` rendering Markdown again cannot change: its letters and digits,
+    the punctuation of its numbers, and every other sign but ASCII punctuation (emoji,
+    currency, arrows, CJK punctuation: ReMe's renderer keeps them as written, and "✅"
+    to "❌" or "$" to "€" is an edit). ASCII punctuation is Markdown's syntax, which the
+    renderer may write otherwise (a table's rule, an entity, a fence)."""
     last = len(text) - 1
     return "".join(
         ch for i, ch in enumerate(text)
-        if ch.isalnum() or (ch in _NUMBER_MARKS and (
+        if ch.isalnum() or ch in _ASCII_SIGNS or (ord(ch) > 0x7F and not ch.isspace())
+        or (ch in _NUMBER_MARKS and (
             (i > 0 and text[i - 1].isdigit()) or (i < last and text[i + 1].isdigit())))
     ).casefold()
 
@@ -65,13 +72,13 @@ def adopt_chunks(path: str, text: str, reme: Sequence[ReMeChunk], *,
 
     ReMe's chunks over one line range (a group) are kept where the note holds their lines:
     at their range, or moved by the lines added or removed before them, the lines of the
-    range (starting and ending on a line with text, after the frontmatter) have their
-    letters and digits, with the punctuation inside their numbers, in order in the chunk
-    text. The rest of the body (what was edited, added, or never in a ReMe chunk) is
-    chunked by :func:`chunk_markdown`, so an edit costs the embedding of the stretch it
-    touched, not of the note. Frontmatter (which ReMe does not index, also when its YAML
-    does not read) stays searchable: as part of recalld's first chunk when the body
-    starts with one, otherwise as the first kept chunk's heading, which the keyword index
+    range (starting and ending on a line with text, after the frontmatter) say what the
+    chunk text says (:func:`_said`: letters, digits, signs), in order. The rest of the
+    body (what was edited, added, or never in a ReMe chunk) is chunked by
+    :func:`chunk_markdown`, so an edit costs the embedding of the stretch it touched, not
+    of the note. Frontmatter (which ReMe does not index, also when its YAML does not read)
+    stays searchable: as part of recalld's first chunk when the body starts with one,
+    otherwise as the first kept chunk's heading, which the keyword index
     reads and the embedding does not. None: no chunk of ReMe's fits any more.
     """
     if not reme:
@@ -86,13 +93,13 @@ def adopt_chunks(path: str, text: str, reme: Sequence[ReMeChunk], *,
         groups.setdefault((c.start_line, c.end_line), []).append(c)
     anchors: dict[str, list[int]] = {}
     for i in range(body_start, len(lines)):
-        if key := _alnum(lines[i]):
+        if key := _said(lines[i]):
             anchors.setdefault(key, []).append(i)
     kept: list[tuple[int, list[ReMeChunk]]] = []  # (0-based first line, group)
     free_from, shift = body_start, 0
     for (start, end), group in sorted(groups.items()):
         size = end - start + 1
-        joined = _alnum("\n".join(c.text for c in group))
+        joined = _said("\n".join(c.text for c in group))
         at = _place(lines, free_from, size, joined, _lead(group[0].text), start - 1,
                     (start - 1 + shift, *_anchored(group, anchors, size)))
         if at is not None:
@@ -129,7 +136,7 @@ def adopt_moved(path: str, text: str, moved: Mapping[str, Sequence[ReMeChunk]], 
     they say: a note renamed or moved since ReMe indexed it costs what it did then, not
     its embedding again. The one of which most chunks are kept; None: none fits. Only
     those with a chunk whose last line with text is one of the note's are tried."""
-    said = {k for ln in text.split("\n") if (k := _alnum(ln))}
+    said = {k for ln in text.split("\n") if (k := _said(ln))}
     best: list[Chunk] | None = None
     kept = 0
     for reme in moved.values():
@@ -143,7 +150,7 @@ def adopt_moved(path: str, text: str, moved: Mapping[str, Sequence[ReMeChunk]], 
 
 
 def _last_key(chunk: ReMeChunk) -> str:
-    return next((k for ln in reversed(chunk.text.split("\n")) if (k := _alnum(ln))), "")
+    return next((k for ln in reversed(chunk.text.split("\n")) if (k := _said(ln))), "")
 
 
 def still_says(path: str, text: str, reme: Sequence[ReMeChunk]) -> bool:
@@ -167,14 +174,14 @@ _LEAD = re.compile(r"^\s*(?:#|\[Part \d+/\d+\]|\||$)")
 
 
 def _lead(text: str) -> frozenset[str]:
-    """What may precede a chunk's own lines in its text (letters and digits): nothing, or
+    """What may precede a chunk's own lines in its text (what they say): nothing, or
     any run of its first lines that are headings, part markers or table rows."""
     out = {""}
     seen = ""
     for line in text.split("\n"):
         if not _LEAD.match(line):
             break
-        seen += _alnum(line)
+        seen += _said(line)
         out.add(seen)
     return frozenset(out)
 
@@ -182,13 +189,13 @@ def _lead(text: str) -> frozenset[str]:
 def _place(lines: Sequence[str], free_from: int, size: int, joined: str,
            lead: frozenset[str], recorded: int, candidates: Sequence[int]) -> int | None:
     """The first of ``candidates`` (then ``recorded``) where ``size`` lines from
-    ``free_from`` on say all that ``joined`` (a group's letters and digits) says after
+    ``free_from`` on say all that ``joined`` (what a group says) says after
     one of ``lead``: a word cut at either end of the range is an edit too."""
     for at in (*candidates, recorded):
         if (at < free_from or at + size > len(lines)
                 or not lines[at].strip() or not lines[at + size - 1].strip()):
             continue
-        span = _alnum("\n".join(lines[at:at + size]))
+        span = _said("\n".join(lines[at:at + size]))
         if joined.endswith(span) and joined[:len(joined) - len(span)] in lead:
             return at
     return None
