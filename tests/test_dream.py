@@ -401,10 +401,10 @@ def test_node_format_keeps_foreign_fields_and_hand_sections() -> None:
 
 
 def test_integration_arguments_are_checked() -> None:
-    from recalld.daemon.memory import digest, integration
+    from recalld.daemon.memory import digest, integration, proposals
 
     def parse(**args: Any) -> digest.Integration:
-        return digest.parse_integration(args, digest_dir="digest",
+        return proposals.parse_integration(args, digest_dir="digest",
                                         allowed_sources=["memory/d/a.md"],
                                         default_source="memory/d/a.md")
 

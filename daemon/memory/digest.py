@@ -14,7 +14,7 @@ below). Older nodes (ReMe's format) name their sources and related nodes in
 related nodes, and a node written again has them in its sections instead.
 
 The model never writes a node: it proposes an :class:`Integration`, which
-:func:`parse_integration` validates and :mod:`integration` applies.
+:func:`proposals.parse_integration` validates and :mod:`integration` applies.
 
 Nothing here touches the disk.
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -31,7 +31,6 @@ from recalld.daemon.index.frontmatter import block_problem, parse_frontmatter
 from recalld.daemon.index.frontmatter_edit import render_frontmatter
 from recalld.daemon.index.links import legacy_edge
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.memory.slugs import names_nothing
 from recalld.daemon.memory.slugs import slugify as slugify
 from recalld.daemon.memory.slugs import visible_text as visible_text
 
@@ -44,7 +43,7 @@ MAX_CONTENT_CHARS: Final = 8000
 MAX_HISTORY_ENTRIES: Final = 20
 _ARCHIVED_RE: Final = re.compile(
     r"- (\d+) older (?:entry is|entries are) in (\S.*\.history\.txt)")
-_MANAGED: Final = ("Related", "History", "Sources")
+MANAGED: Final = ("Related", "History", "Sources")
 LINK_RE: Final = re.compile(r"\[\[([^\]\n]+)\]\]")
 # LINK_RE for scanning a line: an opening ``[[`` that is no link is read to where its run
 # ends (group 2 then unset), not tried again from each ``[[`` inside the run, which ends
@@ -228,7 +227,7 @@ def parse_node(path: str, text: str) -> Node:
         if title is None and stripped.startswith("# ") and not content:
             title = stripped[2:].strip()
             continue
-        if stripped.startswith("## ") and stripped[3:].strip() in _MANAGED:
+        if stripped.startswith("## ") and stripped[3:].strip() in MANAGED:
             current = sections.setdefault(stripped[3:].strip(), [])
             continue
         if stripped.startswith("## "):  # a person's own section, after Sources too
@@ -283,7 +282,7 @@ def _fields_problem(fields: JsonObject) -> str:
             if entry is None:
                 continue  # an empty item (``-``): nothing named
             if not isinstance(entry, str):
-                return f"{key} holds {_kind(entry)} ({entry!r}), not a path"
+                return f"{key} holds {kind_of(entry)} ({entry!r}), not a path"
             target = link_path(entry)
             if key == "deleted_sources" and target and not (
                     target.lower().endswith(".md") and not target.startswith("/")):
@@ -371,119 +370,10 @@ def deleted_line(source: str) -> str:
     return f"- {source} (deleted)"
 
 
-# -- validating a proposal ------------------------------------------------------------------
-
-
-def _one_line(text: str) -> str:
-    return visible_text(text)
-
-
-def _string(args: Mapping[str, object], name: str, *, required: bool = False,
-            limit: int = 500, multiline: bool = False) -> str:
-    """A string argument; all but the content are single lines (a line break in a name,
-    path or reason would split the frontmatter, the title or a History entry)."""
-    value = args.get(name, "")
-    if value is None:
-        value = ""
-    if not isinstance(value, str):
-        raise IntegrationError(f"{name} must be a string")
-    value = value.strip() if multiline else _one_line(value)
-    if required and not value:
-        raise IntegrationError(f"{name} is required")
-    if len(value) > limit:
-        raise IntegrationError(f"{name} is longer than {limit} characters")
-    return value
-
-
-def _strings(args: Mapping[str, object], name: str) -> list[str]:
-    """A list-of-strings argument (one string: a list of it). An entry that is not a
-    string (an object, a number) is refused: as text it would name no node or note."""
-    value = args.get(name)
-    if value is None or isinstance(value, str):
-        return [value] if value else []
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise IntegrationError(f"{name} must be a list of strings (node or note paths or "
-                               f"names), got {_kind(value)}")
-    return [v for v in value if v]
-
-
-def _kind(value: object) -> str:
+def kind_of(value: object) -> str:
     """What ``value`` is, in JSON's words, for an error message."""
     if isinstance(value, list | tuple):
-        return "a list holding " + ", ".join(sorted({_kind(v) for v in value
+        return "a list holding " + ", ".join(sorted({kind_of(v) for v in value
                                                      if not isinstance(v, str)}))
     return {dict: "an object", bool: "true/false", int: "a number", float: "a number",
             type(None): "null"}.get(type(value), type(value).__name__)
-
-
-def _bucket_of(path: str, digest_dir: str) -> str | None:
-    """The bucket of ``path`` if it is a node's (``<digest_dir>/<bucket>/<name>.md``;
-    ``digest_dir`` may have folders of its own), else None."""
-    parts = path.removeprefix(digest_dir + "/").split("/") if path.startswith(
-        digest_dir + "/") else []
-    ok = len(parts) == 2 and parts[0] in BUCKETS and parts[1].endswith(".md")
-    return parts[0] if ok else None
-
-
-def parse_integration(args: Mapping[str, object], *, digest_dir: str,
-                      allowed_sources: Sequence[str], default_source: str) -> Integration:
-    """Validate the ``integrate`` tool's arguments. Raises IntegrationError with a message
-    the model can act on. Sources outside ``allowed_sources`` (the note the model reads)
-    are dropped; none left means the note being read."""
-    if not isinstance(args, Mapping):
-        raise IntegrationError("arguments must be an object")
-    action = _string(args, "action", required=True).upper()
-    if action not in ACTIONS:
-        raise IntegrationError(f"action must be one of {', '.join(ACTIONS)}")
-    node = _string(args, "node", limit=300) or None
-    bucket = _string(args, "bucket").lower()
-    if node is not None:
-        node = link_path(node)
-        in_bucket = _bucket_of(node, digest_dir)
-        if in_bucket is None or node.rsplit("/", 1)[-1].startswith("."):
-            raise IntegrationError(
-                f"node must be a path like {digest_dir}/<bucket>/<name>.md")
-        bucket = in_bucket
-    if bucket not in BUCKETS:
-        raise IntegrationError(f"bucket must be one of {', '.join(BUCKETS)}")
-    raw_name = args.get("name")
-    if isinstance(raw_name, str) and raw_name and names_nothing(raw_name):
-        raise IntegrationError(f"name {raw_name!a} has no character that is seen "
-                               "(only invisible ones, marks or spaces): give the node a name")
-    name = _string(args, "name", required=node is None, limit=120)
-    if not name and node is not None:
-        name = node.rsplit("/", 1)[-1].removesuffix(".md")
-    content = _string(args, "content", required=action in ("CREATE", "REFINE", "CORRECT"),
-                      limit=MAX_CONTENT_CHARS, multiline=True)
-    for line in content.splitlines():
-        if (line.strip().startswith("## ") and line.strip()[3:].strip() in _MANAGED) \
-                or legacy_edge(line) is not None:
-            raise IntegrationError(
-                f"content must not hold {line.strip()[:60]!r}: the sections "
-                f"{', '.join(_MANAGED)} and source links are written from the arguments")
-    allowed = set(allowed_sources)
-    sources = tuple(dict.fromkeys(
-        s for s in map(link_path, _strings(args, "sources")) if s in allowed)
-    ) or (default_source,)
-    related: list[str] = []
-    not_nodes: list[str] = []
-    for r in _strings(args, "related"):
-        if names_nothing(r.rstrip("/").rsplit("/", 1)[-1].removesuffix(".md")):
-            raise IntegrationError(
-                f"related entry {r!a} names no node: its name has no character that "
-                "is seen (only invisible ones, marks or spaces); leave it out or name one")
-        r = link_path(_one_line(r))
-        if "/" not in r:
-            r = node_path(bucket, r, digest_dir)
-        elif not r.endswith(".md"):  # a node linked by its path, as Obsidian links it
-            r += ".md"
-        (related if _bucket_of(r, digest_dir) is not None else not_nodes).append(r)
-    return Integration(
-        action=action, bucket=bucket, name=name,
-        description=_string(args, "description", limit=300),
-        content=content, type=_string(args, "type", limit=40),
-        sources=sources, related=tuple(dict.fromkeys(related)),
-        reason=_string(args, "reason", limit=500),
-        node=node if node is not None else node_path(bucket, name, digest_dir),
-        not_nodes=tuple(dict.fromkeys(not_nodes)),
-    )

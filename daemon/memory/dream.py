@@ -56,6 +56,7 @@ from recalld.daemon.memory import (
     dreamretry,
     integration,
     nodefiles,
+    proposals,
     runjournal,
     textlines,
 )
@@ -228,7 +229,7 @@ class _Run:
         try:
             # The model reads one note per conversation: another note it names (copied
             # from a node it read, or guessed) never backed what it integrates here.
-            proposal = digest.parse_integration(
+            proposal = proposals.parse_integration(
                 args, digest_dir=self.digest_dir, allowed_sources=(self.note,),
                 default_source=self.note)
         except digest.IntegrationError as exc:
