@@ -196,7 +196,9 @@ def test_dream_lifecycle(daemon: DaemonHandle, fake: FakeProvider, tmp_path: Pat
     history = text.split("## History", 1)[1].split("## Sources")[0]
     assert "prefers tea over coffee" in history and f"[[{c}]]" in history
     assert "switched" in history
-    assert fields["sources"] == [a, b, c]
+    # The claim overturned: only the correcting note backs the node now.
+    assert fields["sources"] == [c] and fields["overturned_sources"] == [a, b]
+    assert fields["confidence"] == 0.5 and fields["corroborations"] == 0
     assert (root / DEPLOY).read_bytes() == deploy_before
     log3 = (root / third["log"]).read_text()
     assert "refused REFINE digest/procedure/deploy.md" in log3 and "keeps only 0%" in log3

@@ -294,7 +294,9 @@ def test_a_node_is_backed_only_by_the_note_the_model_read(
     result = dream(daemon)
     assert result["actions"] == {"CREATE": 1, "CORRECT": 1}, (result, model.tool_results)
     fields, text = node(root, meeting)
-    assert fields["sources"] == [a, b] and fields["confidence"] == 0.75, fields
+    # Corrected: the correcting note backs the node, the one it overturned no longer.
+    assert fields["sources"] == [b] and fields["confidence"] == 0.5, fields
+    assert fields["overturned_sources"] == [a], fields
     assert "- on Monday" in text and f"[[{c}]]" not in text
 
 
@@ -329,14 +331,15 @@ def test_a_create_on_a_node_that_says_otherwise_is_no_corroboration(
     refused = model.tool_results[1]
     assert refused.startswith("refused:") and "node_read" in refused, model.tool_results
     fields, text = node(root, tea)
-    assert fields["corroborations"] == 0 and fields["sources"] == [a, b], fields
+    assert fields["corroborations"] == 0 and fields["sources"] == [b], fields
+    assert fields["overturned_sources"] == [a], fields
     assert "- drinks coffee now, never tea" in text.split("## History")[0], text
     write(root, c, "Still coffee.\n")
     model.plan[c] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Tea",
                                      "content": "* Drinks  coffee now, never tea",
                                      "reason": "again"})]]
     assert dream(daemon)["actions"] == {"CORROBORATE": 1}, model.tool_results
-    assert node(root, tea)[0]["sources"] == [a, b, c]
+    assert node(root, tea)[0]["sources"] == [b, c]
 
 
 def test_a_note_dated_in_the_future_does_not_make_every_correction_older(

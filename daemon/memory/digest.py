@@ -2,11 +2,15 @@
 
 A node is ``digest/<bucket>/<slug>.md`` with frontmatter ``name``, ``description``, ``type``,
 ``bucket``, ``created``, ``updated``, ``confidence``, ``corroborations``, ``sources``,
-``deleted_sources`` (if any) and ``related``, a ``# <name>`` title, the content, and three
+``deleted_sources`` and ``overturned_sources`` (if any) and ``related``, a ``# <name>``
+title, the content, and three
 sections the code owns: ``## Related`` (``[[digest/...]]`` links), ``## History``
 (corrected claims with date, old text, source and reason) and ``## Sources``
 (``[[memory/<date>/<note>.md]]`` links; ``memory/<date>/<note>.md (deleted)`` for a
-source note deleted since, which still counts). A person
+source note deleted since, which still counts). ``confidence`` counts the sources that
+back the content: a correction starts them again from its own note, and the notes whose
+claim it overturned go to ``overturned_sources`` (and its History entry), no longer
+counted nor listed under ``## Sources``. A person
 may edit a node by hand; every other heading stays part of the content, and the title and
 what a person wrote under ``## Related`` and ``## Sources`` stay as written (new links go
 below). Older nodes (ReMe's format) name their sources and related nodes in
@@ -77,6 +81,9 @@ class Node:
     #: Sources whose note was deleted since it was dreamed: still counted (the claim
     #: stands on them), no longer linked (``memory/<date>/<note>.md (deleted)``).
     deleted_sources: list[str] = field(default_factory=list)
+    #: Notes whose claim a correction overturned: recorded, no longer counted nor listed
+    #: under ``## Sources`` (the correction's History entry names them too).
+    overturned_sources: list[str] = field(default_factory=list)
     related: list[str] = field(default_factory=list)
     content: str = ""
     history: list[str] = field(default_factory=list)
@@ -242,7 +249,7 @@ def parse_node(path: str, text: str) -> Node:
     counted = [m for ln in history if (m := _ARCHIVED_RE.fullmatch(ln.strip()))]
     history = [ln for ln in history if not _ARCHIVED_RE.fullmatch(ln.strip())]
     own = {"name", "description", "type", "bucket", "created", "updated", "confidence",
-           "corroborations", "sources", "deleted_sources", "related"}
+           "corroborations", "sources", "deleted_sources", "overturned_sources", "related"}
     corr = fields.get("corroborations")
     return Node(
         path=path,
@@ -256,6 +263,9 @@ def parse_node(path: str, text: str) -> Node:
         sources=list(dict.fromkeys(sources)),
         deleted_sources=[s for s in dict.fromkeys(_as_list(fields.get("deleted_sources")))
                          if s not in sources],
+        # A note a person links again under Sources backs the node again.
+        overturned_sources=[s for s in dict.fromkeys(_section_links(
+            fields.get("overturned_sources"), [])) if s not in sources],
         related=list(dict.fromkeys(related)),
         content="\n".join(content).strip("\n"),
         history=history,
@@ -275,7 +285,7 @@ def _fields_problem(fields: JsonObject) -> str:
     is no note's path (``deleted_sources: yes``: only deleted notes go there), counts
     that are none; "" if none. A source may be a bare name: an older (ReMe) node links
     its source notes so, and a node written again lists them as they were."""
-    for key in ("sources", "deleted_sources", "related"):
+    for key in ("sources", "deleted_sources", "overturned_sources", "related"):
         value = fields.get(key)
         entries = value if isinstance(value, list) else [] if value in (None, "") else [value]
         for entry in entries:
@@ -341,6 +351,8 @@ def render_node(node: Node) -> str:
         "corroborations": node.corroborations,
         "sources": list(node.sources),
         **({"deleted_sources": list(node.deleted_sources)} if node.deleted_sources else {}),
+        **({"overturned_sources": list(node.overturned_sources)}
+           if node.overturned_sources else {}),
         "related": list(node.related),
         **node.extra,
     }

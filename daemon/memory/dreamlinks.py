@@ -82,7 +82,8 @@ async def follow_moves(run: _Run, moves: Mapping[str, str]) -> None:
     back = {old: new for new, old in moves.items()}
 
     def told(node: digest.Node) -> tuple[str, list[str]]:
-        cited = [s for s in [*node.sources, *node.deleted_sources] if s in back]
+        cited = [s for s in [*node.sources, *node.deleted_sources,
+                             *node.overturned_sources] if s in back]
         return "renamed source note(s): " + ", ".join(
             f"{old} -> {back[old]}" for old in cited), [back[old] for old in cited]
 
@@ -96,16 +97,16 @@ async def follow_deleted(run: _Run, gone: Collection[str], back: Collection[str]
     no longer linked), and link those back again."""
 
     def told(node: digest.Node) -> tuple[str, list[str]]:
-        dead = [s for s in node.sources if s in gone]
-        alive = [s for s in node.deleted_sources if s in back]
+        dead = [s for s in [*node.sources, *node.overturned_sources] if s in gone]
+        alive = [s for s in [*node.deleted_sources, *node.overturned_sources] if s in back]
         said = [f"{what}: {', '.join(notes)}" for what, notes in (
             ("deleted source note(s)", dead), ("source note(s) there again", alive)) if notes]
         return "; ".join(said), [*dead, *alive]
 
     async def archive(node: digest.Node) -> None:
         # The History entries archived beside it cite them as its own History does.
-        dead = [s for s in node.sources if s in gone]
-        alive = [s for s in node.deleted_sources if s in back]
+        dead = [s for s in [*node.sources, *node.overturned_sources] if s in gone]
+        alive = [s for s in [*node.deleted_sources, *node.overturned_sources] if s in back]
         path = _archive_of(node)
         before = await trio.to_thread.run_sync(read_confined, run.ws.root, path)
         if before is not None and (text := "\n".join(

@@ -257,13 +257,19 @@ def _mark(node: digest.Node, gone: Collection[str], back: Collection[str]) -> bo
     """:func:`mark_deleted` on ``node``; whether it changed."""
     dead = [s for s in node.sources if s in gone]
     alive = [s for s in node.deleted_sources if s in back]
-    if not dead and not alive:
+    # The notes of a claim overturned are no sources; the History entry of the
+    # correction names them, linked as long as they are there.
+    over_dead = [s for s in node.overturned_sources if s in gone]
+    over_alive = [s for s in node.overturned_sources if s in back]
+    history = [unlinked(ln, [*dead, *over_dead], [*alive, *over_alive])
+               for ln in node.history]
+    if not dead and not alive and history == node.history:
         return False
 
     lines = [unlinked(ln, dead, alive) for ln in node.written.get("Sources", [])]
     node.written = {**node.written, "Sources": lines}
     # Its History cites them too (the source of a claim corrected or refined away).
-    node.history = [unlinked(ln, dead, alive) for ln in node.history]
+    node.history = history
 
     def place(source: str) -> int:
         """Where its line is in the section: a source back takes its place again."""
@@ -293,8 +299,8 @@ def relink(path: str, text: str, moves: Mapping[str, str]) -> str | None:
     paths, in its sources, section lines and History; None if it cites none of them. A
     deleted source (:func:`mark_deleted`) that is one of them is a source again."""
     node = digest.parse_node(path, text)
-    if node.unreadable or not any(s in moves for s in [*node.sources,
-                                                       *node.deleted_sources]):
+    if node.unreadable or not any(s in moves for s in [
+            *node.sources, *node.deleted_sources, *node.overturned_sources]):
         return None  # (a node whose frontmatter cannot be read is not written)
     _mark(node, (), moves)
 
@@ -302,6 +308,8 @@ def relink(path: str, text: str, moves: Mapping[str, str]) -> str | None:
         return swap_links(line, moves)
 
     node.sources = list(dict.fromkeys(moves.get(s, s) for s in node.sources))
+    node.overturned_sources = [s for s in dict.fromkeys(
+        moves.get(s, s) for s in node.overturned_sources) if s not in node.sources]
     node.written = {k: [links(ln) for ln in v] for k, v in node.written.items()}
     node.history = [links(ln) for ln in node.history]
     return digest.render_node(node)

@@ -17,7 +17,11 @@ decides, deterministically, what the node becomes:
   rewrite that would drop most of a node is refused with the reason; the lines it rewrote
   or dropped are kept under ``## History``, as a correction's;
 - CORRECT: the content is replaced; the lines it drops are kept under ``## History`` with
-  the date, the source and the reason. Notes of a day before the node's newest source
+  the date, the source and the reason. The node's backing starts again (:func:`_overturn`):
+  its sources are the correcting note's, ``corroborations`` 0, ``confidence`` 0.5; the
+  notes of the claim it overturned are recorded (``overturned_sources``, and named in the
+  History entry) but no longer count: a claim corrected back and forth is no surer for
+  it. Notes of a day before the node's newest source
   do not correct it, nor refine it but by adding detail: a REFINE from them must keep
   every line (an old note edited, or read again, never turns a node back).
 
@@ -46,9 +50,11 @@ from recalld.daemon.memory.digest import (
     MIN_KEEP_FRACTION,
     Integration,
     Node,
+    deleted_line,
     keep_history,
     name_key,
     render_node,
+    section_links,
 )
 from recalld.daemon.memory.textlines import changed_lines, content_lines, kept_fraction
 
@@ -73,11 +79,38 @@ def _merge(into: list[str], more: Iterable[str], exclude: str = "") -> list[str]
 
 
 def _history_entry(today: str, dropped: list[str], sources: Sequence[str], reason: str,
-                   what: str = "corrected") -> str:
+                   what: str = "corrected", stood_on: str = "") -> str:
     claim = " / ".join(ln.strip().lstrip("-*+ ").strip() for ln in dropped if ln.strip())
     src = ", ".join(f"[[{s}]]" for s in sources)
     why = f"; reason: {reason}" if reason else ""
-    return f"- {today}: {what}; previously: \"{claim}\" (source: {src}{why})"
+    was = f"; it stood on: {stood_on}" if stood_on else ""
+    return f"- {today}: {what}; previously: \"{claim}\" (source: {src}{why}{was})"
+
+
+def _overturn(node: Node, backing: Sequence[str]) -> str:
+    """Start ``node``'s backing again from ``backing`` (the correcting note): its other
+    sources, deleted ones too, are overturned (recorded, no longer counted nor listed
+    under ``## Sources``: a person's line that links only them goes with them). Returns
+    them as the History entry names them ("" if none)."""
+    old = [s for s in [*node.sources, *node.deleted_sources] if s not in backing]
+    if not old:
+        return ""
+    gone = set(node.deleted_sources)
+    named = ", ".join(deleted_line(s)[2:] if s in gone else f"[[{s}]]" for s in old)
+    node.written = {**node.written, "Sources": [
+        ln for ln in node.written.get("Sources", []) if not _names_only(ln, old)]}
+    node.overturned_sources = _merge(node.overturned_sources, old)
+    node.sources = list(dict.fromkeys(backing))
+    node.deleted_sources = []
+    node.corroborations = len(node.sources) - 1
+    return named
+
+
+def _names_only(line: str, notes: Sequence[str]) -> bool:
+    """Whether a ``## Sources`` line names only (some of) ``notes``, linked or deleted."""
+    links = section_links(line)
+    named = any(f"{s} (deleted)" in line for s in notes)
+    return (bool(links) or named) and all(link in notes for link in links)
 
 
 def _other_name(existing: Node, proposal: Integration) -> bool:
@@ -111,7 +144,8 @@ def _older_than(proposal: Integration, existing: Node, today: str) -> str:
     before its newest source: an old note edited, or read again); "" if they are not."""
     # A deleted note still dated what the node says.
     said = _newest_day(proposal.sources, today)
-    held = _newest_day([*existing.sources, *existing.deleted_sources], today)
+    held = _newest_day([*existing.sources, *existing.deleted_sources,
+                        *existing.overturned_sources], today)
     if said and said < held:
         return (f"the note(s) of {said} are older than what {existing.path} says (sources "
                 f"up to {held})")
@@ -164,6 +198,8 @@ def integrate(existing: Node | None, proposal: Integration, today: str,
                        "by a dream; CORROBORATE it, or CREATE a node for what the note adds")
     node = dataclasses.replace(existing, sources=list(existing.sources),
                                deleted_sources=list(existing.deleted_sources),
+                               overturned_sources=list(existing.overturned_sources),
+                               written=dict(existing.written),
                                related=list(existing.related),
                                history=list(existing.history), extra=dict(existing.extra))
     new_sources = [s for s in proposal.sources if s not in node.sources]
@@ -237,14 +273,19 @@ def integrate(existing: Node | None, proposal: Integration, today: str,
         dropped = changed_lines(existing.content, proposal.content)
         if not dropped and not new_sources:
             return Outcome(action, path, "unchanged", None, "nothing to correct")
-        if dropped:
-            node.history.append(_history_entry(today, dropped, proposal.sources,
-                                               proposal.reason))
-        node.content = proposal.content.strip()
         node.sources.extend(new_sources)
-        detail = f"corrected; {len(dropped)} old line(s) kept under History"
+        if dropped:
+            # The claim overturned: only the correcting note backs what the node says now.
+            stood_on = _overturn(node, proposal.sources)
+            node.history.append(_history_entry(today, dropped, proposal.sources,
+                                               proposal.reason, stood_on=stood_on))
+        node.content = proposal.content.strip()
+        detail = (f"corrected; {len(dropped)} old line(s) kept under History; confidence "
+                  f"{existing.confidence} -> {node.confidence}")
     if proposal.description and action != "CORROBORATE":
         node.description = proposal.description
+    # A note that backs the node again (one overturned, now read anew) is a source.
+    node.overturned_sources = [s for s in node.overturned_sources if s not in node.sources]
     node.updated = today
     moved = tuple(keep_history(node))
     return Outcome(action, path, "applied", render_node(node), detail, tuple(new_sources),
