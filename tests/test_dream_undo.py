@@ -15,6 +15,7 @@ from waits import wait_for
 
 from recalld.daemon.memory import changelog, runjournal
 from recalld.daemon.memory.catalog import load_catalog, save_catalog, undo_changes
+from recalld.daemon.memory.secret_names import mask_path
 from recalld.ipc.errors import AlreadyRunning
 
 CAT = "digest/personal/cat.md"
@@ -153,3 +154,30 @@ def test_no_undo_while_a_dream_of_the_workspace_runs(
     daemon.call("jobs.cancel", {"agent_id": AGENT, "job_id": job_id})
     assert undo(daemon, first["run_id"])["dreamed_again"] == [note]
     assert dream(daemon)["notes"] == 2  # the undone run's note, and the one left
+
+
+def test_an_undo_tells_the_inbox_what_it_put_back(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # The run's item told the agents what changed; the undo changed it back and told no one.
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    token = "ghp_Zr4Tq9Lm2Xw7Ks3Vn8Bp1Dh6Fy0Jc5Ga2Ue9"
+    note = f"memory/2026-03-14/pets-{token}.md"
+    write(root, note, "Our cat is called Miso.\n")
+    plan_cat(model, mask_path(note), "- the cat is Miso")  # as the model is shown it
+    open_ws(daemon, root, fake)
+    first = dream(daemon)
+    listed = daemon.call("inbox.list", {"agent_id": AGENT})["items"]
+    assert [i["details"]["run_id"] for i in listed] == [first["run_id"]], listed
+
+    undo(daemon, first["run_id"])
+    items = daemon.call("inbox.list", {"agent_id": AGENT, "since": listed[-1]["id"]})["items"]
+    assert len(items) == 1, items
+    [item] = items
+    assert item["kind"] == "auto_dream" and CAT in item["changes"], item
+    assert item["details"]["undone"] is True and item["details"]["run_id"] == first["run_id"]
+    assert CAT in item["details"]["removed"], item
+    assert item["summary"].startswith(f"dream {first['run_id']} undone: "), item
+    # The note read again is named as search shows it: masked.
+    assert item["details"]["dreamed_again"] == [mask_path(note)], item
+    assert token[4:20] not in str(item), item

@@ -1,7 +1,8 @@
 """What a dream run tells the workspace's inbox: one item per run that changed memory,
 whether it ended, failed, was cancelled or was cut short by a crash (its record then
 recovered from its journal), naming the files it changed and what it left to the next
-dream."""
+dream; and one per undo of a run that put files back, so an agent told of a run's changes
+is told they were undone."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import trio
 from recalld.daemon.memory import changelog, runjournal
 from recalld.daemon.memory.inbox import push_inbox
 from recalld.daemon.workspaces import Workspace
+from recalld.ipc.answers import DreamUndone
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -71,3 +73,17 @@ async def recover_journals(ws: Workspace, directory: Path, running: Collection[s
         await push_inbox(ws, KIND, f"dream {run.run_id}: cut short by a restart; what it "
                          "wrote stays, and can be undone", sorted(run.before), job_id=None,
                          details={"run_id": run.run_id, "cut_short": True})
+
+
+async def push_undone(ws: Workspace, undone: DreamUndone) -> bool:
+    """The item of an undo that put files back (none for one that changed no file): the
+    files it restored or removed, and the notes the next dream reads again."""
+    changes = sorted({*undone["restored"], *undone["removed"]})
+    parts = [f"{len(undone[k])} file(s) {k}" for k in ("restored", "removed") if undone[k]]
+    again = undone["dreamed_again"]
+    text = f"dream {undone['run_id']} undone: {', '.join(parts)}" + (
+        f"; {len(again)} note(s) read again by the next dream" if again else "")
+    return await push_inbox(ws, KIND, text, changes, job_id=None, details={
+        "run_id": undone["run_id"], "undone": True, "restored": undone["restored"],
+        "removed": undone["removed"], "forced_over": undone["forced_over"],
+        "dreamed_again": again})

@@ -53,7 +53,8 @@ async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:
     catalog (:func:`catalog.undo_changes`: its notes are read again by the next run; in
     a shared workspace, by every host's), then re-index what it touched. In a shared
     workspace, AlreadyRunning while another host dreams; one that cannot reach its server
-    puts the shared catalog back at its next dream."""
+    puts the shared catalog back at its next dream. An undo that put files back pushes an
+    inbox item (:func:`dreaminbox.push_undone`)."""
     if run_id in RUNNING:
         raise AlreadyRunning(f"dream run {run_id} is still running: cancel its job or "
                              "let it finish, then undo it")
@@ -88,8 +89,10 @@ async def undo(ws: Workspace, run_id: str, *, force: bool) -> DreamUndone:
     try:
         index = ws.services.index
     except UnknownWorkspace:
-        return result
-    await index.sync()
+        index = None
+    if index is not None:
+        await index.sync()  # searchable as put back before the agents are told
+    await dreaminbox.push_undone(ws, result)
     return result
 
 
