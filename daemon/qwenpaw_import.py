@@ -3,9 +3,10 @@
 ``workspace.open`` with ``import_report`` (and ``recalld import-qwenpaw``) answers with it
 once the first indexing pass is done: the notes (and those not in UTF-8: read as GBK, say)
 and chunks, how many chunks kept ReMe's boundaries, for every chunk whether its vector
-comes from ReMe (its chunk store or its embedding cache), was already embedded by
-recalld, or still has to be paid for (with the provider calls that takes at the
-configured batch size), the notes ReMe's dream already consolidated, and the QwenPaw
+comes from ReMe (its chunk store or its embedding cache), was embedded by recalld
+before the workspace opened, was paid for since (the backfill starts with the open and
+runs beside the report), or still has to be paid for (with the provider calls that
+takes at the configured batch size), the notes ReMe's dream already consolidated, and the QwenPaw
 settings applied or ignored (with the reason). It reads state; it changes nothing.
 Cancellation just stops the waiting.
 """
@@ -190,39 +191,52 @@ def _chunk_texts(state: IndexState) -> _ChunkTexts:
 
 def _vectors(worker: VectorWorker | None,
              texts: list[tuple[str, bool]]) -> JsonObject:
+    """Per chunk, where its vector comes from: ReMe, recalld before the workspace opened
+    (its vector, or its texts in the cache), the provider since it opened (the backfill
+    runs beside the report: what it paid for is counted so however far it got), or
+    still to pay (``to_embed``: the texts to send, a long chunk's windows each once)."""
     if worker is None or not worker.enabled:
         reason = None if worker is None else worker.target.client.disabled_reason
         return {"enabled": False, "disabled_reason": reason or "no embedding model"}
-    from_reme = embedded = cached = 0
-    missing: list[str] = []
     reme = worker.reme_hashes
     use_cache = worker.config.enable_cache
-    pending = [(text, text_hash(text)) for text, has in texts if not has]
-    found = worker.target.cache.get_many([worker.cache_key(text) for text, _ in pending])
-    for (text, h), vec in zip(pending, found, strict=True):
-        if h in reme or worker.reme_vector(text) is not None:
-            from_reme += 1
-        elif vec is not None and use_cache:
-            cached += 1
+    # Read once: the backfill adds to it meanwhile, and may rebind it.
+    paid = worker.calls.paid
+    ours = [(text, has) for text, has in texts
+            if not (text_hash(text) in reme or worker.reme_vector(text) is not None)]
+    # Per chunk: its own key (its whole vector, as ReMe's are kept), its units (windows,
+    # or itself) and their keys.
+    keys = {text: (worker.cache_key(text), units, [worker.cache_key(u) for u in units])
+            for text, _ in ours for units in (worker.fill.units(text),)}
+    wanted = list(dict.fromkeys(k for text, has in ours if not has
+                                for k in (keys[text][0], *keys[text][2])))
+    hits = (worker.target.cache.get_many(wanted) if use_cache else [None] * len(wanted))
+    there = {k for k, hit in zip(wanted, hits, strict=True) if hit is not None}
+
+    def had(key: str) -> bool:  # paid for and not installed yet is had too (cache off)
+        return key in there or key in paid
+
+    embedded = since_open = cached = 0
+    missing: list[str] = []
+    for text, has in ours:
+        own, units, unit_keys = keys[text]
+        if not has and not (had(own) or all(had(k) for k in unit_keys)):
+            missing.extend(u for u, k in zip(units, unit_keys, strict=True) if k not in there)
+        elif own in paid or any(k in paid for k in unit_keys):
+            since_open += 1
+        elif has:
+            embedded += 1
         else:
-            missing.append(text)
-    for text, has in texts:
-        if has:
-            if text_hash(text) in reme or worker.reme_vector(text) is not None:
-                from_reme += 1
-            else:
-                embedded += 1
-    # What goes to the provider: each chunk's windows (or its text), those not cached.
-    units = list(dict.fromkeys(u for text in missing for u in worker.fill.units(text)))
-    hits = (worker.target.cache.get_many([worker.cache_key(u) for u in units]) if use_cache
-            else [None] * len(units))
-    to_embed = sum(1 for hit in hits if hit is None)
+            cached += 1
+    to_embed = len(dict.fromkeys(missing))
     batch = worker.target.client.max_batch_size
     return {
         "enabled": True, "space": worker.target.key, "reme_space": worker.reme.get("space"),
-        "reused_from_reme": from_reme, "embedded_before": embedded, "in_cache": cached,
-        "to_embed": to_embed, "estimated_provider_calls": math.ceil(to_embed / batch),
-        "batch_size": batch, "reme": worker.reme,
+        "reused_from_reme": len(texts) - len(ours), "embedded_before": embedded,
+        "embedded_since_open": since_open, "provider_texts_since_open": worker.provider_texts,
+        "in_cache": cached, "to_embed": to_embed,
+        "estimated_provider_calls": math.ceil(to_embed / batch), "batch_size": batch,
+        "reme": worker.reme,
     }
 
 

@@ -223,9 +223,14 @@ def render_report(agent: str, path: str, rep: JsonObject,
                          f"{len(listed)})")
     vec = rep.get("vectors", {})
     if vec.get("enabled"):
+        # The backfill runs meanwhile: what it paid for is said apart from what was there.
+        paid = (f"{vec['embedded_since_open']} embedded since the open "
+                f"({vec['provider_texts_since_open']} texts sent to the provider), "
+                if vec.get("embedded_since_open") or vec.get("provider_texts_since_open")
+                else "")
         lines.append(f"vectors:  {vec['reused_from_reme']} reused from ReMe, "
-                     f"{vec['embedded_before']} embedded before, {vec['in_cache']} in the "
-                     f"cache, {vec['to_embed']} to embed (about "
+                     f"{vec['embedded_before']} embedded before, {paid}{vec['in_cache']} in "
+                     f"the cache, {vec['to_embed']} to embed (about "
                      f"{vec['estimated_provider_calls']} provider calls of up to "
                      f"{vec['batch_size']})")
         reme = vec.get("reme") or {}

@@ -74,6 +74,11 @@ class PassageCalls:
         self._strikes: dict[str, _Strikes] = {}
         #: Texts sent to the provider and embedded.
         self.provider_texts = 0
+        #: The cache keys of those texts (since the workspace opened): what the import
+        #: report counts as paid since then, not as there before. Rebound, never changed
+        #: in place but by adding, so a worker thread may read it (``VectorSpace``
+        #: drops the keys no chunk uses any more).
+        self.paid: set[str] = set()
         #: Until when (trio clock) a call waits to retry, and the error it follows.
         self._retry_until = -math.inf
         self._retry_error = ""
@@ -181,6 +186,7 @@ class PassageCalls:
                                  "provider embedded others)")
             return
         self.provider_texts += len(texts)
+        self.paid.update(keys)
         for h in hashes:
             self._strikes.pop(h, None)
         if self.use_cache:

@@ -96,9 +96,13 @@ class VectorSpace:
         """Drop the cached texts no member's chunk holds (``EmbeddingCache.compact``) once
         the log has grown past its bound for ``live_estimate`` live texts, and only once
         every member has looked at its disk: before, notes written while the daemon was
-        down are no chunks yet, and their cached vectors would be paid for again."""
-        if not self.cache.needs_compaction(live_estimate) or not all(
-                member.counted() for member in self.members):
+        down are no chunks yet, and their cached vectors would be paid for again. The
+        keys of the texts a member paid for since it opened (``PassageCalls.paid``) are
+        kept while fewer than twice the live texts, else only those a chunk holds."""
+        compact = self.cache.needs_compaction(live_estimate)
+        bound = 2 * max(live_estimate, 1000)  # a look at every chunk, now and then
+        grown = {m: set(m.calls.paid) for m in self.members if len(m.calls.paid) > bound}
+        if not (compact or grown) or not all(member.counted() for member in self.members):
             return
         live: set[str] = set()
         for member in list(self.members):
@@ -108,6 +112,10 @@ class VectorSpace:
                         for unit in {text, *m.fill.units(text)}}
 
             live |= await member.index.locked(hashes)
+        for member, paid in grown.items():  # texts paid meanwhile are kept: not looked at
+            member.calls.paid = member.calls.paid - (paid - live)
+        if not compact:
+            return
         dropped = await trio.to_thread.run_sync(self.cache.compact, live)
         log.info("embedding cache %s: compacted, %d entries dropped", self.key, dropped)
 
