@@ -374,6 +374,35 @@ def test_a_token_split_over_two_messages_is_masked_in_both(
     assert not [p for p in (token[:18], token[18:], key[:13], key[13:]) if p in pending], pending
 
 
+def test_the_other_speakers_answer_is_not_taken_for_the_rest_of_a_secret(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    """A message that ends in a secret or inside a key block, answered by the other
+    speaker ("OK", "Noted, ..."): the answer's first words were read as the secret's
+    rest and masked (an "OK" lost whole), in one call and across calls."""
+    from test_capture_shapes import pending_said
+
+    root = tmp_path / "ws"
+    d = daemon_factory(_config(root, fake))
+    token, pw = "ghp_" + _rand(36), "hunter" + _rand(8)
+    open_key = f"my key:\n-----BEGIN PRIVATE KEY-----\n{PGP_BODY[0]}\n{PGP_BODY[1]}"
+    said = [("user", f"my new github token is {token}"), ("assistant", "Noted, I keep it."),
+            ("user", f"the vpn password is {pw}"), ("assistant", "OK"),
+            ("assistant", f"Your token: {token}"), ("user", "Great"),
+            ("user", open_key), ("assistant", "Thanks")]
+    messages = [{"role": role, "content": text} for role, text in said]
+    d.call("memory.add_turns", {"agent_id": "w", "session_id": "one-call",
+                                "messages": messages})
+    for n, message in enumerate(messages):  # one message a call
+        d.call("memory.add_turns", {"agent_id": "w", "session_id": "calls",
+                                    "messages": [message], "request_id": f"m-{n}"})
+    for session in ("one-call", "calls"):
+        got = pending_said(root, session)
+        assert [text for _, text in got if "[REDACTED]" not in text] == [
+            "Noted, I keep it.", "OK", "Great", "Thanks"], (session, got)
+        assert [role for role, _ in got] == [role for role, _ in said], (session, got)
+        assert not [s for s in (token, pw, *PGP_BODY[:2]) if s in repr(got)], (session, got)
+
+
 def test_a_url_cut_inside_its_password_is_masked_in_both_calls(
         daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
     """The cut falls inside a connection URL's password, before its ``@``: the first call

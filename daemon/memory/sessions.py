@@ -56,6 +56,7 @@ from recalld.daemon.memory.sessionrecords import (
     shape_error,
 )
 from recalld.daemon.memory.turns import (
+    Tail,
     count_user_turns,
     sanitize_turns,
     text_chars,
@@ -99,9 +100,10 @@ class _Session:
     #: When its last turn was added (Unix time, as recorded with it; None: not recorded,
     #: a log from before it was).
     last_at: float | None = None
-    #: The end of the last text added, as given: a secret cut there is found with the
-    #: start of the next (``turns.sanitize_messages``'s ``before``). Not logged.
-    tail: str = ""
+    #: The end of the last text added, as given, and its speaker: a secret cut there is
+    #: found with the start of that speaker's next (``turns.sanitize_messages``'s
+    #: ``before``). Not logged.
+    tail: Tail | None = None
 
     def drop_upto(self, upto: int) -> None:
         del self.seqs[:bisect_right(self.seqs, upto)]
@@ -395,7 +397,7 @@ class SessionStore:
         # The redaction rules are imported with the first turns a daemon is given.
         from recalld.daemon.memory.redact import INLINE_CHARS
 
-        before = s.tail if (s := self._sessions.get(session_id)) is not None else ""
+        before = s.tail if (s := self._sessions.get(session_id)) is not None else None
         if text_chars(messages) > INLINE_CHARS:
             clean, tail = await trio.to_thread.run_sync(sanitize_turns, messages, before,
                                                         limiter=self._cpu)

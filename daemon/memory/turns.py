@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Final, TypedDict
+from typing import Final, NamedTuple, TypedDict
 
 from recalld.daemon.jsontypes import JsonObject
 from recalld.ipc.answers import MESSAGE_ROLES
@@ -220,7 +220,8 @@ def count_user_turns(messages: Sequence[Mapping[str, object]]) -> int:
                and not _is_tool_result(content_of(m)) and not _only_recalled(content_of(m)))
 
 
-def sanitize_messages(messages: Sequence[Mapping[str, object]], before: str = "") -> list[Turn]:
+def sanitize_messages(messages: Sequence[Mapping[str, object]],
+                      before: Tail | None = None) -> list[Turn]:
     """Only what the user and the assistant said, as ``{role, content}`` text.
 
     Dropped: tool/function results, system and developer prompts, tool-call arguments,
@@ -229,37 +230,38 @@ def sanitize_messages(messages: Sequence[Mapping[str, object]], before: str = ""
 
     ``before``: the end of the text handed over just before these messages (see
     :func:`last_text`). Secrets are found across the blocks of a message, and across two
-    messages where a run of token characters goes on from one to the next (a key split
-    over two messages, or over two calls).
+    messages of one speaker where a run of token characters goes on from one to the
+    next (a key split over two messages, or over two calls). The other speaker's words
+    never go on with a secret: an answer to a message that ends in one is kept as said.
     """
     return sanitize_turns(messages, before)[0]
 
 
 def sanitize_turns(messages: Sequence[Mapping[str, object]],
-                   before: str = "") -> tuple[list[Turn], str]:
+                   before: Tail | None = None) -> tuple[list[Turn], Tail | None]:
     """:func:`sanitize_messages` of ``messages`` and their :func:`last_text`, from one
     reading of them (a batch of megabytes is scanned for open key blocks once, in the
     thread that sanitizes it)."""
     kept = _kept(messages)
-    inside = _inside_key(before, kept)
-    return _sanitized(kept, inside, before), _tail(kept, inside)
+    earlier, tail = _earlier(before, kept)
+    return _sanitized(kept, earlier), tail
 
 
-def _sanitized(kept: Sequence[tuple[str, list[str]]], inside: Sequence[bool],
-               before: str) -> list[Turn]:
+def _sanitized(kept: Sequence[tuple[str, list[str]]],
+               earlier: Sequence[_Earlier]) -> list[Turn]:
     from recalld.daemon.memory.redact import redact_parts, seam_spans
     from recalld.daemon.memory.secret_keys import key_block_rest
 
     also: list[list[list[tuple[int, int]]]] = [[[] for _ in blocks] for _, blocks in kept]
-    for n, (_, blocks) in enumerate(kept):
-        previous = kept[n - 1][1][-1] if n else before
+    for n, ((_, blocks), (previous, at, inside)) in enumerate(zip(kept, earlier,
+                                                                  strict=True)):
         if previous:
             left, right = seam_spans(previous, blocks[0])
-            if n:
-                also[n - 1][-1].extend(left)
+            if at is not None:
+                also[at][-1].extend(left)
             also[n][0].extend(right)
-        if inside[n] and (rest := key_block_rest(blocks[0])):
-            also[n][0].append((0, rest))  # a key block the messages before left open
+        if inside and (rest := key_block_rest(blocks[0])):
+            also[n][0].append((0, rest))  # a key block its speaker left open
     out: list[Turn] = []
     for (role, blocks), extra in zip(kept, also, strict=True):
         text = "\n".join(p for p in redact_parts(blocks, extra) if p).strip()
@@ -275,34 +277,58 @@ def _kept(messages: Sequence[Mapping[str, object]]) -> list[tuple[str, list[str]
     return [(role, blocks) for role, blocks in kept if blocks]
 
 
-def _inside_key(before: str, kept: Sequence[tuple[str, list[str]]]) -> list[bool]:
-    """For each of ``kept`` and after the last: does the text before it end inside a
-    private key block (begun in ``before`` or in a message, only key lines since)?"""
+class Tail(NamedTuple):
+    """The end of the last text handed over, as given, and who said it (the ``before``
+    of the next call's messages): a secret cut there goes on in that speaker's next
+    message, not in the other's answer."""
+
+    role: str
+    text: str
+
+
+class _Earlier(NamedTuple):
+    """The message just before one, when its speaker said it: the end of its text as
+    given, its index among the messages kept (None: handed over before them), and
+    whether it ended inside a private key block."""
+
+    text: str
+    at: int | None
+    inside: bool
+
+
+def _earlier(before: Tail | None, kept: Sequence[tuple[str, list[str]]],
+             ) -> tuple[list[_Earlier], Tail | None]:
+    """For each of ``kept``: the message just before it if its speaker said it
+    (:class:`_Earlier`, empty otherwise); and the tail after them all."""
     from recalld.daemon.memory.secret_keys import open_key_block
 
-    inside = [open_key_block(before)]
-    for _, blocks in kept:
-        inside.append(open_key_block("\n".join(blocks), inside[-1]))
-    return inside
+    last, role = (None, "") if before is None else (
+        _Earlier(before.text, None, open_key_block(before.text)), before.role)
+    earlier: list[_Earlier] = []
+    for n, (speaker, blocks) in enumerate(kept):
+        previous = last if last is not None and speaker == role else _NOTHING
+        earlier.append(previous)
+        last, role = _Earlier(blocks[-1], n, open_key_block("\n".join(blocks),
+                                                            previous.inside)), speaker
+    if last is None or last.at is None:
+        return earlier, before
+    return earlier, Tail(role, (_OPEN_KEY if last.inside else "") + last.text[-_TAIL_CHARS:])
 
 
-#: The ``before`` of a call whose messages ended inside a private key block starts so:
-#: the next call's first lines are then masked up to the block's END.
+_NOTHING: Final = _Earlier("", None, False)
+#: How much of the last text is kept for the next call (as ``seam_spans`` reads).
+_TAIL_CHARS: Final = 400
+#: The tail of a text that ended inside a private key block starts so: its speaker's
+#: next message's first lines are then masked up to the block's END.
 _OPEN_KEY: Final = "-----BEGIN PRIVATE KEY-----\n"
 
 
-def last_text(messages: Sequence[Mapping[str, object]], before: str = "") -> str:
-    """The end of the last text :func:`sanitize_messages` keeps of ``messages``, as it was
-    given (the ``before`` of the next call's messages; ``before``: this call's)."""
-    kept = _kept(messages)
-    return _tail(kept, _inside_key(before, kept))
-
-
-def _tail(kept: Sequence[tuple[str, list[str]]], inside: Sequence[bool]) -> str:
-    if not kept:
-        return ""
-    tail = kept[-1][1][-1][-400:]
-    return _OPEN_KEY + tail if inside[-1] else tail
+def last_text(messages: Sequence[Mapping[str, object]],
+              before: Tail | None = None) -> Tail | None:
+    """The end of the last text :func:`sanitize_messages` keeps of ``messages``, as it
+    was given, and its speaker (the ``before`` of the next call's messages; ``before``:
+    this call's; None: nothing kept)."""
+    return _earlier(before, _kept(messages))[1]
 
 
 class Turn(TypedDict):
