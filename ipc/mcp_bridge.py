@@ -20,7 +20,8 @@ is not a single JSON-RPC message (not JSON, a batch, a request of the wrong shap
 error answer, with the request's id when it can be read, and the bridge reads on; so
 does a line longer than the 16 MiB the bridge holds of one. At the end of stdin the
 requests read before it are served and answered (for at most a minute) before the
-bridge stops, so ``printf '...' | recalld mcp`` gets every answer.
+bridge stops, so ``printf '...' | recalld mcp`` gets every answer. SIGTERM, SIGINT and
+SIGHUP end the input as its end does (:mod:`recalld.ipc.mcp_stdin`).
 
 The tools and the prompt are defined in :mod:`recalld.ipc.mcp_tools`. Tool arguments are
 checked against the tool's input schema first: arguments of the wrong
@@ -31,19 +32,19 @@ name, an argument, a URI): a key pasted into the wrong place would come back unm
 The bridge holds no index and no state besides one daemon connection: any number of
 bridges (one per MCP client) share the one daemon, and a daemon restart is bridged by
 the client's reconnect. Reads of other workspaces go out as this agent (``as_agent``),
-so the daemon's sharing rules apply. The server stops when stdin closes; on the way out
-every session given turns without a final ``flush`` is ended (its turns go to
-auto_memory now, ``end_session``), then the daemon connection is closed.
+so the daemon's sharing rules apply. The server stops when stdin closes (or at a stop
+signal); on the way out every session given turns without a final ``flush`` is ended
+(its turns go to auto_memory now, ``end_session``), then the daemon connection is closed.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import cast
 from urllib.parse import quote, unquote, urlsplit
 
 import anyio
@@ -62,6 +63,7 @@ from recalld.ipc.agent_ids import note_session_key, owner_name, session_key
 from recalld.ipc.answers import JsonObject, Recall
 from recalld.ipc.known_ids import KnownIds, provisional_id
 from recalld.ipc.mcp_lines import AnsweringStream, CheckedLines, bounded_lines
+from recalld.ipc.mcp_stdin import StdinReader
 from recalld.ipc.mcp_tools import (
     RECALL_PROMPT,
     RECALL_WRAP,
@@ -403,15 +405,15 @@ async def serve(agent: str = DEFAULT_AGENT, socket_path: str | Path | None = Non
     server = build_server(bridge)
     send_answers, answers = anyio.create_memory_object_stream[types.JSONRPCError](
         MAX_LINE_ANSWERS)
-    stdin = anyio.wrap_file(_stdin_bytes())
+    stdin = StdinReader(sys.stdin.fileno())
     lines = CheckedLines(bounded_lines(stdin.read), send_answers)
     with claimed_stdout() as stdout:
-        await _serve_stdio(server, lines, answers, stdout)
+        await _serve_stdio(server, lines, answers, stdout, stdin)
 
 
 async def _serve_stdio(server: Server[_Lifespan], lines: CheckedLines,
                        answers: MemoryObjectReceiveStream[types.JSONRPCError],
-                       stdout: StdoutWire) -> None:
+                       stdout: StdoutWire, stdin: StdinReader) -> None:
     # The transport only iterates its stdin (``async for``) and writes its stdout.
     async with stdio_server(stdin=cast("anyio.AsyncFile[str]", lines),
                             stdout=cast("anyio.AsyncFile[str]", stdout)) as (read_stream,
@@ -427,15 +429,18 @@ async def _serve_stdio(server: Server[_Lifespan], lines: CheckedLines,
 
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(answer_lines)
+            # A stop signal ends the lines as the end of stdin does.
+            signals = anyio.CancelScope()
+            tasks.start_soon(_in_scope, signals, stdin.end_on_signal)
             # Each answer is told to the lines, whose end waits for those still due.
             await server.run(read_stream, AnsweringStream(write_stream, lines.in_flight),
                              server.create_initialization_options())
+            signals.cancel()
 
 
-def _stdin_bytes() -> BinaryIO:
-    """stdin unbuffered, for :func:`bounded_lines` to cut into lines (fd 0 stays open
-    when this closes: ``sys.stdin`` is still its own)."""
-    return open(sys.stdin.fileno(), "rb", buffering=0, closefd=False)
+async def _in_scope(scope: anyio.CancelScope, run: Callable[[], Awaitable[None]]) -> None:
+    with scope:
+        await run()
 
 
 async def warn_if_unreachable(client: AsyncClient) -> None:

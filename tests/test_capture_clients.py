@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -216,6 +217,32 @@ def test_mcp_open_stream_is_written_when_idle(daemon_factory: Any, fake: FakePro
     fact = "The car is parked on level three."
     root = workspace_root(daemon, "driver")
     asyncio.run(mcp_turn(daemon, "driver", fact, wait_inside=root))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_mcp_stopped_by_a_signal_writes_the_note_and_exits(daemon_factory: Any,
+                                                          fake: FakeProvider,
+                                                          sig: signal.Signals) -> None:
+    # An MCP host stops its server with SIGTERM (after closing stdin, or instead of it),
+    # a person at a terminal with Ctrl-C. SIGTERM killed the bridge before it ended its
+    # sessions (the turns waited for the idle flush); after Ctrl-C it ended them, then
+    # hung reading stdin until it closed, and died with a traceback.
+    from test_mcp_lines import Raw, _call
+
+    daemon = daemon_factory(config(fake, idle_s=600))
+    fact = f"The {sig.name} fox sleeps under the porch."
+    raw = Raw(daemon)
+    raw.send(_call(1, "memory_add_turns", {"session_id": "porch", "messages": [
+        {"role": "user", "content": fact}, {"role": "assistant", "content": "noted"}]}), [1])
+    raw.proc.send_signal(sig)  # stdin stays open
+    try:
+        assert raw.proc.wait(timeout=60) == 0
+    finally:
+        raw.stdin.close()
+        raw.stdout.close()
+    said = (daemon.home / "mcp-lines.log").read_text(encoding="utf-8")
+    assert "Traceback" not in said, said
+    wait_note(workspace_root(daemon, "coder"), fact)
 
 
 def test_agents_named_in_any_script_keep_their_own_memory(daemon_factory: Any,
