@@ -437,8 +437,8 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         new = [m for m in agent.state.context
                if isinstance(m, Msg) and m.id not in before and m.name != MEMORY_MSG_NAME]
         messages = _turns(new)
-        if not any(m["role"] == "assistant" for m in messages):
-            return  # no real exchange (interrupted, or only tool calls)
+        if not messages:  # a user's message goes without an answer too (tools, no text):
+            return  # the next reply starts after it
         # The reply id makes a write-back sent again add nothing twice.
         request_id = fitting_request_id(f"as:{session_key(session)}:{agent.state.reply_id}")
         self._keep_unsent(request_id, (workspace, session, messages))

@@ -118,6 +118,41 @@ def test_agentscope_close_writes_the_note(daemon_factory: Any, fake: FakeProvide
     wait_note(workspace_root(daemon, "gardener"), fact)
 
 
+def test_agentscope_a_reply_with_no_text_keeps_what_the_user_said(daemon_factory: Any,
+                                                                   fake: FakeProvider) -> None:
+    # The model answered with a tool call, then with no text: the reply wrote nothing
+    # back, and the next reply starts after the user's message, which never reached
+    # memory.
+    daemon = daemon_factory(config(fake, idle_s=600))
+    fact = "My passport expires in March 2031, renew it in Vilnius."
+
+    def searcher(body: Any) -> dict[str, Any]:
+        if MEMORY_PROMPT in str(body["messages"][0].get("content")):
+            return model_answer(body)
+        if any(m["role"] == "tool" for m in body["messages"]):
+            return chat_answer("")
+        return chat_answer(None, [tool_call("memory_search", {"query": "passport"})])
+
+    fake.chat_default = searcher
+
+    async def main() -> None:
+        mw = RecalldMemoryMiddleware(agent_id="traveller", mode="agent_control",
+                                     socket_path=daemon.socket_path)
+        try:
+            await one_turn(fake, mw, fact)
+        finally:
+            await mw.close()
+
+    asyncio.run(main())
+    root = workspace_root(daemon, "traveller")
+    wait_note(root, fact)
+
+    def said() -> list[str]:  # the dialog log is written after the note
+        return [json.loads(line)["content"] for path in (root / "mem_session").glob(
+            "dialog/*.jsonl") for line in path.read_text(encoding="utf-8").splitlines()]
+    wait_value(said, lambda got: got == [fact], "the user's message alone in the dialog")
+
+
 def test_agentscope_images_and_files_are_named_in_the_dialog(daemon_factory: Any,
                                                             fake: FakeProvider) -> None:
     # The middleware wrote back only a message's text: a photo sent with a caption lost
