@@ -20,12 +20,12 @@ def test_hybrid_server_search_returns_the_local_hits(daemon_factory: DaemonFacto
     from fakes.provider_server import FakeProvider
 
     with FakeProvider(dims=16, api_key="k") as fake:
-        # The server holds one vector per chunk and has no blind-keyword guard (it needs the
-        # local index's term statistics): the local replica compares like with like when it
-        # scores chunks by their own vector and fuses without the guard.
+        # The server holds one vector per chunk: the local replica compares like with like
+        # when it scores chunks by their own vector. The blind-keyword guard is on (its
+        # default) on both sides.
         vec = (f'embedding_model_config = {{ backend = "openai", base_url = "{fake.url}/v1", '
                'api_key = "k", model_name = "m", dimensions = 16 }\n'
-               'search = { vector_window_chars = 0, keyword_guard = 0.0 }\n')
+               'search = { vector_window_chars = 0 }\n')
         d = shared_pair(daemon_factory, pg_server, vec)
 
         def embedded() -> bool:
@@ -58,6 +58,11 @@ def compare_hybrid(d: DaemonHandle) -> None:
         server = search(d, "srv", query, filters)
         assert server["search_mode"] == "server", server.get("server_error")
         assert local["mode"] == server["mode"] == "hybrid"
+        # The keyword branch weighs what it weighs locally (the blind-keyword guard): a
+        # query whose words the notes miss fuses its chance keyword matches at a lower
+        # weight in the server too.
+        assert server["keyword_weight"] == pytest.approx(local["keyword_weight"], abs=1e-3), (
+            query, local["keyword_weight"], server["keyword_weight"])
         # Local vectors are stored as float16, the server's as float32: similarities
         # differ in the fourth digit, so near ties may trade places; the hits agree.
         assert server["vector_hits"] == local["vector_hits"]

@@ -10,7 +10,8 @@ ranking and the result format are the local ones.
   of the query's terms (``recalld_postings``, read by an index-only scan of its primary
   key); the document frequencies are counts over the same index.
   :class:`ServerKeywords` is that index for ``exact.exact_first``, so identifier and
-  rare-term hits rank first as they do locally.
+  rare-term hits rank first as they do locally, and it gives the keyword reach the
+  blind-keyword guard weighs the branch by (``fusion.keyword_reach``).
 - Vectors: the stored embeddings of the workspace's chunk texts (``recalld_embeddings``,
   filled by the hosts' backfill) through a pgvector HNSW index of the vector space
   (built in the background after the first search of the space:
@@ -36,6 +37,7 @@ from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.chunker import chunk_id
 from recalld.daemon.index.exact import exact_first
 from recalld.daemon.index.filters import Filters, composed
+from recalld.daemon.index.fusion import keyword_reach
 from recalld.daemon.index.reads import Candidates, places
 from recalld.daemon.index.state import StoredChunk
 from recalld.daemon.index.ties import exact_by_place, hits_by_place, settled
@@ -281,10 +283,14 @@ def candidates(conn: Conn, workspace_id: int, query: str, limit: int, filters: F
         hits = exact_by_place(hits, exact, place)
     chunks = {key: kw.chunks[key] for key, _ in (hits if keep is None else hits[:keep])}
     vec_hits: list[tuple[int, float]] = []
+    reach = 1.0
     if query_vector is not None:
         space, vector = query_vector
         vec_hits = vector_search(conn, workspace_id, kw, space, [float(x) for x in vector],
                                  limit, where, params)
         vec_hits = hits_by_place(vec_hits, place)
         chunks.update((key, kw.chunks[key]) for key, _ in vec_hits)
-    return Candidates(hits, vec_hits, exact, chunks, {}, {})
+        # The blind-keyword guard's measure, as the local index takes it (the terms'
+        # document frequencies are those the scoring read).
+        reach = keyword_reach(tokens, hits[0][1] if hits else 0.0, kw.doc_freq, len(kw))
+    return Candidates(hits, vec_hits, exact, chunks, {}, {}, reach)
