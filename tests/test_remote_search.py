@@ -62,6 +62,8 @@ def generate(seed: int) -> dict[str, str]:
                            for _ in range(rng.randint(1, 4)))
         notes[f"digest/{bucket}/node{j}.md"] = (
             f"---\nname: node{j}\nauthor: {author}\n---\n# Node {j}\n\n{body}\n")
+    # An author whose name holds a NUL (YAML's "\0"), which no PostgreSQL text value holds.
+    notes["digest/wiki/mallory.md"] = '---\nauthor: "mal\\0lory"\n---\n# Mallory\n\nledger\n'
     # A folder named decomposed (macOS) holding a note named composed.
     notes[f"memory/2026-07-04/{unicodedata.normalize('NFD', 'Réunions')}/équipe.md"] = (
         "# Équipe\n\nmeadow violin rehearsal\n")
@@ -92,6 +94,7 @@ QUERIES: list[tuple[str, dict[str, Any] | None]] = [
     ("festival", {"date_from": "2026-07-05", "date_to": "2026-07-09"}),
     ("archive falcon", {"bucket": "wiki"}),
     ("ledger", {"author": "alice"}),
+    ("ledger", {"author": "mal\x00lory"}),
     ("garden river invoice deploy kernel picnic budget tennis", {"author": "carol"}),
     ("nothingmatchesthisword", None),
     ("heron estuary", None),

@@ -75,10 +75,10 @@ def chunk_rows(path: str, data: bytes, *, max_chars: int = DEFAULT_MAX_CHARS
         tokens = tokenize(c.index_text)
         counts = Counter(tokens)
         # The hash is of the text as the local index has it (the embeddings' key).
-        rows.append(ChunkRow(seq, c.start_line, c.end_line, _pg_text(c.heading),
-                             _pg_text(c.text), text_hash(c.text),
+        rows.append(ChunkRow(seq, c.start_line, c.end_line, pg_text(c.heading),
+                             pg_text(c.text), text_hash(c.text),
                              author,
-                             [_pg_text(t) for t in counts], list(counts.values()),
+                             [pg_text(t) for t in counts], list(counts.values()),
                              doc_length(tokens)))
     return rows
 
@@ -87,11 +87,11 @@ def author_column(authors: tuple[str, ...]) -> str | None:
     """The ``author`` column of a note's chunks: its authors one per line (a name with a
     line break in it is no author), so a filter compares the lines
     (``search.filter_sql``)."""
-    names = [_pg_text(a) for a in authors if "\n" not in a]
+    names = [pg_text(a) for a in authors if "\n" not in a]
     return "\n".join(names) if names else None
 
 
-def _pg_text(text: str) -> str:
+def pg_text(text: str) -> str:
     """``text`` as a PostgreSQL text value can hold it: NUL (valid in a note) as U+FFFD."""
     return text.replace("\x00", "\ufffd") if "\x00" in text else text
 

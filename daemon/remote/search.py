@@ -42,6 +42,7 @@ from recalld.daemon.index.reads import Candidates, places
 from recalld.daemon.index.state import StoredChunk
 from recalld.daemon.index.ties import exact_by_place, hits_by_place, settled
 from recalld.daemon.index.tokenizer import tokenize_query
+from recalld.daemon.remote.chunks import pg_text
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -87,9 +88,11 @@ def filter_sql(filters: Filters, *, daily_dir: str, digest_dir: str
             parts.append(sql.SQL(" AND {} <= %s").format(day))
             params.append(filters.date_to)
     if filters.authors:
-        # One author per line of the column (chunks.author_column).
+        # One author per line of the column (chunks.author_column), each written as a
+        # text value can hold it: a name with a NUL (a client's, or a note's YAML "\0")
+        # is compared as the column has it, not sent where no text value takes it.
         parts.append(sql.SQL(" AND string_to_array(c.author, E'\\n') && %s::text[]"))
-        params.append(list(filters.authors))
+        params.append([pg_text(a) for a in filters.authors])
     return sql.Composed(parts), params
 
 
