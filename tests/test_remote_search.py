@@ -64,6 +64,8 @@ def generate(seed: int) -> dict[str, str]:
             f"---\nname: node{j}\nauthor: {author}\n---\n# Node {j}\n\n{body}\n")
     # An author whose name holds a NUL (YAML's "\0"), which no PostgreSQL text value holds.
     notes["digest/wiki/mallory.md"] = '---\nauthor: "mal\\0lory"\n---\n# Mallory\n\nledger\n'
+    # A day's folder in full-width digits: no date (a filter's dates are ASCII).
+    notes["memory/\uff12\uff10\uff12\uff16-\uff10\uff17-\uff12\uff15/fw.md"] = "festival\n"
     # A folder named decomposed (macOS) holding a note named composed.
     notes[f"memory/2026-07-04/{unicodedata.normalize('NFD', 'Réunions')}/équipe.md"] = (
         "# Équipe\n\nmeadow violin rehearsal\n")
@@ -92,6 +94,7 @@ QUERIES: list[tuple[str, dict[str, Any] | None]] = [
     ("meadow violin", {"path_prefix": unicodedata.normalize(
         "NFD", "memory/2026-07-04/Réunions/équipe.md")}),
     ("festival", {"date_from": "2026-07-05", "date_to": "2026-07-09"}),
+    ("festival", {"date_from": "2026-07-15"}),
     ("archive falcon", {"bucket": "wiki"}),
     ("ledger", {"author": "alice"}),
     ("ledger", {"author": "mal\x00lory"}),

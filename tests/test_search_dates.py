@@ -24,6 +24,11 @@ def test_daily_notes_named_by_their_date_are_dated(daemon: Any, tmp_path: Path) 
     write(root, "memory/2025-02-12.md", "- deployed v2.1 with the quokka cache\n")
     write(root, "memory/2025-03-01/quokka.md", "- the quokka cache was removed\n")
     write(root, "memory/notes-2025-02-12.md.bak.md", "- a quokka copy of no date\n")
+    # Dates in other digits are no dates: compared with a filter's, they came after all.
+    write(root, "memory/\uff12\uff10\uff12\uff15-\uff10\uff13-\uff10\uff15/q.md",
+          "- a full-width quokka\n")
+    write(root, "memory/\u0662\u0660\u0662\u0665-\u0660\u0663-\u0660\u0665.md",
+          "- an Arabic-Indic quokka\n")
     open_ws(daemon, root)
     feb = paths(search(daemon, "quokka", filters={"date_from": "2025-02-01",
                                                    "date_to": "2025-02-28"}))

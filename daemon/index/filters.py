@@ -17,8 +17,10 @@ from recalld.daemon.index.records import FileInfo
 __all__ = ["Filters", "author_names", "authors_of", "composed", "note_date", "passing"]
 
 # A day's folder (memory/2026-07-23/...), or a day's note named by its date
-# (memory/2026-07-23.md, as in ReMe's file-based memory layout).
-_DAILY_RE = re.compile(r"(?:^|/)(\d{4}-\d{2}-\d{2})(?:/|\.md\Z|\Z)")
+# (memory/2026-07-23.md, as in ReMe's file-based memory layout). ASCII digits, as a
+# filter's dates are written: other digits (full-width, Arabic-Indic) compared as text
+# with those dates sort after every one of them, so such a folder passed any date_from.
+_DAILY_RE = re.compile(r"(?:^|/)([0-9]{4}-[0-9]{2}-[0-9]{2})(?:/|\.md\Z|\Z)")
 
 
 @dataclass(frozen=True, slots=True)

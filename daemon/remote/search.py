@@ -52,8 +52,9 @@ B = 0.75
 EF_SEARCH_MIN = 64
 
 _CHUNK_COLUMNS = "c.path, c.seq, c.start_line, c.end_line, c.heading, c.text"
-# filters.note_date's rule in PostgreSQL's regular expressions.
-_DAILY_DATE = r"(?:^|/)(\d{4}-\d{2}-\d{2})(?:/|\.md$|$)"
+# filters.note_date's rule in PostgreSQL's regular expressions (ASCII digits: ``\d``
+# takes every script's under an ICU locale).
+_DAILY_DATE = r"(?:^|/)([0-9]{4}-[0-9]{2}-[0-9]{2})(?:/|\.md$|$)"
 
 
 def filter_sql(filters: Filters, *, daily_dir: str, digest_dir: str
