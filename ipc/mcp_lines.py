@@ -114,6 +114,23 @@ def _problem(message: object, refused: ValidationError | None) -> str:
     return str(first["msg"]) if first["type"] == "json_invalid" else "not a JSON-RPC message"
 
 
+def _unreadable(head: str, why: str) -> Refusal:
+    """The answer to a message that cannot be read whole, of which ``head`` is the start:
+    Invalid Request with its id if the start shows it (before its ``params``), else a
+    null id; none for a response."""
+    if '"method"' not in head and ('"result"' in head or '"error"' in head):
+        return None, "a response that cannot be read"
+    found, params = _ID.search(head), head.find('"params"')
+    request_id = None
+    if found is not None and (params < 0 or found.start() < params):
+        try:
+            read, _ = json.JSONDecoder().raw_decode(head, found.end())
+        except (ValueError, RecursionError):
+            read = None
+        request_id = read if type(read) is int or isinstance(read, str) else None
+    return _error(request_id, types.INVALID_REQUEST, f"Invalid Request: {why}"), why
+
+
 def _refusal(message: object, why: str) -> list[Refusal]:
     if _is_response(message):
         return [(None, "a response of the wrong shape")]
@@ -141,7 +158,9 @@ def _checked_line(line: str) -> tuple[str | None, types.JSONRPCMessage | None, l
         return line, read, []
     try:
         message = json.loads(line)
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:  # JSON nested deeper than Python reads: answered by its id
+        return None, None, [_unreadable(line, "Invalid JSON: nested too deeply")]
+    except ValueError as exc:
         return None, None, [(_error(None, types.PARSE_ERROR, f"Parse error: {exc}"),
                              "not JSON")]
     if isinstance(message, list):
@@ -177,20 +196,9 @@ class LongLine:
     def answer(self) -> types.JSONRPCError | None:
         """The error for the request whose start this is, with its id if the start shows
         it (before its ``params``), else a null id; None for a response."""
-        head = self.head.decode("utf-8", "replace")
-        if '"method"' not in head and ('"result"' in head or '"error"' in head):
-            return None
-        found, params = _ID.search(head), head.find('"params"')
-        request_id = None
-        if found is not None and (params < 0 or found.start() < params):
-            try:
-                read, _ = json.JSONDecoder().raw_decode(head, found.end())
-            except ValueError:
-                read = None
-            request_id = read if type(read) is int or isinstance(read, str) else None
-        return _error(request_id, types.INVALID_REQUEST,
-                      f"Invalid Request: a line of {self.size} bytes is longer than the "
-                      f"{MAX_LINE_BYTES} one message may take: send less at once")
+        return _unreadable(self.head.decode("utf-8", "replace"),
+                           f"a line of {self.size} bytes is longer than the "
+                           f"{MAX_LINE_BYTES} one message may take: send less at once")[0]
 
 
 async def bounded_lines(read: Callable[[int], Awaitable[bytes]],

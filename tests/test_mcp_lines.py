@@ -146,6 +146,13 @@ def test_every_request_the_sdk_cannot_read_is_answered_and_the_bridge_goes_on(
     ('"ping"', None, [(None, -32600)]),
     # A response of the wrong shape: JSON-RPC answers no response.
     ('{"jsonrpc":"2.0","id":6,"result":"ok"}', None, [None]),
+    # JSON nested deeper than Python reads: answered with the id its start shows (a
+    # parse error's null id left the client waiting for its answer for ever).
+    ('{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"x":'
+     + "[" * 5000 + "]" * 5000 + "}}", None, [(9, -32600)]),
+    ('{"jsonrpc":"2.0","method":"m","params":{"id":3,"x":' + "[" * 5000 + "]" * 5000 + "}}",
+     None, [(None, -32600)]),
+    ('{"jsonrpc":"2.0","id":10,"result":' + "[" * 5000 + "]" * 5000 + "}", None, [None]),
 ])
 def test_check_line(line: str, forward: str | None,
                     answers: list[tuple[int | str | None, int] | None]) -> None:
