@@ -405,7 +405,7 @@ async def serve(agent: str = DEFAULT_AGENT, socket_path: str | Path | None = Non
     server = build_server(bridge)
     send_answers, answers = anyio.create_memory_object_stream[types.JSONRPCError](
         MAX_LINE_ANSWERS)
-    stdin = StdinReader(sys.stdin.fileno())
+    stdin = StdinReader.of_process()
     lines = CheckedLines(bounded_lines(stdin.read), send_answers)
     with claimed_stdout() as stdout:
         await _serve_stdio(server, lines, answers, stdout, stdin)

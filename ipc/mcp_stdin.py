@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import stat
+import sys
 
 import anyio
 
@@ -28,11 +29,18 @@ class StdinReader:
     """``read(n)`` of file descriptor ``fd`` for :func:`~recalld.ipc.mcp_lines.bounded_lines`
     until its end of file or :meth:`end`."""
 
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self._threaded = stat.S_ISREG(os.fstat(fd).st_mode)
-        self._ended = False
+    def __init__(self, fd: int | None) -> None:
+        self._fd = -1 if fd is None else fd  # None: no stdin, an empty input
+        self._threaded = fd is not None and stat.S_ISREG(os.fstat(fd).st_mode)
+        self._ended = fd is None
         self._waiting: anyio.CancelScope | None = None
+
+    @classmethod
+    def of_process(cls) -> StdinReader:
+        """The process's stdin: an empty input for a process started with it closed
+        (``sys.stdin`` is None; fd 0 may be another file since, such as the event
+        loop's)."""
+        return cls(None if sys.stdin is None else sys.stdin.fileno())
 
     def end(self) -> None:
         """End the input: a read waiting, and every read after it, give ``b""``."""

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import trio
@@ -120,3 +121,13 @@ def test_a_client_gone_from_stdout_has_what_it_sent_finished_quietly(
                                             "max_results": 20})
     text = "\n".join(hit["text"] for hit in found["results"])
     assert all(f"Pier {n} has a red crane" in text for n in range(8)), text
+
+
+def test_a_bridge_started_with_stdin_closed_reads_an_empty_input(tmp_path: Path) -> None:
+    # Python gives a process started with fd 0 closed no sys.stdin: the bridge failed
+    # with a traceback. (fd 0 is then the next file opened, not the bridge's to read.)
+    done = subprocess.run(
+        ["sh", "-c", 'exec "$@" <&-', "sh", sys.executable, "-m", "recalld.ipc.mcp",
+         "--socket", str(tmp_path / "none.sock")], capture_output=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, b""), done
+    assert "Traceback" not in done.stderr.decode(), done.stderr.decode()
