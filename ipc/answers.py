@@ -9,7 +9,7 @@ each service reports) are :data:`JsonObject`.
 
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Final, Literal, NotRequired, TypedDict
 
 #: A JSON object as it crosses the socket: the one name for what is left open (params as
 #: decoded or passed through, job params and results, user metadata, the status sections
@@ -179,6 +179,10 @@ class TurnsAdded(TypedDict):
 #: Anthropic's and Gemini's); only what ``user`` and ``assistant`` (``model``) said is kept.
 MESSAGE_ROLES = frozenset({"user", "assistant", "model", "tool", "system", "developer",
                            "function"})
+#: The field of a message, ``true``, that says the next message of its session is the
+#: rest of it: one message too large for one ``memory.add_turns`` request, sent in pieces
+#: (one user turn, one line of the dialog log).
+CONTINUED: Final = "continued"
 
 
 class NoteAdded(TypedDict):

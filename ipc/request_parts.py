@@ -21,7 +21,7 @@ from typing import TypeVar
 import orjson
 
 from recalld.ipc.aclient import AsyncClient
-from recalld.ipc.answers import JsonObject, TurnsAdded
+from recalld.ipc.answers import CONTINUED, JsonObject, TurnsAdded
 
 #: The daemon's bound on the messages of one ``memory.add_turns`` call.
 MAX_TURN_MESSAGES = 1000
@@ -120,12 +120,15 @@ def search_query(text: str, limit_bytes: int) -> str:
 
 def _cut(message: JsonObject, max_bytes: int) -> list[JsonObject]:
     """``message`` as consecutive messages of its role whose content takes at most
-    ``max_bytes`` of JSON each: its text cut, its blocks spread."""
+    ``max_bytes`` of JSON each: its text cut, its blocks spread. Each piece but the last
+    says ``"continued": true`` (:data:`CONTINUED`): the daemon counts the message as one
+    user turn and writes it as one line of the dialog log."""
     content = message.get("content")
     if json_size(content) <= max_bytes or not isinstance(content, str | list):
         return [message]
     if isinstance(content, str):
-        return [{**message, "content": piece} for piece in text_parts(content, max_bytes)]
+        return _continued([{**message, "content": piece}
+                           for piece in text_parts(content, max_bytes)])
     blocks: list[JsonObject] = []
     for block in content:
         text = block.get("text")
@@ -140,7 +143,12 @@ def _cut(message: JsonObject, max_bytes: int) -> list[JsonObject]:
             last.append(block)
         else:
             out.append({**message, "content": [block]})
-    return out
+    return _continued(out)
+
+
+def _continued(pieces: list[JsonObject]) -> list[JsonObject]:
+    """``pieces`` of one message, each but the last marked as going on in the next."""
+    return [{**piece, CONTINUED: True} for piece in pieces[:-1]] + pieces[-1:]
 
 
 def turn_parts(messages: Sequence[JsonObject], limit_bytes: int,

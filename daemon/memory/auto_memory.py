@@ -81,7 +81,7 @@ from recalld.daemon.memory.inbox import push_inbox
 from recalld.daemon.memory.llm import ToolBudget, run_tools
 from recalld.daemon.memory.redact import redact
 from recalld.daemon.memory.session_tools import SessionTools
-from recalld.daemon.memory.turns import check_session_id
+from recalld.daemon.memory.turns import check_session_id, joined
 from recalld.daemon.providers.chat import ChatMessage
 from recalld.daemon.workspaces import Workspace, workspace_of_job
 from recalld.ipc.errors import (
@@ -336,7 +336,8 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                 return {"session_id": session_id, "turns": 0, "changed": [],
                         "note": None, "message": "nothing pending"}, False
             chat = ws.services.chat.client()  # before reading the turns back from disk
-            turns = await store.pending(session_id, upto)
+            # A message sent in pieces (too large for one request) is one turn again.
+            turns = joined(await store.pending(session_id, upto))
             if not turns:
                 await store.commit(session_id, upto)
                 return {"session_id": session_id, "turns": 0, "changed": [],

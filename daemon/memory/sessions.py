@@ -411,8 +411,7 @@ class SessionStore:
         now = round(time.time(), 3)
         for msg in clean:
             self._seq += 1
-            stamped.append({"role": msg["role"], "content": msg["content"], "seq": self._seq,
-                            "at": now})
+            stamped.append({**msg, "seq": self._seq, "at": now})  # and its ``continued``
             if msg["role"] == "user" and user_left > 0:
                 user_seqs.append(self._seq)
                 user_left -= 1

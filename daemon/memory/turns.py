@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Final, NamedTuple, TypedDict
+from typing import Final, NamedTuple, NotRequired, TypedDict
 
 from recalld.daemon.jsontypes import JsonObject
-from recalld.ipc.answers import MESSAGE_ROLES
+from recalld.ipc.answers import CONTINUED, MESSAGE_ROLES
 from recalld.ipc.errors import LOOKS_LIKE_A_CREDENTIAL, InvalidParams
 from recalld.ipc.textcut import cut_text
 
@@ -212,11 +212,19 @@ def _only_recalled(content: object) -> bool:
     return bool(blocks) and not any(_RECALL.sub("", b).strip() for b in blocks)
 
 
+def continued(message: Mapping[str, object]) -> bool:
+    """Whether ``message`` is a piece of one cut in several that the next goes on with
+    (``"continued": true``, as the client library sends a message too large for one
+    request)."""
+    return message.get(CONTINUED) is True
+
+
 def count_user_turns(messages: Sequence[Mapping[str, object]]) -> int:
     """User turns among ``messages``: ``user`` messages, except those that only hand
     back tool results or recalled memory (an image-only message is a turn; its text is
-    just not kept)."""
-    return sum(1 for m in messages if m.get("role") == "user"
+    just not kept), and the pieces of a cut message but its last (one message, one
+    turn, counted once it is all said)."""
+    return sum(1 for m in messages if m.get("role") == "user" and not continued(m)
                and not _is_tool_result(content_of(m)) and not _only_recalled(content_of(m)))
 
 
@@ -247,14 +255,14 @@ def sanitize_turns(messages: Sequence[Mapping[str, object]],
     return _sanitized(kept, earlier), tail
 
 
-def _sanitized(kept: Sequence[tuple[str, list[str]]],
+def _sanitized(kept: Sequence[_Kept],
                earlier: Sequence[_Earlier]) -> list[Turn]:
     from recalld.daemon.memory.redact import redact_parts, seam_spans
     from recalld.daemon.memory.secret_keys import key_block_rest
 
-    also: list[list[list[tuple[int, int]]]] = [[[] for _ in blocks] for _, blocks in kept]
-    for n, ((_, blocks), (previous, at, inside)) in enumerate(zip(kept, earlier,
-                                                                  strict=True)):
+    also: list[list[list[tuple[int, int]]]] = [[[] for _ in blocks] for _, blocks, _ in kept]
+    for n, ((_, blocks, _), (previous, at, inside)) in enumerate(zip(kept, earlier,
+                                                                     strict=True)):
         if previous:
             left, right = seam_spans(previous, blocks[0])
             if at is not None:
@@ -263,18 +271,35 @@ def _sanitized(kept: Sequence[tuple[str, list[str]]],
         if inside and (rest := key_block_rest(blocks[0])):
             also[n][0].append((0, rest))  # a key block its speaker left open
     out: list[Turn] = []
-    for (role, blocks), extra in zip(kept, also, strict=True):
+    for (role, blocks, goes_on), extra in zip(kept, also, strict=True):
         text = "\n".join(p for p in redact_parts(blocks, extra) if p).strip()
         if text:
             out.append({"role": role, "content": text})
+            if goes_on:
+                out[-1][CONTINUED] = True
+        elif not goes_on and out and out[-1].get(CONTINUED):
+            del out[-1][CONTINUED]  # the message ends in a piece of which nothing is kept
     return out
 
 
-def _kept(messages: Sequence[Mapping[str, object]]) -> list[tuple[str, list[str]]]:
-    """The speakers' messages :func:`sanitize_messages` keeps, as roles and text blocks."""
-    kept = [(SPEAKERS[str(m["role"])], [_strip(b) for b in _content_blocks(content_of(m))])
-            for m in messages if m.get("role") in SPEAKERS]
-    return [(role, blocks) for role, blocks in kept if blocks]
+#: A message :func:`sanitize_messages` keeps: its speaker, its text blocks and whether
+#: the next message goes on with it (:func:`continued`).
+_Kept = tuple[str, list[str], bool]
+
+
+def _kept(messages: Sequence[Mapping[str, object]]) -> list[_Kept]:
+    """The speakers' messages :func:`sanitize_messages` keeps, as roles, text blocks and
+    whether the next message goes on with it (:func:`continued`)."""
+    kept: list[_Kept] = []
+    for m in messages:
+        role = SPEAKERS.get(str(m.get("role")))
+        blocks = [_strip(b) for b in _content_blocks(content_of(m))] if role else []
+        if role and blocks:
+            kept.append((role, blocks, continued(m)))
+        elif kept and kept[-1][2] and not continued(m):
+            # The last piece of a cut message says nothing kept: the message ends before.
+            kept[-1] = (kept[-1][0], kept[-1][1], False)
+    return kept
 
 
 class Tail(NamedTuple):
@@ -296,7 +321,7 @@ class _Earlier(NamedTuple):
     inside: bool
 
 
-def _earlier(before: Tail | None, kept: Sequence[tuple[str, list[str]]],
+def _earlier(before: Tail | None, kept: Sequence[_Kept],
              ) -> tuple[list[_Earlier], Tail | None]:
     """For each of ``kept``: the message just before it if its speaker said it
     (:class:`_Earlier`, empty otherwise); and the tail after them all."""
@@ -305,7 +330,7 @@ def _earlier(before: Tail | None, kept: Sequence[tuple[str, list[str]]],
     last, role = (None, "") if before is None else (
         _Earlier(before.text, None, open_key_block(before.text)), before.role)
     earlier: list[_Earlier] = []
-    for n, (speaker, blocks) in enumerate(kept):
+    for n, (speaker, blocks, _) in enumerate(kept):
         previous = last if last is not None and speaker == role else _NOTHING
         earlier.append(previous)
         last, role = _Earlier(blocks[-1], n, open_key_block("\n".join(blocks),
@@ -332,7 +357,25 @@ def last_text(messages: Sequence[Mapping[str, object]],
 
 
 class Turn(TypedDict):
-    """A sanitized message: only the text the user or the assistant said."""
+    """A sanitized message: only the text the user or the assistant said (``continued``:
+    a piece of a message that the next of its session goes on with)."""
 
     role: str
     content: str
+    continued: NotRequired[bool]
+
+
+def joined(turns: Sequence[JsonObject]) -> list[JsonObject]:
+    """``turns`` (as the pending-turns log holds them, in order) with the pieces of each
+    message cut in several joined again (between lines, where the client cut it): one
+    turn with the seq and time of its last piece. A piece whose rest is not among
+    ``turns`` (not sent yet, or never: its sender stopped) stays as it is."""
+    out: list[JsonObject] = []
+    for turn in turns:
+        last = out[-1] if out else None
+        if last is not None and last.get(CONTINUED) is True and last.get("role") == turn.get(
+                "role") and isinstance(last.get("content"), str):
+            out[-1] = {**turn, "content": f"{last['content']}\n{turn.get('content')}"}
+        else:
+            out.append(dict(turn))
+    return out

@@ -9,7 +9,12 @@ from typing import TypedDict
 import trio
 
 from recalld.daemon.memory import capture_log, changelog
-from recalld.daemon.memory.turns import check_messages, check_request_id, check_session_id
+from recalld.daemon.memory.turns import (
+    check_messages,
+    check_request_id,
+    check_session_id,
+    continued,
+)
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.rpc.echo import echoed
 from recalld.daemon.store.errors import StorageError
@@ -71,7 +76,11 @@ async def add_turns(ctx: CallContext, params: JsonObject) -> TurnsAdded | JsonOb
                 return out
 
             interval = ws.settings.auto_memory_interval
-            periodic = interval is not None and interval > 0 and added.since_submit >= interval
+            # Never with a message half said (its pieces go on in the next request): its
+            # rest would go to the next run, and the dialog log would hold it in two lines.
+            periodic = (interval is not None and interval > 0
+                        and added.since_submit >= interval
+                        and not (messages and continued(messages[-1])))
             has_pending = added.pending_messages > 0 or added.pending_turns > 0
             capture = ws.services.capture
             if added.pending_messages > before.pending_messages or (
