@@ -9,8 +9,9 @@ from conftest import DaemonHandle
 
 from recalld.daemon.memory.interests import refresh
 from recalld.daemon.memory.resource_prompt import cut_summary, refused
-from recalld.daemon.memory.turns import MAX_MEDIA_NAME, last_text
+from recalld.daemon.memory.turns import last_text
 from recalld.ipc.errors import NotFound
+from recalld.ipc.media import MAX_MEDIA_NAME
 
 THUMB = "\U0001f44d\U0001f3fd"  # a thumbs-up and its skin tone: one character to a reader
 

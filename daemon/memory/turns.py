@@ -18,7 +18,7 @@ from typing import Final, NamedTuple, NotRequired, TypedDict
 from recalld.daemon.jsontypes import JsonObject
 from recalld.ipc.answers import CONTINUED, MESSAGE_ROLES
 from recalld.ipc.errors import LOOKS_LIKE_A_CREDENTIAL, InvalidParams
-from recalld.ipc.textcut import cut_text
+from recalld.ipc.media import MEDIA_BLOCKS, media_placeholder
 
 ROLES = MESSAGE_ROLES
 #: The roles whose words are kept, as what they are kept as (Gemini's ``model`` is the
@@ -34,15 +34,6 @@ _RECALL = re.compile(
 )
 _DATA_URL = re.compile(r"data:[\w/+.\-]+(?:;[\w=.\-]+)*;base64,[A-Za-z0-9+/=]+")
 _BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{200,}={0,2}(?![A-Za-z0-9+/=])")
-#: Media content blocks, each kept as a placeholder naming what it was (and its title or
-#: file name when it has one): what the user shared is said, its bytes are not kept.
-MEDIA_BLOCKS = {"image_url": "image", "image": "image", "input_image": "image",
-                "input_audio": "audio", "audio": "audio", "file": "file", "input_file": "file",
-                "video": "video", "video_url": "video", "document": "document",
-                "inline_data": "file", "inlineData": "file", "file_data": "file",
-                "fileData": "file", "data": "file"}
-_MEDIA_KINDS = ("image", "audio", "video")
-MAX_MEDIA_NAME = 100
 _SID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}\Z")
 #: The folder of the dialog logs, as a note's ``source_conversation`` link names it.
 _DIALOG_LINK = "mem_session/dialog"
@@ -100,25 +91,6 @@ def _block_kind(block: Mapping[str, object]) -> str | None:
     return next((key for key in block if key in MEDIA_BLOCKS), None)
 
 
-def _media_placeholder(kind: str, block: Mapping[str, object]) -> str:
-    """``[image omitted]``, ``[document omitted: Q3 report]``: what a media block was,
-    named by its title or file name (Anthropic ``title``, OpenAI ``filename``, AgentScope
-    ``name``), and by its MIME type where the block only says "data" (Gemini's
-    ``inline_data``, AgentScope's ``data``)."""
-    what = MEDIA_BLOCKS[kind]
-    inner = [v for v in (block, block.get(kind), block.get("source")) if isinstance(v, Mapping)]
-    mime = next((v.get(k) for v in inner for k in ("mime_type", "mimeType", "media_type")
-                 if isinstance(v.get(k), str)), None)
-    if what == "file" and isinstance(mime, str) and mime.split("/")[0] in _MEDIA_KINDS:
-        what = mime.split("/")[0]
-    name = next((v.get(k) for v in inner for k in ("title", "filename", "name")
-                 if isinstance(v.get(k), str)), None)
-    name = " ".join(str(name or "").replace("[", "(").replace("]", ")").split())
-    if len(name) > MAX_MEDIA_NAME:
-        name = cut_text(name, MAX_MEDIA_NAME) + "…"
-    return f"[{what} omitted: {name}]" if name else f"[{what} omitted]"
-
-
 def _content_blocks(content: object, media: bool = True) -> list[str]:
     """The text pieces of a message's content (string or OpenAI/Anthropic/Gemini content
     blocks); a media block is a placeholder naming it (none without ``media``)."""
@@ -139,7 +111,7 @@ def _content_blocks(content: object, media: bool = True) -> list[str]:
                 if kind in TEXT_BLOCKS and isinstance(text, str):
                     parts.append(text)
                 elif media and kind in MEDIA_BLOCKS:
-                    parts.append(_media_placeholder(kind, block))
+                    parts.append(media_placeholder(kind, block))
                 # tool_use / tool_result / thinking / anything else: not said, dropped
         return [p for p in parts if p]
     raise InvalidParams("message content must be a string, an array of blocks or null")

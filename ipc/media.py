@@ -1,0 +1,40 @@
+"""Media content blocks (an image, a recording, a file) as the placeholder text that
+names them where a conversation is kept: ``[image omitted]``,
+``[document omitted: Q3 report]``, as the daemon puts it for every client's media
+blocks (``memory.add_turns``). No I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from recalld.ipc.textcut import cut_text
+
+#: Media content blocks, each kept as a placeholder naming what it was (and its title or
+#: file name when it has one): what the user shared is said, its bytes are not kept.
+MEDIA_BLOCKS = {"image_url": "image", "image": "image", "input_image": "image",
+                "input_audio": "audio", "audio": "audio", "file": "file", "input_file": "file",
+                "video": "video", "video_url": "video", "document": "document",
+                "inline_data": "file", "inlineData": "file", "file_data": "file",
+                "fileData": "file", "data": "file"}
+_MEDIA_KINDS = ("image", "audio", "video")
+MAX_MEDIA_NAME = 100
+
+
+def media_placeholder(kind: str, block: Mapping[str, object]) -> str:
+    """``[image omitted]``, ``[document omitted: Q3 report]``: what a media block was,
+    named by its title or file name (Anthropic ``title``, OpenAI ``filename``, AgentScope
+    ``name``), and by its MIME type where the block only says "data" (Gemini's
+    ``inline_data``, AgentScope's ``data``)."""
+    what = MEDIA_BLOCKS[kind]
+    inner = [v for v in (block, block.get(kind), block.get("source")) if isinstance(v, Mapping)]
+    mime = next((v.get(k) for v in inner for k in ("mime_type", "mimeType", "media_type")
+                 if isinstance(v.get(k), str)), None)
+    if what == "file" and isinstance(mime, str) and mime.split("/")[0] in _MEDIA_KINDS:
+        what = mime.split("/")[0]
+    name = next((v.get(k) for v in inner for k in ("title", "filename", "name")
+                 if isinstance(v.get(k), str)), None)
+    name = " ".join(str(name or "").replace("[", "(").replace("]", ")").split())
+    if len(name) > MAX_MEDIA_NAME:
+        name = cut_text(name, MAX_MEDIA_NAME) + "…"
+    return f"[{what} omitted: {name}]" if name else f"[{what} omitted]"
