@@ -27,8 +27,8 @@ from recalld.ipc.agent_ids import author_name, session_key, stand_in_name, works
 from recalld.ipc.agentscope_messages import (
     MEMORY_MSG_NAME,
     Parked,
-    _msg_text,
     _query_text,
+    _said,
     still_waiting,
 )
 from recalld.ipc.agentscope_tools import _AllowedTool, _chunk, _facts
@@ -286,7 +286,9 @@ class RecalldMem0Middleware(MiddlewareBase):
             return
         query = _query_text(input_kwargs.get("inputs"))
         parked = self._parked.pop(id(agent.state), None)
-        asked = query or parked  # a resumed reply answers the request it waited with
+        # Stored with its media named, as the memory middleware's turns are (a photo
+        # alone is a request too); a resumed reply answers the request it waited with.
+        asked = _query_text(input_kwargs.get("inputs"), _said) or parked
         memories: list[str] = []
         if query:
             try:
@@ -306,7 +308,7 @@ class RecalldMem0Middleware(MiddlewareBase):
                     final = item
                 yield item
         finally:
-            answer = _msg_text(final) if final is not None else ""
+            answer = _said(final) if final is not None else ""
             if asked and waits:  # its last message says it waits: not the answer
                 self._parked.park(id(agent.state), asked)
             elif asked and answer:

@@ -9,13 +9,14 @@ adds to the system prompt.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from agentscope.event import ReplyEndEvent, RequireExternalExecutionEvent, RequireUserConfirmEvent
 from agentscope.message import AssistantMsg, DataBlock, HintBlock, Msg, TextBlock
 
 from recalld.ipc.answers import JsonObject
+from recalld.ipc.media import media_placeholder
 from recalld.ipc.textcut import cut_text
 from recalld.ipc.types import SearchResponse, render_linked, render_skipped, visible
 
@@ -97,10 +98,22 @@ def memory_message(hits: Sequence[str]) -> Msg:
     return AssistantMsg(name=MEMORY_MSG_NAME, content=[HintBlock(hint=hint)])
 
 
-def _query_text(inputs: object) -> str | None:
-    """The user's text in the reply inputs (None for resumption events)."""
+def _said(msg: Msg) -> str:
+    """What ``msg`` says, as text: its text, and each data block (an image, a recording,
+    a file) the placeholder naming it that the daemon keeps in its place
+    (:func:`~recalld.ipc.media.media_placeholder`), in order."""
+    content = _content(msg)
+    if isinstance(content, str):
+        return content
+    return "\n".join(str(b["text"]) if b["type"] == "text" else media_placeholder("data", b)
+                     for b in content).strip()
+
+
+def _query_text(inputs: object, said: Callable[[Msg], str] = _msg_text) -> str | None:
+    """The user's text in the reply inputs (None for resumption events); with
+    ``said=_said``, its media named too."""
     msgs = inputs if isinstance(inputs, list) else [inputs]
-    texts = [_msg_text(m) for m in msgs if isinstance(m, Msg) and m.role == "user"]
+    texts = [said(m) for m in msgs if isinstance(m, Msg) and m.role == "user"]
     joined = "\n".join(t for t in texts if t)
     return joined or None
 

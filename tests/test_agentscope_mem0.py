@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("agentscope", reason="needs agentscope, which '.[test]' installs")
 
+from agentscope.message import Base64Source, DataBlock, TextBlock
 from agentscope.middleware import Mem0Middleware
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
@@ -305,3 +306,30 @@ def test_an_agent_id_of_no_letter_or_digit_writes_under_a_stand_in(
     warnings = [r.getMessage() for r in caplog.records if "no letter or digit" in
                 r.getMessage()]
     assert len(warnings) == 3, warnings
+
+
+def test_images_and_files_are_named_in_the_stored_exchange(daemon: DaemonHandle,
+                                                           fake: FakeProvider) -> None:
+    # Only a message's text was stored: a photo sent with a caption lost what it showed,
+    # and a photo alone stored no exchange at all, where the memory middleware names it.
+    photo = DataBlock(name="receipt.png",
+                      source=Base64Source(data="iVBORw0KGgo=", media_type="image/png"))
+    sheet = DataBlock(name="budget [Q3].xlsx", source=Base64Source(
+        data="UEsDBA==", media_type="application/vnd.ms-excel"))
+    fake.chat_default = scripted()
+
+    async def main() -> None:
+        mw = RecalldMem0Middleware(user_id="bob", agent_id="clerk", mode="static_control",
+                                   socket_path=daemon.socket_path)
+        try:
+            await _agent_reply(fake, mw, "clerk", [photo, TextBlock(text="For the warranty.")])
+            await _agent_reply(fake, mw, "clerk", [sheet])
+        finally:
+            await mw.close()
+
+    asyncio.run(main())
+    (note,) = list((_workspace(daemon, "bob") / "memory").rglob("mem0-clerk*.md"))
+    body = note.read_text(encoding="utf-8")
+    assert "User: [image omitted: receipt.png]\nFor the warranty.\nAssistant:" in body, body
+    assert "User: [file omitted: budget (Q3).xlsx]\nAssistant: plain answer" in body, body
+    assert "iVBORw0KGgo" not in body and "UEsDBA" not in body
