@@ -200,16 +200,19 @@ def end_session(agent_id: str, session_id: str) -> Call[TurnsAdded]:
 def add_note(
     agent_id: str, content: str, session_id: str | None = None, name: str | None = None,
     description: str | None = None, author: str | None = None,
-    request_id: str | None = None,
+    request_id: str | None = None, dialog: bool = True,
 ) -> Call[NoteAdded]:
     """``memory.add_note``: append ``content`` to the agent's note of the day (one note
     per ``session_id`` and ``name``; ``author``, the writing agent, goes in its
     frontmatter for the ``author`` search filter); returns once it is searchable. With
     ``request_id`` a call sent again adds nothing twice, and content the note holds
-    already is appended again; without, content the note holds is not."""
+    already is appended again; without, content the note holds is not. ``dialog=False``:
+    the session's conversation is kept in no dialog log (``memory.add_turns`` is not
+    given it), so the note links none."""
     return Call("memory.add_note",
                 _params(agent_id=agent_id, content=content, session_id=session_id, name=name,
-                        description=description, author=author, request_id=request_id),
+                        description=description, author=author, request_id=request_id,
+                        dialog=None if dialog else False),
                 _answer(NoteAdded))
 
 

@@ -224,7 +224,8 @@ class RecalldMem0Middleware(MiddlewareBase):
             # Its own session: writers whose names make one id ("Sales Bot", "Sales  Bot")
             # would append to one note, under the author who wrote last.
             self.workspace, text, session_id=session_key(f"mem0-{writer}"),
-            name=f"{MEM0_NOTE_NAME}-{writer}", author=self.writer, request_id=request_id))
+            name=f"{MEM0_NOTE_NAME}-{writer}", author=self.writer, request_id=request_id,
+            dialog=False))  # the exchange is the note: no dialog log is written
 
     async def wait_writes(self) -> None:
         """Wait for background writes (``await_write=False``) to finish."""

@@ -51,7 +51,8 @@ async def _reply(fake: FakeProvider, mw: Any, name: str, text: str) -> str:
 def _turn(daemon: DaemonHandle, fake: FakeProvider, text: str, **kwargs: Any) -> str:
     async def main() -> str:
         # The one line that differs from a Mem0Middleware agent (plus the test's socket).
-        mw = RecalldMem0Middleware(user_id="alice", socket_path=daemon.socket_path, **kwargs)
+        mw = RecalldMem0Middleware(socket_path=daemon.socket_path,
+                                   **{"user_id": "alice", **kwargs})
         try:
             return await _reply(fake, mw, str(kwargs.get("agent_id") or "agent"), text)
         finally:
@@ -333,3 +334,23 @@ def test_images_and_files_are_named_in_the_stored_exchange(daemon: DaemonHandle,
     assert "User: [image omitted: receipt.png]\nFor the warranty.\nAssistant:" in body, body
     assert "User: [file omitted: budget (Q3).xlsx]\nAssistant: plain answer" in body, body
     assert "iVBORw0KGgo" not in body and "UEsDBA" not in body
+
+
+def test_notes_link_no_dialog_log_none_is_written_for(daemon: DaemonHandle,
+                                                      fake: FakeProvider) -> None:
+    # Each note linked source_conversation: [[mem_session/dialog/mem0-<agent>.jsonl]], a
+    # file never written: the exchange is the note. A link written so before goes too.
+    with Client(daemon.socket_path) as c:
+        c.workspace_open("carol")
+        c.add_note("carol", "Carol rows at dawn.", session_id="mem0-rower",
+                   name="mem0-rower", author="rower")
+    fake.chat_default = scripted()
+    assert _turn(daemon, fake, "I row on Tuesdays", user_id="carol", agent_id="rower",
+                 mode="static_control") == "plain answer"
+    root = _workspace(daemon, "carol")
+    (note,) = list((root / "memory").rglob("mem0-rower*.md"))
+    fields, _ = parse_frontmatter(note.read_text(encoding="utf-8"))
+    assert "source_conversation" not in fields, fields
+    assert fields["session_id"] == "mem0-rower" and fields["author"] == "rower"
+    assert "Carol rows at dawn." in note.read_text(encoding="utf-8")
+    assert not (root / "mem_session").exists() or not any((root / "mem_session").rglob("*"))

@@ -376,7 +376,7 @@ class FileOps:
     async def daily_write(self, session_id: str, name: str, content: str,
                           date: str | None = None, description: str | None = None,
                           extra: Mapping[str, object] | None = None,
-                          room_for: int = 0) -> WriteResult:
+                          room_for: int = 0, dialog: bool = True) -> WriteResult:
         """Write ``session_id``'s note ``name`` under ``<daily_dir>/<date>/``.
 
         The note gets frontmatter ``name``, ``description``, ``session_id`` and
@@ -386,7 +386,8 @@ class FileOps:
         new unique name ``<name>-2.md``, ``-3``... is chosen; this session's own note is
         updated in place. Never overwrites another session's note. With ``room_for``,
         an own note without that many bytes of room (:func:`has_room`) is passed over
-        too: the session's notes go on in the next one.
+        too: the session's notes go on in the next one. Without ``dialog`` (the session's
+        conversation is in no dialog log), the note gets no ``source_conversation``.
         """
         if not session_id or not isinstance(session_id, str):
             raise InvalidParams("session_id must be a non-empty string")
@@ -407,7 +408,8 @@ class FileOps:
             if key not in fields:
                 fields[key] = value
         fields["session_id"] = session_id
-        fields["source_conversation"] = source_link(self.settings, session_id)
+        if dialog:
+            fields["source_conversation"] = source_link(self.settings, session_id)
         before: str | None = None
         rel = ""
         async with self.lock:
@@ -426,6 +428,8 @@ class FileOps:
                     if not description and not given.get("description"):
                         fields["description"] = old_fields.get("description") or ""
                     _keep_fields(fields, old_fields)
+                    if not dialog:  # a link written before, to a file never written
+                        fields.pop("source_conversation", None)
                     break
             else:
                 raise InvalidParams(f"no free note name for {stem} on {day}")

@@ -113,6 +113,7 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
     description = p.text("description", None)
     author = p.text("author", None)
     request_id = check_request_id(p.text("request_id", None))
+    dialog = p.boolean("dialog", True)
     p.done()
     if request_id is not None:
         # Kept beside memory.add_turns' ids (whose session ids hold no space); the same id
@@ -169,7 +170,7 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
             result = await ops.daily_write(session_id, name, new_body, date=day,
                                            description=description,
                                            extra={"author": author} if author else None,
-                                           room_for=room_for)
+                                           room_for=room_for, dialog=dialog)
             added: NoteAdded = {"agent_id": agent_id, "session_id": session_id, "date": day,
                                 "path": result.path, "created": result.created,
                                 "changed": result.changed}
