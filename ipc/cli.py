@@ -4,7 +4,8 @@ Exit status: 0 success, 1 failure (one line ``recalld: <message> (code N)`` for 
 answered by the daemon, a refused backup archive among them), 2 bad usage (including
 invalid params found by the daemon and a bad config file), 3 the daemon is not running
 (one line saying how to start it), 130 interrupted. Output into a closed pipe
-(``recalld search q | head -1``), or one closed from the start, ends quietly with 0.
+(``recalld search q | head -1``), or one closed from the start, ends quietly with 0; a
+failure keeps its status when stderr refuses its line.
 Nothing here prints a traceback.
 Nothing here imports the daemon: ``serve`` replaces this process with
 ``python -m recalld.daemon.main`` (same pid, as systemd's NotifyAccess=main wants), so

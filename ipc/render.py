@@ -296,16 +296,31 @@ def output_stream(stream: TextIO, *, as_json: bool) -> TextIO:
 
 def say(err: TextIO, line: str) -> None:
     """Say what failed, as one line: the control characters of a message (a path, the
-    daemon's words) are shown escaped, so it cannot run on or drive the terminal."""
-    print(visible(line), file=err)
+    daemon's words) are shown escaped, so it cannot run on or drive the terminal. A
+    stderr that refuses the line (its reader gone, a full disk) is passed over: the exit
+    status still tells what failed, and later writes to it go to /dev/null."""
+    try:
+        print(visible(line), file=err, flush=True)
+    except OSError:
+        _discard(err)
+
+
+def _discard(stream: TextIO) -> None:
+    """Send what ``stream`` still holds and what is written to it later (the flush at
+    exit too) to /dev/null, so it cannot fail again."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):  # no descriptor (a capture): nothing fails at exit
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def closed_pipe() -> int:
     """The reader went away (``| head``): stop quietly (exit status 0). Later flushes of
     stdout (at exit) go to /dev/null instead of failing again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+    _discard(sys.stdout)
     return 0
 
 

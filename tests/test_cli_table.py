@@ -162,6 +162,27 @@ def test_every_subcommand_says_daemon_down_with_3(
     assert proc.returncode == 1 and "[FAIL] daemon: no daemon answers" in proc.stdout
 
 
+@pytest.mark.parametrize("refusing", ["full", "reader gone"])
+def test_a_stderr_that_refuses_the_error_line_keeps_the_exit_status(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refusing: str) -> None:
+    # `recalld ping 2>/dev/full`, or stderr a pipe whose reader has gone: the line saying
+    # what failed cannot be written, but the status still tells it (3 here: no daemon),
+    # never 0 as for a reader of the answer gone away, nor a traceback's 1.
+    if refusing == "full":
+        err = open("/dev/full", "w", encoding="utf-8")
+    else:
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        err = open(write_end, "w", encoding="utf-8")
+    with err:
+        monkeypatch.setattr(sys, "stderr", err)
+        monkeypatch.setattr(sys, "stdout", sys.stdout)  # main wraps it for the output
+        for args, code in ((["--socket", str(tmp_path / "none.sock"), "ping"], 3),
+                           (["--socket", str(tmp_path / "none.sock"), "read", "x.md"], 3),
+                           (["--timeout", "-1", "ping"], 2)):
+            assert main(args) == code, args
+
+
 def test_usage_errors_found_locally(daemon_factory: DaemonFactory) -> None:
     env = daemon_factory.environment()
     for args in (["--timeout", "-1", "status"], ["status", "--timeout", "0"],
