@@ -136,8 +136,10 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
             raise errors.InvalidParams("--out -: the archive is written to a file, not to "
                                        "standard output; name the file (./- for one named -)")
         outfile = str(paths.local_path(ns.out, "--out")) if ns.out is not None else None
-        with following(client, "backup create", as_json=as_json,
-                       after="recalld backup list shows the archive once it is written") as token:
+        # `backup list` shows the data dir's backups only, not an --out elsewhere.
+        where = (f"the archive appears as {outfile} once it is written" if outfile
+                 else "recalld backup list shows the archive once it is written")
+        with following(client, "backup create", as_json=as_json, after=where) as token:
             result = made = client.backup_create(ns.agents, outfile, ns.include_derived,
                                                   ns.include_secrets, progress_token=token)
         if not as_json:

@@ -232,6 +232,25 @@ def test_ctrl_c_while_following_a_call_says_it_goes_on(daemon: DaemonHandle) -> 
         assert client.ping()["pong"] is True  # the client stays usable
 
 
+def test_ctrl_c_during_backup_create_says_where_the_archive_appears(
+        daemon: DaemonHandle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Ctrl-C while the daemon writes the archive: `backup list` shows the data dir's
+    # backups, not one written to --out elsewhere; the message names where it appears.
+    from test_cli_table import cli_main
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Client, "backup_create", interrupted)
+    out = tmp_path / "kept aside.zip"
+    for args, said in ((["--out", str(out)], f"the archive appears as {out} once it is "
+                                             "written"),
+                       ([], "recalld backup list shows the archive once it is written")):
+        code, err = cli_main(["backup", "create", *args], daemon.env, monkeypatch, capsys)
+        assert code == 130 and err.endswith(f"finishes by itself ({said})\n"), err
+
+
 def test_a_timeout_while_following_a_call_says_it_goes_on(daemon: DaemonHandle) -> None:
     # The client's --timeout (30 s by default) ends the wait for a large backup or
     # restore, not the call: the message says what goes on, not only that none answered.
