@@ -347,6 +347,7 @@ def _job(kind: str) -> Handler:
 
 
 def _dream(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    _refuse_misplaced_dream_options(ns)
     if ns.runs is not None:
         runs = client.dream_runs(ns.agent, limit=ns.runs)
         if as_json:
@@ -371,6 +372,21 @@ def _dream(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -
                   + (f"; the next dream reads {len(again)} note(s) again" if again else "")
                   + "\n")
     return EXIT_OK
+
+
+def _refuse_misplaced_dream_options(ns: argparse.Namespace) -> None:
+    """An option of one form of ``dream`` given to another is a usage error, not passed
+    by: ``dream --force`` with its ``--undo RUN`` left out ran a dream, which changes
+    notes, instead of undoing one."""
+    form = "--runs" if ns.runs is not None else "--undo" if ns.undo else None
+    for option, given, belongs in (("--force", ns.force, "--undo"),
+                                   ("--retry-failed", ns.retry_failed, None),
+                                   ("--no-wait", ns.no_wait, None)):
+        if given and form != belongs:
+            goes_with = f"with {belongs} RUN" if belongs else "with a dream run now"
+            raise errors.InvalidParams(
+                f"dream {option} goes only {goes_with}, not "
+                + (f"with {form}" if form else "alone (that would run a dream now)"))
 
 
 def _service(command: str, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:

@@ -15,6 +15,7 @@ import pytest
 import trio
 from conftest import DaemonFactory, DaemonHandle
 from test_cli import as_json, assert_one_line_error, recalld
+from test_cli_table import cli_main
 from waits import wait_for
 
 from recalld.ipc.aclient import AsyncClient
@@ -283,6 +284,22 @@ def test_dream_lists_its_runs_or_undoes_one_never_both(daemon: DaemonHandle) -> 
     proc = recalld("dream", "--undo", "r1", "--runs", env=daemon.env)
     assert proc.returncode == 2 and "not allowed with argument" in proc.stderr, proc.stderr
     assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--force"], "dream --force goes only with --undo RUN, not alone"),
+    (["--runs", "3", "--force"], "dream --force goes only with --undo RUN, not with --runs"),
+    (["--undo", "20261129T230012Z-a1b2c3", "--no-wait"],
+     "dream --no-wait goes only with a dream run now, not with --undo"),
+    (["--runs", "--retry-failed"],
+     "dream --retry-failed goes only with a dream run now, not with --runs")])
+def test_a_dream_option_of_another_form_is_a_usage_error(
+        daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], args: list[str], said: str) -> None:
+    # `dream --force` with its --undo RUN forgotten ran a dream (which changes notes)
+    # instead of undoing one; refused before any daemon is asked (none runs here).
+    code, err = cli_main(["dream", *args], daemon_factory.environment(), monkeypatch, capsys)
+    assert code == 2 and err.startswith(f"recalld: {said}") and err.count("\n") == 1, err
 
 
 def test_read_of_lines_past_the_end_says_so(daemon: DaemonHandle) -> None:
