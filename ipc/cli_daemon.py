@@ -18,6 +18,7 @@ import argparse
 import os
 import select
 import signal
+import threading
 from pathlib import Path
 from typing import TextIO
 
@@ -66,13 +67,14 @@ def systemd_unit(pid: int) -> str | None:
 
 
 def wait_gone(pid: int, timeout_s: float) -> bool:
-    """Whether process ``pid`` ended within ``timeout_s`` (waited on a pidfd: no polling)."""
+    """Whether process ``pid`` ended within ``timeout_s`` (waited on a pidfd: no polling;
+    a wait longer than the clock can count, ``--timeout 1e300``, is as long as it can)."""
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:
         return True
     try:
-        ready, _, _ = select.select([fd], [], [], timeout_s)
+        ready, _, _ = select.select([fd], [], [], min(timeout_s, threading.TIMEOUT_MAX))
         return bool(ready)
     finally:
         os.close(fd)

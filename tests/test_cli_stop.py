@@ -31,7 +31,9 @@ def test_stop_ends_the_daemon_cleanly_and_waits_for_it(daemon_factory: DaemonFac
 
 def test_stop_in_json_names_the_pid(daemon_factory: DaemonFactory) -> None:
     daemon = daemon_factory()
-    answer = as_json(recalld("--json", "stop", env=daemon.env))
+    # A wait past what the clock can count (1e300 s: "as long as it takes") waits as
+    # long as it can, as every other command's, not an OverflowError traceback.
+    answer = as_json(recalld("--json", "--timeout", "1e300", "stop", env=daemon.env))
     assert answer == {"stopped": True, "pid": daemon.pid, "socket": str(daemon.socket_path)}
     assert daemon.proc.wait(timeout=5) == 0
     assert not os.path.exists(daemon.socket_path)
