@@ -248,7 +248,10 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
         client = Client(paths.socket_path(socket), timeout_s=getattr(ns, "timeout", 30.0))
         with client:
             handler = _HANDLERS[command]
-            return handler(client, ns, out, as_json)
+            try:
+                return handler(client, ns, out, as_json)
+            except (KeyError, IndexError, TypeError, AttributeError) as exc:
+                raise _unexpected_answer(exc) from None
     except paths.PathError as exc:
         say(err, f"recalld: configuration error: {exc}")
         return EXIT_USAGE
@@ -285,6 +288,16 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
 
 
 Handler = Callable[[Client, argparse.Namespace, TextIO, bool], int]
+
+
+def _unexpected_answer(exc: Exception) -> errors.InternalError:
+    """The one-line error for an answer whose shape the command cannot show (a key
+    missing, a list where an object is due): the client checks no answer's shape, and a
+    daemon of another version may answer in another one."""
+    return errors.InternalError(
+        f"unexpected answer from the daemon ({type(exc).__name__}: {exc}); is it of "
+        f"another version than this recalld {__version__}? recalld status shows its "
+        "version; restart it after an upgrade")
 
 
 def _ping(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
