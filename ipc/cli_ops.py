@@ -26,6 +26,7 @@ from recalld.ipc.client import Client
 from recalld.ipc.progress import following
 from recalld.ipc.prometheus import labels_text, number, prometheus_text
 from recalld.ipc.render import _cell, print_json, table
+from recalld.ipc.types import visible
 
 DEFAULT_AGENT = "default"
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -117,7 +118,7 @@ _LEFT_OUT = (("passed_by", "names not UTF-8 or with a backslash: no archive can 
 
 def _some(names: list[str], shown: int = 10) -> str:
     more = len(names) - shown
-    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
+    return ", ".join(map(visible, names[:shown])) + (f" and {more} more" if more > 0 else "")
 
 
 def _local_or_name(file: str) -> str:
@@ -223,12 +224,14 @@ def _plan_text(plan: JsonObject) -> str:
     """What a restore will write and remove, per agent (from a dry run)."""
     lines = []
     for p in plan.get("plans", []):
-        lines.append(f"{p['agent_id']}: will write {p['write']} file(s) into {p['root']} "
+        lines.append(f"{p['agent_id']}: will write {p['write']} file(s) into "
+                     f"{visible(str(p['root']))} "
                      f"({p['overwrite']} replace existing ones) and remove {p['remove']} "
                      "file(s) the backup lacks"
                      + (f"; {p['unchanged']} hold the backup's bytes already and stay as "
                         "they are" if p.get("unchanged") else ""))
-        lines += [f"  remove {rel}" for rel in p.get("removes", [])]
+        # A name with a line break would show as two, neither of them the file removed.
+        lines += [f"  remove {visible(str(rel))}" for rel in p.get("removes", [])]
         if p["remove"] > len(p.get("removes", [])):
             lines.append(f"  ... and {p['remove'] - len(p['removes'])} more")
     return "\n".join(lines) + "\n"
@@ -290,7 +293,8 @@ def _verify_lines(result: JsonObject) -> list[str]:
         item = result.get(key) or {}
         if item.get("count"):
             more = ", ..." if item["count"] > len(item.get("paths") or []) else ""
-            lines.append(f"  {what}: {item['count']}: {', '.join(item['paths'])}{more}")
+            shown = ", ".join(visible(str(path)) for path in item.get("paths") or [])
+            lines.append(f"  {what}: {item['count']}: {shown}{more}")
     if not result.get("chunks_consistent", True):
         lines.append(f"  chunk bookkeeping inconsistent: {_cell(result['chunks'])}")
     gen = result.get("generation") or {}
