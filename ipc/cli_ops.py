@@ -103,7 +103,11 @@ def confirm(question: str, yes: bool) -> None:
         return
     if sys.stdin is None or not sys.stdin.isatty():  # None: closed from the start
         raise errors.InvalidParams(f"{question} Pass --yes to confirm (stdin is not a terminal)")
-    answer = input(f"{question} [y/N] ").strip().lower()
+    try:
+        answer = input(f"{question} [y/N] ").strip().lower()
+    except EOFError:  # Ctrl-D, or the terminal went away: no answer is a no
+        print(file=sys.stdout)  # (ends the prompt's line)
+        answer = ""
     if answer not in ("y", "yes"):
         raise Declined("cancelled; nothing was changed")
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
 import re
 import shutil
 import signal
@@ -300,6 +302,24 @@ def test_a_dream_option_of_another_form_is_a_usage_error(
     # instead of undoing one; refused before any daemon is asked (none runs here).
     code, err = cli_main(["dream", *args], daemon_factory.environment(), monkeypatch, capsys)
     assert code == 2 and err.startswith(f"recalld: {said}") and err.count("\n") == 1, err
+
+
+def test_ctrl_d_at_a_confirmation_is_a_no(monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    # Ctrl-D at "Restore ...? [y/N]" ended the command in an EOFError traceback.
+    from recalld.ipc.cli_ops import Declined, confirm
+
+    master, slave = pty.openpty()
+    try:
+        os.write(master, b"\x04")  # what Ctrl-D sends: the end of input, no answer
+        with open(slave, encoding="utf-8", closefd=False) as terminal:
+            monkeypatch.setattr(sys, "stdin", terminal)
+            with pytest.raises(Declined, match="nothing was changed"):
+                confirm("Restore b.zip over agent(s) default?", yes=False)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert capsys.readouterr().out == "Restore b.zip over agent(s) default? [y/N] \n"
 
 
 def test_read_of_lines_past_the_end_says_so(daemon: DaemonHandle) -> None:
