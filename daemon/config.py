@@ -26,12 +26,20 @@ from recalld.daemon.dsn import problem as dsn_problem
 from recalld.daemon.refusals import SettingsRefused
 from recalld.ipc import paths
 from recalld.ipc.agent_ids import workspace_table
+from recalld.ipc.types import visible
 
 DEFAULT_AGENT = "default"
 
 
 class ConfigError(Exception):
-    """The configuration file or a workspace config is invalid; the message says where."""
+    """The configuration file or a workspace config is invalid; the message says where.
+
+    The message is one line: control characters of the values, keys and table names it
+    quotes are shown escaped (``"memory\\n"``), so a value can neither end it early nor
+    add lines of its own to a terminal, a log or the journal."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(visible(message))
 
 
 #: Settings fields that are recorded by the loader, never keys a file or a client sets.

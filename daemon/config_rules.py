@@ -354,12 +354,24 @@ def layout_problem(dirs: Mapping[str, str]) -> str | None:
     return None
 
 
+#: The escapes a TOML basic string has for control characters; others are ``\\uXXXX``.
+_TOML_ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def _is_control(char: str) -> bool:
+    return char < " " or "\x7f" <= char <= "\x9f"
+
+
 def shown(value: object) -> str:
     """A value as TOML would write it, for error messages."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        text = value.replace("\\", "\\\\").replace('"', '\\"')
+        if not text.isprintable():  # a control character, escaped as TOML escapes it
+            text = "".join(_TOML_ESCAPES.get(c, f"\\u{ord(c):04X}") if _is_control(c) else c
+                           for c in text)
+        return f'"{text}"'
     if isinstance(value, list | tuple):
         return "[" + ", ".join(shown(v) for v in value) + "]"
     if isinstance(value, dict):
