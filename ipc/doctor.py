@@ -163,7 +163,8 @@ class Doctor:
     def shell_config(self) -> list[Check]:
         """The configuration file of this shell (``RECALLD_CONFIG``, ``XDG_CONFIG_HOME``)
         when the running daemon read another: the one ``recalld`` commands run here read
-        (they exit 2 when it is refused) and a ``recalld serve`` started here would run on."""
+        (they exit 2 when they cannot parse it or its ``socket_path``) and a ``recalld
+        serve`` started here would run on (it exits 2 on any value it refuses)."""
         running = self.status.get("config_path") if self.status is not None else None
         if not running:
             return []  # config_file checked this shell's file
@@ -190,10 +191,13 @@ class Doctor:
         if isinstance(error, Check):
             return [Check("shell config", error.status, error.detail)]
         if error is not None:
-            return [Check("shell config", "fail",
-                          f"{error} (read by recalld commands here, which exit 2; the daemon "
-                          f"reads {running})", f"fix {path}, or export RECALLD_CONFIG="
-                          f"{shlex.quote(str(running))}")]
+            try:  # the commands read only the file's syntax and socket_path
+                paths.socket_path(None, self.env)
+                who = "a recalld serve started here exits 2 on it; recalld commands run"
+            except paths.PathError:
+                who = "read by recalld commands here, which exit 2"
+            return [Check("shell config", "fail", f"{error} ({who}; the daemon reads {running})",
+                          f"fix {path}, or export RECALLD_CONFIG={shlex.quote(str(running))}")]
         return [Check("shell config", "warn",
                       f"{path} is valid, but the daemon reads {running}: commands here and a "
                       "daemon started here may find another socket and settings",

@@ -219,17 +219,22 @@ def test_doctor_checks_the_config_file_of_this_shell_too(
         proc = recalld("--json", "doctor", env=env)
         return proc.returncode, {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
 
-    for text, said in (("[daemon]\ncpu_threads = -1\n", "cpu_threads = -1"),
-                       ("[daemon\n", "line 1"),
-                       ("[workspaces.\"../x\"]\n", "agent id")):
+    # The commands read the file's syntax and socket_path only: a value only the daemon
+    # refuses is one a `recalld serve` started here exits 2 on, not every command.
+    serve_only = "a recalld serve started here exits 2 on it; recalld commands run"
+    for text, said, who in (("[daemon]\ncpu_threads = -1\n", "cpu_threads = -1", serve_only),
+                            ("[daemon\n", "line 1", "recalld commands here, which exit 2"),
+                            ("[workspaces.\"../x\"]\n", "agent id", serve_only)):
         code, checks = shell_check(text)
         assert checks["config file"]["status"] == "ok", checks["config file"]
         check = checks["shell config"]
         assert code == 1 and check["status"] == "fail", check
         assert said in check["detail"] and str(daemon.config_path) in check["detail"], check
+        assert who in check["detail"], check
         assert f"RECALLD_CONFIG={daemon.config_path}" in check["fix"], check
-    (tmp_path / "shell.toml").unlink()
     env = dict(daemon.env, RECALLD_CONFIG=str(tmp_path / "shell.toml"))
+    assert recalld("ping", env=env).returncode == 0  # ../x: the commands run, as said
+    (tmp_path / "shell.toml").unlink()
     assert recalld("status", env=env).returncode == 2
     proc = recalld("--json", "doctor", env=env)
     check = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}["shell config"]
