@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 from recalld.daemon.dsn import mask_dsn
 from recalld.daemon.providers.local_names import E5_SMALL, MINILM, known_local_model
 from recalld.daemon.watchpaths import IGNORE_DIRS
+from recalld.ipc.protocol import MAX_REQUEST_BYTES_RANGE
 
 #: Agent ids name workspaces and directories; the same rule as ``workspace.open``.
 AGENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
@@ -209,7 +210,7 @@ URL = Rule(_url, "ftp://example.com")
 #: (settings class, field) -> rule. Every number has a range; every enum its values.
 RULES: dict[tuple[str, str], Rule] = {
     # [daemon]
-    ("DaemonConfig", "max_request_bytes"): between(64 << 10, 1 << 30),
+    ("DaemonConfig", "max_request_bytes"): between(*MAX_REQUEST_BYTES_RANGE),
     ("DaemonConfig", "max_batch"): between(1, 10_000),
     ("DaemonConfig", "max_connections"): between(1, 65_536),
     ("DaemonConfig", "idle_timeout_s"): between(1.0, 7 * DAY_S),

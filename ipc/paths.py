@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from recalld.ipc import errors
+from recalld.ipc.protocol import MAX_REQUEST_BYTES_RANGE
 
 #: sun_path holds 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
@@ -417,7 +418,8 @@ def max_request_bytes(environ: Mapping[str, str] | None = None,
         value, _ = _configured("max_request_bytes", config, env)
     except PathError:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    low, high = MAX_REQUEST_BYTES_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         return None
     return value
 

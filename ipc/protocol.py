@@ -28,6 +28,9 @@ from recalld.ipc.errors import ErrorObject
 
 JSONRPC = "2.0"
 DEFAULT_MAX_FRAME_BYTES = 1 << 20
+#: The values ``[daemon] max_request_bytes`` may take (the daemon refuses others at its
+#: start; a client keeps the default limit for them).
+MAX_REQUEST_BYTES_RANGE = (64 << 10, 1 << 30)
 DEFAULT_MAX_BATCH = 100
 _CR = ord("\r")
 

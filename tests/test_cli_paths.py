@@ -281,3 +281,17 @@ def test_a_config_path_that_is_no_file_is_refused_not_waited_on(
     os.mkfifo(units / "recalld.service")
     doctor = json.loads(recalld("doctor", "--json", env=env).stdout)
     assert any(c["name"] == "unit" for c in doctor["checks"]), doctor
+
+
+def test_a_request_limit_the_daemon_would_refuse_is_not_the_clients(tmp_path: Path) -> None:
+    # The client takes [daemon] max_request_bytes from the file the daemon reads, but only
+    # a value the daemon starts with: below 64 KiB or past 1 GiB it keeps the default
+    # (max_request_bytes = 1 failed every command: "request of 59 bytes exceeds ...").
+    from recalld.ipc import paths
+
+    config = tmp_path / "config.toml"
+    for value, taken in ((1, None), (65535, None), (65536, 65536), (2 << 20, 2 << 20),
+                         ((1 << 30) + 1, None), (-5, None), ("1MB", None)):
+        shown = f'"{value}"' if isinstance(value, str) else value
+        config.write_text(f"[daemon]\nmax_request_bytes = {shown}\n", encoding="utf-8")
+        assert paths.max_request_bytes({"RECALLD_CONFIG": str(config)}) == taken, value
