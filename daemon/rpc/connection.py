@@ -17,7 +17,8 @@ Limits (RELIABILITY 16-17, ADR 0008 and 0018):
   is owed something (a call running, an event subscription) and sent no half frame;
 - an answer that the client does not take within ``write_timeout_s`` aborts the connection;
 - at most ``max_concurrent_calls_per_connection`` calls run at once; a batch is one call,
-  whose requests after its answers passed :data:`MAX_BATCH_ANSWER_BYTES` are refused unrun;
+  whose requests after its answers passed
+  :data:`~recalld.daemon.rpc.calls.MAX_BATCH_ANSWER_BYTES` are refused unrun;
 - back pressure: a new call starts only while the answers waiting to be written, plus an
   estimate of each running call's answer, stay within :data:`MAX_UNSENT_BYTES`; until
   then nothing more is read, so the client's own writes block in its socket.
@@ -38,7 +39,6 @@ are answered SHUTTING_DOWN without running.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -48,7 +48,7 @@ import trio
 
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.events import EventBus, Subscription, View
-from recalld.daemon.rpc.calls import CallCounters, encodable, run_call
+from recalld.daemon.rpc.calls import NOT_RUN, CallCounters, encodable, run_calls
 from recalld.daemon.rpc.connection_events import (
     EVENT_QUEUE_SIZE,
     check_subscription,
@@ -58,7 +58,6 @@ from recalld.daemon.rpc.connection_events import (
 from recalld.daemon.rpc.frame_writer import FrameWriter
 from recalld.ipc import errors
 from recalld.ipc.protocol import (
-    Answer,
     FrameTooLarge,
     Incoming,
     LineFramer,
@@ -82,13 +81,6 @@ FAIR_SLICE_S = 0.001
 MAX_UNSENT_BYTES = 256 * 1024
 INITIAL_ANSWER_ESTIMATE = 64 * 1024
 MIN_ANSWER_ESTIMATE = 1024
-# A batch is answered in one frame, built in memory: once its answers pass this size, its
-# remaining requests are answered with REQUEST_TOO_LARGE instead of being run (a batch of
-# 100 reads would otherwise hold some 50 MB per connection that does not read).
-MAX_BATCH_ANSWER_BYTES = 1024 * 1024
-_BATCH_CUT = (f"the batch's answers passed {MAX_BATCH_ANSWER_BYTES >> 20} MiB before this call "
-              "ran: send it again, alone or in a smaller batch")
-_NOT_RUN = "shutting down: this request was not run; send it again once the daemon is back"
 _CUT = ("shutting down: the daemon stopped before this call finished (graceful_timeout_s); "
         "it may have taken effect, in part")
 
@@ -301,7 +293,7 @@ class Connection:
         while True:
             for line in lines:
                 self._counters.errors_total += 1
-                reply = self._protocol.refuse(line, errors.SHUTTING_DOWN, _NOT_RUN)
+                reply = self._protocol.refuse(line, errors.SHUTTING_DOWN, NOT_RUN)
                 if reply is not None and not await self.send(reply):
                     return
             await trio.lowlevel.checkpoint()
@@ -377,7 +369,8 @@ class Connection:
             # Members of a batch run one after another within one slot: bounded, and a
             # batch cannot starve the connection's other calls of slots.
             try:
-                answers = await self._run_calls(incoming)
+                answers = await run_calls(self._dispatch, incoming, self, self._counters,
+                                          lambda: self._stopping)
             except trio.Cancelled:
                 if self._stopping:  # the server's grace ran out: say so if it can be said
                     self._writer.write_now(self._protocol.reply(incoming, [
@@ -400,30 +393,6 @@ class Connection:
             self._wake_reader()
             if self._in_flight == 0 and self._calls_done is not None:
                 self._calls_done.set()
-
-    async def _run_calls(self, incoming: Incoming) -> list[Answer | None]:
-        """The answers of ``incoming``'s calls, run in order; in a batch, the requests
-        after its answers passed :data:`MAX_BATCH_ANSWER_BYTES` are refused unrun
-        (notifications still run: their answers are not kept), and once the daemon
-        stops, those not started are refused SHUTTING_DOWN (notifications dropped)."""
-        answers: list[Answer | None] = []
-        size = 0
-        for call in incoming.calls:
-            if self._stopping:
-                self._counters.errors_total += 1
-                answers.append(None if call.is_notification else
-                               error_response(call.id, errors.SHUTTING_DOWN, _NOT_RUN))
-                continue
-            if size > MAX_BATCH_ANSWER_BYTES and not call.is_notification:
-                self._counters.errors_total += 1
-                answers.append(error_response(call.id, errors.REQUEST_TOO_LARGE, _BATCH_CUT))
-                continue
-            answer = await run_call(self._dispatch, call, self, self._counters)
-            if incoming.is_batch and answer is not None:
-                with contextlib.suppress(orjson.JSONEncodeError):  # sent as an internal error
-                    size += len(orjson.dumps(answer))
-            answers.append(answer)
-        return answers
 
     async def send(self, data: bytes, *, abort: bool = True) -> bool:
         """Write one frame; False if the client is stuck (and, with ``abort``, the
