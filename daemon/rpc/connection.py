@@ -128,6 +128,8 @@ class Connection:
         self._nursery: trio.Nursery | None = None
         self._stopping = False
         self._last_frame = 0.0
+        self._idle_park: trio.Event | None = None  # the idle watch waits for a change
+        self._idle_scope = trio.CancelScope()  # ...and ends with the reading
         self._unrun: list[bytes] = []  # lines read, not run when reading stopped
         self._linger: trio.Event | None = None  # a half-closed subscriber is served
         self.subscription: Subscription | None = None
@@ -173,6 +175,7 @@ class Connection:
             graceful = False
             with self._read_scope:
                 graceful = await self._read_loop(nursery)
+            self._idle_scope.cancel()  # nothing more is read: no idleness to watch
             if self._read_scope.cancelled_caught:
                 graceful = not self._idle_expired
             if graceful and self._stopping:  # the daemon stops: refuse what comes
@@ -249,6 +252,8 @@ class Connection:
                 return False
             if lines:
                 self._last_frame = now = trio.current_time()
+            if framer.pending_bytes:
+                self._unpark_idle()  # a frame begun: idleness counts from here
             for index, line in enumerate(lines):
                 if self._stop_requested():
                     self._unrun += lines[index:]
@@ -323,23 +328,44 @@ class Connection:
 
         Waiting for a call or for events is not idleness, but a half sent frame is.
         Sleeps until the deadline (moved by every frame), so it wakes at most once per
-        idle period instead of costing a timer per read.
+        idle period instead of costing a timer per read; and while the client only waits
+        for its calls or its events, it sleeps with no timer at all until that ends or
+        half a frame comes (then a full period starts), so a subscriber that waits for
+        hours costs no wake-up. Ends when the reading does.
         """
         idle_s = self._config.idle_timeout_s
-        while True:
-            await trio.sleep_until(self._last_frame + idle_s)
-            now = trio.current_time()
-            if now < self._last_frame + idle_s:
-                continue  # frames came meanwhile
-            busy = self._in_flight > 0 or self.subscription is not None
-            if not self._waiting or (busy and self._framer.pending_bytes == 0):
-                self._last_frame = now
-                continue
-            self._counters.timeouts_total += 1
-            log.info("connection %d: idle for %.1f s, closing", self._id, idle_s)
-            self._idle_expired = True
-            self._read_scope.cancel()
-            return
+        with self._idle_scope:
+            while True:
+                await trio.sleep_until(self._last_frame + idle_s)
+                now = trio.current_time()
+                if now < self._last_frame + idle_s:
+                    continue  # frames came meanwhile
+                if not self._waiting:  # the reader runs a call or waits for room
+                    self._last_frame = now
+                    continue
+                if self._awaited():
+                    while self._awaited():
+                        self._idle_park = park = trio.Event()
+                        await park.wait()
+                    self._last_frame = trio.current_time()
+                    continue
+                self._counters.timeouts_total += 1
+                log.info("connection %d: idle for %.1f s, closing", self._id, idle_s)
+                self._idle_expired = True
+                self._read_scope.cancel()
+                return
+
+    def _awaited(self) -> bool:
+        """Whether the client waits for the daemon (a call running, or its events) with
+        no half sent frame: not idle, whatever the time since its last frame."""
+        return ((self._in_flight > 0 or self.subscription is not None)
+                and self._framer.pending_bytes == 0)
+
+    def _unpark_idle(self) -> None:
+        """Wake the idle watch waiting for :meth:`_awaited` to change (it checks again)."""
+        if self._idle_park is not None:
+            self._idle_park.set()
+            self._idle_park = None
 
     def _has_room(self, *, need_slot: bool) -> bool:
         """Whether a new call may start now (see :data:`MAX_UNSENT_BYTES`)."""
@@ -391,6 +417,8 @@ class Connection:
         finally:
             self._in_flight -= 1
             self._wake_reader()
+            if self._in_flight == 0:
+                self._unpark_idle()
             if self._in_flight == 0 and self._calls_done is not None:
                 self._calls_done.set()
 
@@ -448,6 +476,7 @@ class Connection:
         finally:
             if self.subscription is sub:
                 self.subscription = None
+                self._unpark_idle()
                 if self._linger is not None:  # nothing more to send: close
                     self._linger.set()
 
