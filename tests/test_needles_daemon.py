@@ -18,6 +18,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "bench"))
 import bilingual
 
 
+def _opened(daemon: Any, tmp_path: Path, bs: bilingual.BilingualSet) -> Path:
+    """``bs`` written to a workspace the daemon opens and has indexed; its root."""
+    root = tmp_path / "ws"
+    bilingual.write(root, bs)
+    (root / "digest").mkdir()
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    daemon.call("index.sync", {"agent_id": "w"})
+    return root
+
+
+def _idents(bs: bilingual.BilingualSet) -> list[tuple[str, str]]:
+    """(identifier query, its note) of each identifier needle of ``bs``."""
+    return [(query, target) for query, target, form
+            in zip(bs.queries, bs.targets, bs.forms, strict=True) if form == "ident"]
+
+
+def _miss(daemon: Any, query: str, target: str, *,
+          sync: bool = False) -> tuple[str, str, str | None] | None:
+    """None when ``target`` is the exact first hit of ``query``, else what came first."""
+    answer = daemon.call("memory.search", {"agent_id": "w", "query": query,
+                                           "max_results": 5, "sync": sync})
+    top = answer["results"][0] if answer["results"] else None
+    if top is None or top["path"] != target or not top.get("exact"):
+        return query, target, top and top["path"]
+    return None
+
+
 def test_identifier_needles_in_chinese_notes_rank_first(daemon: Any, tmp_path: Path) -> None:
     bs = bilingual.generate(notes=120, needles=12, seed=7, distractors=20)
     root = tmp_path / "ws"
@@ -45,23 +72,11 @@ def test_a_needle_glued_to_chinese_words_of_the_query_ranks_first(daemon: Any,
     # A Chinese question puts no space around the identifier it asks about: the CJK
     # characters end the identifier, as the tokenizer has it.
     bs = bilingual.generate(notes=120, needles=6, seed=5, distractors=20)
-    root = tmp_path / "ws"
-    bilingual.write(root, bs)
-    (root / "digest").mkdir()
-    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
-    daemon.call("index.sync", {"agent_id": "w"})
-    misses = []
-    for query, target, form in zip(bs.queries, bs.targets, bs.forms, strict=True):
-        if form != "ident":
-            continue
-        for glued in (f"{query}是什么错误", f"关于{query}的问题"):
-            answer = daemon.call("memory.search", {"agent_id": "w", "query": glued,
-                                                   "max_results": 5})
-            top = answer["results"][0] if answer["results"] else None
-            if top is None or top["path"] != target or not top.get("exact"):
-                misses.append((glued, target, top and top["path"]))
+    _opened(daemon, tmp_path, bs)
+    misses = [miss for query, target in _idents(bs)
+              for glued in (f"{query}是什么错误", f"关于{query}的问题")
+              if (miss := _miss(daemon, glued, target)) is not None]
     assert misses == []
-
 
 
 def test_a_needle_asked_with_a_rare_word_of_its_note_ranks_first(daemon: Any,
@@ -70,13 +85,8 @@ def test_a_needle_asked_with_a_rare_word_of_its_note_ranks_first(daemon: Any,
     # the notes' text does not spell. The Chinese note that has the needle and the word is
     # the exact hit, ahead of the English note that has the word and the needle's parts.
     bs = bilingual.generate(notes=120, needles=6, seed=13, distractors=20)
-    root = tmp_path / "ws"
-    bilingual.write(root, bs)
-    (root / "digest").mkdir()
-    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
-    daemon.call("index.sync", {"agent_id": "w"})
-    needles = [(query, target) for query, target, form
-               in zip(bs.queries, bs.targets, bs.forms, strict=True) if form == "ident"]
+    root = _opened(daemon, tmp_path, bs)
+    needles = _idents(bs)
     words = ("strategy", "copying", "memory rating")
     for (ident, target), word in zip(needles, words, strict=False):
         answer = daemon.call("memory.search", {"agent_id": "w", "query": ident,
@@ -85,15 +95,10 @@ def test_a_needle_asked_with_a_rare_word_of_its_note_ranks_first(daemon: Any,
         for path in (target, rival):
             with (root / path).open("a", encoding="utf-8") as f:
                 f.write(f"\n{word}\n")
-    misses = []
-    for (ident, target), word in zip(needles, words, strict=False):
-        query = f"{ident} {word}"
-        answer = daemon.call("memory.search", {"agent_id": "w", "query": query,
-                                               "max_results": 5, "sync": True})
-        top = answer["results"][0] if answer["results"] else None
-        if top is None or top["path"] != target or not top.get("exact"):
-            misses.append((query, target, top and top["path"]))
+    misses = [miss for (ident, target), word in zip(needles, words, strict=False)
+              if (miss := _miss(daemon, f"{ident} {word}", target, sync=True)) is not None]
     assert misses == []
+
 
 def test_a_needle_asked_with_a_rare_word_of_other_notes_ranks_first(daemon: Any,
                                                                     tmp_path: Path) -> None:
@@ -101,13 +106,8 @@ def test_a_needle_asked_with_a_rare_word_of_other_notes_ranks_first(daemon: Any,
     # needle's own note: no note holds every special term, and the one that holds the
     # identifier must still rank first, exact, ahead of the notes with only its parts.
     bs = bilingual.generate(notes=120, needles=6, seed=17, distractors=20)
-    root = tmp_path / "ws"
-    bilingual.write(root, bs)
-    (root / "digest").mkdir()
-    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
-    daemon.call("index.sync", {"agent_id": "w"})
-    needles = [(query, target) for query, target, form
-               in zip(bs.queries, bs.targets, bs.forms, strict=True) if form == "ident"]
+    root = _opened(daemon, tmp_path, bs)
+    needles = _idents(bs)
     words = ("kelvinator", "蜂鸟引擎", "frobnicated 48213")
     for (ident, target), word in zip(needles, words, strict=False):
         answer = daemon.call("memory.search", {"agent_id": "w", "query": ident,
@@ -115,14 +115,9 @@ def test_a_needle_asked_with_a_rare_word_of_other_notes_ranks_first(daemon: Any,
         rival = next(r["path"] for r in answer["results"] if r["path"] != target)
         with (root / rival).open("a", encoding="utf-8") as f:
             f.write(f"\n{word}\n")
-    misses = []
-    for (ident, target), word in zip(needles, words, strict=False):
-        for query in (f"{ident} {word}", f"{word} {ident}"):
-            answer = daemon.call("memory.search", {"agent_id": "w", "query": query,
-                                                   "max_results": 5, "sync": True})
-            top = answer["results"][0] if answer["results"] else None
-            if top is None or top["path"] != target or not top.get("exact"):
-                misses.append((query, target, top and top["path"]))
+    misses = [miss for (ident, target), word in zip(needles, words, strict=False)
+              for query in (f"{ident} {word}", f"{word} {ident}")
+              if (miss := _miss(daemon, query, target, sync=True)) is not None]
     assert misses == []
 
 
@@ -136,25 +131,15 @@ def test_a_needle_in_full_width_forms_is_the_needle(daemon: Any, tmp_path: Path)
     # that spells its needle so holds it, and must rank first for the needle typed in
     # ASCII or in full-width forms, ahead of the English notes sharing its parts.
     bs = bilingual.generate(notes=120, needles=6, seed=11, distractors=20)
-    needles = {target: query for query, target, form
-               in zip(bs.queries, bs.targets, bs.forms, strict=True) if form == "ident"}
+    needles = {target: query for query, target in _idents(bs)}
     notes = dict(bs.notes)
     for target, ident in needles.items():
         assert ident in notes[target]
         notes[target] = notes[target].replace(ident, _full_width(ident))
-    root = tmp_path / "ws"
-    bilingual.write(root, dataclasses.replace(bs, notes=notes))
-    (root / "digest").mkdir()
-    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
-    daemon.call("index.sync", {"agent_id": "w"})
-    misses = []
-    for target, ident in needles.items():
-        for query in (ident, f"what went wrong with {ident}?", _full_width(ident)):
-            answer = daemon.call("memory.search", {"agent_id": "w", "query": query,
-                                                   "max_results": 5})
-            top = answer["results"][0] if answer["results"] else None
-            if top is None or top["path"] != target or not top.get("exact"):
-                misses.append((query, target, top and top["path"]))
+    _opened(daemon, tmp_path, dataclasses.replace(bs, notes=notes))
+    misses = [miss for target, ident in needles.items()
+              for query in (ident, f"what went wrong with {ident}?", _full_width(ident))
+              if (miss := _miss(daemon, query, target)) is not None]
     assert misses == []
 
 
