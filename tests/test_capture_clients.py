@@ -100,21 +100,27 @@ async def one_turn(fake: FakeProvider, mw: RecalldMemoryMiddleware,
     return agent
 
 
+def turn_then_close(daemon: Any, fake: FakeProvider, agent_id: str, mode: Mode,
+                    said: Any) -> None:
+    """One turn through a memory middleware of ``agent_id`` in ``mode``, then its close()."""
+    async def main() -> None:
+        mw = RecalldMemoryMiddleware(agent_id=agent_id, mode=mode,
+                                     socket_path=daemon.socket_path)
+        try:
+            await one_turn(fake, mw, said)
+        finally:
+            await mw.close()
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_agentscope_close_writes_the_note(daemon_factory: Any, fake: FakeProvider,
                                           mode: Mode) -> None:
     daemon = daemon_factory(config(fake, idle_s=600))
     fact = f"My favourite tree in {mode} is the rowan."
 
-    async def main() -> None:
-        mw = RecalldMemoryMiddleware(agent_id="gardener", mode=mode,
-                                     socket_path=daemon.socket_path)
-        try:
-            await one_turn(fake, mw, fact)
-        finally:
-            await mw.close()
-
-    asyncio.run(main())
+    turn_then_close(daemon, fake, "gardener", mode, fact)
     wait_note(workspace_root(daemon, "gardener"), fact)
 
 
@@ -135,15 +141,7 @@ def test_agentscope_a_reply_with_no_text_keeps_what_the_user_said(daemon_factory
 
     fake.chat_default = searcher
 
-    async def main() -> None:
-        mw = RecalldMemoryMiddleware(agent_id="traveller", mode="agent_control",
-                                     socket_path=daemon.socket_path)
-        try:
-            await one_turn(fake, mw, fact)
-        finally:
-            await mw.close()
-
-    asyncio.run(main())
+    turn_then_close(daemon, fake, "traveller", "agent_control", fact)
     root = workspace_root(daemon, "traveller")
     wait_note(root, fact)
 
@@ -162,15 +160,8 @@ def test_agentscope_images_and_files_are_named_in_the_dialog(daemon_factory: Any
     photo = DataBlock(name="receipt.png",
                       source=Base64Source(data="iVBORw0KGgo=", media_type="image/png"))
 
-    async def main() -> None:
-        mw = RecalldMemoryMiddleware(agent_id="archivist", mode="static_control",
-                                     socket_path=daemon.socket_path)
-        try:
-            await one_turn(fake, mw, [photo, TextBlock(text="Keep it for the warranty.")])
-        finally:
-            await mw.close()
-
-    asyncio.run(main())
+    turn_then_close(daemon, fake, "archivist", "static_control",
+                    [photo, TextBlock(text="Keep it for the warranty.")])
     root = workspace_root(daemon, "archivist")
     wait_note(root, "[image omitted: receipt.png]")
     dialogs = wait_for(lambda: list((root / "mem_session").glob("dialog/*.jsonl")),
