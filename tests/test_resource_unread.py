@@ -5,6 +5,7 @@ a real daemon and the scripted chat model (see test_resource.py)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 from pathlib import Path
@@ -53,6 +54,37 @@ def test_a_file_that_cannot_be_read_is_skipped_with_why_not_removed(
         assert note.read_text() == written
         assert "source_removed" not in parse_frontmatter(note.read_text())[0]
     assert chat_calls(fake) == calls
+
+
+def test_a_file_removed_twice_around_a_spell_unread_comes_back_to_an_unmarked_note(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """Removed (its note marked), a FIFO in its place (skipped), removed again and back with
+    its bytes before the job got to the second removal: its note is unmarked. The second
+    removal took the note for unmarked, so the file back left it saying it was removed."""
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    plan = "resource/plan.txt"
+    write(root, plan, "Launch on May 3.\n")
+    open_ws(daemon, "res", root, fake)
+    wait_state(root, plan, "processed")
+    note = root / catalog(root)[plan]["note"]
+    written = note.read_text()
+    (root / plan).unlink()
+    wait_for(lambda: "source_removed" in parse_frontmatter(note.read_text())[0],
+             "the note marked as of a removed file")
+    os.mkfifo(root / plan)
+    wait_state(root, plan, "skipped")
+    # The job is held reading another file: the second removal is recorded, not marked.
+    gate = fake.gate(lambda body: "Slow going" in json.dumps(body))
+    write(root, "resource/slow.txt", "Slow going.\n")
+    assert gate.entered.wait(30), "the job did not ask about slow.txt"
+    (root / plan).unlink()
+    wait_state(root, plan, "removed")
+    write(root, plan, "Launch on May 3.\n")
+    wait_state(root, plan, "processed")
+    gate.open()
+    wait_state(root, "resource/slow.txt", "processed", "failed")
+    assert note.read_text() == written
 
 
 def test_every_suffix_of_a_text_format_is_read(daemon: DaemonHandle, fake: FakeProvider,

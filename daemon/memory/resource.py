@@ -289,9 +289,9 @@ class ResourceCatalog:
             reme_resource.note_fields, self.ws.root, str(note)) if note else {}
         if fields.get("resource_digest") != rec["digest"]:
             return False
-        if rec.get("marked") or fields.get("source_changed"):
-            await renamed_in_note(self.ws, str(note), rec["path"], rec["path"],
-                                  rec.get("removed_on"))
+        marked_on = fields.get("source_removed") or rec.get("removed_on")  # as the note says
+        if rec.get("marked") or fields.get("source_removed") or fields.get("source_changed"):
+            await renamed_in_note(self.ws, str(note), rec["path"], rec["path"], marked_on)
         rec.update(state="processed", reason="", marked=False)
         rec.pop("removed_on", None)
         rec.pop("unreadable", None)
