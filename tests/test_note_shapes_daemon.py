@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from clirun import run_recalld
 from conftest import DaemonHandle
 
+from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.ipc.errors import InvalidParams
 
 
@@ -313,3 +316,32 @@ def test_a_frontmatter_word_finds_body_text_before_a_long_paragraph(
         assert hit["end_line"] == 7 and hit["text"].startswith("---\nname: 迁移会议\n"), hit
     answer = daemon.call("memory.search", {"agent_id": "w", "query": "尾声记号"})
     assert answer["results"][0]["text"].endswith("尾声记号")
+
+
+def test_a_note_of_no_named_session_links_no_dialog_log(daemon: DaemonHandle,
+                                                        tmp_path: Path) -> None:
+    # `recalld note` and the MCP bridge's memory_add_note without a session write to the
+    # daemon's own note session, whose dialog log nobody writes: its notes linked one.
+    root = tmp_path / "ws"
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    proc = run_recalld(["note", "--agent", "w", "--json", "The kiln fires at 1240 C."],
+                       env=daemon.env)
+    assert proc.returncode == 0, proc.stderr
+    plain = root / json.loads(proc.stdout)["path"]
+    assert "source_conversation" not in plain.read_text(), plain.read_text()
+    # The same note written before with the link has it taken out on the next write.
+    plain.write_text(plain.read_text().replace(
+        "session_id: agent-notes",
+        'session_id: agent-notes\nsource_conversation: "[[mem_session/dialog/'
+        'agent-notes.jsonl]]"'))
+    daemon.call("index.sync", {"agent_id": "w"})
+    daemon.call("memory.add_note", {"agent_id": "w", "content": "The glaze is cobalt."})
+    named = daemon.call("memory.add_note", {"agent_id": "w", "content": "Kiln two is cold.",
+                                            "session_id": "chat-7"})
+    fields = parse_frontmatter(plain.read_text())[0]
+    assert fields["session_id"] == "agent-notes", fields
+    assert "source_conversation" not in fields, fields
+    assert "The glaze is cobalt." in plain.read_text()
+    # A session named by its caller is a conversation its turns may be given in.
+    assert parse_frontmatter((root / named["path"]).read_text())[0][
+        "source_conversation"] == "[[mem_session/dialog/chat-7.jsonl]]"

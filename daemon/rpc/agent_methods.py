@@ -104,16 +104,19 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
     without one, by its content, which the note then holds already (not a content
     redaction changed: masked secrets read alike). A text written in
     parts gives each its id: a part that repeats an earlier one is appended too.
+    A note of no named session links no dialog log unless ``dialog`` is sent true.
     """
     p = Params(params)
     agent_id = p.agent_id()
     content = p.text("content")
-    session_id = check_session_id(p.text("session_id", DEFAULT_NOTE_SESSION))
+    named = p.text("session_id", None)
+    session_id = check_session_id(DEFAULT_NOTE_SESSION if named is None else named)
     name = p.text("name", DEFAULT_NOTE_NAME)
     description = p.text("description", None)
     author = p.text("author", None)
     request_id = check_request_id(p.text("request_id", None))
-    dialog = p.boolean("dialog", True)
+    # The default session is no conversation: no dialog log of it is ever written.
+    dialog = p.boolean("dialog", named is not None)
     p.done()
     if request_id is not None:
         # Kept beside memory.add_turns' ids (whose session ids hold no space); the same id
