@@ -70,6 +70,7 @@ from recalld.ipc.mcp_tools import (
     TOOL_NAMES,
     TOOLS,
     argument_error,
+    prompt_count,
     prompt_flag,
 )
 from recalld.ipc.mcp_wire import StdoutWire, claimed_stdout
@@ -234,15 +235,13 @@ class Bridge:
         does not store recalled memory as what the user said."""
         if name != RECALL_PROMPT.name:
             raise ValueError(f"unknown prompt: the prompt is {RECALL_PROMPT.name}")
-        budget = args.get("budget_chars")
-        try:
-            budget_chars = int(budget) if budget else None
-        except ValueError:
-            raise ValueError("budget_chars must be a whole number") from None
+        # Checked before the daemon is asked: a wrong word is refused, not taken for no.
+        budget_chars = prompt_count(args, "budget_chars")
+        include_index = prompt_flag(args, "include_index")
+        include_interests = prompt_flag(args, "include_interests")
         answer = await self.recall(
             str(args.get("query", "")), budget_chars=budget_chars,
-            include_index=prompt_flag(args, "include_index"),
-            include_interests=prompt_flag(args, "include_interests"))
+            include_index=include_index, include_interests=include_interests)
         block = _recall_block(answer)
         return types.GetPromptResult(
             description=f"long-term memory of {self.agent} for the request",

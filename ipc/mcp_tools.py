@@ -132,9 +132,29 @@ RECALL_WRAP = ("<recalled-memory>\nRelevant long-term memory (use only what is p
                "\n\n{block}\n</recalled-memory>")
 
 
+#: The spellings of a yes/no prompt argument (prompt arguments are strings); none is no.
+_FLAGS = {"true": True, "1": True, "yes": True, "y": True, "on": True,
+          "false": False, "0": False, "no": False, "n": False, "off": False, "": False}
+
+
 def prompt_flag(args: dict[str, str], name: str) -> bool:
-    """A yes/no argument of the ``recall`` prompt (prompt arguments are strings)."""
-    return str(args.get(name, "")).strip().lower() in ("true", "1", "yes")
+    """A yes/no argument of the ``recall`` prompt; ValueError for any other word (a
+    flag read as no whatever it said would drop what the host asked for)."""
+    flag = _FLAGS.get(str(args.get(name) or "").strip().lower())
+    if flag is None:
+        raise ValueError(f"{name} must be true or false")
+    return flag
+
+
+def prompt_count(args: dict[str, str], name: str) -> int | None:
+    """A whole-number argument of the ``recall`` prompt, None if not given; ValueError
+    unless it is ASCII digits (``int()`` also takes "٣", "1_000" and "+5")."""
+    given = str(args.get(name) or "").strip()
+    if not given:
+        return None
+    if not (given.isascii() and given.isdigit()):
+        raise ValueError(f"{name} must be a whole number")
+    return int(given)
 
 
 def argument_error(name: str, args: JsonObject) -> str | None:
@@ -155,10 +175,12 @@ RECALL_PROMPT = types.Prompt(
                              description="At most this many characters (default 4000).",
                              required=False),
         types.PromptArgument(name="include_index",
-                             description="'true' to add the index of long-term notes.",
+                             description="'true' to add the index of long-term notes "
+                                         "(true or false).",
                              required=False),
         types.PromptArgument(name="include_interests",
-                             description="'true' to add the top interest topics.",
+                             description="'true' to add the top interest topics "
+                                         "(true or false).",
                              required=False),
     ],
 )

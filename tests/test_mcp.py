@@ -248,6 +248,8 @@ def test_recall_tool_and_prompt_carry_the_linked_node_body(daemon: DaemonHandle)
             interests = await s.get_prompt("recall", {"query": "quokkaboat",
                                                       "include_interests": "true"})
             assert "## Interests\n- lake ferries (0.40)" in interests.messages[0].content.text
+            on = await s.get_prompt("recall", {"query": "quokkaboat", "include_interests": " On "})
+            assert "## Interests\n- lake ferries" in on.messages[0].content.text  # "on" is yes
             # A host handing its conversation back, the prompt's message in it, stores
             # what the user said, not the recalled memory as the user's words.
             handed = await s.call_tool("memory_add_turns", {"session_id": "p1", "messages": [
@@ -324,6 +326,14 @@ def test_arguments_of_the_wrong_shape_are_refused_before_the_daemon(
                 await s.get_prompt("recall", {"query": "printer", "budget_chars": "lots"})
             assert bad_prompt.value.code == -32602
             assert "budget_chars must be a whole number" in bad_prompt.value.message
+            # A flag in a word not known is refused, not taken for "false"; a number is
+            # ASCII digits ("٣٠٠" is 300 to int(), as are "+300" and "3_00").
+            for arg, value in (("include_index", "maybe"), ("include_interests", "tru"),
+                               ("budget_chars", "٣٠٠"), ("budget_chars", "+300"),
+                               ("budget_chars", "3_00")):
+                with pytest.raises(MCPError) as refused:
+                    await s.get_prompt("recall", {"query": "printer", arg: value})
+                assert refused.value.code == -32602 and f"{arg} must be" in refused.value.message
 
     asyncio.run(main())
     with Client(daemon.socket_path) as c:  # none of it reached the daemon
