@@ -250,7 +250,8 @@ class Bridge:
 
     async def _read(self, args: JsonObject) -> types.CallToolResult:
         given = args.get("agent")
-        owner = await self._ids.id_of(str(given)) if given else self.agent
+        # An empty name is refused as memory_search refuses it, not read as one's own.
+        owner = await self._ids.id_of(str(given)) if given is not None else self.agent
         got = await self.client.read(
             owner, str(args.get("path", "")), start_line=args.get("start_line"),
             end_line=args.get("end_line"), as_agent=self.agent if owner != self.agent else None,

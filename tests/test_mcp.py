@@ -460,6 +460,10 @@ def test_a_range_past_the_end_of_a_file_is_told_not_read_as_empty(
             last = await s.call_tool("memory_read", {
                 "path": "memory/2026-07-02/printers.md", "start_line": 3})
             assert _text(last) == "The office printer is called marmalade-3 and needs a PIN.\n"
+            # An empty agent names no workspace: refused, not read as the caller's own.
+            nobody = await s.call_tool("memory_read", {
+                "path": "memory/2026-07-02/printers.md", "agent": ""})
+            assert nobody.is_error and "makes no workspace name" in _text(nobody), _text(nobody)
 
     asyncio.run(main())
 
