@@ -84,7 +84,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
     metrics = add(sub, "metrics", "show counters and latency histograms")
     metrics.add_argument("--prometheus", action="store_true",
-                         help="Prometheus text exposition format")
+                         help="Prometheus text exposition format (not with --json)")
     add(sub, "doctor", "check the environment (socket, limits, disk, service) and advise")
 
 
@@ -331,6 +331,9 @@ def _compact(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool)
 
 
 def _metrics(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    if ns.prometheus and as_json:  # one format or the other: neither is quietly dropped
+        raise errors.InvalidParams("metrics --prometheus and --json are two formats of the "
+                                   "same answer: give one of them")
     result = client.metrics()
     families = result["families"]
     if ns.prometheus:

@@ -309,6 +309,18 @@ def test_a_dream_option_of_another_form_is_a_usage_error(
     assert code == 2 and err.startswith(f"recalld: {said}") and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("args", [["metrics", "--prometheus", "--json"],
+                                  ["--json", "metrics", "--prometheus"]])
+def test_metrics_in_two_formats_at_once_is_a_usage_error(
+        daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+    # --json was passed by without a word: the Prometheus text came out where a script
+    # asked for JSON. Refused before any daemon is asked (none runs here).
+    code, err = cli_main(args, daemon_factory.environment(), monkeypatch, capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("recalld: metrics --prometheus and --json are two formats"), err
+
+
 def test_ctrl_d_at_a_confirmation_is_a_no(monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     # Ctrl-D at "Restore ...? [y/N]" ended the command in an EOFError traceback.
