@@ -114,13 +114,15 @@ def _jobs(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
                                    "submitted_at", "finished_at")))
         return EXIT_OK
     agent = ns.agent or _agent_of(client, ns.job_id)
-    if action == "get":
-        job = client.jobs_get(agent, ns.job_id)
-    else:
+    job = client.jobs_get(agent, ns.job_id)
+    before = str(job["state"])
+    if action == "cancel" and before in _ACTIVE:
         job = client.jobs_cancel(agent, ns.job_id)
     if as_json:
         print_json(out, job)
         return EXIT_OK
+    if action == "cancel":
+        out.write(_what_cancel_did(before, str(job["state"])) + "\n")
     out.write(f"{job['job_id']}  {job.get('kind')}  {_state(job)}  "
               f"progress {_progress(job)}\n")
     if job.get("error"):
@@ -128,6 +130,21 @@ def _jobs(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
     if job.get("result") is not None:
         print_json(out, job["result"])
     return EXIT_OK
+
+
+_ACTIVE = ("queued", "running")
+
+
+def _what_cancel_did(before: str, after: str) -> str:
+    """What ``jobs cancel`` did to a job in state ``before``, now in state ``after``: a job
+    that had already ended is not cancelled, and its state alone did not say so."""
+    if before not in _ACTIVE:
+        return f"nothing cancelled: the job had already ended ({before})"
+    if after == "cancelled":
+        return "cancelled"
+    if after in _ACTIVE:
+        return f"asked to stop; it has not stopped yet ({after})"
+    return f"nothing cancelled: the job ended ({after}) before it could be"
 
 
 def _agent_of(client: Client, job_id: str) -> str:

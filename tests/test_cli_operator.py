@@ -321,6 +321,21 @@ def test_metrics_in_two_formats_at_once_is_a_usage_error(
     assert err.startswith("recalld: metrics --prometheus and --json are two formats"), err
 
 
+def test_cancelling_a_job_that_has_ended_says_nothing_was_cancelled(
+        daemon: DaemonHandle) -> None:
+    # It printed the job's state and exited 0: read as "cancelled" by a person who asked
+    # to stop a job that had ended before.
+    assert recalld("reindex", env=daemon.env).returncode == 0  # followed to its end
+    job = daemon.call("jobs.list", {"agent_id": "default"})["jobs"][-1]
+    assert job["state"] == "succeeded", job
+    proc = recalld("jobs", "cancel", job["job_id"], env=daemon.env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(
+        "nothing cancelled: the job had already ended (succeeded)\n"), proc.stdout
+    assert as_json(recalld("jobs", "cancel", job["job_id"], "--json",
+                           env=daemon.env))["state"] == "succeeded"
+
+
 def test_ctrl_d_at_a_confirmation_is_a_no(monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     # Ctrl-D at "Restore ...? [y/N]" ended the command in an EOFError traceback.
