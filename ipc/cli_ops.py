@@ -170,9 +170,9 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
             if listing["rollback"]:
                 out.write(f"rollback available: {listing['rollback']['snapshot']}\n")
     elif action == "verify":
+        file = _local_or_name(ns.file)  # a usage error before the daemon is asked
         with following(client, "backup verify", as_json=as_json, after=None) as token:
-            result = checked = client.backup_verify(_local_or_name(ns.file),
-                                                    progress_token=token)
+            result = checked = client.backup_verify(file, progress_token=token)
         if not as_json:
             held = ", ".join(sorted(checked.get("agents", {})))
             out.write(f"ok: {checked['file']}: {checked['members']} file(s), "

@@ -426,8 +426,12 @@ def max_request_bytes(environ: Mapping[str, str] | None = None,
 
 def local_path(value: str, option: str) -> Path:
     """A path given on the command line (``option``): ``~`` expanded, a relative one
-    taken from the current directory; an empty one, or a ``~name`` of no user, is a usage
-    error (InvalidParams) rather than a traceback or a silent default."""
+    taken from the current directory; an empty one, a ``~name`` of no user, or ``-`` (read
+    as standard input or output elsewhere: a file named ``-`` surprises) is a usage error
+    (InvalidParams) rather than a traceback, a silent default or a stray file."""
+    if value == "-":
+        raise errors.InvalidParams(f"{option} -: a path is meant here, not standard input "
+                                   "or output; name it (./- for one named -)")
     try:
         return checked_path(value, option, from_cli=True)
     except PathError as exc:

@@ -268,6 +268,24 @@ def test_a_path_argument_of_no_user_or_empty_is_a_usage_error(
     assert [w["agent_id"] for w in listed] == ["default"]
 
 
+@pytest.mark.parametrize("args", [["workspace", "open", "x", "--path", "-"],
+                                  ["import-qwenpaw", "-"],
+                                  ["import-qwenpaw", ".", "--agent-json", "-"],
+                                  ["backup", "verify", "-"],
+                                  ["backup", "restore", "-", "--dry-run"]])
+def test_a_path_of_a_dash_is_a_usage_error_as_backup_out_is(
+        daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str]) -> None:
+    # `workspace open --path -` made a folder ./- where `backup create --out -` is refused:
+    # "-" reads as standard input or output, which none of these paths is. Refused before
+    # any daemon is asked (none runs here).
+    monkeypatch.chdir(tmp_path)
+    code, err = cli_main(args, daemon_factory.environment(), monkeypatch, capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "-: a path is meant here, not standard input or output" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_socket_directory_that_is_a_symlink_is_named_as_one(
         daemon_factory: DaemonFactory) -> None:
     # It is refused (as documented), with the reason: "not a directory" was all it said of
