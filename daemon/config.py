@@ -352,6 +352,8 @@ def _build_workspace(table: Mapping[str, object], base: WorkspaceSettings,
     or a whole QwenPaw ``agent.json``: QwenPaw fields recalld does not act on are
     accepted and remembered in ``ignored_fields``."""
     dropped: dict[str, str] = {}
+    if "id" in table and not isinstance(table["id"], str):  # not "unknown field(s) id"
+        raise ConfigError(f"{where}: id (an agent.json's agent id) must be a string")
     if qwenpaw.looks_like_agent_json(table):  # read as QwenPaw reads it
         table, dropped = qwenpaw.as_qwenpaw_loads(qwenpaw.memory_part(table), base)
     given = sorted(NOT_KEYS & set(table))

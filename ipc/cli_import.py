@@ -133,6 +133,8 @@ def read_agent_json(path: Path, explicit: bool) -> JsonObject | None:
         raise errors.InvalidParams(f"{path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise errors.InvalidParams(f"{path} is not a JSON object")
+    if "id" in data and not isinstance(data["id"], str):  # the agent's name, as QwenPaw's
+        raise errors.InvalidParams(f"{path}: id (the agent's id) must be a string")
     return data
 
 

@@ -286,6 +286,19 @@ def test_a_path_of_a_dash_is_a_usage_error_as_backup_out_is(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("agent_id", ["5", "null", "[\"paw\"]"])
+def test_import_of_an_agent_json_whose_id_is_not_a_string_names_the_id(
+        daemon_factory: DaemonFactory, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, agent_id: str) -> None:
+    # It was refused as "workspace config: unknown field(s) id" (after the import had
+    # taken "5" for the agent's name); refused before any daemon is asked (none runs).
+    (tmp_path / "agent.json").write_text(f'{{"id": {agent_id}, "running": {{}}}}', "utf-8")
+    code, err = cli_main(["import-qwenpaw", str(tmp_path)], daemon_factory.environment(),
+                         monkeypatch, capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{tmp_path / 'agent.json'}: id (the agent's id) must be a string" in err, err
+
+
 def test_a_socket_directory_that_is_a_symlink_is_named_as_one(
         daemon_factory: DaemonFactory) -> None:
     # It is refused (as documented), with the reason: "not a directory" was all it said of

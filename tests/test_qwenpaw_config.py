@@ -146,6 +146,17 @@ def test_an_agent_json_without_memory_settings_means_the_defaults() -> None:
         assert config.WorkspaceSettings().merged(agent) == config.WorkspaceSettings()
 
 
+@pytest.mark.parametrize("agent_id", [5, None, ["paw"], {"name": "paw"}, True])
+def test_an_agent_json_whose_id_is_not_a_string_is_refused_naming_the_id(
+        agent_id: object) -> None:
+    # Not taken for an agent.json, it was refused as "unknown field(s) id".
+    for agent in ({"id": agent_id}, {"id": agent_id, "running": {"max_iters": 50}}):
+        with pytest.raises(config.ConfigError) as caught:
+            config.WorkspaceSettings().merged(agent)
+        assert "id (an agent.json's agent id) must be a string" in str(caught.value)
+        assert "unknown" not in str(caught.value)
+
+
 def test_an_agent_json_is_read_as_qwenpaw_reads_it(daemon: DaemonHandle,
                                                    tmp_path: Path) -> None:
     """QwenPaw's models take numbers and switches written as strings (a hand-edited
