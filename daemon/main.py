@@ -139,6 +139,18 @@ def rotating_log(path: str) -> logging.Handler:
     return handler
 
 
+def _check_log_file(log_file: str | None) -> int:
+    """``--check-config``'s check of ``--log-file``: what opening it would meet (a file
+    in the way of its folder, a folder in its place), told as serving would tell it."""
+    from recalld.daemon.safepath import why_not_writable
+
+    why = why_not_writable(Path(log_file).expanduser().absolute()) if log_file else None
+    if why is None:
+        return EXIT_OK
+    print(f"recalld: cannot open the log file {log_file}: {why}", file=sys.stderr)
+    return EXIT_CONFIG
+
+
 def _check_workspace_places(cfg: DaemonConfig) -> int:
     """``--check-config``'s last step: each ``[workspaces.X] path`` checked as opening the
     workspace checks its place (a system folder, another user's, one that holds the
@@ -270,7 +282,7 @@ def _main(argv: Sequence[str] | None, hangup: HeldHangup | None) -> int:
         print(f"recalld: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     if ns.check_config:
-        return _check_workspace_places(cfg)
+        return _check_log_file(ns.log_file) or _check_workspace_places(cfg)
     if not os.environ.get("LISTEN_FDS"):  # not socket-activated: we bind the socket
         from recalld.daemon.rpc.listener import claim_socket
 

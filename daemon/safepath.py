@@ -443,3 +443,18 @@ def why_failed(exc: OSError) -> str:
         if why != words:
             return why
     return f"{words}: {place}"
+
+
+def why_not_writable(target: Path) -> str | None:
+    """Why the file ``target`` could not be opened for appending, the folders on its way
+    made as needed (a file in the way of one, a folder in its place, a place we may not
+    write in), found without making anything; None: nothing in the way (blocking)."""
+    place = next((p for p in (target, *target.parents) if os.path.lexists(p)), target)
+    if place == target:
+        if os.path.isdir(target):
+            return f"{os.strerror(errno.EISDIR)}: {target}"
+    elif not os.path.isdir(place):
+        return f"{place} is not a directory"
+    if not os.access(place, os.W_OK | (os.X_OK if place != target else 0)):
+        return f"{os.strerror(errno.EACCES)}: {place}"
+    return None
