@@ -25,32 +25,40 @@ def chat_calls(fake: FakeProvider) -> int:
     return sum(1 for r in fake.requests if r.path.endswith("/chat/completions"))
 
 
+PLAN = "resource/plan.txt"
+
+
+def _processed_plan(daemon: DaemonHandle, fake: FakeProvider, root: Path) -> tuple[Path, str]:
+    """``resource/plan.txt`` written to the workspace ``res`` at ``root`` and processed by
+    the scripted model: its note and the note's text."""
+    ScriptedModel(fake)
+    write(root, PLAN, "Launch on May 3.\n")
+    open_ws(daemon, "res", root, fake)
+    wait_state(root, PLAN, "processed")
+    note = root / catalog(root)[PLAN]["note"]
+    return note, note.read_text()
+
+
 def test_a_file_that_cannot_be_read_is_skipped_with_why_not_removed(
         daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
     """A processed file replaced by a FIFO, or by a link, is there but not read: skipped
     with the reason (listed in status), its note not marked as of a removed file; back
     with the bytes its note was written from, it is processed again without the model."""
     root = tmp_path / "ws"
-    ScriptedModel(fake)
-    plan = "resource/plan.txt"
-    write(root, plan, "Launch on May 3.\n")
-    open_ws(daemon, "res", root, fake)
-    wait_state(root, plan, "processed")
-    note = root / catalog(root)[plan]["note"]
-    written = note.read_text()
+    note, written = _processed_plan(daemon, fake, root)
     calls = chat_calls(fake)
     for swap, why in ((lambda p: os.mkfifo(p), "not a regular file"),
                       (lambda p: p.symlink_to(root / "elsewhere.txt"), "symbolic link")):
-        (root / plan).unlink()
-        swap(root / plan)
-        wait_state(root, plan, "skipped")
-        entry = catalog(root)[plan]
+        (root / PLAN).unlink()
+        swap(root / PLAN)
+        wait_state(root, PLAN, "skipped")
+        entry = catalog(root)[PLAN]
         assert why in entry["reason"] and entry["note"] == str(note.relative_to(root))
         skipped = workspace_status(daemon, "res")["resource"]["skipped"]  # type: ignore[index]
-        assert {"path": plan, "reason": entry["reason"]} in skipped, skipped
-        (root / plan).unlink()
-        write(root, plan, "Launch on May 3.\n")
-        wait_state(root, plan, "processed")
+        assert {"path": PLAN, "reason": entry["reason"]} in skipped, skipped
+        (root / PLAN).unlink()
+        write(root, PLAN, "Launch on May 3.\n")
+        wait_state(root, PLAN, "processed")
         assert note.read_text() == written
         assert "source_removed" not in parse_frontmatter(note.read_text())[0]
     assert chat_calls(fake) == calls
@@ -62,26 +70,20 @@ def test_a_file_removed_twice_around_a_spell_unread_comes_back_to_an_unmarked_no
     its bytes before the job got to the second removal: its note is unmarked. The second
     removal took the note for unmarked, so the file back left it saying it was removed."""
     root = tmp_path / "ws"
-    ScriptedModel(fake)
-    plan = "resource/plan.txt"
-    write(root, plan, "Launch on May 3.\n")
-    open_ws(daemon, "res", root, fake)
-    wait_state(root, plan, "processed")
-    note = root / catalog(root)[plan]["note"]
-    written = note.read_text()
-    (root / plan).unlink()
+    note, written = _processed_plan(daemon, fake, root)
+    (root / PLAN).unlink()
     wait_for(lambda: "source_removed" in parse_frontmatter(note.read_text())[0],
              "the note marked as of a removed file")
-    os.mkfifo(root / plan)
-    wait_state(root, plan, "skipped")
+    os.mkfifo(root / PLAN)
+    wait_state(root, PLAN, "skipped")
     # The job is held reading another file: the second removal is recorded, not marked.
     gate = fake.gate(lambda body: "Slow going" in json.dumps(body))
     write(root, "resource/slow.txt", "Slow going.\n")
     assert gate.entered.wait(30), "the job did not ask about slow.txt"
-    (root / plan).unlink()
-    wait_state(root, plan, "removed")
-    write(root, plan, "Launch on May 3.\n")
-    wait_state(root, plan, "processed")
+    (root / PLAN).unlink()
+    wait_state(root, PLAN, "removed")
+    write(root, PLAN, "Launch on May 3.\n")
+    wait_state(root, PLAN, "processed")
     gate.open()
     wait_state(root, "resource/slow.txt", "processed", "failed")
     assert note.read_text() == written
@@ -132,20 +134,15 @@ def test_a_file_seen_empty_while_written_again_keeps_its_note(
     moment: back to the bytes its note was written from, the file is that note's again,
     with no model call."""
     root = tmp_path / "ws"
-    ScriptedModel(fake)
-    plan = "resource/plan.txt"
-    write(root, plan, "Launch on May 3.\n")
-    open_ws(daemon, "res", root, fake)
-    wait_state(root, plan, "processed")
-    note = root / catalog(root)[plan]["note"]
-    written, calls = note.read_text(), chat_calls(fake)
-    (root / plan).write_text("")
-    wait_for(lambda: catalog(root)[plan].get("size") == 0, "the catalog sees it empty")
+    note, written = _processed_plan(daemon, fake, root)
+    calls = chat_calls(fake)
+    (root / PLAN).write_text("")
+    wait_for(lambda: catalog(root)[PLAN].get("size") == 0, "the catalog sees it empty")
     wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"), "no job running")
-    (root / plan).write_text("Launch on May 3.\n")
-    wait_state(root, plan, "processed")
+    (root / PLAN).write_text("Launch on May 3.\n")
+    wait_state(root, PLAN, "processed")
     wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"), "no job running")
-    entry = catalog(root)[plan]
+    entry = catalog(root)[PLAN]
     assert entry["size"] == len("Launch on May 3.\n") and entry["reason"] == "", entry
     assert note.read_text() == written and chat_calls(fake) == calls
 
