@@ -99,7 +99,7 @@ def _form_table() -> npt.NDArray[np.uint32]:
     import numpy as np
 
     forms = ascii_forms()
-    table = np.arange(max(forms) + 1, dtype=np.uint32)
+    table = np.arange(max(forms) + 1, dtype="<u4")
     table[list(forms)] = list(forms.values())
     return table
 
@@ -110,7 +110,7 @@ def _read_array(text: str) -> str:
     table = _form_table()
     # "surrogatepass": a lone surrogate (a file name's undecodable byte) is a code point
     # like any other here.
-    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
     read = np.where(points < len(table), table[np.minimum(points, len(table) - 1)], points)
     if np.array_equal(read, points):
         return text
