@@ -94,7 +94,9 @@ def test_a_plain_search_of_a_small_index_needs_no_call_slot(daemon_factory: Any,
                        "persist_delay_s = 3600\nidle_trim_s = 0\n")
     open_ws(d, workspace)
     other = tmp_path / "other"
-    for i in range(40):
+    # Opening 400 notes takes far longer than a search, also when a short background
+    # task of w's (its first look at its folder) holds its index lock a moment.
+    for i in range(400):
         write(other, f"memory/2026-07-{i % 28 + 1:02d}/n{i}.md", f"note {i} about trains\n")
     with d.connect() as conn:
         frames = [{"jsonrpc": "2.0", "id": 1, "method": "workspace.open",
