@@ -91,8 +91,8 @@ async def test_a_fault_of_the_local_model_fails_the_ping(
 
     client = EmbeddingClient(EmbeddingModelConfig(backend="local", model_name="e5-small"),
                              None, environ={})
-    assert client._local is not None
-    monkeypatch.setattr(client._local, "embed", broken)
+    assert client.local is not None
+    monkeypatch.setattr(client.local, "embed", broken)
     assert not await client.health_check(tmp_path, name="notes")
     assert "unexpected error: KeyError: 'token_type_ids'" in str(client.status()["last_error"])
     assert len(_tracebacks(caplog)) == 1

@@ -185,6 +185,11 @@ class EmbeddingClient:
         return self.config.base_url
 
     @property
+    def local(self) -> LocalEmbedder | None:
+        """The in-process model of the ``local`` backend; None for a provider over HTTP."""
+        return self._local
+
+    @property
     def max_batch_size(self) -> int:
         return self._batch_limit
 
