@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -276,21 +277,30 @@ def test_failing_model_retries_note_next_run(daemon: DaemonHandle, fake: FakePro
         assert len(items) == 1 and "digest/wiki/build-server.md" in items[0]["changes"]
 
 
-def test_a_dream_that_left_a_note_unprocessed_says_so_in_status(
-        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
-    # One note is consolidated, the other's conversation breaks: the run succeeds (the
-    # note is tried again next run), and status must not read as if all went well.
-    root = tmp_path / "ws"
+def dream_one_good_one_broken(daemon: DaemonHandle, fake: FakeProvider, root: Path,
+                              bad: str, shown: Iterable[str]) -> dict[str, Any]:
+    """A dream over two notes: one the model consolidates, ``bad`` whose conversation
+    breaks (a tool call that is no JSON; ``shown``: other names the model sees it by).
+    The run's result."""
     model = ScriptedModel(fake)
-    good, bad = "memory/2026-11-20/ok.md", "memory/2026-11-21/broken.md"
+    good = "memory/2026-11-20/ok.md"
     write(root, good, "The printer on floor 3 is called gutenberg.\n")
     write(root, bad, "The VPN gateway moved to vpn2.\n")
     open_ws(daemon, root, fake)
     model.plan[good] = [[("integrate", {"action": "CREATE", "bucket": "wiki",
                                         "name": "Printer", "content": "- it is gutenberg",
                                         "reason": "fact"})]]
-    model.plan[bad] = [[("integrate", "{not json")]]
-    result = dream(daemon)
+    for name in (bad, *shown):
+        model.plan[name] = [[("integrate", "{not json")]]
+    return dream(daemon)
+
+
+def test_a_dream_that_left_a_note_unprocessed_says_so_in_status(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # One note is consolidated, the other's conversation breaks: the run succeeds (the
+    # note is tried again next run), and status must not read as if all went well.
+    root, bad = tmp_path / "ws", "memory/2026-11-21/broken.md"
+    result = dream_one_good_one_broken(daemon, fake, root, bad, ())
     assert (result["notes"], result["failed_notes"]) == (2, 1), result
     proc = subprocess.run([sys.executable, "-m", "recalld.ipc", "status"], env=daemon.env,
                           capture_output=True, text=True, timeout=60, check=False)

@@ -9,7 +9,7 @@ from typing import Any
 
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
-from test_dream import AGENT, ScriptedModel, dream, open_ws, write
+from test_dream import AGENT, dream_one_good_one_broken
 
 from recalld.daemon.memory.inbox import INBOX_TOPIC, Inbox
 from recalld.daemon.memory.secret_names import mask_path
@@ -64,18 +64,9 @@ def test_a_dream_names_a_note_named_by_a_token_masked(
         daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
     # A note dropped in by hand, named by a token, that the dream could not process:
     # the run's inbox item listed it unmasked in its details' failed notes.
-    root = tmp_path / "ws"
-    model = ScriptedModel(fake)
-    good, bad = "memory/2026-11-20/ok.md", f"memory/2026-11-21/deploy-{GITHUB}.md"
-    write(root, good, "The printer on floor 3 is called gutenberg.\n")
-    write(root, bad, "The VPN gateway moved to vpn2.\n")
-    open_ws(daemon, root, fake)
-    model.plan[good] = [[("integrate", {"action": "CREATE", "bucket": "wiki",
-                                        "name": "Printer", "content": "- it is gutenberg",
-                                        "reason": "fact"})]]
-    for name in (bad, mask_path(bad)):  # as the model is shown it
-        model.plan[name] = [[("integrate", "{not json")]]
-    result = dream(daemon)
+    bad = f"memory/2026-11-21/deploy-{GITHUB}.md"
+    # Its masked name too: as the model is shown it.
+    result = dream_one_good_one_broken(daemon, fake, tmp_path / "ws", bad, [mask_path(bad)])
     assert (result["notes"], result["failed_notes"]) == (2, 1), result
     [item] = daemon.call("inbox.list", {"agent_id": AGENT})["items"]
     assert not _leaks(item), item
