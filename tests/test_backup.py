@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pytest
 from conftest import DaemonFactory, DaemonHandle
+from waits import wait_for
 
 from recalld.daemon.backup_check import BackupInvalid, BackupLimits, open_checked
 from recalld.daemon.backup_restore import plan_restore
@@ -65,6 +66,10 @@ def ws(tmp_path: Path, daemon: DaemonHandle) -> Path:
     write_tree(root, NOTES)
     daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
     daemon.call("index.sync", {"agent_id": "w"})
+    # The resource watcher catalogs paper.txt on its own schedule (index.sync waits for
+    # the index alone): a backup taken before its first save holds no catalog.
+    wait_for(lambda: (root / "mem_metadata/catalog/resource.jsonl.zst").is_file(),
+             "the resource catalog's first save")
     return root
 
 
