@@ -106,3 +106,21 @@ def test_a_start_removes_a_killed_writers_archive_in_backups_and_keeps_a_live_on
     with zipfile.ZipFile(backups / "live.zip") as zf:
         assert zf.testzip() is None and "meta.json" in zf.namelist()
     assert sorted(p.name for p in backups.iterdir()) == ["live.zip"]
+
+
+def test_unfinished_archives_of_a_killed_daemon_are_removed_at_start(
+        daemon_factory: DaemonFactory) -> None:
+    # A daemon killed while it wrote a backup leaves it under a temp name, as large as
+    # the memory: the next start removes it (and a state file's), nothing else.
+    env = daemon_factory.environment()
+    data = Path(env["XDG_DATA_HOME"]) / "recalld"
+    left = [data / "backups" / ".recalld-20261203-170117-072-all.zip.tmp-bdb1b287bb8c",
+            data / "state" / ".workspaces.json.tmp-0123456789ab"]
+    kept = data / "backups" / "mine.zip"
+    for path in (*left, kept):
+        path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+        path.write_bytes(b"partial")
+    d = daemon_factory()
+    assert d.data_dir == data
+    assert [p for p in left if p.exists()] == [] and kept.exists()
+    assert "removed 1 unfinished file(s) in" in d.log()
