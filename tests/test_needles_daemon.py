@@ -295,3 +295,39 @@ def test_a_lookup_ranks_first_the_note_holding_its_names_as_the_query_joins_them
     answer = daemon.call("memory.search", {"agent_id": "w", "query": "max_ms"})
     assert {r["path"].rsplit("/", 1)[1] for r in answer["results"] if r.get("exact")} == {
         "retry.md", "retry_apart.md"}, answer["results"]
+
+
+def test_a_name_joined_by_slashes_is_one_word_of_a_longer_question(daemon: Any,
+                                                                   tmp_path: Path) -> None:
+    # A path, an address or a URL typed in a question: counted as its four or five
+    # parts, a Chinese question or a sentence around it made the query no lookup, and the
+    # long Chinese note holding it lost to short English notes holding its siblings.
+    root = tmp_path / "ws"
+    day = root / "memory" / "2026-03-20"
+    day.mkdir(parents=True)
+    (root / "digest").mkdir()
+    names = {"path": ("/srv/vorpa/data/ledger.db", "/srv/vorpa/data/queue.db",
+                      "/srv/quist/data/ledger.db", "/etc/vorpa/ledger.db"),
+             "url": ("https://vorpa.example.org/api/v3/ledger", "https://vorpa.example.org/api/v2/ledger",
+                     "https://quist.example.org/api/v3/ledger", "https://vorpa.example.org/api/v3/queue"),
+             "mail": ("ops.ledger@vorpa.example.org", "ops.queue@vorpa.example.org",
+                      "dev.ledger@vorpa.example.org", "ops.ledger@quist.example.org")}
+    zh = "今天排查同步失败的问题，发现重启以后任务没有恢复，需要修改配置并观察一天。" * 20
+    for kind, (name, *siblings) in names.items():
+        (day / f"{kind}.md").write_text(f"# 记录\n\n{zh}问题出在{name}上。{zh}\n",
+                                        encoding="utf-8")
+        for i in range(8):
+            sib = siblings[i % len(siblings)]
+            (day / f"{kind}-en{i}.md").write_text(
+                f"# Note {i}\n\nWe hit {sib} again last week, see ledger and vorpa data.\n",
+                encoding="utf-8")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    daemon.call("index.sync", {"agent_id": "w"})
+    for kind, (name, *_) in names.items():
+        for query in (f"{name} 出了什么问题", f"{name}为什么一直同步失败",
+                      f"error with {name} in prod again last week after the restart"):
+            answer = daemon.call("memory.search", {"agent_id": "w", "query": query,
+                                                   "max_results": 5})
+            top = answer["results"][0]
+            assert top["path"] == f"memory/2026-03-20/{kind}.md" and top.get("exact"), (
+                query, [(r["path"], r.get("exact")) for r in answer["results"]])

@@ -205,18 +205,27 @@ def _lookup(special: int, words: int, *, idents: bool) -> bool:
 
 
 def _count_content_words(query: str) -> int:
-    """How many content words ``query`` has: its non-stopwords, a CJK run counted as
+    """How many content words ``query`` has: its words as typed between spaces that are
+    not stopwords (a path, an address or a flag joined by punctuation is one name:
+    ``/var/lib/kelmo/cache.db`` is one word, not four), a CJK run counted as
     ``tokenizer.cjk_length`` of its characters (about a word per two), not as one word: a
-    Chinese question is one run, and two rare pairs of it are no lookup."""
+    Chinese question is one run, and two rare pairs of it are no lookup. CJK characters
+    end a word, as for identifiers."""
     n = 0
-    for word in _WORD.findall(query):
-        cjk = 0 if word.isascii() else len(cjk_re().findall(word))
-        if not cjk:
-            n += word.lower() not in STOPWORDS
-        else:
-            rest = cjk_re().sub("", word)
-            n += cjk_length(cjk) + (_ALNUM.search(rest) is not None)
+    for piece in query.split():
+        if not piece.isascii():
+            cjk = len(cjk_re().findall(piece))
+            if cjk:
+                n += cjk_length(cjk)
+                n += sum(_content(part) for part in cjk_re().sub(" ", piece).split())
+                continue
+        n += _content(piece)
     return n
+
+
+def _content(piece: str) -> bool:
+    """Whether ``piece`` (no space, no CJK in it) holds a word that is no stopword."""
+    return any(word.lower() not in STOPWORDS for word in _WORD.findall(piece))
 
 
 _content_words: Final = Memo(_count_content_words, 1024, max_chars=MEMO_QUERY_CHARS).__getitem__
