@@ -331,3 +331,34 @@ def test_a_name_joined_by_slashes_is_one_word_of_a_longer_question(daemon: Any,
             top = answer["results"][0]
             assert top["path"] == f"memory/2026-03-20/{kind}.md" and top.get("exact"), (
                 query, [(r["path"], r.get("exact")) for r in answer["results"]])
+
+
+def test_a_ticket_key_is_an_identifier_however_many_notes_hold_it(daemon: Any,
+                                                                   tmp_path: Path) -> None:
+    # `VORP-4471`, `CVE-2026-31337`: letters, a hyphen, a number. Held by a few long
+    # Chinese notes (too many for a rare term), the key was no identifier: short English
+    # notes holding a sibling key and the number apart ranked first.
+    root = tmp_path / "ws"
+    day = root / "memory" / "2026-03-21"
+    day.mkdir(parents=True)
+    (root / "digest").mkdir()
+    zh = "今天排查同步失败的问题，发现重启以后任务没有恢复，需要修改配置并观察一天。" * 20
+    keys = {"vorp": ("VORP-4471", "VORP-4472", "4471"),
+            "cve": ("CVE-2026-31337", "CVE-2026-31338", "31337")}
+    for kind, (key, sibling, number) in keys.items():
+        for i in range(4):
+            (day / f"{kind}-zh{i}.md").write_text(f"# 记录\n\n{zh}工单{key}还没有关闭。{zh}\n",
+                                                 encoding="utf-8")
+        for i in range(8):
+            (day / f"{kind}-en{i}.md").write_text(
+                f"# Note {i}\n\nWe closed {sibling} and build {number} shipped.\n",
+                encoding="utf-8")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    daemon.call("index.sync", {"agent_id": "w"})
+    for kind, (key, *_) in keys.items():
+        for query in (key, f"{key} 的进展", f"status of {key.lower()}?"):
+            answer = daemon.call("memory.search", {"agent_id": "w", "query": query,
+                                                   "max_results": 4})
+            assert {r["path"] for r in answer["results"] if r.get("exact")} == {
+                f"memory/2026-03-21/{kind}-zh{i}.md" for i in range(4)}, (
+                query, [(r["path"], r.get("exact")) for r in answer["results"]])

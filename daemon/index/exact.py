@@ -13,7 +13,7 @@ This module picks the query's *special* terms, finds the chunks that contain all
 Special terms:
 - identifier-like words of the raw query: camelCase, ALLCAPS of three or more letters,
   letters mixed with digits (``v2``, ``k8s``), snake_case, dotted or hyphenated names
-  (``config.toml``, ``foo-bar``);
+  (``config.toml``, ``foo-bar``), a ticket or record key (``VORP-4471``);
 - very rare query terms: a term (after the index's own tokenizer) that at most
   ``RARE_DF`` chunks contain, in an index of at least ``RARE_MIN_DOCS`` chunks.
 
@@ -84,6 +84,7 @@ _IDENT = re.compile("|".join((
     r"[A-Z][a-z0-9]+[A-Z]",  # PascalCase with a second hump
     r"^[A-Z][A-Z0-9]{2,}$",  # ECONNREFUSED, HNSW
     r"[A-Za-z]\d|\d[A-Za-z]",  # v2, k8s, 3DES
+    r"[A-Za-z]-\d",  # KEL-4471, CVE-2026-1234: a ticket, a record, a standard
     r"[A-Za-z0-9]_[A-Za-z0-9]",  # snake_case
     r"[A-Za-z0-9_][.\-][A-Za-z]",  # config.toml, foo-bar, __init__.py
     r"[A-Za-z0-9]::[A-Za-z_]",  # tokio::sync, std::vector
