@@ -172,7 +172,9 @@ RECALL_PROMPT = types.Prompt(
         types.PromptArgument(name="query", description="The request or topic.",
                              required=True),
         types.PromptArgument(name="budget_chars",
-                             description="At most this many characters (default 4000).",
+                             description=("The recall block in at most this many characters "
+                                          f"(default 4000); the tag around it adds "
+                                          f"{len(RECALL_WRAP.format(block=''))}."),
                              required=False),
         types.PromptArgument(name="include_index",
                              description="'true' to add the index of long-term notes "
