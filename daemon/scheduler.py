@@ -42,7 +42,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
-from typing import Protocol, TypedDict
+from typing import TypedDict
 
 import orjson
 import trio
@@ -51,6 +51,7 @@ from recalld.daemon.statefiles import WriteFailure
 from recalld.daemon.store.applog import set_aside
 from recalld.daemon.store.errors import CorruptState, StorageError
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, read_verified
+from recalld.daemon.wallclock import SystemWallClock, WallClock
 from recalld.ipc.errors import AlreadyRunning, RecalldError
 
 log = logging.getLogger(__name__)
@@ -187,38 +188,6 @@ class CronSchedule:
         while True:
             at = self.next_after(at)
             yield at
-
-
-class WallClock(Protocol):
-    def now(self) -> datetime:
-        """The current wall time, timezone-aware."""
-        ...
-
-
-class SystemWallClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-
-class FakeWallClock:
-    """Wall time that advances with trio's clock (a MockClock in tests) and can jump.
-
-    Create it inside ``trio.run``.
-    """
-
-    def __init__(self, start: datetime) -> None:
-        if start.tzinfo is None:
-            raise ValueError("start must be timezone-aware")
-        self._start = start
-        self._t0 = trio.current_time()
-        self._offset = timedelta(0)
-
-    def now(self) -> datetime:
-        return self._start + self._offset + timedelta(seconds=trio.current_time() - self._t0)
-
-    def jump(self, delta: timedelta) -> None:
-        """Step the wall clock (NTP step, manual change, or a suspend's lost time)."""
-        self._offset += delta
 
 
 @dataclass(frozen=True, slots=True)

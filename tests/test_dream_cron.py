@@ -22,7 +22,8 @@ from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.jobrecords import JobContext
 from recalld.daemon.jobs import JobManager
 from recalld.daemon.memory.consolidation import DREAM_KIND, Consolidation
-from recalld.daemon.scheduler import CronScheduler, FakeWallClock
+from recalld.daemon.scheduler import CronScheduler
+from recalld.daemon.wallclock import FakeWallClock
 from recalld.daemon.workspaces import Workspace
 
 

@@ -14,12 +14,8 @@ from zoneinfo import ZoneInfo
 import pytest
 import trio
 
-from recalld.daemon.scheduler import (
-    CronSchedule,
-    CronScheduler,
-    FakeWallClock,
-    SchedulerConfig,
-)
+from recalld.daemon.scheduler import CronSchedule, CronScheduler, SchedulerConfig
+from recalld.daemon.wallclock import FakeWallClock
 from recalld.ipc.errors import AlreadyRunning
 
 BERLIN = ZoneInfo("Europe/Berlin")
