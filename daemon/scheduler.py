@@ -18,7 +18,13 @@ Rules, like cron(8) and anacron:
   submit loses one run rather than doubling it.
 - Missed occurrences (daemon down, suspend, the wall clock stepped forward) run once, late,
   like anacron: only the latest missed one, however many were missed. The wall clock
-  stepping back never re-fires an occurrence already fired. A new or re-enabled entry, or
+  stepping back never re-fires an occurrence already fired, unless the last one fired lies
+  more than ``CLOCK_CORRECTION`` ahead of the clock: then one of the two clocks is wrong (a
+  machine that ran years ahead and was set right, or one booted in 1970 before the network
+  time is set), and waiting for that time to come again would silence the entry, so the
+  occurrences from the moment this was first seen fire (a warning says so). The record is
+  kept until one fires: a clock behind for a while only repeats nothing once set right.
+  A new or re-enabled entry, or
   one whose expression changed, starts from "now" (no catch-up for times before it existed).
   One whose zone changed (another name of the same zone, ``TZ=UTC`` after ``Etc/UTC``, or
   another zone) keeps its last occurrence, an instant: the occurrences of its new zone
@@ -62,7 +68,17 @@ Submit = Callable[[str, str, dict[str, object]], Awaitable[str]]
 # Time zone offsets change by at most a few hours; scanning this far around a time finds
 # every local occurrence that can map near it.
 _DST_MARGIN = timedelta(hours=3)
+#: How far the last fired occurrence may lie ahead of the wall clock and still be kept: the
+#: widest gap between two zones' offsets (UTC-12 to UTC+14), a clock read in the wrong zone.
+#: Further ahead, it was fired by a wrong clock (see the module rules).
+CLOCK_CORRECTION = timedelta(hours=26)
 _STATE_VERSION = 1
+
+
+def _wrong_clock(last_fired: datetime, now: datetime) -> bool:
+    """Whether an occurrence fired at ``last_fired`` lies too far ahead of ``now`` for a
+    clock only stepped back (see the module rules)."""
+    return last_fired > now + CLOCK_CORRECTION
 
 
 def local_zone() -> tzinfo:
@@ -322,10 +338,13 @@ class CronScheduler:
         return None if entry is None else self._status(key, entry, self._wall.now())
 
     def _status(self, key: str, entry: _Entry, now: datetime) -> ScheduleEntry:
+        # After the clock stepped back, the occurrences up to the last fired one are skipped.
+        last = self._last_fired(entry)
+        after = now if last is None or _wrong_clock(last, now) else max(last, now)
         return {
             "agent_id": entry.agent_id, "kind": entry.kind, "cron": entry.schedule.expr,
             "tz": str(entry.schedule.tz), "last_fired": self._state.get(key, {}).get("last_fired"),
-            "next": entry.schedule.next_after(now).isoformat(),
+            "next": entry.schedule.next_after(after).isoformat(),
         }
 
     # -- state file ----------------------------------------------------------------------------
@@ -421,9 +440,18 @@ class CronScheduler:
         if last is None:
             last = self._wall.now()  # a new entry: occurrences from now on
             await self._record(entry, last)
+        since: datetime | None = None  # while the last fired is far ahead: from when on
         while True:
             now = self._wall.now()
-            due = sched.next_after(last)
+            if not _wrong_clock(last, now):
+                since = None
+            elif since is None or since > now:  # nothing fired after it: none is skipped
+                if since is None:
+                    log.warning("cron %s: the last occurrence fired, %s, lies %s ahead of "
+                                "the clock (%s): one clock is wrong; occurrences from now on "
+                                "fire", entry.key, last.isoformat(), last - now, now.isoformat())
+                since = now
+            due = sched.next_after(last if since is None else since)
             if due > now:
                 await self._sleep_toward(due)
                 continue

@@ -273,6 +273,73 @@ async def test_wall_clock_jumps(autojump_clock: object) -> None:
     assert late <= 2 * 3600 + 60 + 3600  # noticed within one bounded sleep step
 
 
+async def test_a_clock_set_back_shows_and_keeps_the_occurrences_it_already_fired(
+    autojump_clock: object,
+) -> None:
+    wall = FakeWallClock(utc(2026, 7, 1, 22))
+    scheduler, jobs = make(wall)
+    scheduler.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    async with running(scheduler):
+        await advance_wall(wall, utc(2026, 7, 2, 0))
+        # Back 25 hours (a clock read in the wrong zone): the night of July 1 is skipped
+        # once more, and status says so; status said the night of June 30.
+        wall.jump(timedelta(hours=-25))
+        assert scheduler.status()[0]["next"] == utc(2026, 7, 2, 23).isoformat()
+        await advance_wall(wall, utc(2026, 7, 2, 23, 5))
+    assert jobs.occurrences() == [utc(2026, 7, 1, 23), utc(2026, 7, 2, 23)]
+
+
+@pytest.mark.parametrize("restart", [False, True])
+async def test_an_occurrence_fired_by_a_clock_years_ahead_does_not_silence_the_entry(
+    tmp_path: Path, autojump_clock: object, restart: bool,
+) -> None:
+    """A machine that ran years ahead (a dead RTC battery, a wrong manual setting) fired
+    its night; set right, its entry kept waiting for that night to come again, while
+    status showed the next night as due."""
+    wall = FakeWallClock(utc(2036, 3, 1, 22))
+    first, jobs1 = make(wall, tmp_path)
+    first.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    async with running(first):
+        await advance_wall(wall, utc(2036, 3, 1, 23, 5))
+        assert jobs1.occurrences() == [utc(2036, 3, 1, 23)]
+        if not restart:
+            wall.jump(utc(2026, 7, 1, 12) - wall.now())
+            await advance_wall(wall, utc(2026, 7, 1, 23, 5))
+    if restart:
+        wall.jump(utc(2026, 7, 1, 12) - wall.now())
+        second, jobs2 = make(wall, tmp_path)
+        second.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+        async with running(second):
+            await trio.sleep(60)
+            # Not a catch-up of the nights "missed" up to the wrong clock's night.
+            assert jobs2.calls == []
+            assert second.status()[0]["next"] == utc(2026, 7, 1, 23).isoformat()
+            await advance_wall(wall, utc(2026, 7, 1, 23, 5))
+        jobs1.calls += jobs2.calls
+    assert jobs1.occurrences() == [utc(2036, 3, 1, 23), utc(2026, 7, 1, 23)]
+
+
+async def test_a_start_before_the_network_time_repeats_no_night(
+    tmp_path: Path, autojump_clock: object,
+) -> None:
+    # A machine with no clock of its own starts in 1970, and the network time comes a few
+    # minutes later: the night fired before the reboot does not fire again.
+    wall = FakeWallClock(utc(2026, 7, 1, 22))
+    first, jobs1 = make(wall, tmp_path)
+    first.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    async with running(first):
+        await advance_wall(wall, utc(2026, 7, 1, 23, 5))
+    wall.jump(utc(1970, 1, 1, 0, 0) - wall.now())
+    second, jobs2 = make(wall, tmp_path)
+    second.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    async with running(second):
+        await trio.sleep(300)
+        wall.jump(utc(2026, 7, 2, 8) - wall.now())
+        await advance_wall(wall, utc(2026, 7, 2, 23, 5))
+    assert jobs1.occurrences() + jobs2.occurrences() == [utc(2026, 7, 1, 23),
+                                                         utc(2026, 7, 2, 23)]
+
+
 async def test_restart_does_not_repeat_and_catches_up_once(
     tmp_path: Path, autojump_clock: object
 ) -> None:
