@@ -272,6 +272,8 @@ class Watcher(CookieSync):
             unknown = tuple(r + "/" for r in unlisted)
             added = disk.keys() - known.keys()
             deleted = {p for p in known.keys() - disk.keys() if not p.startswith(unknown)}
+            if self._config.outside_roots_gone:
+                deleted |= self._known().keys() - known.keys()
             changed = {p for p in disk.keys() & known.keys() if disk[p] != known[p]}
             await self._apply_all(added | deleted | changed)
         finally:

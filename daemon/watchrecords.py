@@ -42,6 +42,9 @@ class WatcherConfig:
     ignore_dirs: tuple[str, ...] = IGNORE_DIRS
     # What the warning about a note whose name is not valid UTF-8 says to do.
     misnamed_hint: str = "rename it to have it indexed"
+    # True: what the consumer knows outside the roots (a folder named otherwise in the
+    # settings since) is applied as gone by each reconcile; its apply must take it so.
+    outside_roots_gone: bool = False
 
 
 class ReconcileFound(TypedDict):

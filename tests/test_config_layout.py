@@ -347,3 +347,32 @@ def test_a_recorded_workspace_whose_config_no_longer_fits_is_refused_saying_why(
     assert "config recorded for it in workspaces.json" in error and "forget" in error
     assert error in second.log()
     assert second.stop() == 0
+
+
+@pytest.mark.parametrize("folder", ["daily_dir", "digest_dir"])
+def test_notes_of_a_folder_named_otherwise_since_leave_the_index(
+        daemon_factory: DaemonFactory, tmp_path: Path, folder: str) -> None:
+    # The notes of the folder the settings named before stayed indexed, never looked at
+    # again: one deleted was still found, one edited was found by its old words, and
+    # verify listed them all while health went from clean to pending and back.
+    env = {"RECALLD_DATA_DIR": str(tmp_path / "data"), "XDG_CONFIG_HOME": str(tmp_path / "c")}
+    ws = tmp_path / "x"
+    old = "memory/2026-12-05" if folder == "daily_dir" else "digest/wiki"
+    for name, text in [("a", "Steinpilz unter der Buche"), ("b", "松茸 Steinpilz im Herbst")]:
+        (ws / old).mkdir(parents=True, exist_ok=True)
+        (ws / old / f"{name}.md").write_text(f"# {name}\n\n{text}\n", encoding="utf-8")
+    first = daemon_factory(f'[workspaces.x]\npath = "{ws}"\n', **env)
+    first.call("index.sync", {"agent_id": "x"})
+    assert len(first.call("memory.search", {"agent_id": "x", "query": "Steinpilz"})["results"]) == 2
+    assert first.stop() == 0
+    (ws / "journal").mkdir()
+    (ws / "journal" / "j.md").write_text("# j\n\nKein Pilz heute\n", encoding="utf-8")
+    second = daemon_factory(f'[workspaces.x]\npath = "{ws}"\n{folder} = "journal"\n', **env)
+    second.call("index.sync", {"agent_id": "x"})
+    assert second.call("memory.search", {"agent_id": "x", "query": "Steinpilz"})["results"] == []
+    assert [r["path"] for r in second.call("memory.search", {"agent_id": "x",
+                                                                "query": "Pilz"})["results"]] \
+        == ["journal/j.md"]
+    verified = second.call("index.verify", {"agent_id": "x"})
+    assert verified["ok"] is True, verified
+    assert second.stop() == 0

@@ -25,7 +25,7 @@ from typing import TypedDict
 import trio
 
 from recalld.daemon import memtrim, metrics
-from recalld.daemon.index.prepare import PreparedBatch, prepare_files
+from recalld.daemon.index.prepare import Prepared, PreparedBatch, prepare_files
 from recalld.daemon.index.procpool import PoolUnavailable, PreparePool
 from recalld.daemon.index.reads import StateAccess
 from recalld.daemon.index.records import ApplyStats
@@ -222,8 +222,15 @@ class Passes:
         slots = trio.Semaphore(window)
         left = len(ordered)  # of this pass, not prepared yet (counted in self.preparing)
 
-        async def one(i: int, paths: list[str]) -> None:
+        state = self._state()
+        folders = (state.daily_dir + "/", state.digest_dir + "/")
+
+        async def one(i: int, named: list[str]) -> None:
             nonlocal left
+            # A note outside the note folders (one named otherwise in the settings since
+            # it was indexed) is no note any more, wherever it is on disk.
+            paths = [p for p in named if p.startswith(folders)]
+            gone = [Prepared(path=p, gone=True) for p in named if not p.startswith(folders)]
             digests = {p: digest_of(p) for p in paths}
             reme = moved = None
             if self.reme is not None:
@@ -247,8 +254,11 @@ class Passes:
                              "at the next reconcile", self._agent_id, len(paths),
                              mask_path(paths[0]))
                     raise
-            left -= len(paths)
-            self.preparing -= len(paths)
+            result = results[i]
+            if gone and result is not None:
+                result.files += gone
+            left -= len(named)
+            self.preparing -= len(named)
             ready[i].set()
 
         # The worker processes are let go once the last batch is prepared: the applies

@@ -154,7 +154,7 @@ class WorkspaceIndex:
             known=self.known_files,
             config=watcher_config
             or WatcherConfig(reconcile_interval_s=config.reconcile_interval_s,
-                             reconcile_before_ready=False,
+                             reconcile_before_ready=False, outside_roots_gone=True,
                              # One call for a whole reconcile: ``apply_paths`` pipelines
                              # its own batches, and every call drains the pipeline.
                              apply_batch_max=1 << 30),
