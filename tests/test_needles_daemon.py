@@ -23,9 +23,24 @@ def _opened(daemon: Any, tmp_path: Path, bs: bilingual.BilingualSet) -> Path:
     root = tmp_path / "ws"
     bilingual.write(root, bs)
     (root / "digest").mkdir()
+    _open(daemon, root)
+    return root
+
+
+def _day(tmp_path: Path, date: str) -> tuple[Path, Path]:
+    """A workspace under ``tmp_path`` with an empty digest folder and the daily notes folder
+    of ``date``: (its root, that folder)."""
+    root = tmp_path / "ws"
+    day = root / "memory" / date
+    day.mkdir(parents=True)
+    (root / "digest").mkdir()
+    return root, day
+
+
+def _open(daemon: Any, root: Path) -> None:
+    """Open ``root`` as agent ``w``'s workspace and wait until it is indexed."""
     daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
     daemon.call("index.sync", {"agent_id": "w"})
-    return root
 
 
 def _idents(bs: bilingual.BilingualSet) -> list[tuple[str, str]]:
@@ -146,10 +161,7 @@ def test_a_needle_in_full_width_forms_is_the_needle(daemon: Any, tmp_path: Path)
 def test_a_file_name_in_a_path_is_found_by_its_name(daemon: Any, tmp_path: Path) -> None:
     # A note that names a file by its path (or a link to its lines) holds the file name:
     # a query for the name alone ranks it first, ahead of notes with only its parts.
-    root = tmp_path / "ws"
-    day = root / "memory" / "2026-03-15"
-    day.mkdir(parents=True)
-    (root / "digest").mkdir()
+    root, day = _day(tmp_path, "2026-03-15")
     (day / "fix.md").write_text(
         "# Fix\n\nThe bug was in daemon/index/exact.py, found after a long hunt through the"
         " scoring and the fusion code; also see https://example.org/docs/setup.cfg today"
@@ -159,8 +171,7 @@ def test_a_file_name_in_a_path_is_found_by_its_name(daemon: Any, tmp_path: Path)
                                encoding="utf-8")
     (day / "cfg.md").write_text("# Cfg\n\nSetup cfg: the setup of cfg, max age.\n",
                                 encoding="utf-8")
-    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
-    daemon.call("index.sync", {"agent_id": "w"})
+    _open(daemon, root)
     # The anchor of a link to lines (#L42) is not part of the file name.
     # A dotted key's compound parts are names of their own too.
     for query in ("exact.py", "setup.cfg", "example.org", "fuse.py", "max_age"):
@@ -174,10 +185,7 @@ def test_a_namespace_path_or_dunder_file_name_is_found_whole(daemon: Any,
                                                               tmp_path: Path) -> None:
     # `tokio::sync::mpsc`, `std::vector` and `__init__.py` are identifiers: the long note
     # naming each ranks first, exact, ahead of many short notes full of their parts.
-    root = tmp_path / "ws"
-    day = root / "memory" / "2026-03-16"
-    day.mkdir(parents=True)
-    (root / "digest").mkdir()
+    root, day = _day(tmp_path, "2026-03-16")
     for i in range(40):
         (day / f"parts{i}.md").write_text(
             f"sync the mpsc queue with tokio, std vector init py setup {i}\n",
@@ -188,8 +196,7 @@ def test_a_namespace_path_or_dunder_file_name_is_found_whole(daemon: Any,
         " its whole life fixed it, and made the shutdown path cleaner. A std::vector of"
         " handles in the C++ side, and __init__.py exported the wrong names after the move.\n",
         encoding="utf-8")
-    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
-    daemon.call("index.sync", {"agent_id": "w"})
+    _open(daemon, root)
     for query in ("tokio::sync::mpsc", "std::vector", "__init__.py",
                   "why was tokio::sync::mpsc closed?"):
         answer = daemon.call("memory.search", {"agent_id": "w", "query": query})
@@ -203,10 +210,7 @@ def test_a_chunk_is_exact_only_while_its_index_holds_every_rare_word(daemon: Any
     # Two rare words (no identifier): the exact hit holds both where its index has them,
     # in Chinese text (no spaces around them) or in English, also after edits moved the
     # notes into the keyword index's delta.
-    root = tmp_path / "ws"
-    day = root / "memory" / "2026-03-17"
-    day.mkdir(parents=True)
-    (root / "digest").mkdir()
+    root, day = _day(tmp_path, "2026-03-17")
     for i in range(60):
         (day / f"filler{i}.md").write_text(f"# Filler {i}\n\nordinary words about day {i}\n",
                                            encoding="utf-8")
@@ -214,8 +218,7 @@ def test_a_chunk_is_exact_only_while_its_index_holds_every_rare_word(daemon: Any
     both, first = day / "both.md", day / "first.md"
     both.write_text(f"# 记录\n\n{long_zh}zorbification和quelphast{long_zh}\n", encoding="utf-8")
     first.write_text("# Only one\n\nzorbification without the other word\n", encoding="utf-8")
-    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
-    daemon.call("index.sync", {"agent_id": "w"})
+    _open(daemon, root)
 
     def exact_paths() -> list[str]:
         answer = daemon.call("memory.search", {"agent_id": "w", "sync": True,
@@ -233,10 +236,7 @@ def test_an_identifier_and_its_value_find_the_note_holding_both(daemon: Any,
     # `user_id=771203`: short English notes hold the identifier with other values, others
     # the value alone (too many for it to be a rare term); the long Chinese note holding
     # both ranks first, exact, however the query joins them.
-    root = tmp_path / "ws"
-    day = root / "memory" / "2026-03-18"
-    day.mkdir(parents=True)
-    (root / "digest").mkdir()
+    root, day = _day(tmp_path, "2026-03-18")
     for i in range(6):
         (day / f"other{i}.md").write_text(f"# Login {i}\n\nuser_id=77130{i} logged in twice, "
                                           f"user_id checked\n", encoding="utf-8")
@@ -245,8 +245,7 @@ def test_an_identifier_and_its_value_find_the_note_holding_both(daemon: Any,
     zh = "今天排查登录失败的问题，发现会话过期以后没有刷新，需要修改配置并观察一天。" * 20
     (day / "both.md").write_text(f"# 登录\n\n{zh}用户 user_id=771203 多次登录失败。{zh}\n",
                                  encoding="utf-8")
-    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
-    daemon.call("index.sync", {"agent_id": "w"})
+    _open(daemon, root)
     for query in ("user_id=771203", "user_id 771203", "771203 user_id",
                   "ｕｓｅｒ＿ｉｄ＝７７１２０３", "用户user_id=771203登录失败"):
         answer = daemon.call("memory.search", {"agent_id": "w", "query": query,
@@ -262,10 +261,7 @@ def test_a_lookup_ranks_first_the_note_holding_its_names_as_the_query_joins_them
     # `max_ms`, `max-old-space-size` with another value, `users` and `2f42`); the longer
     # note holding them joined (`payments.retry.max_ms`, the flag and its value, the
     # encoded path) ranks first, and alone is exact.
-    root = tmp_path / "ws"
-    day = root / "memory" / "2026-03-19"
-    day.mkdir(parents=True)
-    (root / "digest").mkdir()
+    root, day = _day(tmp_path, "2026-03-19")
     filler = "after the review we kept the change and watched the dashboards for a day. " * 6
     notes = {
         "retry": f"Production settings: payments.retry.max_ms = 5000. {filler}",
@@ -278,8 +274,7 @@ def test_a_lookup_ranks_first_the_note_holding_its_names_as_the_query_joins_them
     }
     for name, text in notes.items():
         (day / f"{name}.md").write_text(text + "\n", encoding="utf-8")
-    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
-    daemon.call("index.sync", {"agent_id": "w"})
+    _open(daemon, root)
     for query, target in (("max_ms of payments.retry", "retry"),
                           ("payments.retry.max_ms", "retry"),
                           ("--max-old-space-size=8192", "heap"),
@@ -302,10 +297,7 @@ def test_a_name_joined_by_slashes_is_one_word_of_a_longer_question(daemon: Any,
     # A path, an address or a URL typed in a question: counted as its four or five
     # parts, a Chinese question or a sentence around it made the query no lookup, and the
     # long Chinese note holding it lost to short English notes holding its siblings.
-    root = tmp_path / "ws"
-    day = root / "memory" / "2026-03-20"
-    day.mkdir(parents=True)
-    (root / "digest").mkdir()
+    root, day = _day(tmp_path, "2026-03-20")
     names = {"path": ("/srv/vorpa/data/ledger.db", "/srv/vorpa/data/queue.db",
                       "/srv/quist/data/ledger.db", "/etc/vorpa/ledger.db"),
              "url": ("https://vorpa.example.org/api/v3/ledger", "https://vorpa.example.org/api/v2/ledger",
@@ -321,8 +313,7 @@ def test_a_name_joined_by_slashes_is_one_word_of_a_longer_question(daemon: Any,
             (day / f"{kind}-en{i}.md").write_text(
                 f"# Note {i}\n\nWe hit {sib} again last week, see ledger and vorpa data.\n",
                 encoding="utf-8")
-    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
-    daemon.call("index.sync", {"agent_id": "w"})
+    _open(daemon, root)
     for kind, (name, *_) in names.items():
         for query in (f"{name} 出了什么问题", f"{name}为什么一直同步失败",
                       f"error with {name} in prod again last week after the restart"):
@@ -338,10 +329,7 @@ def test_a_ticket_key_is_an_identifier_however_many_notes_hold_it(daemon: Any,
     # `VORP-4471`, `CVE-2026-31337`: letters, a hyphen, a number. Held by a few long
     # Chinese notes (too many for a rare term), the key was no identifier: short English
     # notes holding a sibling key and the number apart ranked first.
-    root = tmp_path / "ws"
-    day = root / "memory" / "2026-03-21"
-    day.mkdir(parents=True)
-    (root / "digest").mkdir()
+    root, day = _day(tmp_path, "2026-03-21")
     zh = "今天排查同步失败的问题，发现重启以后任务没有恢复，需要修改配置并观察一天。" * 20
     keys = {"vorp": ("VORP-4471", "VORP-4472", "4471"),
             "cve": ("CVE-2026-31337", "CVE-2026-31338", "31337")}
@@ -353,8 +341,7 @@ def test_a_ticket_key_is_an_identifier_however_many_notes_hold_it(daemon: Any,
             (day / f"{kind}-en{i}.md").write_text(
                 f"# Note {i}\n\nWe closed {sibling} and build {number} shipped.\n",
                 encoding="utf-8")
-    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
-    daemon.call("index.sync", {"agent_id": "w"})
+    _open(daemon, root)
     for kind, (key, *_) in keys.items():
         for query in (key, f"{key} 的进展", f"status of {key.lower()}?"):
             answer = daemon.call("memory.search", {"agent_id": "w", "query": query,
