@@ -10,14 +10,15 @@ The ``health`` workspace service (started after ``index`` and ``vectors``) adds 
 each workspace's status: ``clean`` only when nothing is pending and the last disk scan
 matched the index; ``pending`` while changes wait, files on disk are not (yet) indexed or
 chunks wait for their vectors (not parked ones: they wait for the provider, an hour);
-``degraded`` when persisting fails, the watcher failed, the workspace failed, state was
-found corrupt and is not yet re-committed, a file of the current generation changed on disk
-(a few ``stat`` calls on every status; a new generation is saved from memory), or ``verify``
-found the index in memory damaged. It scans the disk in a worker thread once the workspace
-is open (not before: a large workspace would wait for it), ``HEALTH_MIN_RESCAN_S`` after
-the index applied changes, every ``HEALTH_SCAN_INTERVAL_S`` otherwise, and after every
-``verify`` and restore; between scans it sleeps on the index's change event, so an idle
-workspace costs no wake-ups. It stops by cancellation and needs no cleanup.
+``degraded`` when the workspace folder is missing, persisting fails, the watcher or the
+workspace failed, state was found corrupt and is not yet re-committed, a file of the
+current generation changed on disk (a few ``stat`` calls on every status; a new generation
+is saved from memory), or ``verify`` found the index in memory damaged. It scans the disk
+in a worker thread once the workspace is open (not before: a large workspace would wait
+for it), ``HEALTH_MIN_RESCAN_S`` after the index applied changes, every
+``HEALTH_SCAN_INTERVAL_S`` otherwise, and after every ``verify`` and restore; between scans
+it sleeps on the index's change event, so an idle workspace costs no wake-ups. It stops by
+cancellation and needs no cleanup.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
@@ -53,6 +54,8 @@ HEALTH_SCAN_INTERVAL_S = 300.0
 HEALTH_MIN_RESCAN_S = 2.0  # after a change, let a burst of edits settle first
 HEALTH_FIRST_SCAN_WAIT_S = 30.0  # for the watcher's startup reconcile, then scan ourselves
 MAX_READ_ERRORS = 3  # notes that could not be read, in last_errors
+FOLDER_MISSING = ("the workspace folder is missing (moved away, removed, or on a disk not "
+                  "mounted): changes go unseen; searches answer from the index it had")
 
 
 def dir_bytes(top: Path) -> int:
@@ -60,10 +63,8 @@ def dir_bytes(top: Path) -> int:
     total = 0
     for dirpath, _dirs, names in os.walk(top):
         for name in names:
-            try:
+            with suppress(OSError):
                 total += os.lstat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                continue
     return total
 
 
@@ -153,7 +154,9 @@ class Health:
         degraded: list[str] = []
         pending: list[str] = []
         persist_error = idx["persist_error"]
-        if persist_error:
+        if gone := not self.ws.root.is_dir():  # one stat; what else fails follows from it
+            degraded.append(FOLDER_MISSING)
+        elif persist_error:
             degraded.append(f"saving the index fails: {persist_error['error']}")
         if watcher.get("state") == "failed":
             degraded.append(f"watcher failed: {watcher.get('why')}")
@@ -162,7 +165,7 @@ class Health:
         if self.ws.state == "failed":
             degraded.append(f"workspace failed: {self.ws.error}")
         damaged = self.index.check_files()
-        for d in damaged.values():
+        for d in () if gone else damaged.values():
             degraded.append(f"index file {d['file']} damaged ({d['reason']}); a new "
                             "generation is saved from memory")
         live = self.index.live_problems()

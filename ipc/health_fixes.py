@@ -1,0 +1,78 @@
+"""What fixes a workspace's problem that :mod:`recalld.ipc.health` finds: a workspace
+refused before it opened, and a degraded index, by the reasons the daemon gives."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from recalld.ipc.agent_ids import workspace_table
+from recalld.ipc.commands import agent_operand, agent_option
+
+__all__ = ["DEGRADED_FIXES", "FOLDER_MISSING", "NOT_UTF8", "OVERSIZED", "degraded_fix",
+           "refused_fix"]
+
+#: How the daemon's health reason of a workspace folder gone while open begins.
+FOLDER_MISSING = "the workspace folder is missing"
+#: How the daemon's health reason of notes too large to index whole ends.
+OVERSIZED = "indexed only up to that size"
+#: How its reason of notes in an encoding it does not recognise ends.
+NOT_UTF8 = "save them as UTF-8"
+#: A degraded index's reasons, by how each begins (or ends), and what fixes each: reindex
+#: fixes only a damaged index in memory (a full disk it makes worse, a large note it
+#: leaves as it was).
+DEGRADED_FIXES = (
+    (FOLDER_MISSING, "put the folder back where it was (or mount its disk): recalld does "
+     "not make it again, and catches up by itself once it is back; or stop serving it: "
+     "recalld workspace close {operand}"),
+    ("saving the index fails", "free disk space or make the workspace's metadata folder "
+     "writable again (recalld doctor checks free disk); the index is saved by itself once "
+     "it can"),
+    ("watcher failed", "fix what the reason names; the watcher tries again by itself and a "
+     "rescan every reconcile_interval_s catches up meanwhile (README: Troubleshooting)"),
+    ("derived state was corrupt", "recalld compact {agent} saves it again now"),
+    ("index file ", "recalld compact {agent} saves a new generation now"),
+    ("the index in memory is damaged", "recalld reindex {agent}"),
+    (OVERSIZED, "split the note(s) named into smaller ones (only the first part of each is "
+     "searchable); recalld verify {agent} lists them"),
+    (NOT_UTF8, "open the note(s) named in an editor that reads their encoding and save them "
+     "as UTF-8; they are indexed again as they change"),
+    ("note(s) could not be read", "check the disk and the permissions of the note named; "
+     "it is read again at its next change or rescan"),
+)
+
+
+def refused_fix(agent: str, cause: object) -> str:
+    """What to do about a workspace refused before it opened, by the daemon's
+    ``refused_for`` (its folder when the daemon does not say)."""
+    table = workspace_table(agent)
+    stop = (f"stop serving it: take {table} out of the config file if it is there, kill -HUP "
+            f"the daemon, then: recalld workspace close --forget {agent_operand(agent)}")
+    reopen = f"recalld workspace open --config-json JSON {agent_operand(agent)}"
+    if cause == "missing":
+        return (f"put its folder back (mount its disk), then: recalld workspace open "
+                f"{agent_operand(agent)}; or {stop}")
+    if cause == "replica":
+        return (f"give one of the two replicas a host of its own: host in {table[:-1]}.remote] "
+                f"of the config file, then kill -HUP the daemon, or {reopen} with its remote "
+                "and a \"host\" in JSON (or share one workspace between the agents with "
+                f"shared_with); or {stop}")
+    if cause == "settings":
+        return (f"open it with settings that go with the config file: {reopen}, or mend "
+                f"{table} in the config file, then kill -HUP the daemon; or {stop}")
+    return (f"give it a folder of its own ({table} path in the config file, then kill -HUP "
+            f"the daemon), or {stop}")
+
+
+def degraded_fix(reasons: Sequence[str], agent: str) -> str:
+    """The fix of each degraded reason known; the checks that find more otherwise."""
+    def told(key: str) -> bool:
+        # A reason may begin with its count ("3 note(s) could not be read ...").
+        return any(r.endswith(key) if key in (OVERSIZED, NOT_UTF8)
+                   else r.startswith(key) or r.lstrip("0123456789 ").startswith(key)
+                   for r in reasons)
+
+    option, operand = agent_option(agent), agent_operand(agent)
+    fixes = [fix.format(agent=option, operand=operand) for key, fix in DEGRADED_FIXES
+             if told(key)]
+    return "; ".join(fixes) or (f"recalld verify {option} says what differs; "
+                                f"recalld reindex {option} rebuilds the index")
