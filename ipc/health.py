@@ -21,6 +21,7 @@ from recalld.ipc.commands import agent_operand, agent_option
 from recalld.ipc.health_fixes import OVERSIZED, degraded_fix, refused_fix
 from recalld.ipc.health_remote import remote_facts
 from recalld.ipc.problems import Assessment, Problem
+from recalld.ipc.render import _uptime
 from recalld.ipc.types import visible
 
 #: Why an LLM job fails, or capture waits, while the workspace has no chat model.
@@ -392,6 +393,21 @@ def not_open(listed: Sequence[WorkspaceInfo], status: DaemonStatus,
     return lines
 
 
+def _active_job(job: JobInfo) -> str:
+    """``auto_dream running 1/4 for 12m 3s``: how far a queued or running job is and for
+    how long, so that one stuck (a provider that never answers) shows as such."""
+    state = job.get("state")
+    text = f"{job.get('kind')} {state}"
+    progress: Mapping[str, Any] = job.get("progress", {})
+    done, total = progress.get("done"), progress.get("total")
+    if isinstance(done, int) and isinstance(total, int) and total > 0:
+        text += f" {done}/{total}"
+    since = job.get("started_at") if state == "running" else job.get("submitted_at")
+    if isinstance(since, int | float) and not isinstance(since, bool):
+        text += f" for {_uptime(max(time.time() - since, 0.0))}"
+    return text
+
+
 def assess(ws: WorkspaceInfo, jobs: Sequence[JobInfo] = ()) -> Assessment:
     """Facts and problems of one workspace of ``daemon.status``; ``jobs`` are its jobs."""
     a = Assessment(str(ws.get("agent_id", "?")))
@@ -432,8 +448,7 @@ def assess(ws: WorkspaceInfo, jobs: Sequence[JobInfo] = ()) -> Assessment:
                                  f"(recalld inbox list {agent_option(a.agent_id)})"))
     active = [j for j in mine if j.get("state") in ("queued", "running")]
     if active:
-        a.facts.append(("jobs", ", ".join(f"{j.get('kind')} {j.get('state')}"
-                                          for j in active)))
+        a.facts.append(("jobs", ", ".join(map(_active_job, active))))
     # Resources waiting for a chat model already say why their job failed.
     waiting = any("wait for a chat model" in p.what for p in a.problems)
     _failed_jobs(a, mine, waiting)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import signal
 from pathlib import Path
 from typing import Any
 
 from conftest import DaemonFactory, DaemonHandle
+from fakes.provider_server import FakeProvider
 from test_cli import recalld
-from waits import wait_status
+from waits import wait_status, wait_value
 
 from recalld.ipc.cli_status import render_status
 from recalld.ipc.health import assess
@@ -241,3 +243,26 @@ def test_a_dream_failed_for_want_of_a_chat_model_gets_that_fix(daemon: DaemonHan
     assert fix.startswith("         fix: give the workspace a chat model "
                           "(chat_model_config in [workspaces.default]"), fix
     assert fix.endswith("; then recalld dream --agent default"), fix
+
+
+def test_a_job_that_waits_on_its_provider_shows_how_far_it_is_and_for_how_long(
+        daemon_factory: DaemonFactory, fake: FakeProvider, tmp_path: Path) -> None:
+    # A dream whose chat model never answered showed as "auto_dream running" for as long
+    # as it waited: nothing told a job stuck for an hour from one started a second ago.
+    root = tmp_path / "ws"
+    (root / "memory" / "2026-04-01").mkdir(parents=True)
+    (root / "memory" / "2026-04-01" / "walk.md").write_text("# Walk\nheron by the canal\n")
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\nchat_model_config = {{base_url = '
+                       f'"{fake.url}/v1", api_key = "k", model_name = "m", timeout_s = 60.0}}\n')
+    held = fake.gate(lambda body: True)
+    try:
+        job = d.call("jobs.submit", {"agent_id": "w", "kind": "auto_dream"})["job_id"]
+        assert held.entered.wait(60), "the dream asks the chat model"
+        assert d.call("jobs.get", {"agent_id": "w", "job_id": job})["state"] == "running"
+        line = wait_value(
+            lambda: next(x for x in recalld("status", env=d.env).stdout.splitlines()
+                         if x.startswith("  jobs:")),
+            lambda x: " for 0m 0s" not in x, "a status a second into the job")
+        assert re.fullmatch(r"  jobs: +auto_dream running \d+/\d+ for \d+m \d+s", line), line
+    finally:
+        held.open()
