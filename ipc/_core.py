@@ -93,6 +93,18 @@ def not_running(socket_path: Path) -> errors.DaemonNotRunning:
     return errors.DaemonNotRunning(f"daemon not running at {socket_path} (start it with: {serve})")
 
 
+def held_fix(socket_path: Path) -> str | None:
+    """What to do when a daemon holds the lock of ``socket_path`` but does not answer on
+    it (starting, or its socket file was removed or replaced while it ran), where a start
+    would be refused; None when no daemon holds it."""
+    holder = lock_holder(socket_path.with_name(socket_path.name + ".lock"))
+    if holder is None:
+        return None
+    stop = f"kill {holder}" if holder > 0 else "stop it"
+    return (f"{stop} (or systemctl --user stop recalld.socket recalld.service), then start "
+            "it again: recalld serve; one that is only starting answers in a moment")
+
+
 def _not_a_socket(path: Path) -> str | None:
     """What is at ``path`` when it is there and not a socket (a folder, a file, a symbolic
     link: the daemon makes its socket only where nothing is, or a socket, and never

@@ -24,6 +24,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from recalld.ipc import errors, paths
+from recalld.ipc._core import held_fix
 from recalld.ipc.answers import DaemonStatus, JobInfo, WorkspaceInfo
 from recalld.ipc.client import Client
 from recalld.ipc.doctor_report import Check
@@ -92,8 +93,8 @@ class Doctor:
         s = self.socket_path
         try:
             st = s.lstat()
-        except FileNotFoundError:
-            return Check("socket", "warn", f"no socket at {s}",
+        except FileNotFoundError:  # a daemon that holds its lock would refuse a start
+            return Check("socket", "warn", f"no socket at {s}", held_fix(s) or
                          "start the daemon: recalld serve (or systemctl --user start recalld)")
         if not stat.S_ISSOCK(st.st_mode):
             return Check("socket", "fail", f"{s} is not a socket", f"remove {s}")
@@ -112,10 +113,11 @@ class Doctor:
                         connect_timeout_s=CONNECT_TIMEOUT_S) as client:
                 self.status = client.status()
                 self.workspaces = client.workspace_list()
-        except errors.DaemonNotRunning:
-            return Check("daemon", "fail", f"no daemon answers on {self.socket_path}",
-                         "recalld serve (or systemctl --user start recalld.socket "
-                         "recalld.service)")
+        except errors.DaemonNotRunning as exc:
+            held = held_fix(self.socket_path)  # the error says what holds the socket
+            return Check("daemon", "fail", exc.message if held else f"no daemon answers on "
+                         f"{self.socket_path}", held or "recalld serve (or systemctl --user "
+                         "start recalld.socket recalld.service)")
         except (errors.RecalldError, TimeoutError, OSError) as exc:
             return Check("daemon", "fail", f"the daemon did not answer: {exc}",
                          "see journalctl --user -u recalld")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from clirun import run_recalld
 
 from recalld.daemon.lock import AlreadyServing, FileLock, data_dir_lock, read_owner_pid
 from recalld.ipc.client import Client
@@ -94,6 +95,13 @@ def test_a_start_beside_a_daemon_on_the_same_socket_says_only_who_runs(
         f"a daemon (pid {first.pid}) holds the lock of {first.socket_path} but does not "
         "answer there: its socket file was removed or replaced while it ran (stop it, then "
         "start it again)")
+    # doctor says the same, and to stop that daemon: a start, as it told, was refused.
+    doctor = run_recalld(["doctor"], env=first.env)
+    assert doctor.returncode == 1, doctor.stdout
+    stop = f"fix: kill {first.pid} (or systemctl --user stop recalld.socket recalld.service)"
+    assert f"[FAIL] daemon: {lost.value}\n" in doctor.stdout, doctor.stdout
+    assert doctor.stdout.count(stop) == 2 and "start the daemon" not in doctor.stdout, \
+        doctor.stdout
     third = daemon_factory(RECALLD_DATA_DIR=str(first.data_dir),
                            RECALLD_SOCKET=str(first.socket_path), wait=False)
     assert third.proc.wait(timeout=20) == 3
