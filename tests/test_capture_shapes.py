@@ -163,3 +163,34 @@ def test_every_clients_shapes_keep_what_was_said(daemon_factory: Any, tmp_path: 
             d.call("memory.add_turns", {"agent_id": "w", "session_id": "mixed",
                                         "messages": [wrong]})
         assert refused.value.code == INVALID_PARAMS and "messages[0]" in str(refused.value)
+
+
+def test_messages_that_say_nothing_are_no_user_turns(daemon_factory: Any,
+                                                     tmp_path: Path) -> None:
+    # Gemini hands a function's answer back as a "user" message of functionResponse
+    # parts, and an empty user message (null, [], an empty text block) says nothing:
+    # each counted as a user turn and started the periodic auto_memory run early.
+    d = daemon_factory(config(tmp_path / "ws", interval=2))
+    gemini = [{"role": "user", "parts": [{"text": "Wie wird das Wetter in Bergen?"}]},
+              {"role": "model", "parts": [{"functionCall": {"name": "weather",
+                                                            "args": {"city": "Bergen"}}}]},
+              {"role": "user", "parts": [{"functionResponse": {
+                  "name": "weather", "response": {"sky": "rain"}}}]},
+              {"role": "user", "parts": [{"function_response": {
+                  "name": "weather", "response": {"sky": "rain"}}}]},
+              {"role": "model", "parts": [{"text": "Regen."}]}]
+    empty = [{"role": "user", "content": content}
+             for content in (None, [], "", " \n", [{"type": "text", "text": ""}],
+                             [{"type": "thinking", "thinking": "hm"}])]
+    for session, messages in (("gemini", gemini), ("empty", [gemini[0], *empty])):
+        r = d.call("memory.add_turns", {"agent_id": "w", "session_id": session,
+                                        "messages": messages})
+        assert (r["pending_turns"], r["user_turns_total"]) == (1, 1), r
+        assert "job_id" not in r, r
+    # A message cut in pieces whose last piece holds only a tool result is still the
+    # one turn its text made it.
+    cut = [{"role": "user", "content": "Ich ziehe nach Bergen.", "continued": True},
+           {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+                                         "content": "ok"}]}]
+    assert count_user_turns(cut) == 1
+    assert count_user_turns([{**cut[0], "continued": True}, *empty[:1]]) == 1

@@ -167,23 +167,6 @@ def check_messages(messages: object) -> list[JsonObject]:
     return messages
 
 
-#: Content blocks that carry what a tool answered, not what the user said (Anthropic's
-#: format sends them as a ``user`` message).
-TOOL_RESULT_BLOCKS = frozenset({"tool_result", "function_call_output"})
-
-
-def _is_tool_result(content: object) -> bool:
-    """True for content made only of tool-result blocks."""
-    return isinstance(content, list) and bool(content) and all(
-        isinstance(b, dict) and b.get("type") in TOOL_RESULT_BLOCKS for b in content)
-
-
-def _only_recalled(content: object) -> bool:
-    """True for content that is only blocks of recalled memory (see ``RECALL_TAGS``)."""
-    blocks = _content_blocks(content)
-    return bool(blocks) and not any(_RECALL.sub("", b).strip() for b in blocks)
-
-
 def continued(message: Mapping[str, object]) -> bool:
     """Whether ``message`` is a piece of one cut in several that the next goes on with
     (``"continued": true``, as the client library sends a message too large for one
@@ -191,13 +174,31 @@ def continued(message: Mapping[str, object]) -> bool:
     return message.get(CONTINUED) is True
 
 
+def _says_something(content: object) -> bool:
+    """True for content with something said in it: text beside blocks of recalled
+    memory (see ``RECALL_TAGS``), or media. Tool results (Anthropic's ``tool_result``,
+    the Responses API's ``function_call_output``, Gemini's ``functionResponse`` parts),
+    thinking and empty or blank text say nothing."""
+    return any(_RECALL.sub("", b).strip() for b in _content_blocks(content))
+
+
 def count_user_turns(messages: Sequence[Mapping[str, object]]) -> int:
-    """User turns among ``messages``: ``user`` messages, except those that only hand
-    back tool results or recalled memory (an image-only message is a turn; its text is
-    just not kept), and the pieces of a cut message but its last (one message, one
-    turn, counted once it is all said)."""
-    return sum(1 for m in messages if m.get("role") == "user" and not continued(m)
-               and not _is_tool_result(content_of(m)) and not _only_recalled(content_of(m)))
+    """User turns among ``messages``: ``user`` messages that say something (an
+    image-only message is a turn; its text is just not kept; one that only hands back
+    tool results or recalled memory, or is empty, is none), each message cut in several
+    pieces counted once, at its last (once it is all said), if any of them said
+    something."""
+    turns = 0
+    said = False  # by the pieces of a cut message before this one
+    for m in messages:
+        if m.get("role") != "user":
+            said = False
+            continue
+        said = said or _says_something(content_of(m))
+        if not continued(m):
+            turns += said
+            said = False
+    return turns
 
 
 def sanitize_messages(messages: Sequence[Mapping[str, object]],
