@@ -137,6 +137,36 @@ async def test_tool_calls_written_as_text_are_no_last_word(
     assert (await run_tools(chat, [{"role": "user", "content": "go"}], tools, dispatch)).finished
 
 
+async def test_a_call_in_the_shape_of_the_functions_api_is_run(
+        fake: FakeProvider, bridge: ProviderBridge) -> None:
+    # A server answering with the functions API's "function_call" (which tools replaced)
+    # had its call overlooked: the answer passed for the model's last word ("nothing to
+    # save"), and the turns it was asked about were committed without their note.
+    ran: list[tuple[str, Any]] = []
+
+    async def dispatch(name: str, arguments: Any) -> str:
+        ran.append((name, arguments))
+        return "ok"
+
+    chat = loop_client(fake, bridge)
+    tools = [function_tool("daily_write", "write", {"type": "object"})]
+    legacy = chat_answer(None, finish_reason="function_call")
+    legacy["choices"][0]["message"]["function_call"] = {
+        "name": "daily_write", "arguments": '{"name": "Wohnort", "content": "- Oslo"}'}
+    fake.script(Reply(json=legacy), Reply(json=chat_answer("gespeichert")))
+    res = await run_tools(chat, [{"role": "user", "content": "go"}], tools, dispatch)
+    assert res.finished and res.tool_calls_made == ["daily_write"], res
+    assert ran == [("daily_write", {"name": "Wohnort", "content": "- Oslo"})]
+    sent = fake.requests[-1].json["messages"]
+    assert sent[-2]["tool_calls"][0]["function"]["name"] == "daily_write"
+    assert sent[-1]["role"] == "tool" and sent[-1]["tool_call_id"] == (
+        sent[-2]["tool_calls"][0]["id"])
+    # An answer ended for a function call it does not hold is no last word either.
+    fake.script(Reply(json=chat_answer("", finish_reason="function_call")))
+    res = await run_tools(chat, [{"role": "user", "content": "go"}], tools, dispatch)
+    assert not res.finished and "did not send" in res.unfinished(8)
+
+
 async def test_calls_dropped_for_having_no_name_are_told_to_the_model(
         fake: FakeProvider, bridge: ProviderBridge) -> None:
     """Beside a call that runs, a call without a function name (an empty one, none, or a

@@ -70,6 +70,9 @@ REFUSED = "refusal"
 #: calls it does not hold: the server did not parse them (served without its tool-call
 #: parser), so none was made.
 CALLS_AS_TEXT = "tool calls as text"
+#: The finish reasons of an answer that ends for tool calls (``function_call``: the
+#: functions API that tools replaced).
+CALL_ENDS = frozenset({"tool_calls", "function_call"})
 #: What a model's tool call looks like written out in its text: the markers of the chat
 #: templates (Qwen, Hermes, Llama 3, Mistral), or a JSON object naming a function. Its
 #: runs of spaces are taken whole (a lookahead and its backreference): given back one at
@@ -189,7 +192,7 @@ async def run_tools(
                 # So is a refusal: the model declined to read what it was given.
                 cut = answer.finish_reason if answer.finish_reason in CUT_SHORT else None
                 cut = REFUSED if answer.refusal else cut
-                if cut is None and tools and (answer.finish_reason == "tool_calls"
+                if cut is None and tools and (answer.finish_reason in CALL_ENDS
                                               or _CALL_TEXT.search(answer.content or "")):
                     cut = CALLS_AS_TEXT  # written out, or announced and not sent
                 if on_step is not None:

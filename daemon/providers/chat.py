@@ -275,6 +275,11 @@ def parse_chat_response(body: bytes, secret: str = "") -> ChatResult:
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
         raise _bad("tool_calls is not a list")
+    legacy = message.get("function_call")
+    if not raw_calls and legacy is not None:
+        # The one call of the functions API that tools replaced (older Azure OpenAI API
+        # versions and servers modelled on them answer so): a call all the same.
+        raw_calls = [{"type": "function", "function": legacy}]
     finish = choice.get("finish_reason")
     calls = _unique_ids([_read_tool_call(raw, i, finish) for i, raw in enumerate(raw_calls)])
     unreadable = [c.error for c in calls if c.error]
