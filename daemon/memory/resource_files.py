@@ -22,6 +22,7 @@ from urllib.parse import quote
 from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import body_of, parse_frontmatter
 from recalld.daemon.index.frontmatter_edit import render_frontmatter
+from recalld.daemon.memory.resource_html import html_text
 from recalld.daemon.notetext import note_text
 from recalld.daemon.store.fsio import fit_name
 from recalld.ipc.errors import PathOutsideWorkspace
@@ -30,6 +31,11 @@ from recalld.ipc.types import visible
 
 log = logging.getLogger(__name__)
 
+#: The suffixes of HTML pages, read as their text (``resource_html``), not as markup.
+HTML_SUFFIXES: Final = (".html", ".htm")
+#: Of a page, the bytes read at most: its text may start past tens of kilobytes of
+#: styles and scripts (parsing stops once the text wanted is found).
+HTML_READ_BYTES: Final = 4 << 20
 _DATE_RE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _SLUG_BAD: Final = re.compile(r"[^\w]+")
 _HAS_TEXT: Final = re.compile(r"[^\W_]")
@@ -123,16 +129,23 @@ def read_head(root: Path, rel: str, limit_chars: int) -> tuple[str, bool]:
     """The first ``limit_chars`` characters of ``root/rel`` and if cut: read in the
     encoding it was saved in, as notes are (notetext.py: UTF-8, UTF-16 or UTF-32 with a
     byte order mark, GBK, Big5, Shift_JIS, EUC-KR, EUC-JP, Windows-1252; a UTF-8 byte
-    order mark left out), the bytes of none of these as U+FFFD; secrets masked (one the
-    cut falls inside too). A file outside ``root`` raises PathOutsideWorkspace."""
+    order mark left out), the bytes of none of these as U+FFFD; of an HTML page, its
+    text as a reader sees it (``resource_html``; from its first :data:`HTML_READ_BYTES`);
+    secrets masked (one the cut falls inside too). A file outside ``root`` raises
+    PathOutsideWorkspace."""
     from recalld.daemon.memory.redact import redact_prefix  # imported with its first use
 
+    page = rel.lower().endswith(HTML_SUFFIXES)
+    most = HTML_READ_BYTES if page else limit_chars * 4
     with os.fdopen(safepath.open_inside(root, rel), "rb") as fh:
         if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):  # replaced since cataloged
             raise OSError(errno.EINVAL, "not a regular file")
-        data = fh.read(limit_chars * 4 + 1)
-    cut = len(data) > limit_chars * 4
+        data = fh.read(most + 1)
+    cut = len(data) > most
     text = note_text(data.removeprefix(codecs.BOM_UTF8), prefix=cut)
+    if page and not_text(text) is None:  # binary or undecodable: said so as it is
+        text, left = html_text(text, limit_chars * 4)
+        cut = cut or left
     return redact_prefix(text, limit_chars), len(text) > limit_chars or cut
 
 

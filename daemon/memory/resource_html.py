@@ -1,0 +1,77 @@
+"""The text of an HTML resource as its reader sees it: what auto_resource hands the model.
+
+A saved web page opens with its stylesheets and scripts (tens of kilobytes before the
+first word of its body): the head of its source alone, as other text formats are read,
+held only those. Here the page is parsed (the standard library's parser, which never
+raises on bad markup), in slices, until enough text is found; scripts, styles and other
+parts nobody reads are left out, block elements end lines, list items are bullets and
+character references are decoded. Pure functions.
+"""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from typing import Final
+
+#: What a page holds that is not read as text.
+_UNREAD: Final = frozenset({"script", "style", "noscript", "template", "svg", "math",
+                            "iframe", "object", "canvas"})
+#: Elements that stand on lines of their own.
+_BLOCKS: Final = frozenset({
+    "address", "article", "aside", "blockquote", "br", "caption", "dd", "details", "div",
+    "dl", "dt", "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4",
+    "h5", "h6", "header", "hr", "li", "main", "nav", "ol", "p", "pre", "section", "summary",
+    "table", "td", "th", "title", "tr", "ul"})
+_HEADINGS: Final = {f"h{n}": "#" * n + " " for n in range(1, 7)}
+_SPACES: Final = re.compile(r"[ \t\r\f\v\u00a0]+")
+#: The markup parsed at once: parsing stops at the slice that completes the text wanted.
+_SLICE_CHARS: Final = 1 << 16
+
+
+class _Text(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.chars = 0
+        self._unread = 0  # depth inside elements not read
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in _UNREAD:
+            self._unread += 1
+        elif not self._unread and tag in _BLOCKS:
+            self._add("\n" + _HEADINGS.get(tag, "- " if tag == "li" else ""))
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag not in _UNREAD and not self._unread and tag in _BLOCKS:
+            self._add("\n")  # <br/>, <hr/>: a line ends; an empty <svg/> opens nothing
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _UNREAD:
+            self._unread = max(0, self._unread - 1)
+        elif not self._unread and tag in _BLOCKS:
+            self._add("\n")
+
+    def handle_data(self, data: str) -> None:
+        if not self._unread:
+            self._add(_SPACES.sub(" ", data.replace("\n", " ")))
+
+    def _add(self, text: str) -> None:
+        self.parts.append(text)
+        self.chars += len(text)
+
+
+def html_text(markup: str, want_chars: int) -> tuple[str, bool]:
+    """The readable text of the page ``markup``, at least its first ``want_chars``
+    characters where it has them, and whether markup was left unparsed (the page goes on
+    past the text returned)."""
+    parser = _Text()
+    at = 0
+    while at < len(markup) and parser.chars <= want_chars:
+        parser.feed(markup[at:at + _SLICE_CHARS])
+        at += _SLICE_CHARS
+    left = at < len(markup)
+    if not left:
+        parser.close()
+    lines = (line.strip() for line in "".join(parser.parts).split("\n"))
+    return "\n".join(line for line in lines if line.strip("#- ")), left

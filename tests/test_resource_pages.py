@@ -1,0 +1,54 @@
+"""HTML pages saved into resource/ are summarised from the text a reader sees: a saved
+web page opens with tens of kilobytes of styles and scripts, which were all the model
+was shown of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider
+from test_dream import ScriptedModel, write
+from test_resource import catalog, open_ws, wait_state
+
+STYLE = "<style>" + ".nav{color:#333;margin:0 auto}\n" * 800 + "</style>"
+SCRIPT = ("<script>" + "window.dataLayer=window.dataLayer||[];function gtag(){}\n" * 600
+          + "if (a < b && c > d) { render('<p>not text</p>'); }</script>")
+
+
+def page(body: str) -> str:
+    return (f"<!DOCTYPE html><html lang=\"nb\"><head><meta charset=\"utf-8\">"
+            f"<title>Budsjett 2027 &ndash; Oslo</title>{STYLE}{SCRIPT}</head>"
+            f"<body><svg><text>logo</text></svg>{body}<noscript>Slå på JavaScript"
+            f"</noscript></body></html>")
+
+
+def test_a_page_is_read_as_its_text_not_its_styles_and_scripts(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    write(root, "resource/budget.html", page(
+        "<article><h1>Budsjett</h1><p>Kvartalsbudsjettet er\n  42&nbsp;millioner "
+        "kroner.</p><ul><li>Skole</li><li>Vei &amp; bane</li></ul>"
+        "<p>会议在北京<br>举行。</p></article>"))
+    long_text = "".join(f"<p>Avsnitt {n}: hendelser i Bergen.</p>" for n in range(4000))
+    write(root, "resource/long.htm", page(long_text))
+    open_ws(daemon, "res", root, fake)
+    for rel in ("resource/budget.html", "resource/long.htm"):
+        wait_state(root, rel, "processed", "skipped", "failed")
+        assert catalog(root)[rel]["state"] == "processed", catalog(root)[rel]
+    asked = {r.json["messages"][1]["content"].split(" (", 1)[0]: r.json["messages"][1]["content"]
+             for r in fake.requests if r.path.endswith("/chat/completions")}
+    budget = asked["File resource/budget.html"]
+    assert budget.split("\n\n", 1)[1] == (
+        "Budsjett 2027 – Oslo\n# Budsjett\nKvartalsbudsjettet er 42 millioner kroner.\n"
+        "- Skole\n- Vei & bane\n会议在北京\n举行。"), budget
+    assert "first part only" not in budget.split("\n\n", 1)[0]
+    # A page whose text goes past what the model is shown: its first part, from its text.
+    long = asked["File resource/long.htm"]
+    assert "first part only" in long.split("\n\n", 1)[0]
+    assert long.split("\n\n", 1)[1].startswith(
+        "Budsjett 2027 – Oslo\nAvsnitt 0: hendelser i Bergen.\nAvsnitt 1:"), long[:300]
+    for text in asked.values():
+        assert "gtag" not in text and "margin" not in text and "logo" not in text
+        assert "not text" not in text and "JavaScript" not in text
