@@ -50,6 +50,7 @@ from recalld.daemon.memory.confined import NotUtf8 as NotUtf8
 from recalld.daemon.memory.confined import read_confined as read_confined
 from recalld.daemon.memory.confined import unlink_confined, utf8_file
 from recalld.daemon.memory.confined import write_confined as write_confined
+from recalld.daemon.memory.slugs import in_words
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import (
     InvalidParams,
@@ -68,7 +69,6 @@ MAX_TOOL_READ_BYTES = 64 * 1024
 SYNC_TIMEOUT_S = 30.0
 DAY_INDEX = "index.md"
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_NAME_BAD = re.compile(r"[^\w\-]+")
 #: Blank lines a note's content opens with (a model's answer often does): the body is
 #: written without them, so a frontmatter block after them is the note's.
 _LEADING_BLANKS = re.compile(r"\A(?:[ \t\r]*\n)+")
@@ -145,9 +145,9 @@ def has_name(name: str) -> bool:
 
 
 def slug(name: str) -> str:
-    """A file-name stem from a model-chosen name: word characters and ``-`` only."""
-    stem = _stem(name)
-    stem = _NAME_BAD.sub("-", stem).strip("-_").lower()[:80].strip("-_")
+    """A file-name stem from a model-chosen name: words (with their marks, see
+    :func:`slugs.in_words`) and ``-`` only."""
+    stem = in_words(_stem(name)).strip("-_").lower()[:80].strip("-_")
     if not stem:
         stem = "note"
     if stem == "index":

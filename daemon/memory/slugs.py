@@ -87,6 +87,28 @@ def _slug_of(norm: str, limit: int) -> str:
     return _DASHES_RE.sub("-", "".join(kept)).strip("-_")[:limit].rstrip("-_")
 
 
+def in_words(text: str) -> str:
+    """``text`` with each run of characters that are no part of a word made one ``-``:
+    kept are letters, digits, ``_`` and ``-``, and as in :func:`slugify` a combining mark
+    on the character before it (a vowel sign of Devanagari, Tamil or Thai: a word
+    without it is another word) and a joiner inside a word beyond ASCII (Persian
+    ``می\u200cخواهم``; between ASCII letters it only hides)."""
+    kept: list[str] = []
+    gap = False  # the last character kept stands for a run replaced
+    for i, ch in enumerate(text):
+        inside = bool(kept) and not gap and kept[-1] != "-"
+        if ch.isalnum() or ch in "_-" or (inside and (
+                unicodedata.category(ch)[0] == "M"
+                or (ch in _JOINERS and _shown(kept[-1]) and text[i + 1:i + 2].isalnum()
+                    and _shown(text[i + 1])))):
+            kept.append(ch)
+            gap = False
+        elif not gap:
+            kept.append("-")
+            gap = True
+    return "".join(kept)
+
+
 def _symbol_slug(norm: str, limit: int) -> str:
     """The slug of a name with no letter or digit (``🍵``, ``🚀``, ``!!!``): the Unicode
     names of its characters (``teacup-without-handle``); one too long for ``limit`` is cut
