@@ -52,3 +52,31 @@ def test_a_page_is_read_as_its_text_not_its_styles_and_scripts(
     for text in asked.values():
         assert "gtag" not in text and "margin" not in text and "logo" not in text
         assert "not text" not in text and "JavaScript" not in text
+
+
+def test_a_page_in_the_encoding_it_declares_is_read_in_it(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # Windows-1251 and KOI8-R text was skipped as "not UTF-8" though the page names its
+    # encoding; a guess (Windows-1252, GBK) gives way to what the page says.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    text = "Встреча в понедельник в Казани."
+    pages = {
+        "resource/cp1251.html": ('<html><head><meta charset="windows-1251"></head>'
+                                 f"<body><p>{text}</p></body></html>", "cp1251"),
+        "resource/koi8.htm": ('<HTML><HEAD><META HTTP-EQUIV="Content-Type" CONTENT="text/html;'
+                              f' charset=koi8-r"></HEAD><BODY>{text}</BODY></HTML>', "koi8_r"),
+        "resource/latin1.html": ("<meta charset=iso-8859-1><p>Caf\u00e9 \u00e0 Li\u00e8ge, "
+                                 "d\u00e9j\u00e0 vu.</p>", "latin-1"),
+    }
+    for rel, (markup, encoding) in pages.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(markup.encode(encoding))
+    open_ws(daemon, "res", root, fake)
+    for rel in pages:
+        wait_state(root, rel, "processed", "skipped", "failed")
+        assert catalog(root)[rel]["state"] == "processed", catalog(root)[rel]
+    asked = [r.json["messages"][1]["content"].split("\n\n", 1)[1]
+             for r in fake.requests if r.path.endswith("/chat/completions")]
+    assert sorted(asked) == sorted(
+        [text, text, "Caf\u00e9 \u00e0 Li\u00e8ge, d\u00e9j\u00e0 vu."])

@@ -22,8 +22,8 @@ from urllib.parse import quote
 from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import body_of, parse_frontmatter
 from recalld.daemon.index.frontmatter_edit import render_frontmatter
-from recalld.daemon.memory.resource_html import html_text
-from recalld.daemon.notetext import note_text
+from recalld.daemon.memory.resource_html import declared_charset, html_text
+from recalld.daemon.notetext import decode_note
 from recalld.daemon.store.fsio import fit_name
 from recalld.ipc.errors import PathOutsideWorkspace
 from recalld.ipc.textcut import cut_text
@@ -142,7 +142,12 @@ def read_head(root: Path, rel: str, limit_chars: int) -> tuple[str, bool]:
             raise OSError(errno.EINVAL, "not a regular file")
         data = fh.read(most + 1)
     cut = len(data) > most
-    text = note_text(data.removeprefix(codecs.BOM_UTF8), prefix=cut)
+    data = data.removeprefix(codecs.BOM_UTF8)
+    text, read_as = decode_note(data, prefix=cut)
+    if page and read_as not in ("", "utf-16", "utf-32") and (
+            charset := declared_charset(data)):
+        # Not UTF-8 and no byte order mark: the encoding the page names beats a guess.
+        text = data.decode(charset, errors="replace")
     if page and not_text(text) is None:  # binary or undecodable: said so as it is
         text, left = html_text(text, limit_chars * 4)
         cut = cut or left

@@ -10,6 +10,7 @@ character references are decoded. Pure functions.
 
 from __future__ import annotations
 
+import codecs
 import re
 from html.parser import HTMLParser
 from typing import Final
@@ -27,6 +28,28 @@ _HEADINGS: Final = {f"h{n}": "#" * n + " " for n in range(1, 7)}
 _SPACES: Final = re.compile(r"[ \t\r\f\v\u00a0]+")
 #: The markup parsed at once: parsing stops at the slice that completes the text wanted.
 _SLICE_CHARS: Final = 1 << 16
+
+
+#: A page's own word on its encoding: ``<meta charset=...>``, or the ``charset=`` of a
+#: ``<meta http-equiv="Content-Type" content="text/html; charset=...">``.
+_CHARSET: Final = re.compile(
+    rb"<meta\s[^>]*?charset\s*=\s*[\"']?\s*([A-Za-z0-9._:-]{1,40})", re.IGNORECASE)
+#: Where a page declares its encoding: at its start (HTML requires the first 1024 bytes).
+_CHARSET_BYTES: Final = 4096
+
+
+def declared_charset(data: bytes) -> str | None:
+    """The Python codec of the encoding the page ``data`` declares near its start, if
+    it names one Python knows other than a UTF (None otherwise: a page not read as UTF-8
+    that says it is one is wrong about it, and UTF-16/32 go by a byte order mark)."""
+    found = _CHARSET.search(data[:_CHARSET_BYTES])
+    if found is None:
+        return None
+    try:
+        name = codecs.lookup(found.group(1).decode("ascii")).name
+    except LookupError:
+        return None
+    return None if name.startswith("utf") else name
 
 
 class _Text(HTMLParser):
