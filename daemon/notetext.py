@@ -37,7 +37,7 @@ from typing import Final, NamedTuple
 
 from recalld.daemon.notescript import CHINESE, JAPANESE, KOREAN, script_share
 
-__all__ = ["UNDECODED", "decode_as", "decode_note", "note_text"]
+__all__ = ["UNDECODED", "decode_as", "decode_note", "lf_line_ends", "note_text"]
 
 #: The encoding :func:`decode_note` names for bytes it read as UTF-8 with U+FFFD.
 UNDECODED: Final = "unknown"
@@ -100,6 +100,14 @@ _COMMON_SHARE_OF_FREQUENT: Final = 0.5
 # Western text read as pairs of bytes, where a CJK character stands apart from Latin
 # letters (in a note mostly Western: two bytes make a run of three with one more).
 _IN_WORD: Final = re.compile("[A-Za-z][^\x00-\x7f]|[^\x00-\x7f][A-Za-z]")
+
+
+def lf_line_ends(text: str) -> str:
+    """``text`` with its lines ended by ``\n`` alone: what recalld writes into a note
+    (a Windows pipe's ``\r\n`` or an old Mac's ``\r`` would leave the note's lines
+    ended two ways, and a lone ``\r`` a line break that editors see and the index does
+    not)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def note_text(data: bytes, *, prefix: bool = False) -> str:

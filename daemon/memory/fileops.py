@@ -51,6 +51,7 @@ from recalld.daemon.memory.confined import read_confined as read_confined
 from recalld.daemon.memory.confined import unlink_confined, utf8_file
 from recalld.daemon.memory.confined import write_confined as write_confined
 from recalld.daemon.memory.slugs import in_words
+from recalld.daemon.notetext import lf_line_ends
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import (
     InvalidParams,
@@ -395,7 +396,7 @@ class FileOps:
         from recalld.daemon.memory.redact import redact, redact_async, redact_value
 
         stem = slug(redact(name))
-        content = _LEADING_BLANKS.sub("", await redact_async(content))
+        content = _LEADING_BLANKS.sub("", await redact_async(lf_line_ends(content)))
         description = redact(description) if description else description
         extra = redact_value(dict(extra)) if extra else extra
         given, body_start = parse_frontmatter(content)

@@ -45,7 +45,7 @@ from recalld.daemon.memory.recall import (
 from recalld.daemon.memory.redact import masked_in, redact, redact_async
 from recalld.daemon.memory.selection import MAX_SELECT, select_topics
 from recalld.daemon.memory.turns import check_request_id, check_session_id
-from recalld.daemon.notetext import note_text
+from recalld.daemon.notetext import lf_line_ends, note_text
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.store.errors import StorageError
 from recalld.daemon.workspaces import Workspace, check_agent_id
@@ -108,7 +108,7 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
     """
     p = Params(params)
     agent_id = p.agent_id()
-    content = p.text("content")
+    content = lf_line_ends(p.text("content"))  # as the note holds it: a repeat is seen
     named = p.text("session_id", None)
     session_id = check_session_id(DEFAULT_NOTE_SESSION if named is None else named)
     name = p.text("name", DEFAULT_NOTE_NAME)
