@@ -302,3 +302,30 @@ def test_passwords_named_owner_and_pass_in_one_word_are_masked(text: str,
 ])
 def test_words_ending_in_pass_and_hash_scheme_names_stay(text: str) -> None:
     assert redact(text) == text
+
+
+PUBLIC_B64 = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEYzHFfZMXIfwTuZPsWUwpqJuaQbs9"
+PRIVATE_B64 = "yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk="
+
+
+@pytest.mark.parametrize("text", [
+    f"-----BEGIN PUBLIC KEY-----\n{PUBLIC_B64}\n-----END PUBLIC KEY-----",
+    f"Our public key: {PUBLIC_B64}",
+    f"the server's public key is {PUBLIC_B64}",
+    f"[Peer]\nPublicKey = {PRIVATE_B64}\n",
+    f"public_key: {PUBLIC_B64}",
+    f'{{"pub_key": "{PUBLIC_B64}"}}',
+])
+def test_public_keys_stay(text: str) -> None:
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    (f"[Interface]\nPrivateKey = {PRIVATE_B64}\n", PRIVATE_B64),
+    (f"the public key is fine, the secret key is {PRIVATE_B64}", PRIVATE_B64),
+    (f"public key: {ANTHROPIC}", ANTHROPIC),
+    (f"publishable key: {PRIVATE_B64}", PRIVATE_B64),
+])
+def test_secrets_beside_public_keys_are_still_masked(text: str, secret: str) -> None:
+    assert secret not in redact(text)
+    assert MASK in redact(text)

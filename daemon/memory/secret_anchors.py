@@ -31,6 +31,9 @@ _ANCHOR_WORDS: Final = (
     "otp", "pat", "login", "api", "access", "private", "signing", "encryption", "master",
     "license", "ssh", "app", "bearer", "refresh", "bot", "client", "sessid",
     *ZH_WORDS, *OTHER_WORDS)
+#: "key" after these names a public key, which is published, not kept secret ("public
+#: key: MFkw...", "-----BEGIN PUBLIC KEY-----", "WireGuard PublicKey = ...").
+_PUBLIC_KEY: Final = re.compile(r"(?:public|pub)[ \t_\-]?$")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.$")
 _NAME_REACH = 64
 
@@ -78,6 +81,8 @@ def anchors(text: str, lower: str, words: Sequence[int] | None = None) -> list[i
     when the caller has them."""
     found: set[int] = set()
     for i in anchor_words(lower) if words is None else words:
+        if lower.startswith("key", i) and _PUBLIC_KEY.search(lower, max(0, i - 7), i):
+            continue
         found.add(i)
         start = i
         while start > 0 and i - start < _NAME_REACH and text[start - 1] in _NAME_CHARS:

@@ -100,11 +100,12 @@ def name_kind(name: str) -> str | None:
     'datakey' for a bare "key" or a data key's name (see ``keyish``),
     'random' for a name whose value is a credential only when it looks random (a
     session's id; a count of a model's tokens, ``max_tokens``), None otherwise (also a
-    name about a credential: see ``_ABOUT_PARTS``)."""
+    name about a credential: see ``_ABOUT_PARTS``; a public key's, published)."""
     if name.strip("\"'`$-[]") == "Pat":
         return "random"  # a person named Pat ("Pat: 555-0134"), unless it looks random
     parts = [p.lower() for p in _NAME_SPLIT.split(name.strip("\"'`$-[]")) if p]
-    if not parts or (len(parts) >= 2 and parts[-1] in _ABOUT_PARTS):
+    if not parts or (len(parts) >= 2 and (parts[-1] in _ABOUT_PARTS or (
+            parts[-2] in ("public", "pub") and parts[-1] in ("key", "keys")))):
         return None
     joined = {a + b for a, b in itertools.pairwise(parts)}
     if any(p in _PASSWORD_PARTS or p.endswith(_PASSWORD_ENDINGS)
