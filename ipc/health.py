@@ -18,7 +18,13 @@ from typing import Any
 from recalld.ipc.agent_ids import workspace_table
 from recalld.ipc.answers import DaemonStatus, JobInfo, WorkspaceInfo
 from recalld.ipc.commands import agent_operand, agent_option
-from recalld.ipc.health_fixes import OVERSIZED, degraded_fix, refused_fix
+from recalld.ipc.health_fixes import (
+    CREDENTIAL_NAMED,
+    OVERSIZED,
+    RENAME_FIX,
+    degraded_fix,
+    refused_fix,
+)
 from recalld.ipc.health_remote import remote_facts
 from recalld.ipc.problems import Assessment, Problem
 from recalld.ipc.render import _uptime
@@ -64,7 +70,10 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
     idx = ws.get("index") or {}
     state = h.get("state") or "-"
     pending = idx.get("pending_changes") or 0
-    reasons = h.get("reasons") or []
+    reasons = [str(r) for r in h.get("reasons") or []]
+    # Notes named by a credential are no index state: a problem of their own, any state.
+    named = [r for r in reasons if CREDENTIAL_NAMED in r]
+    reasons = [r for r in reasons if r not in named]
     # Turns waiting for auto_memory make the workspace pending, not its index (chunks
     # whose vectors are parked leave it clean: the daemon does not count them as pending).
     shown = "clean" if state == "pending" and reasons and all(
@@ -84,15 +93,14 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
         a.problems.append(Problem("fail", f"workspace failed: {ws.get('error')}",
                                   f"recalld workspace open {agent_operand(agent)}"))
     elif state == "degraded":
-        reasons = [str(r) for r in h.get("reasons") or []]
         partly = h.get("partly_indexed_paths") or []
         shown = [f"{r}: {', '.join(map(str, partly))}" if r.endswith(OVERSIZED) and partly
                  else r for r in reasons]
         a.problems.append(Problem("fail", "index degraded: " + "; ".join(shown),
                                   degraded_fix(reasons, agent)))
-    elif state == "pending" and h.get("reasons"):
-        capture = [r for r in h["reasons"] if _is_capture(r, ws)]
-        others = [r for r in h["reasons"] if r not in capture]
+    elif state == "pending" and reasons:
+        capture = [r for r in reasons if _is_capture(r, ws)]
+        others = [r for r in reasons if r not in capture]
         stuck = _provider_failing(ws)
         behind = [r for r in others if stuck and r.startswith("vectors:")]
         others = [r for r in others if r not in behind]
@@ -112,6 +120,7 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
         if capture:
             a.problems.append(Problem("info", "pending: " + "; ".join(capture),
                                       _capture_fix(agent, ws)))
+    a.problems.extend(Problem("info", r, RENAME_FIX) for r in named)
 
 
 def _reopen(agent: str) -> str:

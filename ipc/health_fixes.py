@@ -1,5 +1,6 @@
 """What fixes a workspace's problem that :mod:`recalld.ipc.health` finds: a workspace
-refused before it opened, and a degraded index, by the reasons the daemon gives."""
+refused before it opened, a degraded index, by the reasons the daemon gives, and notes
+named by what looks like a credential."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from collections.abc import Sequence
 from recalld.ipc.agent_ids import workspace_table
 from recalld.ipc.commands import agent_operand, agent_option
 
-__all__ = ["DEGRADED_FIXES", "FOLDER_MISSING", "NOT_UTF8", "OVERSIZED", "degraded_fix",
-           "refused_fix"]
+__all__ = ["CREDENTIAL_NAMED", "DEGRADED_FIXES", "FOLDER_MISSING", "NOT_UTF8", "OVERSIZED",
+           "RENAME_FIX", "degraded_fix", "refused_fix"]
 
 #: How the daemon's health reason of a workspace folder gone while open begins.
 FOLDER_MISSING = "the workspace folder is missing"
@@ -39,6 +40,13 @@ DEGRADED_FIXES = (
     ("note(s) could not be read", "check the disk and the permissions of the note named; "
      "it is read again at its next change or rescan"),
 )
+
+#: What the daemon's health reason of notes named by what looks like a credential holds
+#: (the daemon adds it whatever the index's state).
+CREDENTIAL_NAMED = "named by what looks like a credential"
+RENAME_FIX = ("rename the note(s) in the folders named so their names hold no credential "
+              "(if it is a real one, revoke it: a file name is seen by every tool); until "
+              "then they are searched and read by their masked names")
 
 
 def refused_fix(agent: str, cause: object) -> str:

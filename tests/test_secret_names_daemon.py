@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_cli import recalld
 from waits import wait_value
 
 from recalld.daemon.memory.redact import find_spans
@@ -261,3 +262,31 @@ def test_a_path_shown_masked_filters_by_that_name(
     assert listed("./memory/[REDACTED]/l") == both[1:]
     assert listed(f"memory/{AWS}") == both[:1]
     assert listed(f"{DAY}/[REDACTED]") == [f"{DAY}/[REDACTED].md"]
+
+
+@pytest.mark.parametrize("turns_wait", [False, True])
+def test_status_asks_to_rename_a_note_named_by_a_credential(
+        daemon_factory: Any, tmp_path: Path, turns_wait: bool) -> None:
+    """``recalld status`` shows the notes named by a credential, with the fix that ends
+    it (renaming them), whether the index is clean or turns wait for a chat model: never
+    hidden behind an OK, nor told to wait for it to pass."""
+    root = tmp_path / "ws"
+    day = root / DAY
+    day.mkdir(parents=True)
+    (day / f"release-{GITLAB}.md").write_text("# release\nThe wombat runner.\n")
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+    d.call("index.sync", {"agent_id": "w"})
+    if turns_wait:
+        d.call("memory.add_turns", {"agent_id": "w", "session_id": "s1", "messages": [
+            {"role": "user", "content": "the wombat runner moved"}]})
+    wait_value(lambda: _health(d), lambda h: h["secret_named"] == 1
+               and h["state"] == ("pending" if turns_wait else "clean"), "counted")
+
+    proc = recalld("status", env=d.env)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert f"[note] 1 note(s) named by what looks like a credential, shown masked (in {DAY})"\
+        in out, out
+    assert "fix: rename the note(s)" in out and "catches up by itself" not in out, out
+    assert "clean: 1 file(s), 1 chunk(s) indexed" in out, out
+    assert _leaks(out) == []
