@@ -125,3 +125,31 @@ def test_slack_session_tokens_are_masked(kind: str, template: str) -> None:
                                   "xoxc-client-token-explained"])
 def test_slack_prefixes_before_words_stay(text: str) -> None:
     assert redact(text) == text
+
+
+MORE_SECRETS = {
+    "airtable": "pat" + _r(B62, 14) + "." + _r(HEX, 64),
+    "tencent_cloud": "AKID" + _r(B62, 32),
+    "baidu_qianfan": "bce-v3/ALTAK-" + _r(B62, 21) + "/" + _r(HEX, 40),
+    "zhipu": _r(HEX, 32) + "." + _r(B62, 16),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MORE_SECRETS))
+@pytest.mark.parametrize("template", ["{s}", "the {k} key is {s} ok", "用 {s} 调用", "- {s}\n"])
+def test_cloud_and_model_vendor_keys_are_masked_by_their_shape(kind: str,
+                                                               template: str) -> None:
+    secret = MORE_SECRETS[kind]
+    out = redact(template.format(s=secret, k=kind))
+    assert secret not in out and MASK in out, out
+
+
+@pytest.mark.parametrize("text", [
+    f"cache/{_r(HEX, 32)}.jpg",
+    f"the upload {_r(HEX, 32)}.partial_download failed",
+    f"see {_r(HEX, 32)}.markdownrendered",
+    "AKIDs and patterns in the IAM docs",
+    "patient.records_for_review_2026 are due",
+])
+def test_look_alikes_of_those_vendor_keys_stay(text: str) -> None:
+    assert redact(text) == text

@@ -327,6 +327,13 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
                 r"|pk_\d{5,10}_[A-Z0-9]{32}"
                 r"|pat\.[A-Za-z0-9_\-]{22}\.[a-f0-9]{24}\.[A-Za-z0-9_\-]{20})" + _Q,
                 check=lambda v: _tail_random(v[4:])),
+    # Keys of a fixed shape with a short or no prefix: Airtable's personal access tokens,
+    # Tencent Cloud's SecretId, Baidu Qianfan's bce-v3 keys, Zhipu AI's (32 hex digits, a
+    # dot, 16 mixed characters).
+    _regex_rule("vendor_token", ("pat", "akid", "bce-v3/", "."),
+                _P + r"(?:pat[A-Za-z0-9]{14}\.[a-f0-9]{64}|AKID[A-Za-z0-9]{32}"
+                r"|bce-v3/ALTAK-[A-Za-z0-9]{16,}/[a-f0-9]{32,}|[a-f0-9]{32}\.[A-Za-z0-9]{16})"
+                + _Q, check=lambda v: _tail_random(v[-16:])),
     _regex_rule("jwt", ("eyj",),
                 _P + r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}" + _Q),
     # A token as the whole user part: ``https://ghp_...@github.com``, ``https://<token>@host``.
