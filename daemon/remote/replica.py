@@ -65,6 +65,12 @@ Ts = TypeVarTuple("Ts")
 FIRST_CONNECT_WAIT_S = 15.0
 CLAIM_POLL_S = 0.2
 RECONNECT = RetryPolicy(backoff_base_s=0.5, backoff_max_s=10.0)
+# After this long without a session and with nothing waiting to go up, the waits between
+# attempts grow to IDLE_RECONNECT's cap (an idle daemon should not wake every few seconds
+# for days); a local change, a server search or a job that needs the server cuts the wait
+# back to RECONNECT's.
+LONG_OUTAGE_S = 300.0
+IDLE_RECONNECT = RetryPolicy(backoff_base_s=0.5, backoff_max_s=60.0)
 
 
 class Replica:
@@ -91,6 +97,10 @@ class Replica:
         self._online_since: float | None = None
         self._secrets = _secrets(cfg)
         self._first_attempt = trio.Event()
+        # Since when no session has been up (None while one is), and what cuts a long
+        # wait for the next attempt short.
+        self._down_since: float | None = None
+        self._server_wanted = trio.Event()
         self.shared_vectors = 0
         self.provider_vectors = 0
         self._searcher = ServerSearcher(ws, cfg, host=self.host, secrets=self._secrets,
@@ -98,6 +108,7 @@ class Replica:
                                         max_chars=chunk_max_chars,
                                         writes=self._files.writes)
         self._nursery: trio.Nursery | None = None
+        self._files.on_queued = self._want_server
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -206,11 +217,25 @@ class Replica:
                 await trio.sleep_forever()
             self._conn_state = ("failing" if ours else "refusing" if refusing
                                 else "offline")
-            if trio.current_time() - began > 60:
+            now = trio.current_time()
+            if now - began > 60:
                 attempt = 0
-            delay = RECONNECT.backoff_s(attempt, self._rng)
+            if self._down_since is None:
+                self._down_since = now
+            idle = (now - self._down_since >= LONG_OUTAGE_S and not self._files.queued)
+            short = RECONNECT.backoff_s(attempt, self._rng)
+            longer = IDLE_RECONNECT.backoff_s(attempt, self._rng) if idle else short
             attempt = min(attempt + 1, 16)
-            await trio.sleep(delay)
+            self._server_wanted = trio.Event()
+            # Never sooner than the short waits (a search a second must not become an
+            # attempt a second); when idle, longer unless something needs the server.
+            await trio.sleep(short)
+            with trio.move_on_after(max(0.0, longer - short)):
+                await self._server_wanted.wait()
+
+    def _want_server(self) -> None:
+        """Something needs the server now: a long wait for the next attempt ends."""
+        self._server_wanted.set()
 
     def _record_error(self, exc: BaseException, *, server: bool = True) -> None:
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -248,6 +273,7 @@ class Replica:
             self._searcher.new_session()
             self._conn_state = "online"
             self._online_since = time.time()
+            self._down_since = None
             # What kept it offline (or failing) is over: the log keeps it, status no longer
             # shows it beside "online" as if it still held.
             self._last_error = self._last_error_at = self._refusal_logged = None
@@ -292,6 +318,7 @@ class Replica:
         not be stored for the other hosts: it waits, as writes do)."""
         if (self._workspace_id is None or self._conn_state != "online"
                 or self._files.writes.kind is not None):
+            self._want_server()
             raise self._job_waits(kind)
         workspace_id = self._workspace_id
         try:
@@ -432,6 +459,7 @@ class Replica:
         del link_limit
         workspace_id = self._workspace_id
         if workspace_id is None or self._conn_state != "online":
+            self._want_server()
             raise SearchUnavailable(f"shared workspace {self._cfg.name} is "
                                     f"{self._conn_state}")
         found = await self._searcher.candidates(workspace_id, query, limit, filters,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import partial
 
 import trio
@@ -61,6 +61,9 @@ class ReplicaFiles:
         self._last_local: dict[str, str | None] = {}
         self._known: dict[str, tuple[int, int]] = {}
         self._wake_uploader = trio.Event()
+        #: Called after each local change queued (the replica, waiting long to reconnect
+        #: with nothing to send, tries the server after its short wait).
+        self.on_queued: Callable[[], None] = lambda: None
         #: Local notes that could not be read at their last change or rescan, and why
         #: (said once in the log, not at each rescan).
         self._unreadable: dict[str, str] = {}
@@ -162,6 +165,7 @@ class ReplicaFiles:
         for c in changes:
             self._last_local[c.path] = c.hash
         self._wake_uploader.set()
+        self.on_queued()
 
     async def _unhold(self, paths: list[str]) -> None:
         """End the hold of ``paths`` (restored, released; caller holds the lock)."""
