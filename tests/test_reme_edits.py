@@ -179,3 +179,41 @@ def test_an_edit_of_symbols_alone_is_an_edit(daemon_factory: Any, tmp_path: Path
         assert "❌" in text and "€1200" in text and "✅" not in text and "$" not in text
         wait_for(lambda: any("❌" in t for t in passage_texts(fake)), "the edit embedded")
         assert d.stop() == 0
+
+
+def test_a_note_with_a_byte_order_mark_before_its_frontmatter_keeps_remes_chunk(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    """ReMe 0.4.2 takes no frontmatter after a byte order mark: the block is body to it,
+    its chunk starts on the fence and renders the block as a heading of the fence line
+    (its text as ReMe wrote it, LF or CRLF note alike). That chunk's vector is reused; the
+    frontmatter stays searchable; an edit of the body is embedded."""
+    body = ("# Trip\n\nBike on Mondays and Thursdays, the train otherwise.\n\n## Notes\n\n"
+            "The 7:42 is always late; take the 7:30 instead.\n")
+    fm = "\ufeff---\nname: trip\ndescription: lisbon ferry\n---\n"
+    reme_text = "## \ufeff---\n\n" + body.rstrip("\n")
+    notes = {"memory/2026-07-04/lf.md": fm + body,
+             "memory/2026-07-04/crlf.md": (fm + body).replace("\n", "\r\n")}
+    reme = [ReMeChunk(1, 11, reme_text)]
+    for rel, text in notes.items():
+        assert still_says(rel, text, reme), rel
+        assert not still_says(rel, text.replace("late", "early"), reme), rel
+    ws = tmp_path / "ws"
+    for rel, text in notes.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_bytes(text.encode("utf-8"))
+    lf, crlf = notes
+    write_reme_store(ws, lf, reme, {crlf: reme})
+    with FakeProvider(dims=DIMS) as fake:
+        d = open_daemon(daemon_factory, ws, fake)
+        d.call("index.sync", {"agent_id": "w"})
+        wait_value(lambda: vectors(d), lambda st: st["total"] == 2 and st["coverage"] == 1.0,
+                   "ReMe's two vectors")
+        assert passage_texts(fake) == []
+        res = d.call("memory.search", {"agent_id": "w", "query": "lisbon ferry"})
+        assert {r["path"] for r in res["results"]} == {lf, crlf}
+        (ws / lf).write_bytes((fm + body.replace("late", "early")).encode("utf-8"))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_for(lambda: any("early" in t for t in passage_texts(fake)), "the edit embedded")
+        res = d.call("memory.search", {"agent_id": "w", "query": "always early"})
+        assert "early" in res["results"][0]["text"]
+        assert d.stop() == 0

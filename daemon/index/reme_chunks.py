@@ -86,8 +86,14 @@ def adopt_chunks(path: str, text: str, reme: Sequence[ReMeChunk], *,
     lines = [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")]
     fields, body_start = parse_frontmatter(text)
     # A block recalld's reader cannot take (ReMe's can) is frontmatter here all the same.
-    unread = 0 if body_start else _reme_block_end(lines)
+    reme_start = _reme_block_end(lines)
+    unread = 0 if body_start else reme_start
     body_start = body_start or unread
+    # A block ReMe did not take for frontmatter (a byte order mark before its fence) is
+    # body to ReMe: its first chunk starts on the fence, its text renders the block as a
+    # heading of the fence line alone. Its chunks may start there, and say what the
+    # lines say from the body on after that heading.
+    hidden = body_start if body_start and not reme_start else 0
     groups: dict[tuple[int, int], list[ReMeChunk]] = {}
     for c in reme:
         groups.setdefault((c.start_line, c.end_line), []).append(c)
@@ -96,12 +102,12 @@ def adopt_chunks(path: str, text: str, reme: Sequence[ReMeChunk], *,
         if key := _said(lines[i]):
             anchors.setdefault(key, []).append(i)
     kept: list[tuple[int, list[ReMeChunk]]] = []  # (0-based first line, group)
-    free_from, shift = body_start, 0
+    free_from, shift = body_start - hidden, 0
     for (start, end), group in sorted(groups.items()):
         size = end - start + 1
         joined = _said("\n".join(c.text for c in group))
         at = _place(lines, free_from, size, joined, _lead(group[0].text), start - 1,
-                    (start - 1 + shift, *_anchored(group, anchors, size)))
+                    (start - 1 + shift, *_anchored(group, anchors, size)), hidden)
         if at is not None:
             kept.append((at, group))
             free_from, shift = at + size, at - (start - 1)
@@ -187,17 +193,21 @@ def _lead(text: str) -> frozenset[str]:
 
 
 def _place(lines: Sequence[str], free_from: int, size: int, joined: str,
-           lead: frozenset[str], recorded: int, candidates: Sequence[int]) -> int | None:
+           lead: frozenset[str], recorded: int, candidates: Sequence[int],
+           hidden: int = 0) -> int | None:
     """The first of ``candidates`` (then ``recorded``) where ``size`` lines from
     ``free_from`` on say all that ``joined`` (what a group says) says after
-    one of ``lead``: a word cut at either end of the range is an edit too."""
+    one of ``lead``: a word cut at either end of the range is an edit too. A range
+    over the first ``hidden`` lines (a block ReMe read as body) says what its lines
+    say from there on, after its lead."""
     for at in (*candidates, recorded):
         if (at < free_from or at + size > len(lines)
                 or not lines[at].strip() or not lines[at + size - 1].strip()):
             continue
-        span = _said("\n".join(lines[at:at + size]))
-        if joined.endswith(span) and joined[:len(joined) - len(span)] in lead:
-            return at
+        for first in (at, hidden) if at < hidden else (at,):
+            span = _said("\n".join(lines[first:at + size]))
+            if joined.endswith(span) and joined[:len(joined) - len(span)] in lead:
+                return at
     return None
 
 
