@@ -217,3 +217,29 @@ def test_a_note_with_a_byte_order_mark_before_its_frontmatter_keeps_remes_chunk(
         res = d.call("memory.search", {"agent_id": "w", "query": "always early"})
         assert "early" in res["results"][0]["text"]
         assert d.stop() == 0
+
+
+def test_character_references_are_read_as_remes_renderer_writes_them(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    """ReMe's renderer writes a character reference as its character outside code
+    (``&amp;`` as ``&``, ``&copy;`` as ``©``) and as written inside it: a note with
+    them is as ReMe read it, its vector reused; changing one is an edit."""
+    rel = "memory/2026-07-05/shop.md"
+    text = ("# Shop &amp; co\n\nPrices &lt;net&gt;: 30 &#8364; &copy; ACME&nbsp;Ltd.\n\n"
+            "Run `grep '&amp;' log` to check.\n")
+    reme = [ReMeChunk(1, 5, "# Shop & co\n\nPrices <net>: 30 € © ACME\xa0Ltd.\n\n"
+                            "Run `grep '&amp;' log` to check.")]
+    assert still_says(rel, text, reme)
+    for was, now in (("&copy;", "&reg;"), ("&#8364;", "&#36;"), ("&#8364;", "EUR")):
+        assert not still_says(rel, text.replace(was, now, 1), reme), now
+    ws = tmp_path / "ws"
+    (ws / rel).parent.mkdir(parents=True)
+    (ws / rel).write_text(text, "utf-8")
+    write_reme_store(ws, rel, reme)
+    with FakeProvider(dims=DIMS) as fake:
+        d = open_daemon(daemon_factory, ws, fake)
+        d.call("index.sync", {"agent_id": "w"})
+        wait_value(lambda: vectors(d), lambda st: st["total"] == 1 and st["coverage"] == 1.0,
+                   "ReMe's vector")
+        assert passage_texts(fake) == []
+        assert d.stop() == 0

@@ -12,6 +12,7 @@ worker processes.
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -47,7 +48,11 @@ def _said(text: str) -> str:
     the punctuation of its numbers, and every other sign but ASCII punctuation (emoji,
     currency, arrows, CJK punctuation: ReMe's renderer keeps them as written, and "✅"
     to "❌" or "$" to "€" is an edit). ASCII punctuation is Markdown's syntax, which the
-    renderer may write otherwise (a table's rule, an entity, a fence)."""
+    renderer may write otherwise (a table's rule, an entity, a fence). Character
+    references are read as their characters, on either side: the renderer writes
+    ``&amp;`` or ``&copy;`` as the character outside code and as written inside it."""
+    if "&" in text:
+        text = html.unescape(text)
     last = len(text) - 1
     return "".join(
         ch for i, ch in enumerate(text)
