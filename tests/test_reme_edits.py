@@ -243,3 +243,38 @@ def test_character_references_are_read_as_remes_renderer_writes_them(
                    "ReMe's vector")
         assert passage_texts(fake) == []
         assert d.stop() == 0
+
+
+def test_the_header_rows_of_a_table_reme_split_are_not_paid_again(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    """ReMe 0.4.2 splits a long table into parts, each repeating the header rows, none
+    holding their lines (its chunks as it wrote them with 400-byte chunks): those
+    lines are not chunked and embedded once more."""
+    rel = "memory/2026-07-06/disks.md"
+    rows = [f"| {i} | host-{i} | the disk on host-{i} is {i * 7 % 100} percent full |"
+            for i in range(12)]
+    text = ("# Disks\n\nHosts we watch.\n\n| id | host | note |\n|---|---|---|\n"
+            + "\n".join(rows) + "\n\nAfter the table.\n")
+    head = "| id | host | note |\n| --- | --- | --- |"
+    reme = [ReMeChunk(1, 3, "# Disks\n\nHosts we watch."),
+            *(ReMeChunk(7 + 4 * p, 10 + 4 * p, f"# Disks\n\n[Part {p + 1}/3]\n\n{head}\n"
+                        + "\n".join(rows[4 * p:4 * p + 4])) for p in range(3)),
+            ReMeChunk(20, 20, "# Disks\n\nAfter the table.")]
+    got = adopt_chunks(rel, text, reme)
+    assert got is not None and [c.text for c in got] == [c.text for c in reme]
+    edited = text.replace("| note |", "| usage |")
+    got = adopt_chunks(rel, edited, reme)
+    assert got is not None and any("usage" in c.text for c in got)  # an edit is chunked
+    ws = tmp_path / "ws"
+    (ws / rel).parent.mkdir(parents=True)
+    (ws / rel).write_text(text, "utf-8")
+    write_reme_store(ws, rel, reme)
+    with FakeProvider(dims=DIMS) as fake:
+        d = open_daemon(daemon_factory, ws, fake)
+        d.call("index.sync", {"agent_id": "w"})
+        wait_value(lambda: vectors(d), lambda st: st["total"] == 5 and st["coverage"] == 1.0,
+                   "ReMe's five vectors")
+        assert passage_texts(fake) == []
+        res = d.call("memory.search", {"agent_id": "w", "query": "host-9 disk"})
+        assert "host-9 " in res["results"][0]["text"]
+        assert d.stop() == 0

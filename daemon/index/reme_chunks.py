@@ -121,6 +121,7 @@ def adopt_chunks(path: str, text: str, reme: Sequence[ReMeChunk], *,
     skip = {i for at, group in kept
             for i in range(at, at + group[0].end_line - group[0].start_line + 1)}
     skip.update(range(unread))
+    skip.update(_said_before(lines, kept, body_start))
     own = [c for c in chunk_markdown(path, text, max_chars=max_chars, skip=skip)
            if any(ch.isalnum() for ch in c.text)]
     head = "\n".join(lines[:body_start])
@@ -170,6 +171,27 @@ def still_says(path: str, text: str, reme: Sequence[ReMeChunk]) -> bool:
     got = adopt_chunks(path, text, reme)
     return got is not None and sorted((c.start_line, c.end_line) for c in got) == sorted(
         (c.start_line, c.end_line) for c in reme)
+
+
+def _said_before(lines: Sequence[str], kept: Sequence[tuple[int, Sequence[ReMeChunk]]],
+                 body_start: int) -> set[int]:
+    """The lines just before a kept group (after the one before it) whose words its text
+    already says before its own lines: the header rows of a table ReMe split (each part
+    repeats them, none holds their lines), not to be chunked and paid for once more."""
+    out: set[int] = set()
+    floor = body_start
+    for at, group in kept:
+        size = group[0].end_line - group[0].start_line + 1
+        joined = _said("\n".join(c.text for c in group))
+        span = _said("\n".join(lines[at:at + size]))
+        if at > floor and joined.endswith(span):
+            lead = joined[:len(joined) - len(span)]
+            k = at
+            while k > floor and lead.endswith(_said("\n".join(lines[k - 1:at]))):
+                k -= 1
+            out.update(range(k, at))
+        floor = at + size
+    return out
 
 
 def _anchored(group: Sequence[ReMeChunk], anchors: Mapping[str, list[int]],
