@@ -278,3 +278,31 @@ def test_the_header_rows_of_a_table_reme_split_are_not_paid_again(
         res = d.call("memory.search", {"agent_id": "w", "query": "host-9 disk"})
         assert "host-9 " in res["results"][0]["text"]
         assert d.stop() == 0
+
+
+def test_a_note_reme_cut_by_bytes_keeps_its_chunk_when_it_ends_on_blank_lines(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    """ReMe 0.4.2 cuts a note of more than 100 sections by bytes: under 10 KB it is one
+    chunk, its text the note as written, its range ending on the note's blank last
+    lines. Its vector is reused; an edit is embedded."""
+    rel = "memory/2026-07-07/log.md"
+    text = "# Log\n\n" + "".join(f"## Entry {i}\n\nEntry {i} passed on h{i}.\n\n"
+                                 for i in range(101)) + "\n"
+    n = len(text.split("\n")) - 1  # ReMe's last line: the one its last byte ends
+    reme = [ReMeChunk(1, n, text)]
+    assert still_says(rel, text, reme)
+    assert not still_says(rel, text.replace("h77.", "h78."), reme)
+    ws = tmp_path / "ws"
+    (ws / rel).parent.mkdir(parents=True)
+    (ws / rel).write_text(text, "utf-8")
+    write_reme_store(ws, rel, reme)
+    with FakeProvider(dims=DIMS) as fake:
+        d = open_daemon(daemon_factory, ws, fake)
+        d.call("index.sync", {"agent_id": "w"})
+        wait_value(lambda: vectors(d), lambda st: st["total"] == 1 and st["coverage"] == 1.0,
+                   "ReMe's vector")
+        assert passage_texts(fake) == []
+        (ws / rel).write_text(text.replace("h77.", "h78."), "utf-8")
+        d.call("index.sync", {"agent_id": "w"})
+        wait_for(lambda: any("h78" in t for t in passage_texts(fake)), "the edit embedded")
+        assert d.stop() == 0

@@ -112,7 +112,8 @@ def adopt_chunks(path: str, text: str, reme: Sequence[ReMeChunk], *,
         size = end - start + 1
         joined = _said("\n".join(c.text for c in group))
         at = _place(lines, free_from, size, joined, _lead(group[0].text), start - 1,
-                    (start - 1 + shift, *_anchored(group, anchors, size)), hidden)
+                    (start - 1 + shift, *_anchored(group, anchors, size)), hidden,
+                    (group[0].text.startswith("\n"), group[-1].text.endswith("\n")))
         if at is not None:
             kept.append((at, group))
             free_from, shift = at + size, at - (start - 1)
@@ -221,15 +222,18 @@ def _lead(text: str) -> frozenset[str]:
 
 def _place(lines: Sequence[str], free_from: int, size: int, joined: str,
            lead: frozenset[str], recorded: int, candidates: Sequence[int],
-           hidden: int = 0) -> int | None:
+           hidden: int = 0, blank: tuple[bool, bool] = (False, False)) -> int | None:
     """The first of ``candidates`` (then ``recorded``) where ``size`` lines from
     ``free_from`` on say all that ``joined`` (what a group says) says after
     one of ``lead``: a word cut at either end of the range is an edit too. A range
     over the first ``hidden`` lines (a block ReMe read as body) says what its lines
-    say from there on, after its lead."""
+    say from there on, after its lead. It starts and ends on a line with text, unless
+    ``blank`` says the group's text starts or ends with a line break (ReMe cut the
+    note by bytes where it has more than 100 sections: a range may end on blank lines)."""
     for at in (*candidates, recorded):
         if (at < free_from or at + size > len(lines)
-                or not lines[at].strip() or not lines[at + size - 1].strip()):
+                or (not lines[at].strip() and not blank[0])
+                or (not lines[at + size - 1].strip() and not blank[1])):
             continue
         for first in (at, hidden) if at < hidden else (at,):
             span = _said("\n".join(lines[first:at + size]))
