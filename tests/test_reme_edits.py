@@ -245,11 +245,10 @@ def test_character_references_are_read_as_remes_renderer_writes_them(
         assert d.stop() == 0
 
 
-def test_the_header_rows_of_a_table_reme_split_are_not_paid_again(
-        daemon_factory: Any, tmp_path: Path) -> None:
-    """ReMe 0.4.2 splits a long table into parts, each repeating the header rows, none
-    holding their lines (its chunks as it wrote them with 400-byte chunks): those
-    lines are not chunked and embedded once more."""
+def split_table() -> tuple[str, str, list[ReMeChunk]]:
+    """A note with a table and ReMe 0.4.2's chunks of it, as it wrote them with 400-byte
+    chunks: the table in three parts, each repeating the heading and the header rows,
+    none holding the header's lines."""
     rel = "memory/2026-07-06/disks.md"
     rows = [f"| {i} | host-{i} | the disk on host-{i} is {i * 7 % 100} percent full |"
             for i in range(12)]
@@ -260,11 +259,14 @@ def test_the_header_rows_of_a_table_reme_split_are_not_paid_again(
             *(ReMeChunk(7 + 4 * p, 10 + 4 * p, f"# Disks\n\n[Part {p + 1}/3]\n\n{head}\n"
                         + "\n".join(rows[4 * p:4 * p + 4])) for p in range(3)),
             ReMeChunk(20, 20, "# Disks\n\nAfter the table.")]
+    return rel, text, reme
+
+
+def test_the_header_rows_of_a_table_reme_split_are_not_paid_again(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    rel, text, reme = split_table()
     got = adopt_chunks(rel, text, reme)
     assert got is not None and [c.text for c in got] == [c.text for c in reme]
-    edited = text.replace("| note |", "| usage |")
-    got = adopt_chunks(rel, edited, reme)
-    assert got is not None and any("usage" in c.text for c in got)  # an edit is chunked
     ws = tmp_path / "ws"
     (ws / rel).parent.mkdir(parents=True)
     (ws / rel).write_text(text, "utf-8")
@@ -279,6 +281,17 @@ def test_the_header_rows_of_a_table_reme_split_are_not_paid_again(
         assert "host-9 " in res["results"][0]["text"]
         assert d.stop() == 0
 
+
+
+def test_a_heading_renamed_or_a_header_row_edited_is_an_edit_of_the_parts() -> None:
+    """ReMe's parts of a table repeat the heading and the header rows above their own
+    lines: renamed or edited since, the parts say what the note no longer does, and
+    are chunked anew rather than served as ReMe wrote them."""
+    rel, text, reme = split_table()
+    for was, now in (("| note |", "| usage |"), ("# Disks", "# Storage")):
+        got = adopt_chunks(rel, text.replace(was, now, 1), reme)
+        assert got is None or not any(was in c.text for c in got), now
+        assert not still_says(rel, text.replace(was, now, 1), reme), now
 
 def test_a_note_reme_cut_by_bytes_keeps_its_chunk_when_it_ends_on_blank_lines(
         daemon_factory: Any, tmp_path: Path) -> None:

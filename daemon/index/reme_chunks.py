@@ -106,6 +106,9 @@ def adopt_chunks(path: str, text: str, reme: Sequence[ReMeChunk], *,
     for i in range(body_start, len(lines)):
         if key := _said(lines[i]):
             anchors.setdefault(key, []).append(i)
+    first_said: dict[str, int] = {}  # what a line says -> the first line saying it
+    for i, line in enumerate(lines):
+        first_said.setdefault(_said(line), i)
     kept: list[tuple[int, list[ReMeChunk]]] = []  # (0-based first line, group)
     free_from, shift = body_start - hidden, 0
     for (start, end), group in sorted(groups.items()):
@@ -114,7 +117,11 @@ def adopt_chunks(path: str, text: str, reme: Sequence[ReMeChunk], *,
         at = _place(lines, free_from, size, joined, _lead(group[0].text), start - 1,
                     (start - 1 + shift, *_anchored(group, anchors, size)), hidden,
                     (group[0].text.startswith("\n"), group[-1].text.endswith("\n")))
-        if at is not None:
+        if at is None:
+            continue
+        lines_from = hidden if at < hidden else at  # where the chunk's own lines start
+        if _lead_holds(group[0].text, joined, _said("\n".join(lines[lines_from:at + size])),
+                       first_said, lines_from):
             kept.append((at, group))
             free_from, shift = at + size, at - (start - 1)
     if not kept:
@@ -205,6 +212,26 @@ def _anchored(group: Sequence[ReMeChunk], anchors: Mapping[str, list[int]],
 #: What ReMe puts before a chunk's own lines: its ancestors' headings, a ``[Part X/N]``
 #: marker, a split table's header rows.
 _LEAD = re.compile(r"^\s*(?:#|\[Part \d+/\d+\]|\||$)")
+
+
+_PART = re.compile(r"^\s*\[Part \d+/\d+\]\s*$")
+
+
+def _lead_holds(text: str, joined: str, span: str, first_said: Mapping[str, int],
+                at: int) -> bool:
+    """Whether the note still holds, before line ``at``, each line of what ReMe put
+    before the chunk's own lines (its ancestors' headings, a split table's header
+    rows): a heading renamed or a header row edited since is an edit of the chunk."""
+    prefix = joined[:len(joined) - len(span)] if joined.endswith(span) else ""
+    seen = ""
+    for line in text.split("\n"):
+        if seen == prefix or not _LEAD.match(line):
+            break
+        key = _said(line)
+        seen += key
+        if key and not _PART.match(line) and first_said.get(key, at) >= at:
+            return False
+    return True
 
 
 def _lead(text: str) -> frozenset[str]:
