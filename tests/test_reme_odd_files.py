@@ -101,3 +101,29 @@ def test_a_chunk_repeated_in_remes_store_is_one_chunk(daemon_factory: Any,
         assert rep["reme_store"]["skipped"] == len(again) - len(records), rep["reme_store"]
         assert st["reused_vectors"] == st["total"] == len(records)
         assert d.stop() == 0
+
+
+def test_chunks_of_paths_no_note_can_have_are_skipped(daemon_factory: Any,
+                                                      tmp_path: Path) -> None:
+    # ReMe's chunk store damaged or written by something else: chunks of a path with a
+    # NUL byte, one leaving the workspace, an absolute one, one too long for the file
+    # system. None of them is a note's; the report counts only the notes it can have.
+    ws, config = reme_workspace(tmp_path)
+    store = ws / "mem_metadata" / reme_import.CHUNK_STORE
+    records = read_foreign_records(store).records
+    notes = {rec["path"] for rec in records}
+    odd = ["memory/2026-06-10/a\x00b.md", "memory/../../outside.md", "/etc/hosts.md",
+           "memory/2026-06-10/" + "n" * 300 + ".md"]
+    more = [{**records[0], "id": f"{i:064x}", "path": p} for i, p in enumerate(odd)]
+    store.write_bytes(zstandard.ZstdCompressor().compress(
+        b"".join(orjson.dumps(rec) + b"\n" for rec in [*records, *more])))
+    found = reme_import.read_store(ws / "mem_metadata")
+    assert found is not None and set(found.chunks) == notes
+    with fixture_provider() as fake:
+        d = daemon_factory(config)
+        d.call("index.sync", {"agent_id": "w"})
+        wait_full(d)
+        rep = report(d, ws)["reme_store"]
+        assert rep["notes"] == len(notes) and rep["skipped"] == len(odd), rep
+        assert passage_texts(fake) == []
+        assert d.stop() == 0

@@ -46,6 +46,7 @@ import numpy.typing as npt
 import orjson
 import zstandard
 
+from recalld.daemon import safepath
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.index.embedcache import decode_f16
@@ -56,6 +57,7 @@ from recalld.daemon.store import confine
 from recalld.daemon.store.errors import CorruptState, StorageError
 from recalld.daemon.store.fsio import REAL, open_state
 from recalld.daemon.store.records import ZSTD_MAGIC, read_foreign_records
+from recalld.ipc.errors import RecalldError
 
 if TYPE_CHECKING:
     import zipfile
@@ -194,6 +196,10 @@ def _chunk_of(rec: Mapping[str, object]) -> tuple[str, ReMeChunk] | None:
         return None
     if _mirrored_chunk(rec):
         return None  # written by recalld, not ReMe
+    try:
+        safepath.split_relative(path)
+    except RecalldError:  # a NUL byte, absolute, ``..``, a name too long: no note's chunk
+        return None
     emb = rec.get("_embedding_f16_b64")
     return path, ReMeChunk(start, end, text, emb if isinstance(emb, str) else None)
 
