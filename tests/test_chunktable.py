@@ -171,8 +171,7 @@ def test_index_served_from_its_saved_files_answers_the_same(tmp_path: Path) -> N
     state.apply([prepare_files(root, rels[:2], max_chars=2000, digests={})])
     after = answers(state)
     gone = "word" + rels[1].rsplit("/n", 1)[1].removesuffix(".md")
-    assert state.keyword_search("brand", 5) and not any(  # (others have "word" too)
-        gone in state.chunks[k].text for k, _ in state.keyword_search(gone, 50))
+    assert state.keyword_search("brand", 5) and not state.keyword_search(gone, 5)
     store.save(snapshot(state))
     loaded = IndexState()
     assert IndexStore(root / "mem_metadata").load(loaded).corrupt == {}

@@ -59,11 +59,9 @@ from __future__ import annotations
 # with only a frontmatter block) before a paragraph over the cap: it takes that
 # paragraph's first lines, or the first piece of its overlong line; 35: a closed block of
 # fields the frontmatter reader cannot parse, one over 2,000 lines and a TOML ``+++`` block
-# join the first body chunk too (``frontmatter.recall_block``); 36: a name with a number
-# glued on (``python3``, ``node18``, ``BRCA1``) is indexed under the name too
-# (``tokenizer._word_parts``).
+# join the first body chunk too (``frontmatter.recall_block``).
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 36
+CHUNKING = 35
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
 # generation saved under other rules has its graph's edges to no note resolved again after
 # a load, and every note read again by the startup reconcile (2 on). 1: as Obsidian
