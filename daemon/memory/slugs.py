@@ -91,14 +91,15 @@ def in_words(text: str) -> str:
     """``text`` with each run of characters that are no part of a word made one ``-``:
     kept are letters, digits, ``_`` and ``-``, and as in :func:`slugify` a combining mark
     on the character before it (a vowel sign of Devanagari, Tamil or Thai: a word
-    without it is another word) and a joiner inside a word beyond ASCII (Persian
-    ``می\u200cخواهم``; between ASCII letters it only hides)."""
+    without it is another word; not one on a wide character, Han or kana) and a joiner
+    inside a word beyond ASCII (Persian ``می\u200cخواهم``; between ASCII letters it
+    only hides)."""
     kept: list[str] = []
     gap = False  # the last character kept stands for a run replaced
     for i, ch in enumerate(text):
         inside = bool(kept) and not gap and kept[-1] != "-"
         if ch.isalnum() or ch in "_-" or (inside and (
-                unicodedata.category(ch)[0] == "M"
+                (unicodedata.category(ch)[0] == "M" and not _wide(kept[-1]))
                 or (ch in _JOINERS and _shown(kept[-1]) and text[i + 1:i + 2].isalnum()
                     and _shown(text[i + 1])))):
             kept.append(ch)
@@ -107,6 +108,12 @@ def in_words(text: str) -> str:
             kept.append("-")
             gap = True
     return "".join(kept)
+
+
+def _wide(ch: str) -> bool:
+    """Whether ``ch`` is a wide character (Han, kana, Hangul): a mark after one is no part
+    of a word (kana's voicing marks are composed before)."""
+    return unicodedata.east_asian_width(ch) in ("W", "F")
 
 
 def _symbol_slug(norm: str, limit: int) -> str:
