@@ -51,6 +51,12 @@ def health(d: Any) -> dict[str, Any]:
     return result
 
 
+def turn_reasons(d: Any) -> list[str]:
+    """The health reasons about conversation turns (a start's first disk scan may still
+    be under way beside them on a loaded machine)."""
+    return [r for r in health(d)["reasons"] if "conversation message" in r]
+
+
 def test_idle_session_is_written_without_a_flush(daemon_factory: Any, fake: FakeProvider,
                                                  tmp_path: Path) -> None:
     root = tmp_path / "ws"
@@ -443,16 +449,16 @@ def test_health_tells_turns_a_running_job_covers_from_those_after_it(
     first = add(d, "s1", turn("My dog is called Rex."), flush=True)
     assert held.entered.wait(30)
     said = "wait for auto_memory: "
-    assert health(d)["reasons"] == [
+    assert turn_reasons(d) == [
         f"2 conversation message(s) of 1 session(s) {said}auto_memory job queued or running"]
     add(d, "s1", turn("Rex is a beagle."))
     add(d, "s2", turn("I drink rooibos."))
-    assert health(d)["reasons"] == [
+    assert turn_reasons(d) == [
         f"6 conversation message(s) of 2 session(s) {said}auto_memory job queued or "
         "running; turns of 2 session(s) no job covers: waiting for 5 user turns or a flush"]
     held.open()
     assert wait_job(d, first["job_id"])["state"] == "succeeded"
-    assert health(d)["reasons"] == [
+    assert turn_reasons(d) == [
         f"4 conversation message(s) of 2 session(s) {said}waiting for 5 user turns or a flush"]
 
 
