@@ -66,3 +66,27 @@ def test_a_block_is_looked_for_in_the_first_lines_only() -> None:
             f"{fence}\n\n# Plan\n\nWalk the yak at dawn.\n"
         first = chunk_markdown("memory/small.md", small, max_chars=2000)[0]
         assert first.start_line == 1 and "Walk the yak" in first.text, fence
+
+
+# As PyYAML writes fields by default (``allow_unicode=False``): every character beyond
+# ASCII escaped in double quotes; and a quote doubled in single quotes.
+_ESCAPED = ('---\nname: "\\u5317\\u4EAC\\u996D\\u5E97"\ndescription: "caf\\xE9 \\U0001F375 '
+            'tr\\u00E8s"\ntags:\n- "Z\\xFCrich"\n- \'o\'\'brien\'\n---\n\nA quiet table.\n')
+
+
+def test_fields_written_with_escapes_find_their_note_as_they_read(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    from recalld.daemon.index.chunker import chunk_markdown
+
+    root = tmp_path / "ws"
+    (root / "memory").mkdir(parents=True)
+    (root / "memory" / "dinner.md").write_text(_ESCAPED, encoding="ascii")
+    daemon.call("workspace.open", {"agent_id": "fm", "path": str(root)})
+    for query in ("北京", "饭店", "café", "très", "zürich", "o'brien"):
+        answer = daemon.call("memory.search", {"agent_id": "fm", "query": query,
+                                               "sync": True})
+        assert [r["path"] for r in answer["results"]] == ["memory/dinner.md"], (query, answer)
+    # A value written as it reads, also one wrapped over lines, is indexed once.
+    plain = "---\nname: 北京饭店\ndescription: >\n  a quiet\n  table\n---\n\nDinner.\n"
+    first = chunk_markdown("memory/plain.md", plain)[0]
+    assert first.index_text == first.text

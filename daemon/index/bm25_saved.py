@@ -20,7 +20,8 @@ from recalld.daemon.jsontypes import JsonObject
 
 FORMAT: Final = "recalld-bm25"
 # 2: CJK text counts by characters in document lengths (tokenizer.doc_length).
-VERSION: Final = 2
+# 3: frontmatter values written with escapes are indexed as they read (chunker.index_text).
+VERSION: Final = 3
 
 
 class BM25Meta(TypedDict):

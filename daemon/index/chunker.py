@@ -108,8 +108,29 @@ def index_text(text: str, heading: str, metadata: Mapping[str, object]) -> str:
     """The text to tokenize for a chunk (see ``Chunk.index_text``); also used when a
     keyword index is rebuilt from stored chunks."""
     if heading and not metadata.get("starts_with_heading", False):
-        return heading + "\n" + text
-    return text
+        text = heading + "\n" + text
+    unwritten = _fields_read_otherwise(text, metadata.get("frontmatter"))
+    return "\n".join([text, *unwritten]) if unwritten else text
+
+
+def _fields_read_otherwise(text: str, fields: object) -> list[str]:
+    """The frontmatter values (strings, and the strings of lists) that ``text`` does not
+    hold as they read: written with escapes (``name: "\\u5317\\u4eac"``, as PyYAML writes
+    every character beyond ASCII unless told otherwise, or ``caf\\xe9``), a quote doubled
+    in single quotes. A word of them finds the note as a word written plainly does; a value
+    written plainly, also wrapped over lines, is not counted twice."""
+    if not isinstance(fields, dict) or not fields:
+        return []
+    flat = ""
+    out: list[str] = []
+    for value in fields.values():
+        for item in value if isinstance(value, list) else (value,):
+            if not isinstance(item, str) or not item.strip() or item in text:
+                continue
+            flat = flat or " ".join(text.split())
+            if " ".join(item.split()) not in flat:
+                out.append(item)
+    return out
 
 
 def chunk_id(path: str, start_line: int, end_line: int, text: str) -> str:
