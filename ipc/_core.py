@@ -316,6 +316,25 @@ def autostart_gave_up(socket_path: Path, deadline_passed: bool,
     (None), a refused configuration in its start log says it."""
     if exited is None:
         exited = any("configuration error" in line for line in _start_said())
+    if exited and not deadline_passed and _starting(socket_path):
+        # Several clients starting a daemon at once: the daemon one of them started holds
+        # the socket's lock while it loads, and every other one exits at once, refused.
+        # The one starting answers in a moment: wait for it.
+        return None
     if deadline_passed or exited:
         return autostart_failed(socket_path, exited)
     return None
+
+
+def _starting(socket_path: Path) -> bool:
+    """Whether a daemon holds the lock of ``socket_path`` and is starting: it has not yet
+    noted there that it listens, or has since the last connect (its socket is there).
+    One that listens without a socket file (removed while it ran) is not."""
+    lock = socket_path.with_name(socket_path.name + ".lock")
+    if lock_holder(lock) is None:
+        return False
+    try:
+        bound = stat.S_ISSOCK(socket_path.lstat().st_mode)
+    except OSError:
+        bound = False
+    return bound or not _says_listening(lock)

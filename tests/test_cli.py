@@ -17,9 +17,10 @@ import pytest
 import trio
 from clirun import run_recalld
 from conftest import DaemonFactory, DaemonHandle
-from waits import wait_gone, wait_log
+from waits import wait_for, wait_gone, wait_log
 
 from recalld.daemon.memory.inbox import Inbox
+from recalld.ipc._core import lock_holder
 
 SCRIPT = Path(sys.executable).parent / "recalld"
 
@@ -302,6 +303,55 @@ def test_client_autostart(flavour: str, daemon_factory: DaemonFactory) -> None:
         os.kill(pid, signal.SIGTERM)
         wait_gone(pid, "the auto-started daemon to stop on SIGTERM")
     assert_one_line_error(recalld("status", env=env), 3)
+
+
+#: A daemon that holds its socket's lock, as each does while it loads, until the pipe
+#: whose reading end is its descriptor HELD_FD is closed.
+HELD_START = (
+    sys.executable, "-c",
+    "import os, sys\n"
+    "from pathlib import Path\n"
+    "from recalld.daemon.rpc.listener import claim_socket\n"
+    "claim_socket(Path(os.environ['XDG_RUNTIME_DIR']) / 'recalld' / 'recalld.sock')\n"
+    "os.read(int(os.environ['HELD_FD']), 1)\n"
+    "from recalld.daemon.main import main\n"
+    "sys.exit(main(sys.argv[1:]))\n",
+)
+
+
+@pytest.mark.parametrize("flavour", sorted(AUTOSTART))
+def test_an_autostart_waits_for_a_daemon_another_client_is_starting(
+        flavour: str, daemon_factory: DaemonFactory) -> None:
+    # Agents started together each start a daemon: the first holds the socket's lock
+    # while it loads, and the others exit at once, refused. Their clients gave up then
+    # ("it exited: recalld is already running"); they wait for the one starting.
+    read_end, write_end = os.pipe()
+    try:
+        d = daemon_factory(launcher=HELD_START, wait=False, pass_fds=(read_end,),
+                           HELD_FD=str(read_end))
+    finally:
+        os.close(read_end)
+    env = d.env
+    sock = Path(env["XDG_RUNTIME_DIR"]) / "recalld" / "recalld.sock"
+    wait_for(lambda: lock_holder(sock.with_name(sock.name + ".lock")) == d.pid,
+             "the daemon starting to hold its socket's lock")
+    start_log = Path(env["XDG_DATA_HOME"]) / "recalld" / "state" / "recalld-start.log"
+    code = "from recalld.ipc import _core\n_core.AUTOSTART_WAIT_S = 600.0\n" + AUTOSTART[flavour]
+    client = subprocess.Popen([sys.executable, "-c", code], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_log(start_log, "recalld is already running", "the client's daemon refused")
+    finally:
+        os.close(write_end)
+    try:
+        d.wait_ready()
+        out, err = client.communicate(timeout=120)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+    assert client.returncode == 0, err
+    assert json.loads(out)["pid"] == d.pid
 
 
 @pytest.mark.parametrize("args", [["--help"], ["workspace", "--help"]])
