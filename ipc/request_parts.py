@@ -4,8 +4,8 @@ is refused for its size.
 A ``memory.add_turns`` request takes at most ``max_request_bytes`` of JSON (1 MiB by
 default) and 1,000 messages; a ``memory.add_note`` at most 32,000 characters. A longer
 conversation or note goes in consecutive requests that each fit, a message or text cut
-between its lines (the daemon strips what it is given: a cut between two lines loses
-nothing). The AgentScope middlewares, the MCP bridge and ``recalld note`` send their
+between its lines, else its words or clauses (the daemon strips what it is given: a cut
+there loses nothing). The AgentScope middlewares, the MCP bridge and ``recalld note`` send their
 writes through here, and the middlewares the user's message they search for
 (:func:`search_query`).
 """
@@ -74,17 +74,38 @@ def part_id(request_id: str | None, n: int) -> str | None:
     return f"{request_id[:PART_ID_PREFIX_CHARS]}#{n}~{_id_digest(request_id, 12)}"
 
 
+#: Where a text is cut, best first: after a line; else after a space (a long paragraph);
+#: else after a clause of text written without spaces (Chinese, Japanese). Only a text
+#: with none of them (a long token) is cut anywhere.
+CUT_AFTER: tuple[tuple[str, ...], ...] = (
+    ("\n",), (" ", "\t", "\u3000"), ("。", "！", "？", "；", "，", "、", "．", "!", "?", ";", ","),
+)
+
+
+def _cut_place(text: str) -> int:
+    """Where to cut ``text`` in two: after the separator (:data:`CUT_AFTER`) nearest to its
+    middle, of the best kind it has; the middle where it has none."""
+    half = len(text) // 2
+    for separators in CUT_AFTER:
+        before = max(text.rfind(sep, 0, half) for sep in separators) + 1
+        after = min((at for sep in separators if (at := text.find(sep, half)) >= 0),
+                    default=-1) + 1
+        cut = before or after
+        if 0 < cut < len(text):
+            return cut
+    return half
+
+
 def text_parts(text: str, max_bytes: int, max_chars: int | None = None) -> list[str]:
     """``text`` in consecutive pieces of at most ``max_bytes`` of JSON (and ``max_chars``
-    characters) each, cut after a line where there is one (the daemon strips what it is
-    given: a cut between two lines loses nothing)."""
+    characters) each, cut after a line where there is one, else between words or clauses
+    (:func:`_cut_place`): the daemon strips what it is given and keeps the pieces apart
+    (lines, paragraphs), so a cut there loses nothing, where one inside a word split it
+    in two."""
     if len(text) < 2 or (json_size(text) <= max_bytes
                          and (max_chars is None or len(text) <= max_chars)):
         return [text]
-    half = len(text) // 2
-    cut = text.rfind("\n", 0, half) + 1 or text.find("\n", half) + 1
-    if not 0 < cut < len(text):
-        cut = half
+    cut = _cut_place(text)
     return (text_parts(text[:cut], max_bytes, max_chars)
             + text_parts(text[cut:], max_bytes, max_chars))
 

@@ -27,6 +27,12 @@ def _bodies(root: Path, pattern: str) -> str:
     return "".join(p.read_text(encoding="utf-8") for p in sorted(root.rglob(pattern)))
 
 
+def _note_text(root: Path, pattern: str) -> str:
+    """The one note ``pattern`` names, without its frontmatter."""
+    [note] = root.rglob(pattern)
+    return note.read_text(encoding="utf-8").split("---\n", 2)[2]
+
+
 def test_parts_that_repeat_each_other_are_all_written(daemon: DaemonHandle) -> None:
     parts = text_parts(TWICE, 1 << 20, MAX_NOTE_PART_CHARS)
     assert len(parts) == 2 and parts[0] == parts[1]  # the case itself
@@ -262,3 +268,24 @@ def test_recalld_note_takes_the_session_ids_the_mcp_bridge_maps(
     bare = _note_cli(daemon, "Floor 3 is fine again.", "--agent", "helpdesk",
                      "--session", "")
     assert bare.returncode == 2 and b"--session: must not be empty" in bare.stderr
+
+
+def test_a_long_paragraph_is_cut_between_words_and_clauses(daemon: DaemonHandle) -> None:
+    # One paragraph with no line break, longer than two calls take: the parts were cut
+    # at whatever character fell in the middle, so the note kept words split in two
+    # ("harb" / "our") that no search for them finds.
+    words = " ".join(f"harbour{n}lantern" for n in range(5000))
+    clauses = "".join(f"第{n}号码头的灯塔在夜里亮着，潮水涨到{n % 12}点。" for n in range(3000))
+    assert min(len(words), len(clauses)) > 2 * MAX_NOTE_PART_CHARS
+    with Client(daemon.socket_path) as c:
+        root = Path(c.workspace_open("harbour")["path"])
+    for name, content in (("words", words), ("clauses", clauses)):
+        done = _note_cli(daemon, content, "--agent", "harbour", "--name", name)
+        assert done.returncode == 0, done.stderr.decode()
+    said = _note_text(root / "memory", "words*.md").split()
+    assert said == words.split()
+    body = _note_text(root / "memory", "clauses*.md")
+    pieces = [p.strip() for p in body.split("\n") if p.strip()]
+    assert len(pieces) > 2
+    assert all(p.endswith(("，", "。")) for p in pieces), [p[-12:] for p in pieces]
+    assert "".join(pieces) == clauses
