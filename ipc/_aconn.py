@@ -7,8 +7,9 @@ from __future__ import annotations
 import collections
 import socket
 import sys
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import sniffio
@@ -103,12 +104,43 @@ class Run:
 def current_loop() -> object:
     """The event loop run of the calling task: its trio token, or its asyncio loop (as
     anyio tells them apart; neither library is imported here for the other's programs)."""
-    if (sniffio.thread_local.name or sniffio.current_async_library_cvar.get()) == "trio":
+    if not _on_asyncio():
         return sys.modules["trio"].lowlevel.current_trio_token()
     asyncio = sys.modules.get("asyncio")
     if asyncio is None:
         raise RuntimeError("the async client is called from no trio or asyncio loop")
     return asyncio.get_running_loop()
+
+
+async def to_the_end(work: Coroutine[Any, Any, None]) -> None:
+    """Await ``work`` to its end even if the caller is cancelled meanwhile, then let the
+    cancellation through (a request half sent would garble the next one on the shared
+    connection). anyio's shield keeps anyio's and trio's cancellations out, but asyncio
+    cancels a task through any shield (``asyncio.wait_for``, ``asyncio.timeout``,
+    ``Task.cancel``): there ``work`` runs in a task of its own, which the caller waits for.
+    ``work`` bounds its own time."""
+    with anyio.CancelScope(shield=True):
+        if not _on_asyncio():
+            await work
+            return
+        asyncio = sys.modules["asyncio"]
+        task = asyncio.ensure_future(work)
+        cancelled: BaseException | None = None
+        while True:
+            try:
+                await asyncio.shield(task)  # the work's own error, if it failed
+                break
+            except asyncio.CancelledError as exc:
+                if task.done():  # the work itself was cancelled (its loop closing)
+                    raise
+                cancelled = exc
+        if cancelled is not None:
+            raise cancelled
+
+
+def _on_asyncio() -> bool:
+    """Whether the calling task runs on asyncio (as anyio tells; else on trio)."""
+    return (sniffio.thread_local.name or sniffio.current_async_library_cvar.get()) != "trio"
 
 
 def _nothing() -> None:

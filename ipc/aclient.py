@@ -15,8 +15,9 @@ next call (or wait for events) reconnects and subscribes to the same topics agai
 Every call runs under a
 ``timeout_s`` deadline and raises :class:`TimeoutError` when it passes. A cancelled call
 leaves the connection usable for the calls of other tasks (its late answer is dropped):
-one cancelled while its request is being sent first sends the rest of it (within
-``timeout_s``; past that the connection, holding half a request, is closed).
+one cancelled while its request is being sent (by trio, anyio or asyncio itself:
+``asyncio.timeout``, ``Task.cancel``) first sends the rest of it (within ``timeout_s``;
+past that the connection, holding half a request, is closed).
 
 The client belongs to no event loop: each loop run that uses it (a ``trio.run``, an
 ``asyncio.run``, a loop in another thread) gets a connection of its own, made on first
@@ -44,7 +45,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import anyio
 
 from recalld.ipc import _call, _core, _flavours, _methods, errors, paths
-from recalld.ipc._aconn import Connection, Lost, NotSent, Run, Waiter, current_loop
+from recalld.ipc._aconn import Connection, Lost, NotSent, Run, Waiter, current_loop, to_the_end
 from recalld.ipc._call import Call
 from recalld.ipc.answers import Subscribed
 from recalld.ipc.protocol import ClientProtocol, FrameTooLarge, Notification, Response
@@ -349,15 +350,17 @@ class AsyncClient(_flavours.AsyncMethods):
                 return
             if sent:
                 # Part of it is out: no wait since the check, so the lock is free.
-                with anyio.CancelScope(shield=True):
-                    async with conn.send_lock:
-                        await self._send_whole(conn, frame[sent:])
+                with anyio.CancelScope(shield=True):  # taking the lock checks for one
+                    await conn.send_lock.acquire()
+                try:
+                    await to_the_end(self._send_whole(conn, frame[sent:]))
+                finally:
+                    conn.send_lock.release()
                 return
         async with conn.send_lock:  # a cancellation while waiting for it sends nothing
             if conn.closed:
                 raise NotSent(conn.fatal)
-            with anyio.CancelScope(shield=True):
-                await self._send_whole(conn, frame)
+            await to_the_end(self._send_whole(conn, frame))
 
     async def _send_whole(self, conn: Connection, data: bytes) -> None:
         """Send ``data`` (a request, or its rest) with the send lock held and shielded

@@ -5,6 +5,7 @@ closing; and a plain asyncio program."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import socket
@@ -268,6 +269,28 @@ async def test_async_a_call_cancelled_while_sending_leaves_the_others_be(
         assert got == ["other"]
         assert (await client.ping())["pong"] and client.connected
         assert fake.methods().count("test.sleep") == 2  # the cancelled one arrived whole
+
+
+def test_asyncio_cancelling_a_call_while_sending_leaves_the_others_be(
+        fake: FakeDaemon) -> None:
+    # The same cancelled by asyncio itself (Task.cancel, as asyncio.timeout and
+    # asyncio.wait_for do), which goes through anyio's shield: the rest of the request
+    # was left unsent, and the next request, glued to its first half, never answered.
+    async def scenario() -> None:
+        async with AsyncClient(fake.path, timeout_s=60) as client:
+            await client.ping()
+            for steps in range(1, 6):
+                big = asyncio.ensure_future(
+                    client.call("test.sleep", {"s": 0, "value": "x" * 900_000}))
+                for _ in range(steps):
+                    await asyncio.sleep(0)
+                big.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await big
+                assert await client.call("test.sleep", {"s": 0, "value": steps}) == steps
+            assert client.connected
+
+    asyncio.run(scenario())
 
 
 @each_loop
