@@ -62,7 +62,7 @@ class JobJournal:
                 try:
                     await trio.to_thread.run_sync(self._log.append, [record])
                     self._lines += 1
-                    kept = retained()
+                    kept = with_record(retained(), record)
                     if self._lines > 4 * len(kept) + 1000:
                         await trio.to_thread.run_sync(self._log.rewrite, kept)
                         self._lines = len(kept)
@@ -101,3 +101,13 @@ class JobJournal:
         if self._log is not None:
             self._open = False
             self._log.close()
+
+
+def with_record(kept: Sequence[JobInfo], record: JobInfo) -> list[JobInfo]:
+    """``kept`` with ``record`` in place of its job's (added last if it is not there): a
+    record is appended before the job in memory shows it, and a compaction right after
+    must not write the job's older state over it."""
+    ids = [r["job_id"] for r in kept]
+    if record["job_id"] in ids:
+        return [record if r["job_id"] == record["job_id"] else r for r in kept]
+    return [*kept, record]

@@ -97,6 +97,17 @@ class JobRecord:
             "finished_at": self.finished_at, "resumed": self.resumed, "held": self.held,
         }
 
+    def ended(self, state: str, result: JsonObject | None, error: str | None,
+              code: int | None, at: float) -> JobInfo:
+        """This job's record once it ended so (journaled before the job shows it)."""
+        return {**self.as_dict(), "state": state, "result": result, "error": error,
+                "error_code": code, "finished_at": at, "held": False}
+
+    def take_end(self, end: JobInfo) -> None:
+        """Show the end :meth:`ended` gave."""
+        self.state, self.result, self.error = end["state"], end["result"], end["error"]
+        self.error_code, self.finished_at, self.held = end["error_code"], end["finished_at"], False
+
     @classmethod
     def from_dict(cls, rec: JsonObject) -> JobRecord:
         """A job from its journal record (JSON read back from disk); ValueError if a

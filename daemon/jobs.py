@@ -18,7 +18,8 @@ and are journaled queued again); the manager then stops by cancellation. Either 
 next start resumes the jobs left queued or running, or reports them interrupted.
 
 State changes and throttled progress go to ``publish(topic, payload)`` with topics
-``job.state`` and ``job.progress`` (the daemon's event bus plugs in there).
+``job.state`` and ``job.progress`` (the daemon's event bus plugs in there), each state
+journaled before it is told (but running, told at its admission: queued on a restart).
 """
 
 from __future__ import annotations
@@ -166,9 +167,7 @@ class JobManager:
                         params=checked, submitted_at=self._wall(),
                         held=agent_id in self._held)
         self._add(job)
-        self._enqueue(job)
-        self._publish("job.state", job.as_dict())
-        await self._journal(job)
+        await self._record(job, "back")
         return job.job_id
 
     async def wait(self, agent_id: str, job_id: str) -> JobInfo:
@@ -236,7 +235,7 @@ class JobManager:
         Holding a held workspace adds nothing. Its queued jobs are journaled held before
         this returns (shielded): a restart right after keeps them, whatever their kind."""
         for job in self._hold(agent_id):
-            await self._record_held(job)
+            await self._record(job)
         await self._stop_running(agent_id, reason)
 
     def hold_nowait(self, agent_id: str, reason: str) -> None:
@@ -265,17 +264,25 @@ class JobManager:
             self._record_held_soon(mark_held(self._jobs.get(agent_id, {}).values(), False))
             self._unpause(agent_id)
 
-    async def _record_held(self, job: JobRecord) -> None:
-        """Journal ``job``'s held mark, then publish it: what is told is on disk."""
-        await self._journal(job)
-        self._publish("job.state", job.as_dict())
+    async def _record(self, job: JobRecord,
+                      queue_at: Literal["back", "front"] | None = None) -> None:
+        """Journal ``job``'s record, then publish it: what is told is on disk. ``queue_at``:
+        queued then too (none starts unjournaled); ended instead if cancelled meanwhile."""
+        record = job.as_dict()
+        await self._journal_log.append(record, self._retained)
+        if queue_at is not None and job.scope.cancel_called:
+            await self._finish(job, "cancelled", error=job.cancel_reason)
+            return
+        if queue_at is not None:
+            self._enqueue(job, front=queue_at == "front")
+        self._publish("job.state", record)
 
     def _record_held_soon(self, jobs: builtins.list[JobRecord]) -> None:
         for job in jobs:
             if self._nursery is None:  # before run: its start journals all
                 self._publish("job.state", job.as_dict())
             else:
-                self._nursery.start_soon(self._record_held, job)
+                self._nursery.start_soon(self._record, job)
 
     def _unpause(self, agent_id: str) -> None:
         self._paused[agent_id] -= 1
@@ -307,9 +314,9 @@ class JobManager:
         """Cancel the running jobs of ``agent_id`` (None: of every workspace) so that
         they are queued again once their handlers end; those jobs."""
         agents = list(self._jobs) if agent_id is None else [agent_id]
-        # Running, or started and not yet running (no longer in the queue either).
+        # Running, or started and not yet running: holding a slot (none while journaled queued).
         running = [j for a in agents for j in self._jobs.get(a, {}).values()
-                   if j.state in ACTIVE and j not in self._queues.get(a, ())]
+                   if j.state in ACTIVE and j.slot and j not in self._queues.get(a, ())]
         for job in running:
             job.requeue = True
             job.scope.cancel()
@@ -324,10 +331,11 @@ class JobManager:
         for old in finished[: max(0, len(finished) - self._config.history_per_workspace)]:
             del jobs[old.job_id]
 
-    def _enqueue(self, job: JobRecord) -> None:
-        self._queues.setdefault(job.agent_id, deque()).append(job)
+    def _enqueue(self, job: JobRecord, *, front: bool = False) -> None:
+        queue = self._queues.setdefault(job.agent_id, deque())
+        (queue.appendleft if front else queue.append)(job)
         if job.agent_id not in self._turns:
-            self._turns.append(job.agent_id)
+            (self._turns.appendleft if front else self._turns.append)(job.agent_id)
         self._changed.set()
 
     def _publish(self, topic: str, payload: Mapping[str, object]) -> None:
@@ -347,24 +355,20 @@ class JobManager:
             self._publish("job.progress", {"job_id": job.job_id, "agent_id": job.agent_id,
                                            "kind": job.kind, "progress": job.progress.copy()})
 
-    async def _journal(self, job: JobRecord) -> None:
-        """Append the job's record (shielded: :meth:`JobJournal.append`)."""
-        await self._journal_log.append(job.as_dict(), self._retained)
-
     def _retained(self) -> builtins.list[JobInfo]:
         return [j.as_dict() for jobs in self._jobs.values() for j in jobs.values()]
 
     async def _finish(self, job: JobRecord, state: str, *, result: JsonObject | None = None,
                       error: str | None = None, code: int | None = None) -> None:
-        # What the handler gave goes to the journal and the wire: always as JSON can hold it.
-        self._free_slot(job)
-        job.state, job.error_code, job.held = state, code, False
-        job.result, job.error = json_safe(result), json_safe(error)
-        job.finished_at = self._wall()
-        self._publish("job.state", job.as_dict())
+        """End ``job``: journaled before it is seen (``jobs.get``, events, waits), so a job told
+        ended is never interrupted or run again by a restart (its end as JSON can hold it)."""
+        end = job.ended(state, json_safe(result), json_safe(error), code, self._wall())
         try:
-            await self._journal(job)
+            await self._journal_log.append(end, self._retained)
         finally:  # done once on disk: a forget waits for it before it drops the job
+            self._free_slot(job)  # kept meanwhile: the counts agree with what is told
+            job.take_end(end)
+            self._publish("job.state", job.as_dict())
             job.done.set()
 
     def _start_eligible(self, nursery: trio.Nursery) -> None:
@@ -432,11 +436,7 @@ class JobManager:
                 job.state, job.started_at, job.requeue = "queued", None, False
                 job.partial = None  # the next run starts afresh
                 job.scope = trio.CancelScope()
-                self._queues.setdefault(job.agent_id, deque()).appendleft(job)
-                if job.agent_id not in self._turns:
-                    self._turns.appendleft(job.agent_id)
-                self._publish("job.state", job.as_dict())
-                await self._journal(job)
+                await self._record(job, "front")
             elif job.state in ACTIVE:  # our own scope was cancelled: cancel() asked for it
                 await self._finish(job, "cancelled", result=job.partial,
                                    error=job.cancel_reason)
@@ -458,7 +458,7 @@ class JobManager:
             self._changed.set()
 
     async def _execute(self, job: JobRecord, spec: JobKind) -> None:
-        await self._journal(job)  # running (published when it was admitted)
+        await self._journal_log.append(job.as_dict(), self._retained)  # running (module doc)
         # Its workspace folder stays guarded until the handler has ended: a workspace that
         # failed (a link took the place of a folder of it) gives up its own guard while
         # the job, cut short, still saves what it did on its way out.
