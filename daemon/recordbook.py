@@ -74,6 +74,11 @@ class RecordBook:
         self.entries[agent_id] = entry
         await self.save()
 
+    async def forget(self, agent_id: str) -> None:
+        """Drop ``agent_id``'s record, saved."""
+        del self.entries[agent_id]
+        await self.save()
+
     async def note_left_out(self, agent_id: str, keys: list[str]) -> None:
         """Record that the secrets ``keys`` of ``agent_id``'s overrides were left out of
         the backup it was restored from (shown in status until handed over again)."""

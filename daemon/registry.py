@@ -476,12 +476,12 @@ class WorkspaceRegistry(KnownPlaces):
                 self.waiting.pop(agent_id, None)
                 self._opened_place.pop(agent_id, None)
                 self._pulse()
-            if known:
-                del self._records.entries[agent_id]
-                await self._records.save()
+            # Jobs before the record: killed between, it stays recorded, with its own jobs.
             if forget and self._jobs is not None:  # held for a reopen that never comes
                 await self._jobs.forget(agent_id, f"workspace {agent_id!r} was closed "
                                         "with forget before the job could run")
+            if known:
+                await self._records.forget(agent_id)
         if closed:
             # What it held (its index state, the private copies of its mapped files and
             # their descriptors) lies in reference cycles among its services, which only

@@ -13,7 +13,10 @@ from typing import Any
 
 import orjson
 from conftest import DaemonFactory, RawConnection
+from fakes.provider_server import FakeProvider
 from hooks import launcher
+from test_dream import chat_config
+from test_jobs_held import flush
 from waits import wait_for, wait_job
 
 from recalld.daemon.jobjournal import JobJournal
@@ -117,3 +120,32 @@ async def test_a_compaction_keeps_the_end_it_was_writing(tmp_path: Path) -> None
     assert len(path.read_bytes().splitlines()) == 1  # compacted
     (record,) = await JobJournal(path, 30.0).open()
     assert record["state"] == "succeeded", record
+
+
+def test_a_daemon_killed_while_a_workspace_is_forgotten_keeps_it_or_none_of_its_jobs(
+        daemon_factory: DaemonFactory, fake: FakeProvider, tmp_path: Path) -> None:
+    # Its record was dropped (saved) before its jobs were: killed in between, the restart
+    # had forgotten the workspace but kept its held auto_memory job, for whichever
+    # workspace would next open under that id to list and run.
+    hold = tmp_path / "hold"
+    os.mkfifo(hold)
+    d = daemon_factory(launcher=launcher(JOURNAL_HELD), HOLD=str(hold),
+                       HOLD_STATE="cancelled")
+    d.call("workspace.open", {"agent_id": "bob", "path": str(tmp_path / "bob"),
+                              "config": {"chat_model_config": chat_config(fake)}})
+    held = fake.gate(lambda body: True)
+    job_id = flush(d, "bob", "I drink green tea.")
+    assert held.entered.wait(30)
+    d.call("workspace.close", {"agent_id": "bob"})  # the job waits, held, for a reopen
+    held.open()
+    with d.connect() as closer:
+        try:
+            closer.request("workspace.close", {"agent_id": "bob", "forget": True})
+            wait_for(Path(f"{hold}.at").exists, "the held job's cancel to be written")
+        finally:
+            d.kill()
+    d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    listed = [w["agent_id"] for w in d2.call("workspace.list")["workspaces"]]
+    # Not forgotten (the client was given no answer): it keeps its own job.
+    assert "bob" in listed, listed
+    assert job_id in [j["job_id"] for j in d2.call("jobs.list", {"agent_id": "bob"})["jobs"]]
