@@ -110,6 +110,12 @@ extract what is worth remembering later: durable facts about the user and their 
 decisions taken, preferences, commitments, and useful outcomes. Leave out small talk, \
 one-off details, anything recalled from memory, tool output, and secrets.
 
+Each turn starts with who said it: `user` or `assistant`, followed by the speaker's name \
+in parentheses when the conversation names its speakers (`user (Alice): ...`). Several \
+people or agents may share one conversation: write each fact with the name of the person \
+it is about or who said it (`Alice lives in Oslo`, not `The user lives in Oslo`), and never \
+take one speaker's claim for another's.
+
 Write them with the daily_write tool as this conversation's note for the day: a short \
 `name` (a few words, lowercase, dashes), a one-line `description`, and a Markdown body of \
 concise bullet points. If the note already exists (it is shown below), write the whole \

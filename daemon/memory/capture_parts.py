@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.memory.turns import said_by
 
 MAX_PROMPT_CHARS = 60_000
 
@@ -41,14 +42,15 @@ def _pieces(text: str, size: int) -> list[str]:
 
 def conversation_parts(turns: list[JsonObject]) -> list[Part]:
     """The turns as conversation texts of at most ``MAX_PROMPT_CHARS`` each, in order:
-    nothing is left out; a turn longer than one prompt is split into numbered pieces."""
+    nothing is left out; a turn longer than one prompt is split into numbered pieces.
+    Each turn starts with who said it (:func:`~recalld.daemon.memory.turns.said_by`)."""
     piece_chars = MAX_PROMPT_CHARS - 100  # room for the piece's label
     parts: list[Part] = []
     lines: list[str] = []
     size = 0
     done: int | None = None
     for t in turns:
-        role, content, seq = t["role"], str(t["content"]), t["seq"]
+        role, content, seq = said_by(t), str(t["content"]), t["seq"]
         if len(content) <= piece_chars:
             pieces = [f"{role}: {content}"]
         else:

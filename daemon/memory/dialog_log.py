@@ -39,6 +39,8 @@ from recalld.ipc.errors import NotFound
 log = logging.getLogger(__name__)
 
 _BLOCK = 1 << 16
+#: The fields of a turn that carry what was said and who said it (masked again on write).
+_TEXT_FIELDS = ("content", "name")
 #: What identifies a turn in the log: its seq and its text.
 _Key = tuple[object, str]
 
@@ -89,8 +91,8 @@ def append(root: Path, rel: str, turns: Sequence[JsonObject]) -> None:
     with; ``time`` is set on each line written."""
     # Redacted when they were added; again here, for turns kept from before a rule was
     # added.
-    turns = [{**t, "content": redact(t["content"])} if isinstance(t.get("content"), str)
-             else t for t in turns]
+    turns = [{**t, **{k: redact(t[k]) for k in _TEXT_FIELDS if isinstance(t.get(k), str)}}
+             for t in turns]
     keys = [(t.get("seq"), str(t.get("content"))) for t in turns]
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 

@@ -12,6 +12,7 @@ redaction rules are imported when first needed.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Final, NamedTuple, NotRequired, TypedDict
 
@@ -19,6 +20,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.ipc.answers import CONTINUED, MESSAGE_ROLES
 from recalld.ipc.errors import LOOKS_LIKE_A_CREDENTIAL, InvalidParams
 from recalld.ipc.media import MEDIA_BLOCKS, media_placeholder
+from recalld.ipc.textcut import cut_text
 
 ROLES = MESSAGE_ROLES
 #: The roles whose words are kept, as what they are kept as (Gemini's ``model`` is the
@@ -37,6 +39,42 @@ _BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{200,}={0,2}(?![A-Za-z
 _SID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}\Z")
 #: The folder of the dialog logs, as a note's ``source_conversation`` link names it.
 _DIALOG_LINK = "mem_session/dialog"
+#: The longest speaker name kept (characters; a longer one is cut between clusters).
+MAX_NAME_CHARS: Final = 64
+#: Bidirectional overrides and isolates: kept in a name, they could turn the text shown
+#: after it around.
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def speaker_name(message: Mapping[str, object], role: str) -> str | None:
+    """Who said ``message`` when several people or agents share a conversation: its
+    ``name`` (OpenAI's chat format, AgentScope's ``Msg.name``) as one line of at most
+    :data:`MAX_NAME_CHARS` printable characters, secrets masked (before it is cut: a key
+    cut short could pass unmasked). None without a name, for a blank one or one that
+    only repeats its role (``user``, ``assistant``)."""
+    from recalld.daemon.memory.redact import redact
+
+    name = message.get("name")
+    if not isinstance(name, str):
+        return None
+    # A name of megabytes costs no more than a short one (the rest is cut off anyway).
+    name = cut_text(name, 4 * MAX_NAME_CHARS)
+    # Line breaks and control characters would let a name forge turns of its own in
+    # the conversation the auto_memory model reads.
+    name = " ".join("".join(
+        " " if unicodedata.category(c) in ("Cc", "Zl", "Zp") or c in _BIDI else c
+        for c in name).split())
+    name = cut_text(redact(name), MAX_NAME_CHARS).strip()
+    if not name or name.casefold() in (role.casefold(), str(message.get("role")).casefold()):
+        return None
+    return name
+
+
+def said_by(turn: Mapping[str, object]) -> str:
+    """Who said ``turn`` (a kept turn), as the auto_memory model is shown it: its role,
+    and its speaker's name when it has one (``user (alice)``)."""
+    name = turn.get("name")
+    return f"{turn['role']} ({name})" if isinstance(name, str) and name else str(turn["role"])
 
 
 def check_session_id(value: object) -> str:
@@ -203,7 +241,8 @@ def count_user_turns(messages: Sequence[Mapping[str, object]]) -> int:
 
 def sanitize_messages(messages: Sequence[Mapping[str, object]],
                       before: Tail | None = None) -> list[Turn]:
-    """Only what the user and the assistant said, as ``{role, content}`` text.
+    """Only what the user and the assistant said, as ``{role, content}`` text, with
+    ``name`` when the message names its speaker (:func:`speaker_name`).
 
     Dropped: tool/function results, system and developer prompts, tool-call arguments,
     blocks of recalled memory (see ``RECALL_TAGS``), media; data URLs and long base64
@@ -233,8 +272,8 @@ def _sanitized(kept: Sequence[_Kept],
     from recalld.daemon.memory.redact import redact_parts, seam_spans
     from recalld.daemon.memory.secret_keys import key_block_rest
 
-    also: list[list[list[tuple[int, int]]]] = [[[] for _ in blocks] for _, blocks, _ in kept]
-    for n, ((_, blocks, _), (previous, at, inside)) in enumerate(zip(kept, earlier,
+    also: list[list[list[tuple[int, int]]]] = [[[] for _ in blocks] for _, blocks, _, _ in kept]
+    for n, ((_, blocks, _, _), (previous, at, inside)) in enumerate(zip(kept, earlier,
                                                                      strict=True)):
         if previous:
             left, right = seam_spans(previous, blocks[0])
@@ -244,10 +283,12 @@ def _sanitized(kept: Sequence[_Kept],
         if inside and (rest := key_block_rest(blocks[0])):
             also[n][0].append((0, rest))  # a key block its speaker left open
     out: list[Turn] = []
-    for (role, blocks, goes_on), extra in zip(kept, also, strict=True):
+    for (role, blocks, goes_on, name), extra in zip(kept, also, strict=True):
         text = "\n".join(p for p in redact_parts(blocks, extra) if p).strip()
         if text:
             out.append({"role": role, "content": text})
+            if name is not None:
+                out[-1]["name"] = name
             if goes_on:
                 out[-1][CONTINUED] = True
         elif not goes_on and out and out[-1].get(CONTINUED):
@@ -255,23 +296,24 @@ def _sanitized(kept: Sequence[_Kept],
     return out
 
 
-#: A message :func:`sanitize_messages` keeps: its speaker, its text blocks and whether
-#: the next message goes on with it (:func:`continued`).
-_Kept = tuple[str, list[str], bool]
+#: A message :func:`sanitize_messages` keeps: its role, its text blocks, whether the next
+#: message goes on with it (:func:`continued`) and its speaker's name
+#: (:func:`speaker_name`).
+_Kept = tuple[str, list[str], bool, str | None]
 
 
 def _kept(messages: Sequence[Mapping[str, object]]) -> list[_Kept]:
-    """The speakers' messages :func:`sanitize_messages` keeps, as roles, text blocks and
-    whether the next message goes on with it (:func:`continued`)."""
+    """The speakers' messages :func:`sanitize_messages` keeps, as roles, text blocks,
+    whether the next message goes on with it (:func:`continued`) and names."""
     kept: list[_Kept] = []
     for m in messages:
         role = SPEAKERS.get(str(m.get("role")))
         blocks = [_strip(b) for b in _content_blocks(content_of(m))] if role else []
         if role and blocks:
-            kept.append((role, blocks, continued(m)))
+            kept.append((role, blocks, continued(m), speaker_name(m, role)))
         elif kept and kept[-1][2] and not continued(m):
             # The last piece of a cut message says nothing kept: the message ends before.
-            kept[-1] = (kept[-1][0], kept[-1][1], False)
+            kept[-1] = (kept[-1][0], kept[-1][1], False, kept[-1][3])
     return kept
 
 
@@ -303,7 +345,7 @@ def _earlier(before: Tail | None, kept: Sequence[_Kept],
     last, role = (None, "") if before is None else (
         _Earlier(before.text, None, open_key_block(before.text)), before.role)
     earlier: list[_Earlier] = []
-    for n, (speaker, blocks, _) in enumerate(kept):
+    for n, (speaker, blocks, _, _) in enumerate(kept):
         previous = last if last is not None and speaker == role else _NOTHING
         earlier.append(previous)
         last, role = _Earlier(blocks[-1], n, open_key_block("\n".join(blocks),
@@ -331,11 +373,13 @@ def last_text(messages: Sequence[Mapping[str, object]],
 
 class Turn(TypedDict):
     """A sanitized message: only the text the user or the assistant said (``continued``:
-    a piece of a message that the next of its session goes on with)."""
+    a piece of a message that the next of its session goes on with; ``name``: who said
+    it, when the message named its speaker, see :func:`speaker_name`)."""
 
     role: str
     content: str
     continued: NotRequired[bool]
+    name: NotRequired[str]
 
 
 def joined(turns: Sequence[JsonObject]) -> list[JsonObject]:
@@ -347,7 +391,8 @@ def joined(turns: Sequence[JsonObject]) -> list[JsonObject]:
     for turn in turns:
         last = out[-1] if out else None
         if last is not None and last.get(CONTINUED) is True and last.get("role") == turn.get(
-                "role") and isinstance(last.get("content"), str):
+                "role") and last.get("name") == turn.get("name") and isinstance(
+                last.get("content"), str):
             out[-1] = {**turn, "content": f"{last['content']}\n{turn.get('content')}"}
         else:
             out.append(dict(turn))
