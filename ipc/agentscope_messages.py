@@ -84,8 +84,10 @@ def _content(msg: Msg) -> str | list[JsonObject]:
 
 
 def _turns(msgs: Sequence[Msg]) -> list[JsonObject]:
-    """The user and assistant messages of ``msgs`` that say something, as chat messages."""
-    return [{"role": m.role, "content": content} for m in msgs
+    """The user and assistant messages of ``msgs`` that say something, as chat messages
+    with their speaker's ``name`` (whose fact is whose when several people or agents
+    share the conversation; the daemon drops a name that only repeats the role)."""
+    return [{"role": m.role, "content": content, "name": m.name} for m in msgs
             if m.role in ("user", "assistant") and (content := _content(m))]
 
 

@@ -27,6 +27,9 @@ MESSAGE_SCHEMA: JsonObject = {
                     "items": {"type": ["object", "string"]}},
         "parts": {"type": "array", "items": {"type": ["object", "string"]}},
         "type": {"type": "string"},
+        "name": {"type": ["string", "null"],
+                 "description": "Who said it, when several people or agents share the "
+                                "conversation (OpenAI's chat format)."},
     },
     "anyOf": [{"required": ["role"]},
               {"required": ["type"], "not": {"properties": {"type": {"const": "message"}}}}],

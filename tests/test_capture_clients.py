@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import sys
 from collections.abc import Iterator
@@ -52,8 +53,8 @@ def model_answer(body: Any) -> dict[str, Any]:
         return chat_answer("plain answer")
     if any(m["role"] == "tool" for m in messages):
         return chat_answer("saved")
-    said = [line[len("user: "):] for line in str(messages[1]["content"]).splitlines()
-            if line.startswith("user: ")]
+    said = [m[1] for line in str(messages[1]["content"]).splitlines()
+            if (m := re.match(r"user(?: \([^)]*\))?: (.*)", line))]
     return chat_answer(None, [tool_call("daily_write", {
         "name": "conversation", "description": "what the user said",
         "content": "\n".join(f"- {s}" for s in said)})])
@@ -88,13 +89,13 @@ def workspace_root(daemon: DaemonHandle, agent: str) -> Path:
 
 
 async def one_turn(fake: FakeProvider, mw: RecalldMemoryMiddleware,
-                   text: str | list[Any]) -> Agent:
+                   text: str | list[Any], speaker: str = "user") -> Agent:
     model = OpenAIChatModel(credential=OpenAICredential(api_key="k", base_url=fake.url + "/v1"),
                             model="fake", stream=False, max_retries=0)
     agent = Agent(name="helper", system_prompt="You are a helpful assistant.", model=model,
                   toolkit=Toolkit(tools=await mw.list_tools()), middlewares=[mw])
     try:
-        await agent.reply(UserMsg(name="user", content=text))
+        await agent.reply(UserMsg(name=speaker, content=text))
     finally:
         await model.client.close()
     return agent
@@ -213,7 +214,7 @@ def test_agentscope_compaction_writes_folded_turns_first(daemon_factory: Any,
 
 
 async def mcp_turn(daemon: DaemonHandle, agent: str, fact: str, *,
-                   wait_inside: Path | None = None) -> None:
+                   wait_inside: Path | None = None, speaker: str | None = None) -> None:
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "recalld.ipc.mcp", "--agent", agent, "--socket", str(daemon.socket_path)],
@@ -224,7 +225,8 @@ async def mcp_turn(daemon: DaemonHandle, agent: str, fact: str, *,
             await session.initialize()
             result = await session.call_tool("memory_add_turns", {
                 "session_id": "chat-1",
-                "messages": [{"role": "user", "content": fact},
+                "messages": [{"role": "user", "content": fact,
+                              **({"name": speaker} if speaker else {})},
                              {"role": "assistant", "content": "noted"}]})
             assert not result.is_error
             if wait_inside is not None:  # the stream stays open: only the idle flush

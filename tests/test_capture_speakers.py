@@ -7,10 +7,12 @@ over a restart before they are captured.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fakes.provider_server import FakeProvider
 from test_auto_memory import add, done, write_note
 from test_capture import config, notes
@@ -87,3 +89,52 @@ def test_speaker_names_reach_the_dialog_log_and_the_model_across_a_restart(
         if path.is_file():
             assert TOKEN.encode() not in path.read_bytes(), path
 
+
+def test_agentscope_messages_keep_their_speakers_names(daemon_factory: Any,
+                                                       fake: FakeProvider) -> None:
+    # The middleware wrote back role and text only: Msg.name, who of several users or
+    # agents spoke, never reached the daemon.
+    pytest.importorskip("agentscope", reason="needs agentscope, which '.[test]' installs")
+    from test_capture_clients import config as client_config
+    from test_capture_clients import model_answer, one_turn, workspace_root
+
+    from recalld.ipc.agentscope import RecalldMemoryMiddleware
+
+    fake.chat_default = model_answer
+    daemon = daemon_factory(client_config(fake, idle_s=600))
+
+    async def main() -> None:
+        mw = RecalldMemoryMiddleware(agent_id="concierge", mode="static_control",
+                                     socket_path=daemon.socket_path)
+        try:
+            await one_turn(fake, mw, "I live in Lagos.", speaker="Amara Okafor")
+        finally:
+            await mw.close()
+
+    asyncio.run(main())
+    root = workspace_root(daemon, "concierge")
+    dialog = root / "mem_session/dialog"
+    lines = wait_for(lambda: [json.loads(line) for path in dialog.glob("*.jsonl")
+                              for line in path.read_text(encoding="utf-8").splitlines()],
+                     "the dialog log")
+    assert [(line["role"], line.get("name")) for line in lines] == [
+        ("user", "Amara Okafor"), ("assistant", "helper")], lines
+    assert "user (Amara Okafor): I live in Lagos." in prompt_of(fake)
+
+
+def test_mcp_hosts_pass_the_speakers_name(daemon_factory: Any, fake: FakeProvider) -> None:
+    pytest.importorskip("mcp", reason="needs the MCP SDK, which '.[test]' installs")
+    from test_capture_clients import config as client_config
+    from test_capture_clients import mcp_turn, model_answer, wait_note, workspace_root
+
+    fake.chat_default = model_answer
+    daemon = daemon_factory(client_config(fake, idle_s=600))
+    fact = "Я живу у Львові."
+    asyncio.run(mcp_turn(daemon, "translator", fact, speaker="Оксана Коваленко"))
+    root = workspace_root(daemon, "translator")
+    wait_note(root, fact)
+    assert f"user (Оксана Коваленко): {fact}" in prompt_of(fake)
+    lines = wait_for(lambda: [json.loads(line) for path in (root / "mem_session").glob(
+        "dialog/*.jsonl") for line in path.read_text(encoding="utf-8").splitlines()],
+        "the dialog log")
+    assert [line.get("name") for line in lines] == ["Оксана Коваленко", None], lines
