@@ -27,6 +27,7 @@ from recalld.ipc.agent_ids import author_name, session_key, stand_in_name, works
 from recalld.ipc.agentscope_messages import (
     MEMORY_MSG_NAME,
     Parked,
+    _asker,
     _query_text,
     _said,
     still_waiting,
@@ -90,7 +91,9 @@ class RecalldMem0Middleware(MiddlewareBase):
     - ``static_control`` / ``both``: before a reply, the user's text is searched (``top_k``
       hits, at least ``threshold``: the daemon's score, BM25 or fused) and the memories
       are injected when the reply starts; after it, the exchange is stored as a note (Mem0
-      stores it after extraction; the note is searchable at once). ``await_write=False``
+      stores it after extraction; the note is searchable at once): ``User: ...`` then
+      ``Assistant: ...``, the user named when the request's messages name who spoke
+      (``User (Alice): ...``, several people sharing one agent). ``await_write=False``
       stores it in the background.
     - ``agent_control`` / ``both``: tools ``search_memory(keywords, limit)`` (each keyword
       searched, results merged and de-duplicated) and ``add_memory(thinking, content)``
@@ -289,7 +292,9 @@ class RecalldMem0Middleware(MiddlewareBase):
         parked = self._parked.pop(id(agent.state), None)
         # Stored with its media named, as the memory middleware's turns are (a photo
         # alone is a request too); a resumed reply answers the request it waited with.
-        asked = _query_text(input_kwargs.get("inputs"), _said) or parked
+        asked = _query_text(input_kwargs.get("inputs"), _said)
+        # Whose request it is, when the users who spoke are named (parked with it).
+        asked = f"{_asker(input_kwargs.get('inputs'))}: {asked}" if asked else parked
         memories: list[str] = []
         if query:
             try:
@@ -313,7 +318,7 @@ class RecalldMem0Middleware(MiddlewareBase):
             if asked and waits:  # its last message says it waits: not the answer
                 self._parked.park(id(agent.state), asked)
             elif asked and answer:
-                exchange = f"User: {asked}\nAssistant: {answer}"
+                exchange = f"{asked}\nAssistant: {answer}"
                 if self.await_write:
                     await self._write(exchange)
                 else:

@@ -23,6 +23,8 @@ from recalld.ipc.types import SearchResponse, render_linked, render_skipped, vis
 #: Name of the context message that carries recalled memory (never written back).
 MEMORY_MSG_NAME = "memory"
 MAX_HIT_CHARS = 1200
+#: The longest speaker name put into an exchange note (as the daemon bounds a turn's).
+MAX_NAME_CHARS = 64
 #: Replies waiting for the user (a tool call to confirm) remembered per middleware.
 MAX_PARKED = 1000
 V = TypeVar("V")
@@ -118,6 +120,19 @@ def _query_text(inputs: object, said: Callable[[Msg], str] = _msg_text) -> str |
     texts = [said(m) for m in msgs if isinstance(m, Msg) and m.role == "user"]
     joined = "\n".join(t for t in texts if t)
     return joined or None
+
+
+def _asker(inputs: object) -> str:
+    """Who asked in the reply inputs, as an exchange note labels them: ``User``, with
+    the names of the users who spoke when their messages name them (several people
+    may share one agent: ``User (Alice)``); a name that only says ``user`` is none."""
+    msgs = inputs if isinstance(inputs, list) else [inputs]
+    names = dict.fromkeys(
+        cut_text(" ".join(m.name.split()), MAX_NAME_CHARS) for m in msgs
+        if isinstance(m, Msg) and m.role == "user" and isinstance(m.name, str))
+    names.pop("", None)
+    shown = [n for n in names if n.casefold() != "user"]
+    return f"User ({', '.join(shown)})" if shown else "User"
 
 
 class Parked(OrderedDict[int, V]):

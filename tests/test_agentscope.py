@@ -93,13 +93,13 @@ def _open(daemon: DaemonHandle, agent: str, files: dict[str, str]) -> Path:
 
 
 async def _reply(fake: FakeProvider, mw: RecalldMemoryMiddleware, name: str, text: str,
-                 ) -> tuple[Agent, str]:
+                 speaker: str = "user") -> tuple[Agent, str]:
     model = OpenAIChatModel(credential=OpenAICredential(api_key="k", base_url=fake.url + "/v1"),
                             model="fake", stream=False, max_retries=0)
     agent = Agent(name=name, system_prompt="You are a helpful assistant.", model=model,
                   toolkit=Toolkit(tools=await mw.list_tools()), middlewares=[mw])
     try:
-        msg = await agent.reply(UserMsg(name="user", content=text))
+        msg = await agent.reply(UserMsg(name=speaker, content=text))
     finally:
         await model.client.close()
     return agent, msg.get_text_content() or ""

@@ -354,3 +354,28 @@ def test_notes_link_no_dialog_log_none_is_written_for(daemon: DaemonHandle,
     assert fields["session_id"] == "mem0-rower" and fields["author"] == "rower"
     assert "Carol rows at dawn." in note.read_text(encoding="utf-8")
     assert not (root / "mem_session").exists() or not any((root / "mem_session").rglob("*"))
+
+
+def test_the_stored_exchange_names_the_user_who_spoke(daemon: DaemonHandle,
+                                                       fake: FakeProvider) -> None:
+    # Every exchange was stored as "User: ...": two people sharing one agent left two
+    # contradictory claims of one user ("I live in Oslo", "I live in Bergen").
+    fake.chat_default = scripted()
+
+    async def main() -> None:
+        mw = RecalldMem0Middleware(user_id="household", agent_id="concierge",
+                                   mode="static_control", socket_path=daemon.socket_path)
+        try:
+            for speaker, text in (("Ingrid Solberg", "I live in Oslo."),
+                                  ("Bjørn\n  Haugen", "I live in Bergen."),
+                                  ("user", "We share a cabin in Geilo.")):
+                await _agent_reply(fake, mw, "concierge", text, speaker=speaker)
+        finally:
+            await mw.close()
+
+    asyncio.run(main())
+    (note,) = list((_workspace(daemon, "household") / "memory").rglob("mem0-concierge*.md"))
+    body = note.read_text(encoding="utf-8")
+    assert "User (Ingrid Solberg): I live in Oslo.\nAssistant: plain answer" in body, body
+    assert "User (Bjørn Haugen): I live in Bergen.\nAssistant: plain answer" in body, body
+    assert "User: We share a cabin in Geilo.\nAssistant: plain answer" in body, body
