@@ -18,7 +18,7 @@ from test_auto_memory import add, done, write_note
 from test_capture import config, notes
 from waits import wait_for, wait_job
 
-from recalld.daemon.memory.turns import MAX_NAME_CHARS
+from recalld.daemon.memory.turns import MAX_NAME_CHARS, sanitize_messages
 
 TOKEN = "ghp_" + "Zq7Rk2Lm9Xw4Tn8Vb3Hs6Jd1Fg5Pc0Ya2Ue7Io"
 LONG_NAME = "Ngozi Adaeze Okonkwo-Abernathy " * 8  # cut to MAX_NAME_CHARS
@@ -138,3 +138,16 @@ def test_mcp_hosts_pass_the_speakers_name(daemon_factory: Any, fake: FakeProvide
         "dialog/*.jsonl") for line in path.read_text(encoding="utf-8").splitlines()],
         "the dialog log")
     assert [line.get("name") for line in lines] == ["Оксана Коваленко", None], lines
+
+
+def test_a_name_of_invisible_characters_names_nobody() -> None:
+    # A name of zero-width spaces was kept: the model was shown "user (): ..." and the
+    # dialog log a name nobody can read.
+    for invisible in ("\u200b", "\u200b\u2060 \ufeff", "\u00ad", "\u3000\u200d"):
+        (turn,) = sanitize_messages([{"role": "user", "name": invisible, "content": "Hi."}])
+        assert "name" not in turn, (invisible, turn)
+    # Joiners inside a name are part of it (Persian names use the ZWNJ).
+    (turn,) = sanitize_messages([{"role": "user", "name": "زهرا\u200cمحمدی", "content": "سلام"}])
+    assert turn.get("name") == "زهرا\u200cمحمدی"
+    (turn,) = sanitize_messages([{"role": "assistant", "name": "🤖", "content": "Beep."}])
+    assert turn.get("name") == "🤖"

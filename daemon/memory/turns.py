@@ -65,9 +65,11 @@ def speaker_name(message: Mapping[str, object], role: str) -> str | None:
         " " if unicodedata.category(c) in ("Cc", "Zl", "Zp") or c in _BIDI else c
         for c in name).split())
     name = cut_text(redact(name), MAX_NAME_CHARS).strip()
-    if not name or name.casefold() in (role.casefold(), str(message.get("role")).casefold()):
+    if name.casefold() in (role.casefold(), str(message.get("role")).casefold()):
         return None
-    return name
+    # Blank, or only invisible format characters (zero-width spaces, a byte order
+    # mark, soft hyphens): it names nobody. Those inside a name (a ZWNJ) stay.
+    return None if all(unicodedata.category(c) in ("Cf", "Zs") for c in name) else name
 
 
 def said_by(turn: Mapping[str, object]) -> str:
