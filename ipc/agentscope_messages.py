@@ -8,6 +8,7 @@ adds to the system prompt.
 
 from __future__ import annotations
 
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -130,8 +131,9 @@ def _asker(inputs: object) -> str:
     names = dict.fromkeys(
         cut_text(" ".join(m.name.split()), MAX_NAME_CHARS) for m in msgs
         if isinstance(m, Msg) and m.role == "user" and isinstance(m.name, str))
-    names.pop("", None)
-    shown = [n for n in names if n.casefold() != "user"]
+    # Blank, or only invisible format characters (a zero-width space): nobody.
+    shown = [n for n in names if n.casefold() != "user"
+             and not all(unicodedata.category(c) in ("Cf", "Zs") for c in n)]
     return f"User ({', '.join(shown)})" if shown else "User"
 
 

@@ -368,7 +368,8 @@ def test_the_stored_exchange_names_the_user_who_spoke(daemon: DaemonHandle,
         try:
             for speaker, text in (("Ingrid Solberg", "I live in Oslo."),
                                   ("Bjørn\n  Haugen", "I live in Bergen."),
-                                  ("user", "We share a cabin in Geilo.")):
+                                  ("user", "We share a cabin in Geilo."),
+                                  ("\u200b\ufeff", "Our dog is called Fenrir.")):
                 await _agent_reply(fake, mw, "concierge", text, speaker=speaker)
         finally:
             await mw.close()
@@ -379,3 +380,4 @@ def test_the_stored_exchange_names_the_user_who_spoke(daemon: DaemonHandle,
     assert "User (Ingrid Solberg): I live in Oslo.\nAssistant: plain answer" in body, body
     assert "User (Bjørn Haugen): I live in Bergen.\nAssistant: plain answer" in body, body
     assert "User: We share a cabin in Geilo.\nAssistant: plain answer" in body, body
+    assert "User: Our dog is called Fenrir.\nAssistant: plain answer" in body, body
