@@ -1,10 +1,10 @@
 """The finders of the context rules of :mod:`secret_rules`: values assigned to
 credential-like names (``password=...``, ``--token ...``, ``<password>...</password>``),
-credentials stated in prose ("the password for prod is ...", "set the token to ..."), and
-high-entropy strings near a credential word. Each finder tries its patterns only at the
-anchors it is given (where a credential word, or the name holding one, starts:
-:func:`secret_anchors.anchors`); whether a value found there is a secret is judged by
-:mod:`secret_values`.
+and credentials stated in prose ("the password for prod is ...", "set the token to ...");
+high-entropy strings near a credential word are :mod:`secret_near`'s. Each finder tries
+its patterns only at the anchors it is given (where a credential word, or the name
+holding one, starts: :func:`secret_anchors.anchors`); whether a value found there is a
+secret is judged by :mod:`secret_values`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Final
 from recalld.daemon.memory.secret_names import MASK
 from recalld.daemon.memory.secret_values import (
     FUNCTION_WORDS,
-    HEX,
     PLACEHOLDER,
     classes,
     code_reference,
@@ -26,7 +25,6 @@ from recalld.daemon.memory.secret_values import (
     looks_secret,
     passphrase,
     plain_password,
-    prose_compound,
     verb_form,
 )
 from recalld.daemon.memory.secret_wrapped import (
@@ -287,7 +285,7 @@ def find_assignments(text: str, starts: Sequence[int]) -> Iterable[Span]:
                 yield m.start("value"), m.end("value")
 
 
-_CRED = (r"(?:pass(?:word|phrase|code|wd)s?|pass\s+(?:phrase|code)|pins?(?:\s+(?:code|number))?"
+CRED = (r"(?:pass(?:word|phrase|code|wd)s?|pass\s+(?:phrase|code)|pins?(?:\s+(?:code|number))?"
          r"|pwd?|(?:secret|api|access|private|signing|encryption|master|license|ssh|app)"
          r"[\s_\-]?(?:key|token|secret)s?|(?:access|auth|bearer|api|refresh|session|bot)[\s_\-]?"
          r"tokens?|tokens?|secrets?|credentials?|creds|logins?|(?:client|app)[\s_\-]secrets?|otp"
@@ -295,7 +293,7 @@ _CRED = (r"(?:pass(?:word|phrase|code|wd)s?|pass\s+(?:phrase|code)|pins?(?:\s+(?
          # A personal access token's acronym, in capitals only: "Pat" names a person.
          r"|(?-i:PATs?))")
 _STATE = re.compile(
-    r"(?i)\b(?P<cred>(?:[A-Za-z0-9]+[_\-])*" + _CRED + r")\b"
+    r"(?i)\b(?P<cred>(?:[A-Za-z0-9]+[_\-])*" + CRED + r")\b"
     r"(?P<mid>(?:[ \t]+(?:for|of|on|to|at|in|from)(?:[ \t]+(?!(?:is|was|are|were)\b)"
     r"[^\s.,;:!?\"']+){1,4})?)"
     r"(?P<verb>[ \t]*(?:'s|’s)|[ \t]+(?:is|was|are|were)(?:[ \t]+(?:now|still|just|actually"
@@ -307,7 +305,7 @@ _STATE = re.compile(
 )
 _SET = re.compile(
     r"(?i)\b(?:set|change[ds]?|reset|update[ds]?|rotated?)[ \t]+(?:(?:the|my|our|your|his|her"
-    r"|their|its)[ \t]+)?(?:[\w\-]+[ \t]+)?(?P<cred>(?:[A-Za-z0-9]+[_\-])*" + _CRED + r")\b"
+    r"|their|its)[ \t]+)?(?:[\w\-]+[ \t]+)?(?P<cred>(?:[A-Za-z0-9]+[_\-])*" + CRED + r")\b"
     r"(?:[ \t]+(?:for|of|on)"
     r"[ \t]+[\w.\-]+(?:[ \t]+[\w.\-]+)?)?[ \t]+(?:to|as|=)[ \t]+"
     r"(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|[!#-&*-~\u00a0-\u024f]{1,400}"
@@ -329,7 +327,7 @@ _NAMED_AS = re.compile(
     r"(?P<subject>[^\s\"']{1,200})"
     r"[ \t]+is)"
     r"[ \t]+(?:(?:the|my|our|your|his|her|their|its|a|an|new)[ \t]+)?(?:[\w\-]+[ \t]+)?"
-    r"(?P<cred>" + _CRED + r")\b"
+    r"(?P<cred>" + CRED + r")\b"
     r"(?![ \t]+(?!(?:for|on|of|to|in|at|and|but|so|when|if|from|here|there|now|please|too"
     r"|again|instead|until|thanks|thank|btw|ok|okay|cheers|though|anyway|right)\b)[A-Za-z])"
     r"(?!['’]s|[\w\-])")
@@ -415,22 +413,6 @@ def _to_run_end(text: str, span: Span) -> Span:
     return start, len(strip_end(m.group(0))) + end if m is not None else end
 
 
-_NEAR = re.compile(r"(?i)\b" + _CRED + r"\b")
-_CANDIDATE = re.compile(r"(?<![\w/+=\-.])[A-Za-z0-9/+=_\-.~]{12,}(?![\w/+=\-])")
-_NEAR_CHARS = 80
-_BEFORE_CHARS = 40
-#: A credential word followed directly by a value: "passwd GMClz2", "token: x9Y...".
-_BARE_VALUE = re.compile(
-    r"(?i)\b(?:pass(?:word|phrase|code|wd)?|pwd?|pins?|tokens?|secrets?|otp)[ \t]+"
-    r"(?P<value>[!#-&*-+\--~]{6,200})")
-_SWITCH = re.compile(r"--?[A-Za-z][A-Za-z\-]*")
-_FILE_NAME = re.compile(r"(?i)[a-z][a-z_\-]*\.(?:md|markdown|txt|jsonl?|csv|ya?ml|html?|pdf"
-                        r"|docx?|xlsx?|pptx?|png|jpe?g|log)")
-#: "credentials: admin / Winter2025!": a user and a password after a credential word.
-_PAIR = re.compile(r"[ \t]*(?:[:=]|is|are)?[ \t]*[\w.@\-]{1,64}[ \t]*/[ \t]*"
-                   r"(?P<value>[^\s,;]{4,100})")
-
-
 _CLOSERS: Final = {")": "(", "]": "[", "}": "{", ">": "<"}
 
 
@@ -444,57 +426,8 @@ def strip_end(value: str) -> str:
     return value
 
 
-#: What ends the words between a credential word and a hex value stated as it: "token:
-#: 3f78...", "the secret for CI is 3f78...", "token (hex) = 3f78...".
-_STATED_AS = re.compile(r"(?i)(?:^|\b(?:is|was|are|were|be|to|as)|[:=>(\-—\"'`])[\s\"'`]*$")
-
-
-def _near_value(value: str, word: str, between: str) -> bool:
-    if looks_random(value, 12):
-        return True
-    # Hex stated as a password, token or secret (not a bare "key": "key commit 3f78...")
-    # is one; hex after other words is what they name ("the token bucket holds 3f78...").
-    return (bool(HEX.match(value)) and len(value) >= 24 and word.lower() not in ("key", "keys")
-            and _STATED_AS.search(between) is not None)
-
-
 def made_like_a_password(value: str) -> bool:
     """Upper and lower case letters and digits together, or a random-looking string."""
     digit, upper, lower, _ = classes(value)
     return (digit and upper and lower and not PLACEHOLDER.match(value)) or looks_random(
         value, 12)
-
-
-def find_near_credential_words(text: str, starts: Sequence[int]) -> Iterable[Span]:
-    """High-entropy strings shortly after (or just before) a credential word, and values
-    right after one ("passwd GMClz2")."""
-    for a in starts:
-        m = _NEAR.match(text, a)
-        if m is not None:
-            pair = _PAIR.match(text, m.end())
-            if pair is not None and looks_secret(strip_end(pair.group("value"))):
-                yield pair.start("value"), pair.start("value") + len(
-                    strip_end(pair.group("value")))
-            window_end = m.end() + _NEAR_CHARS
-            nl = text.find("\n\n", m.end(), window_end)
-            for c in _CANDIDATE.finditer(text, m.end(), window_end if nl < 0 else nl):
-                value = strip_end(c.group(0))
-                if _near_value(value, m.group(0), text[m.end():c.start()]):
-                    yield c.start(), c.start() + len(value)
-            for c in _CANDIDATE.finditer(text, max(0, m.start() - _BEFORE_CHARS), m.start()):
-                value = strip_end(c.group(0))
-                if looks_random(value, 16):
-                    yield c.start(), c.start() + len(value)
-        m = _BARE_VALUE.match(text, a)
-        if m is not None:
-            value = strip_end(m.group("value"))
-            if (value.endswith("=") or _FILE_NAME.fullmatch(value) or prose_compound(value)
-                    or _SWITCH.fullmatch(value)):
-                # The name of the next setting ("<password value=...") or of a file, a
-                # command's switch ("$env:PW -AsPlainText"), a word and its suffix
-                # ("password policy.md", "pin codes.txt"), or words joined into one
-                # ("the token passing-scheme-for-rings", "secret santa-list-2026"):
-                # looks_secret takes their joins for symbols.
-                continue
-            if looks_secret(value) and any(not c.isalpha() for c in value):
-                yield m.start("value"), m.start("value") + len(value)

@@ -56,11 +56,11 @@ from recalld.daemon.memory.secret_commands import find_command_passwords, find_c
 from recalld.daemon.memory.secret_config import find_in_configs
 from recalld.daemon.memory.secret_context import (
     find_assignments,
-    find_near_credential_words,
     find_statements,
 )
 from recalld.daemon.memory.secret_keys import key_block_tail, key_blocks
 from recalld.daemon.memory.secret_languages import find_in_other_languages
+from recalld.daemon.memory.secret_near import find_near_credential_words
 from recalld.daemon.memory.secret_tables import find_in_tables
 from recalld.daemon.memory.secret_values import (
     HEX,

@@ -1,0 +1,81 @@
+"""The near-word finder of the context rules of :mod:`secret_rules`: high-entropy strings
+shortly after (or just before) a credential word ("the token is ... x9Y..."), a value right
+after one ("passwd GMClz2"), and a password after a user and a slash ("credentials: admin /
+Winter2025!"). Whether a value found is a secret is judged by :mod:`secret_values`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from recalld.daemon.memory.secret_context import CRED, strip_end
+from recalld.daemon.memory.secret_values import HEX, looks_random, looks_secret, prose_compound
+
+if TYPE_CHECKING:
+    from recalld.daemon.memory.secret_rules import Span
+
+_NEAR = re.compile(r"(?i)\b" + CRED + r"\b")
+_CANDIDATE = re.compile(r"(?<![\w/+=\-.])[A-Za-z0-9/+=_\-.~]{12,}(?![\w/+=\-])")
+_NEAR_CHARS = 80
+_BEFORE_CHARS = 40
+#: A credential word followed directly by a value: "passwd GMClz2", "token: x9Y...".
+_BARE_VALUE = re.compile(
+    r"(?i)\b(?:pass(?:word|phrase|code|wd)?|pwd?|pins?|tokens?|secrets?|otp)[ \t]+"
+    r"(?P<value>[!#-&*-+\--~]{6,200})")
+_SWITCH = re.compile(r"--?[A-Za-z][A-Za-z\-]*")
+_FILE_NAME = re.compile(r"(?i)[a-z][a-z_\-]*\.(?:md|markdown|txt|jsonl?|csv|ya?ml|html?|pdf"
+                        r"|docx?|xlsx?|pptx?|png|jpe?g|log)")
+#: "credentials: admin / Winter2025!": a user and a password after a credential word.
+_PAIR = re.compile(r"[ \t]*(?:[:=]|is|are)?[ \t]*[\w.@\-]{1,64}[ \t]*/[ \t]*"
+                   r"(?P<value>[^\s,;]{4,100})")
+
+
+#: What ends the words between a credential word and a hex value stated as it: "token:
+#: 3f78...", "the secret for CI is 3f78...", "token (hex) = 3f78...".
+_STATED_AS = re.compile(r"(?i)(?:^|\b(?:is|was|are|were|be|to|as)|[:=>(\-—\"'`])[\s\"'`]*$")
+
+
+def _near_value(value: str, word: str, between: str) -> bool:
+    if looks_random(value, 12):
+        return True
+    # Hex stated as a password, token or secret (not a bare "key": "key commit 3f78...")
+    # is one; hex after other words is what they name ("the token bucket holds 3f78...").
+    return (bool(HEX.match(value)) and len(value) >= 24 and word.lower() not in ("key", "keys")
+            and _STATED_AS.search(between) is not None)
+
+
+def find_near_credential_words(text: str, starts: Sequence[int]) -> Iterable[Span]:
+    """High-entropy strings shortly after (or just before) a credential word, and values
+    right after one ("passwd GMClz2")."""
+    for a in starts:
+        m = _NEAR.match(text, a)
+        if m is not None:
+            pair = _PAIR.match(text, m.end())
+            if pair is not None and looks_secret(strip_end(pair.group("value"))):
+                yield pair.start("value"), pair.start("value") + len(
+                    strip_end(pair.group("value")))
+            window_end = m.end() + _NEAR_CHARS
+            nl = text.find("\n\n", m.end(), window_end)
+            for c in _CANDIDATE.finditer(text, m.end(), window_end if nl < 0 else nl):
+                value = strip_end(c.group(0))
+                if _near_value(value, m.group(0), text[m.end():c.start()]):
+                    yield c.start(), c.start() + len(value)
+            for c in _CANDIDATE.finditer(text, max(0, m.start() - _BEFORE_CHARS), m.start()):
+                value = strip_end(c.group(0))
+                if looks_random(value, 16):
+                    yield c.start(), c.start() + len(value)
+        m = _BARE_VALUE.match(text, a)
+        if m is not None:
+            value = strip_end(m.group("value"))
+            if (value.endswith("=") or _FILE_NAME.fullmatch(value) or prose_compound(value)
+                    or _SWITCH.fullmatch(value)):
+                # The name of the next setting ("<password value=...") or of a file, a
+                # command's switch ("$env:PW -AsPlainText"), a word and its suffix
+                # ("password policy.md", "pin codes.txt"), or words joined into one
+                # ("the token passing-scheme-for-rings", "secret santa-list-2026"):
+                # looks_secret takes their joins for symbols.
+                continue
+            if looks_secret(value) and any(not c.isalpha() for c in value):
+                yield m.start("value"), m.start("value") + len(value)
