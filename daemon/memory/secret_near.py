@@ -27,9 +27,10 @@ _BARE_VALUE = re.compile(
 _SWITCH = re.compile(r"--?[A-Za-z][A-Za-z\-]*")
 _FILE_NAME = re.compile(r"(?i)[a-z][a-z_\-]*\.(?:md|markdown|txt|jsonl?|csv|ya?ml|html?|pdf"
                         r"|docx?|xlsx?|pptx?|png|jpe?g|log)")
-#: "credentials: admin / Winter2025!": a user and a password after a credential word.
+#: "credentials: admin / Winter2025!": a user and a password after a credential word (not
+#: "key", and not a path: "the object key is uploads/2024/05/photo.jpg").
 _PAIR = re.compile(r"[ \t]*(?:[:=]|is|are)?[ \t]*[\w.@\-]{1,64}[ \t]*/[ \t]*"
-                   r"(?P<value>[^\s,;]{4,100})")
+                   r"(?P<value>[^\s,;/]{4,100})(?![^\s,;])")
 
 
 #: What ends the words between a credential word and a hex value stated as it: "token:
@@ -52,7 +53,7 @@ def find_near_credential_words(text: str, starts: Sequence[int]) -> Iterable[Spa
     for a in starts:
         m = _NEAR.match(text, a)
         if m is not None:
-            pair = _PAIR.match(text, m.end())
+            pair = _PAIR.match(text, m.end()) if m.group(0)[:3].lower() != "key" else None
             if pair is not None and looks_secret(strip_end(pair.group("value"))):
                 yield pair.start("value"), pair.start("value") + len(
                     strip_end(pair.group("value")))

@@ -95,12 +95,33 @@ _WORDS_PATH = re.compile(r"/?(?:(?:[A-Za-z][a-z]*|\d+)(?:[-_.](?:[A-Za-z][a-z]*|
                          r"(?:(?:[A-Za-z][a-z]*|\d+)(?:[-_.](?:[A-Za-z][a-z]*|\d+))*)?[-_.]?")
 
 
+#: A piece of an identifier built of words and numbers: a word (``profile``, camelCase
+#: ``createdAt``), a number with at most one letter (``42``, ``v3``, ``03T10``, ``00Z``),
+#: or a short hex part (``8f3a21c9``, as a file name's or a revision's).
+_ID_PIECE = re.compile(r"[A-Za-z][a-z]*(?:[A-Z][a-z]+)*|[A-Za-z]?\d+(?:[A-Za-z]\d*)?"
+                       r"|[0-9a-f]{1,8}")
+_ID_SEPARATORS = re.compile(r"[-_.:#/=@]+")
+
+
+def _structured(value: str) -> bool:
+    """A name built of words and numbers by separators, as a cache key, a sort key, an
+    object's path or a date is (``user:42:profile:v3``, ``createdAt#2024-05-03``,
+    ``uploads/2024/05/photo_8f3a21c9.jpg``): at least three pieces, each an
+    :data:`_ID_PIECE`, one a word of three letters or more. A machine-made key has
+    pieces of mixed letters and digits longer than that."""
+    pieces = [p for p in _ID_SEPARATORS.split(value) if p]
+    return (len(pieces) >= 3 and all(_ID_PIECE.fullmatch(p) for p in pieces)
+            and any(len(p) >= 3 and p.isalpha() for p in pieces))
+
+
 def looks_random(value: str, min_len: int = 16) -> bool:
     """Is ``value`` a machine-made secret (long, mixed, high-entropy), not a word or a
-    digest? Hex strings, UUIDs and paths of words are not (commit ids, checksums, request
-    ids, a note's path)."""
-    if (len(value) < min_len or HEX.match(value) or _UUID.match(value) or _compound(value)
-            or ("/" in value and _WORDS_PATH.fullmatch(value))):
+    digest? Hex strings, UUIDs, paths of words and names built of
+    words and numbers are not (commit ids, checksums, request ids, a note's
+    path, a cache key)."""
+    if (len(value) < min_len or HEX.match(value) or _UUID.match(value)
+            or _compound(value) or ("/" in value and _WORDS_PATH.fullmatch(value))
+            or _structured(value)):
         return False
     digit, upper, lower, _ = classes(value)
     if sum((digit, upper, lower)) < 2:
