@@ -34,3 +34,29 @@ def test_keys_built_of_words_and_numbers_stay(text: str) -> None:
 def test_machine_made_keys_among_them_are_still_masked(text: str, secret: str) -> None:
     assert secret not in redact(text)
     assert MASK in redact(text)
+
+
+ETH_KEY = "0x4c0883a69102937d6231471b5dbb6204fe5129617082792ae468d01a3f362318"
+
+
+@pytest.mark.parametrize("text", [
+    "key ID 0x3AA5C34371567BD2",
+    "GPG key 0x3AA5C34371567BD2 signed the release",
+    "key fingerprint: SHA256:nThbg6kXUpJWGl7E1IGOCspRomTxdCARLviKw6E5SY8",
+    "the host key fingerprint is SHA256:nThbg6kXUpJWGl7E1IGOCspRomTxdCARLviKw6E5SY8",
+    "curl --pinnedpubkey sha256//YhKJKSzoTt2b5FP18fvpHo7fJYqQCjAa3HWY3tvRMwE= https://api",
+    "lockfile token entry: integrity sha512-Q3d9kLmZ2pX8vR4tY7wB1nC6fJ0hA5sD9gE2uI4oP7qW3eR8t==",
+])
+def test_public_key_ids_and_fingerprints_stay(text: str) -> None:
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    (f"private key: {ETH_KEY}", ETH_KEY),
+    (f"the wallet's private key is {ETH_KEY}", ETH_KEY),
+    (f"the token is {RANDOM_KEY}", RANDOM_KEY),
+    (f"token: SHA256{RANDOM_KEY}", RANDOM_KEY),
+])
+def test_keys_beside_them_are_still_masked(text: str, secret: str) -> None:
+    assert secret not in redact(text)
+    assert MASK in redact(text)

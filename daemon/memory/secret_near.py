@@ -38,7 +38,17 @@ _PAIR = re.compile(r"[ \t]*(?:[:=]|is|are)?[ \t]*[\w.@\-]{1,64}[ \t]*/[ \t]*"
 _STATED_AS = re.compile(r"(?i)(?:^|\b(?:is|was|are|were|be|to|as)|[:=>(\-—\"'`])[\s\"'`]*$")
 
 
+#: A digest's algorithm written before it: a public key's fingerprint ("key fingerprint:
+#: SHA256:nThbg6k..."), a pin of a certificate's key ("pin-sha256=..."), a package's
+#: integrity ("sha512-...").
+_DIGEST_LABEL = r"(?:sha-?(?:1|224|256|384|512)|sha3-\d{3}|md5|blake2[bs]?)(?:[:=\-]|//)"
+_DIGEST_BEFORE = re.compile(rf"(?i){_DIGEST_LABEL}[\"']?$")
+_DIGEST_START = re.compile(rf"(?i){_DIGEST_LABEL}")
+
+
 def _near_value(value: str, word: str, between: str) -> bool:
+    if _DIGEST_BEFORE.search(between) or _DIGEST_START.match(value):
+        return False  # a digest, named by its algorithm: a fingerprint, no credential
     if looks_random(value, 12):
         return True
     # Hex stated as a password, token or secret (not a bare "key": "key commit 3f78...")

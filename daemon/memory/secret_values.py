@@ -119,7 +119,7 @@ def looks_random(value: str, min_len: int = 16) -> bool:
     digest? Hex strings, UUIDs, paths of words and names built of
     words and numbers are not (commit ids, checksums, request ids, a note's
     path, a cache key)."""
-    if (len(value) < min_len or HEX.match(value) or _UUID.match(value)
+    if (len(value) < min_len or HEX.match(value.removeprefix("0x")) or _UUID.match(value)
             or _compound(value) or ("/" in value and _WORDS_PATH.fullmatch(value))
             or _structured(value)):
         return False
