@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from recalld.daemon.memory.redact import MASK, redact
+from recalld.daemon.rpc.echo import shown_message
 
 RANDOM_KEY = "Zx9kL2mQ7pR4tV8wY1aB3cD5"
 
@@ -60,3 +61,23 @@ def test_public_key_ids_and_fingerprints_stay(text: str) -> None:
 def test_keys_beside_them_are_still_masked(text: str, secret: str) -> None:
     assert secret not in redact(text)
     assert MASK in redact(text)
+
+
+@pytest.mark.parametrize("text", [
+    "refusing backup /etc/passwd: BadZipFile File is not a zip file",
+    "cannot read ~/.config/app/token: PermissionError: [Errno 13] denied",
+    r"open C:\Users\bob\secrets\password: FileNotFoundError",
+    "error in ./config/secret: ValueError bad header",
+])
+def test_a_file_named_like_a_credential_keeps_what_follows_its_path(text: str) -> None:
+    assert redact(text) == text
+    assert shown_message(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("user/password: bob / Hunter2xyz", "Hunter2xyz"),
+    ("username/password: admin/S3cretPw9", "S3cretPw9"),
+    ("cat /etc/app.env: password=S3cretPw9", "S3cretPw9"),
+])
+def test_credentials_named_with_a_slash_are_still_masked(text: str, secret: str) -> None:
+    assert secret not in redact(text)

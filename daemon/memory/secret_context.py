@@ -247,8 +247,27 @@ def _wrapped_quoted(text: str, at: int) -> Iterable[Span]:
         yield m.start("mvalue"), m.end("mvalue")
 
 
+#: A file path's run of characters up to one of its parts: from the root, the home or
+#: the current folder, or a drive (``/etc/``, ``~/.config/app/``, ``./conf/``, ``C:\\``).
+_PATH_BEFORE = re.compile(r"(?:[/~.]|[A-Za-z]:\\)[^\s\"'`]*[/\\]\Z")
+
+
+def in_path(text: str, at: int) -> bool:
+    """Is the word at ``at`` a part of a file path (``/etc/passwd``, ``~/.aws/token``)? A
+    file so named is no credential's name: what follows it is not its value ("refusing
+    /etc/passwd: BadZipFile ..."). "user/password: ..." names two things, no path."""
+    if at == 0 or text[at - 1] not in "/\\":
+        return False
+    start, stop = at - 1, max(0, at - 256)
+    while start > stop and not text[start - 1].isspace() and text[start - 1] not in "\"'`(":
+        start -= 1
+    return _PATH_BEFORE.match(text, start, at) is not None
+
+
 def find_assignments(text: str, starts: Sequence[int]) -> Iterable[Span]:
     for a in starts:
+        if in_path(text, a):
+            continue
         yield from _auth_pairs(text, a)
         for key_start in (a, a - 1) if a and text[a - 1] in "\"'`" else (a,):
             m = _ASSIGN.match(text, key_start)
@@ -351,6 +370,8 @@ def _clip(value: str) -> str:
 
 def _statements_at(text: str, starts: Sequence[int]) -> Iterable[re.Match[str]]:
     for a in starts:
+        if in_path(text, a):
+            continue
         m = _STATE.match(text, a)
         if m is not None:
             yield m
