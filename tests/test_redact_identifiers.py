@@ -81,3 +81,23 @@ def test_a_file_named_like_a_credential_keeps_what_follows_its_path(text: str) -
 ])
 def test_credentials_named_with_a_slash_are_still_masked(text: str, secret: str) -> None:
     assert secret not in redact(text)
+
+
+@pytest.mark.parametrize("text", [
+    "login: alice@example.com",
+    "Login: bob.smith",
+    'Login: "bob.smith"',
+    "the login is carol_ops",
+])
+def test_a_user_name_after_login_stays(text: str) -> None:
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("the login for the router is admin/Summer2024", "Summer2024"),
+    ("login: admin / Winter2025x", "Winter2025x"),
+    (f"login: {RANDOM_KEY}", RANDOM_KEY),
+    ("login: bob password: Hunter2xyz", "Hunter2xyz"),
+])
+def test_passwords_and_tokens_after_login_are_still_masked(text: str, secret: str) -> None:
+    assert secret not in redact(text)

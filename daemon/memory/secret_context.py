@@ -409,6 +409,9 @@ def find_statements(text: str, starts: Sequence[int]) -> Iterable[Span]:
                 and not cred.lower().endswith(("pass", "ss"))):
             kind = "secret"  # "PINs are ...", "passwords are ...": about them in general
         first = value.split()[0] if value.split() else ""
+        if cred.lower().startswith("login") and "/" not in first and not looks_random(
+                first.strip("\"'`“”"), 12):
+            continue  # "login: alice@example.com" names the user ("admin/S3cret": a pair)
         if first.endswith("ly") and not any(c.isdigit() for c in first):
             continue  # "is usually", "was initially": a description
         if m.re is _STATE and m.group("verb").strip() in ("'s", "’s") and not looks_secret(
