@@ -101,3 +101,27 @@ def test_a_user_name_after_login_stays(text: str) -> None:
 ])
 def test_passwords_and_tokens_after_login_are_still_masked(text: str, secret: str) -> None:
     assert secret not in redact(text)
+
+
+@pytest.mark.parametrize("text", [
+    "pin: numpy==1.26.4",
+    "pin: node 20.11.1",
+    "pin: actions/checkout@v4",
+    "pin: ubuntu:22.04",
+    'pin = "requests>=2.31,<3"',
+    "pins: numpy==1.26.4, pandas==2.2.1",
+    "the pin is lodash@4.17.21",
+    "pin: v1.4.2",
+])
+def test_a_version_pinned_after_pin_stays(text: str) -> None:
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("PIN: 4821", "4821"),
+    ("the pin for the door is 7391", "7391"),
+    ("pin code: 123456", "123456"),
+    ("PIN: 12.34", "12.34"),
+])
+def test_pins_are_still_masked(text: str, secret: str) -> None:
+    assert secret not in redact(text)

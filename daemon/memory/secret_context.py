@@ -26,6 +26,7 @@ from recalld.daemon.memory.secret_values import (
     passphrase,
     plain_password,
     verb_form,
+    version_pin,
 )
 from recalld.daemon.memory.secret_wrapped import (
     MULTILINE_QUOTED,
@@ -90,6 +91,26 @@ _DATA_KEY_PARTS: Final = frozenset({
     "dedup", "dedupe", "group", "join", "index", "hash", "range", "cluster", "clustering",
     "bucket", "s3", "sorting", "message", "record", "entity", "item",
 })
+
+
+def _pin_name(name: str) -> bool:
+    """Is "pin" the only password word of ``name``?"""
+    parts = {p.lower() for p in _NAME_SPLIT.split(name.strip("\"'`$-[]")) if p}
+    return bool(parts & {"pin", "pins"}) and not parts & (_PASSWORD_PARTS - {"pin"})
+
+
+def pinned_version(name: str, value: str) -> bool:
+    """Is ``value``, after a name whose only password word is "pin", a version pin
+    ("pin: numpy==1.26.4", "pins: actions/checkout@v4") rather than a PIN?"""
+    return _pin_name(name) and version_pin(value)
+
+
+def _pin_at(text: str, name: str, start: int) -> bool:
+    """Is the value at ``start``, its word or its clause, a version pinned by ``name``?"""
+    if not _pin_name(name):
+        return False
+    clause = _clip(text[start:start + 200].split("\n", 1)[0])
+    return version_pin(clause) or version_pin(clause.split(" ")[0])
 
 
 def name_kind(name: str) -> str | None:
@@ -275,7 +296,7 @@ def find_assignments(text: str, starts: Sequence[int]) -> Iterable[Span]:
                 yield from _wrapped_quoted(text, key_start)
                 continue
             if (kind := name_kind(m.group("key"))) is None or names_a_source(
-                    text, m.start("value")):
+                    text, m.start("value")) or _pin_at(text, m.group("key"), m.start("value")):
                 continue
             sep = m.group("sep")
             # Several words only after ':' or '=' (YAML, .env, prose "pw: ...").
@@ -397,6 +418,8 @@ def find_statements(text: str, starts: Sequence[int]) -> Iterable[Span]:
         if names_a_source(text, at):
             continue
         cred = m.group("cred")
+        if _pin_at(text, cred, at):
+            continue
         kind = _cred_kind(cred)
         # A subject ends where "is" starts: its last character is its own, not a full stop.
         value = m.group(group) if group == "subject" else _whole_run(text, at,

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from recalld.daemon.memory.secret_context import CRED, strip_end
+from recalld.daemon.memory.secret_context import CRED, pinned_version, strip_end
 from recalld.daemon.memory.secret_values import HEX, looks_random, looks_secret, prose_compound
 
 if TYPE_CHECKING:
@@ -64,7 +64,8 @@ def find_near_credential_words(text: str, starts: Sequence[int]) -> Iterable[Spa
         m = _NEAR.match(text, a)
         if m is not None:
             pair = _PAIR.match(text, m.end()) if m.group(0)[:3].lower() != "key" else None
-            if pair is not None and looks_secret(strip_end(pair.group("value"))):
+            if pair is not None and looks_secret(strip_end(pair.group("value"))) and not (
+                    pinned_version(m.group(0), strip_end(pair.group(0).lstrip(" \t:=")))):
                 yield pair.start("value"), pair.start("value") + len(
                     strip_end(pair.group("value")))
             window_end = m.end() + _NEAR_CHARS

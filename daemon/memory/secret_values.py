@@ -156,6 +156,21 @@ def keyish(value: str, *, data: bool = False) -> bool:
             or (len(value) >= 16 and bool(HEX.match(value))))
 
 
+#: A package or image pinned to a version: ``numpy==1.26.4``, ``requests>=2.31,<3``,
+#: ``actions/checkout@v4``, ``ubuntu:22.04``, ``node 20.11.1``; or a version alone with
+#: two dots or a "v" (``v1.4.2``, ``3.11.7``).
+_VERSION_PIN = re.compile(
+    r"(?P<name>[A-Za-z][\w.\-/\[\]]*(?:[ \t]*(?:===?|>=|<=|~=|!=|\^|~|@|:)[ \t]*|[ \t]+))?"
+    r"(?P<version>[vV]\d+(?:\.[\w*]+)*|\d+(?:\.[\w*]+)+)(?:[ \t]*,[ \t]*[<>=!~^][^\s,]*)*")
+
+
+def version_pin(value: str) -> bool:
+    """Is ``value`` a version pin, what "pin: ..." names far more often than a PIN?"""
+    m = _VERSION_PIN.fullmatch(value.strip("\"'`"))
+    return m is not None and (m.group("name") is not None or m.group("version")[0] in "vV"
+                              or m.group("version").count(".") >= 2)
+
+
 def plain_password(value: str) -> bool:
     """A single plain word where a password is stated ("the wifi password is bluebird")."""
     return (len(value) >= 4 and value.isalpha() and not PLACEHOLDER.match(value)
