@@ -125,3 +125,17 @@ def test_a_version_pinned_after_pin_stays(text: str) -> None:
 ])
 def test_pins_are_still_masked(text: str, secret: str) -> None:
     assert secret not in redact(text)
+
+
+ASANA = "1/1204982374823:8f3a9c2b7d1e4f6a8b0c2d4e6f8a0b1c"
+ASANA_APP = "2/1204982374823/1206123456789:8f3a9c2b7d1e4f6a8b0c2d4e6f8a0b1c"
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    (f"asana: {ASANA}", ASANA),
+    (f'curl -H "Authorization: Bearer {ASANA}" https://app.asana.com/api/1.0/users/me', ASANA),
+    (f"use {ASANA_APP} for the sync", ASANA_APP),
+])
+def test_asana_personal_access_tokens_are_masked(text: str, secret: str) -> None:
+    assert secret not in redact(text)
+    assert MASK in redact(text)

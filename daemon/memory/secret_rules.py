@@ -8,7 +8,7 @@ like, by its shape alone (``FORMAT_RULES``) or by a credential word next to it
   connection-string keys, Alibaba), SaaS tokens (GitHub, GitLab, Slack, Telegram,
   SendGrid, Stripe, Twilio, npm, PyPI, OpenAI, Anthropic, Google, Discord, Mailgun,
   Mailchimp, Hugging Face, DigitalOcean, Shopify, Firebase, Terraform Cloud, Dynatrace,
-  Databricks, Artifactory, NuGet, Atlassian, Bitbucket, Dropbox, 1Password and other
+  Databricks, Artifactory, NuGet, Atlassian, Bitbucket, Dropbox, 1Password, Asana and other
   vendors' prefixed tokens; a distinctive prefix is found joined to a name by ``-`` or
   ``_`` too, and every token right after an escape: ``%3D``, ``=3D``, ``\\n``), JSON Web
   Tokens, webhook URLs, the password of
@@ -334,6 +334,10 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
                 _P + r"(?:pat[A-Za-z0-9]{14}\.[a-f0-9]{64}|AKID[A-Za-z0-9]{32}"
                 r"|bce-v3/ALTAK-[A-Za-z0-9]{16,}/[a-f0-9]{32,}|[a-f0-9]{32}\.[A-Za-z0-9]{16})"
                 + _Q, check=lambda v: _tail_random(v[-16:])),
+    # Asana's personal access tokens: a version, the user's number (and the app's), a colon
+    # and 32 hex digits (``1/1204982374823:8f3a...``, ``2/1204.../1206...:8f3a...``).
+    _regex_rule("vendor_token", (":",),
+                _P + r"[0-2]/\d{10,20}(?:/\d{10,20})?:[a-f0-9]{32}" + _Q),
     _regex_rule("jwt", ("eyj",),
                 _P + r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}" + _Q),
     # A token as the whole user part: ``https://ghp_...@github.com``, ``https://<token>@host``.
