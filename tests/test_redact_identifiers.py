@@ -139,3 +139,25 @@ ASANA_APP = "2/1204982374823/1206123456789:8f3a9c2b7d1e4f6a8b0c2d4e6f8a0b1c"
 def test_asana_personal_access_tokens_are_masked(text: str, secret: str) -> None:
     assert secret not in redact(text)
     assert MASK in redact(text)
+
+
+@pytest.mark.parametrize(("text", "secrets"), [
+    ("token part 1: Zx9kL2mQ part 2: 7pR4tV8w part 3: Y1aB3cD5",
+     ["Zx9kL2mQ", "7pR4tV8w", "Y1aB3cD5"]),
+    ("the API token, in two pieces:\npart 1/2: Zx9kL2mQ\npart 2/2: 7pR4tV8w",
+     ["Zx9kL2mQ", "7pR4tV8w"]),
+    ("secret (part 2 of 2) = Y1aB3cD5", ["Y1aB3cD5"]),
+    ("password first half: Hunter, second half: 2xyz", ["Hunter", "2xyz"]),
+])
+def test_a_credential_given_in_parts_is_masked_in_each(text: str,
+                                                        secrets: list[str]) -> None:
+    assert not [s for s in secrets if s in redact(text)]
+
+
+@pytest.mark.parametrize("text", [
+    "the token ring has part 1: overview and part 2: routing",
+    "the API key rotation, part 3: rollout",
+    "secret santa part 2: gifts",
+])
+def test_chapters_after_a_credential_word_stay(text: str) -> None:
+    assert redact(text) == text

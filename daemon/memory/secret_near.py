@@ -10,8 +10,14 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from recalld.daemon.memory.secret_context import CRED, pinned_version, strip_end
-from recalld.daemon.memory.secret_values import HEX, looks_random, looks_secret, prose_compound
+from recalld.daemon.memory.secret_context import CRED, name_kind, pinned_version, strip_end
+from recalld.daemon.memory.secret_values import (
+    HEX,
+    looks_random,
+    looks_secret,
+    plain_password,
+    prose_compound,
+)
 
 if TYPE_CHECKING:
     from recalld.daemon.memory.secret_rules import Span
@@ -57,6 +63,24 @@ def _near_value(value: str, word: str, between: str) -> bool:
             and _STATED_AS.search(between) is not None)
 
 
+#: A piece of a credential given in parts after its word: "token part 1: Zx9kL2mQ part 2:
+#: 7pR4tV8w", "(part 2 of 2) = ...", "first half: ...".
+_PART = re.compile(r"(?i)(?<![\w-])(?:part|piece|chunk|(?:first|second|third|last|other)"
+                   r"[ \t]+(?:half|part|piece))[ \t]*#?(?:\d{1,2}(?:[ \t]*(?:of|/)[ \t]*\d{1,2})?)?"
+                   r"\)?[ \t]*[:=][ \t]*(?P<value>[^\s,;]{3,200})")
+_PARTS_CHARS = 300
+
+
+def _parts(text: str, word: str, end: int) -> Iterable[Span]:
+    """The pieces of a credential given in parts after its ``word`` (ending at ``end``)."""
+    stop = text.find("\n\n", end, end + _PARTS_CHARS)
+    password = name_kind(word.replace(" ", "_")) == "password"
+    for p in _PART.finditer(text, end, end + _PARTS_CHARS if stop < 0 else stop):
+        value = strip_end(p.group("value"))
+        if looks_secret(value) or (password and plain_password(value)):
+            yield p.start("value"), p.start("value") + len(value)
+
+
 def find_near_credential_words(text: str, starts: Sequence[int]) -> Iterable[Span]:
     """High-entropy strings shortly after (or just before) a credential word, and values
     right after one ("passwd GMClz2")."""
@@ -74,6 +98,7 @@ def find_near_credential_words(text: str, starts: Sequence[int]) -> Iterable[Spa
                 value = strip_end(c.group(0))
                 if _near_value(value, m.group(0), text[m.end():c.start()]):
                     yield c.start(), c.start() + len(value)
+            yield from _parts(text, m.group(0), m.end())
             for c in _CANDIDATE.finditer(text, max(0, m.start() - _BEFORE_CHARS), m.start()):
                 value = strip_end(c.group(0))
                 if looks_random(value, 16):
