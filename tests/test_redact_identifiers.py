@@ -161,3 +161,22 @@ def test_a_credential_given_in_parts_is_masked_in_each(text: str,
 ])
 def test_chapters_after_a_credential_word_stay(text: str) -> None:
     assert redact(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("log in with admin / Zq8#mK2pL9vX", "Zq8#mK2pL9vX"),
+    ("sign in as bob@example.com / Tr0ub4dor&3.", "Tr0ub4dor&3"),
+    ("logged in using root/hunter22", "hunter22"),
+    ("Login with user ops / Winter2025, then open the console", "Winter2025"),
+])
+def test_a_password_to_log_in_with_is_masked(text: str, secret: str) -> None:
+    assert secret not in redact(text)
+    assert MASK in redact(text)
+
+
+@pytest.mark.parametrize("text", [
+    "sign in with Google / Apple", "login with SSO / SAML", "log in via web/mobile apps",
+    "sign in with email/password", "log in with your usual account / the SSO page",
+])
+def test_ways_to_log_in_stay(text: str) -> None:
+    assert redact(text) == text

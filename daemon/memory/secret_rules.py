@@ -12,8 +12,9 @@ like, by its shape alone (``FORMAT_RULES``) or by a credential word next to it
   vendors' prefixed tokens; a distinctive prefix is found joined to a name by ``-`` or
   ``_`` too, and every token right after an escape: ``%3D``, ``=3D``, ``\\n``), JSON Web
   Tokens, webhook URLs, the password of
-  ``scheme://user:password@host`` URLs, a token as a URL's whole user part, and passwords
-  on a command line (``mysql -pS3cret``, ``sshpass -p S3cret``, ``curl -u me:S3cret``,
+  ``scheme://user:password@host`` URLs, a token as a URL's whole user part, the password
+  of a user to log in with ("log in with admin / S3cret"), and passwords on a command
+  line (``mysql -pS3cret``, ``sshpass -p S3cret``, ``curl -u me:S3cret``,
   ``redis-cli -a S3cret``, ``docker login -p S3cret``; PowerShell's and Windows'
   commands, credential classes and session cookies: :mod:`secret_commands`); and any of
   these but the last wrapped in base64 (a Kubernetes Secret's ``data``, ``echo ... |
@@ -382,6 +383,13 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
                 r"\bsshpass[ \t][^\n]{0,80}?(?<!\S)-p[ \t]*[\"']?([^\s\"'\-][^\s\"']{2,199})",
                 group=1, check=lambda v: not PLACEHOLDER.match(v) and not v.startswith("$"),
                 token=False),
+    # A user and a password to sign in with, in prose: "log in with admin / S3cret",
+    # "sign in as bob@example.com / S3cret", "logged in using root/S3cret".
+    _regex_rule("login_pair", ("log", "sign"),
+                r"(?i)\b(?:log(?:ged|ging)?[ \t]?(?:in|on)|sign(?:ed|ing)?[ \t]?in)[ \t]+"
+                r"(?:with|as|using|via)[ \t]+(?:user(?:name)?[ \t]+)?[\w.@\-]{1,64}[ \t]*/[ \t]*"
+                r"([^\s,;/]{4,100}?)(?=[.!?)]*(?:[\s,;]|\Z))",
+                group=1, check=looks_secret, token=False),
     # ``curl -u user:S3cret``, ``redis-cli -a S3cret``, ``docker login -u me -p S3cret``.
     _regex_rule("cli_password", ("curl",),
                 r"\bcurl[ \t][^\n]{0,200}?(?<!\S)(?:-u|--user)(?:[ \t]+|=)?[\"']?[^\s:\"']*"
