@@ -180,3 +180,18 @@ def test_a_password_to_log_in_with_is_masked(text: str, secret: str) -> None:
 ])
 def test_ways_to_log_in_stay(text: str) -> None:
     assert redact(text) == text
+
+
+@pytest.mark.parametrize("text", [
+    'PASSWORD_HASHERS = ["django.contrib.auth.hashers.Argon2PasswordHasher"]',
+    'AUTH_PASSWORD_VALIDATORS = [{"NAME": "django.contrib.auth.password_validation.'
+    'MinimumLengthValidator"}]',
+    "password_hasher: Argon2id",
+])
+def test_settings_naming_what_hashes_or_checks_a_password_stay(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_a_password_hash_set_beside_them_is_still_masked() -> None:
+    text = 'password_hash = "$argon2id$v=19$m=65536,t=3,p=4$c2FsdHNhbHQ$Zx9kL2mQ7pR4tV8wY1aB3"'
+    assert "Zx9kL2mQ7pR4tV8wY1aB3" not in redact(text)

@@ -72,7 +72,8 @@ _NAME_SPLIT = re.compile(r"[_.\-\s]+|(?<=[a-z0-9])(?=[A-Z])")
 
 #: A name ending in one of these names something about a credential, not the credential:
 #: where it is (``password_file``, ``token_url``, ``api_key_env``, ``--password-stdin``),
-#: what kind (``auth_type``, ``signature_algorithm``), how long it lasts (``token_ttl``,
+#: what kind (``auth_type``, ``signature_algorithm``), what checks or hashes it
+#: (``PASSWORD_HASHERS``, ``AUTH_PASSWORD_VALIDATORS``), how long it lasts (``token_ttl``,
 #: ``token_expiry_s``) or how many there may be (``token_limit``, ``api_key_quota``).
 _ABOUT_PARTS: Final = frozenset({
     "file", "files", "path", "dir", "url", "uri", "endpoint", "host", "env", "var", "stdin",
@@ -80,7 +81,8 @@ _ABOUT_PARTS: Final = frozenset({
     "len", "ttl", "timeout", "expiry", "expires", "lifetime", "seconds", "secs", "ms",
     "minutes", "hours", "days", "count", "policy", "prompt", "label", "field", "header",
     "required", "enabled", "rounds", "attempts", "provider", "helper", "source", "limit",
-    "limits", "budget", "quota", "usage", "max", "min", "s", "sec",
+    "limits", "budget", "quota", "usage", "max", "min", "s", "sec", "hasher", "hashers",
+    "validator", "validators",
 })
 
 
