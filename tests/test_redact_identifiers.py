@@ -195,3 +195,18 @@ def test_settings_naming_what_hashes_or_checks_a_password_stay(text: str) -> Non
 def test_a_password_hash_set_beside_them_is_still_masked() -> None:
     text = 'password_hash = "$argon2id$v=19$m=65536,t=3,p=4$c2FsdHNhbHQ$Zx9kL2mQ7pR4tV8wY1aB3"'
     assert "Zx9kL2mQ7pR4tV8wY1aB3" not in redact(text)
+
+
+@pytest.mark.parametrize("text", [
+    "ssh_key: ~/.ssh/id_ed25519.pub",
+    "ssh key: ~/.ssh/id_rsa_work2",
+    "the deploy key is ~/.ssh/deploy_ed25519",
+])
+def test_a_key_files_path_after_key_stays(text: str) -> None:
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize("text", ["ssh_key: Zx9kL2mQ7pR4tV8wY1aB3cD5",
+                                  "license key: ab12-cd34-ef56-gh78-ij90"])
+def test_a_key_made_of_short_mixed_pieces_is_still_masked(text: str) -> None:
+    assert MASK in redact(text)

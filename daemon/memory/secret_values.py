@@ -97,10 +97,11 @@ _WORDS_PATH = re.compile(r"/?(?:(?:[A-Za-z][a-z]*|\d+)(?:[-_.](?:[A-Za-z][a-z]*|
 
 #: A piece of an identifier built of words and numbers: a word (``profile``, camelCase
 #: ``createdAt``), a number with at most one letter (``42``, ``v3``, ``03T10``, ``00Z``),
-#: or a short hex part (``8f3a21c9``, as a file name's or a revision's).
+#: a short hex part (``8f3a21c9``, as a file name's or a revision's) or a short name with
+#: a number (``ed25519``, ``sha256``).
 _ID_PIECE = re.compile(r"[A-Za-z][a-z]*(?:[A-Z][a-z]+)*|[A-Za-z]?\d+(?:[A-Za-z]\d*)?"
-                       r"|[0-9a-f]{1,8}")
-_ID_SEPARATORS = re.compile(r"[-_.:#/=@]+")
+                       r"|[0-9a-f]{1,8}|[a-z]{1,4}\d{1,6}")
+_ID_SEPARATORS = re.compile(r"[-_.:#/=@~]+")
 
 
 def _structured(value: str) -> bool:
