@@ -210,3 +210,18 @@ def test_a_key_files_path_after_key_stays(text: str) -> None:
                                   "license key: ab12-cd34-ef56-gh78-ij90"])
 def test_a_key_made_of_short_mixed_pieces_is_still_masked(text: str) -> None:
     assert MASK in redact(text)
+
+
+@pytest.mark.parametrize("text", [
+    "auth-service:2.14.3 image pinned",
+    "docker pull ghcr.io/acme/auth-service:v2.14.3",
+    "secret-manager: 1.2.0",
+])
+def test_a_version_after_a_credential_word_stays(text: str) -> None:
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize("text", ["api_token: 1234.5678.9012", "token: v1234",
+                                  "password: 2.14.3"])
+def test_numbers_not_made_like_versions_are_still_masked(text: str) -> None:
+    assert MASK in redact(text)

@@ -26,6 +26,7 @@ from recalld.daemon.memory.secret_values import (
     passphrase,
     plain_password,
     verb_form,
+    version,
     version_pin,
 )
 from recalld.daemon.memory.secret_wrapped import (
@@ -195,6 +196,8 @@ def value_span(kind: str, value: str, start: int, min_words: int,
         return None
     if kind in ("key", "datakey"):
         return (start, start + len(first)) if keyish(first, data=kind == "datakey") else None
+    if kind == "secret" and version(first):
+        return None  # a version, as an image's tag: "auth-service:v2.14.3"
     if kind == "random":
         return (start, start + len(first)) if looks_random(first, 12) else None
     if looks_secret(first):

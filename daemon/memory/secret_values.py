@@ -172,6 +172,14 @@ def version_pin(value: str) -> bool:
                               or m.group("version").count(".") >= 2)
 
 
+_VERSION = re.compile(r"[vV]\d{1,4}(?:\.\d{1,3}){1,3}|\d{1,4}(?:\.\d{1,3}){2,3}")
+
+
+def version(value: str) -> bool:
+    """Is ``value`` a version number (``2.14.3``, ``v2.14``, ``24.0.4``)?"""
+    return _VERSION.fullmatch(value) is not None
+
+
 def plain_password(value: str) -> bool:
     """A single plain word where a password is stated ("the wifi password is bluebird")."""
     return (len(value) >= 4 and value.isalpha() and not PLACEHOLDER.match(value)
