@@ -225,3 +225,19 @@ def test_a_version_after_a_credential_word_stays(text: str) -> None:
                                   "password: 2.14.3"])
 def test_numbers_not_made_like_versions_are_still_masked(text: str) -> None:
     assert MASK in redact(text)
+
+
+@pytest.mark.parametrize("text", [
+    "INFO auth: user=alice@example.com method=oidc session=web-7 took 42ms",
+    "secret: name=db-creds namespace=prod",
+])
+def test_a_setting_after_a_credential_word_stays(text: str) -> None:
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    (f"auth: token={RANDOM_KEY} user=bob", RANDOM_KEY),
+    ("password: Abc=123xyz", "Abc=123xyz"),
+])
+def test_credentials_among_settings_are_still_masked(text: str, secret: str) -> None:
+    assert secret not in redact(text)

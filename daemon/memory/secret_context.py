@@ -175,6 +175,11 @@ def phrase_words(name: str) -> int:
     return 2
 
 
+#: A setting of its own where a value was looked for (its name, if a credential's, is an
+#: anchor of its own: "auth: token=..." is found at "token").
+_SETTING = re.compile(r"[A-Za-z_][\w.\-]{0,40}=(?!=)\S")
+
+
 def value_span(kind: str, value: str, start: int, min_words: int,
                 statement: str = "") -> Span | None:
     """The part of ``value`` (at ``start``) to mask, given the kind of name it belongs to."""
@@ -194,6 +199,8 @@ def value_span(kind: str, value: str, start: int, min_words: int,
         # A remark in brackets ("password: (see the wiki)"), or code making the value
         # (``-AccountPassword (ConvertTo-SecureString ...)``, ``-Credential (New-Object``).
         return None
+    if kind != "password" and _SETTING.match(first):
+        return None  # another setting: "auth: user=alice@example.com method=oidc"
     if kind in ("key", "datakey"):
         return (start, start + len(first)) if keyish(first, data=kind == "datakey") else None
     if kind == "secret" and version(first):
