@@ -1,6 +1,8 @@
 """Secrets redaction and the identifiers of technical notes: values after a credential
-word that name data (a cache key, an object's path, a public key's id), not a credential,
-are left alone; credentials beside them are still masked."""
+word that name data (a cache key, an object's path, a public key's id, a user name, a
+version, a file path, another setting), not a credential, are left alone; credentials
+beside them are still masked, and so are Asana's tokens, a credential given in parts and
+a password to log in with."""
 
 from __future__ import annotations
 
