@@ -59,9 +59,13 @@ from __future__ import annotations
 # with only a frontmatter block) before a paragraph over the cap: it takes that
 # paragraph's first lines, or the first piece of its overlong line; 35: a closed block of
 # fields the frontmatter reader cannot parse, one over 2,000 lines and a TOML ``+++`` block
-# join the first body chunk too (``frontmatter.recall_block``).
+# join the first body chunk too (``frontmatter.recall_block``); 36: public keys, key ids
+# and fingerprints, structured keys and key-file paths, user names after "login", pinned
+# versions and settings after a credential word are left alone; Airtable, Tencent Cloud,
+# Baidu Qianfan, Zhipu AI and Asana keys, a credential given in parts and a password to
+# log in with given in prose are masked.
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 35
+CHUNKING = 36
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
 # generation saved under other rules has its graph's edges to no note resolved again after
 # a load, and every note read again by the startup reconcile (2 on). 1: as Obsidian
