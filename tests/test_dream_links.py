@@ -131,3 +131,51 @@ def test_a_related_path_that_is_no_node_is_named_to_the_model(
     told = model.tool_results[0]
     assert ("not linked, not a node path (digest/<bucket>/<name>.md): memory/2026-05-01.md, "
             "digest/shed.md, digest/wiki/old/hose.md, notes/garden.md") in told, told
+
+
+def test_links_to_a_node_deleted_by_hand_are_unlinked_and_linked_again_when_back(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A node a person deleted stayed in the ``related`` of the nodes that named it, a
+    ``[[wikilink]]`` to nothing, even in a node the run wrote."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-04-01/kite.md", "memory/2026-04-02/kite.md"
+    gone, kept = "digest/wiki/ветер-в-дюнах.md", "digest/wiki/kite-club.md"
+    hobby = "digest/personal/kite-surfing.md"
+    write(root, a, "Aiko kite-surfs with the club when the wind in the dunes is strong.\n")
+    open_ws(daemon, root, fake)
+    made = {"action": "CREATE", "bucket": "personal", "name": "Kite surfing",
+            "content": "- Aiko kite-surfs", "related": ["Ветер в дюнах", "Kite club"],
+            "reason": "hobby"}
+    model.plan[a] = [[
+        ("integrate", {"action": "CREATE", "bucket": "wiki", "name": "Ветер в дюнах",
+                       "content": "- strong in spring", "reason": "fact"}),
+        ("integrate", {"action": "CREATE", "bucket": "wiki", "name": "Kite club",
+                       "content": "- meets on Sundays", "reason": "fact"}),
+        ("integrate", made)]]
+    assert dream(daemon)["actions"] == {"CREATE": 3}
+    assert node(root, hobby)[0]["related"] == [gone, kept]
+    text = (root / hobby).read_text(encoding="utf-8")
+    (root / hobby).write_text(text.replace(f"- [[{gone}]]", f"- [[{gone}]] (best in April)"),
+                              encoding="utf-8")
+    wind = (root / gone).read_bytes()
+    (root / gone).unlink()
+
+    write(root, b, "Aiko kite-surfed again.\n")
+    model.plan[b] = [[("integrate", {**made, "action": "CORROBORATE", "node": hobby,
+                                     "related": []})]]
+    second = dream(daemon)
+    assert second["actions"] == {"RELINK": 1, "CORROBORATE": 1}, second
+    fields, text = node(root, hobby)
+    assert fields["related"] == [kept], fields
+    assert f"[[{gone}]]" not in text and f"- {gone} (deleted) (best in April)\n" in text, text
+    assert f"- [[{kept}]]\n" in text, text
+    assert "related node(s) deleted" in (root / second["log"]).read_text(encoding="utf-8")
+
+    (root / gone).write_bytes(wind)  # back (from a backup, a trash folder)
+    third = dream(daemon)
+    assert third["actions"] == {"RELINK": 1}, third
+    fields, text = node(root, hobby)
+    assert sorted(fields["related"]) == sorted([gone, kept]), fields
+    assert f"- [[{gone}]] (best in April)\n" in text and "(deleted)" not in text, text
+    assert dream(daemon)["run_id"] is None  # followed: not again

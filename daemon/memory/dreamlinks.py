@@ -2,7 +2,8 @@
 entries in the archive file beside them (:func:`archive_history`), the daily notes they
 cite renamed or moved (:func:`follow_moves`) or deleted (:func:`follow_deleted`), and
 with them those notes' catalog records (:func:`follow_notes`), and the nodes they relate
-to renamed by hand (:func:`follow_renamed_nodes`), whose History archive follows them.
+to renamed or deleted by hand (:func:`follow_renamed_nodes`), whose History archive
+follows them.
 Each write goes through the run (its change log and journal), so undo restores it. No
 task; it keeps, per open workspace, the node files seen when links were last followed
 (:func:`renamed_nodes`), in memory only.
@@ -164,12 +165,24 @@ def _archive_of(node: digest.Node) -> str:
     return node.archive_named or digest.history_archive(node.path)
 
 
+class Relink(NamedTuple):
+    """What a node's links need (:func:`_renamed_related`): its text, ``{old related path:
+    the node's path now}``, the archive its History names if it is another node's, the
+    related nodes deleted by hand and those there again."""
+
+    text: str
+    moved: dict[str, str]
+    left: str | None
+    gone: tuple[str, ...] = ()
+    back: tuple[str, ...] = ()
+
+
 class Renamed(NamedTuple):
     """What :func:`renamed_nodes` found: the node files there were, and the nodes to
     write (:func:`_renamed_related`)."""
 
     nodes: frozenset[str]
-    found: dict[str, tuple[str, dict[str, str], str | None]]
+    found: dict[str, Relink]
 
 
 #: The node files each workspace had when its links were last followed: a node renamed
@@ -178,13 +191,13 @@ _SEEN: weakref.WeakKeyDictionary[Workspace, frozenset[str]] = weakref.WeakKeyDic
 
 
 def renamed_nodes(ws: Workspace, names: nodefiles.NameIndex) -> Renamed:
-    """The nodes whose links or History archive name a node renamed by hand (blocking).
-    The nodes are read only when a node file is gone since the links were last followed
-    (or not yet followed since the workspace opened): a run has them all read once
-    instead of at every run."""
+    """The nodes whose links or History archive name a node renamed or deleted by hand,
+    or one there again (blocking). The nodes are read only when the node files changed
+    but for those a run made since the links were last followed (or not yet followed
+    since the workspace opened): a run has them all read once instead of at every run."""
     nodes = frozenset(nodefiles.node_paths(ws.root, ws.settings.digest_dir))
     seen = _SEEN.get(ws)
-    found = {} if seen is not None and seen <= nodes else _renamed_related(
+    found = {} if seen is not None and seen == nodes else _renamed_related(
         ws.root, ws.settings.digest_dir, names)
     if not found:
         _SEEN[ws] = nodes
@@ -192,14 +205,15 @@ def renamed_nodes(ws: Workspace, names: nodefiles.NameIndex) -> Renamed:
 
 
 def _renamed_related(root: Path, digest_dir: str, names: nodefiles.NameIndex
-                     ) -> dict[str, tuple[str, dict[str, str], str | None]]:
-    """``{node: (its text, {old related path: the node's path now}, the archive its
-    History names if it is another node's)}`` of the nodes whose Related links name no
-    file, where :func:`nodefiles.find_node` finds the node they meant (its file renamed
-    by hand: found by its frontmatter name), and of the nodes renamed by hand, whose
-    History names the archive beside their old file (blocking)."""
+                     ) -> dict[str, Relink]:
+    """The :class:`Relink` of each node whose Related links name no file: where
+    :func:`nodefiles.find_node` finds the node they meant (its file renamed by hand:
+    found by its frontmatter name), or where nothing is left of it (deleted by hand); of
+    each node whose Related lines name a node deleted that is there again; and of each
+    node renamed by hand, whose History names the archive beside its old file
+    (blocking)."""
     nodes = names.scan(root, digest_dir)
-    out: dict[str, tuple[str, dict[str, str], str | None]] = {}
+    out: dict[str, Relink] = {}
     for rel in nodes:
         try:
             text, utf8 = nodefiles.read_node(root, rel)
@@ -208,11 +222,16 @@ def _renamed_related(root: Path, digest_dir: str, names: nodefiles.NameIndex
         if text is None or not utf8:
             continue
         node = digest.parse_node(rel, text)
-        moved = {old: new for old in node.related if old not in nodes
-                 and (new := nodefiles.find_node(nodes, old, nodes)) not in (None, rel)}
+        missing = {old: nodefiles.find_node(nodes, old, nodes) for old in node.related
+                   if old not in nodes}
+        moved = {old: new for old, new in missing.items() if new not in (None, rel)}
+        gone = tuple(old for old, new in missing.items()
+                     if new is None and not os.path.lexists(root / old))
+        back = tuple(x for x in nodes if x != rel and x not in node.related and any(
+            f"{x} (deleted)" in line for line in node.written.get("Related", [])))
         left = _left_behind(root, node, digest_dir, nodes)
-        if (moved or left) and not node.unreadable:
-            out[rel] = (text, moved, left)
+        if (moved or left or gone or back) and not node.unreadable:
+            out[rel] = Relink(text, moved, left, gone, back)
     return out
 
 
@@ -230,10 +249,19 @@ def _left_behind(root: Path, node: digest.Node, digest_dir: str,
         and os.path.lexists(root / archive) else None
 
 
-def _relinked(rel: str, text: str, moved: Mapping[str, str]) -> str:
-    node = digest.parse_node(rel, text)
-    node.related = list(dict.fromkeys(moved.get(r, r) for r in node.related))
-    node.written = {k: [dreamnotes.swap_links(ln, moved) if k == "Related" else ln for ln in v]
+def _relinked(rel: str, links: Relink) -> str:
+    """The node's text with its Related links to renamed nodes naming their files now,
+    those to deleted nodes as ``<path> (deleted)`` (no longer related: a link to nothing)
+    and those to deleted nodes there again linked again."""
+    node = digest.parse_node(rel, links.text)
+    node.related = list(dict.fromkeys([*(links.moved.get(r, r) for r in node.related
+                                          if r not in links.gone), *links.back]))
+
+    def line(ln: str) -> str:
+        return dreamnotes.unlinked(dreamnotes.swap_links(ln, links.moved), links.gone,
+                                   links.back)
+
+    node.written = {k: [line(ln) if k == "Related" else ln for ln in v]
                     for k, v in node.written.items()}
     return digest.render_node(node)
 
@@ -242,18 +270,21 @@ async def follow_renamed_nodes(run: _Run, renamed: Renamed) -> None:
     """Nodes renamed by hand (their file, not their name; ``renamed``: what
     :func:`renamed_nodes` found): the Related links of other nodes that named the old
     file name the node's file now, and the node's History archive follows it (a copy
-    beside each node that names it, a node copied by hand too; then the old one goes)."""
+    beside each node that names it, a node copied by hand too; then the old one goes).
+    Nodes deleted by hand: the other nodes no longer relate to them, and name them
+    ``<path> (deleted)``, linked again if they come back."""
     found = renamed.found
     for _ in range(WRITE_ATTEMPTS):  # again if a person wrote a node meanwhile
         conflicts = 0
         copied: dict[str, str | None] = {}  # old archive -> its text (None: keep it)
-        for rel, (before, moved, archive) in found.items():
+        for rel, links in found.items():
+            before, moved, archive = links.text, links.moved, links.left
             try:
                 if archive is not None:
                     read = await _copy_archive(run, archive, rel)
                     copied[archive] = read if read is not None \
                         and copied.get(archive, read) == read else None
-                await run.write(rel, before, _relinked(rel, before, moved))
+                await run.write(rel, before, _relinked(rel, links))
             except (WriteConflict, RecalldError) as exc:
                 if archive is not None:
                     copied[archive] = None  # still named by a node not written
@@ -265,6 +296,10 @@ async def follow_renamed_nodes(run: _Run, renamed: Renamed) -> None:
                 continue
             done = ["renamed related node(s): " + ", ".join(
                 f"{old} -> {new}" for old, new in moved.items())] if moved else []
+            if links.gone:
+                done.append("related node(s) deleted: " + ", ".join(links.gone))
+            if links.back:
+                done.append("related node(s) there again: " + ", ".join(links.back))
             if archive is not None:
                 done.append(f"History archive {archive} -> {digest.history_archive(rel)}")
             await run.act({
