@@ -83,3 +83,21 @@ def test_status_names_a_note_as_soon_as_it_waits(
     assert waiting() == {}, waiting()  # try 3 is next
     assert run_job(daemon, "auto_dream")["state"] == "failed"  # try 3: it waits
     assert "failed on it 3 times" in waiting().get(note, ""), waiting()
+
+
+def test_the_model_is_told_to_keep_facts_of_different_people_apart(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """Notes of a conversation shared by several people name who said what; the dream's
+    model was only told of "the user", so Bob's home town could corroborate or correct
+    a node about Alice's."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-06-11/shared.md"
+    write(root, note, "- Alice lives in Oslo\n- Bob lives in Bergen\n")
+    open_ws(daemon, root, fake)
+    model.plan[note] = []
+    assert run_job(daemon, "auto_dream")["state"] == "succeeded"
+    (request,) = [r.json for r in fake.requests if note in r.body.decode()]
+    system = " ".join(str(request["messages"][0]["content"]).split())
+    assert "- Alice lives in Oslo\n- Bob lives in Bergen" in request["messages"][1]["content"]
+    assert "never corroborates, refines or corrects a node about another person" in system

@@ -14,7 +14,12 @@ SYSTEM_PROMPT: Final = """\
 You consolidate an agent's daily memory notes into long-term knowledge nodes.
 Read the daily note. Extract reusable units: facts about the user (bucket "personal"),
 how-to knowledge and procedures ("procedure"), and general knowledge ("wiki").
-Skip chit-chat and one-off details. For each unit call `integrate` once with one action:
+Skip chit-chat and one-off details.
+A note may name the people it is about or who said what (`Alice lives in Oslo`,
+`user (Bob): ...`): a fact about one person is a node of that person's (named with them,
+`Alice's home town`), and never corroborates, refines or corrects a node about another
+person; the same fact said in another language is the same unit.
+For each unit call `integrate` once with one action:
 - CREATE: a new node (check first with `node_search` that none exists).
 - CORROBORATE: the note repeats what an existing node says.
 - REFINE: the note adds detail to a node; give the FULL new content, keeping what it says.
