@@ -354,3 +354,32 @@ def test_a_note_a_dream_skips_is_named_masked_in_the_log(
     log = daemon.log()
     assert "dream skips memory/2026-11-21/[REDACTED].md: " in log and token not in log
 
+
+
+def test_a_node_named_as_obsidian_links_it_or_by_its_name_is_that_node(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """``node`` given as ``[[digest/wiki/kite-club]]`` (a link without ``.md``, as the
+    nodes' own Obsidian links are written) or as the node's name was refused ("node must
+    be a path like ..."), though ``related`` took both."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    club = "digest/wiki/klub-latawców.md"
+    a, b, c = ("memory/2026-08-01/kites.md", "memory/2026-08-02/kites.md",
+               "memory/2026-08-03/kites.md")
+    write(root, a, "Zofia's kite club (Klub Latawców) meets on Sundays.\n")
+    write(root, b, "Klub Latawców: Sundays again.\n")
+    write(root, c, "Klub Latawców: Sundays, at the dunes.\n")
+    made = {"action": "CREATE", "bucket": "wiki", "name": "Klub Latawców",
+            "content": "- meets on Sundays", "reason": "fact"}
+    model.plan[a] = [[("integrate", made)]]
+    model.plan[b] = [[("integrate", {**made, "action": "CORROBORATE",
+                                     "node": "[[digest/wiki/klub-latawców]]"})]]
+    model.plan[c] = [[("node_read", {"path": club})], [("integrate", {
+        **made, "action": "REFINE", "node": "Klub Latawców",
+        "content": "- meets on Sundays, at the dunes"})]]
+    open_ws(daemon, root, fake)
+    result = dream(daemon)
+    assert result["actions"] == {"CREATE": 1, "CORROBORATE": 1, "REFINE": 1}, \
+        (result, model.tool_results)
+    fields, text = node(root, club)
+    assert fields["sources"] == [a, b, c] and "at the dunes" in text, text

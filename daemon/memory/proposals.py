@@ -67,6 +67,16 @@ def _bucket_of(path: str, digest_dir: str) -> str | None:
     return parts[0] if ok else None
 
 
+def _named_node(value: str, bucket: str, digest_dir: str) -> str:
+    """The path of the node ``value`` names: by its path, also as a link (``[[path]]``)
+    and without ``.md`` (as Obsidian links a node), or by its name (a node of
+    ``bucket``)."""
+    path = link_path(_one_line(value))
+    if "/" not in path:
+        return node_path(bucket, path, digest_dir)
+    return path if path.endswith(".md") else f"{path}.md"
+
+
 def parse_integration(args: Mapping[str, object], *, digest_dir: str,
                       allowed_sources: Sequence[str], default_source: str) -> Integration:
     """Validate the ``integrate`` tool's arguments. Raises IntegrationError with a message
@@ -80,7 +90,7 @@ def parse_integration(args: Mapping[str, object], *, digest_dir: str,
     node = _string(args, "node", limit=300) or None
     bucket = _string(args, "bucket").lower()
     if node is not None:
-        node = link_path(node)
+        node = _named_node(node, bucket, digest_dir)
         in_bucket = _bucket_of(node, digest_dir)
         if in_bucket is None or node.rsplit("/", 1)[-1].startswith("."):
             raise IntegrationError(
@@ -114,11 +124,7 @@ def parse_integration(args: Mapping[str, object], *, digest_dir: str,
             raise IntegrationError(
                 f"related entry {r!a} names no node: its name has no character that "
                 "is seen (only invisible ones, marks or spaces); leave it out or name one")
-        r = link_path(_one_line(r))
-        if "/" not in r:
-            r = node_path(bucket, r, digest_dir)
-        elif not r.endswith(".md"):  # a node linked by its path, as Obsidian links it
-            r += ".md"
+        r = _named_node(r, bucket, digest_dir)
         (related if _bucket_of(r, digest_dir) is not None else not_nodes).append(r)
     return Integration(
         action=action, bucket=bucket, name=name,
