@@ -179,3 +179,18 @@ def test_links_to_a_node_deleted_by_hand_are_unlinked_and_linked_again_when_back
     assert sorted(fields["related"]) == sorted([gone, kept]), fields
     assert f"- [[{gone}]] (best in April)\n" in text and "(deleted)" not in text, text
     assert dream(daemon)["run_id"] is None  # followed: not again
+
+    # Deleted again, then made again by a dream: the run after links it again.
+    (root / gone).unlink()
+    assert dream(daemon)["actions"] == {"RELINK": 1}
+    c = "memory/2026-04-03/wind.md"
+    write(root, c, "The wind in the dunes is strong in spring.\n")
+    model.plan[c] = [[("integrate", {"action": "CREATE", "bucket": "wiki",
+                                     "name": "Ветер в дюнах", "content": "- strong in spring",
+                                     "reason": "fact"})]]
+    assert dream(daemon)["actions"] == {"CREATE": 1}
+    assert f"- {gone} (deleted) (best in April)\n" in node(root, hobby)[1]
+    last = dream(daemon)
+    assert last["notes"] == 0 and last["actions"] == {"RELINK": 1}, last
+    assert f"- [[{gone}]] (best in April)\n" in node(root, hobby)[1]
+    assert dream(daemon)["run_id"] is None

@@ -188,6 +188,9 @@ class Renamed(NamedTuple):
 #: The node files each workspace had when its links were last followed: a node renamed
 #: since shows as a file gone. Forgotten with the workspace (closed, or the daemon stopped).
 _SEEN: weakref.WeakKeyDictionary[Workspace, frozenset[str]] = weakref.WeakKeyDictionary()
+#: The related nodes each workspace's runs found deleted by hand: one a run makes again is
+#: not counted among the files seen, so the next run links it again where it was named.
+_GONE: weakref.WeakKeyDictionary[Workspace, frozenset[str]] = weakref.WeakKeyDictionary()
 
 
 def renamed_nodes(ws: Workspace, names: nodefiles.NameIndex) -> Renamed:
@@ -313,6 +316,8 @@ async def follow_renamed_nodes(run: _Run, renamed: Renamed) -> None:
                     continue
         if not conflicts:
             _SEEN[run.ws] = renamed.nodes
+            _GONE[run.ws] = _GONE.get(run.ws, frozenset()).union(
+                *(links.gone for links in found.values())).difference(renamed.nodes)
             return
         found = await trio.to_thread.run_sync(_renamed_related, run.ws.root,
                                               run.digest_dir, run.names)
@@ -326,11 +331,13 @@ def forget_seen(ws: Workspace) -> None:
 
 def remember_made(run: _Run) -> None:
     """The nodes ``run`` made count among the node files seen (:func:`renamed_nodes`):
-    one renamed before the next run shows as gone."""
+    one renamed before the next run shows as gone. Not one that other nodes name as
+    deleted: made again, the next run links it there again."""
     seen = _SEEN.get(run.ws)
+    gone = _GONE.get(run.ws, frozenset())
     if seen is not None:
         _SEEN[run.ws] = seen | {p for p, before in run.log.before.items()
-                                if before is None and p.endswith(".md")}
+                                if before is None and p.endswith(".md") and p not in gone}
 
 
 async def _copy_archive(run: _Run, old: str, rel: str) -> str | None:
