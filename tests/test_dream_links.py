@@ -156,7 +156,8 @@ def test_links_to_a_node_deleted_by_hand_are_unlinked_and_linked_again_when_back
     assert dream(daemon)["actions"] == {"CREATE": 3}
     assert node(root, hobby)[0]["related"] == [gone, kept]
     text = (root / hobby).read_text(encoding="utf-8")
-    (root / hobby).write_text(text.replace(f"- [[{gone}]]", f"- [[{gone}]] (best in April)"),
+    (root / hobby).write_text(text.replace(f"- [[{gone}]]", f"- [[{gone}]] (best in April)\n"
+                                           "- [[Beaufort scale]] (a page elsewhere)"),
                               encoding="utf-8")
     wind = (root / gone).read_bytes()
     (root / gone).unlink()
@@ -167,16 +168,16 @@ def test_links_to_a_node_deleted_by_hand_are_unlinked_and_linked_again_when_back
     second = dream(daemon)
     assert second["actions"] == {"RELINK": 1, "CORROBORATE": 1}, second
     fields, text = node(root, hobby)
-    assert fields["related"] == [kept], fields
+    assert fields["related"] == [kept, "Beaufort scale"], fields
     assert f"[[{gone}]]" not in text and f"- {gone} (deleted) (best in April)\n" in text, text
-    assert f"- [[{kept}]]\n" in text, text
+    assert f"- [[{kept}]]\n" in text and "- [[Beaufort scale]] (a page elsewhere)" in text
     assert "related node(s) deleted" in (root / second["log"]).read_text(encoding="utf-8")
 
     (root / gone).write_bytes(wind)  # back (from a backup, a trash folder)
     third = dream(daemon)
     assert third["actions"] == {"RELINK": 1}, third
     fields, text = node(root, hobby)
-    assert sorted(fields["related"]) == sorted([gone, kept]), fields
+    assert sorted(fields["related"]) == sorted([gone, kept, "Beaufort scale"]), fields
     assert f"- [[{gone}]] (best in April)\n" in text and "(deleted)" not in text, text
     assert dream(daemon)["run_id"] is None  # followed: not again
 

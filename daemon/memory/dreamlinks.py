@@ -228,14 +228,21 @@ def _renamed_related(root: Path, digest_dir: str, names: nodefiles.NameIndex
         missing = {old: nodefiles.find_node(nodes, old, nodes) for old in node.related
                    if old not in nodes}
         moved = {old: new for old, new in missing.items() if new not in (None, rel)}
-        gone = tuple(old for old, new in missing.items()
-                     if new is None and not os.path.lexists(root / old))
+        # Only a node's path: a link by a bare name may be to a page elsewhere.
+        gone = tuple(old for old, new in missing.items() if new is None
+                     and _node_shaped(old, digest_dir) and not os.path.lexists(root / old))
         back = tuple(x for x in nodes if x != rel and x not in node.related and any(
             f"{x} (deleted)" in line for line in node.written.get("Related", [])))
         left = _left_behind(root, node, digest_dir, nodes)
         if (moved or left or gone or back) and not node.unreadable:
             out[rel] = Relink(text, moved, left, gone, back)
     return out
+
+
+def _node_shaped(path: str, digest_dir: str) -> bool:
+    """Whether ``path`` is where a node would be (``<digest>/<bucket>/<name>.md``)."""
+    folder, _, name = path.rpartition("/")
+    return folder in {f"{digest_dir}/{b}" for b in digest.BUCKETS} and name.endswith(".md")
 
 
 def _left_behind(root: Path, node: digest.Node, digest_dir: str,
