@@ -269,3 +269,29 @@ def test_the_readme_memory_capture_example_runs(daemon: DaemonHandle,
     exec("from recalld.ipc.client import Client\n" + example, {})  # the README's own example
     workspaces = daemon.call("workspace.list")["workspaces"]
     assert "coder" in {ws["agent_id"] for ws in workspaces if ws.get("state") == "ready"}
+
+
+def _undocumented_keys(value: object, where: str, doc: str) -> list[str]:
+    """The keys of an answer, at any depth, that docs/protocol.md never names in backticks
+    (maps keyed by data, such as per vector space, are passed by)."""
+    if isinstance(value, list):
+        return [k for item in value[:1] for k in _undocumented_keys(item, where, doc)]
+    if not isinstance(value, dict):
+        return []
+    missing = []
+    for key, inner in value.items():
+        if not re.search(rf"`[^`\n]*\b{re.escape(key)}\b[^`\n]*`", doc):
+            missing.append(where + key)
+        if key not in ("vector_spaces", "settings"):
+            missing += _undocumented_keys(inner, f"{where}{key}.", doc)
+    return missing
+
+
+def test_every_field_of_the_status_is_documented(daemon: DaemonHandle) -> None:
+    note = daemon.data_dir / "workspaces" / "default" / "memory" / "2026-07-23" / "a.md"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text("# A\nbike on Mondays\n", encoding="utf-8")
+    daemon.call("index.sync", {"agent_id": "default"})
+    status = daemon.call("daemon.status")
+    assert status["workspaces"] and status["workspaces"][0]["index"]["watcher"]
+    assert _undocumented_keys(status, "", doc_text()) == []
