@@ -287,11 +287,14 @@ def _undocumented_keys(value: object, where: str, doc: str) -> list[str]:
     return missing
 
 
-def test_every_field_of_the_status_is_documented(daemon: DaemonHandle) -> None:
+def test_every_field_of_status_and_verify_is_documented(daemon: DaemonHandle) -> None:
     note = daemon.data_dir / "workspaces" / "default" / "memory" / "2026-07-23" / "a.md"
     note.parent.mkdir(parents=True, exist_ok=True)
     note.write_text("# A\nbike on Mondays\n", encoding="utf-8")
     daemon.call("index.sync", {"agent_id": "default"})
     status = daemon.call("daemon.status")
     assert status["workspaces"] and status["workspaces"][0]["index"]["watcher"]
+    verify = daemon.call("index.verify", {"agent_id": "default"})
+    assert verify["chunks"]["chunks"] == 1
     assert _undocumented_keys(status, "", doc_text()) == []
+    assert _undocumented_keys(verify, "", doc_text()) == []
