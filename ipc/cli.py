@@ -36,7 +36,7 @@ from recalld.ipc import (
 from recalld.ipc import mcp as mcp_command
 from recalld.ipc.agent_ids import workspace_table
 from recalld.ipc.answers import JsonObject
-from recalld.ipc.cli_args import Parser, whole_number
+from recalld.ipc.cli_args import Parser, count, whole_number
 from recalld.ipc.client import Client
 from recalld.ipc.render import (
     AnswerLost,
@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     dream.add_argument("--agent", default=DEFAULT_AGENT)
     dream.add_argument("--no-wait", action="store_true", help="submit and return the job id")
     listed_or_undone = dream.add_mutually_exclusive_group()  # else: a run now
-    listed_or_undone.add_argument("--runs", nargs="?", type=whole_number, const=20, metavar="N",
+    listed_or_undone.add_argument("--runs", nargs="?", type=count, const=20, metavar="N",
                                   help="list the latest N runs (default 20), newest first")
     listed_or_undone.add_argument("--undo", metavar="RUN", help="restore the files a dream "
                                   "run changed (run id from its log)")

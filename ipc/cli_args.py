@@ -69,6 +69,15 @@ def whole_number(value: str) -> int:
     return number
 
 
+def count(value: str) -> int:
+    """``value`` as a whole number of 1 or more (``-n``, ``--runs``): 0 or less is refused
+    here, naming the option, rather than by the daemon naming its param."""
+    number = whole_number(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
+    return number
+
+
 def agent_name(value: str) -> str:
     """``value`` unchanged, if it names an agent (it makes a workspace id, as the
     middleware maps names); a name that makes none (empty, all dots: ``..``) is refused.

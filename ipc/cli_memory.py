@@ -19,7 +19,7 @@ from typing import TextIO
 from recalld.ipc import errors
 from recalld.ipc.agent_ids import note_session_key
 from recalld.ipc.answers import ChangeRecord, JobInfo, ReadResult
-from recalld.ipc.cli_args import whole_number
+from recalld.ipc.cli_args import count
 from recalld.ipc.cli_ops import (
     DEFAULT_AGENT,
     EXIT_ERROR,
@@ -69,7 +69,7 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     changes.add_argument("--agent", default=DEFAULT_AGENT)
     changes.add_argument("--kind", choices=("auto_memory", "auto_dream"),
                          help="only this job's records (default: both)")
-    changes.add_argument("-n", "--limit", type=whole_number, default=20, metavar="N",
+    changes.add_argument("-n", "--limit", type=count, default=20, metavar="N",
                          help="at most N records (default 20)")
     changes.add_argument("--show", metavar="RUN",
                          help="print one record's log in full (run id from the list)")
@@ -237,8 +237,6 @@ def _older_record(client: Client, ns: argparse.Namespace, listed: list[ChangeRec
 
 
 def _changes(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    if ns.limit < 1:
-        raise errors.InvalidParams("-n must be at least 1")
     if ns.show:
         listed = client.memory_changes(ns.agent, kind=ns.kind, limit=MAX_LISTED_CHANGES)
         found: ChangeRecord | None = next(

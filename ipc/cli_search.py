@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TextIO
 
 from recalld.ipc import errors
-from recalld.ipc.cli_args import whole_number
+from recalld.ipc.cli_args import count
 from recalld.ipc.cli_ops import (
     DEFAULT_AGENT,
     EXIT_OK,
@@ -37,7 +37,7 @@ def add_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     search.add_argument("--agents", type=_agent_list, metavar="A,B",
                         help="search these agents' workspaces instead, as --agent (each must "
                              "be shared with it); those not open are named, not searched")
-    search.add_argument("-n", "--max-results", type=whole_number, default=5)
+    search.add_argument("-n", "--max-results", type=count, default=5)
     search.add_argument("--min-score", type=_score)
     search.add_argument("--sync", action="store_true",
                         help="wait until every earlier file change is indexed")

@@ -439,3 +439,17 @@ def test_a_number_past_64_bits_is_a_usage_error_naming_its_option(
         code, stderr = cli_main(args, env, monkeypatch, capsys)
         assert code == 2 and len(stderr.splitlines()) == 1, stderr
         assert f"argument {option}: too large" in stderr and len(stderr) < 200, stderr
+
+
+def test_a_count_below_1_is_a_usage_error_naming_its_option(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # Refused while parsing (no daemon needed), naming the option the user typed, not
+    # the daemon's "param 'limit' must be at least 1", a name found nowhere on the line.
+    env = {"RECALLD_SOCKET": "/nonexistent/recalld.sock"}
+    for args, option in ((["search", "q", "-n", "0"], "-n/--max-results"),
+                         (["dream", "--runs", "0"], "--runs"),
+                         (["changes", "--limit", "-3"], "-n/--limit")):
+        code, stderr = cli_main(args, env, monkeypatch, capsys)
+        assert code == 2, stderr
+        assert stderr.splitlines()[-1].endswith(
+            f"argument {option}: must be at least 1, not {args[-1]}"), stderr
