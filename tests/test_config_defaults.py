@@ -66,3 +66,8 @@ def test_the_readme_example_configuration_shows_the_defaults() -> None:
                 differ.append((table, key, value, getattr(tables[table], key)))
     assert differ == []
     assert len(shown["workspace_defaults"]["embedding_model_config"]) > 5
+    # Every [daemon] key shows its default there, but the paths (their own table) and
+    # the server's limits (docs/protocol.md's table of limits gives their defaults).
+    elsewhere = {"socket_path", "data_dir", "max_request_bytes", "max_batch",
+                 "max_concurrent_calls_per_connection"}
+    assert _file_keys(config.DaemonConfig) - elsewhere - set(shown["daemon"]) == set()
