@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from markers import marker
+
 # Indexed at start, then a batch of new notes larger than one apply: the first apply of
 # the new notes is staged (the index holds more than it adds) before the failure.
 BEFORE = 1100
@@ -23,6 +25,6 @@ def _write(root: Path, first: int, count: int) -> list[str]:
         rel = f"memory/2026-07-{i // 100 + 1:02d}/n{i:05d}.md"
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"# Note {i}\n\ncommon words and marker{i}\n", encoding="utf-8")
+        path.write_text(f"# Note {i}\n\ncommon words and {marker(i)}\n", encoding="utf-8")
         rels.append(rel)
     return rels

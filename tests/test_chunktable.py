@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from markers import marker
 
 from recalld.daemon.index import chunktable as ct
 from recalld.daemon.index.chunker import chunk_id
@@ -145,13 +146,14 @@ def test_index_served_from_its_saved_files_answers_the_same(tmp_path: Path) -> N
     for i in range(40):
         rel = root / f"memory/2026-07-{i % 28 + 1:02d}/n{i}.md"
         rel.parent.mkdir(parents=True, exist_ok=True)
-        rel.write_text(f"# Note {i}\n\nword{i} shared 周末爬山 text\n\nsecond part {i % 3}\n",
+        rel.write_text(f"# Note {i}\n\n{marker(i, 'word')} shared 周末爬山 text\n\n"
+                       f"second part {i % 3}\n",
                        encoding="utf-8")
     rels = sorted(str(p.relative_to(root)) for p in root.rglob("*.md"))
     state = IndexState()
     state.apply([prepare_files(root, rels, max_chars=2000, digests={})])
     store = IndexStore(root / "mem_metadata")
-    queries = ["word7", "shared", "周末", "second part 2"]
+    queries = [marker(7, "word"), "shared", "周末", "second part 2"]
 
     def answers(st: IndexState) -> list[object]:
         return [[(k, round(s, 6), st.chunks[k].text, st.chunks[k].id)
@@ -170,7 +172,7 @@ def test_index_served_from_its_saved_files_answers_the_same(tmp_path: Path) -> N
     (root / rels[1]).unlink()
     state.apply([prepare_files(root, rels[:2], max_chars=2000, digests={})])
     after = answers(state)
-    gone = "word" + rels[1].rsplit("/n", 1)[1].removesuffix(".md")
+    gone = marker(int(rels[1].rsplit("/n", 1)[1].removesuffix(".md")), "word")
     assert state.keyword_search("brand", 5) and not state.keyword_search(gone, 5)
     store.save(snapshot(state))
     loaded = IndexState()
@@ -182,7 +184,8 @@ def _linked_notes(root: Path, count: int) -> list[str]:
     for i in range(count):
         rel = root / f"memory/2026-07-{i % 28 + 1:02d}/n{i}.md"
         rel.parent.mkdir(parents=True, exist_ok=True)
-        rel.write_text(f"# Note {i}\n\nword{i} shared 周末爬山 [[n{(i + 1) % count}]]\n\n"
+        rel.write_text(f"# Note {i}\n\n{marker(i, 'word')} shared 周末爬山 "
+                       f"[[n{(i + 1) % count}]]\n\n"
                        f"second part {i % 3} related:: [[n{(i + 7) % count}]]\n",
                        encoding="utf-8")
     return sorted(str(p.relative_to(root)) for p in root.rglob("*.md"))
@@ -198,7 +201,7 @@ def test_state_reloaded_from_its_saved_files_is_the_one_a_warm_start_loads(
     state = IndexState()
     state.apply([prepare_files(root, rels, max_chars=2000, digests={})])
     store = IndexStore(root / "mem_metadata")
-    queries = ["word7", "shared", "周末", "second part 2", "n12"]
+    queries = [marker(7, "word"), "shared", "周末", "second part 2", "n12"]
 
     def answers(st: IndexState) -> list[object]:
         return [[(k, round(s, 6), st.chunks[k].text) for k, s in st.keyword_search(q, 10)]
@@ -249,7 +252,7 @@ def test_a_reload_that_does_not_match_leaves_the_state_as_it_was(tmp_path: Path)
     with pytest.raises(ValueError, match="other chunks"):
         reload_saved(state, store.store.current)
     assert (state.files, state.chunks, state.bm25, state.graph) == (files, chunks, bm25, graph)
-    assert rels[0] not in state.files and state.keyword_search("word1", 5)
+    assert rels[0] not in state.files and state.keyword_search(marker(1, "word"), 5)
 
 
 def test_bare_links_resolve_against_files_of_a_loaded_index(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 from hooks import run_first
+from markers import marker
 from test_saved_delta import _committed, _index, _note, _paths
 from waits import until
 
@@ -131,12 +132,12 @@ async def test_serving_a_saved_generation_out_of_memory_keeps_the_index_in_memor
         full.set()
         for round_ in range(2):  # the persist loop goes on after the first
             first = index.last_commit
-            _note(root, 10 + round_, f"later{round_} words")
+            _note(root, 10 + round_, f"{marker(round_, 'later')} words")
             await index.sync()
             await _committed(index, f"edit {round_}'s commit", 30)
             assert index.last_commit is not first
             assert index.status()["persist_error"] is None
-            found = await _paths(index, f"later{round_}")
+            found = await _paths(index, marker(round_, "later"))
             assert found == [f"memory/2026-07-01/n{10 + round_:03d}.md"]
         full.clear()
         nursery.cancel_scope.cancel()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 from hooks import run_first
+from markers import marker
 from waits import until
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
@@ -22,7 +23,7 @@ from recalld.daemon.workspaces import Workspace
 def _note(root: Path, i: int, words: str) -> None:
     path = root / f"memory/2026-07-01/n{i:03d}.md"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"# Note {i}\n\nmarker{i} {words}\n", encoding="utf-8")
+    path.write_text(f"# Note {i}\n\n{marker(i)} {words}\n", encoding="utf-8")
 
 
 def _index(tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch) -> WorkspaceIndex:
@@ -98,7 +99,7 @@ async def test_searches_and_edits_go_on_while_the_keyword_index_compacts(
                 f"memory/2026-07-01/n{i:03d}.md" for i in (0, 1, 3, 4)]
             assert await _paths(index, "first") == [
                 f"memory/2026-07-01/n{i:03d}.md" for i in range(5, 20) if i != 7]
-            assert await _paths(index, "marker2") == ["memory/2026-07-01/n002.md"]
+            assert await _paths(index, marker(2)) == ["memory/2026-07-01/n002.md"]
             assert stats["docs"] == len(index.state.chunks) == 21
             await until(lambda: not index.status()["uncommitted_changes"]
                         and index.last_commit is not None, "the compacted index saved", 60)

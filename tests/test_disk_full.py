@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
+from markers import marker
 from waits import wait_log
 
 from recalld.ipc import errors
@@ -114,7 +115,7 @@ def test_a_restore_that_fills_the_disk_changes_nothing_and_keeps_serving(
     for n in range(6):
         note = root / "memory" / "2026-07-23" / f"n{n}.md"
         note.parent.mkdir(parents=True, exist_ok=True)
-        note.write_text(f"# Note {n}\nbackedup{n} zeppelin\n")
+        note.write_text(f"# Note {n}\n{marker(n, 'backedup')} zeppelin\n")
     trigger = tmp_path / "disk-is-full"
     d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n', launcher=NAMED_LAUNCHER,
                        DISK_FULL_TRIGGER=str(trigger), DISK_FULL_NAME=full_at)
@@ -125,7 +126,8 @@ def test_a_restore_that_fills_the_disk_changes_nothing_and_keeps_serving(
     (root / "memory" / "2026-07-24").mkdir()
     (root / "memory" / "2026-07-24" / "later.md").write_text("# Later\nafterwards\n")
     for n in range(6):
-        (root / "memory" / "2026-07-23" / f"n{n}.md").write_text(f"# Note {n}\nedited{n}\n")
+        edited = f"# Note {n}\n{marker(n, 'edited')}\n"
+        (root / "memory" / "2026-07-23" / f"n{n}.md").write_text(edited)
     d.call("index.sync", {"agent_id": "w"})
     before = _notes(root)
 
@@ -142,14 +144,15 @@ def test_a_restore_that_fills_the_disk_changes_nothing_and_keeps_serving(
     # The workspace still serves what it had.
     listed = {w["agent_id"]: w["state"] for w in d.call("workspace.list")["workspaces"]}
     assert listed["w"] == "ready", listed
-    hits = d.call("memory.search", {"agent_id": "w", "query": "edited3", "sync": True})
+    hits = d.call("memory.search", {"agent_id": "w", "query": marker(3, "edited"), "sync": True})
     assert [h["path"] for h in hits["results"]] == ["memory/2026-07-23/n3.md"]
 
     trigger.unlink()
     d.call("backup.restore", {"file": archive, "agents": ["w"]})
-    assert (root / "memory/2026-07-23/n3.md").read_text() == "# Note 3\nbackedup3 zeppelin\n"
+    restored = (root / "memory/2026-07-23/n3.md").read_text()
+    assert restored == f"# Note 3\n{marker(3, 'backedup')} zeppelin\n"
     assert not (root / "memory/2026-07-24/later.md").exists()
-    hits = d.call("memory.search", {"agent_id": "w", "query": "backedup3"})
+    hits = d.call("memory.search", {"agent_id": "w", "query": marker(3, "backedup")})
     assert [h["path"] for h in hits["results"]] == ["memory/2026-07-23/n3.md"]
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from conftest import DaemonHandle
+from markers import marker
 
 from recalld.ipc import errors
 
@@ -30,11 +31,11 @@ def test_folders_of_any_name_are_indexed_as_they_come_and_go(daemon: DaemonHandl
     for i, name in enumerate(("proj.v2", "v1.2 notes", "archive.md")):
         outside = tmp_path / f"out{i}" / name
         (outside / "deep.er").mkdir(parents=True)
-        (outside / "a.md").write_text(f"movedin{i} here\n")
-        (outside / "deep.er" / "b.md").write_text(f"nested{i} here\n")
+        (outside / "a.md").write_text(f"{marker(i, 'movedin')} here\n")
+        (outside / "deep.er" / "b.md").write_text(f"{marker(i, 'nested')} here\n")
         shutil.move(str(outside), str(root / "memory" / name))
-        assert found(daemon, f"movedin{i}") == [f"memory/{name}/a.md"]
-        assert found(daemon, f"nested{i}") == [f"memory/{name}/deep.er/b.md"]
+        assert found(daemon, marker(i, "movedin")) == [f"memory/{name}/a.md"]
+        assert found(daemon, marker(i, "nested")) == [f"memory/{name}/deep.er/b.md"]
 
     # Created, and written into before the watch of it can exist.
     made = root / "digest" / "wiki" / "Node.js"
@@ -55,8 +56,8 @@ def test_folders_of_any_name_are_indexed_as_they_come_and_go(daemon: DaemonHandl
 
     # Moved out: its notes go with it.
     os.rename(root / "memory" / "proj.v2", tmp_path / "gone.v2")
-    assert found(daemon, "movedin0") == [] and found(daemon, "nested0") == []
-    assert found(daemon, "movedin1") == ["memory/v1.2 notes/a.md"]
+    assert found(daemon, marker(0, "movedin")) == [] and found(daemon, marker(0, "nested")) == []
+    assert found(daemon, marker(1, "movedin")) == ["memory/v1.2 notes/a.md"]
 
 
 def test_temp_files_of_writes_a_kill_cut_short_are_removed_at_the_next_open(

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from markers import marker
 from waits import wait_for, workspace_status
 from watcher_harness import inline
 
@@ -63,7 +64,7 @@ def test_an_unsearched_workspace_lets_go_of_its_mapped_pages(
         note = root / "memory" / f"2026-03-{i % 28 + 1:02d}" / f"n{i}.md"
         note.parent.mkdir(parents=True, exist_ok=True)
         body = " ".join(f"{words[(i + j) % len(words)]}{j % 13}" for j in range(120))
-        note.write_text(f"# Note {i}\nEntry {i}: token{i} {body}\n", encoding="utf-8")
+        note.write_text(f"# Note {i}\nEntry {i}: {marker(i, 'token')} {body}\n", encoding="utf-8")
     d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n'
                        '[daemon]\npersist_delay_s = 0.05\nidle_trim_s = 1.5\n')
     d.call("index.sync", {"agent_id": "w"})
@@ -74,7 +75,7 @@ def test_an_unsearched_workspace_lets_go_of_its_mapped_pages(
                      "the idle trim after the build")
     # Searches fault in pages of the mapped files; unused for idle_trim_s, they go.
     for i in range(0, NOTES, 7):
-        assert search(d, f"token{i}") == [f"memory/2026-03-{i % 28 + 1:02d}/n{i}.md"]
+        assert search(d, marker(i, "token")) == [f"memory/2026-03-{i % 28 + 1:02d}/n{i}.md"]
     metadata = root / "mem_metadata"
     touched = mapped_kb(d.pid, metadata)
     assert touched > 0, "the searches read no mapped page"
@@ -82,7 +83,7 @@ def test_an_unsearched_workspace_lets_go_of_its_mapped_pages(
              "the mapped pages let go of after the searches")
     wait_for(lambda: index_status(d)["idle_trims"] > trims, "the idle trim counted")
     # The next search maps back the pages it reads and finds what it found before.
-    assert search(d, "token21") == ["memory/2026-03-22/n21.md"]
+    assert search(d, marker(21, "token")) == ["memory/2026-03-22/n21.md"]
     assert mapped_kb(d.pid, metadata) > 0
     wait_for(lambda: index_status(d)["idle_trims"] > trims + 1, "another trim once idle")
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from markers import marker
 from pass_notes import ADDED, BAD_AT, BEFORE, _write
 from test_cli import recalld
 from waits import wait_value, workspace_status
@@ -39,7 +40,7 @@ if names:
 
 
 def _found(d: Any, agent: str, i: int) -> bool:
-    hits = d.call("memory.search", {"agent_id": agent, "query": f"marker{i}",
+    hits = d.call("memory.search", {"agent_id": agent, "query": marker(i),
                                     "max_results": 3})["results"]
     return any(h["path"].endswith(f"/n{i:05d}.md") for h in hits)
 
@@ -86,9 +87,9 @@ def test_a_daemon_serves_what_a_failed_pass_applied_and_the_other_workspace(
     assert _found(d, "a", 7)
     # The other workspace serves and indexes as before.
     assert _found(d, "b", 3)
-    (b / "memory/2026-07-01/late.md").write_text("# Late\n\nmarker99999 in b\n")
+    (b / "memory/2026-07-01/late.md").write_text(f"# Late\n\n{marker(99999)} in b\n")
     d.call("index.sync", {"agent_id": "b"}, timeout=120)
-    hits = d.call("memory.search", {"agent_id": "b", "query": "marker99999"})["results"]
+    hits = d.call("memory.search", {"agent_id": "b", "query": marker(99999)})["results"]
     assert [h["path"] for h in hits] == ["memory/2026-07-01/late.md"]
     # Memory again: the watcher's retry indexes the rest of a.
     trigger.unlink()
@@ -118,8 +119,8 @@ def test_a_daemon_lists_the_notes_it_cannot_read_until_they_read_or_go(
     d.call("index.sync", {"agent_id": "w"}, timeout=60)
     assert _index_status(d, "w")["unreadable"] == 0
     trigger.touch()
-    (root / edited).write_text("# Note 7\n\nmarker7 rewritten with freshword\n")
-    (root / new).write_text("# Note 90\n\nmarker90 never read\n")
+    (root / edited).write_text(f"# Note 7\n\n{marker(7)} rewritten with freshword\n")
+    (root / new).write_text(f"# Note 90\n\n{marker(90)} never read\n")
     for rel in others:
         (root / rel).write_text("# Another\n\nnever read either\n")
     d.call("index.sync", {"agent_id": "w"}, timeout=60)
@@ -151,7 +152,7 @@ def test_a_daemon_lists_the_notes_it_cannot_read_until_they_read_or_go(
     # Readable again (the next change to it is read): indexed, and health has no reason
     # of it left.
     trigger.unlink()
-    (root / edited).write_text("# Note 7\n\nmarker7 rewritten with freshword again\n")
+    (root / edited).write_text(f"# Note 7\n\n{marker(7)} rewritten with freshword again\n")
     d.call("index.sync", {"agent_id": "w"}, timeout=60)
     assert _index_status(d, "w")["unreadable"] == 0
     hits = d.call("memory.search", {"agent_id": "w", "query": "freshword"})["results"]

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from markers import marker
 from pass_notes import ADDED, BAD_AT, BEFORE, _write
 from watcher_harness import eventually
 
@@ -95,8 +96,8 @@ def _unsearchable(index: WorkspaceIndex) -> list[str]:
     missing = []
     state = index.state
     for path, info in state.files.items():
-        marker = f"marker{int(path.rsplit('/n', 1)[1][:-3])}"
-        if [k for k, _ in state.keyword_search(marker, 5)] != list(info.keys):
+        word = marker(int(path.rsplit('/n', 1)[1][:-3]))
+        if [k for k, _ in state.keyword_search(word, 5)] != list(info.keys):
             missing.append(path)
     return sorted(missing)
 
@@ -159,7 +160,7 @@ async def test_a_note_that_cannot_be_read_holds_back_no_other(
         assert index.status()["unreadable_paths"] == [rels[100]]
         # An indexed note changed on disk and unreadable now: its last version stays.
         edited = root / rels[5]
-        edited.write_text("# Note 5\n\nmarker5 rewritten with newword\n", encoding="utf-8")
+        edited.write_text(f"# Note 5\n\n{marker(5)} rewritten with newword\n", encoding="utf-8")
         unreadable.add(rels[5].rsplit("/", 1)[-1])
         await index.watcher.reconcile("an edit that cannot be read")
         assert rels[5] in index.state.files and _unsearchable(index) == []

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from markers import marker
 from pass_notes import _write
 
 from recalld.daemon.index import bm25, postings
@@ -34,7 +35,7 @@ def test_a_pass_whose_staged_documents_cannot_be_merged_leaves_their_files_out(
     assert sorted(state.files) == first and not state.bm25.staged
     keys = {k for info in state.files.values() for k in info.keys}
     assert set(state.chunks.live) == keys == set(state.bm25.live)
-    assert [k for k, _ in state.keyword_search("marker7", 5)] == list(
+    assert [k for k, _ in state.keyword_search(marker(7), 5)] == list(
         state.files[first[7]].keys)
     # Dropped for good: a later compaction (the merge working again) takes nothing of
     # them into main.
@@ -42,7 +43,7 @@ def test_a_pass_whose_staged_documents_cannot_be_merged_leaves_their_files_out(
     state.bm25.compact()
     after = state.bm25.stats()
     assert after["docs"] == after["main_rows"] == len(keys) and after["delta_docs"] == 0
-    assert not state.keyword_search("marker107", 5)
+    assert not state.keyword_search(marker(107), 5)
 
 
 def test_an_apply_that_raises_part_way_leaves_out_the_files_it_made(
@@ -68,7 +69,7 @@ def test_an_apply_that_raises_part_way_leaves_out_the_files_it_made(
     monkeypatch.undo()
     state.apply([batch])
     assert len(state.files) == 200
-    assert [k for k, _ in state.keyword_search("marker150", 5)] == list(
+    assert [k for k, _ in state.keyword_search(marker(150), 5)] == list(
         state.files[more[50]].keys)
 
 
@@ -96,7 +97,7 @@ def test_a_small_apply_that_raises_in_the_delta_leaves_no_keyword_document_behin
     before = state.bm25.stats()
     more = _write(tmp_path, 100, 5)
     for i, rel in enumerate(more):  # a few terms each, so "part way" is inside a note
-        (tmp_path / rel).write_text(f"# Note {100 + i}\n\nmarker{100 + i} shared words\n",
+        (tmp_path / rel).write_text(f"# Note {100 + i}\n\n{marker(100 + i)} shared words\n",
                                     encoding="utf-8")
     batch = prepare_files(tmp_path, more, max_chars=2000, digests={})
     real = postings.Slab.counts
@@ -117,7 +118,7 @@ def test_a_small_apply_that_raises_in_the_delta_leaves_no_keyword_document_behin
     assert state.keyword_search("shared", 5) == []
     monkeypatch.undo()
     state.apply([batch])
-    assert [state.chunks[k].path for k, _ in state.keyword_search("marker103", 5)] == [more[3]]
+    assert [state.chunks[k].path for k, _ in state.keyword_search(marker(103), 5)] == [more[3]]
     assert len(state.keyword_search("shared", 10)) == 5
 
 
@@ -149,7 +150,7 @@ def test_a_compaction_that_runs_out_of_memory_after_a_small_apply_changes_nothin
     assert state.bm25.stats()["delta_docs"] == bm25.DELTA_MIN_DOCS + 1  # not compacted
     keys = {k for info in state.files.values() for k in info.keys}
     assert set(state.chunks.live) == keys == set(state.bm25.live)
-    assert [k for k, _ in state.keyword_search(f"marker{i}", 5)] == list(
+    assert [k for k, _ in state.keyword_search(marker(i), 5)] == list(
         state.files[last[0]].keys)
     # (When the compaction is tried again: the next test.)
 
@@ -164,7 +165,7 @@ def test_a_compaction_that_runs_out_of_memory_after_a_removal_changes_nothing(
         (tmp_path / rel).unlink()
     state.apply([prepare_files(tmp_path, rels[:25], max_chars=2000, digests={})])
     assert state.bm25.stats()["dead_rows"] == 25  # one more and it compacts
-    (tmp_path / rels[50]).write_text("# Note 50\n\nmarker50 edited\n", encoding="utf-8")
+    (tmp_path / rels[50]).write_text(f"# Note 50\n\n{marker(50)} edited\n", encoding="utf-8")
     monkeypatch.setattr(postings, "merge", _no_merge)
     state.apply([prepare_files(tmp_path, [rels[50]], max_chars=2000,
                                digests={rels[50]: None})])
@@ -180,7 +181,7 @@ def test_a_compaction_that_runs_out_of_memory_after_the_postings_merge_changes_n
     rels = _write(tmp_path, 0, 300)
     state = IndexState()
     state.apply([prepare_files(tmp_path, rels, max_chars=2000, digests={})])
-    (tmp_path / rels[0]).unlink()  # marker0, its only term, goes at the next merge
+    (tmp_path / rels[0]).unlink()  # its marker, its only term, goes at the next merge
     state.apply([prepare_files(tmp_path, rels[:1], max_chars=2000, digests={})])
 
     def term_table(*args: object, **kwargs: object) -> object:
@@ -195,7 +196,7 @@ def test_a_compaction_that_runs_out_of_memory_after_the_postings_merge_changes_n
     assert set(state.chunks.live) == keys == set(state.bm25.live)
     for i in (1, 150, 300, 300 + bm25.DELTA_MIN_DOCS):
         rel = rels[i] if i < 300 else added[i - 300]
-        assert [k for k, _ in state.keyword_search(f"marker{i}", 5)] == list(
+        assert [k for k, _ in state.keyword_search(marker(i), 5)] == list(
             state.files[rel].keys), i
     # Until there is twice as much to do, no write tries the compaction again.
     attempts = []
@@ -214,5 +215,5 @@ def test_a_compaction_that_runs_out_of_memory_after_the_postings_merge_changes_n
     for rel in _write(tmp_path, 1100, bm25.DELTA_MIN_DOCS + 1):
         state.apply([prepare_files(tmp_path, [rel], max_chars=2000, digests={})])
     assert state.bm25.stats()["merges"] == 2, state.bm25.stats()  # compacted again
-    assert [k for k, _ in state.keyword_search("marker1010", 5)] == list(
+    assert [k for k, _ in state.keyword_search(marker(1010), 5)] == list(
         state.files[more[10]].keys)

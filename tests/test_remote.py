@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from clirun import run_recalld
 from conftest import DaemonFactory, DaemonHandle
+from markers import marker
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from waits import wait_for
 
@@ -261,12 +262,12 @@ def test_offline_keeps_serving_then_converges(daemon_factory: DaemonFactory,
             wait_for(lambda d=d: remote_status(d)["state"] == "offline", what="offline")
         # Both keep serving and accepting writes; the outbox holds them.
         for i in range(3):
-            write(a, f"memory/2026-07-21/a{i}.md", f"# A{i}\noffline note alpaca{i}\n")
-            write(b, f"memory/2026-07-21/b{i}.md", f"# B{i}\noffline note bison{i}\n")
+            write(a, f"memory/2026-07-21/a{i}.md", f"# A{i}\noffline note {marker(i, 'alpaca')}\n")
+            write(b, f"memory/2026-07-21/b{i}.md", f"# B{i}\noffline note {marker(i, 'bison')}\n")
         (root(b) / "memory/2026-07-20/base.md").unlink()
         b.call("memory.add_note", {"agent_id": "default", "content": "added through rpc ibex",
                                    "name": "rpcnote"})
-        assert search_paths(a, "alpaca1") == ["memory/2026-07-21/a1.md"]
+        assert search_paths(a, marker(1, "alpaca")) == ["memory/2026-07-21/a1.md"]
         assert search_paths(b, "ibex")
         wait_for(lambda: remote_status(a)["outbox"] == 3, what="a's queue")
         wait_for(lambda: remote_status(b)["outbox"] == 5, what="b's queue")
@@ -274,7 +275,7 @@ def test_offline_keeps_serving_then_converges(daemon_factory: DaemonFactory,
         # the one that goes up first and the latest.
         outbox = root(a) / "mem_metadata/remote/outbox.log"
         for i in range(6):
-            text = f"# A0\noffline note alpaca0 saved {i} times\n"
+            text = f"# A0\noffline note {marker(0, 'alpaca')} saved {i} times\n"
             write(a, "memory/2026-07-21/a0.md", text)
             queued = base64.b64encode(text.encode()).decode()
             wait_for(lambda q=queued: q in outbox.read_text(), what=f"save {i} queued")
@@ -297,10 +298,10 @@ def test_offline_keeps_serving_then_converges(daemon_factory: DaemonFactory,
     assert {f"memory/2026-07-21/a{i}.md" for i in range(3)} <= files.keys()
     assert {f"memory/2026-07-21/b{i}.md" for i in range(3)} <= files.keys()
     assert any(p.endswith("rpcnote.md") for p in files)
-    wait_for(lambda: search_paths(a, "bison2") == ["memory/2026-07-21/b2.md"])
-    wait_for(lambda: search_paths(b, "alpaca0") == ["memory/2026-07-21/a0.md"])
+    wait_for(lambda: search_paths(a, marker(2, "bison")) == ["memory/2026-07-21/b2.md"])
+    wait_for(lambda: search_paths(b, marker(0, "alpaca")) == ["memory/2026-07-21/a0.md"])
     assert (root(b) / "memory/2026-07-21/a0.md").read_text() == (
-        "# A0\noffline note alpaca0 saved 5 times\n")
+        f"# A0\noffline note {marker(0, 'alpaca')} saved 5 times\n")
     assert changes_of(pg_server, name, "memory/2026-07-21/a0.md") == 2
 
 
@@ -336,7 +337,8 @@ def test_kill_during_upload_and_catch_up_changes_nothing(
     b.stop()
     n = 400
     for i in range(n):
-        write(a, f"memory/2026-07-{10 + i % 20:02d}/n{i}.md", f"# N{i}\nbulk note {i} yak{i}\n")
+        text = f"# N{i}\nbulk note {i} {marker(i, 'yak')}\n"
+        write(a, f"memory/2026-07-{10 + i % 20:02d}/n{i}.md", text)
     # kill -9 while uploading, then again at once after the restart.
     wait_for(lambda: remote_status(a)["uploaded"] > 20, what="a uploading")
     a.kill()
@@ -366,7 +368,7 @@ def test_kill_during_upload_and_catch_up_changes_nothing(
     # Nothing b received went back up as a change of its own.
     assert changes_by(pg_server, name, "hostb") == (0, 0)
     assert remote_status(b)["conflicts"] == 0
-    wait_for(lambda: search_paths(b, "yak399") == ["memory/2026-07-29/n399.md"])
+    wait_for(lambda: search_paths(b, marker(399, "yak")) == ["memory/2026-07-29/n399.md"])
 
 
 def finished_job(d: DaemonHandle, kind: str) -> dict[str, Any]:
@@ -424,7 +426,7 @@ def test_each_text_is_embedded_once_for_all_hosts(daemon_factory: DaemonFactory,
         # Written on both hosts at once, so both index (and want vectors) concurrently.
         for i in range(n):
             write(a if i % 2 else b, f"memory/2026-07-{1 + i % 28:02d}/v{i}.md",
-                  f"# V{i}\nshared vector note marker{i} end\n")
+                  f"# V{i}\nshared vector note {marker(i)} end\n")
 
         def done(d: DaemonHandle) -> bool:
             v = vectors_of(d)
@@ -440,7 +442,7 @@ def test_each_text_is_embedded_once_for_all_hosts(daemon_factory: DaemonFactory,
         assert max(ours.values()) == 1, [t for t, c in ours.items() if c > 1][:5]
         shared = remote_status(a)["vectors"]["shared"] + remote_status(b)["vectors"]["shared"]
         assert shared >= n, (remote_status(a)["vectors"], remote_status(b)["vectors"])
-        res = b.call("memory.search", {"agent_id": "default", "query": "marker7", "sync": True})
+        res = b.call("memory.search", {"agent_id": "default", "query": marker(7), "sync": True})
         assert res["mode"] == "hybrid"
 
 

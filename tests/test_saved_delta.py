@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from markers import marker
 from waits import until
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
@@ -25,7 +26,7 @@ def _note(root: Path, i: int, words: str) -> str:
     rel = f"memory/2026-07-01/n{i:03d}.md"
     path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"# Note {i}\n\nmarker{i} {words}\n", encoding="utf-8")
+    path.write_text(f"# Note {i}\n\n{marker(i)} {words}\n", encoding="utf-8")
     return rel
 
 
@@ -96,7 +97,7 @@ async def test_a_start_searches_the_saved_delta_and_makes_its_dicts_later(
         form = bm25.delta.saved_form
         assert form is not None
         assert await _paths(index, "second") == _names(0, 1, 2, 3, 4, 100, 101, 102)
-        assert await _paths(index, "marker3") == _names(3)
+        assert await _paths(index, marker(3)) == _names(3)
         assert len(await _paths(index, "first")) == MAIN_NOTES - 5
         assert bm25.delta.saved_form is form  # the searches read it as saved
         if first == "a write":
@@ -120,7 +121,7 @@ async def test_a_start_searches_the_saved_delta_and_makes_its_dicts_later(
         (root / _names(101)[0]).unlink()
         await index.sync()
         assert await _paths(index, "fourth") == _names(0, 50)
-        assert await _paths(index, "marker101") == []
+        assert await _paths(index, marker(101)) == []
         await _committed(index)
         nursery.cancel_scope.cancel()
     # The next start reads what this one saved.

@@ -49,6 +49,22 @@ def test_identifiers_whole_and_parts(text: str, whole: str, parts: list[str]) ->
     assert whole in tokenize_query(text)
 
 
+@pytest.mark.parametrize(("word", "name"), [("python3", "python"), ("wombat17", "wombat"),
+                                            ("Windows11", "windows"), ("BRCA1", "brca"),
+                                            ("node18", "node"), ("Ubuntu2204", "ubuntu")])
+def test_a_name_with_a_number_glued_on_is_the_name_too(word: str, name: str) -> None:
+    # `python` found no note that says only `python3`; the whole word stays a term of its
+    # own, so a query for it ranks its notes above the name's other numbers.
+    toks = tokenize(f"we moved to {word} last week")
+    assert tokenize_query(word)[0] in toks and tokenize_query(name)[0] in toks
+    assert tokenize_query(word)[0] not in tokenize(f"we moved to {name} last week")
+
+
+@pytest.mark.parametrize("word", ["k8s", "v2", "mp3", "log4j", "p53", "2024", "the2"])
+def test_short_names_and_numbers_inside_words_have_no_name_part(word: str) -> None:
+    assert tokenize(word) == tokenize_query(word)[:1]
+
+
 def test_error_names_stay_exact() -> None:
     toks = tokenize("connect failed: ECONNREFUSED")
     assert len(toks) == 3 and toks[:2] == ["connect", "fail"]
@@ -88,7 +104,7 @@ def test_mixed_chinese_english_identifier() -> None:
 
 
 def test_nfkc_full_width_and_case_folding() -> None:
-    assert tokenize("ＡＢＣ１２３") == tokenize("abc123") == ["abc123"]
+    assert tokenize("ＡＢＣ１２３") == tokenize("abc123") == ["abc123", "abc"]
     assert tokenize("Straße") == tokenize("STRASSE")
     # Half-width katakana fold to the full-width forms.
     assert tokenize("ｶﾀｶﾅ") == tokenize("カタカナ")

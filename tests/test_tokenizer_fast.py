@@ -24,6 +24,8 @@ _ALNUM = rf"[^\W_{_CJK}]"
 # (a Myanmar vowel sign after a Latin word starts a run of its own).
 _MARK = rf"(?:(?![{_CJK}])[{MARKS}])"
 _RUN = rf"{_ALNUM}+(?:{_MARK}+{_ALNUM}*)*"
+# A name of three or more Latin letters with a number glued on (``node18``).
+_NAME_NUMBER = re.compile("([a-zA-Z]{3,})([0-9]+)")
 _TOKEN_RE = re.compile(
     rf"([{_CJK}]+)|({_RUN}(?:(?:_*[.\-/]|_+|::){_RUN})*(?:\+\+|[#+](?!{_ALNUM}))?)")
 
@@ -41,6 +43,8 @@ def reference_split(text: str) -> tuple[list[str], list[str]]:
     for word in words:
         if not tokenizer._is_plain(word):
             tokenizer._parts(tokenizer.fold(word), out)
+        elif (named := _NAME_NUMBER.fullmatch(word)) and named[1].lower() not in STOPWORDS:
+            out.append(tokenizer._stem(named[1].lower()))  # python3 is python too
     return out, runs
 
 
@@ -56,7 +60,7 @@ _PIECE = st.sampled_from([
     "e\u0301", "q\u0303", "कि", "\u093f", "ที่", "مُ", "ß", "İ", "ﬃ", "😀", "🔑",
     "👍🏽", "🇨🇭", "❤\ufe0f", "👨\u200d👩", "✅", "x" * 300, "\u00ad", "\u200d", "\u2060",
     "\ufeff", "Ά", "ё", "שָׁ", "Łódź",
-    "Ab" * 200, "9" * 50,
+    "Ab" * 200, "9" * 50, "python3", "BRCA1", "Windows11", "the2", "k8s", "mp3", "ÀBC1",
 ])
 _TEXT = st.lists(_PIECE | st.text(max_size=6), max_size=30).map("".join)
 

@@ -63,9 +63,10 @@ from __future__ import annotations
 # and fingerprints, structured keys and key-file paths, user names after "login", pinned
 # versions and settings after a credential word are left alone; Airtable, Tencent Cloud,
 # Baidu Qianfan, Zhipu AI and Asana keys, a credential given in parts and a password to
-# log in with given in prose are masked.
+# log in with given in prose are masked; 37: a name with a number glued on (``python3``,
+# ``node18``, ``BRCA1``) is indexed under the name too (``tokenizer._word_parts``).
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 36
+CHUNKING = 37
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
 # generation saved under other rules has its graph's edges to no note resolved again after
 # a load, and every note read again by the startup reconcile (2 on). 1: as Obsidian

@@ -17,6 +17,9 @@ display is one word):
   an exact query and a query for one part find them; a path (``src/app/config.toml``) also
   gives its compound names whole (``config.toml``), a dotted name its compound keys
   (``max_age`` of ``cache.max_age``).
+- A name of three or more Latin letters with a number glued on (``python3``, ``Windows11``,
+  ``BRCA1``) whole, plus the name: a query for ``python`` finds it, and one for ``python3``
+  ranks the notes holding it first. SciFact nDCG@10 0.6878 without the name, 0.6976 with it.
 - Emoji and pictographs (``🚀``, ``✅``, a flag), one term each.
 - CJK runs (Han, kana, hangul, and the scripts written without spaces between words: Thai,
   Lao, Khmer, Myanmar) as overlapping character bigrams plus single characters. The query
@@ -100,6 +103,8 @@ _CONNECTOR_RE: Final = re.compile(r"[._\-/+#:]+")
 _EMOJI: Final = "[\u231a-\u2bff\U0001f000-\U0001faff]"
 _TONES: Final = frozenset(map(chr, range(0x1F3FB, 0x1F400)))
 # camelCase / PascalCase / HTTPServer / IPv6 pieces.
+# A name of at least three letters with a number glued on (``node18``): the name is a part.
+_NAME_NUMBER: Final = re.compile(r"([A-Za-z]{3,})[0-9]+")
 _CAMEL_RE: Final = re.compile(r"[A-Z]+(?=[A-Z][a-z]{2})|[A-Z]?[a-z]+|[A-Z]+|[0-9]+|[^\W_]+")
 
 # A short list: the words that carry no topic in notes and questions. Measured on SciFact and
@@ -356,9 +361,14 @@ def _whole(word: str) -> str:
 
 
 def _word_parts(word: str) -> tuple[str, ...]:
-    """The terms of a word's parts (none for a plain word)."""
+    """The terms of a word's parts (none for a plain word but a name with a number glued
+    on: ``python3``, ``Windows11``, ``BRCA1`` are also ``python``, ``window``, ``brca``)."""
     if (word.islower() and word.isalnum()) or _is_plain(word):
-        return ()
+        named = _NAME_NUMBER.fullmatch(word)
+        if named is None:
+            return ()
+        name = named.group(1).casefold()
+        return () if name in STOPWORDS else (_stem(name),)
     word = fold(word)
     out: list[str] = []
     _parts(word, out)
