@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,27 @@ def write_reme_store(ws: Path, rel: str, chunks: list[ReMeChunk],
     store.write_bytes(zstandard.ZstdCompressor().compress(lines))
 
 
+
+@contextlib.contextmanager
+def reme_reused(daemon_factory: Any, tmp_path: Path, rel: str, text: str,
+                reme: list[ReMeChunk]) -> Iterator[tuple[Path, Any, FakeProvider]]:
+    """``text`` at ``rel`` beside ReMe's chunks ``reme``, served by a daemon that reused
+    every one of ReMe's vectors and sent no text to embed: (the workspace, the daemon,
+    the provider); the daemon stops cleanly after."""
+    ws = tmp_path / "ws"
+    (ws / rel).parent.mkdir(parents=True)
+    (ws / rel).write_text(text, "utf-8")
+    write_reme_store(ws, rel, reme)
+    with FakeProvider(dims=DIMS) as fake:
+        d = open_daemon(daemon_factory, ws, fake)
+        d.call("index.sync", {"agent_id": "w"})
+        wait_value(lambda: vectors(d),
+                   lambda st: st["total"] == len(reme) and st["coverage"] == 1.0,
+                   f"ReMe's {len(reme)} vector(s)")
+        assert passage_texts(fake) == []
+        yield ws, d, fake
+        assert d.stop() == 0
+
 def open_daemon(daemon_factory: Any, ws: Path, fake: FakeProvider) -> Any:
     return daemon_factory(
         f'[workspaces.w]\npath = "{ws}"\nembedding_model_config = {{backend = "openai", '
@@ -72,16 +95,7 @@ def test_an_edited_sentence_costs_only_its_stretch(daemon_factory: Any, tmp_path
     rel = "memory/2026-07-02/trip.md"
     text, reme = trip_note(20)
     assert len(reme) == 10
-    ws = tmp_path / "ws"
-    (ws / rel).parent.mkdir(parents=True)
-    (ws / rel).write_text(text, "utf-8")
-    write_reme_store(ws, rel, reme)
-    with FakeProvider(dims=DIMS) as fake:
-        d = open_daemon(daemon_factory, ws, fake)
-        d.call("index.sync", {"agent_id": "w"})
-        wait_value(lambda: vectors(d), lambda st: st["total"] == 10 and st["coverage"] == 1.0,
-                   "ReMe's ten vectors")
-        assert passage_texts(fake) == []
+    with reme_reused(daemon_factory, tmp_path, rel, text, reme) as (ws, d, fake):
         edited = text.replace("Leg 7 paragraph 2 sentence 5 about the route",
                               "Leg 7 paragraph 2 sentence 5 about the detour", 1)
         (ws / rel).write_text(edited, "utf-8")
@@ -103,7 +117,6 @@ def test_an_edited_sentence_costs_only_its_stretch(daemon_factory: Any, tmp_path
         res = d.call("memory.search", {"agent_id": "w", "query": "detour"})
         assert res["results"][0]["path"] == rel
         assert "detour" in res["results"][0]["text"]
-        assert d.stop() == 0
 
 
 def test_words_cut_at_either_end_of_a_chunk_are_an_edit() -> None:
@@ -232,17 +245,8 @@ def test_character_references_are_read_as_remes_renderer_writes_them(
     assert still_says(rel, text, reme)
     for was, now in (("&copy;", "&reg;"), ("&#8364;", "&#36;"), ("&#8364;", "EUR")):
         assert not still_says(rel, text.replace(was, now, 1), reme), now
-    ws = tmp_path / "ws"
-    (ws / rel).parent.mkdir(parents=True)
-    (ws / rel).write_text(text, "utf-8")
-    write_reme_store(ws, rel, reme)
-    with FakeProvider(dims=DIMS) as fake:
-        d = open_daemon(daemon_factory, ws, fake)
-        d.call("index.sync", {"agent_id": "w"})
-        wait_value(lambda: vectors(d), lambda st: st["total"] == 1 and st["coverage"] == 1.0,
-                   "ReMe's vector")
-        assert passage_texts(fake) == []
-        assert d.stop() == 0
+    with reme_reused(daemon_factory, tmp_path, rel, text, reme):
+        pass  # ReMe's one vector reused, nothing embedded
 
 
 def split_table() -> tuple[str, str, list[ReMeChunk]]:
@@ -267,20 +271,10 @@ def test_the_header_rows_of_a_table_reme_split_are_not_paid_again(
     rel, text, reme = split_table()
     got = adopt_chunks(rel, text, reme)
     assert got is not None and [c.text for c in got] == [c.text for c in reme]
-    ws = tmp_path / "ws"
-    (ws / rel).parent.mkdir(parents=True)
-    (ws / rel).write_text(text, "utf-8")
-    write_reme_store(ws, rel, reme)
-    with FakeProvider(dims=DIMS) as fake:
-        d = open_daemon(daemon_factory, ws, fake)
-        d.call("index.sync", {"agent_id": "w"})
-        wait_value(lambda: vectors(d), lambda st: st["total"] == 5 and st["coverage"] == 1.0,
-                   "ReMe's five vectors")
-        assert passage_texts(fake) == []
+    assert len(reme) == 5
+    with reme_reused(daemon_factory, tmp_path, rel, text, reme) as (_, d, _fake):
         res = d.call("memory.search", {"agent_id": "w", "query": "host-9 disk"})
         assert "host-9 " in res["results"][0]["text"]
-        assert d.stop() == 0
-
 
 
 def test_a_heading_renamed_or_a_header_row_edited_is_an_edit_of_the_parts() -> None:
@@ -305,17 +299,8 @@ def test_a_note_reme_cut_by_bytes_keeps_its_chunk_when_it_ends_on_blank_lines(
     reme = [ReMeChunk(1, n, text)]
     assert still_says(rel, text, reme)
     assert not still_says(rel, text.replace("h77.", "h78."), reme)
-    ws = tmp_path / "ws"
-    (ws / rel).parent.mkdir(parents=True)
-    (ws / rel).write_text(text, "utf-8")
-    write_reme_store(ws, rel, reme)
-    with FakeProvider(dims=DIMS) as fake:
-        d = open_daemon(daemon_factory, ws, fake)
-        d.call("index.sync", {"agent_id": "w"})
-        wait_value(lambda: vectors(d), lambda st: st["total"] == 1 and st["coverage"] == 1.0,
-                   "ReMe's vector")
-        assert passage_texts(fake) == []
+    assert len(reme) == 1
+    with reme_reused(daemon_factory, tmp_path, rel, text, reme) as (ws, d, fake):
         (ws / rel).write_text(text.replace("h77.", "h78."), "utf-8")
         d.call("index.sync", {"agent_id": "w"})
         wait_for(lambda: any("h78" in t for t in passage_texts(fake)), "the edit embedded")
-        assert d.stop() == 0
