@@ -7,9 +7,9 @@ from __future__ import annotations
 import collections
 import socket
 import sys
-from collections.abc import Coroutine
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import sniffio
@@ -112,7 +112,7 @@ def current_loop() -> object:
     return asyncio.get_running_loop()
 
 
-async def to_the_end(work: Coroutine[Any, Any, None]) -> None:
+async def to_the_end(work: Awaitable[None]) -> None:
     """Await ``work`` to its end even if the caller is cancelled meanwhile, then let the
     cancellation through (a request half sent would garble the next one on the shared
     connection). anyio's shield keeps anyio's and trio's cancellations out, but asyncio

@@ -407,8 +407,8 @@ def _active_job(job: JobInfo) -> str:
     how long, so that one stuck (a provider that never answers) shows as such."""
     state = job.get("state")
     text = f"{job.get('kind')} {state}"
-    progress: Mapping[str, Any] = job.get("progress", {})
-    done, total = progress.get("done"), progress.get("total")
+    progress = job.get("progress")
+    done, total = (progress.get("done"), progress.get("total")) if progress else (None, None)
     if isinstance(done, int) and isinstance(total, int) and total > 0:
         text += f" {done}/{total}"
     since = job.get("started_at") if state == "running" else job.get("submitted_at")
