@@ -60,6 +60,14 @@ def make(wall: FakeWallClock, tmp_path: Path | None = None, seed: int = 1,
                          run_sync=inline), jobs
 
 
+def nightly(wall: FakeWallClock, tmp_path: Path | None = None, seed: int = 1,
+            ) -> tuple[CronScheduler, Jobs]:
+    """:func:`make`'s scheduler with agent ``a``'s dream at 23:00 UTC every night."""
+    scheduler, jobs = make(wall, tmp_path, seed)
+    scheduler.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    return scheduler, jobs
+
+
 async def inline(fn: Callable[..., Any], *args: Any) -> Any:
     # The autojump clock jumps while a real thread runs: keep state I/O in this thread.
     await trio.lowlevel.checkpoint()
@@ -180,8 +188,7 @@ async def test_jitter_spreads_within_bounds_over_seeds(autojump_clock: object) -
     delays = []
     for seed in range(40):
         wall = FakeWallClock(utc(2026, 7, 1, 22, 59))
-        scheduler, jobs = make(wall, seed=seed)
-        scheduler.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+        scheduler, jobs = nightly(wall, seed=seed)
         async with running(scheduler):
             await advance_wall(wall, utc(2026, 7, 1, 23, 2))
         assert len(jobs.calls) == 1
@@ -251,8 +258,7 @@ async def test_fall_back_in_the_running_service(autojump_clock: object) -> None:
 
 async def test_wall_clock_jumps(autojump_clock: object) -> None:
     wall = FakeWallClock(utc(2026, 7, 1, 20))
-    scheduler, jobs = make(wall)
-    scheduler.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    scheduler, jobs = nightly(wall)
     async with running(scheduler):
         await trio.sleep(60)
         # Forward over the occurrence (NTP step or suspend): it runs once, late.
@@ -277,8 +283,7 @@ async def test_a_clock_set_back_shows_and_keeps_the_occurrences_it_already_fired
     autojump_clock: object,
 ) -> None:
     wall = FakeWallClock(utc(2026, 7, 1, 22))
-    scheduler, jobs = make(wall)
-    scheduler.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    scheduler, jobs = nightly(wall)
     async with running(scheduler):
         await advance_wall(wall, utc(2026, 7, 2, 0))
         # Back 25 hours (a clock read in the wrong zone): the night of July 1 is skipped
@@ -297,8 +302,7 @@ async def test_an_occurrence_fired_by_a_clock_years_ahead_does_not_silence_the_e
     its night; set right, its entry kept waiting for that night to come again, while
     status showed the next night as due."""
     wall = FakeWallClock(utc(2036, 3, 1, 22))
-    first, jobs1 = make(wall, tmp_path)
-    first.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    first, jobs1 = nightly(wall, tmp_path)
     async with running(first):
         await advance_wall(wall, utc(2036, 3, 1, 23, 5))
         assert jobs1.occurrences() == [utc(2036, 3, 1, 23)]
@@ -307,8 +311,7 @@ async def test_an_occurrence_fired_by_a_clock_years_ahead_does_not_silence_the_e
             await advance_wall(wall, utc(2026, 7, 1, 23, 5))
     if restart:
         wall.jump(utc(2026, 7, 1, 12) - wall.now())
-        second, jobs2 = make(wall, tmp_path)
-        second.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+        second, jobs2 = nightly(wall, tmp_path)
         async with running(second):
             await trio.sleep(60)
             # Not a catch-up of the nights "missed" up to the wrong clock's night.
@@ -325,13 +328,11 @@ async def test_a_start_before_the_network_time_repeats_no_night(
     # A machine with no clock of its own starts in 1970, and the network time comes a few
     # minutes later: the night fired before the reboot does not fire again.
     wall = FakeWallClock(utc(2026, 7, 1, 22))
-    first, jobs1 = make(wall, tmp_path)
-    first.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    first, jobs1 = nightly(wall, tmp_path)
     async with running(first):
         await advance_wall(wall, utc(2026, 7, 1, 23, 5))
     wall.jump(utc(1970, 1, 1, 0, 0) - wall.now())
-    second, jobs2 = make(wall, tmp_path)
-    second.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    second, jobs2 = nightly(wall, tmp_path)
     async with running(second):
         await trio.sleep(300)
         wall.jump(utc(2026, 7, 2, 8) - wall.now())
@@ -344,23 +345,20 @@ async def test_restart_does_not_repeat_and_catches_up_once(
     tmp_path: Path, autojump_clock: object
 ) -> None:
     wall = FakeWallClock(utc(2026, 7, 1, 22))
-    first, jobs1 = make(wall, tmp_path)
-    first.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    first, jobs1 = nightly(wall, tmp_path)
     async with running(first):
         await advance_wall(wall, utc(2026, 7, 1, 23, 5))
     assert jobs1.occurrences() == [utc(2026, 7, 1, 23)]
 
     # Restarted right after: the finished occurrence is not run again.
-    second, jobs2 = make(wall, tmp_path)
-    second.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    second, jobs2 = nightly(wall, tmp_path)
     async with running(second):
         await advance_wall(wall, utc(2026, 7, 2, 22))
     assert jobs2.calls == []
 
     # Down across three occurrences: one catch-up run at start, then the normal series.
     wall.jump(timedelta(days=3))
-    third, jobs3 = make(wall, tmp_path)
-    third.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    third, jobs3 = nightly(wall, tmp_path)
     async with running(third):
         await trio.sleep(120)
         assert jobs3.occurrences() == [utc(2026, 7, 4, 23)]
@@ -381,8 +379,7 @@ async def test_a_zone_named_otherwise_after_a_restart_keeps_the_missed_night(
         await advance_wall(wall, utc(2026, 7, 1, 23, 5))
     assert jobs1.occurrences() == [utc(2026, 7, 1, 23)]
     wall.jump(timedelta(days=1))  # down over the night of July 2
-    second, jobs2 = make(wall, tmp_path)
-    second.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    second, jobs2 = nightly(wall, tmp_path)
     async with running(second):
         await trio.sleep(120)
         assert jobs2.occurrences() == [utc(2026, 7, 2, 23)]  # once, at the start
@@ -399,13 +396,11 @@ async def test_restart_during_the_jitter_delay_fires_once(
     tmp_path: Path, autojump_clock: object
 ) -> None:
     wall = FakeWallClock(utc(2026, 7, 1, 22, 50))
-    first, jobs1 = make(wall, tmp_path)
-    first.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    first, jobs1 = nightly(wall, tmp_path)
     async with running(first):
         # Seed 1 draws a delay of about 8 s: stop one second into it.
         await advance_wall(wall, utc(2026, 7, 1, 23, 0, 1))
-    second, jobs2 = make(wall, tmp_path, seed=7)
-    second.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    second, jobs2 = nightly(wall, tmp_path, seed=7)
     async with running(second):
         await advance_wall(wall, utc(2026, 7, 2, 12))
     assert jobs1.calls == []  # cut short inside its delay: not recorded as fired
@@ -433,8 +428,7 @@ async def test_new_entries_do_not_catch_up_and_disable_forgets(
 
 async def test_busy_job_counts_as_fired(autojump_clock: object) -> None:
     wall = FakeWallClock(utc(2026, 7, 1, 22))
-    scheduler, jobs = make(wall)
-    scheduler.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    scheduler, jobs = nightly(wall)
     jobs.refuse = True  # the previous dream is still running
     async with running(scheduler):
         await advance_wall(wall, utc(2026, 7, 2, 12))
@@ -448,8 +442,7 @@ async def test_state_file_garbage_starts_afresh(tmp_path: Path, autojump_clock: 
     path = tmp_path / "state" / "scheduler.json"
     path.parent.mkdir()
     path.write_bytes(b"\x00{not json")
-    scheduler, jobs = make(wall, tmp_path)
-    scheduler.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    scheduler, jobs = nightly(wall, tmp_path)
     async with running(scheduler):
         await trio.sleep(60)
     assert jobs.calls == []  # no catch-up from a state it cannot read
@@ -468,8 +461,7 @@ async def test_a_state_file_that_is_no_file_is_set_aside(tmp_path: Path, shape: 
         (path / "inner").mkdir(parents=True)
     else:
         os.mkfifo(path)
-    scheduler, _ = make(wall, tmp_path)
-    scheduler.schedule("a", "auto_dream", "0 23 * * *", tz="UTC")
+    scheduler, _ = nightly(wall, tmp_path)
     async with running(scheduler):
         await trio.sleep(60)
     assert path.is_file() and b"auto_dream" in path.read_bytes()
