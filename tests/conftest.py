@@ -365,6 +365,17 @@ def daemon_factory(tmp_path: Path, pycache: Path,
 
 
 @pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A new folder under /tmp, removed after the test: a socket's path in it stays
+    short (108 bytes at most, which a test's tmp_path can exceed)."""
+    path = Path(tempfile.mkdtemp(prefix="rsd-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
 def daemon(daemon_factory: DaemonFactory) -> DaemonHandle:
     return daemon_factory()
 

@@ -17,9 +17,7 @@ lock a real write waits for held by the test: the test decides when the call wri
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -37,13 +35,6 @@ from recalld.daemon.services import build_daemon_services
 from recalld.daemon.store.fsio import REAL, atomic_write
 from recalld.daemon.supervisor import Supervisor
 from recalld.ipc import errors
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="rcg-", dir="/tmp"))  # a socket's path: short
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def tree(root: Path) -> dict[str, tuple[int, int]]:

@@ -11,30 +11,18 @@ subscription or of the call arms it again.
 from __future__ import annotations
 
 import math
-import shutil
-import tempfile
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
 import trio.testing
-from test_server_half_close import half_closed_subscriber
+from test_server_half_close import SUBSCRIBE, half_closed_subscriber
 from test_server_in_process import InProcess
 
 from recalld.daemon.events import DROPPED_TOPIC
 from recalld.daemon.rpc.connection_events import EVENT_QUEUE_SIZE
 
 IDLE_S = 10.0
-SUBSCRIBE = {"jsonrpc": "2.0", "method": "events.subscribe", "params": {"topics": ["job.*"]},
-             "id": 1}
-
-
-@pytest.fixture
-def short_dir() -> Any:
-    path = Path(tempfile.mkdtemp(prefix="ris-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def next_wakeup_s() -> float:

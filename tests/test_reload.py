@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import orjson
 import pytest
 from hooks import CONFIG_READ_HELD, SESSIONS_HELD, launcher
-from test_systemd import FakeSystemd, short_dir
+from test_systemd import FakeSystemd
 from test_warm_start import _open_writer
 from waits import wait_for
 
@@ -20,8 +20,6 @@ from recalld.ipc.errors import InvalidParams
 
 if TYPE_CHECKING:
     from conftest import DaemonFactory
-
-__all__ = ["short_dir"]
 
 
 def _launcher(*lines: str) -> tuple[str, ...]:

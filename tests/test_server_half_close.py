@@ -4,13 +4,10 @@ closes, or shuts down its reading), its subscription ends, or the daemon stops."
 
 from __future__ import annotations
 
-import shutil
 import socket
-import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
@@ -22,13 +19,6 @@ from recalld.daemon.rpc.connection_events import EVENT_QUEUE_SIZE
 
 SUBSCRIBE = {"jsonrpc": "2.0", "method": "events.subscribe", "params": {"topics": ["job.*"]},
              "id": 1}
-
-
-@pytest.fixture
-def short_dir() -> Any:
-    path = Path(tempfile.mkdtemp(prefix="rdh-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @asynccontextmanager

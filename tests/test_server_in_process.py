@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
-import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -153,13 +151,6 @@ class InProcess:
             finally:
                 await client.aclose()
                 nursery.cancel_scope.cancel()
-
-
-@pytest.fixture
-def short_dir() -> Any:
-    path = Path(tempfile.mkdtemp(prefix="rdi-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 async def test_handler_exceptions_do_not_leak(short_dir: Path,
@@ -431,7 +422,6 @@ async def test_slow_subscriber_gets_dropped_event(short_dir: Path) -> None:
         await client.send({"jsonrpc": "2.0", "method": "events.subscribe",
                            "params": {"topics": ["job.*"]}, "id": 3})
         assert (await client.recv())["id"] == 3
-
 
 
 async def test_topic_patterns_per_connection_are_bounded(short_dir: Path) -> None:

@@ -11,15 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from test_systemd import short_dir
 from waits import wait_for
 
 from recalld.daemon.systemd import PassedSocketError, adopt_listener, take_environment
 
 if TYPE_CHECKING:
     from conftest import DaemonFactory
-
-__all__ = ["short_dir"]
 
 
 def passing_fd_3(fd: int, listen_fds: str = "1", *more: int) -> tuple[str, ...]:

@@ -23,13 +23,10 @@ from pathlib import Path
 
 import pytest
 from conftest import DaemonFactory, DaemonHandle
-from test_systemd import short_dir
 from waits import wait_gone, wait_log
 
 from recalld.ipc.client import Client
 from recalld.ipc.errors import InvalidParams
-
-__all__ = ["short_dir"]  # a fixture
 
 SCRIPT = Path(sys.executable).parent / "recalld"
 

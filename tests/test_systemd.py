@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,15 +26,6 @@ from recalld.daemon.systemd import (
 
 if TYPE_CHECKING:
     from conftest import DaemonFactory
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="rds-", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 class FakeSystemd:
