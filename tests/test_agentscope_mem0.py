@@ -66,6 +66,13 @@ def _workspace(daemon: DaemonHandle, user: str) -> Path:
         return Path(c.workspace_open(user)["path"])
 
 
+def _note_of(daemon: DaemonHandle, user: str, agent: str) -> str:
+    """The text of the one note the Mem0 middleware of ``agent`` wrote in ``user``'s
+    workspace."""
+    (note,) = list((_workspace(daemon, user) / "memory").rglob(f"mem0-{agent}*.md"))
+    return note.read_text(encoding="utf-8")
+
+
 def test_tools_behave_as_mem0_documents_and_user_id_is_shared_across_agents(
         daemon: DaemonHandle, fake: FakeProvider) -> None:
     fake.chat_default = scripted(("add_memory", {
@@ -78,9 +85,7 @@ def test_tools_behave_as_mem0_documents_and_user_id_is_shared_across_agents(
     assert {t["function"]["name"] for t in first["tools"]} == {"search_memory", "add_memory"}
     assert "`search_memory` and `add_memory`" in _system(first)
     # One workspace per user; the note records its writing agent; thinking is not stored.
-    root = _workspace(daemon, "alice")
-    (note,) = list((root / "memory").rglob("mem0-planner*.md"))
-    body = note.read_text(encoding="utf-8")
+    body = _note_of(daemon, "alice", "planner")
     assert parse_frontmatter(body)[0]["author"] == "planner"
     assert "Pixelwhisker" in body and "SECRET-RATIONALE" not in body
 
@@ -329,8 +334,7 @@ def test_images_and_files_are_named_in_the_stored_exchange(daemon: DaemonHandle,
             await mw.close()
 
     asyncio.run(main())
-    (note,) = list((_workspace(daemon, "bob") / "memory").rglob("mem0-clerk*.md"))
-    body = note.read_text(encoding="utf-8")
+    body = _note_of(daemon, "bob", "clerk")
     assert "User: [image omitted: receipt.png]\nFor the warranty.\nAssistant:" in body, body
     assert "User: [file omitted: budget (Q3).xlsx]\nAssistant: plain answer" in body, body
     assert "iVBORw0KGgo" not in body and "UEsDBA" not in body
@@ -348,11 +352,11 @@ def test_notes_link_no_dialog_log_none_is_written_for(daemon: DaemonHandle,
     assert _turn(daemon, fake, "I row on Tuesdays", user_id="carol", agent_id="rower",
                  mode="static_control") == "plain answer"
     root = _workspace(daemon, "carol")
-    (note,) = list((root / "memory").rglob("mem0-rower*.md"))
-    fields, _ = parse_frontmatter(note.read_text(encoding="utf-8"))
+    text = _note_of(daemon, "carol", "rower")
+    fields, _ = parse_frontmatter(text)
     assert "source_conversation" not in fields, fields
     assert fields["session_id"] == "mem0-rower" and fields["author"] == "rower"
-    assert "Carol rows at dawn." in note.read_text(encoding="utf-8")
+    assert "Carol rows at dawn." in text
     assert not (root / "mem_session").exists() or not any((root / "mem_session").rglob("*"))
 
 
@@ -375,8 +379,7 @@ def test_the_stored_exchange_names_the_user_who_spoke(daemon: DaemonHandle,
             await mw.close()
 
     asyncio.run(main())
-    (note,) = list((_workspace(daemon, "household") / "memory").rglob("mem0-concierge*.md"))
-    body = note.read_text(encoding="utf-8")
+    body = _note_of(daemon, "household", "concierge")
     assert "User (Ingrid Solberg): I live in Oslo.\nAssistant: plain answer" in body, body
     assert "User (Bjørn Haugen): I live in Bergen.\nAssistant: plain answer" in body, body
     assert "User: We share a cabin in Geilo.\nAssistant: plain answer" in body, body
