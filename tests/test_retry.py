@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import random
+import time
 from collections.abc import Callable
 
 import pytest
@@ -89,6 +90,18 @@ def test_parse_retry_after_http_date() -> None:
     assert parse_retry_after(date, now=now) == pytest.approx(42.0)
     past = email.utils.formatdate(now - 100, usegmt=True)
     assert parse_retry_after(past, now=now) == 0.0
+
+
+@pytest.mark.parametrize("form", [
+    "%a %b %d %H:%M:%S %Y",         # asctime, the third HTTP-date form: no zone, UTC
+    "%A, %d-%b-%y %H:%M:%S GMT",    # RFC 850
+    "%a, %d %b %Y %H:%M:%S -0000",  # a zone of -0000 (UTC, parsed as none)
+])
+def test_parse_retry_after_http_date_of_every_form(form: str) -> None:
+    # A provider asking to wait with a date naming no zone was not waited for at all.
+    now = 1_800_000_000.0
+    date = time.strftime(form, time.gmtime(now + 42))
+    assert parse_retry_after(date, now=now) == pytest.approx(42.0)
 
 
 @pytest.mark.parametrize("value", [

@@ -86,7 +86,8 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date), or None.
 
     ``now`` is the wall-clock time an HTTP-date is measured from (default: time.time()).
-    Dates in the past give 0; unparseable values give None, whatever the header holds
+    Dates in the past give 0 (a date naming no zone is UTC, as HTTP dates are);
+    unparseable values give None, whatever the header holds
     (a provider's header is input: a date whose year or offset no datetime holds is
     no wait, not an error of the caller's).
     """
@@ -101,6 +102,7 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
         pass
     else:
         return max(0.0, seconds) if seconds == seconds else None  # NaN -> None
+    import datetime
     import email.utils  # an HTTP date is rare: the email package waits for one
 
     try:
@@ -108,7 +110,9 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     except (TypeError, ValueError, OverflowError):  # a field past a C long: Overflow
         return None
     if when.tzinfo is None:
-        return None
+        # An HTTP date is UTC in each of its three forms; the asctime form ("Sun Nov  6
+        # 08:49:37 1994") names no zone and "-0000" parses without one: both are UTC.
+        when = when.replace(tzinfo=datetime.UTC)
     current = time.time() if now is None else now
     return max(0.0, when.timestamp() - current)
 
