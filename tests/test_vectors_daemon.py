@@ -251,7 +251,9 @@ def test_a_query_that_can_find_nothing_is_not_embedded(daemon_factory: Any,
     with FakeProvider(dims=8, api_key="k") as fake:
         d = covered_daemon(daemon_factory, root, fake)
         sent = len(fake.requests)
-        for query in ("", "   ", "\n\t"):
+        # Nor one that shows nothing: invisible characters, a lone combining mark.
+        for query in ("", "   ", "\n\t", "\u200b", "\ufeff \u200b\u2060", "\u00ad\u200e",
+                      "\u0301", "\u3164\u2800"):
             res = d.call("memory.search", {"agent_id": "w", "query": query})
             assert res["results"] == [] and res["vector_hits"] == 0, (query, res)
         for filters in ({"path_prefix": "memory/2026-07-2"}, {"path_prefix": ["nowhere", "x/y"]},
