@@ -92,6 +92,7 @@ class WatchedRoots:
         # changed before the workspace opened are what a kill cut short. Read on the clock
         # file times are taken from: none made after this dates from before it.
         self._opened_ns = file_times_now()
+        self._uid = os.getuid()  # whose read bit lets the daemon read a note (_readable)
 
     # -- path classification (pure, cheap: runs for every raw event) ----------------------
 
@@ -186,6 +187,8 @@ class WatchedRoots:
                         rel = entry.path[len(self._prefix):].replace(os.sep, "/")
                         if self.is_note(rel):
                             st = entry.stat(follow_symlinks=False)
+                            if not self._readable(entry.path, st):
+                                continue  # no note, as a read of it finds (see below)
                             out[rel] = (st.st_mtime_ns, st.st_size)
                             if links is not None and st.st_nlink > 1:
                                 links[rel] = (st.st_dev, st.st_ino, st.st_nlink)
@@ -203,6 +206,17 @@ class WatchedRoots:
                     log.warning("reconcile skips %s: %s", _shown(entry.path),
                                 exc.strerror or exc)
         return None
+
+    def _readable(self, path: str, st: os.stat_result) -> bool:
+        """Whether the daemon may read the file ``path`` (its lstat ``st``). One its owner
+        made unreadable (``chmod 000``) is no note: a read of it leaves the index, so a
+        scan that listed it would find the index behind the disk for as long as it stays
+        so (status pending, verify failing, each reconcile reading it again). The
+        owner's read bit decides for the daemon's own files, with no system call; others
+        (another owner, no read bit but privileges that read all) ask ``access``."""
+        if st.st_uid == self._uid and st.st_mode & stat.S_IRUSR:
+            return True
+        return os.access(path, os.R_OK)
 
     def _remove_left_over(self, entry: os.DirEntry[str]) -> None:
         """Remove the temp file of a write a kill cut short (hidden, never indexed, as
