@@ -72,6 +72,7 @@ from recalld.ipc.mcp_tools import (
     argument_error,
     prompt_count,
     prompt_flag,
+    whole_numbers,
 )
 from recalld.ipc.mcp_wire import StdoutWire, claimed_stdout
 from recalld.ipc.request_parts import add_turns_in_parts, in_note_parts, search_query
@@ -151,6 +152,7 @@ class Bridge:
         problem = argument_error(name, args)
         if problem is not None:
             return _text(f"bad arguments for {name}: {problem}", error=True)
+        args = whole_numbers(name, args)
         try:
             return await on_workspace(self._open, lambda: self._tool(name, args))
         except _DAEMON_ERRORS as exc:

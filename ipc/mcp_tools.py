@@ -166,6 +166,19 @@ def argument_error(name: str, args: JsonObject) -> str | None:
     return schema_error(_CHECKS[name], args)
 
 
+#: Each tool's arguments declared integers.
+_INTEGERS = {tool.name: frozenset(n for n, spec in tool.input_schema["properties"].items()
+                                  if spec.get("type") == "integer") for tool in TOOLS}
+
+
+def whole_numbers(name: str, args: JsonObject) -> JsonObject:
+    """``args`` of tool ``name`` (checked by :func:`argument_error`) with each integer
+    argument written as a float (``3.0``, which JSON Schema takes for an integer, and
+    which a client's JSON library may write) as the integer it is."""
+    return {key: int(value) if key in _INTEGERS[name] and isinstance(value, float)
+            else value for key, value in args.items()}
+
+
 RECALL_PROMPT = types.Prompt(
     name="recall",
     description=("Long-term memory for a request, to put before the reply: hits, the "
