@@ -46,7 +46,7 @@ from recalld.ipc.answers import JsonObject, NoteAdded
 from recalld.ipc.errors import InvalidParams, refused_as_credential
 from recalld.ipc.known_ids import KnownIds
 from recalld.ipc.request_parts import in_note_parts, search_query
-from recalld.ipc.tool_args import MAX_HITS, ArgumentError, whole_argument
+from recalld.ipc.tool_args import ArgumentError, count_argument
 from recalld.ipc.types import visible, without_frontmatter
 
 if TYPE_CHECKING:
@@ -374,15 +374,14 @@ class Mem0SearchMemoryTool(_Mem0Tool):
                    **_: object) -> ToolChunk:
         try:  # an argument of the wrong shape is named, never quoted
             words = _facts(keywords, "keywords")
-            most = whole_argument("limit", limit)
+            most = count_argument("limit", limit)
         except ArgumentError as exc:
             return _chunk(f"Error retrieving memory: {exc}", error=True)
         if not words:
             return _chunk("(no keywords supplied — nothing to search)")
         try:
             per_keyword = await asyncio.gather(
-                *(self._mw.search_memories(w, max(1, min(5 if most is None else most, MAX_HITS)))
-                  for w in words))
+                *(self._mw.search_memories(w, 5 if most is None else most) for w in words))
         except _DAEMON_ERRORS as exc:
             return _chunk(f"Error retrieving memory: {exc}", error=True)
         merged = list(dict.fromkeys(m for found in per_keyword for m in found))

@@ -136,7 +136,9 @@ def test_a_count_of_hits_out_of_range_is_told_by_the_tools_own_name(
         try:
             return [*[_answer(await search.call(_agent_state=None, query="kiln", limit=n))
                       for n in (-5, 0, "-1", 10**30)],
-                    _answer(await mem0_search.call(keywords=["kiln"], limit=10**30))]
+                    _answer(await mem0_search.call(keywords=["kiln"], limit=10**30)),
+                    *[_answer(await mem0_search.call(keywords=["kiln"], limit=n))
+                      for n in (-5, 0)]]
         finally:
             await mw.close()
             await mem0.close()
@@ -144,5 +146,7 @@ def test_a_count_of_hits_out_of_range_is_told_by_the_tools_own_name(
     answers = asyncio.run(main())
     assert answers[:2] == [("memory search failed: limit: must be at least 1", True)] * 2
     assert answers[2][1] and "max_results" not in answers[2][0], answers[2]
-    for text, error in answers[3:]:  # as many as there are
+    # search_memory's as memory_search's: not one hit as if 1 had been asked.
+    assert answers[5:] == [("Error retrieving memory: limit: must be at least 1", True)] * 2
+    for text, error in answers[3:5]:  # as many as there are
         assert not error and "glaze one" in text and "glaze two" in text, text
