@@ -244,16 +244,16 @@ def _refuse_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
-def _with_lone_surrogates(line: bytes, refused: ValueError) -> object:
-    """``line``, which orjson ``refused`` for a surrogate, read as JSON whose strings may
+def _with_lone_surrogates(line: bytes) -> object:
+    """``line``, which orjson refused for a surrogate, read as JSON whose strings may
     hold lone surrogates (``"\\ud800"``: valid JSON that orjson refuses); the
     :class:`ValueError` saying why if it is not JSON at all (orjson stopped at the
-    surrogate, before what is wrong: a NaN, a frame cut short), ``refused`` if it is
-    not UTF-8."""
+    surrogate, before what is wrong: a NaN, a frame cut short), or that it is not UTF-8
+    (orjson's own message for that names neither the bytes nor where they are)."""
     try:
         text = line.decode("utf-8")
-    except UnicodeDecodeError:
-        return refused
+    except UnicodeDecodeError as exc:
+        return _not_utf8(exc)
     try:
         value: object = json.loads(text, parse_int=_read_int,
                                    parse_float=_read_float, parse_constant=_refuse_constant)
@@ -262,6 +262,15 @@ def _with_lone_surrogates(line: bytes, refused: ValueError) -> object:
         return exc
     except RecursionError:
         return ValueError("depth limit exceeded")
+
+
+def _not_utf8(exc: UnicodeDecodeError) -> ValueError:
+    """What is wrong and where, as orjson says it of other errors: the first bytes that
+    are not UTF-8, and the line, column and character they start at."""
+    chars = len(exc.object[:exc.start].decode("utf-8"))  # valid up to there
+    bad = "".join(f"\\x{byte:02x}" for byte in exc.object[exc.start:exc.end])
+    return ValueError(f"bytes that are not valid UTF-8 ({bad}, {exc.reason}): "
+                      f"line 1 column {chars + 1} (char {chars})")
 
 
 def _lone_surrogate(value: object) -> bool:
@@ -313,7 +322,7 @@ class ServerProtocol:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             # Valid JSON orjson refuses: answered with its id, as its member's error.
-            obj = _with_lone_surrogates(line, exc) if "surrogate" in str(exc) else exc
+            obj = _with_lone_surrogates(line) if "surrogate" in str(exc) else exc
             if isinstance(obj, ValueError):  # (JSONDecodeError is one)
                 # What is wrong and where: a byte order mark, bytes that are not UTF-8,
                 # NaN, nesting over 1024 deep, a frame cut short...
