@@ -18,8 +18,10 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import resource
 import socket
 import struct
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -38,6 +40,10 @@ log = logging.getLogger(__name__)
 ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 ACCEPT_BACKOFF_MIN_S = 0.01
 ACCEPT_BACKOFF_MAX_S = 1.0
+# Descriptors kept for the daemon's own work (index and state files, the watcher, worker
+# pipes, backups) however many clients connect: a quarter of the open file limit, at most
+# this many. Clients holding every descriptor made the daemon's own writes fail.
+FD_RESERVE_MAX = 256
 
 # ``await dispatch(request, connection)`` runs one call. A dispatcher may also have an
 # ``is_immediate(request) -> bool`` method (recalld.daemon.rpc.dispatch.Dispatcher has): a call it
@@ -61,6 +67,17 @@ def peer_credentials(sock: socket.socket | trio.socket.SocketType) -> PeerCreden
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, uid, gid = struct.unpack("3i", raw)
     return PeerCredentials(pid=pid, uid=uid, gid=gid)
+
+
+def connection_fd_ceiling() -> int:
+    """The lowest descriptor number a client connection may not have: one at or past it
+    would leave the daemon fewer than its reserve (see :data:`FD_RESERVE_MAX`) under the
+    soft open file limit. A new descriptor takes the lowest free number, so a connection's
+    number counts the descriptors open below it."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return sys.maxsize
+    return soft - min(FD_RESERVE_MAX, soft // 4)
 
 
 def peer_allowed(cred: PeerCredentials | None, own_uid: int) -> bool:
@@ -118,6 +135,7 @@ class RpcServer:
         self._rejected_overloaded_total = 0
         self._rejected_peer_total = 0
         self._accept_errors_total = 0
+        self._fd_ceiling = sys.maxsize  # read at run: the daemon raises the limit first
 
     def statistics(self) -> ServerStatistics:
         calls = self._calls
@@ -134,6 +152,7 @@ class RpcServer:
         )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self._fd_ceiling = connection_fd_ceiling()
         bound = self._bound
         listener = self._listener
         if listener is None:
@@ -221,10 +240,14 @@ class RpcServer:
                 self._rejected_peer_total += 1
                 log.warning("refused connection from uid %s", cred.uid if cred else "unknown")
                 return
-            if len(self._connections) >= self.config.max_connections or self._draining:
+            out_of_fds = stream.socket.fileno() >= self._fd_ceiling
+            if (len(self._connections) >= self.config.max_connections or out_of_fds
+                    or self._draining):
                 self._rejected_overloaded_total += 1
                 code = errors.SHUTTING_DOWN if self._draining else errors.OVERLOADED
-                message = "shutting down" if self._draining else "too many connections"
+                message = ("shutting down" if self._draining else
+                           "too many connections: the daemon's open file limit is nearly "
+                           "reached" if out_of_fds else "too many connections")
                 with trio.move_on_after(self.config.write_timeout_s):
                     await stream.send_all(encode(error_response(None, code, message)))
                 return
