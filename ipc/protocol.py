@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict, TypeGuard
@@ -244,6 +245,11 @@ def _refuse_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
+# orjson's nesting limit, kept for the frames json reads in its place.
+MAX_JSON_DEPTH = 1024
+_TOO_DEEP = f"depth limit exceeded: arrays and objects nest more than {MAX_JSON_DEPTH} deep"
+
+
 def _with_lone_surrogates(line: bytes) -> object:
     """``line``, which orjson refused for a surrogate, read as JSON whose strings may
     hold lone surrogates (``"\\ud800"``: valid JSON that orjson refuses); the
@@ -254,14 +260,34 @@ def _with_lone_surrogates(line: bytes) -> object:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
         return _not_utf8(exc)
+    limit = sys.getrecursionlimit()
     try:
+        # json nests on the interpreter's stack: room for orjson's depth whatever the
+        # caller's own depth (the default limit cut frames short at ~980 levels, their
+        # lone surrogates then answered as a parse error).
+        sys.setrecursionlimit(limit + MAX_JSON_DEPTH + 64)
         value: object = json.loads(text, parse_int=_read_int,
                                    parse_float=_read_float, parse_constant=_refuse_constant)
-        return value
     except ValueError as exc:
         return exc
     except RecursionError:
-        return ValueError("depth limit exceeded")
+        return ValueError(_TOO_DEEP)
+    finally:
+        sys.setrecursionlimit(limit)
+    return ValueError(_TOO_DEEP) if _deeper_than(value, MAX_JSON_DEPTH) else value
+
+
+def _deeper_than(value: object, most: int) -> bool:
+    """Whether ``value`` nests arrays and objects more than ``most`` levels deep."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth == most:
+                return True
+            stack += ((child, depth + 1)
+                      for child in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def _not_utf8(exc: UnicodeDecodeError) -> ValueError:
