@@ -264,6 +264,25 @@ def test_words_are_found_whatever_their_accents(daemon: Any, tmp_path: Path) -> 
         assert (top["path"], top.get("exact")) == ("memory/2026-05-01/needle.md", True), query
 
 
+def test_letters_with_a_stroke_and_turkish_capitals_find_their_words(
+        daemon: Any, tmp_path: Path) -> None:
+    """Letters whose stroke or bar Unicode does not decompose (ø, ł, đ) are folded as
+    accents are, and Turkish's dotless ı is i: a word typed in capitals or in plain
+    letters finds the note that writes it in lower case with them, and the other way
+    round."""
+    root = tmp_path / "ws"
+    write(root, "memory/2026-06-01/tr.md", "# Gezi\n\nDiyarbakır ve ISPARTA yolculuğu.\n")
+    write(root, "memory/2026-06-02/dk.md", "# Rejse\n\nVi kørte fra København til Łódź.\n")
+    write(root, "memory/2026-06-03/hr.md", "# Put\n\nĐakovo je mali grad.\n")
+    write(root, "memory/2026-06-04/en.md", "# Trip\n\nWe drove from Kyiv to Vilnius.\n")
+    open_ws(daemon, root)
+    tr, dk, hr = "memory/2026-06-01/tr.md", "memory/2026-06-02/dk.md", "memory/2026-06-03/hr.md"
+    for query, note in (("DIYARBAKIR", tr), ("ısparta", tr), ("diyarbakir", tr),
+                        ("kobenhavn", dk), ("lodz", dk), ("ŁÓDŹ", dk),
+                        ("dakovo", hr), ("ĐAKOVO", hr)):
+        assert paths(search(daemon, query)) == [note], query
+
+
 def test_a_note_with_a_nul_is_refused_and_nothing_written(daemon: Any) -> None:
     # A NUL in a Markdown note makes it a binary file to every other tool (grep, git,
     # editors); it was written as sent, alone ("\x00") or inside a sentence.

@@ -64,9 +64,11 @@ from __future__ import annotations
 # versions and settings after a credential word are left alone; Airtable, Tencent Cloud,
 # Baidu Qianfan, Zhipu AI and Asana keys, a credential given in parts and a password to
 # log in with given in prose are masked; 37: a name with a number glued on (``python3``,
-# ``node18``, ``BRCA1``) is indexed under the name too (``tokenizer._word_parts``).
+# ``node18``, ``BRCA1``) is indexed under the name too (``tokenizer._word_parts``); 38:
+# Latin letters with a stroke or bar and the dotless ``ı`` fold to their base letter
+# (``tokenizer.fold``: ``Łódź`` is ``lodz``, ``DIYARBAKIR`` ``diyarbakır``).
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 37
+CHUNKING = 38
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
 # generation saved under other rules has its graph's edges to no note resolved again after
 # a load, and every note read again by the startup reconcile (2 on). 1: as Obsidian

@@ -4,10 +4,10 @@ Owns the one tokenizer every keyword path uses: chunk indexing, query parsing an
 benchmarks. Pure and synchronous; safe to call from worker threads (the only shared state is a
 bounded stem cache, whose races can at worst compute a stem twice).
 
-What it emits, after NFKC normalization, case folding and ``fold``ing (accents off Latin and
-Greek letters, Hebrew and Arabic points off their letters, soft hyphens and joiners out of
-words: ``café`` meets ``cafe``, ``İstanbul`` meets ``istanbul``, a word hyphenated for
-display is one word):
+What it emits, after NFKC normalization, case folding and ``fold``ing (accents, strokes and
+bars off Latin and Greek letters, Hebrew and Arabic points off their letters, soft hyphens and
+joiners out of words: ``café`` meets ``cafe``, ``İstanbul`` meets ``istanbul``, ``Łódź``
+``lodz``, ``DIYARBAKIR`` ``diyarbakır``, a word hyphenated for display is one word):
 - Words of alphabetic scripts, English stopwords dropped, lightly stemmed (``_stem``: plural,
   ``-ed``/``-ing`` and a few derivational suffixes), whatever their case, so that a query typed in
   lower case meets ``ECONNREFUSED`` or ``parseRequests`` in a note.
@@ -219,6 +219,15 @@ _DROPPED_MARKS: Final = ((0x300, 0x36F), (0x591, 0x5BD), (0x5BF, 0x5BF), (0x5C1,
 # blocks) and Greek. Cyrillic is left alone but for ё (й is a letter of its own).
 _FOLDED_LETTERS: Final = ((0xC0, 0x24F), (0x370, 0x3FF), (0x1E00, 0x1FFF), (0x401, 0x401),
                           (0x451, 0x451))
+# Latin letters whose mark Unicode does not decompose: a stroke or bar drawn through the
+# letter (``ø``, ``ł``, ``đ``, ``ħ``) and the dotless ``ı`` and ``ȷ``.
+# They fold to their base letter too, so that ``lodz`` meets ``Łódź``, and Turkish text in
+# capitals meets its lower case (``DIYARBAKIR`` is ``diyarbakır``, ``ısparta`` ``ISPARTA``).
+# Hooks, curls and tails make letters of their own (Hausa ``ƙ``, Ewe ``ƒ``): kept.
+_STROKED_LETTERS: Final = ((0xC0, 0x2AF), (0x1E00, 0x1EFF), (0x2C60, 0x2C7F), (0xA720, 0xA7FF))
+_STROKED_NAME: Final = re.compile(
+    r"LATIN (SMALL|CAPITAL) LETTER (?:DOTLESS ([A-Z])|([A-Z]) WITH (?:[A-Z ]*STROKE[A-Z ]*|"
+    r"BAR|DOUBLE BAR))")
 
 
 @functools.cache
@@ -235,13 +244,20 @@ def _fold_table() -> dict[int, str | None]:
             parts = unicodedata.normalize("NFD", chr(code))
             if len(parts) > 1 and all(map(dropped, parts[1:])):
                 table[code] = parts[0]
+    for a, z in _STROKED_LETTERS:
+        for code in range(a, z + 1):
+            named = _STROKED_NAME.fullmatch(unicodedata.name(chr(code), ""))
+            if named:
+                base = named.group(2) or named.group(3)
+                table[code] = base if named.group(1) == "CAPITAL" else base.lower()
     return table
 
 
 def fold(text: str) -> str:
     """``text`` (NFKC-normalized, case folded) as the index spells its words: accents off
     Latin and Greek letters (``é`` → ``e``, ``ά`` → ``α``, the ``i`` and dot that ``İ``
-    folds to → ``i``), ``ё`` → ``е``, Hebrew and Arabic points dropped, and the characters
+    folds to → ``i``, strokes too: ``ł`` → ``l``, ``ø`` → ``o``, dotless ``ı`` → ``i``),
+    ``ё`` → ``е``, Hebrew and Arabic points dropped, and the characters
     that only join or hyphenate words (``_INVISIBLE``) taken out."""
     return text if text.isascii() else text.translate(_fold_table())
 
