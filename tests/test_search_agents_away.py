@@ -11,7 +11,7 @@ import pytest
 from conftest import DaemonFactory
 from test_links_daemon import write
 
-from recalld.ipc.errors import NotAllowed, UnknownWorkspace
+from recalld.ipc.errors import InvalidParams, NotAllowed, UnknownWorkspace
 
 
 def test_a_closed_workspace_is_passed_by_and_named(daemon_factory: DaemonFactory,
@@ -85,3 +85,23 @@ def test_recalld_search_names_the_agents_it_passed_by(daemon_factory: DaemonFact
     assert nothing.stdout == "no results\nnot searched:\n  emil: workspace 'emil' is not open\n"
     bad = recalld("search", "heron", "--agents", "dora,,finn", env=d.env)
     assert bad.returncode == 2 and "comma-separated list of agents" in bad.stderr, bad.stderr
+
+
+def test_a_search_names_at_most_64_workspaces(daemon_factory: DaemonFactory,
+                                              tmp_path: Path) -> None:
+    # A name given twice counts once; 64 names are searched (those not open passed by),
+    # 65 are refused with the limit named.
+    root = tmp_path / "ann"
+    write(root, "memory/2026-09-01/ann.md", "# ann\nthe otter pond\n")
+    d = daemon_factory(f'[workspaces.ann]\npath = "{root}"\n')
+    d.call("index.sync", {"agent_id": "ann"})
+    answer = d.call("memory.search", {"agent_id": "ann", "query": "otter",
+                                      "agents": ["ann"] * 500})
+    assert answer["agents"] == ["ann"] and len(answer["results"]) == 1
+    others = [f"away{i}" for i in range(63)]
+    answer = d.call("memory.search", {"agent_id": "ann", "query": "otter",
+                                      "agents": ["ann", *others]})
+    assert answer["agents"] == ["ann"] and sorted(answer["skipped"]) == sorted(others)
+    with pytest.raises(InvalidParams, match="at most 64 workspaces"):
+        d.call("memory.search", {"agent_id": "ann", "query": "otter",
+                                 "agents": ["ann", *others, "away63"]})
