@@ -4,8 +4,11 @@ tone, half a flag."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import DaemonHandle
+from test_index_daemon import open_ws, write
 
 from recalld.daemon.memory.interests import refresh
 from recalld.daemon.memory.resource_prompt import cut_summary, refused
@@ -30,3 +33,21 @@ def test_pure_cuts_keep_whole_characters() -> None:
     assert summary.startswith("flag \U0001f1e9\U0001f1ea\U0001f1e9\U0001f1ea\n\n[summary cut")
     assert list(refresh({}, {"y" * 79 + THUMB: 1.0})) == ["y" * 79]
     assert refused("z" * 299 + THUMB) == f"the chat model refused to summarize it: {'z' * 299}"
+
+
+def test_a_recall_block_cuts_thai_and_hindi_between_whole_characters(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # A Thai vowel written after its consonant (sara am) and a Hindi conjunct joined at
+    # its virama are one character to a reader: a cut item never ends inside either.
+    root = tmp_path / "ws"
+    write(root, "memory/2026-08-01/th.md", "# ไทย\n\n" + "กำลังทำ " * 120 + "\n")
+    write(root, "memory/2026-08-02/hi.md", "# हिन्दी\n\n" + "क्षत्रिय विद्या " * 120 + "\n")
+    open_ws(daemon, root)
+    for query, word in (("กำลังทำ", "กำลังทำ "), ("क्षत्रिय", "क्षत्रिय विद्या ")):
+        for budget in range(160, 260):
+            answer = daemon.call("memory.recall", {"agent_id": "w", "query": query,
+                                                   "budget_chars": budget, "max_results": 1})
+            assert answer["truncated"] and len(answer["rendered"]) <= budget
+            shown = answer["items"][0]["text"].removesuffix("…").split("\n")[-1]
+            assert shown and (word * 120).startswith(shown), (budget, shown)
+            assert not shown.endswith(("\u094d", "ก", "ท")), (budget, shown)

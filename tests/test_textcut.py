@@ -24,6 +24,14 @@ FAMILY = "👨\u200d👩\u200d👧\u200d👦"
     ("\u1112\u1161\u11ab\u1100\u1161", 4, "\u1112\u1161\u11ab"),
     ("a\r\nb", 2, "a"),
     ("京都の旅", 2, "京都"),
+    ("กำลัง", 1, ""),                                         # Thai sara am after its consonant
+    ("ສຳ", 1, ""),                                            # Lao am
+    ("क्षत्रिय", 2, ""),                                        # a conjunct is not cut at its virama
+    ("क्षत्रिय", 5, "क्ष"),
+    ("नमस्ते", 5, "नम"),
+    ("ஸ்ரீ", 2, "ஸ்"),                                         # Tamil's virama joins no conjunct
+    ("\u0600\u0661\u0662", 1, ""),                           # an Arabic number sign and its number
+    ("\u0600\n", 1, "\u0600"),
     ("abc", 0, ""),
     ("abc", -3, ""),
 ])
