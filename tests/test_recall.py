@@ -265,6 +265,24 @@ def test_interests_are_read_and_join_the_block_when_asked(daemon: DaemonHandle,
     assert forged["rendered"].count("## Relevant memories\n") == 1
 
 
+def test_nothing_follows_a_memory_index_left_out_of_the_block(daemon: DaemonHandle,
+                                                               ws: Path) -> None:
+    # The block is cut where the budget ends: interest topics, shorter than the memory
+    # index, never stand after an index that did not fit (they did, in the index's place).
+    write(ws, "digest/interests.yaml", 'topics:\n  - topic: "tea"\n    weight: 0.1\n')
+    whole = recall(daemon, query="quokkaboat", max_results=1, include_index=True,
+                   include_interests=True, budget_chars=20_000)
+    assert whole["index_included"] and whole["interests_included"]
+    rendered = whole["rendered"]
+    # From where the index starts to one character short of its end.
+    for budget in range(rendered.index(INDEX_HEADER), rendered.index("\n\n## Interests")):
+        answer = recall(daemon, query="quokkaboat", max_results=1, include_index=True,
+                        include_interests=True, budget_chars=budget)
+        assert answer["truncated"] and not answer["index_included"], budget
+        assert not answer["interests_included"], budget
+        assert rendered.startswith(answer["rendered"]), budget
+
+
 def test_items_name_the_lines_of_the_text_they_show_around_a_window(
         daemon_factory: DaemonFactory, tmp_path: Path) -> None:
     # Hybrid hits cut to their best window and a line each side: between paragraphs that

@@ -166,7 +166,8 @@ def build_recall(
         if not block.full and block.add(f"{INDEX_HEADER}\n{text}"):
             index_included = True
         else:
-            truncated = True
+            # Left out whole: nothing follows it, as nothing follows a cut item.
+            block.full = truncated = True
     interests_included = False
     if interests is not None:
         # A topic is one line, shown escaped: a model's or a hand's line breaks and bidi
