@@ -19,7 +19,13 @@ from agentscope.message import AssistantMsg, DataBlock, HintBlock, Msg, TextBloc
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.media import media_placeholder
 from recalld.ipc.textcut import cut_text
-from recalld.ipc.types import SearchResponse, render_linked, render_skipped, visible
+from recalld.ipc.types import (
+    SearchResponse,
+    render_linked,
+    render_skipped,
+    shown_part,
+    visible,
+)
 
 #: Name of the context message that carries recalled memory (never written back).
 MEMORY_MSG_NAME = "memory"
@@ -42,16 +48,14 @@ INDEX_HEADER = "## Memory index (long-term notes: name — when to read it)"
 
 
 def format_hits(response: SearchResponse) -> list[str]:
-    """One text per hit: where it comes from, then the text (cut to a bound)."""
+    """One text per hit: where it comes from (the lines shown), then the text (cut to a
+    bound)."""
     out = []
     for hit in response:
-        text = hit.text
-        if len(text) > MAX_HIT_CHARS:
-            text = cut_text(text, MAX_HIT_CHARS) + "…"
+        text, first, last = shown_part(hit.text, hit.start_line, hit.end_line, MAX_HIT_CHARS)
         owner = hit.extra.get("agent_id")
         where = f"{visible(owner)}:" if isinstance(owner, str) else ""
-        out.append(f"[{where}{visible(hit.path)}:{hit.start_line}-{hit.end_line}]\n"
-                   f"{text.strip()}")
+        out.append(f"[{where}{visible(hit.path)}:{first}-{last}]\n{text}")
     return out
 
 

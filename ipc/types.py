@@ -223,20 +223,39 @@ def without_frontmatter(text: str, start_line: int) -> tuple[str, int]:
     return text, start_line
 
 
+def shown_part(text: str, start_line: int, end_line: int, max_chars: int
+               ) -> tuple[str, int, int]:
+    """``text`` (lines ``start_line``-``end_line`` of its note) as a model is shown it:
+    without blank lines at either end, cut to ``max_chars`` between whole characters with
+    ``…``; and the first and last line of what is shown, so that a label names only
+    lines whose text follows it."""
+    lines = text.split("\n")
+    lead, end = 0, len(lines)
+    while lead < end and not lines[lead].strip():
+        lead += 1
+    while end > lead and not lines[end - 1].strip():
+        end -= 1
+    body = "\n".join(lines[lead:end]).strip()
+    first, last = start_line + lead, end_line - (len(lines) - end)
+    if len(body) > max_chars:
+        body = cut_text(body, max_chars).rstrip()
+        last = first + body.count("\n")
+        body += "…"
+    return body, first, max(last, first)
+
+
 def render_linked(response: SearchResponse, max_chars: int = 1200) -> str:
     """The neighbours of a search answer (``expanded``) as text for a model: a header, then
-    ``[path:start-end] (linked from <hit>)`` and the text of each, cut to ``max_chars``;
-    empty when there are none."""
+    ``[path:start-end] (linked from <hit>)`` and the text of each, cut to ``max_chars``
+    (the label naming the lines shown); empty when there are none."""
     parts = []
     for item in response.expanded:
-        text = item.text.strip()
+        text, first, last = shown_part(item.text, item.start_line, item.end_line, max_chars)
         if not text:
             continue
-        if len(text) > max_chars:
-            text = cut_text(text, max_chars) + "…"
         via = item.extra.get("via")
         origin = f" (linked from {visible(via)})" if isinstance(via, str) else ""
-        parts.append(f"[{visible(item.path)}:{item.start_line}-{item.end_line}]{origin}\n{text}")
+        parts.append(f"[{visible(item.path)}:{first}-{last}]{origin}\n{text}")
     return "## Linked context\n\n" + "\n\n".join(parts) if parts else ""
 
 

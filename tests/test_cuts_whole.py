@@ -51,3 +51,33 @@ def test_a_recall_block_cuts_thai_and_hindi_between_whole_characters(
             shown = answer["items"][0]["text"].removesuffix("…").split("\n")[-1]
             assert shown and (word * 120).startswith(shown), (budget, shown)
             assert not shown.endswith(("\u094d", "ก", "ท")), (budget, shown)
+
+
+def test_hits_cut_for_a_model_are_labelled_with_the_lines_shown(daemon: DaemonHandle,
+                                                                tmp_path: Path) -> None:
+    # The AgentScope middleware and the MCP tool cut a long hit or linked note: the label
+    # names the lines of the part shown, not those of the whole chunk.
+    from recalld.ipc.agentscope_messages import MAX_HIT_CHARS, format_hits
+    from recalld.ipc.types import SearchResponse, render_linked
+
+    root = tmp_path / "ws"
+    lines = [f"line {i}: the grebe survey counted {i} birds on the pond" for i in range(60)]
+    write(root, "digest/wiki/grebe.md", "# Grebe\n\n" + "\n".join(lines) + "\n")
+    write(root, "memory/2026-08-03/walk.md", "# Walk\n\nA heron walk, see [[grebe]].\n")
+    open_ws(daemon, root)
+    for query, part in (("grebe survey", 0), ("heron walk", 1)):
+        wire = daemon.call("memory.search", {"agent_id": "w", "query": query,
+                                             "max_results": 1})
+        response = SearchResponse.from_wire(wire)
+        hit = (wire["results"] if part == 0 else wire["expanded"])[0]
+        assert hit["path"] == "digest/wiki/grebe.md" and len(hit["text"]) > MAX_HIT_CHARS
+        shown = (format_hits(response)[0] if part == 0
+                 else render_linked(response, MAX_HIT_CHARS).split("\n\n", 1)[1])
+        label, text = shown.split("\n", 1)
+        first, last = map(int, label.split(":")[-1].split("]")[0].split("-"))
+        note = (root / "digest/wiki/grebe.md").read_text().split("\n")
+        assert text.endswith("…")
+        # Lines first to last: whole but for the last, which may be cut.
+        got = text.removesuffix("…").split("\n")
+        assert len(got) == last - first + 1 and got[:-1] == note[first - 1:last - 1]
+        assert got[-1] and note[last - 1].startswith(got[-1])
