@@ -283,6 +283,19 @@ def test_letters_with_a_stroke_and_turkish_capitals_find_their_words(
         assert paths(search(daemon, query)) == [note], query
 
 
+def test_arabic_stretched_to_justify_its_line_is_found_as_typed(daemon: Any,
+                                                                 tmp_path: Path) -> None:
+    # Tatweel (kashida) lengthens a word where a justified line needs room: a note pasted
+    # from such a document is found by the word typed plainly, and the other way round.
+    root = tmp_path / "ws"
+    write(root, "memory/2026-06-05/ar.md", "# اجتماع\n\nمرحـــبا بالعـالم، الاجتمـاع غداً.\n")
+    write(root, "memory/2026-06-06/plain.md", "# ملاحظة\n\nالمكتبة مغلقة يوم الجمعة.\n")
+    open_ws(daemon, root)
+    assert paths(search(daemon, "مرحبا بالعالم")) == ["memory/2026-06-05/ar.md"]
+    assert paths(search(daemon, "الاجتماع")) == ["memory/2026-06-05/ar.md"]
+    assert paths(search(daemon, "المكتـــبة")) == ["memory/2026-06-06/plain.md"]
+
+
 def test_a_note_with_a_nul_is_refused_and_nothing_written(daemon: Any) -> None:
     # A NUL in a Markdown note makes it a binary file to every other tool (grep, git,
     # editors); it was written as sent, alone ("\x00") or inside a sentence.

@@ -66,9 +66,10 @@ from __future__ import annotations
 # log in with given in prose are masked; 37: a name with a number glued on (``python3``,
 # ``node18``, ``BRCA1``) is indexed under the name too (``tokenizer._word_parts``); 38:
 # Latin letters with a stroke or bar and the dotless ``ı`` fold to their base letter
-# (``tokenizer.fold``: ``Łódź`` is ``lodz``, ``DIYARBAKIR`` ``diyarbakır``).
+# (``tokenizer.fold``: ``Łódź`` is ``lodz``, ``DIYARBAKIR`` ``diyarbakır``); 39: Arabic's
+# tatweel is taken out of words (``tokenizer._INVISIBLE``: ``مرحـــبا`` is ``مرحبا``).
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 38
+CHUNKING = 39
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
 # generation saved under other rules has its graph's edges to no note resolved again after
 # a load, and every note read again by the startup reconcile (2 on). 1: as Obsidian

@@ -179,9 +179,11 @@ _stem: Final = Memo(_stem_uncached, 1 << 18).__getitem__
 
 # Characters that only shape how a word is shown, never which word it is: the soft hyphen
 # (a hyphenation point), the zero-width joiner (emoji sequences, Indic conjuncts), the word
-# joiner and the byte-order mark used as one. Taken out of the text before words are found,
-# so they do not cut a word in two. (The zero-width space and non-joiner stay breaks.)
-_INVISIBLE: Final = "\u00ad\u200d\u2060\ufeff"
+# joiner and the byte-order mark used as one, and Arabic's tatweel (kashida: a stroke that
+# stretches a word to justify a line, مرحـــبا for مرحبا). Taken out of the text before
+# words are found, so they do not cut a word in two or make another word of it. (The
+# zero-width space and non-joiner stay breaks.)
+_INVISIBLE: Final = "\u00ad\u200d\u2060\ufeff\u0640"
 
 
 class _Unicode:
