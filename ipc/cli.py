@@ -52,6 +52,7 @@ from recalld.ipc.render import (
     say,
     table,
 )
+from recalld.ipc.types import visible
 
 DEFAULT_AGENT = "default"
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -305,7 +306,7 @@ def _ping(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
     if as_json:
         print_json(out, result)
     else:
-        out.write(f"pong from {client.socket_path}\n")
+        out.write(f"pong from {visible(str(client.socket_path))}\n")
     return EXIT_OK
 
 
@@ -414,7 +415,7 @@ def _service(command: str, ns: argparse.Namespace, out: TextIO, as_json: bool) -
         if as_json:
             print_json(out, {"written": written, "enabled": not ns.write_only})
         else:
-            out.writelines(f"wrote {path}\n" for path in written)
+            out.writelines(f"wrote {visible(str(path))}\n" for path in written)
             if ns.write_only:
                 out.write("to enable and start them: " + "; ".join(install.ENABLE_COMMANDS)
                           + "\n")
@@ -425,10 +426,10 @@ def _service(command: str, ns: argparse.Namespace, out: TextIO, as_json: bool) -
         if as_json:
             print_json(out, {"removed": removed})
         elif removed:
-            out.writelines(f"removed {path}\n" for path in removed)
+            out.writelines(f"removed {visible(str(path))}\n" for path in removed)
             out.write("(your Markdown memory is kept)\n")
         else:
-            out.write(f"no recalld units were installed in {install.unit_dir()}\n")
+            out.write(f"no recalld units were installed in {visible(str(install.unit_dir()))}\n")
     return EXIT_OK
 
 

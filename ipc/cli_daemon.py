@@ -26,6 +26,7 @@ from recalld.ipc import _core, errors
 from recalld.ipc.cli_ops import Subparsers, add_command
 from recalld.ipc.client import Client
 from recalld.ipc.render import print_json
+from recalld.ipc.types import visible
 
 EXIT_OK, EXIT_ERROR = 0, 1
 #: How long ``recalld stop`` waits by default: the daemon's stop takes up to twice
@@ -103,7 +104,7 @@ def _stop(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
     if as_json:
         print_json(out, {"stopped": True, "pid": pid, "socket": str(socket_path)})
     else:
-        out.write(f"stopped recalld (pid {pid}) on {socket_path}\n")
+        out.write(f"stopped recalld (pid {pid}) on {visible(str(socket_path))}\n")
     return EXIT_OK
 
 

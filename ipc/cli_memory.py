@@ -288,10 +288,10 @@ def _note(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
     if as_json:
         print_json(out, result)
     elif len(paths) > 1:
-        out.write(f"wrote {', '.join(paths)} (searchable now)\n")
+        out.write(f"wrote {', '.join(map(visible, paths))} (searchable now)\n")
     else:
         verb = "created" if result["created"] else "appended to"
-        out.write(f"{verb} {result['path']} (searchable now)\n")
+        out.write(f"{verb} {visible(str(result['path']))} (searchable now)\n")
     return EXIT_OK
 
 

@@ -104,7 +104,7 @@ def confirm(question: str, yes: bool) -> None:
     if sys.stdin is None or not sys.stdin.isatty():  # None: closed from the start
         raise errors.InvalidParams(f"{question} Pass --yes to confirm (stdin is not a terminal)")
     try:
-        answer = input(f"{question} [y/N] ").strip().lower()
+        answer = input(f"{visible(question)} [y/N] ").strip().lower()
     except EOFError:  # Ctrl-D, or the terminal went away: no answer is a no
         print(file=sys.stdout)  # (ends the prompt's line)
         answer = ""
@@ -148,7 +148,7 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
             result = made = client.backup_create(ns.agents, outfile, ns.include_derived,
                                                   ns.include_secrets, progress_token=token)
         if not as_json:
-            out.write(f"wrote {made['file']}: {made['members']} file(s) of "
+            out.write(f"wrote {visible(str(made['file']))}: {made['members']} file(s) of "
                       f"{', '.join(sorted(made.get('agents', {})))}, {made.get('size')} bytes\n")
             for key, why in _LEFT_OUT:
                 left: dict[str, list[str]] = made.get(key) or {}  # type: ignore[assignment]
@@ -164,18 +164,19 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
                      "agents": ",".join(b.get("agents", [])), "files": b.get("members"),
                      "size": b["size"], "note": b.get("note") or b.get("error", "")}
                     for b in listing["backups"]]
-            out.write(f"backups in {listing['dir']}:\n")
+            out.write(f"backups in {visible(str(listing['dir']))}:\n")
             out.write(table(rows, ["name", "created_at", "agents", "files", "size", "note"])
                       if rows else "none\n")
             if listing["rollback"]:
-                out.write(f"rollback available: {listing['rollback']['snapshot']}\n")
+                out.write("rollback available: "
+                          f"{visible(str(listing['rollback']['snapshot']))}\n")
     elif action == "verify":
         file = _local_or_name(ns.file)  # a usage error before the daemon is asked
         with following(client, "backup verify", as_json=as_json, after=None) as token:
             result = checked = client.backup_verify(file, progress_token=token)
         if not as_json:
             held = ", ".join(sorted(checked.get("agents", {})))
-            out.write(f"ok: {checked['file']}: {checked['members']} file(s), "
+            out.write(f"ok: {visible(str(checked['file']))}: {checked['members']} file(s), "
                       + (f"agents {held}\n" if held else
                          "no workspace (nothing to restore)\n"))
     elif action == "rollback" or (action == "restore" and ns.rollback):
@@ -253,14 +254,16 @@ def _restored_text(result: JsonObject, verb: str) -> str:
     lines = [f"{verb} {r['agent_id']}: {r['written']} written, {r.get('unchanged', 0)} "
              f"unchanged, {r['removed']} removed" for r in result.get("restored", [])]
     if result.get("config_kept"):
-        lines.append(f"config file of the backup not put in place: {result['config_kept']}")
+        lines.append("config file of the backup not put in place: "
+                     f"{visible(str(result['config_kept']))}")
     elif result.get("config_error"):
-        lines.append(f"config file of the backup not put in place: {result['config_error']}")
+        lines.append("config file of the backup not put in place: "
+                     f"{visible(str(result['config_error']))}")
     elif result.get("config_restored"):
         lines.append(f"config file {verb} (workspace settings apply now, the daemon's own "
                      "at the next reload or start)")
     if result.get("snapshot"):
-        lines.append(f"snapshot of the previous state: {result['snapshot']} "
+        lines.append(f"snapshot of the previous state: {visible(str(result['snapshot']))} "
                      "(undo with: recalld backup rollback)")
     return "\n".join(lines) + "\n"
 

@@ -169,3 +169,27 @@ def test_bidi_controls_and_escapes_in_names_and_descriptions_are_shown_escaped(
     line = next(ln for ln in index["rendered"].splitlines() if "node" in ln)
     assert line == ("- [\\u2067left\\u2069\\u200fnode](digest/wiki/\\u2067left\\u2069\\u200f"
                     "node.md) — calm \\x1b[2J\\u202edrawn\\u2066"), line
+
+
+def test_paths_in_the_clis_own_lines_stay_one_line(daemon: Any, tmp_path: Path) -> None:
+    """The lines the command line writes itself name paths escaped as its tables and
+    errors do: an archive, a socket or a note in a folder whose name holds a line break
+    or a right-to-left override does not split the line nor show its name reordered."""
+    from test_cli import recalld
+
+    folder = tmp_path / "two\nlines\u202e"
+    folder.mkdir()
+    shown = str(folder).replace("\n", "\\n").replace("\u202e", "\\u202e")
+    (folder / "r.sock").symlink_to(daemon.socket_path)
+    answers = {
+        "ping": recalld("--socket", str(folder / "r.sock"), "ping", env=daemon.env),
+        "create": recalld("backup", "create", "--out", str(folder / "b.zip"), env=daemon.env),
+        "verify": recalld("backup", "verify", str(folder / "b.zip"), env=daemon.env),
+    }
+    for what, proc in answers.items():
+        assert proc.returncode == 0, (what, proc.stderr)
+        line = proc.stdout.splitlines()[0]
+        assert shown in line and "\u202e" not in proc.stdout, (what, proc.stdout)
+    assert answers["ping"].stdout == f"pong from {shown}/r.sock\n"
+    assert answers["create"].stdout.startswith(f"wrote {shown}/b.zip: ")
+    assert answers["verify"].stdout.startswith(f"ok: {shown}/b.zip: ")
