@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
+from recalld.ipc import paths
 from recalld.ipc.cli_ops import Subparsers, add_command, confirm
 from recalld.ipc.client import Client
 from recalld.ipc.render import print_json
@@ -38,7 +39,8 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     forget.add_argument("--dsn", required=True,
                         help="the server, as the `dsn` of `remote` (read by the daemon)")
     forget.add_argument("--passfile",
-                        help="a libpq password file (absolute or starting with ~)")
+                        help="a libpq password file (a relative path is taken from the "
+                             "current directory)")
     forget.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
 
@@ -55,11 +57,13 @@ def _remote(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
 
 
 def _forget(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    # Read by the daemon, whose working directory is not the caller's: sent absolute.
+    params = {"name": ns.name, "dsn": ns.dsn} | (
+        {"passfile": str(paths.local_path(ns.passfile, "--passfile"))}
+        if ns.passfile is not None else {})
     confirm(f"Remove shared workspace {ns.name} and all its notes from the server for "
             "good? Hosts sharing it must have dropped `remote` from their settings first.",
             ns.yes)
-    params = {"name": ns.name, "dsn": ns.dsn} | ({"passfile": ns.passfile}
-                                                 if ns.passfile else {})
     result = client.call("remote.forget", params)
     if as_json:
         print_json(out, result)

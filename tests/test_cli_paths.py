@@ -1,5 +1,6 @@
 """The command line finds the daemon the way the daemon chose its socket: the same config
-file, the same precedence; install-service writes that socket into the units."""
+file, the same precedence; install-service writes that socket into the units. A path
+given on the command line is the caller's, wherever the daemon runs."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import DaemonFactory
+import pytest
+from conftest import DaemonFactory, DaemonHandle
 from test_cli import assert_one_line_error, recalld
 from waits import wait_for
 
@@ -295,3 +297,24 @@ def test_a_request_limit_the_daemon_would_refuse_is_not_the_clients(tmp_path: Pa
         shown = f'"{value}"' if isinstance(value, str) else value
         config.write_text(f"[daemon]\nmax_request_bytes = {shown}\n", encoding="utf-8")
         assert paths.max_request_bytes({"RECALLD_CONFIG": str(config)}) == taken, value
+
+
+def test_a_relative_passfile_is_taken_from_the_callers_folder(
+        daemon: DaemonHandle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``remote forget --passfile pgpass`` names the file in the folder the command runs
+    in, as every other path on the command line does; the daemon, which reads it, runs
+    elsewhere. The server here refuses connections: what is left is that error, not a
+    refusal of the path."""
+    from test_cli_table import cli_main
+
+    here = tmp_path / "caller's folder"
+    here.mkdir()
+    (here / "pgpass").write_text("*:*:*:*:secret\n", "utf-8")
+    (here / "pgpass").chmod(0o600)
+    monkeypatch.chdir(here)
+    code, err = cli_main(["--socket", str(daemon.socket_path), "remote", "forget", "shared",
+                          "--dsn", "postgresql://127.0.0.1:1/db", "--passfile", "pgpass",
+                          "--yes"], daemon.env, monkeypatch, capsys)
+    assert code == 1 and err.count("\n") == 1, err
+    assert "the server cannot be reached" in err and "passfile" not in err, err
