@@ -10,9 +10,13 @@ memory; running a dream instead of undoing one). It is a usage error (exit statu
 from __future__ import annotations
 
 import argparse
-from typing import Any, NoReturn
+import sys
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from recalld.ipc.agent_ids import workspace_id
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 #: What a value that is not UTF-8 is told (on one line: the usage says nothing of it).
 NOT_UTF8 = "is not valid UTF-8 text"
@@ -106,6 +110,26 @@ class Parser(argparse.ArgumentParser):
         if NOT_UTF8 in message or OUT_OF_RANGE in message:
             self.exit(2, f"recalld: {message}\n")
         super().error(message)
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        """As argparse's, but a help or version text that stdout refuses (a full disk,
+        ``> /dev/full``) is one line on stderr and exit status 1, not lost with status 0;
+        a reader gone away (``| head -1``) still ends it quietly. What goes to stderr
+        (usage errors) is passed over when refused, as argparse does: the exit status
+        tells what failed."""
+        out: TextIO = sys.stdout
+        if not message or file is None or file is not out:
+            super()._print_message(message, file)
+            return
+        try:
+            out.write(message)
+            out.flush()
+        except BrokenPipeError:
+            return
+        except OSError as exc:
+            super()._print_message(f"recalld: the text could not be written to standard "
+                                   f"output ({exc})\n", sys.stderr)
+            self.exit(1)
 
     def add_subparsers(self, **kwargs: Any) -> Any:
         """As argparse's; the words after the command go to the command's own parser

@@ -185,6 +185,26 @@ def test_a_stderr_that_refuses_the_error_line_keeps_the_exit_status(
             assert main(args) == code, args
 
 
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["backup", "create", "--help"],
+                                  ["serve", "--help"]])
+def test_help_or_version_that_stdout_refuses_is_an_error(tmp_path: Path,
+                                                         args: list[str]) -> None:
+    # `recalld --version > /dev/full` ended with status 0, its text lost without a word
+    # (argparse passes over a failed write). It is one line and status 1, as a refused
+    # answer is; a reader gone away (`| head -1`) still ends it quietly with 0.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with open("/dev/full", "wb") as full:
+        for stdout, code in ((full, 1), (write_end, 0)):
+            proc = subprocess.run([str(SCRIPT), *args], stdout=stdout, stderr=subprocess.PIPE,
+                                  text=True, timeout=60, check=False, cwd=tmp_path)
+            assert proc.returncode == code and "Traceback" not in proc.stderr, proc.stderr
+            assert proc.stderr == ("" if code == 0 else "recalld: the text could not be "
+                                   "written to standard output ([Errno 28] No space left "
+                                   "on device)\n"), proc.stderr
+    os.close(write_end)
+
+
 def test_usage_errors_found_locally(daemon_factory: DaemonFactory) -> None:
     env = daemon_factory.environment()
     for args in (["--timeout", "-1", "status"], ["status", "--timeout", "0"],
