@@ -80,13 +80,16 @@ def file_refused(status: DaemonStatus, refused: paths.PathError,
                  config: Path | None = None) -> Problem:
     """The config file on disk, which the running daemon has not read (or a reload of
     which failed): a reload or restart would refuse it. Unless the file this shell reads
-    (``config``) is not the daemon's: then only the commands run here refuse it."""
+    (``config``) is not the daemon's, or its path is unusable here (None: a relative
+    ``RECALLD_CONFIG``, which no daemon starts with): then only the commands run here
+    refuse it."""
     running = status.get("config_path")
-    if config is not None and running and not paths.same_file(config, Path(running)):
+    if running and (config is None or not paths.same_file(config, Path(running))):
+        mend = "fix or unset RECALLD_CONFIG" if config is None else f"fix {config}"
         return Problem(
             "fail", f"config file: {refused} (read by recalld commands here, which exit 2; "
                     f"the daemon reads {running}, which a reload or restart reads again)",
-            f"fix {config}, or export RECALLD_CONFIG={shlex.quote(running)}", "config")
+            f"{mend}, or export RECALLD_CONFIG={shlex.quote(running)}", "config")
     return Problem(
         "fail", f"config file: {refused}: a reload or restart would refuse it; the running "
                 "daemon keeps the configuration it last read",

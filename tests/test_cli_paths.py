@@ -318,3 +318,19 @@ def test_a_relative_passfile_is_taken_from_the_callers_folder(
                           "--yes"], daemon.env, monkeypatch, capsys)
     assert code == 1 and err.count("\n") == 1, err
     assert "the server cannot be reached" in err and "passfile" not in err, err
+
+
+def test_a_shells_unusable_config_path_is_not_told_as_the_daemons_file(
+        daemon: DaemonHandle) -> None:
+    """``RECALLD_CONFIG=rel.toml recalld status``: the variable of this shell, which no
+    daemon starts with, was told as the daemon's file that "a reload or restart would
+    refuse", to mend and reload. It is what the commands here refuse, next to the file
+    the daemon reads, as for a readable file that is not the daemon's."""
+    status = recalld("status", "--json", env={**daemon.env, "RECALLD_CONFIG": "rel.toml"})
+    assert status.returncode == 2 and "Traceback" not in status.stderr, status.stderr
+    refused = json.loads(status.stdout)["config_refused"]
+    assert refused["path"] is None and "RECALLD_CONFIG" in refused["error"], refused
+    assert "read by recalld commands here" in refused["what"], refused
+    assert "would refuse it" not in refused["what"], refused
+    running = json.loads(recalld("status", "--json", env=daemon.env).stdout)["config_path"]
+    assert refused["fix"].endswith(f"export RECALLD_CONFIG={running}"), refused
