@@ -108,6 +108,9 @@ def confirm(question: str, yes: bool) -> None:
     except EOFError:  # Ctrl-D, or the terminal went away: no answer is a no
         print(file=sys.stdout)  # (ends the prompt's line)
         answer = ""
+    except KeyboardInterrupt:  # Ctrl-C: the error line starts a line of its own
+        print(file=sys.stdout)
+        raise KeyboardInterrupt("interrupted; nothing was changed") from None
     if answer not in ("y", "yes"):
         raise Declined("cancelled; nothing was changed")
 

@@ -1,17 +1,20 @@
 """What the command line prints to a terminal cannot drive the terminal: control
 characters in what the daemon sends (a note's text, a path, an error message) are shown
-escaped, while a pipe gets a note's text as it is. A real daemon, the real command on a
-pseudo-terminal."""
+escaped, while a pipe gets a note's text as it is; Ctrl-C at a question ends it on a
+line of its own. A real daemon, the real command on a pseudo-terminal."""
 
 from __future__ import annotations
 
+import os
+import pty
 import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import DaemonHandle
-from ptyrun import on_a_terminal
+from ptyrun import on_a_terminal, read_chunk
 from test_cli import SCRIPT, recalld
+from waits import wait_for
 
 # Set the window title, clear the screen, ring the bell, move to the line's start.
 HOSTILE = "title \x1b]0;owned\x07 clear \x1b[2J bell \x07 back \rover \x9b1m end"
@@ -100,3 +103,36 @@ def test_a_file_name_with_a_line_break_stays_on_its_line_in_lists_of_files(
     # So in what verify lists (paths as index.verify answers them).
     assert _verify_lines({"not_indexed": {"count": 1, "paths": ["memory/o\r\nx.md"]},
                           "generation": {"ok": True}}) == ["  not indexed: 1: memory/o\\r\\nx.md"]
+
+
+def test_ctrl_c_at_a_confirmation_says_nothing_changed_on_a_line_of_its_own(
+        daemon: DaemonHandle) -> None:
+    # Ctrl-C at "Remove ...? [y/N]" put "recalld: interrupted" after the prompt, on its
+    # line. The command runs on a terminal of its own, where Ctrl-C is a SIGINT.
+    pid, master = pty.fork()
+    if pid == 0:  # the child: its controlling terminal is the pty
+        try:
+            os.execve(str(SCRIPT), [str(SCRIPT), "remote", "forget", "shared", "--dsn",
+                                    "postgresql://127.0.0.1:1/db"], daemon.env)
+        finally:
+            os._exit(127)
+    drawn = b""
+    while (chunk := read_chunk(master, 60.0)) is not None:
+        drawn += chunk
+        if drawn.endswith(b"[y/N] "):
+            # Once it waits for the answer: a SIGINT just before the read would leave it
+            # set while the read waits on (the ^C itself taken from the input).
+            wait_for(lambda: _state(pid) == "S",
+                     what="the command waiting for the answer")
+            os.write(master, b"\x03")  # what Ctrl-C sends
+        assert chunk, drawn  # nothing for 60 s: the prompt never came
+    os.close(master)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    lines = drawn.decode().replace("\r\n", "\n").splitlines()
+    assert code == 130 and lines[-1] == "recalld: interrupted; nothing was changed", drawn
+    assert lines[-2].endswith("[y/N] ^C"), drawn
+
+
+def _state(pid: int) -> str:
+    """The state of process ``pid`` ("S": sleeping, as in a read), from /proc."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
