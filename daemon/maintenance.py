@@ -14,11 +14,10 @@ chunks wait for their vectors (not parked ones: they wait for the provider, an h
 workspace failed, state was found corrupt and is not yet re-committed, a file of the
 current generation changed on disk (a few ``stat`` calls on every status; a new generation
 is saved from memory), or ``verify`` found the index in memory damaged. It scans the disk
-in a worker thread once the workspace is open (not before: a large workspace would wait
-for it), ``HEALTH_MIN_RESCAN_S`` after the index applied changes, every
-``HEALTH_SCAN_INTERVAL_S`` otherwise, and after every ``verify`` and restore; between scans
-it sleeps on the index's change event, so an idle workspace costs no wake-ups. It stops by
-cancellation and needs no cleanup.
+in a worker thread once the workspace is open (not before: a large workspace would wait for
+it), ``HEALTH_MIN_RESCAN_S`` (on trio's clock) after the index applied changes, every
+``HEALTH_SCAN_INTERVAL_S`` otherwise, after every ``verify`` and restore; between scans it
+sleeps on the index's change event (no wake-ups when idle), and stops by cancellation.
 """
 
 from __future__ import annotations
@@ -82,7 +81,8 @@ class Health:
         self.vectors = vectors
         self._cpu = cpu
         self._background = background or trio.CapacityLimiter(1)
-        self.scanned_at: float | None = None
+        self.scanned_at: float | None = None  # wall time, as status shows it
+        self._scanned_clock: float | None = None  # on trio's clock: freshness reads it
         self.disk_files: int | None = None
         self.derived_bytes: int | None = None
         # Paths whose disk stat differed from the index at the last scan, with that stat
@@ -132,6 +132,7 @@ class Health:
         self._differs = differs
         self.disk_files = len(disk)
         self.scanned_at = time.time()
+        self._scanned_clock = trio.current_time()
         self.first_scan.set()
 
     def unindexed(self) -> list[str]:
@@ -266,8 +267,8 @@ class Health:
         while True:
             self.index.check_files()
             changed = self.index.changed  # taken before the scan: no change slips between
-            fresh = self.scanned_at is not None and (
-                time.time() - self.scanned_at < HEALTH_MIN_RESCAN_S)
+            fresh = self._scanned_clock is not None and (
+                trio.current_time() - self._scanned_clock < HEALTH_MIN_RESCAN_S)
             try:
                 if fresh:
                     async with self._background:
@@ -459,9 +460,8 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
             "its first commit is still to come" if files else "nothing to commit")}
     consistent_chunks = (snap["duplicate_keys"] == 0 and snap["orphan_chunks"] == 0
                          and snap["missing_chunks"] == 0 and snap["keyword_mismatch"] == 0)
-    committed_matches = (
-        status.get("uncommitted_changes", 0) > 0
-        or generation.get("records", {}).get("catalog") in (None, len(files)))
+    committed_matches = (status.get("uncommitted_changes", 0) > 0
+                         or generation.get("records", {}).get("catalog") in (None, len(files)))
     partial = partly_indexed(files)
     ok = (not missing and not stale_entries and not stat_differs and not content_differs
           and consistent_chunks and generation.get("ok", False) and committed_matches
