@@ -12,7 +12,10 @@ next day's (without ``date``: turns pending over a night are each day's memory):
    decisions and preferences into the session's note of the day through ``daily_write``
    (one note per session per day: a second write updates it; the tools refuse touching
    another session's note), with the current note in the prompt so it is merged, not
-   duplicated; model-written text is redacted again (by the file operations). Turns
+   duplicated; a note too long to write again in the model's ``max_tokens`` is added to
+   with ``daily_append`` instead, and a part whose answer was cut at that limit is asked
+   again for the new facts only (:mod:`capture_long`); model-written text is redacted
+   again (by the file operations). Turns
    longer than one prompt go in consecutive parts, a turn longer than that in numbered
    pieces (:mod:`capture_parts`), each part with the note as the part before left it;
    the turns a part finished are saved and committed before the next part is sent;
@@ -65,7 +68,7 @@ from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.index.frontmatter_edit import render_frontmatter
 from recalld.daemon.jobrecords import JobContext
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.memory import capture_log, dialog_log
+from recalld.daemon.memory import capture_log, capture_long, dialog_log
 from recalld.daemon.memory.capture_parts import conversation_parts
 from recalld.daemon.memory.changelog import new_run_id
 from recalld.daemon.memory.fileops import (
@@ -78,7 +81,7 @@ from recalld.daemon.memory.fileops import (
     read_confined,
 )
 from recalld.daemon.memory.inbox import push_inbox
-from recalld.daemon.memory.llm import ToolBudget, run_tools
+from recalld.daemon.memory.llm import ToolBudget
 from recalld.daemon.memory.redact import redact
 from recalld.daemon.memory.session_tools import SessionTools
 from recalld.daemon.memory.turns import check_session_id, joined
@@ -118,10 +121,8 @@ take one speaker's claim for another's.
 
 Write them with the daily_write tool as this conversation's note for the day: a short \
 `name` (a few words, lowercase, dashes), a one-line `description`, and a Markdown body of \
-concise bullet points. If the note already exists (it is shown below), write the whole \
-merged note again: keep what it says, add what is new, correct what changed. Do not \
-create a second note. If nothing is worth remembering, do not call any tool and answer \
-"nothing to save"."""
+concise bullet points. {rules} If nothing is worth remembering, do not call any tool and \
+answer "nothing to save"."""
 
 
 class CaptureResult(TypedDict):
@@ -148,14 +149,15 @@ class CaptureResult(TypedDict):
 
 
 def _prompt(session_id: str, date: str, note_path: str | None, note_text: str | None,
-            conversation: str) -> list[ChatMessage]:
+            conversation: str, rules: str = capture_long.WRITE_RULES) -> list[ChatMessage]:
     if note_path is not None and note_text is not None:
         current = f"The note of this conversation for {date} ({note_path}):\n\n{note_text}"
     else:
         current = f"This conversation has no note for {date} yet."
     user = (f"Date: {date}\nConversation id: {session_id}\n\n{current}\n\n"
             f"New turns of the conversation:\n\n{conversation}")
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": SYSTEM_PROMPT.format(rules=rules)},
+            {"role": "user", "content": user}]
 
 
 async def _append_dialog(ws: Workspace, session_id: str, turns: list[JsonObject]) -> str:
@@ -383,9 +385,13 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                     def on_step(step: int, msg: str, where: str = where) -> None:
                         job.set_progress(1, 4, f"{where}model step {step}: {msg}")
 
-                    result = await run_tools(
-                        chat, _prompt(session_id, date, note_path, note_text, part.text),
-                        ops.tools(SessionTools.NAMES), tools, max_steps=MAX_STEPS,
+                    def prompt(rules: str, path: str | None, text: str | None,
+                               said: str = part.text) -> list[ChatMessage]:
+                        return _prompt(session_id, date, path, text, said, rules)
+
+                    # A long note is added to, not written again (:mod:`capture_long`).
+                    result = await capture_long.run_part(
+                        chat, prompt, ops, tools, (note_path, note_text), max_steps=MAX_STEPS,
                         deadline_s=DEADLINE_S, on_step=on_step, budget=budget)
                     steps += result.steps
                     calls += result.tool_calls_made

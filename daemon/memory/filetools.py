@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from recalld.daemon.memory.fileops import FileOps
 
 ALL_TOOLS = ("read", "write", "edit", "frontmatter_update", "daily_write")
+#: ``daily_append`` (a schema here) is carried out by an auto_memory run's own tools
+#: (:mod:`session_tools`), not by :func:`call`.
 
 
 class _Tool(TypedDict):
@@ -133,5 +135,14 @@ _SCHEMAS: dict[str, _Tool] = {
             "content": {"type": "string", "description": "the note body in Markdown"},
             "date": {"type": "string", "description": "YYYY-MM-DD, default today"},
         }, "required": ["name", "content"]},
+    },
+    "daily_append": {
+        "description": ("Add new facts to the end of this conversation's daily note, "
+                        "without writing the note again; lines it holds already are left "
+                        "out."),
+        "parameters": {"type": "object", "properties": {
+            "content": {"type": "string",
+                        "description": "only the new facts, as Markdown bullet points"},
+        }, "required": ["content"]},
     },
 }

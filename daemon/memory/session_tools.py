@@ -11,6 +11,11 @@ Neither the old facts nor the new ones are lost; a refused rewrite that adds no 
 its own is left as it is, and a note changed since (by the agent, by a person) stands
 with the rewrite's new lines added.
 
+``daily_append`` (given in place of ``daily_write`` for a note too long to write again
+in one answer, :mod:`capture_long`) adds the lines of its content that the note lacks at
+the note's end: nothing of the note is written by the model, so nothing can be dropped,
+and a line the note holds already is not written twice.
+
 Every other write the model asked for that did not happen is a write failure
 (:attr:`SessionTools.write_failures`): the disk's, arguments it got wrong, a tool it may
 not use, a file that is not this session's note, a daemon field it tried to change, or a
@@ -27,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+import orjson
 import trio
 
 from recalld.daemon import safepath
@@ -83,7 +89,7 @@ class _Refused:
 class SessionTools:
     """The tools a model gets in auto_memory: only this session's note of one day."""
 
-    NAMES = ("daily_write", "read", "edit", "frontmatter_update")
+    NAMES = ("daily_write", "daily_append", "read", "edit", "frontmatter_update")
 
     def __init__(self, ops: FileOps, session_id: str, date: str,
                  note_lock: trio.Lock | None = None) -> None:
@@ -202,6 +208,11 @@ class SessionTools:
                 dropped = await trio.to_thread.run_sync(_drops, before, content)
                 if dropped:
                     return self._refuse(name, existing, _Refused(before, content, dropped))
+        elif name == "daily_append":
+            appended = await self._appended(args.get("content"))
+            if isinstance(appended, str):
+                return appended
+            name, args = "daily_write", appended  # the whole note, with the new lines
         elif name in ("edit", "frontmatter_update"):
             refusal = await self._own(str(args.get("path", "")))
             if refusal is not None:
@@ -241,6 +252,31 @@ class SessionTools:
         for change in self.ops.changes[changes:]:
             self._unsettled.pop(change.path, None)  # written since its refusal
         return answer
+
+    async def _appended(self, content: object) -> str | dict[str, object]:
+        """``daily_append``: the ``daily_write`` arguments of the note with the lines of
+        ``content`` it lacks added at its end (the model does not write the note again,
+        so none of its lines can be dropped, and one it holds is not written twice); or
+        the answer, when there is nothing to write."""
+        name = "daily_append"
+        if not isinstance(content, str):
+            return self._fail(name, "argument 'content' must be a string")
+        if unreadable_block(content.lstrip("\n")) or open_fields(content.lstrip("\n")):
+            return self._fail(name, _BROKEN_FRONTMATTER)
+        if not has_body(content):
+            return _NO_TEXT
+        existing = await self.ops.session_note(self.session_id, self.date)
+        if existing is None:
+            return self._fail(name, "this conversation has no note for the day yet; write "
+                                    "it with daily_write")
+        now = await self._text(existing)
+        new = await trio.to_thread.run_sync(_drops, content, now)
+        if not new:
+            self.writes_made += 1  # what it asked for is there
+            return orjson.dumps({"ok": True, "path": existing, "changed": False,
+                                 "note": "the note holds every one of these lines"}).decode()
+        return {"name": PurePosixPath(existing).stem, "date": self.date,
+                "content": now.rstrip("\n") + "\n" + "\n".join(new) + "\n"}
 
     async def keep_refused(self) -> None:
         """Write each note's last refused rewrite that the model did not follow with a

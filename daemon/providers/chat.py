@@ -38,6 +38,7 @@ from recalld.daemon.providers.errors import (
 )
 from recalld.daemon.providers.errors import (
     CircuitOpen,
+    CutToolCall,
     MalformedToolCall,
     ProviderBadResponse,
     ProviderConfigError,
@@ -303,9 +304,9 @@ def _read_tool_call(raw: object, index: int, finish: object) -> ToolCall:
     except MalformedToolCall as exc:
         if finish in ("length", "max_tokens"):
             # A call cut off mid-way: the limit is the cause, not the model's JSON.
-            raise _bad_call(f"the answer stopped at its length limit inside a tool call "
-                            f"(raise max_tokens in chat_model_config): "
-                            f"{exc.message.removeprefix('chat completion: ')}") from None
+            raise CutToolCall(f"chat completion: the answer stopped at its length limit "
+                              f"inside a tool call (raise max_tokens in chat_model_config): "
+                              f"{exc.message.removeprefix('chat completion: ')}") from None
         fn = raw.get("function") if isinstance(raw, dict) else None
         name = fn.get("name") if isinstance(fn, dict) else None
         call_id = raw.get("id") if isinstance(raw, dict) else None

@@ -153,6 +153,11 @@ class MalformedToolCall(ProviderBadResponse):
     it again."""
 
 
+class CutToolCall(MalformedToolCall):
+    """A tool call the answer's length limit (``max_tokens``) cut off mid-way: the model
+    wrote more than the limit lets it; asked for less, it may fit."""
+
+
 class ProviderFault(ProviderBadResponse):
     """A provider call failed with an error nobody foresaw (a defect here or in a library
     this call went through, met on some answer or state): that call's failure, not its

@@ -1,0 +1,101 @@
+"""A session's note grown long: new facts are added to it, never written again whole.
+
+A day-long conversation's note grows with every run of auto_memory. Once writing it
+again whole takes more than the chat model's ``max_tokens``, the model's ``daily_write``
+is cut off at its length limit, the run fails, and so does every later one: the
+conversation would stop being captured. So:
+
+- a note whose rewrite may not fit (:func:`is_long`: over half of ``max_tokens``, its
+  tokens counted as conservatively as an embedding model's input is) is shown to the
+  model with ``daily_append`` (new lines added at its end; a line it holds already is
+  left out) and ``edit`` (to correct a fact) in place of ``daily_write``;
+- a part of the turns whose answer was cut at its length limit anyway (a tool call cut
+  mid-way, or text only) is asked again, once, that way: for the new facts only, with
+  the note as it is then.
+
+Nothing the note held is dropped (nothing rewrites it), nothing is written twice. An
+answer of new facts alone that is cut too fails the run as before (raise ``max_tokens``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from recalld.daemon.index.frontmatter import body_of
+from recalld.daemon.memory.fileops import FileOps
+from recalld.daemon.memory.llm import LoopResult, ToolBudget, run_tools
+from recalld.daemon.memory.session_tools import SessionTools
+from recalld.daemon.providers.embedding_formats import truncate_to_budget
+from recalld.daemon.providers.errors import CutToolCall
+
+if TYPE_CHECKING:
+    from recalld.daemon.providers.chat import ChatClient, ChatMessage
+
+#: The tools of a run whose note is short enough to write again whole.
+REWRITE_TOOLS = ("daily_write", "read", "edit", "frontmatter_update")
+#: The tools of a run whose note is long: the note is added to, not written again.
+APPEND_TOOLS = ("daily_append", "read", "edit", "frontmatter_update")
+
+WRITE_RULES = (
+    "If the note already exists (it is shown below), write the whole merged note again: "
+    "keep what it says, add what is new, correct what changed. Do not create a second "
+    "note.")
+APPEND_RULES = (
+    "The note already exists (it is shown below) and is too long to write again: do not "
+    "write it whole. Call daily_append with only the facts it does not hold yet, as "
+    "bullet points; correct a fact that changed with edit (replace its line with the "
+    "corrected line). Never repeat what the note says.")
+
+#: ``(rules, note path, note text)`` to the conversation for the model.
+Prompt = Callable[[str, str | None, str | None], "list[ChatMessage]"]
+
+
+def is_long(note_text: str | None, max_tokens: int) -> bool:
+    """True if writing ``note_text`` again whole may not fit in half of ``max_tokens``
+    (the other half for what is new, and the JSON the call is written in)."""
+    if note_text is None:
+        return False
+    body = body_of(note_text)[0]  # the frontmatter is the daemon's to write
+    return truncate_to_budget(body, max_tokens // 2) != body
+
+
+def _cut(result: LoopResult, changes_before: int, ops: FileOps) -> bool:
+    """True if the loop ended at the length limit with no write of the note made."""
+    return result.cut == "length" and len(ops.changes) == changes_before
+
+
+async def run_part(chat: ChatClient, prompt: Prompt, ops: FileOps, tools: SessionTools,
+                   note: tuple[str | None, str | None], *, max_steps: int, deadline_s: float,
+                   on_step: Callable[[int, str], None], budget: ToolBudget) -> LoopResult:
+    """Run the tool loop (:func:`run_tools`, with these arguments) on one part of the
+    turns (``note``: its path and text as the part starts), the note added to when it is
+    long, and asked again for the new facts only when the answer was cut at its length
+    limit."""
+
+    async def loop(rules: str, path: str | None, text: str | None,
+                   names: tuple[str, ...]) -> LoopResult:
+        return await run_tools(chat, prompt(rules, path, text), ops.tools(names), tools,
+                               max_steps=max_steps, deadline_s=deadline_s, on_step=on_step,
+                               budget=budget)
+
+    note_path, note_text = note
+    long = is_long(note_text, chat.config.max_tokens)
+    changes_before = len(ops.changes)
+    first: LoopResult | None = None
+    try:
+        first = await loop(APPEND_RULES if long else WRITE_RULES, note_path, note_text,
+                           APPEND_TOOLS if long else REWRITE_TOOLS)
+    except CutToolCall:
+        if long or note_path is None:
+            raise
+    if first is not None and (long or note_path is None or not _cut(first, changes_before, ops)):
+        return first
+    note_path = await ops.session_note(tools.session_id, tools.date)
+    note_text = await ops.read_text(note_path) if note_path else None
+    again = await loop(APPEND_RULES, note_path, note_text, APPEND_TOOLS)
+    if first is None:
+        return again
+    return dataclasses.replace(again, steps=first.steps + again.steps,
+                               tool_calls_made=first.tool_calls_made + again.tool_calls_made)
