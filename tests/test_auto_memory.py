@@ -276,7 +276,8 @@ def test_malformed_or_rejected_answers_fail_the_job_and_keep_turns(
         assert add(d, "s", [])["pending_turns"] == 1  # nothing lost
         assert not (root / "mem_session/dialog/s.jsonl").exists()
     # A thinking model that spent its tokens said no "nothing to save": turns committed.
-    fake.script(Reply(json=chat_answer(None, finish_reason="length")))
+    # (Cut, it is asked once more for the new facts only: cut again, the job fails.)
+    fake.script(*[Reply(json=chat_answer(None, finish_reason="length"))] * 2)
     job = wait_job(d, add(d, "s", [], flush=True)["job_id"])
     assert job["state"] == "failed" and "length limit" in job["error"], job
     assert add(d, "s", [])["pending_turns"] == 1

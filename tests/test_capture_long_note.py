@@ -3,7 +3,8 @@ answer: capture goes on, every fact in the note once.
 
 A real daemon, a real socket, a chat server on 127.0.0.1 that answers as a model does:
 it writes the note whole with ``daily_write`` when it is offered (the note it was shown
-with the new facts), or only the new facts with ``daily_append``; and, as a real server,
+with the new facts), or only the new facts with ``daily_append``, ten an answer; and, as
+a real server,
 cuts an answer longer than the request's ``max_tokens`` (4 characters a token) at that
 length, with finish reason ``length``.
 """
@@ -30,19 +31,21 @@ def _cut_model(calls: list[str]) -> Any:
 
     def model(body: dict[str, Any]) -> dict[str, Any]:
         messages = body["messages"]
-        if messages[-1]["role"] == "tool":
-            return chat_answer("saved")
-        prompt = messages[-1]["content"]
+        prompt = next(m["content"] for m in messages if m["role"] == "user")
         shown, _, said = prompt.partition("New turns of the conversation:")
         held = [ln for ln in shown.splitlines() if ln.startswith("- ")]
+        sent = "".join(c["function"]["arguments"] for m in messages
+                       for c in m.get("tool_calls") or [])
         new = [f"- {f.strip()}" for f in _FACT.findall(said)
-               if not any(f.strip() in ln for ln in held)]
+               if not any(f.strip() in ln for ln in held) and f.strip() not in sent]
         offered = {t["function"]["name"] for t in body["tools"]}
+        if not new or (messages[-1]["role"] == "tool" and "daily_write" in offered):
+            return chat_answer("saved")
         if "daily_write" in offered:
             name, args = "daily_write", {"name": "day", "description": "the day",
                                          "content": "\n".join(held + new)}
-        else:  # the new facts, and one the note holds (a model repeats itself)
-            name, args = "daily_append", {"content": "\n".join(held[-1:] + new)}
+        else:  # ten new facts at most, and one the note holds (a model repeats itself)
+            name, args = "daily_append", {"content": "\n".join(held[-1:] + new[:10])}
         calls.append(name)
         text = orjson.dumps(args).decode()
         limit = 4 * int(body["max_tokens"])
@@ -101,8 +104,27 @@ def test_a_rewrite_cut_at_the_length_limit_is_asked_again_for_the_new_facts(
     add(d, "cut", turn(" ".join(f"Remember: {f}." for f in new)))
     job = wait_job(d, add(d, "cut", [], flush=True)["job_id"])
     assert job["state"] == "succeeded", job
-    assert calls == ["daily_write", "daily_write", "daily_append"]
+    assert calls == ["daily_write", "daily_write", "daily_append", "daily_append"]
     body = _note(root)
     for fact in old + new:
         assert body.count(fact) == 1, fact
     assert add(d, "cut", [])["pending_turns"] == 0
+
+
+def test_a_first_note_of_more_facts_than_one_answer_holds_is_written_in_steps(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    d = daemon_factory(_config(root, fake))
+    calls: list[str] = []
+    fake.chat_default = _cut_model(calls)
+    facts = [f"fact-{n} the ferry to island {n} leaves at pier {n} on mondays"
+             for n in range(28)]
+    for fact in facts:
+        add(d, "first", turn(f"Remember: {fact}."))
+    job = wait_job(d, add(d, "first", [], flush=True)["job_id"])
+    assert job["state"] == "succeeded", job
+    assert calls == ["daily_write"] + ["daily_append"] * 3
+    body = _note(root)
+    for fact in facts:
+        assert body.count(fact) == 1, fact
+    assert add(d, "first", [])["pending_turns"] == 0

@@ -8,13 +8,15 @@ conversation would stop being captured. So:
 - a note whose rewrite may not fit (:func:`is_long`: over half of ``max_tokens``, its
   tokens counted as conservatively as an embedding model's input is) is shown to the
   model with ``daily_append`` (new lines added at its end; a line it holds already is
-  left out) and ``edit`` (to correct a fact) in place of ``daily_write``;
+  left out) and ``edit`` (to correct a fact) in place of ``daily_write``, and asked for
+  the new facts a few at a time (one call an answer, as many answers as it takes);
 - a part of the turns whose answer was cut at its length limit anyway (a tool call cut
-  mid-way, or text only) is asked again, once, that way: for the new facts only, with
-  the note as it is then.
+  mid-way, or text only; also the first write of a note, of more facts than one answer
+  holds) is asked again, once, that way, with the note as it is then.
 
 Nothing the note held is dropped (nothing rewrites it), nothing is written twice. An
-answer of new facts alone that is cut too fails the run as before (raise ``max_tokens``).
+answer of new facts that is cut too fails the run as before (raise ``max_tokens``): the
+facts of its earlier answers are written, so the next run has fewer to add.
 """
 
 from __future__ import annotations
@@ -43,10 +45,11 @@ WRITE_RULES = (
     "keep what it says, add what is new, correct what changed. Do not create a second "
     "note.")
 APPEND_RULES = (
-    "The note already exists (it is shown below) and is too long to write again: do not "
-    "write it whole. Call daily_append with only the facts it does not hold yet, as "
-    "bullet points; correct a fact that changed with edit (replace its line with the "
-    "corrected line). Never repeat what the note says.")
+    "The note is too long to write again whole (or, when none is shown, what is new is "
+    "too much for one answer): do not write it whole. Call daily_append with only the "
+    "facts the note does not hold yet, as bullet points, at most ten in one call and one "
+    "call in an answer, until all are added; correct a fact that changed with edit "
+    "(replace its line with the corrected line). Never repeat what the note says.")
 
 #: ``(rules, note path, note text)`` to the conversation for the model.
 Prompt = Callable[[str, str | None, str | None], "list[ChatMessage]"]
@@ -88,9 +91,9 @@ async def run_part(chat: ChatClient, prompt: Prompt, ops: FileOps, tools: Sessio
         first = await loop(APPEND_RULES if long else WRITE_RULES, note_path, note_text,
                            APPEND_TOOLS if long else REWRITE_TOOLS)
     except CutToolCall:
-        if long or note_path is None:
+        if long:
             raise
-    if first is not None and (long or note_path is None or not _cut(first, changes_before, ops)):
+    if first is not None and (long or not _cut(first, changes_before, ops)):
         return first
     note_path = await ops.session_note(tools.session_id, tools.date)
     note_text = await ops.read_text(note_path) if note_path else None

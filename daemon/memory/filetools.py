@@ -137,12 +137,16 @@ _SCHEMAS: dict[str, _Tool] = {
         }, "required": ["name", "content"]},
     },
     "daily_append": {
-        "description": ("Add new facts to the end of this conversation's daily note, "
-                        "without writing the note again; lines it holds already are left "
-                        "out."),
+        "description": ("Add new facts to the end of this conversation's daily note "
+                        "(made of them if there is none yet), without writing the note "
+                        "again; lines it holds already are left out."),
         "parameters": {"type": "object", "properties": {
             "content": {"type": "string",
                         "description": "only the new facts, as Markdown bullet points"},
+            "name": {"type": "string",
+                     "description": "short file name, when the note does not exist yet"},
+            "description": {"type": "string",
+                            "description": "one line, when the note does not exist yet"},
         }, "required": ["content"]},
     },
 }

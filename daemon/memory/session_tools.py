@@ -13,8 +13,9 @@ with the rewrite's new lines added.
 
 ``daily_append`` (given in place of ``daily_write`` for a note too long to write again
 in one answer, :mod:`capture_long`) adds the lines of its content that the note lacks at
-the note's end: nothing of the note is written by the model, so nothing can be dropped,
-and a line the note holds already is not written twice.
+the note's end (or makes the note of them, when there is none yet): nothing of the note
+is written by the model, so nothing can be dropped, and a line the note holds already is
+not written twice.
 
 Every other write the model asked for that did not happen is a write failure
 (:attr:`SessionTools.write_failures`): the disk's, arguments it got wrong, a tool it may
@@ -60,6 +61,8 @@ _BROKEN_FRONTMATTER = (
     "the content starts with a frontmatter block (---) that cannot be read (a duplicate "
     "key, a quote or the block left open); nothing was written. Give name and "
     "description as arguments and write only the Markdown body in content")
+#: The name of a note ``daily_append`` makes when the model names none.
+NEW_NOTE_NAME = "conversation"
 #: What some models put before a tool's name: ``functions.`` (models trained on OpenAI's
 #: harmony and Codex formats), ``tools.``, ``default_api.`` (Gemini's code-style calls).
 TOOL_NAMESPACES = ("functions", "tools", "default_api")
@@ -209,7 +212,7 @@ class SessionTools:
                 if dropped:
                     return self._refuse(name, existing, _Refused(before, content, dropped))
         elif name == "daily_append":
-            appended = await self._appended(args.get("content"))
+            appended = await self._appended(args)
             if isinstance(appended, str):
                 return appended
             name, args = "daily_write", appended  # the whole note, with the new lines
@@ -253,12 +256,13 @@ class SessionTools:
             self._unsettled.pop(change.path, None)  # written since its refusal
         return answer
 
-    async def _appended(self, content: object) -> str | dict[str, object]:
+    async def _appended(self, args: Mapping[str, object]) -> str | dict[str, object]:
         """``daily_append``: the ``daily_write`` arguments of the note with the lines of
         ``content`` it lacks added at its end (the model does not write the note again,
-        so none of its lines can be dropped, and one it holds is not written twice); or
-        the answer, when there is nothing to write."""
-        name = "daily_append"
+        so none of its lines can be dropped, and one it holds is not written twice), or
+        of a new note of them when there is none yet; or the answer, when there is
+        nothing to write."""
+        name, content = "daily_append", args.get("content")
         if not isinstance(content, str):
             return self._fail(name, "argument 'content' must be a string")
         if unreadable_block(content.lstrip("\n")) or open_fields(content.lstrip("\n")):
@@ -266,9 +270,9 @@ class SessionTools:
         if not has_body(content):
             return _NO_TEXT
         existing = await self.ops.session_note(self.session_id, self.date)
-        if existing is None:
-            return self._fail(name, "this conversation has no note for the day yet; write "
-                                    "it with daily_write")
+        if existing is None:  # the first facts of the day: the note is made of them
+            return {"name": args.get("name") or NEW_NOTE_NAME, "date": self.date,
+                    "description": args.get("description"), "content": content}
         now = await self._text(existing)
         new = await trio.to_thread.run_sync(_drops, content, now)
         if not new:
