@@ -128,3 +128,20 @@ def test_a_first_note_of_more_facts_than_one_answer_holds_is_written_in_steps(
     for fact in facts:
         assert body.count(fact) == 1, fact
     assert add(d, "first", [])["pending_turns"] == 0
+
+
+def test_more_new_facts_than_the_steps_of_one_loop_are_all_added(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    # Ten facts an answer: 95 of them take more answers than one tool loop's steps.
+    root = tmp_path / "ws"
+    d = daemon_factory(_config(root, fake))
+    calls: list[str] = []
+    fake.chat_default = _cut_model(calls)
+    facts = [f"fact-{n} the locker {n} code is on card {n}" for n in range(95)]
+    add(d, "many", turn(" ".join(f"Remember: {f}." for f in facts)))
+    job = wait_job(d, add(d, "many", [], flush=True)["job_id"])
+    assert job["state"] == "succeeded", job
+    body = _note(root)
+    for fact in facts:
+        assert body.count(fact) == 1, fact
+    assert add(d, "many", [])["pending_turns"] == 0

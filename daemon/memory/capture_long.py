@@ -9,7 +9,9 @@ conversation would stop being captured. So:
   tokens counted as conservatively as an embedding model's input is) is shown to the
   model with ``daily_append`` (new lines added at its end; a line it holds already is
   left out) and ``edit`` (to correct a fact) in place of ``daily_write``, and asked for
-  the new facts a few at a time (one call an answer, as many answers as it takes);
+  the new facts a few at a time (one call an answer, as many answers as it takes: a loop
+  out of steps while it still adds them is asked for the rest, :data:`MAX_ROUNDS` times
+  at most, within the job's tool budget);
 - a part of the turns whose answer was cut at its length limit anyway (a tool call cut
   mid-way, or text only; also the first write of a note, of more facts than one answer
   holds) is asked again, once, that way, with the note as it is then.
@@ -52,6 +54,10 @@ APPEND_RULES = (
     "(replace its line with the corrected line). Never repeat what the note says.")
 
 #: ``(rules, note path, note text)`` to the conversation for the model.
+#: How many more times a part is asked for its new facts (after a cut answer, or a loop
+#: out of steps while it still added them); the job's tool budget bounds them too.
+MAX_ROUNDS = 4
+
 Prompt = Callable[[str, str | None, str | None], "list[ChatMessage]"]
 
 
@@ -64,6 +70,13 @@ def is_long(note_text: str | None, max_tokens: int) -> bool:
     return truncate_to_budget(body, max_tokens // 2) != body
 
 
+def _more(result: LoopResult, changes_before: int, ops: FileOps, budget: ToolBudget) -> bool:
+    """True if the loop ran out of steps while it still added to the note (and may run
+    more tool calls): what it had left to add is asked for."""
+    return (not result.finished and result.cut is None and len(ops.changes) > changes_before
+            and not budget.spent())
+
+
 def _cut(result: LoopResult, changes_before: int, ops: FileOps) -> bool:
     """True if the loop ended at the length limit with no write of the note made."""
     return result.cut == "length" and len(ops.changes) == changes_before
@@ -74,8 +87,8 @@ async def run_part(chat: ChatClient, prompt: Prompt, ops: FileOps, tools: Sessio
                    on_step: Callable[[int, str], None], budget: ToolBudget) -> LoopResult:
     """Run the tool loop (:func:`run_tools`, with these arguments) on one part of the
     turns (``note``: its path and text as the part starts), the note added to when it is
-    long, and asked again for the new facts only when the answer was cut at its length
-    limit."""
+    long, asked again for the new facts only when the answer was cut at its length
+    limit, and for the rest when the loop ran out of steps while it still added them."""
 
     async def loop(rules: str, path: str | None, text: str | None,
                    names: tuple[str, ...]) -> LoopResult:
@@ -93,12 +106,21 @@ async def run_part(chat: ChatClient, prompt: Prompt, ops: FileOps, tools: Sessio
     except CutToolCall:
         if long:
             raise
-    if first is not None and (long or not _cut(first, changes_before, ops)):
+    if first is not None and not long and not _cut(first, changes_before, ops):
         return first
-    note_path = await ops.session_note(tools.session_id, tools.date)
-    note_text = await ops.read_text(note_path) if note_path else None
-    again = await loop(APPEND_RULES, note_path, note_text, APPEND_TOOLS)
-    if first is None:
-        return again
-    return dataclasses.replace(again, steps=first.steps + again.steps,
-                               tool_calls_made=first.tool_calls_made + again.tool_calls_made)
+    # A long note's loop goes on only if it ran out of steps; a cut rewrite is asked again.
+    total, last = first, first if long else None
+    for _ in range(MAX_ROUNDS):
+        if last is not None and not _more(last, changes_before, ops, budget):
+            break
+        # Cut (asked again for the new facts only), or out of steps while still adding
+        # them (asked for the rest): with the note as it is now.
+        changes_before = len(ops.changes)
+        note_path = await ops.session_note(tools.session_id, tools.date)
+        note_text = await ops.read_text(note_path) if note_path else None
+        last = await loop(APPEND_RULES, note_path, note_text, APPEND_TOOLS)
+        total = last if total is None else dataclasses.replace(
+            last, steps=total.steps + last.steps,
+            tool_calls_made=total.tool_calls_made + last.tool_calls_made)
+    assert total is not None  # a first loop that raised was followed by another
+    return total
