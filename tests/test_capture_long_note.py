@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from fakes.provider_server import FakeProvider, chat_answer, tool_call
+from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 from test_auto_memory import add, config, today, turn
 from waits import wait_job
 
@@ -145,3 +145,19 @@ def test_more_new_facts_than_the_steps_of_one_loop_are_all_added(
     for fact in facts:
         assert body.count(fact) == 1, fact
     assert add(d, "many", [])["pending_turns"] == 0
+
+
+def test_a_text_answer_cut_at_max_tokens_is_asked_again(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    # Servers modelled on other APIs name the cut "max_tokens", not "length".
+    root = tmp_path / "ws"
+    d = daemon_factory(_config(root, fake))
+    fake.chat_default = _cut_model([])
+    add(d, "mt", turn("Remember: fact-1 the boat is blue."))
+    assert wait_job(d, add(d, "mt", [], flush=True)["job_id"])["state"] == "succeeded"
+    fake.script(Reply(json=chat_answer(None, finish_reason="max_tokens")))
+    add(d, "mt", turn("Remember: fact-2 the oars are in the loft."))
+    job = wait_job(d, add(d, "mt", [], flush=True)["job_id"])
+    assert job["state"] == "succeeded", job
+    body = _note(root)
+    assert body.count("fact-1 the boat is blue") == body.count("fact-2 the oars are in") == 1

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from recalld.daemon.index.frontmatter import body_of
 from recalld.daemon.memory.fileops import FileOps
-from recalld.daemon.memory.llm import LoopResult, ToolBudget, run_tools
+from recalld.daemon.memory.llm import LENGTH_CUTS, LoopResult, ToolBudget, run_tools
 from recalld.daemon.memory.session_tools import SessionTools
 from recalld.daemon.providers.embedding_formats import truncate_to_budget
 from recalld.daemon.providers.errors import CutToolCall
@@ -79,7 +79,7 @@ def _more(result: LoopResult, changes_before: int, ops: FileOps, budget: ToolBud
 
 def _cut(result: LoopResult, changes_before: int, ops: FileOps) -> bool:
     """True if the loop ended at the length limit with no write of the note made."""
-    return result.cut == "length" and len(ops.changes) == changes_before
+    return result.cut in LENGTH_CUTS and len(ops.changes) == changes_before
 
 
 async def run_part(chat: ChatClient, prompt: Prompt, ops: FileOps, tools: SessionTools,

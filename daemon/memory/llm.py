@@ -53,6 +53,8 @@ DEFAULT_DEADLINE_S = 600.0
 MAX_TOOL_RESULT_CHARS = 20_000
 #: Finish reasons of an answer stopped before it was complete.
 CUT_SHORT = frozenset({"length", "max_tokens", "content_filter"})
+#: Those of :data:`CUT_SHORT` that say the answer reached its token limit.
+LENGTH_CUTS = frozenset({"length", "max_tokens"})
 #: Tool calls of one answer that are run; those past it are refused (a real model asks
 #: for a few at a time).
 MAX_CALLS_PER_ANSWER = 32
@@ -130,7 +132,7 @@ class LoopResult:
 
     def unfinished(self, max_steps: int) -> str:
         """Why the loop did not finish, for a job's error."""
-        if self.cut == "length":
+        if self.cut in LENGTH_CUTS:
             return ("the chat model's answer stopped at its length limit before it was "
                     "complete (raise max_tokens in chat_model_config)")
         if self.cut == BUDGET_SPENT:
