@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 
 from recalld.daemon.jsontypes import JsonObject, integer_range
-from recalld.ipc.errors import InvalidParams
+from recalld.ipc.errors import LOOKS_LIKE_A_CREDENTIAL, InvalidParams
 
 #: Checks a submission's params: returns them as the job keeps them, or InvalidParams.
 ParamsCheck = Callable[[Mapping[str, object]], JsonObject]
@@ -59,10 +59,18 @@ def choice(*values: str) -> FieldCheck:
 
 
 def text(name: str, value: object) -> object:
-    """A non-empty string of at most :data:`MAX_TEXT_CHARS` characters."""
+    """A non-empty string of at most :data:`MAX_TEXT_CHARS` characters, never what
+    redaction would mask: the job keeps it in its record, the journal on disk and every
+    ``job.state`` event."""
     if not isinstance(value, str) or not 0 < len(value) <= MAX_TEXT_CHARS:
         raise InvalidParams(
             f"job param {name!r} must be a string of 1-{MAX_TEXT_CHARS} characters")
+    # Imported on the first such param, not with the daemon (see daemon_methods).
+    from recalld.daemon.memory.redact import masked_in
+
+    if masked_in(value):
+        raise InvalidParams(f"job param {name!r} looks like a credential",
+                            {LOOKS_LIKE_A_CREDENTIAL: name})
     return value
 
 

@@ -191,6 +191,14 @@ def test_ids_that_are_credentials_are_refused(
                                         "token-refresh-7", "messages": [{"role": "user",
                                                                          "content": "hi"}]})
     assert added["added_messages"] == 1
+    # A job's free-text param is kept in its record, the journal and its events.
+    for occurrence in (GITLAB, f"pw: {PW}"):
+        with pytest.raises(InvalidParams, match="credential"):
+            d.call("jobs.submit", {"agent_id": "w", "kind": "auto_dream",
+                                   "params": {"occurrence": occurrence}})
+    d.call("jobs.submit", {"agent_id": "w", "kind": "auto_dream",
+                           "params": {"occurrence": "2026-12-05T23:00:00+01:00"}})
+    assert _leaks((d.data_dir / "state" / "jobs.journal").read_text(errors="replace")) == []
     assert _leaks(_workspace_text(tmp_path / "ws")) == []
     assert d.call("daemon.ping")["pong"] is True
 
