@@ -11,7 +11,8 @@ same ranges and layouts. Also here: the message naming unknown keys with their l
 intended names (:func:`unknown`), and the masking of credentials in settings shown
 (:func:`mask_url`, :func:`shown_setting`; a DSN's in ``daemon/dsn.py``).
 
-Nothing here imports the rest of the daemon: the config module imports this one.
+Nothing here imports the rest of the daemon (but the redaction rules, when a message
+shows a text or a name): the config module imports this one.
 """
 
 from __future__ import annotations
@@ -364,11 +365,16 @@ def _is_control(char: str) -> bool:
 
 
 def shown(value: object) -> str:
-    """A value as TOML would write it, for error messages."""
+    """A value as TOML would write it, for error messages, with what looks like a secret
+    masked as redaction masks it (a key pasted into another setting: error messages reach
+    logs and the journal)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        text = value.replace("\\", "\\\\").replace('"', '\\"')
+        # Imported with the first message that shows a text, not with the configuration.
+        from recalld.daemon.memory.redact import redact
+
+        text = redact(value).replace("\\", "\\\\").replace('"', '\\"')
         if not text.isprintable():  # a control character, escaped as TOML escapes it
             text = "".join(_TOML_ESCAPES.get(c, f"\\u{ord(c):04X}") if _is_control(c) else c
                            for c in text)
@@ -403,10 +409,13 @@ def unknown(what: str, names: list[str], known: Collection[str]) -> str:
     """``unknown field(s) a, b``, with the known name each is likely a typo of."""
     import difflib  # only a configuration with an unknown field needs it
 
+    from recalld.daemon.memory.redact import redact
+
     guesses = {n: difflib.get_close_matches(n, sorted(known), n=1, cutoff=0.75)
                for n in names}
-    hints = [f"{n}: did you mean {g[0]}?" for n, g in guesses.items() if g]
-    return (f"unknown {what}(s) {', '.join(names)}"
+    # A name is shown masked as a value is (a key pasted where a field's name goes).
+    hints = [f"{redact(n)}: did you mean {g[0]}?" for n, g in guesses.items() if g]
+    return (f"unknown {what}(s) {', '.join(redact(n) for n in names)}"
             + (f" ({'; '.join(hints)})" if hints else ""))
 
 

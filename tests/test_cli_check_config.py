@@ -23,3 +23,30 @@ def test_check_config_checks_the_log_file_as_serving_opens_it(
     proc = recalld("serve", "--check-config", "--log-file",
                    str(tmp_path / "new" / "recalld.log"), env=env)
     assert proc.returncode == 0 and not (tmp_path / "new").exists(), proc.stderr
+
+
+def test_a_key_pasted_into_another_setting_is_masked_in_the_error(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # A key pasted into the wrong field or as a field's name: the
+    # message names the setting, never the key (it reaches the log and the journal).
+    key = "sk-proj-" + "Cf9gHj2kLm5nPq8rSt1uVw4xYz7aBc0dEf3gHi6jKl9m"
+    ws = f'[workspaces.w]\npath = "{tmp_path / "ws"}"\n'
+    configs = {
+        "base_url": ws + f'chat_model_config = {{base_url = "{key}", model_name = "m"}}\n',
+        "backend": ws + f'embedding_model_config = {{backend = "{key}"}}\n',
+        "timeout_s": ws + f'chat_model_config = {{timeout_s = "token {key}"}}\n',
+        "dream_cron": ws + f'dream_cron = "{key}"\n',
+        "log_level": f'[daemon]\nlog_level = "{key}"\n',
+        "field": ws + f'"{key}" = 1\n',
+    }
+    env = daemon_factory.environment()
+    config = Path(env["XDG_CONFIG_HOME"]) / "recalld" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    for where, text in configs.items():
+        config.write_text(text, "utf-8")
+        line = assert_one_line_error(recalld("serve", "--check-config", env=env), 2)
+        assert "[REDACTED]" in line and key[8:20] not in line, (where, line)
+    # Serving refuses it with the same line, in its log too.
+    d = daemon_factory(configs["base_url"], wait=False)
+    assert d.proc.wait(timeout=60) == 2
+    assert "[REDACTED]" in d.log() and key[8:20] not in d.log(), d.log()
