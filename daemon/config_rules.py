@@ -459,9 +459,14 @@ def url_without_secrets(url: str) -> str:
 def mask_url(url: str) -> str:
     """``url`` with a password in its user part, a user name that looks like a token and
     the values of query parameters named like a credential (``key``, ``token``,
-    ``secret``, ``password``, ``pwd``, ``auth``, ``sig``, ...) as ``***``."""
+    ``secret``, ``password``, ``pwd``, ``auth``, ``sig``, ...) as ``***``, and what
+    redaction masks elsewhere in it (a key in its path, as some gateways take it) as
+    ``[REDACTED]``."""
+    # Imported with the first URL shown, not with the configuration.
+    from recalld.daemon.memory.redact import redact
+
     url = _without_user_token(url, "***")
-    return URL_QUERY_SECRET.sub(r"\1***", _URL_USERINFO_SECRET.sub(r"\1:***@", url))
+    return redact(URL_QUERY_SECRET.sub(r"\1***", _URL_USERINFO_SECRET.sub(r"\1:***@", url)))
 
 
 def masked_repr(settings: DataclassInstance) -> str:

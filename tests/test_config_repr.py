@@ -9,9 +9,14 @@ settings module, so a secret field added later is covered.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import httpx
 import pytest
+from conftest import DaemonFactory
+from fakes.provider_server import FakeProvider, Reply
+from test_cli import recalld
+from waits import wait_for
 
 from recalld.daemon import config, config_rules
 from recalld.daemon.providers.chat import ChatClient
@@ -104,3 +109,32 @@ def test_a_token_as_a_url_user_name_is_masked(url: str) -> None:
         assert "llm.example.net" in shown
     for plain in ("https://bob@llm.example.net/v1", "https://svc-account-name@h.example/v1"):
         assert config_rules.mask_url(plain) == config_rules.url_without_secrets(plain) == plain
+
+
+def test_a_key_in_a_url_path_is_masked_wherever_the_url_is_shown(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    """Some gateways take the key in the URL's path (``https://gw.example/<key>/v1``):
+    the settings in answers, the provider's endpoint in status and the log lines of its
+    failed calls show the URL with the key masked as redaction masks it."""
+    token = "ghp_" + "Pa7hSe9gMe3nTx5yKe1yAb3dEf6hIj9kLm2nOp5q"
+    with FakeProvider(dims=8) as fake:
+        fake.script(*[Reply(status=500)] * 3)
+        root = tmp_path / "ws"
+        (root / "memory").mkdir(parents=True)
+        (root / "memory" / "a.md").write_text("# a\nalpha\n", encoding="utf-8")
+        url = f"{fake.url}/{token}/v1"
+        d = daemon_factory(
+            f'[workspaces.w]\npath = "{root}"\n'
+            f'chat_model_config = {{base_url = "{url}", model_name = "m", api_key = "x"}}\n'
+            f'embedding_model_config = {{backend = "openai", base_url = "{url}", '
+            f'api_key = "x", model_name = "e", dimensions = 8}}\n')
+        d.call("index.sync", {"agent_id": "w"})
+        wait_for(lambda: len(fake.requests) >= 3, "three failed embedding calls")
+        shown = [str(d.call("workspace.list")), str(d.call("daemon.status")),
+                 recalld("status", "--verbose", env=d.env).stdout]
+        assert all(f"{fake.url}/[REDACTED]/v1" in text for text in shown[:2]), shown
+        wait_for(lambda: " failed (" in d.log(), "a failed call logged")
+        for text in [*shown, d.log()]:
+            assert token not in text, text
+    assert config_rules.mask_url(url) == f"{fake.url}/[REDACTED]/v1"
+    assert token not in repr(config.ChatModelConfig(model_name="m", base_url=url))
