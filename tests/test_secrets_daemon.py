@@ -180,6 +180,11 @@ def test_ids_that_are_credentials_are_refused(
         with pytest.raises(InvalidParams, match="credential"):
             d.call("workspace.open", {"agent_id": agent})
     assert d.call("workspace.open", {"agent_id": "token-helper"})["state"] == "ready"
+    # An agent's name is recorded with its workspace and shown in workspace.list.
+    for name in (f"bot {GITLAB}", f"the password is {PASSWORD}"):
+        with pytest.raises(InvalidParams, match="credential"):
+            d.call("workspace.open", {"agent_id": "named", "name": name})
+    assert d.call("workspace.open", {"agent_id": "named", "name": "Token Helper 2"})
     assert _leaks(str(d.call("workspace.list"))) == []
     # A request id is kept in the pending-turns log to answer a retry.
     for request_id in (SLACK, f"retry pw: {PW}"):

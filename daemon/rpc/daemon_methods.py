@@ -146,6 +146,13 @@ async def workspace_open(ctx: CallContext,
         # A new id names a folder and shows in every log line and status of it.
         raise InvalidParams("agent_id looks like a credential; use another id",
                             {LOOKS_LIKE_A_CREDENTIAL: "agent_id"})
+    record = ctx.state.registry.remembered().get(agent_id)
+    recorded = record.get("name") if record is not None else None
+    if name is not None and name != recorded and _masked_in(name):
+        # A name claimed is recorded with the workspace and shows in workspace.list; one
+        # recorded already is the owner's, kept as it was claimed.
+        raise InvalidParams("param 'name' looks like a credential; use another name",
+                            {LOOKS_LIKE_A_CREDENTIAL: "name"})
     async with progress.pumping():
         progress.phase("opening")
         ws = await ctx.state.registry.open(
