@@ -52,9 +52,10 @@ def params(dsn: str) -> dict[str, str]:
 
         parsed = conninfo.conninfo_to_dict(dsn)
     except Exception:  # psycopg.ProgrammingError, or no psycopg to parse it
+        # Worded so that redaction, which masks what errors quote, leaves it whole.
         raise UnusableDsn("libpq cannot parse the dsn (its message, which quotes the dsn, "
-                          "is not shown): check its quoting, and in a URI that @ / % in "
-                          "the password are percent-encoded") from None
+                          "is not shown): check its quoting, and in a URI write @ / % in "
+                          "the password as %40 %2F %25") from None
     if _unencoded(dsn):
         raise UnusableDsn("the dsn (not shown) has an @ after its user part, which libpq "
                           "takes into the host or database name: in a URI, write @ / % "

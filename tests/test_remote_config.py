@@ -294,6 +294,9 @@ def test_a_dsn_libpq_cannot_use_is_refused_where_it_is_given(daemon_factory: Dae
             d.call("workspace.open", {"agent_id": agent, "config": {"remote": remote}})
         for text in (stderr, error, refused.value.message, d.log()):
             assert "SECRET" not in text, text
+        # The advice on how to write the password stays readable where errors are masked.
+        assert "%40 %2F %25" in refused.value.message, refused.value.message
+        assert "[REDACTED]" not in refused.value.message, refused.value.message
     assert [w["agent_id"] for w in d.call("workspace.list")["workspaces"]] == ["default"]
 
 
