@@ -200,7 +200,7 @@ def walk_files(root: Path, top: str, passed: PassedBy | None = None) -> Iterator
         current = current / part
         if current.is_symlink():
             if passed is not None:
-                passed.symlinks.append(safepath.shown(str(current.relative_to(root))))
+                passed.symlinks.append(safepath.shown_masked(str(current.relative_to(root))))
             return
     stack = [root / top]
     prefix = str(root) + os.sep
@@ -219,10 +219,10 @@ def walk_files(root: Path, top: str, passed: PassedBy | None = None) -> Iterator
             rel = entry.path[len(prefix):].replace(os.sep, "/")
             if entry.name.startswith("."):
                 if passed is not None and not _daemons_own(entry.name):
-                    passed.hidden.append(safepath.shown(rel))
+                    passed.hidden.append(safepath.shown_masked(rel))
             elif entry.is_symlink():
                 if passed is not None:
-                    passed.symlinks.append(safepath.shown(rel))
+                    passed.symlinks.append(safepath.shown_masked(rel))
             elif entry.is_dir(follow_symlinks=False):
                 stack.append(Path(entry.path))
             elif entry.is_file(follow_symlinks=False):
@@ -235,15 +235,15 @@ def walk_files(root: Path, top: str, passed: PassedBy | None = None) -> Iterator
                     entry.stat(follow_symlinks=False)
                 except FileNotFoundError:
                     continue
-                passed.special.append(safepath.shown(rel))
+                passed.special.append(safepath.shown_masked(rel))
 
 
 def _pass_by(passed: PassedBy | None, root: Path, rel: str) -> None:
     log.warning("backup passes by %s: its name is not valid UTF-8, has a backslash, or "
                 "its path is too long for a restore to write (%d bytes or more)",
-                safepath.shown(str(root / rel)), PATH_MAX_BYTES - TEMP_NAME_EXTRA)
+                safepath.shown_masked(str(root / rel)), PATH_MAX_BYTES - TEMP_NAME_EXTRA)
     if passed is not None:
-        passed.unnamed.append(safepath.shown(rel))
+        passed.unnamed.append(safepath.shown_masked(rel))
 
 
 def roles_for(include_derived: bool) -> tuple[str, ...]:

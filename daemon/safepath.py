@@ -105,6 +105,13 @@ def masked(path: str) -> str:
     return mask_path(path)
 
 
+def shown_masked(path: str) -> str:
+    """A path for a log line, a status or an answer: bytes that are not UTF-8 as ``\\xNN``
+    (:func:`shown`), a name that holds what looks like a credential masked (:func:`masked`),
+    as search shows such a note."""
+    return masked(shown(path))
+
+
 def masked_about(text: str, path: str) -> str:
     """``text`` (an error's words, which may quote ``path`` or a folder of it, as an
     absolute path) with each name of ``path`` that :func:`masked` masks masked there."""

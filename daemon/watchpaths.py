@@ -40,10 +40,7 @@ _JUNK_NAMES = frozenset({"4913"})
 IGNORE_DIRS: Final = ("mem_metadata",)
 
 
-def _shown(path: str) -> str:
-    """A path for a log line or status: bytes that are not UTF-8 as ``\\xNN``, a name
-    that holds what looks like a credential masked (as search shows such a note)."""
-    return safepath.masked(safepath.shown(path))
+_shown = safepath.shown_masked
 
 
 def passed_by(rel: str, ignore_dirs: tuple[str, ...] = IGNORE_DIRS) -> bool:

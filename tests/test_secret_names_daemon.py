@@ -290,3 +290,21 @@ def test_status_asks_to_rename_a_note_named_by_a_credential(
     assert "fix: rename the note(s)" in out and "catches up by itself" not in out, out
     assert "clean: 1 file(s), 1 chunk(s) indexed" in out, out
     assert _leaks(out) == []
+
+
+def test_files_a_backup_passes_by_are_named_masked(daemon_factory: Any, tmp_path: Path) -> None:
+    # A link, a hidden file and a FIFO named by a token are left out of the archive and
+    # named in its result, as status names such notes: folder and suffix kept.
+    root = tmp_path / "ws"
+    day = root / DAY
+    day.mkdir(parents=True)
+    (day / f".{GITHUB}.md").write_text("hidden\n", encoding="utf-8")
+    (day / "plain.md").write_text("# plain\nwords\n", encoding="utf-8")
+    os.symlink("plain.md", day / f"link-{GITLAB}.md")
+    os.mkfifo(day / f"fifo-{AWS}.md")
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+    made = d.call("backup.create", {"agents": ["w"]})
+    assert made["symlinks"] == {"w": [f"{DAY}/link-[REDACTED].md"]}, made
+    assert made["special"] == {"w": [f"{DAY}/fifo-[REDACTED].md"]}, made
+    assert made["hidden"] == {"w": [f"{DAY}/.[REDACTED].md"]}, made
+    assert _leaks(made) == []
