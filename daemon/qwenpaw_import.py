@@ -30,6 +30,7 @@ from recalld.daemon.index.encodings import NotUtf8Notes, not_utf8_notes
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import reme_dream
 from recalld.daemon.memory.catalog import catalog_path, load_catalog
+from recalld.daemon.memory.slugs import shows_no_word
 from recalld.daemon.settings_diff import shown_setting
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import InvalidParams
@@ -199,6 +200,7 @@ def _vectors(worker: VectorWorker | None,
         reason = None if worker is None else worker.target.client.disabled_reason
         return {"enabled": False, "disabled_reason": reason or "no embedding model"}
     reme = worker.reme_hashes
+    texts = [(text, has) for text, has in texts if not shows_no_word(text)]  # need none
     use_cache = worker.config.enable_cache
     # Read once: the backfill adds to it meanwhile, and may rebind it.
     paid = worker.calls.paid

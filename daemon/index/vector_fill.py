@@ -33,6 +33,7 @@ from recalld.daemon.index.spaces import VectorSpace, VectorSpaces, public_config
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.index.vectors import VectorIndex, WindowVectors
 from recalld.daemon.index.windows import Window, chunk_windows, embed_units
+from recalld.daemon.memory.slugs import shows_no_word
 
 #: Chunks with a vector whose text a locked call splits into windows to learn whether
 #: they need window vectors (~10 us each): a restart looks at every chunk once, and
@@ -100,6 +101,10 @@ class VectorFill:
         self.windows: WindowVectors | None = None
         #: Chunks known to be of one window (keys are never reused: a key names one text).
         self._single = BitMap()
+        #: Chunks looked at for words, and those of them that show none (``#``, ``---``,
+        #: zero-width spaces): those need no vector, never get one and are not counted.
+        self._seen = BitMap()
+        self.wordless = BitMap()
         #: Chunks given window vectors so far (the worker commits them).
         self.new_windows = 0
         #: The space whose vectors answer searches now (the old one during a model change).
@@ -135,6 +140,7 @@ class VectorFill:
         self.failed.clear()
         self._looked_up.clear()
         self._single = BitMap()
+        self._seen, self.wordless = BitMap(), BitMap()
         target = self.target
         # Keys are those of ``state``: the windows it loaded serve if they are of this
         # space and window size; else (a swapped-in state, another setting) they start
@@ -185,9 +191,18 @@ class VectorFill:
                     wins.remove(key)
                     state.windows_version += 1
             single -= BitMap(key for key in single if key not in state.chunks)
+        wordless, seen = self.wordless, self._seen
+        wordless -= BitMap(key for key in wordless if key not in state.chunks)
         for info in sorted(state.files.values(), key=lambda f: _recency(f, daily),
                            reverse=True):
             for key in info.keys:
+                if key not in seen:
+                    seen.add(key)
+                    if shows_no_word(state.chunks.text(key)):
+                        wordless.add(key)
+                        self._drop(state, key)  # a vector of a former release
+                if key in wordless:
+                    continue
                 if key in building:
                     if wins is None or key in wins or key in single:
                         continue
@@ -208,8 +223,22 @@ class VectorFill:
                 elif len(items) < limit:
                     items.append((key, state.chunks.text(key)))
         self.failed = parked  # vanished or due keys leave the parking lot
-        return _Round(items, len(state.chunks), pending, [self.units(t) for _, t in items],
-                      more)
+        return _Round(items, len(state.chunks) - len(wordless), pending,
+                      [self.units(t) for _, t in items], more)
+
+    def _drop(self, state: IndexState, key: int) -> None:
+        """Take the vectors of ``key`` (a chunk that shows no word) out of every index."""
+        dropped = False
+        for index in (self._building, state.vectors):
+            if index is not None and key in index:
+                index.remove(key)
+                dropped = True
+        if self.windows is not None and key in self.windows:
+            self.windows.remove(key)
+            state.windows_version += 1
+        if dropped or state.chunks.embedding(key) is not None:
+            state.chunks.set_embedding(key, None)
+            state.vectors_version += 1
 
     def _parked_until(self, text: str, now: float) -> float:
         """When a chunk of ``text`` is tried again (``now``'s clock) if one of its texts was
@@ -231,8 +260,9 @@ class VectorFill:
         building, wins, single = self._building, self.windows, self._single
         used: set[str] = set()
         for key in state.chunks:
-            if key in building and (wins is None or key in wins or key in single):
-                continue  # it has every vector it needs: none of its texts waits
+            if key in self.wordless or (key in building and (
+                    wins is None or key in wins or key in single)):
+                continue  # it has every vector it needs (or needs none): nothing waits
             used.update(h for unit in self.units(state.chunks.text(key))
                         if (h := text_hash(unit)) in self.texts)
         return used
@@ -297,12 +327,12 @@ class VectorFill:
         live = set(state.chunks)
         for key in shadow.keys() - live:
             shadow.remove(key)
-        refused = [key for key in live if key not in shadow]
+        refused = [key for key in live if key not in shadow and key not in self.wordless]
         if any(key not in self.failed for key in refused) or (refused and not len(shadow)):
             return 0
         for key in refused:
             state.chunks.set_embedding(key, None)  # the old space's vector
-        keys = sorted(live - set(refused))
+        keys = sorted(live - set(refused) - set(self.wordless))
         if keys:
             for key, vec in zip(keys, shadow.vectors(keys), strict=True):
                 state.chunks.set_embedding(key, encode_f16(vec))

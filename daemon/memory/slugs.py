@@ -1,7 +1,7 @@
 """Node names as they are seen and as file names: :func:`visible_text` (a name without
 what hides, reorders or blanks it), :func:`names_nothing` (a name with nothing seen in
-it) and :func:`slugify` (the file name of a node's name).
-Pure functions.
+it), :func:`shows_no_word` (a text with no letter or digit) and :func:`slugify` (the
+file name of a node's name). Pure functions.
 """
 
 from __future__ import annotations
@@ -65,6 +65,24 @@ def names_nothing(text: str) -> bool:
     return not any(not (ch.isspace() or ch in _JOINERS or _variation(ch)
                         or unicodedata.category(ch)[0] == "M")
                    for ch in unicodedata.normalize("NFKC", visible_text(text)))
+
+
+#: A letter (ideographs and syllables are letters) or a digit of any script, but for the
+#: blank letters: a character that shows part of a word.
+_WORD_CHAR: Final = re.compile(f"[^\\W_{_BLANK_LETTERS}]")
+#: Markup spelt with letters that shows none: a task's box (``[x]``), an HTML tag without
+#: attributes (``<br/>``, ``</div>``), a character reference (``&nbsp;``, ``&#8203;``).
+_LETTERED_MARKUP: Final = re.compile(
+    r"\[[xX]\]|</?[A-Za-z][A-Za-z0-9]*\s*/?>|&(?:[A-Za-z][A-Za-z0-9]*|#[0-9]+|#[xX][0-9A-Fa-f]+);")
+
+
+def shows_no_word(text: str) -> bool:
+    """Whether ``text`` shows no word: no letter or digit of any script once the markup
+    spelt with letters (``_LETTERED_MARKUP``) is taken out; only markup, rules,
+    punctuation, symbols, white space and invisible characters (``#``, ``---``,
+    ``- [x]``, ``<br>``, zero-width spaces). Its embedding would mean nothing."""
+    return (_WORD_CHAR.search(text) is None
+            or _WORD_CHAR.search(_LETTERED_MARKUP.sub(" ", text)) is None)
 
 
 def _variation(ch: str) -> bool:

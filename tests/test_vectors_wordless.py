@@ -1,0 +1,85 @@
+"""Chunks that show no word (only markup, rules, punctuation, symbols or invisible
+characters) get no vector: their texts never go to the provider, they count in no
+coverage, and the vector branch never returns them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fakes.provider_server import FakeProvider
+from test_vectors import passage_counts
+from test_vectors_daemon import fake_config, vectors_status, wait_covered, write
+from waits import wait_value
+
+from recalld.daemon.memory.slugs import shows_no_word
+
+WORDS = {
+    "memory/2026-07-23/ramen.md": "# Ramen\n\nTonkotsu at the station, 7 pm.\n",
+    "memory/2026-07-24/zh.md": "# 会议\n\n周三讨论预算。\n",
+    "digest/work/ar.md": "# \u0645\u0644\u0627\u062d\u0638\u0629\n\n\u0661\u0662\u0663\n",
+}
+# Each note below is, or holds, a chunk without a letter or a digit.
+WORDLESS = {
+    "memory/2026-07-20/zw.md": "\u200b\u200b\n",
+    "memory/2026-07-20/hash.md": "#\n",
+    "memory/2026-07-20/rules.md": "---\n---\n",
+    "memory/2026-07-21/marks.md": "***\n\n* * *\n\n___\n",
+    "memory/2026-07-21/bidi.md": "\ufeff\u200e\u2063 \u3164\u2800\n",
+    "memory/2026-07-21/tasks.md": "- [ ]\n- [x] \u2014 \u2026 !?\n",
+    "memory/2026-07-22/table.md": "| | |\n|---|:---:|\n",
+    "memory/2026-07-22/html.md": "<br/>\n<hr>\n&nbsp;&#8203;\n</div>\n",
+    "memory/2026-07-22/cjk_punct.md": "\u3002\u3001\u300c\u300d\uff01\n",
+    "memory/2026-07-22/sections.md": "# Trip\n\nTrain to Zurich.\n\n##\n\n---\n\n##\n",
+}
+QUERIES = ("weather tomorrow", "x", "#", "---", "- [ ]", "\u3002", "ramen", "Zurich", "预算")
+
+
+def sent_texts(fake: FakeProvider) -> list[str]:
+    """The chunk texts sent to the provider (not the health check's, nor the queries)."""
+    return [text for text in passage_counts(fake) if text not in ("ping", *QUERIES)]
+
+
+def vector_hits(d: Any) -> list[dict[str, Any]]:
+    """The results that the vector branch found, for each of ``QUERIES``."""
+    out: list[dict[str, Any]] = []
+    for query in QUERIES:
+        res = d.call("memory.search", {"agent_id": "w", "query": query, "max_results": 20})
+        assert res["mode"] == "hybrid", res
+        out += [hit for hit in res["results"] if hit["vector"] is not None]
+    return out
+
+
+def test_chunks_that_show_no_word_get_no_vector(daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    for rel, text in {**WORDS, **WORDLESS}.items():
+        write(root, rel, text)
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(fake_config(root, fake))
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_covered(d)
+        sent = sent_texts(fake)
+        assert sent and not [t for t in sent if shows_no_word(t)], sent
+        # Every chunk that needs a vector has one: 3 notes and the trip's first chunk.
+        assert (st["total"], st["embedded"], st["pending"]) == (4, 4, 0), sent
+        assert st["coverage"] == 1.0 and st["eta_s"] == 0.0, st
+        hits = vector_hits(d)
+        assert hits and not [hit for hit in hits if shows_no_word(hit["text"])], hits
+        # A note edited to show no word leaves the vector branch and the count.
+        write(root, "memory/2026-07-23/ramen.md", "#\n\n---\n")
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_value(lambda: vectors_status(d), lambda s: s["total"] == 3, "3 chunks")
+        assert st["coverage"] == 1.0, st
+        hits = vector_hits(d)
+        assert hits and not [hit for hit in hits if shows_no_word(hit["text"])], hits
+        assert not [t for t in sent_texts(fake) if shows_no_word(t)]
+        assert d.stop() == 0
+        # After a restart: nothing is sent again and the coverage holds.
+        before = len(fake.requests)
+        d = daemon_factory(fake_config(root, fake))
+        d.call("index.sync", {"agent_id": "w"})
+        st = wait_covered(d)
+        assert (st["total"], st["embedded"]) == (3, 3), st
+        assert not [t for t in sent_texts(fake) if shows_no_word(t)]
+        assert set(passage_counts(fake, before)) <= {"ping"}, passage_counts(fake, before)
+        assert d.stop() == 0
