@@ -1,6 +1,6 @@
 """Chunks that show no word (only markup, rules, punctuation, symbols or invisible
 characters) get no vector: their texts never go to the provider, they count in no
-coverage, and the vector branch never returns them."""
+coverage, and the vector branch never returns them. Nor is a query of the kind embedded."""
 
 from __future__ import annotations
 
@@ -32,12 +32,13 @@ WORDLESS = {
     "memory/2026-07-22/cjk_punct.md": "\u3002\u3001\u300c\u300d\uff01\n",
     "memory/2026-07-22/sections.md": "# Trip\n\nTrain to Zurich.\n\n##\n\n---\n\n##\n",
 }
-QUERIES = ("weather tomorrow", "x", "#", "---", "- [ ]", "\u3002", "ramen", "Zurich", "预算")
+QUERIES = ("weather tomorrow", "x", "#", "---", "- [ ]", "\u3002", "\U0001f680", "<br>",
+           "ramen", "Zurich", "预算")
 
 
 def sent_texts(fake: FakeProvider) -> list[str]:
-    """The chunk texts sent to the provider (not the health check's, nor the queries)."""
-    return [text for text in passage_counts(fake) if text not in ("ping", *QUERIES)]
+    """The texts sent to the provider, chunks' and queries' (not the health check's)."""
+    return [text for text in passage_counts(fake) if text != "ping"]
 
 
 def vector_hits(d: Any) -> list[dict[str, Any]]:
@@ -45,7 +46,7 @@ def vector_hits(d: Any) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for query in QUERIES:
         res = d.call("memory.search", {"agent_id": "w", "query": query, "max_results": 20})
-        assert res["mode"] == "hybrid", res
+        assert res["mode"] == ("keyword" if shows_no_word(query) else "hybrid"), res
         out += [hit for hit in res["results"] if hit["vector"] is not None]
     return out
 

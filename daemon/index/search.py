@@ -36,7 +36,7 @@ from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import StoredChunk
 from recalld.daemon.index.ties import Place, by_place
 from recalld.daemon.index.windows import Window, around
-from recalld.daemon.memory.slugs import names_nothing
+from recalld.daemon.memory.slugs import shows_no_word
 from recalld.daemon.providers.errors import ProviderError
 from recalld.ipc.errors import InvalidParams, PathOutsideWorkspace
 from recalld.ipc.types import render_result
@@ -263,14 +263,15 @@ async def search(
     vector_error: str | None = None
     worker = index.vectors
     # A blank query means nothing to either branch (an embedding of it ranks every chunk),
-    # nor does one that shows nothing (zero-width spaces, a byte order mark, a lone
-    # combining mark): the keyword branch finds none of it, the provider is not asked.
+    # nor does one that shows no word (zero-width spaces, a byte order mark, a lone
+    # combining mark, only punctuation or markup: ``#``, ``---``): the provider is not
+    # asked, as no chunk of the kind is embedded (``VectorFill``).
     # Without vectors serving, the query goes to no provider: nothing to mask, and a
     # keyword search (a warm start's first answer among them) does not wait for the
     # redaction rules to be imported. Nor does a query whose filters pass no chunk: it
     # has no result, whatever its vector (a paid call for nothing).
     if (worker is not None and query.strip() and worker.embeds_queries()
-            and not names_nothing(query)
+            and not shows_no_word(query)
             and (source is not None or await index.allows_any(filters, query))):
         # Masked, as the chunks it is compared with were: a key pasted into a message
         # that a recall searches with never reaches the embedding provider.
