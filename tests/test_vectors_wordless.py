@@ -84,3 +84,26 @@ def test_chunks_that_show_no_word_get_no_vector(daemon_factory: Any, tmp_path: P
         assert not [t for t in sent_texts(fake) if shows_no_word(t)]
         assert set(passage_counts(fake, before)) <= {"ping"}, passage_counts(fake, before)
         assert d.stop() == 0
+
+
+def test_chunks_that_show_no_word_are_no_keyword_hits(daemon_factory: Any,
+                                                      tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-21/tasks.md", "- [ ]\n- [x] \u2014 !?\n")
+    write(root, "memory/2026-07-22/html.md", "<br/>\n<hr>\n&nbsp;&#8203;\n</div>\n")
+    # A section's last chunk of a rule and a break: its heading is its first chunk's.
+    write(root, "memory/2026-07-22/long.md",
+          "# Budget\n\n" + ("money " * 333 + "\n\n") * 2 + "---\n\n***\n")
+    write(root, "digest/work/ok.md", "# Layout\n\nUse <br> and &nbsp; sparingly; [x] done.\n")
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+    d.call("index.sync", {"agent_id": "w"})
+    res = d.call("memory.search", {"agent_id": "w", "query": "money"})
+    assert max(hit["end_line"] for hit in res["results"]) == 5, res  # lines 7-9 apart
+    for query in ("x", "br", "hr", "div", "nbsp", "8203", "Budget", "<br>"):
+        res = d.call("memory.search", {"agent_id": "w", "query": query})
+        assert not [hit for hit in res["results"] if shows_no_word(hit["text"])], res
+    # Markup words in a chunk that shows words are found as they were.
+    for query in ("br", "nbsp", "Budget"):
+        res = d.call("memory.search", {"agent_id": "w", "query": query})
+        assert res["results"], (query, res)
+    assert d.stop() == 0

@@ -44,6 +44,7 @@ from typing import Final, Literal, TypedDict
 
 from recalld.daemon.index.frontmatter import recall_block
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.memory.slugs import shows_no_word
 
 __all__ = ["DEFAULT_MAX_CHARS", "Chunk", "ChunkMeta", "chunk_id", "chunk_markdown", "closes_fence",
            "index_text", "opens_fence", "split_line"]
@@ -106,7 +107,12 @@ class Chunk:
 
 def index_text(text: str, heading: str, metadata: Mapping[str, object]) -> str:
     """The text to tokenize for a chunk (see ``Chunk.index_text``); also used when a
-    keyword index is rebuilt from stored chunks."""
+    keyword index is rebuilt from stored chunks. A chunk that shows no word (only markup,
+    rules or punctuation: ``- [x]``, ``<br>``, ``---``) has no term: no query finds it,
+    by the letters of its markup or by its section's heading (the heading's chunk is
+    found), as it is never a vector hit."""
+    if shows_no_word(text):
+        return ""
     if heading and not metadata.get("starts_with_heading", False):
         text = heading + "\n" + text
     unwritten = _fields_read_otherwise(text, metadata.get("frontmatter"))
