@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from fakes.provider_server import FakeProvider
-from test_vectors import passage_counts
+from test_vectors import NOTES, Harness, full, passage_counts, wait_for
 from test_vectors_daemon import fake_config, vectors_status, wait_covered, write
 from waits import wait_value
 
 from recalld.daemon.memory.slugs import shows_no_word
+from recalld.daemon.providers.bridge import ProviderBridge
 
 WORDS = {
     "memory/2026-07-23/ramen.md": "# Ramen\n\nTonkotsu at the station, 7 pm.\n",
@@ -107,3 +108,24 @@ def test_chunks_that_show_no_word_are_no_keyword_hits(daemon_factory: Any,
         res = d.call("memory.search", {"agent_id": "w", "query": query})
         assert res["results"], (query, res)
     assert d.stop() == 0
+
+
+async def test_a_model_change_completes_beside_chunks_that_show_no_word(
+        tmp_path: Path, bridge: ProviderBridge) -> None:
+    h = Harness(tmp_path, bridge)
+    for rel, text in {**NOTES, **WORDLESS}.items():
+        write(h.root, rel, text)
+    with FakeProvider(dims=8) as old, FakeProvider(dims=8) as new:
+        async with h.open(h.emb(old, "m1")) as (index, worker):
+            await full(worker)
+            await wait_for(lambda: index.status()["uncommitted_changes"] == 0
+                           and index.last_commit is not None)
+        h.spaces = h.new_spaces()
+        async with h.open(h.emb(new, "m2")) as (index, worker):
+            # The new space is swapped in once the chunks that need a vector have one.
+            await wait_for(lambda: not worker.migrating and worker.state == "idle")
+            st = worker.status()
+            assert st["serving_space"] == st["space"] == index.state.vector_space, st
+            assert (st["total"], st["embedded"], st["coverage"]) == (4, 4, 1.0), st
+    for fake in (old, new):
+        assert not [t for t in sent_texts(fake) if shows_no_word(t)], sent_texts(fake)
