@@ -7,11 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fakes.provider_server import FakeProvider
-from test_vectors import NOTES, Harness, full, passage_counts, wait_for
+from test_vectors import NOTES, Harness, ask, full, passage_counts, wait_for
 from test_vectors_daemon import fake_config, vectors_status, wait_covered, write
 from waits import wait_value
 
+from recalld.daemon.index import vector_fill
 from recalld.daemon.memory.slugs import shows_no_word
 from recalld.daemon.providers.bridge import ProviderBridge
 
@@ -129,3 +131,31 @@ async def test_a_model_change_completes_beside_chunks_that_show_no_word(
             assert (st["total"], st["embedded"], st["coverage"]) == (4, 4, 1.0), st
     for fake in (old, new):
         assert not [t for t in sent_texts(fake) if shows_no_word(t)], sent_texts(fake)
+
+
+async def test_a_vector_stored_for_a_chunk_that_shows_no_word_is_dropped(
+        tmp_path: Path, bridge: ProviderBridge, monkeypatch: pytest.MonkeyPatch) -> None:
+    h = Harness(tmp_path, bridge)
+    for rel, text in {**NOTES, **WORDLESS}.items():
+        write(h.root, rel, text)
+    with FakeProvider(dims=8) as fake:
+        # As a release that embedded every chunk left the workspace.
+        with monkeypatch.context() as patch:
+            patch.setattr(vector_fill, "shows_no_word", lambda _text: False)
+            async with h.open(h.emb(fake)) as (index, worker):
+                await full(worker)
+                assert worker.total == 4 + len(WORDLESS) + 1  # the trip's 2 chunks
+                await wait_for(lambda: index.status()["uncommitted_changes"] == 0
+                               and index.last_commit is not None)
+        before = len(fake.requests)
+        async with h.open(h.emb(fake)) as (index, worker):
+            await wait_for(lambda: worker.counted() and worker.state == "idle")
+            assert (worker.total, worker.embedded) == (4, 4)
+            chunks = index.state.chunks
+            assert not [key for key in chunks if shows_no_word(chunks.text(key))
+                        and chunks.embedding(key) is not None]
+            for query in QUERIES:
+                res = await ask(index, query, max_results=20)
+                hits = [r for r in res["results"] if r["vector"] is not None]
+                assert not [r for r in hits if shows_no_word(r["text"])], (query, hits)
+        assert not [t for t in passage_counts(fake, before) if shows_no_word(t)]
