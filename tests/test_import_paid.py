@@ -101,3 +101,17 @@ async def test_the_paid_texts_kept_are_bounded_by_the_live_ones(
             write(h.root, "memory/2026-07-23/rain.md", "# Rain\n\nUmbrella by the door.\n")
             await wait_for(lambda: len(worker.calls.paid) == len(NOTES) + 1)
             assert live < worker.calls.paid
+
+
+def test_chunks_that_show_no_word_are_not_reported_to_embed(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # They get no vector: "to embed" would count them for ever.
+    root = _workspace(tmp_path / "paw", fake)
+    (root / "memory" / "2026-04-01" / "rules.md").write_text("---\n---\n", "utf-8")
+    (root / "memory" / "2026-04-02" / "tasks.md").write_text("- [x]\n\n\u200b\n", "utf-8")
+    _report(daemon, root)
+    _idle(daemon)
+    daemon.call("workspace.close", {"agent_id": AGENT})
+    reopened = _report(daemon, root)
+    assert reopened["embedded_before"] == reopened["chunks"] - 2 > 0, reopened
+    assert (reopened["to_embed"], reopened["estimated_provider_calls"]) == (0, 0), reopened
