@@ -39,6 +39,18 @@ QUERIES = ("weather tomorrow", "x", "#", "---", "- [ ]", "\u3002", "\U0001f680",
            "ramen", "Zurich", "预算")
 
 
+
+@pytest.mark.parametrize(("text", "none"), [
+    ("#", True), ("---\n---", True), ("\u200b\u200b", True), ("- [x] \u2014 !?", True),
+    ("<br/>\n&nbsp;&#x200b;</div>", True), ("\u3164\u2800\u0301", True), ("\U0001f680", True),
+    ("\u3002\u300c\u300d", True), ("_", True), ("x", False), ("[x] buy milk", False),
+    ("<b>bold</b>", False), ("&amp; co", False), ("\u4e2d", False), ("\u0663", False),
+    ("\u2460", False), ("\u3164\ud55c", False), ("<div class=\"a\">", False),
+    ("- [ ]\n" * 500 + "z", False)])
+def test_what_shows_no_word(text: str, none: bool) -> None:
+    assert shows_no_word(text) is none
+
+
 def sent_texts(fake: FakeProvider) -> list[str]:
     """The texts sent to the provider, chunks' and queries' (not the health check's)."""
     return [text for text in passage_counts(fake) if text != "ping"]

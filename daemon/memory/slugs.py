@@ -67,22 +67,27 @@ def names_nothing(text: str) -> bool:
                    for ch in unicodedata.normalize("NFKC", visible_text(text)))
 
 
-#: A letter (ideographs and syllables are letters) or a digit of any script, but for the
-#: blank letters: a character that shows part of a word.
-_WORD_CHAR: Final = re.compile(f"[^\\W_{_BLANK_LETTERS}]")
 #: Markup spelt with letters that shows none: a task's box (``[x]``), an HTML tag without
-#: attributes (``<br/>``, ``</div>``), a character reference (``&nbsp;``, ``&#8203;``).
-_LETTERED_MARKUP: Final = re.compile(
-    r"\[[xX]\]|</?[A-Za-z][A-Za-z0-9]*\s*/?>|&(?:[A-Za-z][A-Za-z0-9]*|#[0-9]+|#[xX][0-9A-Fa-f]+);")
+#: attributes (``<br/>``, ``</div>``), a character reference (``&nbsp;``, ``&#8203;``);
+#: else a letter (ideographs and syllables are letters) or a digit of any script, but for
+#: the blank letters: a character that shows part of a word (group ``word``). Markup
+#: starts before its letters, so a search meets it first.
+_MARKUP_OR_WORD: Final = re.compile(
+    r"\[[xX]\]|</?[A-Za-z][A-Za-z0-9]*\s*/?>|&(?:[A-Za-z][A-Za-z0-9]*|#[0-9]+|#[xX][0-9A-Fa-f]+);"
+    f"|(?P<word>[^\\W_{_BLANK_LETTERS}])")
 
 
 def shows_no_word(text: str) -> bool:
-    """Whether ``text`` shows no word: no letter or digit of any script once the markup
-    spelt with letters (``_LETTERED_MARKUP``) is taken out; only markup, rules,
-    punctuation, symbols, white space and invisible characters (``#``, ``---``,
-    ``- [x]``, ``<br>``, zero-width spaces). Its embedding would mean nothing."""
-    return (_WORD_CHAR.search(text) is None
-            or _WORD_CHAR.search(_LETTERED_MARKUP.sub(" ", text)) is None)
+    """Whether ``text`` shows no word: no letter or digit of any script outside the markup
+    spelt with letters (``_MARKUP_OR_WORD``); only markup, rules, punctuation, symbols,
+    white space and invisible characters (``#``, ``---``, ``- [x]``, ``<br>``, zero-width
+    spaces). Its embedding would mean nothing. Most text ends at its first letter."""
+    pos = 0
+    while (found := _MARKUP_OR_WORD.search(text, pos)) is not None:
+        if found.group("word") is not None:
+            return False
+        pos = found.end()
+    return True
 
 
 def _variation(ch: str) -> bool:
