@@ -110,6 +110,8 @@ def test_chunks_that_show_no_word_are_no_keyword_hits(daemon_factory: Any,
     write(root, "memory/2026-07-22/long.md",
           "# Budget\n\n" + ("money " * 333 + "\n\n") * 2 + "---\n\n***\n")
     write(root, "digest/work/ok.md", "# Layout\n\nUse <br> and &nbsp; sparingly; [x] done.\n")
+    write(root, "memory/2026-07-23/cake.md",
+          "# Birthday\n\n" + "cake " * 450 + "\n\n\U0001f382\U0001f389 \u2014 \U0001f382\n")
     d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
     d.call("index.sync", {"agent_id": "w"})
     res = d.call("memory.search", {"agent_id": "w", "query": "money"})
@@ -121,6 +123,12 @@ def test_chunks_that_show_no_word_are_no_keyword_hits(daemon_factory: Any,
     for query in ("br", "nbsp", "Budget"):
         res = d.call("memory.search", {"agent_id": "w", "query": query})
         assert res["results"], (query, res)
+    # A chunk of pictographs alone is found by them, not by its heading.
+    for query in ("\U0001f382", "\U0001f389 party"):
+        res = d.call("memory.search", {"agent_id": "w", "query": query})
+        assert [hit["path"] for hit in res["results"]] == ["memory/2026-07-23/cake.md"], res
+    res = d.call("memory.search", {"agent_id": "w", "query": "Birthday"})
+    assert res["results"] and not [hit for hit in res["results"] if shows_no_word(hit["text"])]
     assert d.stop() == 0
 
 

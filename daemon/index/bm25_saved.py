@@ -21,7 +21,7 @@ from recalld.daemon.jsontypes import JsonObject
 FORMAT: Final = "recalld-bm25"
 # 2: CJK text counts by characters in document lengths (tokenizer.doc_length).
 # 3: frontmatter values written with escapes are indexed as they read (chunker.index_text).
-# 4: a chunk that shows no word has no terms (chunker.index_text).
+# 4: a chunk that shows no word has no terms but its pictographs (chunker.index_text).
 VERSION: Final = 4
 
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, TypedDict
 
 from recalld.daemon.index.frontmatter import recall_block
+from recalld.daemon.index.tokenizer import EMOJI
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.slugs import shows_no_word
 
@@ -66,6 +67,8 @@ _HEADING_RE: Final = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t#]*$")
 # (CommonMark), so a ```` block can show a ``` one and ```python does not close a block.
 _FENCE_RE: Final = re.compile(r"^ {0,3}(`{3,}(?=[^`]*\Z)|~{3,})")
 _CLOSING_RE: Final = re.compile(r"^\s*(`{3,}|~{3,})\s*\Z")
+# What a chunk that shows no word is found by (the tokenizer's emoji terms).
+_PICTOGRAPHS: Final = re.compile(EMOJI)
 
 
 class ChunkMeta(TypedDict, total=False):
@@ -108,11 +111,11 @@ class Chunk:
 def index_text(text: str, heading: str, metadata: Mapping[str, object]) -> str:
     """The text to tokenize for a chunk (see ``Chunk.index_text``); also used when a
     keyword index is rebuilt from stored chunks. A chunk that shows no word (only markup,
-    rules or punctuation: ``- [x]``, ``<br>``, ``---``) has no term: no query finds it,
-    by the letters of its markup or by its section's heading (the heading's chunk is
-    found), as it is never a vector hit."""
+    rules or punctuation: ``- [x]``, ``<br>``, ``---``) has no term but its pictographs
+    (``🎂🎉`` is found by ``🎂``): no query finds it by the letters of its markup or by
+    its section's heading (the heading's chunk is found), as it is never a vector hit."""
     if shows_no_word(text):
-        return ""
+        return " ".join(_PICTOGRAPHS.findall(text))
     if heading and not metadata.get("starts_with_heading", False):
         text = heading + "\n" + text
     unwritten = _fields_read_otherwise(text, metadata.get("frontmatter"))

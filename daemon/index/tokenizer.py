@@ -100,7 +100,7 @@ _CONNECTOR_RE: Final = re.compile(r"[._\-/+#:]+")
 # ``emoji_terms`` then pairs a flag's two regional indicators and drops skin tones, so ``👍🏽``
 # is found by ``👍``. Variation selectors and joiners are no terms: a joined family is
 # found by its members.
-_EMOJI: Final = "[\u231a-\u2bff\U0001f000-\U0001faff]"
+EMOJI: Final = "[\u231a-\u2bff\U0001f000-\U0001faff]"
 _TONES: Final = frozenset(map(chr, range(0x1F3FB, 0x1F400)))
 # camelCase / PascalCase / HTTPServer / IPv6 pieces.
 # A name of at least three letters with a number glued on (``node18``): the name is a part.
@@ -198,7 +198,7 @@ class _Unicode:
         # What lies between CJK runs, and the runs (``split`` keeps them: a group).
         self.cjk_runs = re.compile(f"([{_CJK_RANGES}]+)")
         self.word = re.compile(_WORD_TOKEN)
-        self.emoji = re.compile(_EMOJI)
+        self.emoji = re.compile(EMOJI)
         self.invisible = re.compile(f"[{_INVISIBLE}]")
 
 
