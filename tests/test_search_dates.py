@@ -1,14 +1,22 @@
-"""Search filters by date, as a daemon applies them: which notes are dated, and which
-dates and ranges are refused."""
+"""Search filters by date, as a daemon applies them: which notes are dated (in the local
+index and in a shared workspace's server, tests/pgserver.py), and which dates and ranges
+are refused."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import DaemonFactory
+from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from pyroaring import BitMap
 from test_index_daemon import open_ws, paths, search, write
+from test_remote_search import config as remote_config
+from test_remote_search import search as remote_search
+from test_remote_search import ws_root, ws_status
+from waits import wait_for
 
 from recalld.daemon.index import state as index_state
 from recalld.daemon.index.filters import Filters, passing
@@ -35,6 +43,36 @@ def test_daily_notes_named_by_their_date_are_dated(daemon: Any, tmp_path: Path) 
     assert feb == ["memory/2025-02-12.md"]
     march = paths(search(daemon, "quokka", filters={"date_from": "2025-03-01"}))
     assert march == ["memory/2025-03-01/quokka.md"]
+
+
+# Folders and notes named like a day that no calendar has: a month 13, 29 February of a
+# year that is not a leap year, year 0. Compared as text, each passed a filter's bound it
+# is no day of (2026-13-01 after any day of 2026, 0000-01-01 before every one).
+NO_DAYS = ("memory/2026-13-01/kiwi.md", "memory/2026-02-29/kiwi.md",
+           "memory/0000-01-01/kiwi.md", "memory/2026-04-31.md", "memory/2026-06-00.md")
+DAYS = ("memory/2024-02-29/kiwi.md", "memory/2026-13-01/2026-05-07.md",
+        "memory/2000-02-29.md")
+
+
+def dated_kiwis(search_paths: Any) -> None:
+    """What ``search_paths(filters)`` finds of ``NO_DAYS`` and ``DAYS`` (written) for
+    "kiwi" under date filters: only notes of a calendar day, each where its day is."""
+    def found(filters: dict[str, str]) -> list[str]:
+        return sorted(search_paths(filters))
+    assert found({"date_from": "2026-05-06"}) == ["memory/2026-13-01/2026-05-07.md"]
+    assert found({"date_to": "2001-01-01"}) == ["memory/2000-02-29.md"]
+    assert found({"date_from": "0001-01-01", "date_to": "9999-12-31"}) == sorted(DAYS)
+    assert found({"date_from": "2024-02-29", "date_to": "2024-02-29"}) == [DAYS[0]]
+
+
+def test_names_like_a_day_that_no_calendar_has_are_no_dates(daemon: Any,
+                                                            tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    for rel in NO_DAYS + DAYS:
+        write(root, rel, "- a kiwi was seen\n")
+    open_ws(daemon, root)
+    assert len(paths(search(daemon, "kiwi", max_results=20))) == len(NO_DAYS + DAYS)
+    dated_kiwis(lambda f: paths(search(daemon, "kiwi", filters=f, max_results=20)))
 
 
 def test_dates_that_are_no_calendar_dates_are_refused(daemon: Any, tmp_path: Path) -> None:
@@ -106,3 +144,26 @@ def test_whether_any_chunk_passes_reads_what_was_found_for_the_filters(
                                digests={})])
     assert state.allows_any(none) and len(state.allowed(none) or ()) == 1
     assert walks == [none, feb, none]
+
+
+def test_the_server_search_dates_the_notes_the_local_index_dates(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    d = daemon_factory(remote_config(pg_server.dsn, "s" + uuid.uuid4().hex[:12]))
+    for agent in ("loc", "srv"):
+        wait_for(lambda a=agent: ws_status(d, a)["remote"]["state"] == "online",
+                 what=f"{agent} online")
+    for rel in NO_DAYS + DAYS:
+        write(ws_root(d, "loc"), rel, "- a kiwi was seen\n")
+
+    def replicated() -> bool:
+        return all((ws_root(d, "srv") / rel).exists() for rel in NO_DAYS + DAYS) and all(
+            ws_status(d, a)["remote"]["outbox"] == 0 and not ws_status(d, a)["remote"]["behind"]
+            for a in ("loc", "srv"))
+    wait_for(replicated, deadline_s=120, what="every note on both replicas")
+    for agent in ("loc", "srv"):
+        def found(filters: dict[str, str], agent: str = agent) -> list[str]:
+            answer = remote_search(d, agent, "kiwi", filters, n=20)
+            assert answer.get("search_mode", "local") == ("server" if agent == "srv"
+                                                          else "local"), answer
+            return paths(answer)
+        dated_kiwis(found)

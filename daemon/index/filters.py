@@ -14,13 +14,25 @@ from dataclasses import dataclass
 
 from recalld.daemon.index.records import FileInfo
 
-__all__ = ["Filters", "author_names", "authors_of", "composed", "note_date", "passing"]
+__all__ = ["CALENDAR_DAY", "Filters", "author_names", "authors_of", "composed", "note_date",
+           "passing"]
 
+#: A calendar day ``YYYY-MM-DD`` of years 0001 to 9999, as a regular expression both
+#: Python and PostgreSQL read (the server's search applies it too): a month that has that
+#: day, and 29 February of leap years only. ASCII digits, as a filter's dates are written:
+#: other digits (full-width, Arabic-Indic) compared as text with those dates sort after
+#: every one of them. A name shaped like a date that is none (``2026-13-01``,
+#: ``2026-02-29``, ``0000-01-01``) compared as text passed a ``date_from`` or a
+#: ``date_to`` it is no day of.
+CALENDAR_DAY = (
+    r"(?:(?:[0-9]{3}[1-9]|[0-9]{2}[1-9]0|[0-9][1-9]00|[1-9]000)-"
+    r"(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)"
+    r"|(?:0[13578]|1[02])-31)"
+    r"|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+    r"-02-29)")
 # A day's folder (memory/2026-07-23/...), or a day's note named by its date
-# (memory/2026-07-23.md, as in ReMe's file-based memory layout). ASCII digits, as a
-# filter's dates are written: other digits (full-width, Arabic-Indic) compared as text
-# with those dates sort after every one of them, so such a folder passed any date_from.
-_DAILY_RE = re.compile(r"(?:^|/)([0-9]{4}-[0-9]{2}-[0-9]{2})(?:/|\.md\Z|\Z)")
+# (memory/2026-07-23.md, as in ReMe's file-based memory layout).
+_DAILY_RE = re.compile(rf"(?:^|/)({CALENDAR_DAY})(?:/|\.md\Z|\Z)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +61,7 @@ def composed(path: str) -> str:
 
 def note_date(path: str) -> str | None:
     """The ``YYYY-MM-DD`` of a daily note's folder (or of a note named by its date), if
-    the path has one."""
+    the path has one that is a calendar day (see ``CALENDAR_DAY``)."""
     m = _DAILY_RE.search(path)
     return m.group(1) if m else None
 

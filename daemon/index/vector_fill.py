@@ -58,13 +58,8 @@ def _recency(info: FileInfo, daily_dir: str) -> float:
     """Newest first: a daily note by its folder date, anything else by its mtime."""
     if info.path.startswith(daily_dir + "/"):
         day = note_date(info.path)
-        if day is not None:
-            try:
-                stamp = dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC).timestamp()
-            except ValueError:
-                pass
-            else:
-                return stamp + 86399.0
+        if day is not None:  # a calendar day (note_date)
+            return dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC).timestamp() + 86399.0
     return info.mtime_ns / 1e9
 
 

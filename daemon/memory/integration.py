@@ -127,16 +127,7 @@ def _newest_day(paths: Iterable[str], today: str) -> str:
     a folder's year; tomorrow: a note written where it is already), dates nothing: it
     would be newer than every note to come, and no note could correct a node it backs."""
     latest = (date.fromisoformat(today) + timedelta(days=1)).isoformat()
-    return max((day for p in paths if (day := note_date(p)) and day <= latest
-                and _is_date(day)), default="")
-
-
-def _is_date(day: str) -> bool:
-    try:
-        date.fromisoformat(day)
-    except ValueError:
-        return False
-    return True
+    return max((day for p in paths if (day := note_date(p)) and day <= latest), default="")
 
 
 def _older_than(proposal: Integration, existing: Node, today: str) -> str:

@@ -36,7 +36,7 @@ from pyroaring import BitMap
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.chunker import chunk_id
 from recalld.daemon.index.exact import exact_first
-from recalld.daemon.index.filters import Filters, composed
+from recalld.daemon.index.filters import CALENDAR_DAY, Filters, composed
 from recalld.daemon.index.fusion import keyword_reach
 from recalld.daemon.index.reads import Candidates, places
 from recalld.daemon.index.state import StoredChunk
@@ -53,8 +53,8 @@ EF_SEARCH_MIN = 64
 
 _CHUNK_COLUMNS = "c.path, c.seq, c.start_line, c.end_line, c.heading, c.text"
 # filters.note_date's rule in PostgreSQL's regular expressions (ASCII digits: ``\d``
-# takes every script's under an ICU locale).
-_DAILY_DATE = r"(?:^|/)([0-9]{4}-[0-9]{2}-[0-9]{2})(?:/|\.md$|$)"
+# takes every script's under an ICU locale), with the same calendar days.
+_DAILY_DATE = rf"(?:^|/)({CALENDAR_DAY})(?:/|\.md$|$)"
 
 
 def filter_sql(filters: Filters, *, daily_dir: str, digest_dir: str
