@@ -116,7 +116,8 @@ def test_a_write_with_no_text_leaves_no_empty_note(daemon: DaemonHandle, fake: F
     # folder and index, and no failure either (the model is told to call no tool).
     root = tmp_path / "ws"
     open_ws(daemon, root, fake)
-    for n, content in enumerate(["", " \n\t\n", "---\ndescription: small talk\n---\n\n"]):
+    for n, content in enumerate(["", " \n\t\n", "---\ndescription: small talk\n---\n\n",
+                                 "\u200b\n\ufeff", "---\nname: chat\n---\n\u200e\u0301\n"]):
         session = f"s{n}"
         fake.script(calls(("daily_write", {"name": "chat", "content": content})),
                     Reply(json=chat_answer("nothing to save")))

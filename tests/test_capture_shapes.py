@@ -181,12 +181,17 @@ def test_messages_that_say_nothing_are_no_user_turns(daemon_factory: Any,
               {"role": "model", "parts": [{"text": "Regen."}]}]
     empty = [{"role": "user", "content": content}
              for content in (None, [], "", " \n", [{"type": "text", "text": ""}],
-                             [{"type": "thinking", "thinking": "hm"}])]
+                             [{"type": "thinking", "thinking": "hm"}],
+                             # Text that shows nothing: a zero-width space, a byte order
+                             # mark, bidi marks, a combining mark with no letter.
+                             "\u200b", [{"type": "text", "text": "\ufeff\n\u2060"}],
+                             "\u200e\u200f", " \u0301 ")]
     for session, messages in (("gemini", gemini), ("empty", [gemini[0], *empty])):
         r = d.call("memory.add_turns", {"agent_id": "w", "session_id": session,
                                         "messages": messages})
         assert (r["pending_turns"], r["user_turns_total"]) == (1, 1), r
         assert "job_id" not in r, r
+    assert pending_said(tmp_path / "ws", "empty") == [("user", gemini[0]["parts"][0]["text"])]
     # A message cut in pieces whose last piece holds only a tool result is still the
     # one turn its text made it.
     cut = [{"role": "user", "content": "Ich ziehe nach Bergen.", "continued": True},

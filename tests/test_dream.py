@@ -426,6 +426,12 @@ def test_integration_arguments_are_checked() -> None:
                 {"action": 3, "bucket": "wiki"}):
         with pytest.raises(digest.IntegrationError):
             parse(**bad)
+    # Content that shows nothing (a zero-width space, a byte order mark, bidi marks, a
+    # mark with no letter) is none: the node would be written with an empty body.
+    for nothing in ("\u200b\n\ufeff", "\u200e\u200f", " \u0301 "):
+        for action in ("CREATE", "REFINE", "CORRECT"):
+            with pytest.raises(digest.IntegrationError, match="content is required"):
+                parse(action=action, bucket="wiki", name="Hal", content=nothing)
     ok = parse(action="create", bucket="wiki", name="Hal", content="c",
                sources=["memory/other.md", "[[memory/d/a.md]]"], related=["Build", "x/y"])
     assert ok.sources == ("memory/d/a.md",) and ok.related == ("digest/wiki/build.md",)

@@ -250,6 +250,24 @@ def test_a_note_name_without_a_letter_is_refused_not_called_note(
     assert added["path"].endswith("/日記.md"), added
 
 
+# Text that shows nothing: a zero-width space, a byte order mark, bidi marks, a word
+# joiner, a combining mark with no letter to sit on, the braille blank.
+SHOWS_NOTHING = ("\u200b", "\ufeff", "\u200e\u200f", " \u2060\n\u200b ", "\u0301",
+                 "\u2800")
+
+
+@pytest.mark.parametrize("content", SHOWS_NOTHING)
+def test_a_note_that_shows_nothing_is_refused_as_an_empty_one(daemon: DaemonHandle,
+                                                               content: str) -> None:
+    # "   " was refused as empty, a zero-width space alone was written as a note.
+    with pytest.raises(InvalidParams, match="param 'content' must not be empty"):
+        daemon.call("memory.add_note", {"agent_id": "default", "content": content})
+    assert daemon.call("memory.list", {"agent_id": "default"})["files"] == []
+    added = daemon.call("memory.add_note", {"agent_id": "default",
+                                            "content": f"a{content}b", "name": "kept"})
+    assert added["path"].endswith("/kept.md"), added
+
+
 def test_what_a_person_added_to_a_notes_frontmatter_stays_on_append(
         daemon: DaemonHandle, tmp_path: Path) -> None:
     # Tags and a rating added by hand to an agent's note of the day were dropped by

@@ -20,6 +20,7 @@ from typing import Final
 from recalld.daemon.index.frontmatter_toml import toml_block
 from recalld.daemon.index.marks import MARKS
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.memory.slugs import names_nothing
 
 __all__ = ["block_problem", "body_of", "has_body", "open_fields", "parse_frontmatter",
            "recall_block"]
@@ -440,4 +441,5 @@ def open_fields(text: str) -> bool:
 def has_body(text: str) -> bool:
     """Whether ``text`` says anything beyond a frontmatter block (a block not closed yet,
     as a note being written has, is not a body: its fields are no text to read)."""
-    return bool(body_of(text)[0].strip()) and not _unclosed_block(text)
+    # A body of only what shows nothing (a zero-width space, a byte order mark) is none.
+    return not names_nothing(body_of(text)[0]) and not _unclosed_block(text)

@@ -39,8 +39,9 @@ def _string(args: Mapping[str, object], name: str, *, required: bool = False,
     if not isinstance(value, str):
         raise IntegrationError(f"{name} must be a string")
     value = value.strip() if multiline else _one_line(value)
-    if required and not value:
-        raise IntegrationError(f"{name} is required")
+    if required and names_nothing(value):  # blank, or only what shows nothing
+        raise IntegrationError(f"{name} is required" + (
+            " (what was given has no character that is seen)" if value else ""))
     if len(value) > limit:
         raise IntegrationError(f"{name} is longer than {limit} characters")
     return value

@@ -12,6 +12,7 @@ import unicodedata
 from typing import Final
 
 _DASHES_RE: Final = re.compile(r"-{2,}")
+_GRAPHIC_ASCII_RE: Final = re.compile(r"[!-~]")
 _DEVICE_RE: Final = re.compile(r"(?:con|prn|aux|nul|com[0-9]|lpt[0-9])\Z")
 #: Joiners that shape words of some scripts (Persian, Indic conjuncts) and emoji sequences:
 #: kept between two characters beyond ASCII; elsewhere they only hide (``ad\u200cmin``).
@@ -61,7 +62,10 @@ def _blank(ch: str) -> bool:
 def names_nothing(text: str) -> bool:
     """Whether ``text`` has nothing seen to name a node by: only white space, invisible
     characters, combining marks with no letter to sit on, variation selectors (its slug
-    would be a hash of nothing a person can read)."""
+    would be a hash of nothing a person can read). Also what a text of any length with
+    nothing seen in it is: a note, a turn, a node's content."""
+    if _GRAPHIC_ASCII_RE.search(text):  # seen as it is (a long note: no walk through it)
+        return False
     return not any(not (ch.isspace() or ch in _JOINERS or _variation(ch)
                         or unicodedata.category(ch)[0] == "M")
                    for ch in unicodedata.normalize("NFKC", visible_text(text)))

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final, NamedTuple, NotRequired, TypedDict
 
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.memory.slugs import names_nothing
 from recalld.ipc.answers import CONTINUED, MESSAGE_ROLES
 from recalld.ipc.errors import LOOKS_LIKE_A_CREDENTIAL, InvalidParams
 from recalld.ipc.media import MEDIA_BLOCKS, media_placeholder
@@ -170,7 +171,7 @@ def user_texts(messages: Sequence[object]) -> list[str]:
             raise InvalidParams(f"messages[{i}] must be an object with a string 'role'")
         if m["role"] == "user":
             text = "\n".join(_strip(b) for b in _content_blocks(content_of(m), media=False))
-            if text.strip():
+            if not names_nothing(text):
                 out.append(text.strip())
     return out
 
@@ -218,8 +219,9 @@ def _says_something(content: object) -> bool:
     """True for content with something said in it: text beside blocks of recalled
     memory (see ``RECALL_TAGS``), or media. Tool results (Anthropic's ``tool_result``,
     the Responses API's ``function_call_output``, Gemini's ``functionResponse`` parts),
-    thinking and empty or blank text say nothing."""
-    return any(_RECALL.sub("", b).strip() for b in _content_blocks(content))
+    thinking and empty or blank text, or text that shows nothing (a zero-width space),
+    say nothing."""
+    return any(not names_nothing(_RECALL.sub("", b)) for b in _content_blocks(content))
 
 
 def count_user_turns(messages: Sequence[Mapping[str, object]]) -> int:
@@ -287,7 +289,7 @@ def _sanitized(kept: Sequence[_Kept],
     out: list[Turn] = []
     for (role, blocks, goes_on, name), extra in zip(kept, also, strict=True):
         text = "\n".join(p for p in redact_parts(blocks, extra) if p).strip()
-        if text:
+        if not names_nothing(text):  # a turn of only what shows nothing says nothing
             out.append({"role": role, "content": text})
             if name is not None:
                 out[-1]["name"] = name

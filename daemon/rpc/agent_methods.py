@@ -44,6 +44,7 @@ from recalld.daemon.memory.recall import (
 )
 from recalld.daemon.memory.redact import masked_in, redact, redact_async
 from recalld.daemon.memory.selection import MAX_SELECT, select_topics
+from recalld.daemon.memory.slugs import names_nothing
 from recalld.daemon.memory.turns import check_request_id, check_session_id
 from recalld.daemon.notetext import lf_line_ends, note_text
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
@@ -136,7 +137,7 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
         raise InvalidParams(f"param 'content' is longer than {MAX_NOTE_CHARS} characters")
     text = (await redact_async(content, limiter=ctx.state.services.cpu)).strip()
     masked = text != content.strip()
-    if not text:
+    if names_nothing(text):  # blank, or only what shows nothing (a zero-width space)
         raise InvalidParams("param 'content' must not be empty")
     if not has_name(name):
         raise InvalidParams("param 'name' must contain letters or digits")
