@@ -8,7 +8,6 @@ adds to the system prompt.
 
 from __future__ import annotations
 
-import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -18,6 +17,7 @@ from agentscope.message import AssistantMsg, DataBlock, HintBlock, Msg, TextBloc
 
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.media import media_placeholder
+from recalld.ipc.shown import names_nothing
 from recalld.ipc.textcut import cut_text
 from recalld.ipc.types import (
     SearchResponse,
@@ -135,9 +135,8 @@ def _asker(inputs: object) -> str:
     names = dict.fromkeys(
         cut_text(" ".join(m.name.split()), MAX_NAME_CHARS) for m in msgs
         if isinstance(m, Msg) and m.role == "user" and isinstance(m.name, str))
-    # Blank, or only invisible format characters (a zero-width space): nobody.
-    shown = [n for n in names if n.casefold() != "user"
-             and not all(unicodedata.category(c) in ("Cf", "Zs") for c in n)]
+    # Blank, or only what shows nothing (a zero-width space): nobody.
+    shown = [n for n in names if n.casefold() != "user" and not names_nothing(n)]
     return f"User ({', '.join(shown)})" if shown else "User"
 
 

@@ -18,6 +18,7 @@ from recalld.ipc import errors
 from recalld.ipc.agentscope_workspace import _DAEMON_ERRORS
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.request_parts import in_note_parts
+from recalld.ipc.shown import names_nothing
 from recalld.ipc.tool_args import (
     MAX_HITS,
     ArgumentError,
@@ -32,8 +33,9 @@ if TYPE_CHECKING:
 
 def _facts(content: Sequence[str] | str, name: str = "content") -> list[str]:
     """A tool argument given as one string or a list (``content``, ``keywords``) as its
-    non-empty stripped strings (ArgumentError, not quoting it, for another shape)."""
-    return [c.strip() for c in texts_argument(name, content) if c.strip()]
+    stripped strings that show something (ArgumentError, not quoting it, for another
+    shape): a blank one, or one of only invisible characters, is no fact."""
+    return [c.strip() for c in texts_argument(name, content) if not names_nothing(c)]
 
 
 def _chunk(text: str, *, error: bool = False) -> ToolChunk:

@@ -31,6 +31,7 @@ from recalld.ipc.cli_ops import (
 from recalld.ipc.client import Client
 from recalld.ipc.render import print_json, render_read, say, table
 from recalld.ipc.request_parts import note_parts
+from recalld.ipc.shown import names_nothing
 from recalld.ipc.types import visible
 
 #: A change record's run id (``20261129T230012Z-a1b2c3``).
@@ -273,7 +274,7 @@ def _changes(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool)
 
 def _note(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     content = _stdin_text() if ns.content == "-" else ns.content
-    if not content.strip():
+    if names_nothing(content):  # blank, or only what shows nothing (a zero-width space)
         raise errors.InvalidParams("the note is empty")
     # A note longer than one call takes goes in parts, as the bridge and the middlewares
     # send it; the answer is the last part's, created if the first part created it.

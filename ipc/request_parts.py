@@ -22,6 +22,7 @@ import orjson
 
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.answers import CONTINUED, JsonObject, TurnsAdded
+from recalld.ipc.shown import names_nothing
 
 #: The daemon's bound on the messages of one ``memory.add_turns`` call.
 MAX_TURN_MESSAGES = 1000
@@ -230,8 +231,9 @@ def note_parts(text: str, limit_bytes: int, request_id: str | None = None,
     daemon appends a part that repeats an earlier one, and a part sent again adds
     nothing twice."""
     parts = text_parts(text, limit_bytes - REQUEST_ROOM_BYTES, MAX_NOTE_PART_CHARS)
-    # A part of blank lines only says nothing, and the daemon refuses an empty note.
-    parts = [part for part in parts if part.strip()] or parts[:1]
+    # A part of blank lines only (or of what shows nothing) says nothing, and the daemon
+    # refuses an empty note.
+    parts = [part for part in parts if not names_nothing(part)] or parts[:1]
     if request_id is None and len(parts) > 1:
         request_id = content_request_id(text, name)
     return [(part, part_id(request_id, n)) for n, part in enumerate(parts)]

@@ -40,6 +40,12 @@ def test_each_tool_answers_a_refusal_or_an_empty_argument_as_text(
         calls: dict[str, tuple[str, dict[str, Any]]] = {
             "no query": ("memory_search", {"query": "  "}),
             "no facts": ("add_memory", {"thinking": "why", "content": ["", " "]}),
+            # Facts that show nothing (a zero-width space, a byte order mark and a bidi
+            # mark, a mark with no letter) are none: they were written as "- " lines.
+            "invisible facts": ("add_memory", {"thinking": "why",
+                                               "content": ["\u200b", "\ufeff\u200e", "\u0301"]}),
+            "one seen fact": ("add_memory", {"thinking": "why",
+                                             "content": ["\u200b", "The kiln fires at cone 6."]}),
             "bad type": ("memory_write", {"path": "kiln.md", "name": "Kiln",
                                           "description": "firing", "type": "diary",
                                           "body": "Cone 6."}),
@@ -61,6 +67,11 @@ def test_each_tool_answers_a_refusal_or_an_empty_argument_as_text(
     answers = asyncio.run(main())
     assert answers["no query"] == ("(no query given: nothing to search)", False)
     assert answers["no facts"] == ("`content` is empty: nothing to record", True)
+    assert answers["invisible facts"] == answers["no facts"]
+    text, error = answers["one seen fact"]
+    assert not error and text.startswith("Recorded 1 fact(s) in "), text
+    note = (root / text.split(" in ", 1)[1].split(" (", 1)[0]).read_text(encoding="utf-8")
+    assert "- The kiln fires at cone 6.\n" in note and "\u200b" not in note, note
     text, error = answers["bad type"]
     assert error and text.startswith("memory_write failed: ") and "'type'" in text, text
     text, error = answers["no file"]

@@ -53,6 +53,29 @@ def test_parts_that_repeat_each_other_are_all_written(daemon: DaemonHandle) -> N
     assert body.count("gate 3 sticks") == 2 * CHAPTER.count("gate 3 sticks"), len(body)
 
 
+def test_a_part_that_shows_nothing_is_not_sent(daemon: DaemonHandle) -> None:
+    # A pasted text with a long run of zero-width spaces between two chapters: the part
+    # of only those went to the daemon, which refuses a note that shows nothing, and
+    # the write failed after its first part.
+    text = f"{CHAPTER}\n" + "\u200b\n" * MAX_NOTE_PART_CHARS + f"{CHAPTER}\n"
+    parts = text_parts(text, 1 << 20, MAX_NOTE_PART_CHARS)
+    assert any(set(p) <= {"\u200b", "\n"} for p in parts)  # the case itself
+
+    async def main() -> NoteAdded:
+        async with AsyncClient(daemon.socket_path) as c:
+            await c.workspace_open("lock-keeper")
+            return await in_note_parts(
+                text, c.request_limit,
+                lambda part, part_id: c.add_note("lock-keeper", part, session_id="canal",
+                                                 request_id=part_id))
+
+    assert asyncio.run(main())["changed"]
+    with Client(daemon.socket_path) as c:
+        root = Path(c.workspace_open("lock-keeper")["path"])
+    body = _bodies(root / "memory", "agent-notes*.md")
+    assert body.count("gate 3 sticks") == 2 * CHAPTER.count("gate 3 sticks"), len(body)
+
+
 def test_a_call_sent_again_is_known_by_its_request_id(daemon_factory: DaemonFactory) -> None:
     first = daemon_factory()
     params = {"agent_id": "ferry", "content": "The ferry leaves at 7:40.",

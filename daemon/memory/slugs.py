@@ -1,7 +1,8 @@
-"""Node names as they are seen and as file names: :func:`visible_text` (a name without
-what hides, reorders or blanks it), :func:`names_nothing` (a name with nothing seen in
-it), :func:`shows_no_word` (a text with no letter or digit) and :func:`slugify` (the
-file name of a node's name). Pure functions.
+"""Node names as file names and texts by what they show: :func:`slugify` (the file name
+of a node's name), :func:`in_words`, :func:`shows_no_word` (a text with no letter or
+digit); :func:`visible_text` (a name without what hides, reorders or blanks it) and
+:func:`names_nothing` (a name, or any text, with nothing seen in it) are
+:mod:`recalld.ipc.shown`'s, which clients apply too. Pure functions.
 """
 
 from __future__ import annotations
@@ -11,66 +12,15 @@ import re
 import unicodedata
 from typing import Final
 
+from recalld.ipc.shown import BLANK_LETTERS as _BLANK_LETTERS
+from recalld.ipc.shown import JOINERS as _JOINERS
+from recalld.ipc.shown import is_variation as _variation
+from recalld.ipc.shown import names_nothing as names_nothing
+from recalld.ipc.shown import shown_char as _shown
+from recalld.ipc.shown import visible_text as visible_text
+
 _DASHES_RE: Final = re.compile(r"-{2,}")
-_GRAPHIC_ASCII_RE: Final = re.compile(r"[!-~]")
 _DEVICE_RE: Final = re.compile(r"(?:con|prn|aux|nul|com[0-9]|lpt[0-9])\Z")
-#: Joiners that shape words of some scripts (Persian, Indic conjuncts) and emoji sequences:
-#: kept between two characters beyond ASCII; elsewhere they only hide (``ad\u200cmin``).
-_JOINERS: Final = "\u200c\u200d"
-#: Characters that show as blank space though they are letters or symbols: Hangul
-#: fillers, the braille blank, the musical null notehead, the Khmer inherent vowels.
-_BLANK_LETTERS: Final = "\u115f\u1160\u3164\uffa0\u2800\U0001d159\u17b4\u17b5"
-#: Code points Unicode reserves as default ignorable (drawn as nothing once assigned).
-#: (Outside the tags and the variation selectors, which are dealt with on their own.)
-_IGNORABLE: Final = (("\u2065", "\u2065"), ("\ufff0", "\ufff8"), ("\U000e0000", "\U000e001f"),
-                     ("\U000e0080", "\U000e00ff"), ("\U000e01f0", "\U000e0fff"))
-#: Tag characters, and the flag they spell a subdivision's flag after.
-_TAGS: Final = ("\U000e0020", "\U000e007f", "\U0001f3f4")
-
-
-def _shown(ch: str) -> bool:
-    return not (ch.isspace() or ch.isascii() or unicodedata.category(ch)[0] == "C")
-
-
-def visible_text(text: str) -> str:
-    """``text`` on one line, as it is seen: runs of white space (line breaks too) as one
-    space; without control characters, nor invisible ones that make two names look alike
-    or show a name in another order (zero-width spaces, soft hyphens, bidi marks,
-    embeddings, overrides and isolates, blank letters). Joiners stay where they join (see
-    ``_JOINERS``); right-to-left text stays as written."""
-    text = " ".join(text.split())
-    out: list[str] = []
-    for i, ch in enumerate(text):
-        if ch in _JOINERS:
-            if 0 < i < len(text) - 1 and _shown(text[i - 1]) and _shown(text[i + 1]):
-                out.append(ch)
-        elif _TAGS[0] <= ch <= _TAGS[1]:  # a flag's subdivision (🏴 + tags: Scotland)
-            if out and (out[-1] == _TAGS[2] or _TAGS[0] <= out[-1] <= _TAGS[1]):
-                out.append(ch)
-        elif not _blank(ch):
-            out.append(ch)
-    return " ".join("".join(out).split())
-
-
-def _blank(ch: str) -> bool:
-    """``ch`` shows nothing: a control or format character, a blank letter or symbol,
-    or a code point reserved as default ignorable (the tags were dealt with before)."""
-    return (unicodedata.category(ch) in ("Cc", "Cf") or ch in _BLANK_LETTERS
-            or any(low <= ch <= high for low, high in _IGNORABLE))
-
-
-def names_nothing(text: str) -> bool:
-    """Whether ``text`` has nothing seen to name a node by: only white space, invisible
-    characters, combining marks with no letter to sit on, variation selectors (its slug
-    would be a hash of nothing a person can read). Also what a text of any length with
-    nothing seen in it is: a note, a turn, a node's content."""
-    if _GRAPHIC_ASCII_RE.search(text):  # seen as it is (a long note: no walk through it)
-        return False
-    return not any(not (ch.isspace() or ch in _JOINERS or _variation(ch)
-                        or unicodedata.category(ch)[0] == "M")
-                   for ch in unicodedata.normalize("NFKC", visible_text(text)))
-
-
 #: Markup spelt with letters that shows none: a task's box (``[x]``), an HTML tag without
 #: attributes (``<br/>``, ``</div>``), a character reference (``&nbsp;``, ``&#8203;``);
 #: else a letter (ideographs and syllables are letters) or a digit of any script, but for
@@ -92,11 +42,6 @@ def shows_no_word(text: str) -> bool:
             return False
         pos = found.end()
     return True
-
-
-def _variation(ch: str) -> bool:
-    """A variation selector: it only picks how the character before it is drawn."""
-    return "\ufe00" <= ch <= "\ufe0f" or "\U000e0100" <= ch <= "\U000e01ef"
 
 
 def _slug_of(norm: str, limit: int) -> str:
