@@ -114,3 +114,20 @@ def test_a_refusal_is_no_summary_and_says_why(daemon: DaemonHandle, fake: FakePr
         assert entry["state"] == "failed" and not entry.get("note"), entry
         assert entry["reason"] == f"the chat model refused to summarize it: {why}", entry
     assert not list(root.glob("memory/*/resource-*.md"))
+
+
+def test_a_file_or_an_answer_that_shows_nothing_is_an_empty_one(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # A file of only zero-width spaces and a byte order mark went to the model, which
+    # could only invent its summary; an answer of only such characters was the note.
+    root = tmp_path / "ws"
+    fake.chat_default = lambda req: chat_answer("\u200b\n\ufeff\u200e\n")
+    write(root, "resource/blank.txt", "\ufeff\u200b\n\u2060\n\u200b\n")
+    write(root, "resource/menu.txt", "Menu: soup, bread.\n")
+    open_ws(daemon, "res", root, fake)
+    wait_state(root, "resource/blank.txt", "skipped", "processed", "failed")
+    assert catalog(root)["resource/blank.txt"]["reason"] == "the file is empty"
+    wait_state(root, "resource/menu.txt", "processed", "failed")
+    entry = catalog(root)["resource/menu.txt"]
+    assert entry["state"] == "failed" and "no text" in entry["reason"], entry
+    assert not list(root.glob("memory/*/resource-*.md"))

@@ -71,11 +71,8 @@ from recalld.daemon.memory.resource_notes import (
     write_note,
 )
 from recalld.daemon.memory.resource_prompt import cut_summary, messages, refused
-from recalld.daemon.memory.resource_results import (
-    ResourceResult,
-    ResourceStatus,
-    listed,
-)
+from recalld.daemon.memory.resource_results import ResourceResult, ResourceStatus, listed
+from recalld.daemon.memory.slugs import names_nothing
 from recalld.daemon.providers.errors import NO_CHAT_MODEL, ProviderConfigError, ProviderError
 from recalld.daemon.watcher import Watcher
 from recalld.daemon.watchrecords import WatcherConfig
@@ -464,7 +461,7 @@ class ResourceCatalog:
         # Masked before it is cut (to max_summary_chars, its first line to the description).
         why = refused(answer.refusal)  # no summary, whatever content came beside it
         summary = "" if why else unfenced(await redact_async(answer.content or ""))
-        if not summary:
+        if names_nothing(summary):  # none, or only what shows nothing
             return settle("failed", why or "the chat model answered with no text")
         if superseded():
             return "superseded", None

@@ -23,6 +23,7 @@ from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import body_of, parse_frontmatter
 from recalld.daemon.index.frontmatter_edit import render_frontmatter
 from recalld.daemon.memory.resource_html import declared_charset, html_text
+from recalld.daemon.memory.slugs import names_nothing
 from recalld.daemon.notetext import decode_note
 from recalld.daemon.store.fsio import fit_name
 from recalld.ipc.errors import PathOutsideWorkspace
@@ -160,7 +161,7 @@ def not_text(text: str) -> str | None:
     suffix), or in an encoding :func:`read_head` does not read (Windows-1251, say: mostly
     undecodable bytes, which the model could only guess at; a few are summed up
     around); None for text."""
-    if not text.strip():
+    if names_nothing(text):  # blank, or only what shows nothing (zero-width spaces)
         return "the file is empty"
     if "\x00" in text:
         return "the file is not text (it holds NUL bytes)"
