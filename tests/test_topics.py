@@ -147,6 +147,9 @@ def test_topic_writes_are_confined_and_checked(daemon: DaemonHandle) -> None:
             ({"type": "secret"}, InvalidParams),
             ({"name": "two\nlines"}, InvalidParams),
             ({"description": ""}, InvalidParams),
+            # A title or a description that shows nothing: a blank line in MEMORY.md.
+            ({"name": "\u200b"}, InvalidParams),
+            ({"description": "\ufeff\u200e \u0301"}, InvalidParams),
             ({"body": "x" * 70_000}, InvalidParams),
             # A line break in the name would add lines of its own to MEMORY.md; a token
             # would be a file name, shown, indexed and logged.

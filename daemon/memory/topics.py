@@ -30,6 +30,7 @@ from recalld.daemon.index.frontmatter_edit import render_frontmatter
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.memory.fileops import read_confined, write_confined
+from recalld.daemon.memory.slugs import names_nothing
 from recalld.daemon.watchpaths import IGNORE_DIRS, passed_by
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.answers import TopicEntry
@@ -80,7 +81,8 @@ def check_fields(fields: Mapping[str, object], where: str) -> None:
     """``name``, ``description`` (one line each) and ``type`` (one of :data:`TYPES`)."""
     for key in ("name", "description"):
         value = fields.get(key)
-        if not isinstance(value, str) or not value.strip() or "\n" in value:
+        # Blank, or only what shows nothing (a zero-width space), is no name.
+        if not isinstance(value, str) or names_nothing(value) or "\n" in value:
             raise InvalidParams(f"{where}: frontmatter {key!r} must be one non-empty line")
     for key, most in (("name", MAX_NAME_CHARS), ("description", MAX_DESCRIPTION_CHARS)):
         if len(str(fields[key])) > most:
