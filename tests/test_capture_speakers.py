@@ -143,7 +143,10 @@ def test_mcp_hosts_pass_the_speakers_name(daemon_factory: Any, fake: FakeProvide
 def test_a_name_of_invisible_characters_names_nobody() -> None:
     # A name of zero-width spaces was kept: the model was shown "user (): ..." and the
     # dialog log a name nobody can read.
-    for invisible in ("\u200b", "\u200b\u2060 \ufeff", "\u00ad", "\u3000\u200d"):
+    # So was one of a combining mark with no letter, or of blank letters (the braille
+    # blank, a Hangul filler), which show as nothing too.
+    for invisible in ("\u200b", "\u200b\u2060 \ufeff", "\u00ad", "\u3000\u200d", "\u0301",
+                      "\u2800", "\u115f\u3164", "\u200e\u0301"):
         (turn,) = sanitize_messages([{"role": "user", "name": invisible, "content": "Hi."}])
         assert "name" not in turn, (invisible, turn)
     # Joiners inside a name are part of it (Persian names use the ZWNJ).

@@ -68,9 +68,10 @@ def speaker_name(message: Mapping[str, object], role: str) -> str | None:
     name = cut_text(redact(name), MAX_NAME_CHARS).strip()
     if name.casefold() in (role.casefold(), str(message.get("role")).casefold()):
         return None
-    # Blank, or only invisible format characters (zero-width spaces, a byte order
-    # mark, soft hyphens): it names nobody. Those inside a name (a ZWNJ) stay.
-    return None if all(unicodedata.category(c) in ("Cf", "Zs") for c in name) else name
+    # Blank, or only what shows nothing (zero-width spaces, a byte order mark, soft
+    # hyphens, a mark with no letter, a blank letter): it names nobody. Those inside a
+    # name (a ZWNJ) stay.
+    return None if names_nothing(name) else name
 
 
 def said_by(turn: Mapping[str, object]) -> str:
