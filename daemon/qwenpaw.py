@@ -10,7 +10,6 @@ does not act on, each with the reason, and finds the memory part inside a whole
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recalld.ipc import paths
+from recalld.ipc.qwenpaw_places import loads_qwenpaw_json
 
 #: Workspace-level fields QwenPaw writes that recalld accepts and ignores, with the reason.
 IGNORED_WORKSPACE: dict[str, str] = {
@@ -232,8 +232,8 @@ def read_agent_json(value: object, cfg_path: Path) -> Mapping[str, object]:
         raise ValueError(f"{cfg_path}: qwenpaw_agent_json must be a path")
     path = cfg_path.parent / Path(value).expanduser()
     try:
-        data = json.loads(paths.read_regular_file(path).decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        data = loads_qwenpaw_json(paths.read_regular_file(path))
+    except (OSError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None
     if not isinstance(data, Mapping):
         raise ValueError(f"{path}: not a JSON object")

@@ -19,8 +19,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
-import orjson
-
 from recalld.ipc import errors, paths
 from recalld.ipc.agent_ids import (
     NOT_ID_CHARS,
@@ -34,7 +32,7 @@ from recalld.ipc.cli_args import local_file
 from recalld.ipc.cli_ops import Subparsers, add_command
 from recalld.ipc.client import Client
 from recalld.ipc.progress import following
-from recalld.ipc.qwenpaw_places import home_refused, not_a_workspace
+from recalld.ipc.qwenpaw_places import home_refused, loads_qwenpaw_json, not_a_workspace
 from recalld.ipc.render import not_applied_lines, print_json, render_workspaces
 
 EXIT_OK, EXIT_ERROR = 0, 1
@@ -128,8 +126,8 @@ def read_agent_json(path: Path, explicit: bool) -> JsonObject | None:
     except OSError as exc:
         raise errors.InvalidParams(f"{path}: {exc}") from None
     try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        data = loads_qwenpaw_json(raw)
+    except ValueError as exc:
         raise errors.InvalidParams(f"{path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise errors.InvalidParams(f"{path} is not a JSON object")

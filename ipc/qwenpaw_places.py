@@ -11,12 +11,24 @@ import each agent instead. Blocking (it reads the folders); no state.
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
-import orjson
-
 from recalld.ipc import paths
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def loads_qwenpaw_json(raw: bytes) -> object:
+    """``raw`` (a QwenPaw ``agent.json`` or ``config.json``) parsed as QwenPaw parses it:
+    its ``json.loads`` of the file's bytes takes UTF-8 with or without a byte order mark
+    (as a Windows editor saves it) and UTF-16 or UTF-32. NaN and Infinity are refused,
+    as every other JSON reader of recalld refuses them. ValueError (a
+    ``json.JSONDecodeError`` or ``UnicodeDecodeError``) says what is wrong."""
+    return json.loads(raw, parse_constant=_no_constant)
 
 
 def qwenpaw_home_agents(root: Path) -> dict[str, Path] | None:
@@ -27,8 +39,8 @@ def qwenpaw_home_agents(root: Path) -> dict[str, Path] | None:
     if (root / "agent.json").exists():
         return None  # an agent's workspace
     try:
-        data = orjson.loads(paths.read_regular_file(root / "config.json"))
-    except (OSError, orjson.JSONDecodeError):
+        data = loads_qwenpaw_json(paths.read_regular_file(root / "config.json"))
+    except (OSError, ValueError):
         return None
     agents = data.get("agents") if isinstance(data, dict) else None
     profiles = agents.get("profiles") if isinstance(agents, dict) else None

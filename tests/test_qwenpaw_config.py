@@ -196,3 +196,42 @@ def test_an_agent_json_is_read_as_qwenpaw_reads_it(daemon: DaemonHandle,
     memory["embedding_model_config"]["dimensions"] = "many"
     with pytest.raises(config.ConfigError, match="dimensions"):
         config.WorkspaceSettings().merged(agent)
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-32-le"])
+def test_an_agent_json_saved_with_a_byte_order_mark_or_in_utf16_is_read(
+        daemon: DaemonHandle, tmp_path: Path, encoding: str) -> None:
+    """QwenPaw loads ``agent.json`` with ``json.loads`` of its bytes, which takes UTF-8
+    with a byte order mark (a Windows editor's save) and UTF-16 or UTF-32: such a file is
+    read by ``recalld import-qwenpaw`` and the config file, and a ``config.json`` so saved
+    still marks QwenPaw's home."""
+    from test_import_qwenpaw import cli
+
+    home = tmp_path / "qwenpaw"
+    ws = home / "workspaces" / "writer"
+    (ws / "memory" / "2026-01-02").mkdir(parents=True)
+    (ws / "memory" / "2026-01-02" / "n.md").write_text("- the heron\n", "utf-8")
+    agent = {"id": "writer", "running": {"reme_light_memory_config": {
+        "auto_memory_interval": 9, "dream_cron": "15 4 * * *"}}}
+    (ws / "agent.json").write_bytes(json.dumps(agent, indent=2).encode(encoding))
+    proc = cli(daemon, "import-qwenpaw", str(ws))
+    assert proc.returncode == 0, proc.stderr
+    assert "auto_memory_interval = 9" in proc.stdout, proc.stdout
+    listed = {w["agent_id"]: w for w in daemon.call("workspace.list")["workspaces"]}
+    settings = listed["writer"]["settings"]
+    assert (settings["auto_memory_interval"], settings["dream_cron"]) == (9, "15 4 * * *")
+
+    cfg_file = tmp_path / "config.toml"
+    cfg_file.write_text('[workspaces.writer]\nqwenpaw_agent_json = '
+                        '"qwenpaw/workspaces/writer/agent.json"\n', "utf-8")
+    s = config.load(config=cfg_file, environ={"HOME": str(tmp_path)}).workspace_settings(
+        "writer")
+    assert (s.auto_memory_interval, s.dream_cron) == (9, "15 4 * * *")
+
+    profiles = {"writer": {"id": "writer", "workspace_dir": str(ws)}}
+    (home / "config.json").write_bytes(json.dumps({"agents": {"profiles": profiles}})
+                                       .encode(encoding))
+    proc = cli(daemon, "import-qwenpaw", str(home))
+    assert proc.returncode == 2, proc.stdout
+    assert f"{home} is QwenPaw's home" in proc.stderr, proc.stderr
+    assert not (home / "memory").exists()
