@@ -86,6 +86,8 @@ class ImportReport(TypedDict):
     reme_stores_not_read: NotRequired[list[str]]
     #: Notes ReMe indexed that are there but recalld does not index (behind a link).
     reme_notes_not_indexed: NotRequired[NotIndexed]
+    #: Note folders recalld cannot index (a link in their place, say) -> why.
+    folders_not_indexed: NotRequired[dict[str, str]]
     vectors: JsonObject
     dream: DreamReport
     settings: SettingsReport
@@ -120,8 +122,9 @@ async def import_report(ws: Workspace, given: Mapping[str, object] | None, *,
         reme_import.other_chunk_stores, ws.root / ws.settings.metadata_dir)
     reme_paths = index.reme.paths
     absent = await index.locked(lambda state: sorted(reme_paths - state.files.keys()))
-    not_indexed = await trio.to_thread.run_sync(
-        _not_indexed, ws.root, absent, (ws.settings.daily_dir, ws.settings.digest_dir))
+    folders = (ws.settings.daily_dir, ws.settings.digest_dir)
+    not_indexed = await trio.to_thread.run_sync(_not_indexed, ws.root, absent, folders)
+    folders_out = await trio.to_thread.run_sync(_folders_not_indexed, ws.root, folders)
     out: ImportReport = {
         "complete": complete,
         "notes": chunks["notes"],
@@ -134,6 +137,8 @@ async def import_report(ws: Workspace, given: Mapping[str, object] | None, *,
     }
     if unread:
         out["reme_stores_not_read"] = unread
+    if folders_out:
+        out["folders_not_indexed"] = folders_out
     if not_indexed:
         out["reme_notes_not_indexed"] = {
             "count": len(not_indexed),
@@ -167,18 +172,49 @@ def _why_not_indexed(root: Path, rel: str, folders: Iterable[str]) -> str | None
             return None  # ReMe indexed more than notes (its raw dialogs, say)
     except InvalidParams:  # a path no note can have (ReMe's store says odd things)
         return None
-    place = root
+    link, mode = _link_on_the_way(root, parts, "the note")
+    if link is not None or mode is None:
+        return link  # None: gone since ReMe indexed it
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def _folders_not_indexed(root: Path, folders: Iterable[str]) -> dict[str, str]:
+    """Of the note ``folders`` (``daily_dir``, ``digest_dir``), those recalld cannot
+    index, with why: a link on their way or in their place (kept elsewhere, in a synced
+    folder say, and linked in, which ReMe follows), or not a folder. Said whether or not
+    ReMe's chunk store names their notes: without it the counts would look complete.
+    One not there is not named (it is made when a note is written)."""
+    out: dict[str, str] = {}
+    for rel in folders:
+        try:
+            parts = safepath.split_relative(rel)
+        except InvalidParams:
+            continue
+        link, mode = _link_on_the_way(root, parts, "the folder")
+        if link is None and mode is not None and not stat.S_ISDIR(mode):
+            link = "not a folder: its notes cannot be indexed"
+        if link is not None:
+            out[safepath.masked(rel)] = link
+    return out
+
+
+def _link_on_the_way(root: Path, parts: list[str], what: str,
+                     ) -> tuple[str | None, int | None]:
+    """Why ``root``/``parts`` is not read if a symbolic link is on its way or in its
+    place (``what`` it is, to move or copy in), else None; and its mode (None if it is
+    not there). Only file metadata is read, never through a link."""
+    place, mode = root, None
     for i, name in enumerate(parts):
         place = place / name
         try:
             mode = os.lstat(place).st_mode
         except OSError:
-            return None  # gone since ReMe indexed it
+            return None, None
         if stat.S_ISLNK(mode):
-            what = "the folder" if i < len(parts) - 1 else "the note"
+            thing = "the folder" if i < len(parts) - 1 else what
             return (f"{safepath.masked('/'.join(parts[:i + 1]))} is a symbolic link, which "
-                    f"recalld does not follow: move or copy {what} into the workspace")
-    return None if stat.S_ISREG(mode) else "not a regular file"
+                    f"recalld does not follow: move or copy {thing} into the workspace"), mode
+    return None, mode
 
 
 def _chunk_texts(state: IndexState) -> _ChunkTexts:

@@ -189,6 +189,8 @@ def render_report(agent: str, path: str, rep: JsonObject,
         lines.append("  (the first indexing pass is still running: counts are partial)")
     chunks = rep.get("chunks", {})
     lines.append(f"notes:    {rep.get('notes', 0)}")
+    for folder, why in (rep.get("folders_not_indexed") or {}).items():
+        lines.append(f"          {folder}/ is not indexed: {why}")
     odd = rep.get("not_utf8") or {}
     if odd.get("count"):
         # Saved by a Windows editor in GBK, say: read so; one in an encoding not known is

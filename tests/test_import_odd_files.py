@@ -186,3 +186,30 @@ def test_notes_reme_indexed_behind_a_link_are_named_not_dropped_silently(
     assert "memory/2026-06-12 is a symbolic link" in text
     proc = cli(daemon, "--json", "import-qwenpaw", str(copy_fixture(tmp_path / "plain")))
     assert "reme_notes_not_indexed" not in json.loads(proc.stdout)["import"]
+
+
+def test_a_note_folder_that_is_a_link_is_named_though_reme_never_indexed_it(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # A QwenPaw user keeps the notes in a synced folder and links it in as memory/:
+    # QwenPaw follows the link, recalld does not. With no chunk store of ReMe's naming
+    # those notes, the report said "notes: 0" and nothing more.
+    away = tmp_path / "synced"
+    (away / "2026-03-02").mkdir(parents=True)
+    (away / "2026-03-02" / "n.md").write_text("- the copper lantern\n", "utf-8")
+    ws = tmp_path / "writer"
+    ws.mkdir()
+    (ws / "memory").symlink_to(away, target_is_directory=True)
+    (ws / "agent.json").write_text(json.dumps({"id": "writer"}), "utf-8")
+    proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)["import"]["folders_not_indexed"]
+    assert found == {
+        "memory": "memory is a symbolic link, which recalld does not follow: move or copy "
+                  "the folder into the workspace"}, found
+    text = cli(daemon, "import-qwenpaw", str(ws)).stdout
+    assert "memory/ is not indexed: memory is a symbolic link" in text, text
+    # A plain workspace has nothing to say.
+    plain = tmp_path / "plain"
+    (plain / "memory").mkdir(parents=True)
+    proc = cli(daemon, "--json", "import-qwenpaw", str(plain))
+    assert "folders_not_indexed" not in json.loads(proc.stdout)["import"]
