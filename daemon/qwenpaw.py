@@ -153,6 +153,9 @@ UNKNOWN_FIELD = ("not a field recalld knows (a newer QwenPaw's?); QwenPaw ignore
 _TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
 _FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+#: Text fields QwenPaw strips of surrounding whitespace before it uses them (its ReMe
+#: setup takes ``base_url.strip()``), so a hand-edited value with a trailing space works.
+_STRIPPED: dict[str, frozenset[str]] = {"embedding_model_config": frozenset({"base_url"})}
 
 
 def as_qwenpaw_loads(part: Mapping[str, object], settings: object,
@@ -164,8 +167,9 @@ def as_qwenpaw_loads(part: Mapping[str, object], settings: object,
     integer and ``"false"`` or ``0`` for a switch, and ignores fields it does not know,
     so a hand-edited file or one of a newer QwenPaw loads there. Here too: values in those
     forms become the type of the field in ``settings`` (a workspace settings record),
-    unknown fields (also inside a known table) are left out (as ``table.field``). A value
-    QwenPaw would refuse is passed on as it is, for the settings to refuse."""
+    unknown fields (also inside a known table) are left out (as ``table.field``), and
+    text QwenPaw strips before use (:data:`_STRIPPED`) is stripped. A value QwenPaw
+    would refuse is passed on as it is, for the settings to refuse."""
     known = ({f.name for f in dataclasses.fields(settings)}  # type: ignore[arg-type]
              - {"ignored_fields"}) | set(IGNORED_WORKSPACE)
     out: dict[str, object] = {}
@@ -178,6 +182,8 @@ def as_qwenpaw_loads(part: Mapping[str, object], settings: object,
         if isinstance(value, Mapping) and dataclasses.is_dataclass(current):
             extra = set(IGNORED_EMBEDDING) if name == "embedding_model_config" else set()
             inner, gone = _loads_table(value, current, extra)
+            inner.update({k: v.strip() for k, v in inner.items()
+                          if k in _STRIPPED.get(name, ()) and isinstance(v, str)})
         elif isinstance(value, Mapping) and name in KNOWN_SECTIONS:
             inner = {k: v for k, v in value.items() if k in KNOWN_SECTIONS[name]}
             gone = [k for k in value if k not in KNOWN_SECTIONS[name]]

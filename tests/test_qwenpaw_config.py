@@ -235,3 +235,18 @@ def test_an_agent_json_saved_with_a_byte_order_mark_or_in_utf16_is_read(
     assert proc.returncode == 2, proc.stdout
     assert f"{home} is QwenPaw's home" in proc.stderr, proc.stderr
     assert not (home / "memory").exists()
+
+
+def test_a_base_url_with_spaces_around_is_taken_as_qwenpaw_takes_it() -> None:
+    # QwenPaw hands ReMe base_url.strip(): a hand-edited agent.json with a space or a
+    # line break around the URL works there, and was refused here.
+    for url in (" http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1 \n", "\thttp://127.0.0.1:9/v1"):
+        agent = {"id": "paw", "running": {"reme_light_memory_config": {
+            "embedding_model_config": {"backend": "openai", "base_url": url,
+                                       "model_name": "text-embedding-v4"}}}}
+        s = config.WorkspaceSettings().merged(agent)
+        assert s.embedding_model_config.base_url == "http://127.0.0.1:9/v1", url
+    # Given as recalld's own settings, such a value stays refused.
+    with pytest.raises(config.ConfigError, match="base_url"):
+        config.WorkspaceSettings().merged(
+            {"embedding_model_config": {"base_url": " http://127.0.0.1:9/v1"}})
