@@ -35,17 +35,24 @@ def qwenpaw_home_agents(root: Path) -> dict[str, Path] | None:
     """The agents of a QwenPaw home (``~/.qwenpaw``: a ``config.json`` whose
     ``agents.profiles`` name each agent's workspace), id -> workspace folder; None when
     ``root`` is not one. A ``workspace_dir`` that is not a folder here (the home came from
-    another machine) is looked for where QwenPaw keeps it, ``workspaces/<id>``."""
+    another machine) is looked for where QwenPaw keeps it, ``workspaces/<id>``; so are
+    all agents when ``config.json`` names none this can read (one with comments or
+    trailing commas, which QwenPaw reads by repairing it)."""
     if (root / "agent.json").exists():
         return None  # an agent's workspace
     try:
         data = loads_qwenpaw_json(paths.read_regular_file(root / "config.json"))
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError):
+        # QwenPaw repairs a config.json it cannot parse (comments, trailing commas) and
+        # goes on: its agents are where it keeps them.
+        data = None
     agents = data.get("agents") if isinstance(data, dict) else None
     profiles = agents.get("profiles") if isinstance(agents, dict) else None
     if not isinstance(profiles, dict):
-        return None
+        kept = held_agents(root / "workspaces")
+        return {p.name: p for p in kept} if kept else None
     out: dict[str, Path] = {}
     for key, ref in profiles.items():
         ref = ref if isinstance(ref, dict) else {}
