@@ -90,6 +90,9 @@ class ImportReport(TypedDict):
     folders_not_indexed: NotRequired[dict[str, str]]
     vectors: JsonObject
     dream: DreamReport
+    #: The chat model the LLM jobs (auto_memory, the dream) use; None: none is
+    #: configured, and they do not run (QwenPaw's own model is not taken over).
+    chat_model: str | None
     settings: SettingsReport
 
 
@@ -123,6 +126,7 @@ async def import_report(ws: Workspace, given: Mapping[str, object] | None, *,
     reme_paths = index.reme.paths
     absent = await index.locked(lambda state: sorted(reme_paths - state.files.keys()))
     folders = (ws.settings.daily_dir, ws.settings.digest_dir)
+    chat = ws.settings.chat_model_config
     not_indexed = await trio.to_thread.run_sync(_not_indexed, ws.root, absent, folders)
     folders_out = await trio.to_thread.run_sync(_folders_not_indexed, ws.root, folders)
     out: ImportReport = {
@@ -133,6 +137,7 @@ async def import_report(ws: Workspace, given: Mapping[str, object] | None, *,
         "reme_store": index.reme.summary,
         "vectors": vectors,
         "dream": dream,
+        "chat_model": chat.model_name or None if chat is not None else None,
         "settings": _settings(ws, given),
     }
     if unread:

@@ -258,6 +258,10 @@ def render_report(agent: str, path: str, rep: JsonObject,
                          "the notes it lost will be dreamed again")
     else:
         lines.append("dream:    no ReMe dream record")
+    if "chat_model" in rep and not rep["chat_model"]:
+        lines.append("chat:     no chat model configured: auto_memory and the dream do not run "
+                     "until chat_model_config is set (QwenPaw's own model is not taken over; "
+                     "README: Chat model)")
     settings = rep.get("settings", {})
     applied = settings.get("applied") or {}
     if applied:

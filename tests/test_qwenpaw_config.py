@@ -250,3 +250,31 @@ def test_a_base_url_with_spaces_around_is_taken_as_qwenpaw_takes_it() -> None:
     with pytest.raises(config.ConfigError, match="base_url"):
         config.WorkspaceSettings().merged(
             {"embedding_model_config": {"base_url": " http://127.0.0.1:9/v1"}})
+
+
+def test_the_import_says_when_no_chat_model_will_run_the_jobs_qwenpaw_ran(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # QwenPaw's agent dreamed with QwenPaw's own model, which recalld does not take over:
+    # the report said the dream goes on ("not dreamed again") and nothing about the
+    # dream, and auto_memory, failing every night for want of a chat model.
+    from test_import_qwenpaw import cli
+
+    ws = tmp_path / "paw"
+    (ws / "memory" / "2026-01-02").mkdir(parents=True)
+    (ws / "memory" / "2026-01-02" / "n.md").write_text("- the heron\n", "utf-8")
+    (ws / "agent.json").write_text(json.dumps({"id": "paw", "active_model": {
+        "provider_id": "dashscope", "model": "qwen-max"}}), "utf-8")
+    proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["import"]["chat_model"] is None
+    text = cli(daemon, "import-qwenpaw", str(ws)).stdout
+    assert ("chat:     no chat model configured: auto_memory and the dream do not run until "
+            "chat_model_config is set") in text, text
+    other = tmp_path / "other"
+    (other / "memory").mkdir(parents=True)
+    (other / "agent.json").write_text(json.dumps({"id": "other", "running": {
+        "reme_light_memory_config": {"chat_model_config": {
+            "base_url": "http://127.0.0.1:9/v1", "model_name": "qwen-max"}}}}), "utf-8")
+    proc = cli(daemon, "--json", "import-qwenpaw", str(other))
+    assert json.loads(proc.stdout)["import"]["chat_model"] == "qwen-max", proc.stdout
+    assert "chat:" not in cli(daemon, "import-qwenpaw", str(other)).stdout
