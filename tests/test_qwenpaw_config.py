@@ -278,3 +278,30 @@ def test_the_import_says_when_no_chat_model_will_run_the_jobs_qwenpaw_ran(
     proc = cli(daemon, "--json", "import-qwenpaw", str(other))
     assert json.loads(proc.stdout)["import"]["chat_model"] == "qwen-max", proc.stdout
     assert "chat:" not in cli(daemon, "import-qwenpaw", str(other)).stdout
+
+
+def test_a_key_or_model_of_spaces_only_is_none_as_in_qwenpaw(daemon: DaemonHandle,
+                                                            tmp_path: Path) -> None:
+    # QwenPaw turns vectors on only for model_name.strip() and api_key.strip(): a
+    # hand-edited agent.json with "   " there has them off. recalld took "   " for a key
+    # and sent it to the provider, or a model name of spaces for a model.
+    from recalld.daemon.providers.chat import resolve_chat_api_key
+    from recalld.daemon.providers.embedding_keys import resolve_api_key
+
+    for n, (key, model) in enumerate((("   ", "text-embedding-v4"), ("sk-x", " \t"))):
+        emb = {"backend": "openai", "api_key": key, "model_name": model,
+               "base_url": "http://127.0.0.1:9/v1"}
+        agent = {"id": f"paw{n}", "running": {"reme_light_memory_config": {
+            "embedding_model_config": emb}}}
+        opened = daemon.call("workspace.open", {
+            "agent_id": f"paw{n}", "path": str(tmp_path / f"paw{n}"), "config": agent,
+            "import_report": True})
+        vectors = opened["import"]["vectors"]
+        assert not vectors["enabled"], vectors
+        assert ("no API key" if n == 0 else "model_name is empty") in vectors[
+            "disabled_reason"], vectors
+    # A key read from a file into a variable keeps no line break to break the header.
+    emb_cfg = config.EmbeddingModelConfig(api_key=" \n")
+    assert resolve_api_key(emb_cfg, {"OPENAI_API_KEY": "sk-y\n"}) == "sk-y"
+    chat_cfg = config.ChatModelConfig(api_key="  ")
+    assert resolve_chat_api_key(chat_cfg, {"RECALLD_CHAT_API_KEY": " sk-z \n"}) == "sk-z"

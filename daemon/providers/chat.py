@@ -33,6 +33,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.redact import redact_messages_async
 from recalld.daemon.providers.breaker import BreakerState, CircuitBreaker
 from recalld.daemon.providers.bridge import ProviderBridge
+from recalld.daemon.providers.embedding_keys import first_key
 from recalld.daemon.providers.errors import (
     NO_CHAT_MODEL as NO_CHAT_MODEL,
 )
@@ -155,13 +156,8 @@ class ChatResult:
 
 
 def resolve_chat_api_key(config: ChatModelConfig, environ: Mapping[str, str]) -> str:
-    """Config value, then RECALLD_CHAT_API_KEY, then OPENAI_API_KEY."""
-    if config.api_key:
-        return config.api_key
-    for name in ("RECALLD_CHAT_API_KEY", "OPENAI_API_KEY"):
-        if environ.get(name):
-            return environ[name]
-    return ""
+    """Config value, then RECALLD_CHAT_API_KEY, then OPENAI_API_KEY (:func:`first_key`)."""
+    return first_key(config.api_key, environ, ("RECALLD_CHAT_API_KEY", "OPENAI_API_KEY"))
 
 
 # Tool arguments some models wrap in a Markdown code fence (```json ... ```): its opening

@@ -5,7 +5,7 @@ off for a configuration (QwenPaw's enable conditions). Pure functions: no I/O.""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.providers.embedding_formats import BACKENDS
@@ -21,21 +21,28 @@ _ENV_KEYS = {
 _NO_KEY_NEEDED = frozenset({"ollama", "local"})
 
 
+def first_key(given: str, environ: Mapping[str, str], names: Iterable[str]) -> str:
+    """The first of ``given`` and the variables ``names`` of ``environ`` that holds a
+    key, without the whitespace around it: a value of spaces only (a hand-edited
+    agent.json) is no key, as QwenPaw takes it, and a variable set from a file keeps
+    no line break to break the request's header."""
+    for value in (given, *(environ.get(name, "") for name in names)):
+        if value.strip():
+            return value.strip()
+    return ""
+
+
 def resolve_api_key(config: EmbeddingModelConfig, environ: Mapping[str, str]) -> str:
     """The API key: config value, then RECALLD_EMBEDDING_API_KEY, then the backend's var."""
-    if config.api_key:
-        return config.api_key
-    for name in ("RECALLD_EMBEDDING_API_KEY", *_ENV_KEYS.get(config.backend, ())):
-        if environ.get(name):
-            return environ[name]
-    return ""
+    return first_key(config.api_key, environ,
+                     ("RECALLD_EMBEDDING_API_KEY", *_ENV_KEYS.get(config.backend, ())))
 
 
 def disabled_reason(config: EmbeddingModelConfig, api_key: str) -> str | None:
     """Why vectors are off for this config (QwenPaw's enable conditions), or None."""
     if config.backend not in BACKENDS:
         return f"unknown embedding backend {config.backend!r} (one of {', '.join(BACKENDS)})"
-    if not config.model_name:
+    if not config.model_name.strip():
         return "no embedding model configured (model_name is empty)"
     if config.backend not in _NO_KEY_NEEDED and not api_key:
         return f"no API key for embedding backend {config.backend!r}"
