@@ -86,6 +86,9 @@ class ImportReport(TypedDict):
     reme_stores_not_read: NotRequired[list[str]]
     #: Notes ReMe indexed that are there but recalld does not index (behind a link).
     reme_notes_not_indexed: NotRequired[NotIndexed]
+    #: Notes ReMe indexed outside the note folders (a QwenPaw knowledge base, say),
+    #: which recalld does not index: top folder -> how many.
+    reme_notes_elsewhere: NotRequired[dict[str, int]]
     #: Note folders recalld cannot index (a link in their place, say) -> why.
     folders_not_indexed: NotRequired[dict[str, str]]
     vectors: JsonObject
@@ -144,6 +147,8 @@ async def import_report(ws: Workspace, given: Mapping[str, object] | None, *,
         out["reme_stores_not_read"] = unread
     if folders_out:
         out["folders_not_indexed"] = folders_out
+    if elsewhere := await trio.to_thread.run_sync(_elsewhere, ws.root, absent, folders):
+        out["reme_notes_elsewhere"] = elsewhere
     if not_indexed:
         out["reme_notes_not_indexed"] = {
             "count": len(not_indexed),
@@ -181,6 +186,24 @@ def _why_not_indexed(root: Path, rel: str, folders: Iterable[str]) -> str | None
     if link is not None or mode is None:
         return link  # None: gone since ReMe indexed it
     return None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def _elsewhere(root: Path, paths: Iterable[str], folders: Iterable[str]) -> dict[str, int]:
+    """Of ``paths`` (notes of ReMe's chunk store recalld has not indexed), how many are
+    still there below ``root`` outside the note ``folders``, by top folder (shown
+    masked): QwenPaw has ReMe index more than the notes (a knowledge base's published
+    folders), which recalld does not serve; the report must say so rather than give
+    counts that look complete."""
+    out: dict[str, int] = {}
+    for rel in paths:
+        try:
+            parts = safepath.split_relative(rel)
+        except InvalidParams:  # a path no note can have (ReMe's store says odd things)
+            continue
+        if not safepath.below(parts, folders) and os.path.lexists(root.joinpath(*parts)):
+            top = safepath.masked(parts[0]) if len(parts) > 1 else "."
+            out[top] = out.get(top, 0) + 1
+    return out
 
 
 def _folders_not_indexed(root: Path, folders: Iterable[str]) -> dict[str, str]:

@@ -223,6 +223,12 @@ def render_report(agent: str, path: str, rep: JsonObject,
         if skipped["count"] > 5:
             lines.append(f"            ... ({skipped['count'] - 5} more: --json lists "
                          f"{len(listed)})")
+    elsewhere = rep.get("reme_notes_elsewhere") or {}
+    if elsewhere:
+        lines.append(f"          {sum(elsewhere.values())} notes ReMe indexed outside the note "
+                     "folders are not indexed (" + ", ".join(
+                         f"{top}/: {n}" for top, n in sorted(elsewhere.items()))
+                     + "): recalld indexes daily_dir and digest_dir only")
     vec = rep.get("vectors", {})
     if vec.get("enabled"):
         # The backfill runs meanwhile: what it paid for is said apart from what was there.

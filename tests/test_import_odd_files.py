@@ -213,3 +213,34 @@ def test_a_note_folder_that_is_a_link_is_named_though_reme_never_indexed_it(
     (plain / "memory").mkdir(parents=True)
     proc = cli(daemon, "--json", "import-qwenpaw", str(plain))
     assert "folders_not_indexed" not in json.loads(proc.stdout)["import"]
+
+
+def test_notes_reme_indexed_outside_the_note_folders_are_counted(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # A QwenPaw agent with a knowledge base has ReMe index its published folders
+    # (knowledge/<bucket>/wiki) beside memory/ and digest/: recalld serves the note
+    # folders only, and the report said nothing of the rest.
+    ws = copy_fixture(tmp_path / "kb")
+    wiki = ws / "knowledge" / "business" / "wiki"
+    wiki.mkdir(parents=True)
+    records = []
+    for n in range(3):
+        (wiki / f"p{n}.md").write_text(f"# policy {n}\n", "utf-8")
+        records.append({"id": f"k{n}", "path": f"knowledge/business/wiki/p{n}.md",
+                        "start_line": 1, "end_line": 1, "text": f"# policy {n}",
+                        "metadata": {}, "scores": {}})
+    # One deleted since ReMe indexed it: nothing of it is lost, nothing to say.
+    records.append({**records[0], "id": "k9", "path": "knowledge/business/wiki/gone.md"})
+    with (ws / "mem_metadata" / reme_import.CHUNK_STORE).open("ab") as f:
+        f.write(zstandard.compress(b"".join(json.dumps(r).encode() + b"\n"
+                                            for r in records)))
+    proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)["import"]
+    assert report["reme_notes_elsewhere"] == {"knowledge": 3}, report
+    assert "reme_notes_not_indexed" not in report
+    text = cli(daemon, "import-qwenpaw", str(ws)).stdout
+    assert ("3 notes ReMe indexed outside the note folders are not indexed (knowledge/: 3)"
+            in text), text
+    proc = cli(daemon, "--json", "import-qwenpaw", str(copy_fixture(tmp_path / "plain")))
+    assert "reme_notes_elsewhere" not in json.loads(proc.stdout)["import"]
