@@ -136,6 +136,22 @@ def read_agent_json(path: Path, explicit: bool) -> JsonObject | None:
     return data
 
 
+#: The parts of an ``agent.json``'s ``running`` part that hold its memory settings.
+_MEMORY_KEYS = ("reme_light_memory_config", "memory_summary")
+
+
+def memory_settings(agent: JsonObject) -> JsonObject:
+    """What the daemon reads of an ``agent.json``: its ``id`` and the memory settings of
+    its ``running`` part. The rest (channels, prompts, MCP clients), which may be larger
+    than a request may be, is not sent. A file without a ``running`` part (the memory
+    settings alone) is sent as it is."""
+    running = agent.get("running")
+    if not isinstance(running, dict):
+        return agent
+    kept: JsonObject = {k: v for k, v in running.items() if k in _MEMORY_KEYS}
+    return {**({"id": agent["id"]} if "id" in agent else {}), "running": kept}
+
+
 def _import(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     root = paths.local_path(ns.path, "PATH")
     if not root.is_dir():
@@ -164,7 +180,8 @@ def _import(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
     with following(client, "import-qwenpaw", as_json=as_json,
                    after=f"recalld workspace list shows {agent} once it is open") as token:
         info = client.workspace_open(
-            agent, path=str(root), config=config, import_report=True, progress_token=token,
+            agent, path=str(root), config=memory_settings(config) if config else config,
+            import_report=True, progress_token=token,
             name=owner)
     failed = info.get("state") == "failed"  # its services started, then it failed
     if as_json:

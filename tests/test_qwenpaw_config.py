@@ -305,3 +305,21 @@ def test_a_key_or_model_of_spaces_only_is_none_as_in_qwenpaw(daemon: DaemonHandl
     assert resolve_api_key(emb_cfg, {"OPENAI_API_KEY": "sk-y\n"}) == "sk-y"
     chat_cfg = config.ChatModelConfig(api_key="  ")
     assert resolve_chat_api_key(chat_cfg, {"RECALLD_CHAT_API_KEY": " sk-z \n"}) == "sk-z"
+
+
+def test_an_agent_json_larger_than_a_request_imports(daemon: DaemonHandle,
+                                                     tmp_path: Path) -> None:
+    # An agent.json holds much besides memory settings (channels, prompts, MCP clients):
+    # sent whole, one over the daemon's request limit (1 MiB) was refused.
+    from test_import_qwenpaw import cli
+
+    ws = tmp_path / "big"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "agent.json").write_text(json.dumps({
+        "id": "big", "system_prompt": "x" * (2 << 20),
+        "running": {"max_iters": 50, "reme_light_memory_config": {
+            "auto_memory_interval": 4, "memory_graph_config": {"enabled": True}}}}), "utf-8")
+    proc = cli(daemon, "import-qwenpaw", str(ws))
+    assert proc.returncode == 0, proc.stderr
+    assert "auto_memory_interval = 4" in proc.stdout, proc.stdout
+    assert "memory_graph_config: not a field recalld knows" in proc.stdout, proc.stdout
