@@ -128,3 +128,27 @@ def test_generations_saved_under_older_rules_go_once_the_files_are_chunked_again
     store.save(snapshot(state))
     names = sorted(p.name for p in (meta / "index").iterdir() if p.name.startswith("MANI"))
     assert names == ["MANIFEST-000004.json", "MANIFEST-000005.json"]
+
+
+@pytest.mark.parametrize("damaged", ["bm25", "chunks"])
+def test_older_rules_are_redone_also_when_a_file_of_the_generation_is_damaged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damaged: str) -> None:
+    # Damage found in a generation of older rules (a torn keyword index, chunk records
+    # that do not verify) kept its notes as those rules chunked, masked and linked them:
+    # saved again under the present rules' numbers, they were never read again.
+    monkeypatch.setattr(persist, "CHUNKING", 1)
+    monkeypatch.setattr(persist, "LINKING", 1)
+    meta = saved(tmp_path)
+    monkeypatch.undo()
+    (path,) = (meta / "index").glob(f"{damaged}.g*")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    state = IndexState()
+    report = IndexStore(meta).load(state)
+    assert damaged in report.corrupt and "all" not in report.rebuilt
+    assert "chunks" in report.rebuilt and "links" in report.rebuilt
+    info = state.files[REL]
+    assert (info.mtime_ns, info.size, info.digest) == (0, 0, "") and list(info.keys)
+    hits = state.bm25.search(tokenize_query("zeppelin"), 5)
+    assert [state.chunks[k].path for k, _ in hits] == [REL]

@@ -297,13 +297,17 @@ class IndexStore:
             bm25.add_many(
                 (c.key, tokenize(index_text(c.text, c.heading, c.metadata)))
                 for c in chunks.values())
-        if meta.get("linking") != LINKING and not report.corrupt:
+        # The rules a generation was saved under are in the keyword index's header: when
+        # they differ, or are unknown for its damage, the notes are read again, also
+        # where other files of the generation are damaged (a generation saved next is
+        # numbered by the present rules, so no later load would catch them).
+        if meta.get("linking") != LINKING:
             # Links read by other rules (some in comments, say): every file reads as
             # changed, so the startup reconcile reads its links again.
             files = [FileInfo(f.path, 0, 0, "", f.keys, f.secret_name, f.encoding)
                      for f in files]
             report.rebuilt.append("links")
-        if meta.get("chunking") != CHUNKING and not report.corrupt:
+        if meta.get("chunking") != CHUNKING:
             # Chunked by other rules: every file reads as changed, so the startup
             # reconcile chunks it again (its unchanged texts keep their cached vectors).
             # Paths named by a secret are told at once (older rules may not have), so
