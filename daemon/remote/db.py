@@ -38,6 +38,7 @@ import contextlib
 import logging
 import os
 import socket
+import stat
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -153,6 +154,47 @@ def connect(cfg: RemoteConfig, *, environ: dict[str, str] | None = None,
     except dsn.UnusableDsn as exc:
         raise BadDsn(str(exc)) from None
     conninfo = psycopg.conninfo.make_conninfo(cfg.dsn, **extra)
+    try:
+        return _connect(conninfo, application_name)
+    except psycopg.OperationalError as exc:
+        unusable = unusable_password_sources(cfg, env)
+        if not unusable:
+            raise
+        # libpq passes over such a source without a word and reports only what the
+        # server then says ("no password supplied"): say which configured one it skipped.
+        raise psycopg.OperationalError(f"{exc} ({'; '.join(unusable)})") from None
+
+
+def unusable_password_sources(cfg: RemoteConfig, environ: Mapping[str, str]) -> list[str]:
+    """Why the ``passfile`` or ``password_env`` of ``cfg`` gives libpq no password, one
+    text each (none when both are usable or unset). libpq ignores a password file that
+    is missing, not a regular file or open to the group or others (it must be 0600 or
+    stricter), and an unset variable gives nothing."""
+    out: list[str] = []
+    if cfg.passfile:
+        path = os.path.expanduser(cfg.passfile)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            out.append(f"passfile {path} does not exist")
+        except OSError as exc:
+            out.append(f"passfile {path} cannot be read: {exc.strerror}")
+        else:
+            if not stat.S_ISREG(st.st_mode):
+                out.append(f"passfile {path} is not a regular file")
+            elif st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+                out.append(f"passfile {path} is ignored by libpq: its mode "
+                           f"{stat.S_IMODE(st.st_mode):04o} lets the group or others read "
+                           "it (chmod 600 it)")
+            elif not os.access(path, os.R_OK):
+                out.append(f"passfile {path} cannot be read: permission denied")
+    if cfg.password_env and not environ.get(cfg.password_env):
+        out.append(f"password_env names {cfg.password_env}, which is not set in the "
+                   "daemon's environment")
+    return out
+
+
+def _connect(conninfo: str, application_name: str) -> Conn:
     return psycopg.connect(
         conninfo, autocommit=True,
         connect_timeout=CONNECT_TIMEOUT_S,
