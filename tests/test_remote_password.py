@@ -81,6 +81,9 @@ def test_a_passfile_libpq_ignores_is_named_in_status(
     assert f"passfile {passfile} is ignored by libpq: its mode 0644" in str(
         status["last_error"]), status
     assert PASSWORD not in d.log()
+    # Put right, the file is read at the next attempt: no restart needed.
+    passfile.chmod(0o600)
+    wait_for(lambda: remote_status(d)["state"] == "online", what="online once chmod 600")
     d.stop()
 
     passfile.unlink()
