@@ -48,8 +48,9 @@ def password_role(pg_server: PgServer) -> Iterator[str]:  # noqa: F811
 
 
 def shared(daemon_factory: DaemonFactory, dsn: str, name: str, extra: str,
-           data: Path | None = None) -> DaemonHandle:
-    env = {"RECALLD_DATA_DIR": str(data)} if data else {}
+           data: Path | None = None, **env: str) -> DaemonHandle:
+    if data:
+        env["RECALLD_DATA_DIR"] = str(data)
     return daemon_factory(f'[workspaces.default]\nremote = {{ kind = "postgres", dsn = '
                           f'"{dsn}", name = "{name}", host = "h1"{extra} }}\n', **env)
 
@@ -99,3 +100,26 @@ def test_an_unset_password_variable_is_named_in_status(
     assert status["state"] == "offline", status
     assert "password_env names RECALLD_PW_UNSET, which is not set" in str(
         status["last_error"]), status
+
+
+def test_a_password_file_libpq_looks_for_by_itself_is_named_when_skipped(
+        daemon_factory: DaemonFactory, password_role: str, tmp_path: Path) -> None:
+    # Not in the config: the file of PGPASSFILE (or ~/.pgpass), and one the DSN names.
+    passfile = tmp_path / "pgpass"
+    passfile.write_text("*:*:*:*:" + PASSWORD.replace("\\", "\\\\").replace(":", "\\:")
+                        + "\n")
+    passfile.chmod(0o640)
+    name = "t" + uuid.uuid4().hex[:12]
+    d = shared(daemon_factory, password_role, name, "", PGPASSFILE=str(passfile))
+    status = settled(d)
+    assert status["state"] == "offline", status
+    assert f"passfile {passfile} is ignored by libpq: its mode 0640" in str(
+        status["last_error"]), status
+    d.stop()
+
+    keywords = password_role.replace("postgresql://", "user=").replace(
+        "@127.0.0.1:", " host=127.0.0.1 port=").replace("/postgres", " dbname=postgres")
+    d = shared(daemon_factory, f"{keywords} passfile={passfile}", name, "", d.data_dir)
+    assert f"passfile {passfile} is ignored by libpq" in str(settled(d)["last_error"])
+    passfile.chmod(0o600)
+    wait_for(lambda: remote_status(d)["state"] == "online", what="online once chmod 600")
