@@ -414,9 +414,10 @@ def test_chunks_made_under_older_rules_are_made_again(
     expected = {q: search(d, "loc", q, None) for q in queries}
     d.stop()
     files = len(generate(seed=20))
-    for rules in (None, CHUNKING - 1):
-        # As an older recalld left them: every term spelled otherwise, and no record of
-        # the rules (a recalld before the record) or an older one.
+    # As an older recalld left them: every term spelled otherwise, and no record of the
+    # rules (a recalld before the record), an older one, or one of the current rules
+    # whose texts were kept the older way (a NUL as a bare U+FFFD: no "server_text").
+    for rules in (None, {"rules": CHUNKING - 1}, {"rules": CHUNKING}):
         with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
             row = conn.execute("SELECT workspace_id FROM recalld_workspaces WHERE name = %s",
                                (name,)).fetchone()
@@ -429,7 +430,7 @@ def test_chunks_made_under_older_rules_are_made_again(
             if rules is not None:
                 conn.execute("INSERT INTO recalld_catalog (workspace_id, job, key, value)"
                              " VALUES (%s, 'server_search', 'chunks', %s)",
-                             (ws, psycopg.types.json.Jsonb({"rules": rules})))
+                             (ws, psycopg.types.json.Jsonb(rules)))
         d = daemon_factory(config(pg_server.dsn, name), RECALLD_DATA_DIR=str(d.data_dir))
         wait_for(lambda d=d: ws_status(d, "srv")["remote"]["search"]["chunks_ready"],
                  deadline_s=120, what="chunks made again")

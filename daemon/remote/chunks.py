@@ -25,6 +25,7 @@ Blocking psycopg calls: run them in worker threads.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -75,8 +76,8 @@ def chunk_rows(path: str, data: bytes, *, max_chars: int = DEFAULT_MAX_CHARS
         tokens = tokenize(c.index_text)
         counts = Counter(tokens)
         # The hash is of the text as the local index has it (the embeddings' key).
-        rows.append(ChunkRow(seq, c.start_line, c.end_line, pg_text(c.heading),
-                             pg_text(c.text), text_hash(c.text),
+        rows.append(ChunkRow(seq, c.start_line, c.end_line, pg_exact(c.heading),
+                             pg_exact(c.text), text_hash(c.text),
                              author,
                              [pg_text(t) for t in counts], list(counts.values()),
                              doc_length(tokens)))
@@ -87,13 +88,39 @@ def author_column(authors: tuple[str, ...]) -> str | None:
     """The ``author`` column of a note's chunks: its authors one per line (a name with a
     line break in it is no author), so a filter compares the lines
     (``search.filter_sql``)."""
-    names = [pg_text(a) for a in authors if "\n" not in a]
+    names = [pg_exact(a) for a in authors if "\n" not in a]
     return "\n".join(names) if names else None
 
 
 def pg_text(text: str) -> str:
-    """``text`` as a PostgreSQL text value can hold it: NUL (valid in a note) as U+FFFD."""
+    """``text`` as a PostgreSQL text value can hold it: NUL (valid in a note) as U+FFFD.
+    For terms, which are only compared; what is shown again goes through :func:`pg_exact`."""
     return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
+#: How chunk texts, headings and authors are kept (recorded with the rules): 2, as
+#: :func:`pg_exact` writes them.
+SERVER_TEXT = 2
+_MARK = "\ufffd"
+_ESCAPED = re.compile("\ufffd([\ufffd0])")
+
+
+def pg_exact(text: str) -> str:
+    """``text`` as a PostgreSQL text value can hold it and :func:`from_pg` gives it back:
+    NUL (valid in a note) as U+FFFD ``0``, U+FFFD itself doubled. So a server search
+    answers a note's text, heading and chunk id as the local index does, and an author
+    filter tells a NUL from a U+FFFD."""
+    if "\x00" not in text and _MARK not in text:
+        return text
+    return text.replace(_MARK, _MARK * 2).replace("\x00", _MARK + "0")
+
+
+def from_pg(text: str) -> str:
+    """The text :func:`pg_exact` was given (a lone U+FFFD, as older rows hold one for a
+    NUL, stays itself)."""
+    if _MARK not in text:
+        return text
+    return _ESCAPED.sub(lambda m: _MARK if m.group(1) == _MARK else "\x00", text)
 
 
 def replace(conn: Conn, workspace_id: int, path: str, rows: list[ChunkRow] | None,
@@ -147,8 +174,10 @@ def _rules_current(conn: Conn, workspace_id: int, max_chars: int) -> bool:
     row = conn.execute("SELECT value FROM recalld_catalog WHERE workspace_id = %s"
                        " AND job = %s AND key = %s",
                        (workspace_id, RULES_JOB, RULES_KEY)).fetchone()
-    rules = row[0].get("rules") if row is not None and isinstance(row[0], dict) else None
+    value = row[0] if row is not None and isinstance(row[0], dict) else {}
+    rules, kept = value.get("rules"), value.get("server_text", 1)
     return (isinstance(rules, int) and rules >= CHUNKING
+            and isinstance(kept, int) and kept >= SERVER_TEXT
             and workspace_max_chars(conn, workspace_id) == max_chars)
 
 
@@ -180,7 +209,8 @@ def start_chunking(conn: Conn, workspace_id: int, max_chars: int = DEFAULT_MAX_C
             "INSERT INTO recalld_catalog (workspace_id, job, key, value) VALUES (%s, %s, %s, %s)"
             " ON CONFLICT (workspace_id, job, key) DO UPDATE SET value = EXCLUDED.value,"
             " updated_at = now()", (workspace_id, RULES_JOB, RULES_KEY,
-                                   Jsonb({"rules": CHUNKING, "max_chars": max_chars})))
+                                   Jsonb({"rules": CHUNKING, "server_text": SERVER_TEXT,
+                                          "max_chars": max_chars})))
         return marked.rowcount > 0
 
 

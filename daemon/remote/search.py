@@ -42,7 +42,7 @@ from recalld.daemon.index.reads import Candidates, places
 from recalld.daemon.index.state import StoredChunk
 from recalld.daemon.index.ties import exact_by_place, hits_by_place, settled
 from recalld.daemon.index.tokenizer import tokenize_query
-from recalld.daemon.remote.chunks import pg_text
+from recalld.daemon.remote.chunks import from_pg, pg_exact
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -93,7 +93,7 @@ def filter_sql(filters: Filters, *, daily_dir: str, digest_dir: str
         # text value can hold it: a name with a NUL (a client's, or a note's YAML "\0")
         # is compared as the column has it, not sent where no text value takes it.
         parts.append(sql.SQL(" AND string_to_array(c.author, E'\\n') && %s::text[]"))
-        params.append([pg_text(a) for a in filters.authors])
+        params.append([pg_exact(a) for a in filters.authors])
     return sql.Composed(parts), params
 
 
@@ -142,7 +142,7 @@ class ServerKeywords:
             key = self._keys[place] = len(self._places)
             self._places.append(place)
             path, start, end = place[0], int(str(row[2])), int(str(row[3]))
-            text, heading = str(row[5]), str(row[4])
+            text, heading = from_pg(str(row[5])), from_pg(str(row[4]))
             self.chunks[key] = StoredChunk(key, chunk_id(path, start, end, text), path,
                                            start, end, text, heading, {})
         return key
