@@ -355,7 +355,7 @@ def test_rows_written_before_the_server_kept_chunks_are_chunked(
 def test_a_note_with_nul_bytes_goes_up_and_is_found_in_the_server(
         daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
     # NUL is valid in a note (a binary paste) but no PostgreSQL text value holds it: the
-    # chunk rows carry U+FFFD there, and the changes after it go up as well.
+    # chunk rows carry it escaped (U+FFFD 0), and the changes after it go up as well.
     d = daemon_factory(config(pg_server.dsn, "s" + uuid.uuid4().hex[:12]))
     for agent in ("loc", "srv"):
         wait_for(lambda a=agent: ws_status(d, a)["remote"]["state"] == "online",
