@@ -13,7 +13,8 @@ next day's (without ``date``: turns pending over a night are each day's memory):
    (one note per session per day: a second write updates it; the tools refuse touching
    another session's note), with the current note in the prompt so it is merged, not
    duplicated; a note too long to write again in the model's ``max_tokens`` is added to
-   with ``daily_append`` instead, and a part whose answer was cut at that limit is asked
+   with ``daily_append`` instead (a longer one shown only in part, so the prompt does
+   not grow with it), and a part whose answer was cut at that limit is asked
    again for the new facts only (:mod:`capture_long`); model-written text is redacted
    again (by the file operations). Turns
    longer than one prompt go in consecutive parts, a turn longer than that in numbered
@@ -359,9 +360,8 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
             job.set_progress(0, 4, f"{len(turns)} turns")
             ops = fileops_for(ws, policy=WritePolicy((ws.settings.daily_dir,), (".md",)),
                               session_id=session_id, today=today)
-            note_path = await ops.session_note(session_id, date)
-            note_text = await ops.read_text(note_path) if note_path else None
             tools = SessionTools(ops, session_id, date, ws.services.note_lock)
+            note_path = await ops.session_note(session_id, date)
             started = dt.datetime.now(dt.UTC)
             trigger = params.get("trigger")
             run_log = capture_log.CaptureRun(
@@ -374,9 +374,6 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
             steps, calls, finished, final_text = 0, list[str](), True, ""
             try:
                 for i, part in enumerate(parts):
-                    if i:  # the note as the part before left it
-                        note_path = await ops.session_note(session_id, date)
-                        note_text = await ops.read_text(note_path) if note_path else None
                     where = f"part {i + 1} of {len(parts)}, " if len(parts) > 1 else ""
                     changes_before = len(ops.changes)
                     failures_before = len(tools.write_failures)
@@ -389,9 +386,10 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                                said: str = part.text) -> list[ChatMessage]:
                         return _prompt(session_id, date, path, text, said, rules)
 
-                    # A long note is added to, not written again (:mod:`capture_long`).
+                    # With the note as the part before left it; a long note is added
+                    # to, not written again, and shown in part (:mod:`capture_long`).
                     result = await capture_long.run_part(
-                        chat, prompt, ops, tools, (note_path, note_text), max_steps=MAX_STEPS,
+                        chat, prompt, ops, tools, max_steps=MAX_STEPS,
                         deadline_s=DEADLINE_S, on_step=on_step, budget=budget)
                     steps += result.steps
                     calls += result.tool_calls_made

@@ -16,6 +16,11 @@ conversation would stop being captured. So:
   mid-way, or text only; also the first write of a note, of more facts than one answer
   holds) is asked again, once, that way, with the note as it is then.
 
+The prompt shows a long note as a bounded view (:func:`note_view`: its headings and
+its last lines, at most :data:`NOTE_VIEW_CHARS`), so a prompt does not outgrow the
+model's context as the note grows all day: ``daily_append`` leaves out the lines the
+note holds, shown or not, and ``read`` shows the rest.
+
 Nothing the note held is dropped (nothing rewrites it), nothing is written twice. An
 answer of new facts that is cut too fails the run as before (raise ``max_tokens``): the
 facts of its earlier answers are written, so the next run has fewer to add.
@@ -24,7 +29,8 @@ facts of its earlier answers are written, so the next run has fewer to add.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from recalld.daemon.index.frontmatter import body_of
@@ -53,12 +59,50 @@ APPEND_RULES = (
     "call in an answer, until all are added; correct a fact that changed with edit "
     "(replace its line with the corrected line). Never repeat what the note says.")
 
+#: How much of a note a prompt shows at most (characters, :func:`note_view`); a note
+#: longer than that is added to, never written again whole.
+NOTE_VIEW_CHARS = 16_000
+_HEADING = re.compile(r"#{1,6}\s")
+
 #: ``(rules, note path, note text)`` to the conversation for the model.
 #: How many more times a part is asked for its new facts (after a cut answer, or a loop
 #: out of steps while it still added them); the job's tool budget bounds them too.
 MAX_ROUNDS = 4
 
 Prompt = Callable[[str, str | None, str | None], "list[ChatMessage]"]
+
+
+def note_view(text: str, earlier: Sequence[str] = ()) -> str:
+    """What a prompt shows of the note ``text`` the new facts are added to (``earlier``:
+    the session's full notes of the day it continues): all of it when it fits in
+    :data:`NOTE_VIEW_CHARS`, else its headings (the last of them, if they are many) and
+    as many of its last lines as fit, with a line saying what is left out."""
+    told = (f"(This note continues {', '.join(earlier)}, which took no more: "
+            "daily_append leaves out the lines they hold too, and read shows them.)\n\n"
+            if earlier else "")
+    if len(text) <= NOTE_VIEW_CHARS:
+        return told + text
+    lines = text.split("\n")
+    headings: list[str] = []
+    fenced = False
+    for ln in lines:
+        if ln.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced and _HEADING.match(ln):
+            headings.append(ln[:200])
+    while headings and sum(len(h) + 1 for h in headings) > NOTE_VIEW_CHARS // 4:
+        headings.pop(0)
+    tail = text[len(text) - (NOTE_VIEW_CHARS - sum(len(h) + 1 for h in headings)):]
+    if "\n" in tail:  # whole lines only
+        tail = tail[tail.index("\n") + 1:]
+    left = len(lines) - len(tail.split("\n"))
+    shown = "\n".join(headings)
+    return (f"{told}(The note is long: only its headings and its last lines are shown. "
+            f"{left} earlier lines are left out here; daily_append leaves out any line "
+            "the note holds already, so a fact it holds is not written twice, and read "
+            "shows the whole note.)\n\n"
+            + (f"Headings of the note:\n{shown}\n\n" if shown else "")
+            + f"The last lines of the note:\n{tail}")
 
 
 def is_long(note_text: str | None, max_tokens: int) -> bool:
@@ -82,11 +126,19 @@ def _cut(result: LoopResult, changes_before: int, ops: FileOps) -> bool:
     return result.cut in LENGTH_CUTS and len(ops.changes) == changes_before
 
 
-async def run_part(chat: ChatClient, prompt: Prompt, ops: FileOps, tools: SessionTools,
-                   note: tuple[str | None, str | None], *, max_steps: int, deadline_s: float,
-                   on_step: Callable[[int, str], None], budget: ToolBudget) -> LoopResult:
+async def current_note(ops: FileOps, tools: SessionTools
+                       ) -> tuple[str | None, str | None, list[str]]:
+    """The session's note of the day that new facts go to, its text, and the session's
+    notes of the day before it that it continues (none: one note a day)."""
+    path = await ops.session_note(tools.session_id, tools.date)
+    return path, await ops.read_text(path) if path else None, []
+
+
+async def run_part(chat: ChatClient, prompt: Prompt, ops: FileOps, tools: SessionTools, *,
+                   max_steps: int, deadline_s: float, on_step: Callable[[int, str], None],
+                   budget: ToolBudget) -> LoopResult:
     """Run the tool loop (:func:`run_tools`, with these arguments) on one part of the
-    turns (``note``: its path and text as the part starts), the note added to when it is
+    turns (with the session's note as the part starts), the note added to when it is
     long, asked again for the new facts only when the answer was cut at its length
     limit, and for the rest when the loop ran out of steps while it still added them."""
 
@@ -96,8 +148,11 @@ async def run_part(chat: ChatClient, prompt: Prompt, ops: FileOps, tools: Sessio
                                max_steps=max_steps, deadline_s=deadline_s, on_step=on_step,
                                budget=budget)
 
-    note_path, note_text = note
-    long = is_long(note_text, chat.config.max_tokens)
+    note_path, note_text, earlier = await current_note(ops, tools)
+    long = bool(earlier) or is_long(note_text, chat.config.max_tokens) or (
+        note_text is not None and len(note_text) > NOTE_VIEW_CHARS)
+    if long and note_text is not None:
+        note_text = note_view(note_text, earlier)
     changes_before = len(ops.changes)
     first: LoopResult | None = None
     try:
@@ -116,8 +171,9 @@ async def run_part(chat: ChatClient, prompt: Prompt, ops: FileOps, tools: Sessio
         # Cut (asked again for the new facts only), or out of steps while still adding
         # them (asked for the rest): with the note as it is now.
         changes_before = len(ops.changes)
-        note_path = await ops.session_note(tools.session_id, tools.date)
-        note_text = await ops.read_text(note_path) if note_path else None
+        note_path, note_text, earlier = await current_note(ops, tools)
+        if note_text is not None:
+            note_text = note_view(note_text, earlier)
         last = await loop(APPEND_RULES, note_path, note_text, APPEND_TOOLS)
         total = last if total is None else dataclasses.replace(
             last, steps=total.steps + last.steps,

@@ -1,0 +1,82 @@
+"""A session's note far larger than a prompt may hold: capture goes on, every fact in
+the note once.
+
+A real daemon, a real socket, and the chat model of :mod:`test_capture_long_note` on
+127.0.0.1, behind a context window: a request larger than :data:`CONTEXT_CHARS` is
+refused with HTTP 400, as a real server refuses one past its model's context.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fakes.provider_server import FakeProvider, Reply
+from test_auto_memory import add, today, turn
+from test_capture_long_note import _config, _cut_model
+from waits import wait_job
+
+from recalld.daemon.index.frontmatter import body_of
+from recalld.daemon.memory.capture_long import NOTE_VIEW_CHARS
+
+CONTEXT_CHARS = 60_000
+
+
+def _behind_context(fake: FakeProvider) -> list[int]:
+    """Refuse chat requests past the context window; the size of each prompt sent."""
+    sizes: list[int] = []
+
+    def reply_for(body: Any) -> Reply | None:
+        if "messages" not in body:
+            return None
+        size = sum(len(str(m.get("content") or "")) for m in body["messages"])
+        sizes.append(size)
+        return Reply(status=400) if size > CONTEXT_CHARS else None
+
+    fake.reply_for = reply_for
+    return sizes
+
+
+def _old_note(root: Path, session: str, facts: list[str]) -> Path:
+    """The session's note of the day as an earlier run left it: headings, then facts."""
+    half = len(facts) // 2
+    body = "\n".join(["## Morning", *(f"- {f}" for f in facts[:half]), "",
+                      "## Afternoon", *(f"- {f}" for f in facts[half:])])
+    path = root / "memory" / today() / "day.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"---\nname: day\ndescription: the day\nsession_id: {session}\n---\n"
+                    f"{body}\n")
+    return path
+
+
+def _bodies(root: Path) -> dict[str, str]:
+    return {p.name: body_of(p.read_text())[0]
+            for p in sorted((root / "memory" / today()).glob("*.md")) if p.name != "index.md"}
+
+
+def test_a_note_far_larger_than_a_prompt_keeps_being_captured(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    old = [f"fact-{n} the crate in bay {n} holds spare valves of size {n}"
+           for n in range(3000)]
+    _old_note(root, "big", old)
+    d = daemon_factory(_config(root, fake))
+    sizes = _behind_context(fake)
+    fake.chat_default = _cut_model([])
+    new = [f"fact-{n} the pallet on shelf {n} waits for the truck" for n in range(5000, 5009)]
+    for start in range(0, len(new), 3):
+        # A fact of the note's morning, long out of view, is said again too.
+        add(d, "big", turn(" ".join(f"Remember: {f}." for f in new[start:start + 3])
+                           + f" Remember: {old[start + 7]}."))
+        job = wait_job(d, add(d, "big", [], flush=True)["job_id"])
+        assert job["state"] == "succeeded", job
+    body = _bodies(root)["day.md"]
+    assert len(body) > 3 * CONTEXT_CHARS
+    for fact in old + new:
+        assert body.count(fact) == 1, fact
+    assert body.index("## Afternoon") < body.index(new[0])
+    assert sizes and max(sizes) < NOTE_VIEW_CHARS + 5_000  # not growing with the note
+    prompts = [next(m["content"] for m in r.json["messages"] if m["role"] == "user")
+               for r in fake.requests if r.path.endswith("/chat/completions")]
+    assert all("## Morning" in p and "## Afternoon" in p for p in prompts)
+    assert add(d, "big", [])["pending_turns"] == 0
