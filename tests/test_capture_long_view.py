@@ -1,5 +1,5 @@
-"""A session's note far larger than a prompt may hold: capture goes on, every fact in
-the note once.
+"""A session's note far larger than a prompt may hold, and one at the write limit:
+capture goes on, every fact in the session's notes once.
 
 A real daemon, a real socket, and the chat model of :mod:`test_capture_long_note` on
 127.0.0.1, behind a context window: a request larger than :data:`CONTEXT_CHARS` is
@@ -16,8 +16,9 @@ from test_auto_memory import add, today, turn
 from test_capture_long_note import _config, _cut_model
 from waits import wait_job
 
-from recalld.daemon.index.frontmatter import body_of
+from recalld.daemon.index.frontmatter import body_of, parse_frontmatter
 from recalld.daemon.memory.capture_long import NOTE_VIEW_CHARS
+from recalld.daemon.memory.fileops import MAX_WRITE_BYTES
 
 CONTEXT_CHARS = 60_000
 
@@ -80,3 +81,39 @@ def test_a_note_far_larger_than_a_prompt_keeps_being_captured(
                for r in fake.requests if r.path.endswith("/chat/completions")]
     assert all("## Morning" in p and "## Afternoon" in p for p in prompts)
     assert add(d, "big", [])["pending_turns"] == 0
+
+
+def test_a_note_at_the_write_limit_goes_on_in_a_second_note(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    old = [f"fact-{n} the crate in bay {n} holds spare valves of size {n}"
+           for n in range(MAX_WRITE_BYTES // 64)]
+    while len("\n".join(old).encode()) > MAX_WRITE_BYTES - 1500:
+        old.pop()
+    full = _old_note(root, "full", old)
+    before = full.read_text()
+    # The next name is another conversation's note: the session's goes on past it.
+    theirs = full.with_name("day-2.md")
+    theirs.write_text("---\nname: day\nsession_id: other\n---\n- fact-1 their own\n")
+    kept = theirs.read_text()
+    d = daemon_factory(_config(root, fake))
+    _behind_context(fake)
+    fake.chat_default = _cut_model([])
+    first = [f"fact-{n} the barge at quay {n} sails at dawn" for n in range(8000, 8004)]
+    later = [f"fact-{n} the crane {n} is booked for friday" for n in range(9000, 9003)]
+    for said in ([*first, old[3]], [*later, first[0], old[-2]]):
+        add(d, "full", turn(" ".join(f"Remember: {f}." for f in said)))
+        job = wait_job(d, add(d, "full", [], flush=True)["job_id"])
+        assert job["state"] == "succeeded", job
+    bodies = _bodies(root)
+    assert sorted(bodies) == ["day-2.md", "day-3.md", "day.md"]
+    assert full.read_text() == before and theirs.read_text() == kept
+    second = (root / "memory" / today() / "day-3.md").read_text()
+    assert parse_frontmatter(second)[0]["session_id"] == "full"
+    for fact in first + later:
+        assert bodies["day-3.md"].count(fact) == 1, fact
+    assert old[3] not in bodies["day-3.md"] and old[-2] not in bodies["day-3.md"]
+    index = (root / "memory" / today() / "index.md").read_text()
+    assert all(f"({name})" in index for name in bodies)
+    assert job["result"]["note"].endswith("/day-3.md")
+    assert add(d, "full", [])["pending_turns"] == 0

@@ -116,8 +116,8 @@ async def test_daily_write_never_overwrites_another_session(tmp_path: Path) -> N
     fields2, _ = parse_frontmatter((tmp_path / again.path).read_text())
     assert fields2["session_id"] == "s1" and fields2["tags"] == ["travel"]
     assert fields2["description"] == "how I commute"
-    assert await ops.session_note("s2", DAY) == b.path
-    assert await ops.session_note("nobody", DAY) is None
+    assert await ops.session_notes("s2", DAY) == [b.path]
+    assert await ops.session_notes("nobody", DAY) == []
     with pytest.raises(InvalidParams):
         await ops.daily_write("s1", "x", "y", "2026-13-01")
 
@@ -252,13 +252,23 @@ async def test_notes_in_another_encoding_are_never_rewritten(tmp_path: Path) -> 
                                         "new": "*"})
     assert said.startswith("error:") and "not UTF-8" in said
     # The session's note is not found in it, and a daily_write goes to another name.
-    assert await ops.session_note("s1", DAY) is None
+    assert await ops.session_notes("s1", DAY) == []
     res = await ops.daily_write("s1", "tea", "- likes green tea\n", DAY)
     assert res.path == f"memory/{DAY}/tea-2.md" and res.created
-    assert await ops.session_note("s1", DAY) == res.path
+    assert await ops.session_notes("s1", DAY) == [res.path]
     assert (folder / "tea.md").read_bytes() == gbk
     assert (folder / "cafe.md").read_bytes() == latin
     # A UTF-8 note whose text holds U+FFFD itself is a note like any other.
     await ops.write(f"memory/{DAY}/odd.md", "- the byte \ufffd was lost\n")
     await ops.edit(f"memory/{DAY}/odd.md", "lost", "kept")
     assert (await ops.read(f"memory/{DAY}/odd.md")).text == "- the byte \ufffd was kept\n"
+
+
+async def test_session_notes_list_a_note_then_its_continuations_in_order(
+        tmp_path: Path) -> None:
+    ops, _ = make_ops(tmp_path)
+    for name in ("log-10", "log", "log-2", "other"):
+        await ops.daily_write("s1", name, f"- note {name}\n", DAY)
+    await ops.daily_write("s2", "log-3", "- another session's\n", DAY)
+    assert await ops.session_notes("s1", DAY) == [
+        f"memory/{DAY}/{n}.md" for n in ("log", "log-2", "log-10", "other")]

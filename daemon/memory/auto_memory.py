@@ -14,9 +14,9 @@ next day's (without ``date``: turns pending over a night are each day's memory):
    another session's note), with the current note in the prompt so it is merged, not
    duplicated; a note too long to write again in the model's ``max_tokens`` is added to
    with ``daily_append`` instead (a longer one shown only in part, so the prompt does
-   not grow with it), and a part whose answer was cut at that limit is asked
-   again for the new facts only (:mod:`capture_long`); model-written text is redacted
-   again (by the file operations). Turns
+   not grow with it; a full one goes on in ``<name>-2.md``), and a part whose answer
+   was cut at that limit is asked again for the new facts only (:mod:`capture_long`);
+   model-written text is redacted again (by the file operations). Turns
    longer than one prompt go in consecutive parts, a turn longer than that in numbered
    pieces (:mod:`capture_parts`), each part with the note as the part before left it;
    the turns a part finished are saved and committed before the next part is sent;
@@ -361,7 +361,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
             ops = fileops_for(ws, policy=WritePolicy((ws.settings.daily_dir,), (".md",)),
                               session_id=session_id, today=today)
             tools = SessionTools(ops, session_id, date, ws.services.note_lock)
-            note_path = await ops.session_note(session_id, date)
+            note_path = await tools.current_note()
             started = dt.datetime.now(dt.UTC)
             trigger = params.get("trigger")
             run_log = capture_log.CaptureRun(
@@ -437,7 +437,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                     await refresh_day_index(ws, date, ops)
                 services = _reopened(get_workspace, ws).services
                 changed = sorted({c.path for c in ops.changes})
-                note = await ops.session_note(session_id, date)
+                note = await tools.current_note()
                 item = None
                 if notes:
                     summary = (f"auto_memory updated {', '.join(notes)} from {len(turns)} "

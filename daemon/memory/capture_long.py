@@ -19,7 +19,10 @@ conversation would stop being captured. So:
 The prompt shows a long note as a bounded view (:func:`note_view`: its headings and
 its last lines, at most :data:`NOTE_VIEW_CHARS`), so a prompt does not outgrow the
 model's context as the note grows all day: ``daily_append`` leaves out the lines the
-note holds, shown or not, and ``read`` shows the rest.
+note holds, shown or not, and ``read`` shows the rest. A note that reaches the write
+limit (``MAX_WRITE_BYTES``) is continued in the next note of the session's day
+(``<name>-2.md``, ``-3``...): the last of them is added to with ``daily_append``, its
+lines checked against all of the session's notes of the day.
 
 Nothing the note held is dropped (nothing rewrites it), nothing is written twice. An
 answer of new facts that is cut too fails the run as before (raise ``max_tokens``): the
@@ -128,10 +131,12 @@ def _cut(result: LoopResult, changes_before: int, ops: FileOps) -> bool:
 
 async def current_note(ops: FileOps, tools: SessionTools
                        ) -> tuple[str | None, str | None, list[str]]:
-    """The session's note of the day that new facts go to, its text, and the session's
-    notes of the day before it that it continues (none: one note a day)."""
-    path = await ops.session_note(tools.session_id, tools.date)
-    return path, await ops.read_text(path) if path else None, []
+    """The session's note of the day that new facts go to (its last), its text, and the
+    session's notes of the day before it (full ones it continues)."""
+    notes = await tools.continued_notes()
+    if not notes:
+        return None, None, []
+    return notes[-1], await ops.read_text(notes[-1]), notes[:-1]
 
 
 async def run_part(chat: ChatClient, prompt: Prompt, ops: FileOps, tools: SessionTools, *,

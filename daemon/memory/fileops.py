@@ -50,7 +50,7 @@ from recalld.daemon.memory.confined import NotUtf8 as NotUtf8
 from recalld.daemon.memory.confined import read_confined as read_confined
 from recalld.daemon.memory.confined import unlink_confined, utf8_file
 from recalld.daemon.memory.confined import write_confined as write_confined
-from recalld.daemon.memory.slugs import in_words
+from recalld.daemon.memory.slugs import continued_order, in_words
 from recalld.daemon.notetext import lf_line_ends
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import (
@@ -66,6 +66,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_WRITE_BYTES = 1 << 20
+#: Room a note keeps for its frontmatter (and what redaction may add) when content is
+#: added to it: one without it is continued in the next (``room_for``, :func:`has_room`).
+NOTE_HEADER_BYTES = 4096
 MAX_TOOL_READ_BYTES = 64 * 1024
 SYNC_TIMEOUT_S = 30.0
 DAY_INDEX = "index.md"
@@ -351,15 +354,18 @@ class FileOps:
     def day_folder(self, date: str) -> str:
         return f"{'/'.join(safepath.split_relative(self.settings.daily_dir))}/{date}"
 
-    async def session_note(self, session_id: str, date: str) -> str | None:
-        """The path of ``session_id``'s note on ``date`` (first by name), if any."""
+    async def session_notes(self, session_id: str, date: str) -> list[str]:
+        """The paths of ``session_id``'s notes on ``date``, by name, a note's continuations
+        (``-2``, ``-3``... that :meth:`daily_write` makes when it is full) after it, in
+        their order."""
 
-        def scan() -> str | None:
+        def scan() -> list[str]:
             folder = self.root / self.day_folder(date)
             try:
-                names = sorted(os.listdir(folder))
+                names = sorted(os.listdir(folder), key=continued_order)
             except (FileNotFoundError, NotADirectoryError):
-                return None
+                return []
+            out: list[str] = []
             for name in names:
                 if not name.endswith(".md") or name == DAY_INDEX or name.startswith("."):
                     continue
@@ -369,8 +375,8 @@ class FileOps:
                 except RecalldError:  # too large, a link, not UTF-8: not written here
                     continue
                 if text is not None and parse_frontmatter(text)[0].get("session_id") == session_id:
-                    return rel
-            return None
+                    out.append(rel)
+            return out
 
         return await trio.to_thread.run_sync(scan)
 

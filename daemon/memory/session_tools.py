@@ -29,6 +29,7 @@ and the turns stay pending, rather than being committed with their facts in no n
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -45,8 +46,14 @@ from recalld.daemon.index.frontmatter import (
     unreadable_block,
 )
 from recalld.daemon.memory import capture_log, filetools
-from recalld.daemon.memory.fileops import FileOps, read_confined
+from recalld.daemon.memory.fileops import (
+    NOTE_HEADER_BYTES,
+    FileOps,
+    has_room,
+    read_confined,
+)
 from recalld.daemon.memory.redact import redact
+from recalld.daemon.memory.slugs import continued_from
 from recalld.daemon.memory.textlines import dropped_bullets
 from recalld.ipc.errors import InvalidParams, NotAllowed
 
@@ -203,7 +210,7 @@ class SessionTools:
             if isinstance(content, str) and not has_body(content):
                 # An empty note is no memory (nor a failure: nothing was to be saved).
                 return _NO_TEXT
-            existing = await self.ops.session_note(self.session_id, self.date)
+            existing = await self.current_note()
             if existing is not None:  # one note per session per day: update it
                 args["name"] = PurePosixPath(existing).stem
                 before = await self._text(existing)
@@ -269,18 +276,47 @@ class SessionTools:
             return self._fail(name, _BROKEN_FRONTMATTER)
         if not has_body(content):
             return _NO_TEXT
-        existing = await self.ops.session_note(self.session_id, self.date)
-        if existing is None:  # the first facts of the day: the note is made of them
+        notes = await self.continued_notes()
+        if not notes:  # the first facts of the day: the note is made of them
             return {"name": args.get("name") or NEW_NOTE_NAME, "date": self.date,
                     "description": args.get("description"), "content": content}
-        now = await self._text(existing)
-        new = await trio.to_thread.run_sync(_drops, content, now)
+        texts = [await self._text(rel) for rel in notes]
+        # Against the note and those it continues: a line a full note holds is not
+        # written again in the note that continues it.
+        new = await trio.to_thread.run_sync(_drops, content, "\n".join(texts))
         if not new:
             self.writes_made += 1  # what it asked for is there
-            return orjson.dumps({"ok": True, "path": existing, "changed": False,
+            return orjson.dumps({"ok": True, "path": notes[-1], "changed": False,
                                  "note": "the note holds every one of these lines"}).decode()
-        return {"name": PurePosixPath(existing).stem, "date": self.date,
-                "content": now.rstrip("\n") + "\n" + "\n".join(new) + "\n"}
+        added = "\n".join(new) + "\n"
+        room_for = len(added.encode()) + NOTE_HEADER_BYTES
+        if has_room(texts[-1], room_for):
+            return {"name": PurePosixPath(notes[-1]).stem, "date": self.date,
+                    "content": texts[-1].rstrip("\n") + "\n" + added}
+        # The note is full (MAX_WRITE_BYTES): its facts go on in the next one, found by
+        # session_notes after it and listed in the day's index like it. Its name is one
+        # no file has (another conversation's ``-2`` is passed over, never continued as
+        # ``-2-2``, which would no longer read as this note's continuation).
+        base, n = continued_from(PurePosixPath(notes[-1]).stem)
+        folder = self.ops.root / self.ops.day_folder(self.date)
+        while await trio.to_thread.run_sync(os.path.lexists, folder / f"{base}-{n + 1}.md"):
+            n += 1
+        description = parse_frontmatter(texts[0])[0].get("description")
+        return {"name": f"{base}-{n + 1}", "date": self.date, "content": added,
+                "description": f"{description} (continued)" if description else None}
+
+    async def continued_notes(self) -> list[str]:
+        """The session's note of the day (the first by name) and the notes that continue
+        it (``-2``, ``-3``..., made when it was full: :meth:`_appended`), in order."""
+        notes = await self.ops.session_notes(self.session_id, self.date)
+        base = continued_from(PurePosixPath(notes[0]).stem)[0] if notes else ""
+        return [rel for rel in notes if continued_from(PurePosixPath(rel).stem)[0] == base]
+
+    async def current_note(self) -> str | None:
+        """The session's note of the day that is added to (the last of
+        :meth:`continued_notes`), or None."""
+        notes = await self.continued_notes()
+        return notes[-1] if notes else None
 
     async def keep_refused(self) -> None:
         """Write each note's last refused rewrite that the model did not follow with a

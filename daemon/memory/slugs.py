@@ -1,6 +1,7 @@
 """Node names as file names and texts by what they show: :func:`slugify` (the file name
-of a node's name), :func:`in_words`, :func:`shows_no_word` (a text with no letter or
-digit); :func:`visible_text` (a name without what hides, reorders or blanks it) and
+of a node's name), :func:`continued_from` (the note a note's name continues),
+:func:`in_words`, :func:`shows_no_word` (a text with no letter or digit);
+:func:`visible_text` (a name without what hides, reorders or blanks it) and
 :func:`names_nothing` (a name, or any text, with nothing seen in it) are
 :mod:`recalld.ipc.shown`'s, which clients apply too. Pure functions.
 """
@@ -112,3 +113,17 @@ def slugify(text: str, limit: int = 60) -> str:
     norm = unicodedata.normalize("NFKC", visible_text(text)).lower()
     slug = _slug_of(norm, limit) or _symbol_slug(norm, limit)
     return f"{slug}_" if _DEVICE_RE.match(slug) else slug
+
+
+def continued_from(stem: str) -> tuple[str, int]:
+    """The note ``stem`` continues and its number: ``day-3`` is ``("day", 3)``, ``day``
+    is ``("day", 1)``."""
+    base, dash, n = stem.rpartition("-")
+    return (base, int(n)) if dash and base and n.isdigit() and int(n) > 1 else (stem, 1)
+
+
+def continued_order(name: str) -> tuple[str, int, str]:
+    """A sort key of file names: by name, ``day.md``, ``day-2.md``... ``day-10.md`` in
+    that order."""
+    stem, suffix = name.rsplit(".", 1) if "." in name else (name, "")
+    return (*continued_from(stem), suffix)

@@ -27,6 +27,7 @@ from recalld.daemon.index.search import MAX_RESULTS_CAP, search
 from recalld.daemon.memory import topics
 from recalld.daemon.memory.dreamruns import INTERESTS_FILE
 from recalld.daemon.memory.fileops import (
+    NOTE_HEADER_BYTES,
     check_date,
     fileops_for,
     has_name,
@@ -69,8 +70,6 @@ log = logging.getLogger(__name__)
 METHODS = Methods()
 
 MAX_NOTE_CHARS = 32_000
-#: Room kept in a note for its frontmatter when ``memory.add_note`` appends to it.
-NOTE_HEADER_BYTES = 4096
 DEFAULT_NOTE_SESSION = "agent-notes"
 DEFAULT_NOTE_NAME = "agent-notes"
 MAX_LIST_FILES = 10_000
