@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fakes.provider_server import FakeProvider, Reply
+from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 from test_auto_memory import add, today, turn
 from test_capture_long_note import _config, _cut_model
 from waits import wait_job
@@ -117,3 +117,25 @@ def test_a_note_at_the_write_limit_goes_on_in_a_second_note(
     assert all(f"({name})" in index for name in bodies)
     assert job["result"]["note"].endswith("/day-3.md")
     assert add(d, "full", [])["pending_turns"] == 0
+
+
+def test_facts_added_to_a_long_note_keep_their_new_heading(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    old = [f"fact-{n} the van {n} is parked in lot {n}" for n in range(600)]
+    note = _old_note(root, "sect", old)
+    d = daemon_factory(_config(root, fake))
+    content = (f"## Afternoon\n- {old[-1]}\n- fact-700 the van 700 is in the wash\n\n"
+               "## Evening\n- fact-701 the night shift starts at ten\n"
+               "Olga takes the keys home.\n")
+    fake.script(Reply(json=chat_answer(None, [tool_call("daily_append",
+                                                        {"content": content})])),
+                Reply(json=chat_answer("saved")))
+    add(d, "sect", turn("Vans: 700 is in the wash; the night shift starts at ten; Olga "
+                        "takes the keys home."))
+    job = wait_job(d, add(d, "sect", [], flush=True)["job_id"])
+    assert job["state"] == "succeeded", job
+    assert note.read_text().endswith(
+        f"- {old[-1]}\n- fact-700 the van 700 is in the wash\n\n## Evening\n"
+        "- fact-701 the night shift starts at ten\nOlga takes the keys home.\n")
+    assert note.read_text().count("## Afternoon") == 1

@@ -13,7 +13,8 @@ with the rewrite's new lines added.
 
 ``daily_append`` (given in place of ``daily_write`` for a note too long to write again
 in one answer, :mod:`capture_long`) adds the lines of its content that the note lacks at
-the note's end (or makes the note of them, when there is none yet): nothing of the note
+the note's end, after the headings of its content they are under that the note lacks too
+(or makes the note of them, when there is none yet): nothing of the note
 is written by the model, so nothing can be dropped, and a line the note holds already is
 not written twice.
 
@@ -54,7 +55,7 @@ from recalld.daemon.memory.fileops import (
 )
 from recalld.daemon.memory.redact import redact
 from recalld.daemon.memory.slugs import continued_from
-from recalld.daemon.memory.textlines import dropped_bullets
+from recalld.daemon.memory.textlines import dropped_bullets, with_headings
 from recalld.ipc.errors import InvalidParams, NotAllowed
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,12 @@ def _drops(before: str, after: str) -> list[str]:
     model was shown the note (a secret typed into a bullet comes back masked, which is no
     drop; and a refusal quotes bullets as the model and the records see them)."""
     return dropped_bullets(redact(body_of(before)[0]), redact(body_of(after)[0]), prose=True)
+
+
+def _new_lines(content: str, held: str) -> list[str]:
+    """The lines of ``content`` that ``held`` (a note) lacks (:func:`_drops`), after the
+    headings of ``content`` they are under that it lacks too (:func:`with_headings`)."""
+    return with_headings(redact(body_of(content)[0]), _drops(content, held), held)
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +290,7 @@ class SessionTools:
         texts = [await self._text(rel) for rel in notes]
         # Against the note and those it continues: a line a full note holds is not
         # written again in the note that continues it.
-        new = await trio.to_thread.run_sync(_drops, content, "\n".join(texts))
+        new = await trio.to_thread.run_sync(_new_lines, content, "\n".join(texts))
         if not new:
             self.writes_made += 1  # what it asked for is there
             return orjson.dumps({"ok": True, "path": notes[-1], "changed": False,

@@ -42,6 +42,9 @@ _WORD = re.compile(f"[{_CJK}]|[^\\W{_CJK}]+")
 _NO_FACT = re.compile(r"^(?=(\s*))\1(?:#|```|~~~|(?:[-*_]\s*){3,}$|\|?\s*:?-{3,})")
 
 
+_HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+\S")
+
+
 def dropped_bullets(old: str, new: str, *, prose: bool = False) -> list[str]:
     """The list items of ``old`` (``-``, ``*``, ``+``, ``•``, numbered, ``1、``, nested too)
     that no line of ``new`` keeps, as written in ``old``; with ``prose``, its lines of
@@ -63,6 +66,27 @@ def dropped_bullets(old: str, new: str, *, prose: bool = False) -> list[str]:
             if words and not any(words <= have for have in new_words):
                 out.append(line.strip())
     return out
+
+
+def with_headings(text: str, lines: list[str], held: str) -> list[str]:
+    """``lines`` (of ``text``, as :func:`dropped_bullets` gives them: what a note
+    ``held`` lacks), each group after the heading of ``text`` it is under when ``held``
+    has no such heading yet: facts added at a note's end keep the section they were
+    written in. A line not found in ``text`` comes last, as it is."""
+    have = {ln.strip() for ln in held.splitlines() if _HEADING.match(ln)}
+    left = list(lines)
+    out: list[str] = []
+    heading = None
+    for line in text.splitlines():
+        if _HEADING.match(line):
+            heading = line.strip()
+        elif line.strip() in left:
+            left.remove(line.strip())
+            if heading is not None and heading not in have:
+                out += ["", heading]
+                have.add(heading)
+            out.append(line.strip())
+    return out + left
 
 
 def kept_fraction(old: str, new: str) -> float:
