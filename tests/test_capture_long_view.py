@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 from test_auto_memory import add, today, turn
 from test_capture_long_note import _config, _cut_model
@@ -38,14 +39,14 @@ def _behind_context(fake: FakeProvider) -> list[int]:
     return sizes
 
 
-def _old_note(root: Path, session: str, facts: list[str]) -> Path:
+def _old_note(root: Path, session: str, facts: list[str], stem: str = "day") -> Path:
     """The session's note of the day as an earlier run left it: headings, then facts."""
     half = len(facts) // 2
     body = "\n".join(["## Morning", *(f"- {f}" for f in facts[:half]), "",
                       "## Afternoon", *(f"- {f}" for f in facts[half:])])
-    path = root / "memory" / today() / "day.md"
+    path = root / "memory" / today() / f"{stem}.md"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"---\nname: day\ndescription: the day\nsession_id: {session}\n---\n"
+    path.write_text(f"---\nname: {stem}\ndescription: the day\nsession_id: {session}\n---\n"
                     f"{body}\n")
     return path
 
@@ -83,18 +84,20 @@ def test_a_note_far_larger_than_a_prompt_keeps_being_captured(
     assert add(d, "big", [])["pending_turns"] == 0
 
 
+# A name as long as a note's name may be: its continuation's is longer.
+@pytest.mark.parametrize("stem", ["day", "-".join(["cargo"] * 13) + "-dy"])
 def test_a_note_at_the_write_limit_goes_on_in_a_second_note(
-        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path, stem: str) -> None:
     root = tmp_path / "ws"
     old = [f"fact-{n} the crate in bay {n} holds spare valves of size {n}"
            for n in range(MAX_WRITE_BYTES // 64)]
     while len("\n".join(old).encode()) > MAX_WRITE_BYTES - 1500:
         old.pop()
-    full = _old_note(root, "full", old)
+    full = _old_note(root, "full", old, stem)
     before = full.read_text()
     # The next name is another conversation's note: the session's goes on past it.
-    theirs = full.with_name("day-2.md")
-    theirs.write_text("---\nname: day\nsession_id: other\n---\n- fact-1 their own\n")
+    theirs = full.with_name(f"{stem}-2.md")
+    theirs.write_text(f"---\nname: {stem}\nsession_id: other\n---\n- fact-1 their own\n")
     kept = theirs.read_text()
     d = daemon_factory(_config(root, fake))
     _behind_context(fake)
@@ -106,16 +109,17 @@ def test_a_note_at_the_write_limit_goes_on_in_a_second_note(
         job = wait_job(d, add(d, "full", [], flush=True)["job_id"])
         assert job["state"] == "succeeded", job
     bodies = _bodies(root)
-    assert sorted(bodies) == ["day-2.md", "day-3.md", "day.md"]
+    third = f"{stem}-3.md"
+    assert sorted(bodies) == sorted([f"{stem}.md", f"{stem}-2.md", third])
     assert full.read_text() == before and theirs.read_text() == kept
-    second = (root / "memory" / today() / "day-3.md").read_text()
+    second = (root / "memory" / today() / third).read_text()
     assert parse_frontmatter(second)[0]["session_id"] == "full"
     for fact in first + later:
-        assert bodies["day-3.md"].count(fact) == 1, fact
-    assert old[3] not in bodies["day-3.md"] and old[-2] not in bodies["day-3.md"]
+        assert bodies[third].count(fact) == 1, fact
+    assert old[3] not in bodies[third] and old[-2] not in bodies[third]
     index = (root / "memory" / today() / "index.md").read_text()
     assert all(f"({name})" in index for name in bodies)
-    assert job["result"]["note"].endswith("/day-3.md")
+    assert job["result"]["note"].endswith(f"/{third}")
     assert add(d, "full", [])["pending_turns"] == 0
 
 

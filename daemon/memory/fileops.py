@@ -50,7 +50,7 @@ from recalld.daemon.memory.confined import NotUtf8 as NotUtf8
 from recalld.daemon.memory.confined import read_confined as read_confined
 from recalld.daemon.memory.confined import unlink_confined, utf8_file
 from recalld.daemon.memory.confined import write_confined as write_confined
-from recalld.daemon.memory.slugs import continued_order, in_words
+from recalld.daemon.memory.slugs import continued_order, cut_name, in_words
 from recalld.daemon.notetext import lf_line_ends
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import (
@@ -150,8 +150,8 @@ def has_name(name: str) -> bool:
 
 def slug(name: str) -> str:
     """A file-name stem from a model-chosen name: words (with their marks, see
-    :func:`slugs.in_words`) and ``-`` only."""
-    stem = in_words(_stem(name)).strip("-_").lower()[:80].strip("-_")
+    :func:`slugs.in_words`) and ``-`` only, cut to 80 characters (:func:`cut_name`)."""
+    stem = cut_name(in_words(_stem(name)).strip("-_").lower(), 80)
     if not stem:
         stem = "note"
     if stem == "index":

@@ -1,7 +1,7 @@
 """Node names as file names and texts by what they show: :func:`slugify` (the file name
 of a node's name), :func:`continued_from` (the note a note's name continues),
-:func:`in_words`, :func:`shows_no_word` (a text with no letter or digit);
-:func:`visible_text` (a name without what hides, reorders or blanks it) and
+:func:`cut_name`, :func:`in_words`, :func:`shows_no_word` (a text with no letter or
+digit); :func:`visible_text` (a name without what hides, reorders or blanks it) and
 :func:`names_nothing` (a name, or any text, with nothing seen in it) are
 :mod:`recalld.ipc.shown`'s, which clients apply too. Pure functions.
 """
@@ -127,3 +127,16 @@ def continued_order(name: str) -> tuple[str, int, str]:
     that order."""
     stem, suffix = name.rsplit(".", 1) if "." in name else (name, "")
     return (*continued_from(stem), suffix)
+
+
+_NUMBERED: Final = re.compile(r"(.+?)(-\d{1,3})")
+
+
+def cut_name(stem: str, limit: int) -> str:
+    """``stem`` cut to ``limit`` characters (``-`` and ``_`` stripped at the ends), a
+    number it ends with kept (``-2``: a note's name made unique, or one that continues
+    another): cut off, the name would be that of another note, the one it follows."""
+    numbered = _NUMBERED.fullmatch(stem)
+    if numbered and len(stem) > limit:
+        return numbered[1][:limit].strip("-_") + numbered[2]
+    return stem[:limit].strip("-_")
