@@ -349,3 +349,26 @@ def test_a_ticket_key_is_an_identifier_however_many_notes_hold_it(daemon: Any,
             assert {r["path"] for r in answer["results"] if r.get("exact")} == {
                 f"memory/2026-03-21/{kind}-zh{i}.md" for i in range(4)}, (
                 query, [(r["path"], r.get("exact")) for r in answer["results"]])
+
+
+def test_a_chinese_note_edited_to_name_another_identifier_holds_only_that_one(
+        daemon: Any, tmp_path: Path) -> None:
+    # A note's text is read (NFKC, case folded) for the names it holds at every search,
+    # also after an edit: the name it held before is no longer in it, the new one is.
+    root, day = _day(tmp_path, "2026-03-17")
+    for i in range(30):
+        (day / f"parts{i}.md").write_text(f"kx torvel {7700 + i} drift notes\n",
+                                          encoding="utf-8")
+    note = day / "zh.md"
+    body = ("# 故障\n\n昨天夜里部署以后，服务一直报错{}，重启也没有用，"
+            "最后发现是配置文件里的缓存时间写错了，改回去以后就好了。\n")
+    note.write_text(body.format(_full_width("KX_TORVEL_7712")), encoding="utf-8")
+    _open(daemon, root)
+    target = "memory/2026-03-17/zh.md"
+    assert _miss(daemon, "KX_TORVEL_7712", target) is None
+    assert _miss(daemon, "ＫＸ＿ＴＯＲＶＥＬ＿７７１２ 是什么", target) is None
+    note.write_text(body.format(_full_width("KX_TORVEL_9913")), encoding="utf-8")
+    answer = daemon.call("memory.search", {"agent_id": "w", "query": "KX_TORVEL_7712",
+                                           "max_results": 5, "sync": True})
+    assert [r["path"] for r in answer["results"] if r.get("exact")] == []
+    assert _miss(daemon, "KX_TORVEL_9913", target, sync=True) is None

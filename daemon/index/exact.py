@@ -72,6 +72,10 @@ MAX_LOOKUP_IDENTIFIERS = 32
 # Queries of at most this many characters have their identifiers and content words
 # remembered.
 MEMO_QUERY_CHARS = 256
+# How many chunk texts (each of at most this many characters) have their read form
+# remembered (_as_read).
+READ_MEMO_TEXTS = 1024
+READ_MEMO_CHARS = 4096
 # A word goes on through combining marks and a namespace's `::`, as the tokenizer's do.
 _WORD = re.compile(rf"\w(?:[\w.\-{MARKS}]|::(?=\w))*[\w{MARKS}]|\w")
 _ALNUM = re.compile(r"[^\W_]")
@@ -300,7 +304,17 @@ def _as_read(text: str) -> str:
     whenever its index has it: a Chinese note may spell an identifier in full-width forms
     (ＱＸ＿ＴＯＲＶＥＬ＿５８３１), a word in another case form (Straße) or with accents the
     index folds away (café)."""
-    return text.lower() if text.isascii() else fold(nfkc.normalize(text).casefold())
+    return text.lower() if text.isascii() else _read_forms[text]
+
+
+def _read_form(text: str) -> str:
+    return fold(nfkc.normalize(text).casefold())
+
+
+# Remembered for the chunk texts that are not ASCII: the same chunks are checked query
+# after query (a lookup's pool), and normalizing and folding a Chinese chunk costs more than
+# the rest of checking it. Keyed by the text, so a changed chunk is read anew.
+_read_forms: Final = Memo(_read_form, READ_MEMO_TEXTS, max_chars=READ_MEMO_CHARS)
 
 
 def _find_forms(query: str) -> tuple[str, ...]:
