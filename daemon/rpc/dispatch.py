@@ -138,9 +138,13 @@ class CallContext:
 
     def _guarded(self, ws: Workspace) -> Workspace:
         """``ws``, its folder guarded (:mod:`confine`) until the call ends."""
-        if str(ws.root) not in self.held_roots:
-            self.held.enter_context(confine.guarded(ws.root))
-            self.held_roots.add(str(ws.root))
+        root = str(ws.root)
+        if root not in self.held_roots:
+            # A guard and its release on the stack (not confine.guarded's generator: every
+            # search is handed its workspace, and the generator costs it more than the guard).
+            confine.guard(ws.root)
+            self.held.callback(confine.release, ws.root)
+            self.held_roots.add(root)
         return ws
 
     @contextlib.asynccontextmanager
