@@ -73,8 +73,8 @@ MAX_LOOKUP_IDENTIFIERS = 32
 # remembered.
 MEMO_QUERY_CHARS = 256
 # How many chunk texts (each of at most this many characters) have their read form
-# remembered (_as_read).
-READ_MEMO_TEXTS = 1024
+# remembered (_as_read): a few lookups' pools, a few MB at most (the steady memory).
+READ_MEMO_TEXTS = 256
 READ_MEMO_CHARS = 4096
 # A word goes on through combining marks and a namespace's `::`, as the tokenizer's do.
 _WORD = re.compile(rf"\w(?:[\w.\-{MARKS}]|::(?=\w))*[\w{MARKS}]|\w")
