@@ -67,8 +67,6 @@ _HEADING_RE: Final = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t#]*$")
 # (CommonMark), so a ```` block can show a ``` one and ```python does not close a block.
 _FENCE_RE: Final = re.compile(r"^ {0,3}(`{3,}(?=[^`]*\Z)|~{3,})")
 _CLOSING_RE: Final = re.compile(r"^\s*(`{3,}|~{3,})\s*\Z")
-# What a chunk that shows no word is found by (the tokenizer's emoji terms).
-_PICTOGRAPHS: Final = re.compile(EMOJI)
 
 
 class ChunkMeta(TypedDict, total=False):
@@ -115,7 +113,7 @@ def index_text(text: str, heading: str, metadata: Mapping[str, object]) -> str:
     (``🎂🎉`` is found by ``🎂``): no query finds it by the letters of its markup or by
     its section's heading (the heading's chunk is found), as it is never a vector hit."""
     if shows_no_word(text):
-        return " ".join(_PICTOGRAPHS.findall(text))
+        return " ".join(re.findall(EMOJI, text))  # (compiled at the first such chunk)
     if heading and not metadata.get("starts_with_heading", False):
         text = heading + "\n" + text
     unwritten = _fields_read_otherwise(text, metadata.get("frontmatter"))
