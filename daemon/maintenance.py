@@ -8,7 +8,8 @@ and commits a generation.
 
 The ``health`` workspace service (started after ``index`` and ``vectors``) adds ``health`` to
 each workspace's status: ``clean`` only when nothing is pending and the last disk scan
-matched the index; ``pending`` while changes wait, files on disk are not (yet) indexed or
+matched the index; ``pending`` while changes wait, files on disk are not (yet) indexed,
+notes loaded from an index saved under older rules are read again (``read_again``), or
 chunks wait for their vectors (not parked ones: they wait for the provider, an hour);
 ``degraded`` when the workspace folder is missing, persisting fails, the watcher or the
 workspace failed, state was found corrupt and is not yet re-committed, a file of the
@@ -32,8 +33,9 @@ from typing import NotRequired, TypedDict
 
 import trio
 
+from recalld.daemon.healthreport import HealthError, HealthReport
 from recalld.daemon.index.embedder import VectorWorker
-from recalld.daemon.index.encodings import NotUtf8Notes, not_utf8_notes, not_utf8_reasons
+from recalld.daemon.index.encodings import not_utf8_notes, not_utf8_reasons
 from recalld.daemon.index.prepare import MAX_NOTE_BYTES, partly_indexed, prepare
 from recalld.daemon.index.records import FileInfo
 from recalld.daemon.index.service import MAX_LISTED, WorkspaceIndex
@@ -135,23 +137,27 @@ class Health:
         self._scanned_clock = trio.current_time()
         self.first_scan.set()
 
-    def unindexed(self) -> list[str]:
-        """Paths that still differ from the index (as of the last scan)."""
+    def unindexed(self) -> tuple[list[str], int]:
+        """Paths that still differ from the index (as of the last scan), and how many
+        notes the index loaded under older rules still has to read again (they differ
+        from the disk only for that: not listed)."""
         if not self._differs:
-            return []
+            return [], 0
         files = self.index.state.files  # lookups only: safe beside a running apply
-        out = []
+        out, again = [], 0
         for path, st in self._differs.items():
             info = files.get(path)
-            if (st is None and info is not None) or (
+            if st is not None and info is not None and info.read_again:
+                again += 1
+            elif (st is None and info is not None) or (
                     st is not None and (info is None or (info.mtime_ns, info.size) != st)):
                 out.append(path)
-        return sorted(out)
+        return sorted(out), again
 
     def status(self) -> HealthReport:
         idx = self.index.status()
         watcher = idx.get("watcher", {})
-        unindexed = self.unindexed()
+        unindexed, read_again = self.unindexed()
         degraded: list[str] = []
         pending: list[str] = []
         persist_error = idx["persist_error"]
@@ -195,6 +201,9 @@ class Health:
             pending.append(f"{idx['pending_changes']} change(s) waiting to be applied")
         if unindexed:
             pending.append(f"{len(unindexed)} file(s) on disk differ from the index")
+        if read_again:
+            pending.append(f"{read_again} note(s) left to read again under this version's "
+                           "rules (the saved index was made under older ones)")
         if idx.get("rebuilding"):
             pending.append("rebuilding")
         if watcher.get("rescan_owed") or watcher.get("state") in ("starting", "rescanning"):
@@ -242,6 +251,7 @@ class Health:
             "pending_changes": idx.get("pending_changes"),
             "unindexed": len(unindexed),
             "unindexed_paths": [mask_path(p) for p in unindexed[:MAX_LISTED]],
+            "read_again": read_again,
             "partly_indexed": len(partial),
             "partly_indexed_paths": [mask_path(p) for p in partial[:MAX_LISTED]],
             "unreadable": idx["unreadable"],
@@ -288,39 +298,6 @@ class Health:
 
 
 # -------------------------------------------------------------------------------- verify
-
-
-class HealthError(TypedDict):
-    """A failure the health service met itself (a scan)."""
-
-    what: str
-    error: str
-    time: float
-
-
-class HealthReport(TypedDict):
-    """A workspace's health: clean, pending (work under way) or degraded, and why."""
-
-    state: str
-    reasons: list[str]
-    files_indexed: int | None
-    files_on_disk: int | None
-    chunks: int | None
-    pending_changes: int | None
-    unindexed: int
-    unindexed_paths: list[str]
-    partly_indexed: int
-    partly_indexed_paths: list[str]
-    unreadable: int
-    unreadable_paths: list[str]
-    not_utf8: NotUtf8Notes  # notes not read as UTF-8
-    secret_named: int  # notes named by a secret (their paths shown masked)
-    secret_named_folders: list[str]
-    watcher: str | None
-    scanned_at: float | None
-    derived_bytes: int | None
-    vectors: JsonObject | None
-    last_errors: list[JsonObject]
 
 
 class Listed(TypedDict):

@@ -97,7 +97,7 @@ def _search(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
 #: Health reasons that mean files on disk are not all in the index yet (a first build,
 #: a rebuild, changes still to apply); lagging vectors or captures are not.
 _INDEX_INCOMPLETE = ("disk scan", "change(s) waiting", "differ from the index", "rebuilding",
-                     "watcher starting", "watcher rescanning")
+                     "watcher starting", "watcher rescanning", "to read again")
 
 
 def _index_incomplete_note(client: Client, agent: str) -> str | None:

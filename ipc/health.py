@@ -83,6 +83,8 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
         text += f", {pending} change(s) waiting"
     if h.get("unindexed"):
         text += f", {h['unindexed']} file(s) on disk not indexed yet"
+    if h.get("read_again"):
+        text += f", {h['read_again']} note(s) left to read again under this version's rules"
     if not idx and ws.get("state") == "failed":  # no index to count ("-: - file(s)")
         text = "none: the workspace is not open (the problem below says why)"
     a.facts.append(("index", text))

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 from pathlib import Path
 
 import pytest
+import trio
+from hooks import run_first
+from waits import until
 
-from recalld.daemon.index import bm25_saved, persist
+from recalld.daemon.config import DaemonConfig, WorkspaceSettings
+from recalld.daemon.index import bm25_saved, passes, persist
 from recalld.daemon.index.links import Link
 from recalld.daemon.index.persist import IndexStore, snapshot
 from recalld.daemon.index.prepare import prepare_files
+from recalld.daemon.index.rules import CHUNKING
+from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.index.tokenizer import tokenize_query
+from recalld.daemon.maintenance import Health
+from recalld.daemon.watchrecords import WatcherConfig
+from recalld.daemon.workspaces import Workspace
+from recalld.ipc.health import assess
 
 NOTE = "---\nname: zeppelin\n---\n# Airships\n\nThey flew over the lake.\n"
 REL = "memory/2026-07-23/a.md"
@@ -152,3 +164,69 @@ def test_older_rules_are_redone_also_when_a_file_of_the_generation_is_damaged(
     assert (info.mtime_ns, info.size, info.digest) == (0, 0, "") and list(info.keys)
     hits = state.bm25.search(tokenize_query("zeppelin"), 5)
     assert [state.chunks[k].path for k, _ in hits] == [REL]
+
+
+async def test_status_says_notes_are_read_again_under_these_rules_not_that_files_differ(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # While the startup reconcile read every note of an index saved under older rules
+    # again, health said "N file(s) on disk differ from the index" (nothing had changed on
+    # disk), listed them as not indexed, and nothing said why.
+    caplog.set_level(logging.INFO, logger="recalld.daemon.index.service")
+    root = tmp_path / "ws"
+    rels = [f"memory/2026-07-23/{name}.md" for name in ("Ærø", "東京", "plan b")]
+    for rel in rels:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(f"# {rel}\n\nwords of {rel}\n", encoding="utf-8")
+    state = IndexState()
+    state.apply([prepare_files(root, rels, max_chars=1600, digests={})])
+    monkeypatch.setattr(persist, "CHUNKING", CHUNKING - 1)
+    IndexStore(root / WorkspaceSettings().metadata_dir).save(snapshot(state))
+    monkeypatch.undo()
+    reading, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        reading.set()
+        release.wait(120)
+
+    run_first(monkeypatch, passes, "prepare_files", hold)
+    ws = Workspace("w", root, WorkspaceSettings())
+    cfg = DaemonConfig(socket_path=tmp_path / "s", data_dir=tmp_path / "d",
+                       config_path=tmp_path / "c.toml", persist_delay_s=0.01)
+    cpu = trio.CapacityLimiter(2)
+    index = WorkspaceIndex(ws, cfg, cpu=cpu,
+                           watcher_config=WatcherConfig(reconcile_interval_s=3600.0))
+    health = Health(ws, index, cpu)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(index.run)
+        try:
+            await until(reading.is_set, "the startup reconcile reading the notes")
+            await until(health.first_scan.is_set, "the startup reconcile's scan")
+            report = health.status()
+            assert report["state"] == "pending"
+            assert (report["unindexed"], report["unindexed_paths"], report["read_again"]) == (
+                0, [], 3)
+            assert "3 note(s) left to read again under this version's rules (the saved " \
+                "index was made under older ones)" in report["reasons"]
+            assert not [r for r in report["reasons"] if "differ" in r]
+            assert index.status()["load_rebuilt"] == ["chunks"]
+            # recalld status and doctor say so too.
+            assessed = assess({"agent_id": "w", "state": "open", "health": report,
+                               "index": index.status()})
+            (fact,) = [text for what, text in assessed.facts if what == "index"]
+            assert fact.endswith("indexed, 3 note(s) left to read again under this "
+                                 "version's rules") and "not indexed" not in fact, fact
+            (problem,) = assessed.problems
+            assert problem.what.startswith(
+                "pending: 3 note(s) left to read again under this version's rules (the saved "
+                "index was made under older ones)"), problem.what
+        finally:
+            release.set()
+        await index.sync()
+        report = health.status()
+        assert report["read_again"] == 0
+        assert not [r for r in report["reasons"] if "read again" in r], report["reasons"]
+        nursery.cancel_scope.cancel()
+    said = [r.getMessage() for r in caplog.records if "older rules" in r.getMessage()]
+    assert said == ["w: the saved index was made under older rules; every note is chunked "
+                    "again"]

@@ -51,6 +51,12 @@ class FileInfo:
     #: The encoding the file was read in when it is not UTF-8 (``notetext.decode_note``).
     encoding: str = ""
 
+    @property
+    def read_again(self) -> bool:
+        """Loaded from a generation saved under older rules (``persist``): the stat and
+        digest are cleared, so the next reconcile reads the note under these rules."""
+        return self.mtime_ns == 0 and self.size == 0 and not self.digest
+
     def to_record(self) -> FileRecord:
         rec: FileRecord = {"path": self.path, "mtime_ns": self.mtime_ns, "size": self.size,
                            "digest": self.digest, "keys": list(self.keys)}

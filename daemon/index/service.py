@@ -82,6 +82,7 @@ class IndexStatus(TypedDict):
     loaded_generation: int | None
     load_checked: bool
     load_corrupt: dict[str, str]
+    load_rebuilt: list[str]
     damaged_files: dict[str, DamagedFile]
     live_damage: dict[str, str]
     unreadable: int
@@ -218,6 +219,9 @@ class WorkspaceIndex:
             log.warning("%s: derived state was corrupt (%s); %s", self.ws.agent_id,
                         self.load_report.corrupt, self.load_report.recovery())
             commits.mark_dirty()
+        elif self.load_report.rebuilt:  # saved by an older version: not damage
+            log.info("%s: the saved index was made under older rules; %s", self.ws.agent_id,
+                     self.load_report.recovery())
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.watcher.run)
@@ -460,14 +464,13 @@ class WorkspaceIndex:
         """This index's part of ``daemon.status``: counts, pending and uncommitted
         changes, the last commit, load and persist problems, the watcher's state."""
         watcher = self.watcher.status()
-        pending = watcher.get("pending", 0)
         report = self.load_report
         commits = self._commits
         return {
             "files": len(self.state.files),
             "chunks": len(self.state.chunks),
             "links": len(self.state.graph),
-            "pending_changes": pending,
+            "pending_changes": watcher.get("pending", 0),
             "preparing": self._passes.preparing,
             "uncommitted_changes": commits.unsaved,
             "rebuilding": self._rebuilding,
@@ -478,6 +481,7 @@ class WorkspaceIndex:
             "loaded_generation": None if report is None else report.generation,
             "load_checked": commits.checked.is_set(),
             "load_corrupt": {} if report is None else report.corrupt,
+            "load_rebuilt": [] if report is None else list(report.rebuilt),
             "damaged_files": dict(commits.damaged),
             "live_damage": dict(self.live_problems()),
             "unreadable": len(self.unreadable),
