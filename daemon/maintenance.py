@@ -344,6 +344,7 @@ class VerifyReport(TypedDict):
     indexed_but_gone: Listed
     stat_differs: Listed
     content_differs: Listed
+    read_again: Listed  # loaded under older rules, not read again yet under these
     partly_indexed: Listed
     chunks: ChunkCheck
     chunks_consistent: bool
@@ -413,9 +414,12 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
     files, snap = await index.locked(inspect)
     missing = [p for p in disk if p not in files]
     stale_entries = [p for p in files if p not in disk]
-    stat_differs = [p for p in disk if p in files
+    # Notes an index saved under older rules has yet to read again: their stat was
+    # cleared at the load, not changed on disk.
+    read_again = [p for p in disk if p in files and files[p].read_again]
+    stat_differs = [p for p in disk if p in files and not files[p].read_again
                     and (files[p].mtime_ns, files[p].size) != disk[p]]
-    differs = set(stat_differs)
+    differs = {*stat_differs, *read_again}
     same_stat = [p for p in disk if p in files and p not in differs]
 
     def digests() -> list[str]:
@@ -441,6 +445,7 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
                          or generation.get("records", {}).get("catalog") in (None, len(files)))
     partial = partly_indexed(files)
     ok = (not missing and not stale_entries and not stat_differs and not content_differs
+          and not read_again
           and consistent_chunks and generation.get("ok", False) and committed_matches
           and not partial and not live)
     if health is not None:
@@ -454,6 +459,7 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
         "indexed_but_gone": _listed(stale_entries),
         "stat_differs": _listed(stat_differs),
         "content_differs": _listed(content_differs),
+        "read_again": _listed(read_again),
         "partly_indexed": _listed(partial),
         "chunks": snap,
         "chunks_consistent": consistent_chunks,

@@ -292,6 +292,8 @@ def _verify(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
 #: The listed differences of index.verify, and what each means.
 VERIFY_LISTS = (("not_indexed", "not indexed"), ("indexed_but_gone", "indexed but gone"),
                 ("stat_differs", "stat differs"), ("content_differs", "content differs"),
+                ("read_again", "left to read again under this version's rules (the saved "
+                               "index was made under older ones)"),
                 ("partly_indexed", "partly indexed (too large: only the beginning of each is "
                                    "searchable; split them)"))
 

@@ -20,9 +20,10 @@ from recalld.daemon.index.rules import CHUNKING
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.index.tokenizer import tokenize_query
-from recalld.daemon.maintenance import Health
+from recalld.daemon.maintenance import Health, verify
 from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.workspaces import Workspace
+from recalld.ipc.cli_ops import _verify_lines
 from recalld.ipc.health import assess
 
 NOTE = "---\nname: zeppelin\n---\n# Airships\n\nThey flew over the lake.\n"
@@ -210,6 +211,12 @@ async def test_status_says_notes_are_read_again_under_these_rules_not_that_files
                 "index was made under older ones)" in report["reasons"]
             assert not [r for r in report["reasons"] if "differ" in r]
             assert index.status()["load_rebuilt"] == ["chunks"]
+            # recalld verify lists them apart: their stat was cleared, not changed on disk.
+            checked = await verify(ws, index, cpu)
+            assert (checked["stat_differs"]["count"], checked["read_again"]["count"]) == (0, 3)
+            assert [line.split(":")[0] for line in _verify_lines(dict(checked))] == [
+                "  left to read again under this version's rules (the saved index was made "
+                "under older ones)"]
             # recalld status and doctor say so too.
             assessed = assess({"agent_id": "w", "state": "open", "health": report,
                                "index": index.status()})
@@ -225,6 +232,8 @@ async def test_status_says_notes_are_read_again_under_these_rules_not_that_files
         await index.sync()
         report = health.status()
         assert report["read_again"] == 0
+        checked = await verify(ws, index, cpu)
+        assert checked["read_again"]["count"] == 0 and checked["stat_differs"]["count"] == 0
         assert not [r for r in report["reasons"] if "read again" in r], report["reasons"]
         nursery.cancel_scope.cancel()
     said = [r.getMessage() for r in caplog.records if "older rules" in r.getMessage()]
