@@ -239,3 +239,34 @@ async def test_status_says_notes_are_read_again_under_these_rules_not_that_files
     said = [r.getMessage() for r in caplog.records if "older rules" in r.getMessage()]
     assert said == ["w: the saved index was made under older rules; every note is chunked "
                     "again"]
+
+
+def test_a_generation_saved_midway_through_reading_again_goes_too_after_a_restart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A stop while the notes of older rules were read again saved a generation under
+    # these rules' numbers that still held some of the old chunks: loaded at the next
+    # start, it was kept as a fallback once they were read, for good in an idle workspace.
+    root = tmp_path / "ws"
+    rels = ["memory/2026-07-23/ödön.md", "memory/2026-07-23/שלום.md"]
+    for rel in rels:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(f"# {rel}\n\ntext of {rel}\n", encoding="utf-8")
+    state = IndexState()
+    state.apply([prepare_files(root, rels, max_chars=1600, digests={})])
+    meta = tmp_path / "meta"
+    monkeypatch.setattr(persist, "CHUNKING", CHUNKING - 1)
+    IndexStore(meta).save(snapshot(state))
+    monkeypatch.undo()
+    store, state = IndexStore(meta), IndexState()
+    store.load(state)
+    digests = {p: f.digest for p, f in state.files.items()}
+    state.apply([prepare_files(root, rels[:1], max_chars=1600, digests=digests)])
+    midway = store.save(snapshot(state))  # the stop: one note still to read again
+    store, state = IndexStore(meta), IndexState()  # the next start
+    assert store.load(state).rebuilt == [] and state.files[rels[1]].read_again
+    digests = {p: f.digest for p, f in state.files.items()}
+    state.apply([prepare_files(root, rels[1:], max_chars=1600, digests=digests)])
+    store.save(snapshot(state))
+    names = sorted(p.name for p in (meta / "index").iterdir())
+    assert not [n for n in names if f".g{midway:06d}." in n or n == f"MANIFEST-{midway:06d}.json"
+                ], names

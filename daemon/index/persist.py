@@ -297,6 +297,10 @@ class IndexStore:
             bm25.add_many(
                 (c.key, tokenize(index_text(c.text, c.heading, c.metadata)))
                 for c in chunks.values())
+        if any(f.read_again for f in files):
+            # Saved while notes of older rules were read again (a stop midway): it holds
+            # their old chunks still, so it goes as a generation of those rules goes.
+            self.outdated = True
         # The rules a generation was saved under are in the keyword index's header: when
         # they differ, or are unknown for its damage, the notes are read again, also
         # where other files of the generation are damaged (a generation saved next is
