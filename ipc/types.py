@@ -223,6 +223,17 @@ def without_frontmatter(text: str, start_line: int) -> tuple[str, int]:
     return text, start_line
 
 
+def shown_lines(lines: list[str]) -> tuple[int, int]:
+    """Where ``lines`` start and end without their blank lines at either end: the index
+    of the first line shown and one past the last (equal when every line is blank)."""
+    lead, end = 0, len(lines)
+    while lead < end and not lines[lead].strip():
+        lead += 1
+    while end > lead and not lines[end - 1].strip():
+        end -= 1
+    return lead, end
+
+
 def shown_part(text: str, start_line: int, end_line: int, max_chars: int
                ) -> tuple[str, int, int]:
     """``text`` (lines ``start_line``-``end_line`` of its note) as a model is shown it:
@@ -230,11 +241,7 @@ def shown_part(text: str, start_line: int, end_line: int, max_chars: int
     ``…``; and the first and last line of what is shown, so that a label names only
     lines whose text follows it."""
     lines = text.split("\n")
-    lead, end = 0, len(lines)
-    while lead < end and not lines[lead].strip():
-        lead += 1
-    while end > lead and not lines[end - 1].strip():
-        end -= 1
+    lead, end = shown_lines(lines)
     body = "\n".join(lines[lead:end]).strip()
     first, last = start_line + lead, end_line - (len(lines) - end)
     if len(body) > max_chars:

@@ -20,7 +20,7 @@ from recalld.daemon.memory.turns import user_texts
 from recalld.ipc.answers import Recall, RecallItem
 from recalld.ipc.errors import InvalidParams
 from recalld.ipc.textcut import cut_text
-from recalld.ipc.types import visible
+from recalld.ipc.types import shown_lines, visible
 
 if TYPE_CHECKING:
     from recalld.daemon.index.search import SearchAnswer, SearchHit
@@ -70,11 +70,7 @@ def _item(kind: Literal["hit", "linked"], raw: SearchHit) -> RecallItem:
     # Blank lines at either end are not shown (a window's context line may be one), and
     # the lines given are those of the text shown.
     lines = text.split("\n")
-    lead, end = 0, len(lines)
-    while lead < end and not lines[lead].strip():
-        lead += 1
-    while end > lead and not lines[end - 1].strip():
-        end -= 1
+    lead, end = shown_lines(lines)
     start += lead
     return {"kind": kind, "path": raw["path"], "start_line": start,
             "end_line": start + max(end - lead - 1, 0), "text": "\n".join(lines[lead:end]),
