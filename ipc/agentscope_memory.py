@@ -32,9 +32,11 @@ from recalld.ipc.agentscope_messages import (
     TOOL_INSTRUCTIONS,
     Parked,
     _query_text,
+    _said,
     _turns,
     hit_texts,
     memory_message,
+    session_of,
     still_waiting,
 )
 from recalld.ipc.agentscope_tools import (
@@ -275,12 +277,6 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         if self._owns_client:
             await self.client.aclose()
 
-    @staticmethod
-    def _session_of(agent: Agent) -> str | None:
-        # Read live from the agent at hook time, never stored per instance: sharing works.
-        session = getattr(getattr(agent, "state", None), "session_id", None)
-        return session if isinstance(session, str) and session else None
-
     # --------------------------------------------------------------------- hooks
 
     async def on_reply(
@@ -289,7 +285,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         input_kwargs: dict[str, object],
         next_handler: Callable[..., AsyncGenerator[object, None]],
     ) -> AsyncGenerator[object, None]:
-        session = self._session_of(agent)
+        session = session_of(agent)
         key = id(agent.state)
         try:
             workspace = await self.workspace_of(agent)
@@ -318,7 +314,9 @@ class RecalldMemoryMiddleware(MiddlewareBase):
                 hits = []
             if hits:
                 self._pending_hits[key] = hits
-        parked = self._parked.pop(key, None) if query is None else None
+        # A photo alone is a request too (its media named); a resumption has none.
+        asked = _query_text(input_kwargs.get("inputs"), _said)
+        parked = self._parked.pop(key, None) if asked is None else None
         before = parked if parked is not None else {
             m.id for m in agent.state.context if isinstance(m, Msg)}
         if session is not None:
@@ -333,7 +331,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
                 self._pending_hits.pop(key, None)
                 self._reply_before.pop(key, None)
                 self._reply_workspace.pop(key, None)
-            if self.write_back and (query or parked is not None) and session is not None:
+            if self.write_back and (asked or parked is not None) and session is not None:
                 if waits:  # no answer yet: the reply resuming it writes the turns back
                     self._parked.park(key, before)
                 else:
@@ -363,7 +361,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         acts only when messages really left the context.)"""
         context = [m for m in agent.state.context if isinstance(m, Msg)]
         await next_handler(**input_kwargs)
-        session = self._session_of(agent)
+        session = session_of(agent)
         if session is None or not self.write_back:
             return
         try:

@@ -140,6 +140,13 @@ def _asker(inputs: object) -> str:
     return f"User ({', '.join(shown)})" if shown else "User"
 
 
+def session_of(agent: object) -> str | None:
+    """The session an agent's turns go under: read live from its state at hook time,
+    never stored per middleware, so one middleware serves agents of many sessions."""
+    session = getattr(getattr(agent, "state", None), "session_id", None)
+    return session if isinstance(session, str) and session else None
+
+
 class Parked(OrderedDict[int, V]):
     """What a reply that ended before the agent answered (it waits for the user to
     confirm a tool call, or for an external execution) leaves for the reply that resumes

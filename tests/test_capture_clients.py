@@ -155,22 +155,27 @@ def test_agentscope_a_reply_with_no_text_keeps_what_the_user_said(daemon_factory
 def test_agentscope_images_and_files_are_named_in_the_dialog(daemon_factory: Any,
                                                             fake: FakeProvider) -> None:
     # The middleware wrote back only a message's text: a photo sent with a caption lost
-    # what it showed (a photo alone was no turn at all), where every other client's
-    # media become a placeholder naming them.
+    # what it showed, and a recording sent alone was no turn at all (neither it nor the
+    # answer to it was kept), where every other client's media become a placeholder.
     daemon = daemon_factory(config(fake, idle_s=600))
     photo = DataBlock(name="receipt.png",
                       source=Base64Source(data="iVBORw0KGgo=", media_type="image/png"))
+    memo = DataBlock(name="memo.wav", source=Base64Source(data="UklGRg==",
+                                                          media_type="audio/wav"))
 
     turn_then_close(daemon, fake, "archivist", "static_control",
                     [photo, TextBlock(text="Keep it for the warranty.")])
+    turn_then_close(daemon, fake, "archivist", "agent_control", [memo])
     root = workspace_root(daemon, "archivist")
-    wait_note(root, "[image omitted: receipt.png]")
-    dialogs = wait_for(lambda: list((root / "mem_session").glob("dialog/*.jsonl")),
-                       "the dialog log")
-    said = [json.loads(line)["content"] for path in dialogs
-            for line in path.read_text(encoding="utf-8").splitlines()]
-    assert said[0] == "[image omitted: receipt.png]\nKeep it for the warranty.", said
-    assert "iVBORw0KGgo" not in "".join(said)
+    wait_note(root, "[audio omitted: memo.wav]")
+
+    def said() -> list[str]:
+        return sorted(json.loads(line)["content"] for path in (root / "mem_session").glob(
+            "dialog/*.jsonl") for line in path.read_text(encoding="utf-8").splitlines())
+    wait_value(said, lambda got: len(got) == 4, "both exchanges in the dialog log")
+    assert said() == sorted(["[image omitted: receipt.png]\nKeep it for the warranty.",
+                             "[audio omitted: memo.wav]", "plain answer", "plain answer"])
+    assert "iVBORw0KGgo" not in "".join(said()) and "UklGRg" not in "".join(said())
 
 
 @pytest.mark.parametrize("mode", MODES)
