@@ -28,7 +28,6 @@ from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import owner_name, same_id_refusal, session_key
 from recalld.ipc.agentscope_messages import (
     INDEX_HEADER,
-    MEMORY_MSG_NAME,
     TOOL_INSTRUCTIONS,
     Parked,
     _query_text,
@@ -36,6 +35,7 @@ from recalld.ipc.agentscope_messages import (
     _turns,
     hit_texts,
     memory_message,
+    recalled,
     session_of,
     still_waiting,
 )
@@ -381,7 +381,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
             return
         before = self._reply_before.get(id(agent.state))
         current = [m for m in folded if before is not None and m.id not in before
-                   and m.name != MEMORY_MSG_NAME]
+                   and not recalled(m)]
         if before is not None:
             before.update(m.id for m in current)  # not written back twice at reply end
         messages = _turns(current)
@@ -433,7 +433,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
     async def _write_back(self, agent: Agent, workspace: str, session: str,
                           before: set[str]) -> None:
         new = [m for m in agent.state.context
-               if isinstance(m, Msg) and m.id not in before and m.name != MEMORY_MSG_NAME]
+               if isinstance(m, Msg) and m.id not in before and not recalled(m)]
         messages = _turns(new)
         if not messages:  # a user's message goes without an answer too (tools, no text):
             return  # the next reply starts after it

@@ -107,6 +107,13 @@ def memory_message(hits: Sequence[str]) -> Msg:
     return AssistantMsg(name=MEMORY_MSG_NAME, content=[HintBlock(hint=hint)])
 
 
+def recalled(msg: Msg) -> bool:
+    """Whether ``msg`` is a recalled-memory message (:func:`memory_message`): named so
+    and carrying only hints. An agent's own message is never one, even an agent named
+    ``memory``: its answers are written back like any other's."""
+    return msg.name == MEMORY_MSG_NAME and all(isinstance(b, HintBlock) for b in msg.content)
+
+
 def _said(msg: Msg) -> str:
     """What ``msg`` says, as text: its text, and each data block (an image, a recording,
     a file) the placeholder naming it that the daemon keeps in its place

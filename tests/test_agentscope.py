@@ -390,3 +390,27 @@ def test_arguments_are_checked() -> None:
         RecalldMemoryMiddleware(top_k=0)
     assert workspace_name("Research Bot #2") == "Research_Bot_2"
     assert workspace_name("研究助手") != workspace_name("写作助手")
+
+
+def test_an_agent_named_memory_has_its_answers_written_back(daemon: DaemonHandle,
+                                                            fake: FakeProvider) -> None:
+    # The recalled block was told from the agent's messages by its name alone: an agent
+    # named "memory" had none of its answers kept, only the user's messages.
+    root = _open(daemon, "memory", {"memory/2026-07-01/backups.md": NOTE})
+    fake.chat_default = scripted()
+
+    async def main() -> bytes:
+        mw = RecalldMemoryMiddleware(mode="static_control", socket_path=daemon.socket_path)
+        try:
+            await _reply(fake, mw, "memory", "where do the nightly backups go?")
+            # Taken by the daemon when the reply ends (before close() hands it on).
+            return (root / "mem_metadata/sessions/pending.jsonl").read_bytes()
+        finally:
+            await mw.close()
+
+    pending = asyncio.run(main())
+    assert "quillfeather-7" in _non_system(_chat_requests(fake)[0])  # the block was there
+    said = [m for line in pending.splitlines()
+            for m in json.loads(line.split(b" ", 1)[1]).get("messages") or []]
+    assert [(m["role"], m["content"]) for m in said] == [
+        ("user", "where do the nightly backups go?"), ("assistant", "plain answer")], said
