@@ -33,6 +33,7 @@ from recalld.ipc.agentscope_messages import (
     _query_text,
     _said,
     _turns,
+    heard,
     hit_texts,
     memory_message,
     recalled,
@@ -305,7 +306,12 @@ class RecalldMemoryMiddleware(MiddlewareBase):
             self._session_workspace.move_to_end(session)
             while len(self._session_workspace) > MAX_SESSIONS:
                 self._session_workspace.popitem(last=False)
-        query = _query_text(input_kwargs.get("inputs"))
+        # A photo alone is a request too (its media named); a resumption has none.
+        asked = _query_text(input_kwargs.get("inputs"), _said)
+        parked = self._parked.pop(key, None) if asked is None else None
+        # A reply given no input answers what the agent heard (observe) since it spoke.
+        news = heard(agent) if asked is None and parked is None else []
+        query = _query_text(input_kwargs.get("inputs")) or _query_text(news)
         if query and session is not None and self.mode != "agent_control":
             try:
                 hits = await self.recall_block(workspace, query)
@@ -314,11 +320,8 @@ class RecalldMemoryMiddleware(MiddlewareBase):
                 hits = []
             if hits:
                 self._pending_hits[key] = hits
-        # A photo alone is a request too (its media named); a resumption has none.
-        asked = _query_text(input_kwargs.get("inputs"), _said)
-        parked = self._parked.pop(key, None) if asked is None else None
         before = parked if parked is not None else {
-            m.id for m in agent.state.context if isinstance(m, Msg)}
+            m.id for m in agent.state.context if isinstance(m, Msg)} - {m.id for m in news}
         if session is not None:
             self._reply_before[key] = before
         waits = False
@@ -331,7 +334,7 @@ class RecalldMemoryMiddleware(MiddlewareBase):
                 self._pending_hits.pop(key, None)
                 self._reply_before.pop(key, None)
                 self._reply_workspace.pop(key, None)
-            if self.write_back and (asked or parked is not None) and session is not None:
+            if self.write_back and (asked or parked is not None or news) and session:
                 if waits:  # no answer yet: the reply resuming it writes the turns back
                     self._parked.park(key, before)
                 else:

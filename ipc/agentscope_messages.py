@@ -114,6 +114,17 @@ def recalled(msg: Msg) -> bool:
     return msg.name == MEMORY_MSG_NAME and all(isinstance(b, HintBlock) for b in msg.content)
 
 
+def heard(agent: object) -> list[Msg]:
+    """The messages in an agent's context after the last one it said: what it took in
+    (``observe``: the user, or other agents of a group chat) and has not answered yet."""
+    context = [m for m in getattr(getattr(agent, "state", None), "context", ())
+               if isinstance(m, Msg)]
+    name = getattr(agent, "name", None)
+    said = [i for i, m in enumerate(context)
+            if m.role == "assistant" and m.name == name and not recalled(m)]
+    return context[said[-1] + 1:] if said else context
+
+
 def _said(msg: Msg) -> str:
     """What ``msg`` says, as text: its text, and each data block (an image, a recording,
     a file) the placeholder naming it that the daemon keeps in its place

@@ -20,7 +20,7 @@ pytest.importorskip("agentscope", reason="needs agentscope, which '.[test]' inst
 
 from agentscope.agent import Agent
 from agentscope.credential import OpenAICredential
-from agentscope.message import UserMsg
+from agentscope.message import AssistantMsg, UserMsg
 from agentscope.model import OpenAIChatModel
 from agentscope.tool import Toolkit
 from conftest import DaemonFactory, DaemonHandle
@@ -410,7 +410,43 @@ def test_an_agent_named_memory_has_its_answers_written_back(daemon: DaemonHandle
 
     pending = asyncio.run(main())
     assert "quillfeather-7" in _non_system(_chat_requests(fake)[0])  # the block was there
-    said = [m for line in pending.splitlines()
+    assert _held(pending) == [("user", "where do the nightly backups go?"),
+                              ("assistant", "plain answer")]
+
+
+def _held(pending: bytes) -> list[tuple[str, str]]:
+    """Role and text of each message in a workspace's pending.jsonl, in order."""
+    return [(m["role"], m["content"]) for line in pending.splitlines()
             for m in json.loads(line.split(b" ", 1)[1]).get("messages") or []]
-    assert [(m["role"], m["content"]) for m in said] == [
-        ("user", "where do the nightly backups go?"), ("assistant", "plain answer")], said
+
+
+def test_a_reply_to_what_the_agent_observed_recalls_and_writes_it_back(
+        daemon: DaemonHandle, fake: FakeProvider) -> None:
+    # An agent that took its input in with observe() (a group chat) and was then asked to
+    # reply() with nothing new got no recall, and neither what it heard nor its answer
+    # was kept.
+    root = _open(daemon, "coder", {"memory/2026-07-01/backups.md": NOTE})
+    fake.chat_default = scripted()
+
+    async def main() -> bytes:
+        mw = RecalldMemoryMiddleware(agent_id="coder", mode="static_control",
+                                     socket_path=daemon.socket_path)
+        model = OpenAIChatModel(
+            credential=OpenAICredential(api_key="k", base_url=fake.url + "/v1"),
+            model="fake", stream=False, max_retries=0)
+        agent = Agent(name="coder", system_prompt="You are a helpful assistant.", model=model,
+                      toolkit=Toolkit(tools=[]), middlewares=[mw])
+        try:
+            await agent.observe([UserMsg(name="Ana", content="Where do the nightly backups go?"),
+                                 AssistantMsg(name="ops", content="I moved them in May.")])
+            await agent.reply()
+            return (root / "mem_metadata/sessions/pending.jsonl").read_bytes()
+        finally:
+            await model.client.close()
+            await mw.close()
+
+    pending = asyncio.run(main())
+    assert "quillfeather-7" in _non_system(_chat_requests(fake)[0])
+    assert _held(pending) == [("user", "Where do the nightly backups go?"),
+                              ("assistant", "I moved them in May."),
+                              ("assistant", "plain answer")]
