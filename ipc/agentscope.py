@@ -18,9 +18,11 @@ middlewares offer, without an index in the agent process::
   to, labelled with path and lines) before the first reasoning step; ``agent_control``
   gives the agent the ``memory_search`` and ``add_memory`` tools (from
   :meth:`list_tools`) and says so in the system prompt; ``both`` (default) does both.
-- Write-back in every mode: each reply's new messages go to ``memory.add_turns`` under
-  the agent's ``state.session_id`` (an id the daemon does not take, ``user 42/chat`` or
-  ``会话-1``, as :func:`session_key` of it); the daemon's auto_memory job turns them
+- Write-back in every mode: each reply's new messages (for a ``reply()`` given no
+  input, those the agent took in with ``observe()`` since it last spoke, and its
+  answer) go to ``memory.add_turns`` under the agent's ``state.session_id`` (an id
+  the daemon does not take, ``user 42/chat`` or ``会话-1``, as :func:`session_key` of
+  it); the daemon's auto_memory job turns them
   into notes (every ``auto_memory_interval`` user turns, after ``auto_memory_idle_s``
   without a turn, and when :meth:`~RecalldMemoryMiddleware.close` ends the
   conversations it saw). A write-back the daemon did not take (it was restarting) is
