@@ -71,7 +71,14 @@ from recalld.daemon.memory.secret_values import (
     looks_random,
     looks_secret,
 )
-from recalld.daemon.memory.token_starts import ESCAPED, LONG_RUN, Prefilter, boundary_led, matches
+from recalld.daemon.memory.token_starts import (
+    ESCAPED,
+    LONG_RUN,
+    Prefilter,
+    boundary_led,
+    led_alternation,
+    matches,
+)
 
 Span = tuple[int, int]
 #: A format finder: spans of ``text[pos:endpos]`` (patterns still see what lies around).
@@ -177,8 +184,8 @@ def token_prefilter(rules: Sequence[Rule]) -> Prefilter | None:
     sources = [p.pattern for p in token if p is not None]
     led = [s for s in sources if boundary_led(s)]
     others = [s for s in sources if not boundary_led(s)]
-    return Prefilter(*(re.compile("|".join(f"(?:{s})" for s in group)) if group else None
-                       for group in (led, others)))
+    return Prefilter(led_alternation(led) if led else None,
+                     re.compile("|".join(f"(?:{s})" for s in others)) if others else None)
 
 
 def _tail_random(value: str) -> bool:
