@@ -1,6 +1,7 @@
 """Redaction of text made of long token-like words (random letters, base64, hashes,
 minified code) costs about what prose of the same size costs: the token patterns are
-tried where a token can start in each word, not at each of its characters."""
+tried where a token can start in each word, not at each of its characters; and those
+places are the ones their definition names."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ import time
 from dataclasses import replace
 from typing import cast
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from recalld.daemon.memory import token_starts as starts_module
 from recalld.daemon.memory.redact import redact
 from recalld.daemon.memory.secret_rules import rules_token_prefilter, token_runs
 
@@ -77,3 +82,26 @@ def test_token_like_words_cost_about_what_prose_costs() -> None:
     for text in texts:
         best = min(_seconds(text) for _ in range(3))
         assert best < 9 * best_prose, (best, best_prose)
+
+
+def _reference_starts(text: str, pos: int, endpos: int) -> list[int]:
+    """``token_starts`` by its definition: ``pos``, each place after a character that is
+    no ASCII letter or digit, each end of each escape form matched where it starts."""
+    found = {pos}
+    for at in range(max(0, pos - 6), endpos):
+        if not (text[at].isascii() and text[at].isalnum()) and pos <= at + 1 < endpos:
+            found.add(at + 1)
+        for form in starts_module._ESCAPE_FORMS:
+            m = re.compile(form).match(text, at, endpos)
+            if m is not None and pos <= m.end() < endpos:
+                found.add(m.end())
+    return sorted(found)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="aZ3%=\\25uxDf0-_.n é", min_size=1, max_size=40), st.data())
+def test_token_starts_are_those_of_the_definition(text: str, data: st.DataObject) -> None:
+    # One scan finds the escapes' ends (``%253D`` ends two: ``%25`` and ``%253D``).
+    pos = data.draw(st.integers(0, len(text) - 1))
+    endpos = data.draw(st.integers(pos + 1, len(text)))
+    assert starts_module.token_starts(text, pos, endpos) == _reference_starts(text, pos, endpos)

@@ -40,7 +40,9 @@ _ESCAPE_FORMS: Final = (r"%[0-9A-Fa-f]{2}", r"%25[0-9A-Fa-f]{2}", r"=[0-9A-F]{2}
 #: The alternatives of a token rule's boundary group that let a token start right after
 #: one of them (``secret_rules._P``, ``_B``): one lookbehind each.
 ESCAPED: Final = "".join(f"|(?<={form})" for form in _ESCAPE_FORMS)
-_ESCAPES: Final = tuple(re.compile(form) for form in _ESCAPE_FORMS)
+#: Any of them, longest first. None starts inside another, and at a place one starts at
+#: most, but where ``%25XX`` does ``%25`` does too: one scan finds every end.
+_ESCAPE: Final = re.compile("|".join(sorted(_ESCAPE_FORMS, key=len, reverse=True)))
 _LONGEST_ESCAPE: Final = 6
 
 
@@ -77,17 +79,15 @@ def token_starts(text: str, pos: int, endpos: int) -> list[int]:
     """The places in ``text[pos:endpos]`` where a boundary-led pattern may match, in order:
     ``pos``, each place after a character that is no ASCII letter or digit, each end of
     an escape (which may begin before ``pos``: a lookbehind reads it there)."""
-    starts = {pos}
-    for m in _NOT_ALNUM.finditer(text, max(0, pos - _LONGEST_ESCAPE), endpos):
-        at = m.start()
-        if pos <= at + 1 < endpos:
-            starts.add(at + 1)
-        if text[at] in "%=\\":
-            for escape in _ESCAPES:
-                e = escape.match(text, at, endpos)
-                if e is not None and pos <= e.end() < endpos:
-                    starts.add(e.end())
-    return sorted(starts)
+    starts = [m.end() for m in _NOT_ALNUM.finditer(text, max(0, pos - 1), endpos - 1)]
+    starts.append(pos)
+    for m in _ESCAPE.finditer(text, max(0, pos - _LONGEST_ESCAPE), endpos):
+        end = m.end()
+        if pos <= end < endpos:
+            starts.append(end)
+        if end - m.start() == 5 and text.startswith("%25", m.start()):  # and ``%25``
+            starts.append(m.start() + 3)
+    return sorted(set(s for s in starts if pos <= s < endpos))
 
 
 def matches(rx: re.Pattern[str], text: str, pos: int, endpos: int) -> Iterator[re.Match[str]]:
