@@ -138,3 +138,34 @@ def test_a_key_in_a_url_path_is_masked_wherever_the_url_is_shown(
             assert token not in text, text
     assert config_rules.mask_url(url) == f"{fake.url}/[REDACTED]/v1"
     assert token not in repr(config.ChatModelConfig(model_name="m", base_url=url))
+
+
+def test_a_key_pasted_as_a_model_name_is_masked_wherever_the_model_is_shown(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    """A key pasted into ``model_name`` (chat or embedding) is shown masked, as redaction
+    masks it, in the settings, status, the vector space's name and the log lines of the
+    provider's failed calls; a real model id (a fine-tuned one) is shown as it is."""
+    token = "sk-proj-" + "Mo7dElNa9mEk3yXq5Wz1Rt4Uv8Bn2Cd6Ef0Gh3Jk"
+    tuned = "ft:gpt-4o-mini-2024-07-18:acme-labs:notes:9Xy7ZabC"
+    with FakeProvider(dims=8) as fake:
+        fake.script(*[Reply(status=500)] * 3)
+        root = tmp_path / "ws"
+        (root / "memory").mkdir(parents=True)
+        (root / "memory" / "a.md").write_text("# a\nalpha\n", encoding="utf-8")
+        d = daemon_factory(
+            f'[workspaces.w]\npath = "{root}"\n'
+            f'chat_model_config = {{base_url = "{fake.url}/v1", model_name = "{token}"}}\n'
+            f'embedding_model_config = {{backend = "openai", base_url = "{fake.url}/v1", '
+            f'api_key = "x", model_name = "{token}", dimensions = 8}}\n'
+            f'[workspaces.v]\npath = "{tmp_path / "v"}"\n'
+            f'chat_model_config = {{base_url = "{fake.url}/v1", model_name = "{tuned}"}}\n')
+        d.call("index.sync", {"agent_id": "w"})
+        wait_for(lambda: len(fake.requests) >= 3, "three failed embedding calls")
+        shown = [str(d.call("workspace.list")), str(d.call("daemon.status")),
+                 recalld("status", "--verbose", env=d.env).stdout]
+        wait_for(lambda: " failed (" in d.log(), "a failed call logged")
+        for text in [*shown, d.log()]:
+            assert token not in text, text
+        assert all("[REDACTED]" in text and tuned in text for text in shown[:2]), shown
+        assert "embedding openai [REDACTED] failed" in d.log()
+        assert [p.name for p in d.data_dir.rglob(f"*{token[8:]}*")] == []

@@ -45,6 +45,7 @@ from recalld.daemon.providers.errors import (
     ProviderConfigError,
     ProviderError,
     ProviderRetryableStatus,
+    mask_model,
     redact,
     redact_url,
     snippet,
@@ -353,7 +354,8 @@ class ChatClient:
 
     def __repr__(self) -> str:
         endpoint = redact_url(self.endpoint, self._api_key)
-        return f"ChatClient(model={self.config.model_name!r}, endpoint={endpoint!r}, api_key=***)"
+        model = mask_model(self.config.model_name)
+        return f"ChatClient(model={model!r}, endpoint={endpoint!r}, api_key=***)"
 
     @property
     def enabled(self) -> bool:
@@ -390,8 +392,8 @@ class ChatClient:
             raise ProviderConfigError("no provider bridge to send chat requests through")
         if (quiet := self.quiet_s()) > 0:
             raise ProviderRetryableStatus(
-                f"chat {self.config.model_name}: the chat provider asked to wait {quiet:.0f}s "
-                f"more (Retry-After) after: {self.last_error}", retry_after_s=quiet)
+                f"chat {mask_model(self.config.model_name)}: the chat provider asked to wait "
+                f"{quiet:.0f}s more (Retry-After) after: {self.last_error}", retry_after_s=quiet)
         body: ChatRequest = {
             "model": self.config.model_name,
             "messages": await redact_messages_async(messages),
@@ -404,7 +406,7 @@ class ChatClient:
         elif tool_choice is not None:
             body["tool_choice"] = tool_choice
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        what = f"chat {self.config.model_name}"
+        what = f"chat {mask_model(self.config.model_name)}"
         url = self.endpoint
 
         async def attempt(timeout_s: float) -> ChatResult:
@@ -449,7 +451,7 @@ class ChatClient:
         """For daemon.status: no secrets."""
         return {
             "enabled": self.enabled,
-            "model": self.config.model_name,
+            "model": mask_model(self.config.model_name),
             "endpoint": redact_url(self.endpoint, self._api_key),
             "breaker": self.breaker.snapshot().as_dict(),
             "last_error": self.last_error,

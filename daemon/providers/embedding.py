@@ -53,6 +53,7 @@ from recalld.daemon.providers.errors import (
     ProviderRetryableStatus,
     ProviderTimeout,
     input_refused,
+    mask_model,
     redact,
     redact_url,
     unexpected,
@@ -159,7 +160,7 @@ class EmbeddingClient:
 
     def __repr__(self) -> str:
         c, endpoint = self.config, redact_url(self.endpoint, self._api_key)
-        return (f"EmbeddingClient(backend={c.backend!r}, model={c.model_name!r}, "
+        return (f"EmbeddingClient(backend={c.backend!r}, model={mask_model(c.model_name)!r}, "
                 f"dims={self.dimensions}, endpoint={endpoint!r}, api_key=***)")
 
     def use_key(self, config: EmbeddingModelConfig) -> None:
@@ -216,7 +217,9 @@ class EmbeddingClient:
         model counts by its canonical name: its aliases make the same vectors."""
         c = self.config
         name = c.model_name if self._local is None else self._local.model_name
-        model = re.sub(r"[^A-Za-z0-9._-]+", "_", name.strip()).strip("_") or "none"
+        # A key pasted into model_name is masked here too: the key names files and is
+        # shown (status); the digest, of the name itself, keeps two such spaces apart.
+        model = re.sub(r"[^A-Za-z0-9._-]+", "_", mask_model(name.strip())).strip("_") or "none"
         digest = hashlib.sha256(
             f"{c.backend}\n{name}\n{self.dimensions}\n{self.endpoint.lower()}".encode()
         ).hexdigest()[:10]
@@ -348,7 +351,7 @@ class EmbeddingClient:
         if bridge is None:
             raise ProviderConfigError("no provider bridge to send embedding requests through")
         request = fmt.build(batch)
-        what = f"embedding {fmt.name} {self.config.model_name}"
+        what = f"embedding {fmt.name} {mask_model(self.config.model_name)}"
 
         async def attempt(timeout_s: float) -> F32:
             result = await bridge.request("POST", request.url, headers=request.headers,
@@ -459,7 +462,7 @@ class EmbeddingClient:
             "enabled": self.enabled,
             "disabled_reason": self.disabled_reason,
             "backend": c.backend,
-            "model": c.model_name,
+            "model": mask_model(c.model_name),
             "dims": self.dimensions,
             "endpoint": redact_url(self.endpoint, self._api_key),
             "vector_space": self.vector_space_key(),

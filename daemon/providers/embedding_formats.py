@@ -21,6 +21,7 @@ from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.providers.errors import (
     DimensionMismatch,
     ProviderBadResponse,
+    mask_model,
     redact_url,
     snippet,
 )
@@ -202,7 +203,7 @@ class WireFormat:
 
     def __repr__(self) -> str:
         url = redact_url(self.endpoint, self._api_key)
-        return f"<{type(self).__name__} model={self.config.model_name!r} url={url}>"
+        return f"<{type(self).__name__} model={mask_model(self.config.model_name)!r} url={url}>"
 
     @property
     def endpoint(self) -> str:

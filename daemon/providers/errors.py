@@ -74,6 +74,18 @@ def redact_url(url: str, *secrets: str) -> str:
     return mask_url(mask_given(url, secrets))
 
 
+def mask_model(name: str) -> str:
+    """A model name as status, the settings and log lines show it: what redaction masks
+    (an API key pasted into ``model_name``) as ``[REDACTED]``, a real model id
+    (``text-embedding-3-small``, ``ft:gpt-4o-mini:org:name:9abc12``) as it is. Only the
+    redaction rules, not :func:`redact`'s looser patterns, which a model id may match."""
+    if not name:
+        return name
+    from recalld.daemon.memory.redact import redact as redact_secrets
+
+    return redact_secrets(name)
+
+
 #: How far past the cut of an excerpt it is redacted: a token that the cut would split
 #: is whole there, so no piece of it is shown.
 _PAST_THE_CUT = 1024

@@ -17,6 +17,7 @@ from recalld.daemon.config import DEFAULT_AGENT, WorkspaceSettings
 from recalld.daemon.config_rules import mask_url
 from recalld.daemon.events import check_topic_pattern
 from recalld.daemon.memory.secret_names import MASK, mask_path, shown_to_real
+from recalld.daemon.providers.errors import mask_model
 from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
@@ -57,6 +58,8 @@ def settings_for_wire(settings: WorkspaceSettings) -> JsonObject:
             nested["api_key"] = "***"
         if isinstance(nested.get("base_url"), str):
             nested["base_url"] = mask_url(nested["base_url"])
+        if isinstance(nested.get("model_name"), str):
+            nested["model_name"] = mask_model(nested["model_name"])
     if settings.remote is not None:
         raw["remote"] = settings.remote.for_wire()
     return raw
