@@ -270,6 +270,7 @@ def _main(argv: Sequence[str] | None, hangup: HeldHangup | None) -> int:
     # The configuration first: a bad one is refused before the daemon is imported or the
     # process's allocator and collector are tuned for serving.
     from recalld.daemon import config as config_mod
+    from recalld.daemon.config_warnings import config_warnings
 
     try:
         cfg = config_mod.load(config=ns.config, socket=ns.socket)
@@ -282,7 +283,10 @@ def _main(argv: Sequence[str] | None, hangup: HeldHangup | None) -> int:
         print(f"recalld: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     if ns.check_config:
-        return _check_log_file(ns.log_file) or _check_workspace_places(cfg)
+        checked = _check_log_file(ns.log_file) or _check_workspace_places(cfg)
+        for line in config_warnings(cfg) if checked == EXIT_OK else ():
+            print(f"recalld: warning: {line}", file=sys.stderr)
+        return checked
     if not os.environ.get("LISTEN_FDS"):  # not socket-activated: we bind the socket
         from recalld.daemon.rpc.listener import claim_socket
 
@@ -324,6 +328,8 @@ def _main(argv: Sequence[str] | None, hangup: HeldHangup | None) -> int:
     handler.setFormatter(LineFormatter(LOG_FORMAT))
     logging.basicConfig(handlers=[handler], level=ns.log_level or "INFO")
     logging.getLogger().setLevel(level)
+    for line in config_warnings(cfg):
+        log.warning("%s", line)
     if sd_env.ignored_listen:
         log.warning("%s: the sockets it names are not used (a program that starts "
                     "recalld serve for systemd must exec it, keeping the pid systemd "

@@ -207,8 +207,8 @@ class Doctor:
 
     def _refused(self, path: Path) -> str | Check | None:
         """Why the daemon's own rules refuse the file ``path`` (None: valid; a skip Check
-        when it could not be checked). Read by the daemon's entry point: this package
-        imports nothing of the daemon's."""
+        when it could not be checked, a warn one for a file it takes with warnings). Read
+        by the daemon's entry point: this package imports nothing of the daemon's."""
         try:
             proc = subprocess.run(
                 [sys.executable, "-m", "recalld.daemon.main", "--check-config", "--config",
@@ -216,8 +216,9 @@ class Doctor:
                 timeout=CHECK_CONFIG_TIMEOUT_S, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return Check("config file", "skip", f"{path} not checked: {exc}")
-        if proc.returncode == 0:
-            return None
+        warned = [w[18:] for w in proc.stderr.splitlines() if w.startswith("recalld: warning: ")]
+        if proc.returncode == 0:  # the warnings of a file it takes say their fix
+            return Check("config file", "warn", "; ".join(warned)) if warned else None
         return proc.stderr.strip().removeprefix("recalld: configuration error: ") or "refused"
 
     def health(self) -> list[Check]:

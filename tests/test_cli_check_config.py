@@ -50,3 +50,28 @@ def test_a_key_pasted_into_another_setting_is_masked_in_the_error(
     d = daemon_factory(configs["base_url"], wait=False)
     assert d.proc.wait(timeout=60) == 2
     assert "[REDACTED]" in d.log() and key[8:20] not in d.log(), d.log()
+
+
+def test_a_workspace_table_named_by_a_key_is_served_with_a_warning_never_showing_it(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    """``[workspaces."<key>"]``: workspace.open refuses such an id, but a file that named
+    one keeps starting; check-config, doctor and the start's log warn, with the fix,
+    and show the id masked."""
+    key = "sk-proj-" + "Wa4rNi9nGk3eYt7aBl2eNa5mEq8rSt1uVw6xYz0aBc"
+    text = f'[workspaces."{key}"]\nauto_memory_interval = 3\n'
+    env = daemon_factory.environment()
+    config = Path(env["XDG_CONFIG_HOME"]) / "recalld" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(text, "utf-8")
+    check = recalld("serve", "--check-config", env=env)
+    doctor = recalld("doctor", env=env)
+    assert check.returncode == 0, check.stderr
+    for shown in (check.stderr, doctor.stdout):
+        assert key[8:20] not in shown, shown
+        assert '[workspaces."[REDACTED]"]: the agent id looks like a credential' in shown
+        assert "rename the table" in shown
+    assert "[WARN] config file" in doctor.stdout, doctor.stdout
+    d = daemon_factory(text)
+    assert key in {w["agent_id"] for w in d.call("workspace.list")["workspaces"]}
+    assert "the agent id looks like a credential" in d.log(), d.log()
+
