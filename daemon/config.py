@@ -198,6 +198,9 @@ class DaemonConfig:
     workspace_defaults: WorkspaceSettings = field(default_factory=WorkspaceSettings)
     workspaces: Mapping[str, WorkspaceSettings] = field(default_factory=dict)
     workspace_paths: Mapping[str, Path] = field(default_factory=dict)
+    # The folder of each [workspaces.X] qwenpaw_agent_json given without a path (the
+    # workspace is not there: daemon/config_warnings.py says so).
+    qwenpaw_folders: Mapping[str, Path] = field(default_factory=dict)
 
     def workspace_path(self, agent_id: str) -> Path:
         """Where agent ``agent_id``'s workspace lives unless opened at another path (a
@@ -437,6 +440,7 @@ def _from_table(table: Mapping[str, object], daemon_table: dict[str, object], cf
                           "[workspace_defaults]")
     workspaces: dict[str, WorkspaceSettings] = {}
     workspace_paths: dict[str, Path] = {}
+    qwenpaw_folders: dict[str, Path] = {}
     named = table.get("workspaces", {})
     if not isinstance(named, Mapping):
         raise ConfigError(f"workspaces = {config_rules.shown(named)}: must be tables "
@@ -455,10 +459,14 @@ def _from_table(table: Mapping[str, object], daemon_table: dict[str, object], cf
                 path, f"{cfg_path}: {where} path", environ=env)
         base_ws = defaults
         if "qwenpaw_agent_json" in ws_table:
+            json_path = ws_table.pop("qwenpaw_agent_json")
             try:
-                agent = qwenpaw.read_agent_json(ws_table.pop("qwenpaw_agent_json"), cfg_path)
+                agent = qwenpaw.read_agent_json(json_path, cfg_path)
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
+            if agent_id not in workspace_paths:
+                folder = (cfg_path.parent / Path(str(json_path)).expanduser()).parent
+                qwenpaw_folders[agent_id] = Path(os.path.abspath(folder))
             base_ws = _build(WorkspaceSettings, agent, base=defaults,
                              where=f"{where} qwenpaw_agent_json")
         workspaces[agent_id] = _workspace(ws_table, base_ws, where)
@@ -472,5 +480,6 @@ def _from_table(table: Mapping[str, object], daemon_table: dict[str, object], cf
         workspace_defaults=defaults,
         workspaces=workspaces,
         workspace_paths=workspace_paths,
+        qwenpaw_folders=qwenpaw_folders,
     )
     return _build(DaemonConfig, daemon_table, base=base, where="[daemon]")

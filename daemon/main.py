@@ -284,8 +284,8 @@ def _main(argv: Sequence[str] | None, hangup: HeldHangup | None) -> int:
         return EXIT_CONFIG
     if ns.check_config:
         checked = _check_log_file(ns.log_file) or _check_workspace_places(cfg)
-        for line in config_warnings(cfg) if checked == EXIT_OK else ():
-            print(f"recalld: warning: {line}", file=sys.stderr)
+        for w in config_warnings(cfg) if checked == EXIT_OK else ():
+            print(f"recalld: warning: {w['what']}: {w['fix']}", file=sys.stderr)
         return checked
     if not os.environ.get("LISTEN_FDS"):  # not socket-activated: we bind the socket
         from recalld.daemon.rpc.listener import claim_socket
@@ -328,8 +328,8 @@ def _main(argv: Sequence[str] | None, hangup: HeldHangup | None) -> int:
     handler.setFormatter(LineFormatter(LOG_FORMAT))
     logging.basicConfig(handlers=[handler], level=ns.log_level or "INFO")
     logging.getLogger().setLevel(level)
-    for line in config_warnings(cfg):
-        log.warning("%s", line)
+    for w in config_warnings(cfg):
+        log.warning("%s: %s", w["what"], w["fix"])
     if sd_env.ignored_listen:
         log.warning("%s: the sockets it names are not used (a program that starts "
                     "recalld serve for systemd must exec it, keeping the pid systemd "

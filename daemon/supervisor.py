@@ -45,6 +45,7 @@ import trio
 from recalld.daemon import config as config_mod
 from recalld.daemon import reload_sharing
 from recalld.daemon.config import ConfigError, DaemonConfig
+from recalld.daemon.config_warnings import config_warnings
 from recalld.daemon.datadirs import owning_data_dir
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.lock import socket_note
@@ -106,6 +107,7 @@ class Supervisor:
         self.reload_error: ReloadError = {"reload_error": None, "reload_failed_at": None}
         self.state.stats["config"] = lambda: {"path": str(self.config.config_path),
                                               "required": self.config.config_required,
+                                              "warnings": config_warnings(self.config),
                                               **self.reload_error}
         self.server: RpcServer | None = None
         self._stop_requested = trio.Event()

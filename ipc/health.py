@@ -365,6 +365,8 @@ def daemon_problems(status: DaemonStatus) -> list[Problem]:
                     f"failed, the daemon runs on the previous one: {cfg['reload_error']}",
             f"fix {cfg.get('path') or 'the config file'}, then: systemctl --user reload "
             f"recalld (or kill -HUP {status.get('pid', '<pid>')})", "config"))
+    out.extend(Problem("warn", str(w.get("what")), str(w.get("fix")), "config")
+               for w in cfg.get("warnings") or [])
     files = (status.get("queues") or {}).get("state_files") or {}
     for failed in files.get("errors") or []:
         where = PurePath(str(failed.get("file"))).parent

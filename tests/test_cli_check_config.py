@@ -75,3 +75,31 @@ def test_a_workspace_table_named_by_a_key_is_served_with_a_warning_never_showing
     assert key in {w["agent_id"] for w in d.call("workspace.list")["workspaces"]}
     assert "the agent id looks like a credential" in d.log(), d.log()
 
+
+def test_a_qwenpaw_agent_json_without_a_path_says_where_the_workspace_is(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    """The workspace of ``qwenpaw_agent_json`` alone stays ``<data>/workspaces/X`` (where
+    one configured so has its memory), and check-config, doctor, the start's log and
+    status say so with the ``path`` that serves the agent.json's folder; with a path,
+    nothing."""
+    agent = tmp_path / "qwenpaw" / "workspaces" / "coder"
+    agent.mkdir(parents=True)
+    (agent / "agent.json").write_text('{"running": {}}', "utf-8")
+    env = daemon_factory.environment()
+    config = Path(env["XDG_CONFIG_HOME"]) / "recalld" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    text = f'[workspaces.coder]\nqwenpaw_agent_json = "{agent / "agent.json"}"\n'
+    config.write_text(text, "utf-8")
+    check = recalld("serve", "--check-config", env=env)
+    assert check.returncode == 0, check.stderr
+    for shown in (check.stderr, recalld("doctor", env=env).stdout):
+        assert "[workspaces.coder] qwenpaw_agent_json has no path" in shown, shown
+        assert f'set path = "{agent}"' in shown, shown
+    d = daemon_factory(text)
+    assert f'set path = "{agent}"' in d.log(), d.log()
+    status = recalld("status", env=d.env).stdout
+    assert "[workspaces.coder] qwenpaw_agent_json has no path" in status, status
+    assert f'fix: set path = "{agent}"' in status, status
+    config.write_text(text + f'path = "{agent}"\n', "utf-8")
+    check = recalld("serve", "--check-config", env=env)
+    assert check.returncode == 0 and "warning" not in check.stderr, check.stderr
