@@ -1,10 +1,12 @@
 """How the MCP bridge reads tool arguments that pass their input schema in another
 spelling than the daemon's: an integer written as a float (``3.0``, which JSON Schema
-takes for an integer and a client's JSON library may write)."""
+takes for an integer and a client's JSON library may write), and arguments that pass it
+yet say nothing (a note of zero-width characters only)."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,8 @@ pytest.importorskip("mcp", reason="needs mcp, which '.[test]' installs")
 
 from conftest import DaemonHandle
 from test_mcp import NOTE, _text, _write, bridge
+
+from recalld.ipc.client import Client
 
 
 def test_integer_arguments_written_as_floats_are_read_as_integers(
@@ -33,5 +37,33 @@ def test_integer_arguments_written_as_floats_are_read_as_integers(
             half = await s.call_tool("memory_read", {
                 "path": "memory/2026-07-02/printers.md", "start_line": 2.5})
             assert half.is_error and "start_line: must be an integer" in _text(half)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("content", ["\u200b", "\u200b\u200c\u200d", "\ufeff \u2060\n",
+                                     "\u00ad\u200e\u3000"])
+def test_a_note_of_invisible_characters_only_is_refused_as_empty(
+        daemon: DaemonHandle, content: str) -> None:
+    """A note of only zero-width or other invisible characters (a word joiner, a byte
+    order mark, a soft hyphen, a direction mark, spaces) says nothing: the bridge hands
+    back the daemon's refusal as a tool error and no note is written; a note with words
+    and one of them is written."""
+
+    def notes() -> list[Path]:
+        with Client(daemon.socket_path) as c:
+            root = Path(c.workspace_open("coder")["path"])
+        return [p for p in (root / "memory").rglob("*") if p.is_file()]
+
+    async def main() -> None:
+        async with bridge(daemon, "coder") as s:
+            note = await s.call_tool("memory_add_note", {"content": content})
+            assert note.is_error, _text(note)
+            assert "empty" in _text(note), _text(note)
+            assert notes() == []
+            kept = await s.call_tool("memory_add_note",
+                                     {"content": f"The kettle{content}is red."})
+            assert not kept.is_error, _text(kept)
+            assert len(notes()) == 1
 
     asyncio.run(main())
