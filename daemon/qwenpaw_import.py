@@ -31,6 +31,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import reme_dream
 from recalld.daemon.memory.catalog import catalog_path, load_catalog
 from recalld.daemon.memory.slugs import shows_no_word
+from recalld.daemon.providers.errors import mask_model
 from recalld.daemon.settings_diff import shown_setting
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import InvalidParams
@@ -140,7 +141,7 @@ async def import_report(ws: Workspace, given: Mapping[str, object] | None, *,
         "reme_store": index.reme.summary,
         "vectors": vectors,
         "dream": dream,
-        "chat_model": chat.model_name or None if chat is not None else None,
+        "chat_model": mask_model(chat.model_name) or None if chat is not None else None,
         "settings": _settings(ws, given),
     }
     if unread:

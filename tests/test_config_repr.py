@@ -169,3 +169,5 @@ def test_a_key_pasted_as_a_model_name_is_masked_wherever_the_model_is_shown(
         assert all("[REDACTED]" in text and tuned in text for text in shown[:2]), shown
         assert "embedding openai [REDACTED] failed" in d.log()
         assert [p.name for p in d.data_dir.rglob(f"*{token[8:]}*")] == []
+        report = d.call("workspace.open", {"agent_id": "w", "import_report": True})
+        assert report["import"]["chat_model"] == "[REDACTED]", report
