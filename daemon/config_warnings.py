@@ -2,8 +2,8 @@
 
 The daemon still starts on such a file (an older one that worked keeps working), but
 ``serve --check-config`` prints each warning (``recalld: warning: ...``, exit 0),
-``recalld doctor`` shows them as a WARN of the config file, the start logs them and
-status shows them (``queues.config.warnings``, a problem of ``recalld status``):
+``recalld doctor`` shows them as a WARN of the config file, a start and a reload log
+them and status shows them (``queues.config.warnings``, a problem of ``recalld status``):
 
 * a ``[workspaces.X]`` table whose id looks like a credential (a key pasted as the
   table's name), which ``workspace.open`` refuses for a new workspace: the id names the

@@ -373,6 +373,8 @@ class Supervisor:
                                            f"{RELOAD_READ_TIMEOUT_S:g} s")
             return
         self.reload_error = {"reload_error": None, "reload_failed_at": None}
+        for w in config_warnings(new):  # as the start logs them
+            log.warning("reload: %s: %s", w["what"], w["fix"])
         old = self.config
         # The socket it listens on and the data directory it locked stay until a restart:
         # new workspaces, backups and status go on using the running ones; so do the

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 from conftest import DaemonFactory
 from test_cli import assert_one_line_error, recalld
+from waits import wait_for
 
 
 def test_check_config_checks_the_log_file_as_serving_opens_it(
@@ -103,3 +105,19 @@ def test_a_qwenpaw_agent_json_without_a_path_says_where_the_workspace_is(
     config.write_text(text + f'path = "{agent}"\n', "utf-8")
     check = recalld("serve", "--check-config", env=env)
     assert check.returncode == 0 and "warning" not in check.stderr, check.stderr
+
+
+def test_a_reload_warns_of_a_table_it_takes_as_a_start_does(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    """A reload that takes a key-named table logs the warning (masked) and status
+    shows it, as after a start with that file."""
+    d = daemon_factory("")
+    key = "ghp_" + "Re9lOa2dWa4rNi7nGk1eYt3aBl5eNa8mEq0rSt6u"
+    d.config_path.write_text(f'[workspaces."{key}"]\nauto_memory_interval = 3\n', "utf-8")
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: "reload: " in d.log() and "looks like a credential" in d.log(),
+             "the reload's warning")
+    status = recalld("status", env=d.env).stdout
+    assert "[WARN]" in status and "rename the table" in status, status
+    warned = [line for line in d.log().splitlines() if "looks like a credential" in line]
+    assert warned and all(key[4:16] not in line for line in warned), warned
