@@ -13,7 +13,8 @@ from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from waits import wait_for
 
 from recalld.daemon.config import RemoteConfig
-from recalld.daemon.remote import db, leftovers, schema
+from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
+from recalld.daemon.remote import chunks, db, leftovers, schema
 from recalld.daemon.remote.localfs import content_hash
 from recalld.daemon.remote.outbox import Change
 
@@ -305,3 +306,37 @@ def test_a_removed_workspace_s_rows_go_in_batches_and_what_stays_is_said(
         assert leftovers.forget_removed(conn, f"{name}/{new_ws}/x", new_ws) == 0
     finally:
         conn.execute(f"DROP FUNCTION {fn} CASCADE".encode())
+
+
+def chunk_texts(conn: db.Conn, ws: int, path: str) -> list[str]:
+    return [str(r[0]) for r in conn.execute(
+        "SELECT text FROM recalld_chunks WHERE workspace_id = %s AND path = %s ORDER BY seq",
+        (ws, path)).fetchall()]
+
+
+def test_chunk_rows_made_before_an_upload_count_only_under_the_settings_it_finds(
+        conn: db.Conn) -> None:
+    ws, _ = db.open_workspace(conn, "plan-" + uuid.uuid4().hex[:8])
+    assert db.chunk_settings(conn, ws) == (False, DEFAULT_MAX_CHARS)
+    chunks.start_chunking(conn, ws, max_chars=300)
+    assert db.chunk_settings(conn, ws) == (True, 300)
+    text = "# Plan\n\n" + "\n\n".join(f"Part {i}: the heron waits by the weir." * 4
+                                      for i in range(12)) + "\n"
+    made_before = [chunks.ChunkRow(0, 1, 1, "", "made before", "h", None, ["before"], [1], 1)]
+    # Made under the settings the transaction finds: stored as made.
+    kept = change("digest/wiki/kept.md", text)
+    db.upload_many(conn, ws, "ha", [(kept, kept.path, 0)],
+                   db.ChunkPlan(True, 300, {kept.id: made_before}))
+    assert chunk_texts(conn, ws, kept.path) == ["made before"]
+    # Made at another size, or before the workspace was chunked, or not made: the
+    # transaction makes them at the workspace's size.
+    fresh = [r.text for r in chunks.chunk_rows("digest/wiki/x.md", text.encode(),
+                                               max_chars=300)]
+    assert len(fresh) > 1
+    for i, plan in enumerate([lambda c: db.ChunkPlan(True, 200, {c.id: made_before}),
+                              lambda c: db.ChunkPlan(False, 300, {c.id: made_before}),
+                              lambda c: db.ChunkPlan(True, 300, {}),
+                              lambda c: None]):
+        other = change(f"digest/wiki/other-{i}.md", text)
+        db.upload_many(conn, ws, "ha", [(other, other.path, 0)], plan(other))
+        assert chunk_texts(conn, ws, other.path) == fresh, i

@@ -22,7 +22,8 @@ from test_remote import config, remote_status, write
 from waits import wait_for
 
 # A daemon started with this on its PYTHONPATH gives a database call up after
-# CALL_TIMEOUT_S seconds (default: db.CALL_TIMEOUT_S, far longer than a test).
+# CALL_TIMEOUT_S seconds (default: db.CALL_TIMEOUT_S, far longer than a test), and a
+# note's chunk rows after PREPARE_TIMEOUT_S (db.PREPARE_TIMEOUT_S).
 SITECUSTOMIZE = """\
 import os
 if os.environ.get("CALL_TIMEOUT_S"):
@@ -31,6 +32,9 @@ if os.environ.get("CALL_TIMEOUT_S"):
 if os.environ.get("SEARCH_TIMEOUT_S"):
     from recalld.daemon.remote import db
     db.SEARCH_TIMEOUT_S = float(os.environ["SEARCH_TIMEOUT_S"])
+if os.environ.get("PREPARE_TIMEOUT_S"):
+    from recalld.daemon.remote import db
+    db.PREPARE_TIMEOUT_S = float(os.environ["PREPARE_TIMEOUT_S"])
 """
 
 

@@ -4,9 +4,10 @@ consolidated), read and written on the job lock's connection (``Replica.job_lock
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.catalog import put_back_plan
@@ -35,7 +36,7 @@ class JobCatalog:
 
     async def load(self, job: str) -> dict[str, JsonObject]:
         try:
-            return await on_conn(self._conn, db.catalog, self._workspace_id, job)
+            return await on_conn(self._conn, catalog, self._workspace_id, job)
         except (psycopg.Error, db.NoAnswer) as exc:
             log.warning("shared workspace %s: %s catalog not read: %s", self._name, job,
                         one_line(exc, ()))
@@ -52,7 +53,7 @@ class JobCatalog:
         known.clear()
         known.update(catalog)
         try:
-            await on_conn(self._conn, db.put_catalog, self._workspace_id, job, changed,
+            await on_conn(self._conn, put_catalog, self._workspace_id, job, changed,
                           dropped)
         except (psycopg.Error, db.NoAnswer) as exc:
             log.warning("shared workspace %s: %s catalog not stored: %s", self._name, job,
@@ -65,11 +66,38 @@ class JobCatalog:
         those changed since (what a later run did stands). Unlike :meth:`store`, raises
         ProviderUnavailable when the server fails: the undo tells it later."""
         try:
-            current = await on_conn(self._conn, db.catalog, self._workspace_id, job)
+            current = await on_conn(self._conn, catalog, self._workspace_id, job)
             put, dropped = put_back_plan(current, changes)
-            await on_conn(self._conn, db.put_catalog, self._workspace_id, job, put,
+            await on_conn(self._conn, put_catalog, self._workspace_id, job, put,
                           [key for key in dropped if key in current])
         except (psycopg.Error, db.NoAnswer) as exc:
             self._writes.refused(exc, self._name)
             raise ProviderUnavailable(f"shared workspace {self._name}: {job} catalog not "
                                       f"put back: {one_line(exc, ())}") from None
+
+
+def catalog(conn: db.Conn, workspace_id: int, job: str) -> dict[str, JsonObject]:
+    """The records of ``job``'s catalog kept for the whole shared workspace, by key."""
+    rows = conn.execute("SELECT key, value FROM recalld_catalog WHERE workspace_id = %s"
+                        " AND job = %s", (workspace_id, job)).fetchall()
+    return {str(key): value for key, value in rows if isinstance(value, dict)}
+
+
+def put_catalog(conn: db.Conn, workspace_id: int, job: str,
+                records: Mapping[str, Mapping[str, object]],
+                dropped: Sequence[str] = ()) -> None:
+    """Store ``records`` in ``job``'s shared catalog (each replaces its key's) and remove
+    the keys ``dropped``, in one transaction."""
+    if not records and not dropped:
+        return
+    with conn.transaction(), conn.cursor() as cur:
+        if records:
+            cur.executemany(
+                "INSERT INTO recalld_catalog (workspace_id, job, key, value)"
+                " VALUES (%s, %s, %s, %s) ON CONFLICT (workspace_id, job, key)"
+                " DO UPDATE SET value = EXCLUDED.value, updated_at = now()",
+                [(workspace_id, job, key, Jsonb(dict(value)))
+                 for key, value in records.items()])
+        if dropped:
+            cur.execute("DELETE FROM recalld_catalog WHERE workspace_id = %s AND job = %s"
+                        " AND key = ANY(%s)", (workspace_id, job, list(dropped)))

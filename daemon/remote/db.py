@@ -27,7 +27,12 @@ distinct files in one transaction, each as below):
    the path and this change is stored as a conflict copy beside it, named with the
    server's time (the transaction's ``now()``), not the host's;
 4. when a host searches the workspace in the server (``search_chunked``), the file's
-   chunks and postings are replaced (``chunks.replace``);
+   chunks and postings are replaced (``chunks.replace``). The uploader makes the chunk
+   rows before the transaction (:class:`ChunkPlan`, from the settings
+   :func:`chunk_settings` read): masking and tokenizing a big note takes long, and the
+   transaction holds the workspace row's lock every other host's upload waits on, and
+   runs under :data:`CALL_TIMEOUT_S`. The transaction checks the settings again and makes
+   the rows itself only where they changed meanwhile (or were not made);
 5. the change id and outcome go into ``recalld_changes``; ``pg_notify`` (once per
    transaction) wakes the listeners of the workspace's channel at commit.
 """
@@ -38,19 +43,16 @@ import contextlib
 import logging
 import os
 import socket
-import stat
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from recalld.daemon import dsn
 from recalld.daemon.config import RemoteConfig
-from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.remote import chunks
+from recalld.daemon.remote import chunks, passfile
 from recalld.daemon.remote.localfs import conflict_name
 from recalld.daemon.remote.outbox import Change
 from recalld.daemon.remote.schema import migrate
@@ -68,6 +70,10 @@ FEED_PAGE_BYTES = 16 << 20
 #: How long a call on a connection may wait for the server (above statement_timeout:
 #: the server gives up a slow statement first).
 CALL_TIMEOUT_S = 45.0
+#: How long the uploader may take to make one note's chunk rows before its upload
+#: (``chunks.chunk_rows``, outside the transaction); a note that takes longer waits in
+#: the outbox, named in status, so the notes after it go up.
+PREPARE_TIMEOUT_S = 60.0
 #: How long a search waits for the server before the local index answers it (a search
 #: is waited on by an agent; the replica's own calls can wait longer).
 SEARCH_TIMEOUT_S = 5.0
@@ -157,52 +163,12 @@ def connect(cfg: RemoteConfig, *, environ: dict[str, str] | None = None,
     try:
         return _connect(conninfo, application_name)
     except psycopg.OperationalError as exc:
-        unusable = unusable_password_sources(cfg, env)
+        unusable = passfile.unusable_password_sources(cfg, env)
         if not unusable:
             raise
         # libpq passes over such a source without a word and reports only what the
         # server then says ("no password supplied"): say which configured one it skipped.
         raise psycopg.OperationalError(f"{exc} ({'; '.join(unusable)})") from None
-
-
-def unusable_password_sources(cfg: RemoteConfig, environ: Mapping[str, str]) -> list[str]:
-    """Why the password sources of ``cfg`` give libpq no password, one text each (none
-    when they are usable or unset). libpq ignores a password file that is missing, not a
-    regular file or open to the group or others (it must be 0600 or stricter), and an
-    unset variable gives nothing. The ``passfile`` set (in the table or the DSN) is
-    checked; else, where nothing else gives a password, the one libpq looks for by
-    itself (``PGPASSFILE``, ``~/.pgpass``) when it is there but skipped."""
-    out: list[str] = []
-    given = dsn.params(cfg.dsn)  # connect() parsed it first
-    named = cfg.passfile or given.get("passfile")
-    if named:
-        out += _passfile_unusable(os.path.expanduser(named), must_exist=True)
-    elif not (given.get("password") or environ.get("PGPASSWORD")
-              or (cfg.password_env and environ.get(cfg.password_env))):
-        default = environ.get("PGPASSFILE") or os.path.expanduser("~/.pgpass")
-        out += _passfile_unusable(default, must_exist=False)
-    if cfg.password_env and not environ.get(cfg.password_env):
-        out.append(f"password_env names {cfg.password_env}, which is not set in the "
-                   "daemon's environment")
-    return out
-
-
-def _passfile_unusable(path: str, *, must_exist: bool) -> list[str]:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return [f"passfile {path} does not exist"] if must_exist else []
-    except OSError as exc:
-        return [f"passfile {path} cannot be read: {exc.strerror}"]
-    if not stat.S_ISREG(st.st_mode):
-        return [f"passfile {path} is not a regular file"]
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        return [f"passfile {path} is ignored by libpq: its mode "
-                f"{stat.S_IMODE(st.st_mode):04o} lets the group or others read it "
-                "(chmod 600 it)"]
-    if not os.access(path, os.R_OK):
-        return [f"passfile {path} cannot be read: permission denied"]
-    return []
 
 
 def _connect(conninfo: str, application_name: str) -> Conn:
@@ -289,6 +255,27 @@ def drain_notifies(conn: Conn) -> int:
     return sum(1 for _ in conn.notifies(timeout=0.0))
 
 
+@dataclass(frozen=True, slots=True)
+class ChunkPlan:
+    """Chunk rows made before an upload (see the module docstring), under the settings
+    read then: whether the workspace is searched in the server and at what chunk size.
+    ``rows`` by change id; a change not in it has its rows made in the transaction."""
+
+    search_chunked: bool
+    max_chars: int
+    rows: Mapping[str, list[chunks.ChunkRow]]
+
+
+def chunk_settings(conn: Conn, workspace_id: int) -> tuple[bool, int]:
+    """Whether the workspace's uploads write chunks (``search_chunked``), and at what
+    chunk size (``chunks.workspace_max_chars``)."""
+    row = conn.execute("SELECT search_chunked FROM recalld_workspaces WHERE workspace_id"
+                       " = %s", (workspace_id,)).fetchone()
+    if row is None:
+        raise WorkspaceGone(workspace_id)
+    return bool(row[0]), chunks.workspace_max_chars(conn, workspace_id)
+
+
 def upload(conn: Conn, workspace_id: int, host: str, change: Change, target: str,
            base_version: int) -> Answer:
     """Commit ``change`` (stored at ``target``) if it was based on the current version,
@@ -298,17 +285,21 @@ def upload(conn: Conn, workspace_id: int, host: str, change: Change, target: str
 
 
 def upload_many(conn: Conn, workspace_id: int, host: str,
-                changes: Sequence[tuple[Change, str, int]]) -> list[Answer]:
+                changes: Sequence[tuple[Change, str, int]],
+                plan: ChunkPlan | None = None) -> list[Answer]:
     """Commit several changes, each as :func:`upload` would, in one transaction: their
     answers in order, all or none recorded. Each ``(change, target, base_version)``
     must name a target no other one in the list names (its base is this host's, not
-    one an earlier change of the list is about to make)."""
+    one an earlier change of the list is about to make). ``plan``: their chunk rows,
+    made before, used where the settings are still the ones it was made under."""
     answers: list[Answer] = []
     try:
         with conn.transaction():
             notify = 0
+            rows = _Rows(conn, workspace_id, plan)
             for change, target, base_version in changes:
-                answer = _upload_one(conn, workspace_id, host, change, target, base_version)
+                answer = _upload_one(conn, workspace_id, host, change, target, base_version,
+                                     rows)
                 answers.append(answer)
                 if answer.outcome in ("applied", "conflict") and not answer.replayed:
                     notify = max(notify, answer.version)
@@ -322,8 +313,29 @@ def upload_many(conn: Conn, workspace_id: int, host: str,
     return answers
 
 
+class _Rows:
+    """The chunk rows of an upload's changes, inside its transaction (which holds the
+    workspace row's lock by the time :meth:`of` is asked): the plan's where it was made
+    under the settings the transaction sees, else made here."""
+
+    def __init__(self, conn: Conn, workspace_id: int, plan: ChunkPlan | None) -> None:
+        self._conn, self._workspace_id, self._plan = conn, workspace_id, plan
+        self._max_chars: int | None = None
+
+    def of(self, change: Change, target: str) -> list[chunks.ChunkRow] | None:
+        if change.data is None:
+            return None
+        if self._max_chars is None:
+            self._max_chars = chunks.workspace_max_chars(self._conn, self._workspace_id)
+        plan = self._plan
+        if (plan is not None and plan.search_chunked and plan.max_chars == self._max_chars
+                and change.id in plan.rows):
+            return plan.rows[change.id]
+        return chunks.chunk_rows(target, change.data, max_chars=self._max_chars)
+
+
 def _upload_one(conn: Conn, workspace_id: int, host: str, change: Change, target: str,
-                base_version: int) -> Answer:
+                base_version: int, rows: _Rows) -> Answer:
     cid = uuid.UUID(change.id)
     done = conn.execute(
         "SELECT outcome, version, stored_path FROM recalld_changes "
@@ -370,9 +382,7 @@ def _upload_one(conn: Conn, workspace_id: int, host: str, change: Change, target
         _write_row(conn, workspace_id, stored, change, version, host, cid)
         if search_chunked:
             # Some host searches this workspace in the server: its chunks go along.
-            rows = None if change.data is None else chunks.chunk_rows(
-                target, change.data, max_chars=chunks.workspace_max_chars(conn, workspace_id))
-            chunks.replace(conn, workspace_id, stored, rows, version)
+            chunks.replace(conn, workspace_id, stored, rows.of(change, target), version)
     else:
         version = kept_version
     conn.execute(
@@ -463,30 +473,3 @@ def outside(conn: Conn, workspace_id: int, folders: Sequence[str]) -> tuple[int,
     if row is None or not row[0]:
         return 0, None
     return int(str(row[0])), str(row[1])
-
-
-def catalog(conn: Conn, workspace_id: int, job: str) -> dict[str, JsonObject]:
-    """The records of ``job``'s catalog kept for the whole shared workspace, by key."""
-    rows = conn.execute("SELECT key, value FROM recalld_catalog WHERE workspace_id = %s"
-                        " AND job = %s", (workspace_id, job)).fetchall()
-    return {str(key): value for key, value in rows if isinstance(value, dict)}
-
-
-def put_catalog(conn: Conn, workspace_id: int, job: str,
-                records: Mapping[str, Mapping[str, object]],
-                dropped: Sequence[str] = ()) -> None:
-    """Store ``records`` in ``job``'s shared catalog (each replaces its key's) and remove
-    the keys ``dropped``, in one transaction."""
-    if not records and not dropped:
-        return
-    with conn.transaction(), conn.cursor() as cur:
-        if records:
-            cur.executemany(
-                "INSERT INTO recalld_catalog (workspace_id, job, key, value)"
-                " VALUES (%s, %s, %s, %s) ON CONFLICT (workspace_id, job, key)"
-                " DO UPDATE SET value = EXCLUDED.value, updated_at = now()",
-                [(workspace_id, job, key, Jsonb(dict(value)))
-                 for key, value in records.items()])
-        if dropped:
-            cur.execute("DELETE FROM recalld_catalog WHERE workspace_id = %s AND job = %s"
-                        " AND key = ANY(%s)", (workspace_id, job, list(dropped)))

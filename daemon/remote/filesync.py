@@ -39,18 +39,18 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
-from typing import TypedDict
 
 import psycopg
 import trio
 
 from recalld.daemon.config import RemoteConfig
-from recalld.daemon.remote import db, leftovers, refusals, writes
+from recalld.daemon.remote import chunkplan, db, leftovers, refusals, writes
 from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.remote.conflicts import report_conflict, report_restored
 from recalld.daemon.remote.localfs import EditedMeanwhile, LocalFile
 from recalld.daemon.remote.outbox import Change
 from recalld.daemon.remote.replicafiles import ReplicaFiles
+from recalld.daemon.remote.replicastatus import OutsideStatus, count_outside
 from recalld.daemon.remote.state import Base
 from recalld.daemon.watcher import Watcher
 from recalld.daemon.watchrecords import WatcherConfig
@@ -69,16 +69,12 @@ UPLOAD_RUN = 100
 UPLOAD_RUN_BYTES = 4 << 20
 
 
-class OutsideStatus(TypedDict):
-    notes: int  # notes of the workspace outside this host's folders
-    example: str | None
-
-
 class FileSync(ReplicaFiles):
     """The file exchange of one shared workspace's replica (see the module docstring)."""
 
     def __init__(self, ws: Workspace, cfg: RemoteConfig, *, host: str,
-                 writer_lock: trio.Lock, reconcile_interval_s: float) -> None:
+                 writer_lock: trio.Lock, reconcile_interval_s: float,
+                 cpu: trio.CapacityLimiter | None = None) -> None:
         super().__init__(ws, cfg)
         self.host = host
         s = ws.settings
@@ -93,6 +89,7 @@ class FileSync(ReplicaFiles):
         # Held around each call on the replica's writer connection, which the embedding
         # exchange and the chunk backfill use too.
         self._writer_lock = writer_lock
+        self._cpu = cpu or trio.CapacityLimiter(1)  # the daemon's, for the chunk rows
         self._uploaded_event = trio.Event()
         self.last_upload: float | None = None
         self.last_pull: float | None = None
@@ -181,13 +178,23 @@ class FileSync(ReplicaFiles):
             await self._send(conn, workspace_id, batch)
 
     async def _send(self, conn: db.Conn, workspace_id: int,
-                    batch: list[tuple[Change, str, int]]) -> None:
-        """Upload ``batch`` and record the answers; a run the server refuses is sent
-        again one change at a time, so only the change it refuses waits (``refusals``)."""
+                    batch: list[tuple[Change, str, int]],
+                    plan: chunkplan.Plan | None = None) -> None:
+        """Upload ``batch`` (its chunk rows made first: ``chunkplan.py``) and record the
+        answers; a run the server refuses is sent again one change at a time, so only the
+        change it refuses waits (``refusals``), as does a note too slow to chunk."""
+        if plan is None:
+            plan = await chunkplan.prepare(conn, workspace_id, batch, cpu=self._cpu,
+                                           writer_lock=self._writer_lock)
+            for change in [c for c, _t, _b in batch if c.path in plan.slow]:
+                await self._hold(change, plan.slow[change.path], until_changed=True)
+            if not (batch := [one for one in batch if one[0].path not in plan.slow]):
+                self._answered()
+                return
         try:
             async with self._writer_lock:
                 answers = await on_conn(conn, db.upload_many, workspace_id, self.host,
-                                        batch)
+                                        batch, plan.rows)
         except psycopg.Error as exc:
             delay = self.writes.refused(exc, self._cfg.name)
             if delay is not None:
@@ -197,16 +204,9 @@ class FileSync(ReplicaFiles):
                 raise
             if len(batch) > 1:
                 for one in batch:
-                    await self._send(conn, workspace_id, [one])
+                    await self._send(conn, workspace_id, [one], plan)
                 return
-            change = batch[0][0]
-            async with self._lock:
-                if self._outbox.count_for(change.path) > 1:  # a later change replaces it
-                    self.refusals.clear([change.path])
-                    with trio.CancelScope(shield=True):
-                        await in_thread(self._outbox.done, [change.id])
-                else:
-                    self.refusals.add(self._cfg.name, change.path, exc)
+            await self._hold(batch[0][0], refusals.reason(batch[0][0].path, exc))
             self._answered()
             return
         self.writes_taken()
@@ -217,6 +217,17 @@ class FileSync(ReplicaFiles):
         self._answered()
         for path in settle:
             await self._fetch_and_settle(conn, workspace_id, path)
+
+    async def _hold(self, change: Change, why: str, *, until_changed: bool = False) -> None:
+        """Hold ``change`` back (``refusals``), or drop it if a later one replaces it."""
+        async with self._lock:
+            if self._outbox.count_for(change.path) > 1:  # a later change replaces it
+                self.refusals.clear([change.path])
+                with trio.CancelScope(shield=True):
+                    await in_thread(self._outbox.done, [change.id])
+            else:
+                self.refusals.add(self._cfg.name, change.path, why,
+                                  until_changed=until_changed)
 
     async def _try_write(self, conn: db.Conn, workspace_id: int) -> None:
         """Whether the server takes this host's writes again (nothing to upload)."""
@@ -419,24 +430,14 @@ class FileSync(ReplicaFiles):
             self.last_pull = time.time()
             self.behind = max(0, self.behind - len(rows))
         self.behind = 0
-        if self._passed_outside:
-            await self._count_outside(conn, workspace_id)
+        if self._passed_outside:  # counted again (status, doctor)
+            self._passed_outside = False
+            self.outside = await count_outside(conn, workspace_id, self.folders,
+                                               self._cfg.name, self.outside)
         for path in blocked.keys() - self._feed_blocked.keys():
             log.warning("shared workspace %s: %s", self._cfg.name, blocked[path])
         self._feed_blocked = blocked
         return after
-
-    async def _count_outside(self, conn: db.Conn, workspace_id: int) -> None:
-        """Count the notes outside this host's folders (status, doctor; logged when
-        the first is found)."""
-        self._passed_outside = False
-        count, example = await on_conn(conn, db.outside, workspace_id, self.folders)
-        if count and not self.outside["notes"]:
-            log.warning("shared workspace %s: %d note(s) of it lie outside this host's "
-                        "folders (%s), e.g. %r: another host's daily_dir or digest_dir "
-                        "differs; they are not replicated here", self._cfg.name, count,
-                        ", ".join(self.folders), example)
-        self.outside = OutsideStatus(notes=count, example=example)
 
     def _wanted(self, row: db.Row) -> bool:
         """Whether the newer server row ``row`` is this replica's to write (lock held)."""

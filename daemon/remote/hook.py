@@ -39,9 +39,11 @@ REPLICA_START_WAIT_S = 10.0
 class RemoteService:
     """The replica of a shared workspace, or nothing for a local one."""
 
-    def __init__(self, ws: Workspace, *, chunk_max_chars: int = DEFAULT_MAX_CHARS) -> None:
+    def __init__(self, ws: Workspace, *, chunk_max_chars: int = DEFAULT_MAX_CHARS,
+                 cpu: trio.CapacityLimiter | None = None) -> None:
         self._ws = ws
         self._max_chars = chunk_max_chars
+        self._cpu = cpu  # the daemon's CPU limiter (the uploads' chunk rows)
         self.replica: Replica | None = None
         self._started = trio.Event()
 
@@ -55,7 +57,7 @@ class RemoteService:
             return
         from recalld.daemon.remote.replica import Replica
 
-        replica = Replica(self._ws, cfg, chunk_max_chars=self._max_chars)
+        replica = Replica(self._ws, cfg, chunk_max_chars=self._max_chars, cpu=self._cpu)
         self.replica = replica
         self._ws.add_status("remote", replica.status)
         self._started.set()

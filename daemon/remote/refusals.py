@@ -17,6 +17,7 @@ a note masked where a name in its path looks like a credential, as search shows 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable
 
 import psycopg
@@ -64,14 +65,16 @@ class Refusals:
     def reasons(self) -> dict[str, str]:
         return {path: why for path, (why, _at) in self._refused.items()}
 
-    def add(self, name: str, path: str, exc: psycopg.Error) -> None:
-        """Record the server's refusal ``exc`` of the change of ``path`` (of shared
-        workspace ``name``: logged the first time)."""
-        why = reason(path, exc)
+    def add(self, name: str, path: str, why: str, *, until_changed: bool = False) -> None:
+        """Record why the change of ``path`` (of shared workspace ``name``: logged the
+        first time) does not go up: the server refused it (:func:`reason`), tried again
+        after :data:`RETRY_S`, or ``until_changed``: it waits for a later change of the
+        path (or the next session) instead."""
         if path not in self._refused:
             log.warning("shared workspace %s: %s; the change stays in the outbox and is "
-                        "tried again later", name, why)
-        self._refused[path] = (why, trio.current_time())
+                        "tried again %s", name, why,
+                        "when it changes" if until_changed else "later")
+        self._refused[path] = (why, math.inf if until_changed else trio.current_time())
 
     def clear(self, paths: Iterable[str] | None = None) -> None:
         """Forget ``paths`` (stored now, or their changes gone); None: every path (a new

@@ -77,15 +77,15 @@ class Replica:
     """The replica service of one shared workspace (see the module docstring)."""
 
     def __init__(self, ws: Workspace, cfg: RemoteConfig,
-                 *, reconcile_interval_s: float = 300.0,
-                 chunk_max_chars: int = DEFAULT_MAX_CHARS) -> None:
+                 *, reconcile_interval_s: float = 300.0, chunk_max_chars: int =
+                 DEFAULT_MAX_CHARS, cpu: trio.CapacityLimiter | None = None) -> None:
         self._cfg = cfg
         self.host = cfg.host or default_host()
         # The writer connection, shared by the uploader and the embedding exchange.
         self._writer: db.Conn | None = None
         self._writer_lock = trio.Lock()
         self._files = FileSync(ws, cfg, host=self.host, writer_lock=self._writer_lock,
-                               reconcile_interval_s=reconcile_interval_s)
+                               reconcile_interval_s=reconcile_interval_s, cpu=cpu)
         self._rng = random.Random()  # noqa: S311 (backoff jitter)
         self._workspace_id: int | None = None
         self._conn_state = "connecting"

@@ -4,11 +4,34 @@ what each field means)."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from typing import TypedDict
 
-from recalld.daemon.remote.filesync import OutsideStatus
+from recalld.daemon.remote import db
+from recalld.daemon.remote.calls import on_conn
 from recalld.daemon.remote.guard import HeldStatus
 from recalld.daemon.watchpaths import MisnamedStatus
+
+log = logging.getLogger(__name__)
+
+
+class OutsideStatus(TypedDict):
+    notes: int  # notes of the workspace outside this host's folders
+    example: str | None
+
+
+async def count_outside(conn: db.Conn, workspace_id: int, folders: Sequence[str],
+                        name: str, before: OutsideStatus) -> OutsideStatus:
+    """The notes of shared workspace ``name`` outside this host's ``folders`` (logged
+    when the first is found: ``before`` had none)."""
+    count, example = await on_conn(conn, db.outside, workspace_id, folders)
+    if count and not before["notes"]:
+        log.warning("shared workspace %s: %d note(s) of it lie outside this host's "
+                    "folders (%s), e.g. %r: another host's daily_dir or digest_dir "
+                    "differs; they are not replicated here", name, count,
+                    ", ".join(folders), example)
+    return OutsideStatus(notes=count, example=example)
 
 
 class VectorCounts(TypedDict):

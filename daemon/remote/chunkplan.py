@@ -1,0 +1,77 @@
+"""The chunk rows of an upload, made before its transaction (``db.ChunkPlan``).
+
+When some host searches a shared workspace in the server, every upload writes its notes'
+chunk rows (``remote/chunks.py``). Masking, chunking and tokenizing a big note takes long
+(seconds per megabyte of token-like lines), and the upload's transaction holds the
+workspace row's lock that every other host's upload waits on, under the call limit
+(``db.CALL_TIMEOUT_S``). So the uploader reads the settings the rows depend on first
+(``db.chunk_settings``), makes the rows in worker threads under the daemon's CPU limiter,
+and the transaction uses them where the settings are still the same
+(``db.upload_many``). A note whose rows take longer than ``db.PREPARE_TIMEOUT_S``
+(counted from when its thread has a CPU token) is left out of the run and named
+(:attr:`Plan.slow`): the uploader holds it back, and the notes after it go up. Its thread
+is abandoned, not stopped (a thread cannot be): it ends by itself, its work bounded by
+the note size the chunker reads (``MAX_NOTE_BYTES``), holding its CPU token until then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+import trio
+
+from recalld.daemon.remote import chunks, db
+from recalld.daemon.remote.calls import on_conn
+from recalld.daemon.remote.outbox import Change
+from recalld.daemon.safepath import masked
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What :func:`prepare` made: the rows (None when the workspace's uploads write no
+    chunks) and the paths of the notes that took too long, each with why."""
+
+    rows: db.ChunkPlan | None
+    slow: dict[str, str] = field(default_factory=dict)
+
+
+async def prepare(conn: db.Conn, workspace_id: int, batch: Sequence[tuple[Change, str, int]],
+                  *, writer_lock: trio.Lock, cpu: trio.CapacityLimiter) -> Plan:
+    """The chunk rows of ``batch``'s changes (see the module), each given up after
+    ``db.PREPARE_TIMEOUT_S``. The settings are read on ``conn`` under ``writer_lock``;
+    the rows are made without holding it. Cancelled, the threads under way are
+    abandoned."""
+    async with writer_lock:
+        chunked, max_chars = await on_conn(conn, db.chunk_settings, workspace_id)
+    if not chunked:
+        return Plan(None)
+    rows: dict[str, list[chunks.ChunkRow]] = {}
+    slow: dict[str, str] = {}
+    limit = db.PREPARE_TIMEOUT_S
+    for change, target, _base in batch:
+        if change.data is None:
+            continue
+        with trio.CancelScope() as scope:
+            make = partial(_timed, scope, limit, target, change.data, max_chars)
+            rows[change.id] = await trio.to_thread.run_sync(make, limiter=cpu,
+                                                            abandon_on_cancel=True)
+        if scope.cancelled_caught:
+            slow[change.path] = (
+                f"{masked(change.path)} takes longer than {limit:g} s to prepare for "
+                "searching in the server (masking and chunking it)")
+    return Plan(db.ChunkPlan(chunked, max_chars, rows), slow)
+
+
+def _timed(scope: trio.CancelScope, limit: float, path: str, data: bytes,
+           max_chars: int) -> list[chunks.ChunkRow]:
+    """``chunks.chunk_rows`` in a worker thread, ``scope`` given its deadline once the
+    thread has its CPU token (a wait for the limiter, busy with another workspace's
+    rebuild, is not the note's slowness)."""
+    trio.from_thread.run_sync(_start_clock, scope, limit)
+    return chunks.chunk_rows(path, data, max_chars=max_chars)
+
+
+def _start_clock(scope: trio.CancelScope, limit: float) -> None:
+    scope.deadline = trio.current_time() + limit

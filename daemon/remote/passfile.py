@@ -1,0 +1,52 @@
+"""Why the password sources a shared workspace's configuration names give libpq no
+password: libpq passes over such a source without a word (``db.connect`` adds these
+texts to the server's "no password supplied")."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+
+from recalld.daemon import dsn
+from recalld.daemon.config import RemoteConfig
+
+
+def unusable_password_sources(cfg: RemoteConfig, environ: Mapping[str, str]) -> list[str]:
+    """Why the password sources of ``cfg`` give libpq no password, one text each (none
+    when they are usable or unset). libpq ignores a password file that is missing, not a
+    regular file or open to the group or others (it must be 0600 or stricter), and an
+    unset variable gives nothing. The ``passfile`` set (in the table or the DSN) is
+    checked; else, where nothing else gives a password, the one libpq looks for by
+    itself (``PGPASSFILE``, ``~/.pgpass``) when it is there but skipped."""
+    out: list[str] = []
+    given = dsn.params(cfg.dsn)  # connect() parsed it first
+    named = cfg.passfile or given.get("passfile")
+    if named:
+        out += _passfile_unusable(os.path.expanduser(named), must_exist=True)
+    elif not (given.get("password") or environ.get("PGPASSWORD")
+              or (cfg.password_env and environ.get(cfg.password_env))):
+        default = environ.get("PGPASSFILE") or os.path.expanduser("~/.pgpass")
+        out += _passfile_unusable(default, must_exist=False)
+    if cfg.password_env and not environ.get(cfg.password_env):
+        out.append(f"password_env names {cfg.password_env}, which is not set in the "
+                   "daemon's environment")
+    return out
+
+
+def _passfile_unusable(path: str, *, must_exist: bool) -> list[str]:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return [f"passfile {path} does not exist"] if must_exist else []
+    except OSError as exc:
+        return [f"passfile {path} cannot be read: {exc.strerror}"]
+    if not stat.S_ISREG(st.st_mode):
+        return [f"passfile {path} is not a regular file"]
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        return [f"passfile {path} is ignored by libpq: its mode "
+                f"{stat.S_IMODE(st.st_mode):04o} lets the group or others read it "
+                "(chmod 600 it)"]
+    if not os.access(path, os.R_OK):
+        return [f"passfile {path} cannot be read: permission denied"]
+    return []

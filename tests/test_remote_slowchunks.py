@@ -1,0 +1,66 @@
+"""Shared workspaces searched in the server, with a note slow to chunk: the uploader
+makes each note's chunk rows before the upload's transaction (which holds the lock every
+other host's upload waits on, under the call limit), and a note whose rows take longer
+than their limit waits alone in the outbox, named in status, while the notes after it go
+up. Two daemons ("two hosts") share one workspace on the server of ``pg_server``, as in
+tests/test_remote.py; the uploading one has its limits cut to a second (the launcher
+hook of tests/test_remote_hang.py).
+"""
+
+from __future__ import annotations
+
+import secrets
+import signal
+import uuid
+from pathlib import Path
+
+from conftest import DaemonFactory
+from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
+from test_remote import config, converged, notes, remote_status, write
+from test_remote_hang import SITECUSTOMIZE
+from waits import wait_for
+
+# Lines of token-like words: masking them takes seconds (about 10 s a megabyte on an
+# idle machine), far past a one-second limit, whatever the load.
+SLOW = "# Keys\n\n" + "".join(f"key {i}: sk-{secrets.token_hex(20)}\n"
+                              for i in range(8000))
+
+
+def test_a_note_slow_to_chunk_waits_alone_and_holds_no_upload_back(
+        daemon_factory: DaemonFactory, pg_server: PgServer,  # noqa: F811
+        tmp_path: Path) -> None:
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
+    name = "s" + uuid.uuid4().hex[:12]
+    a = daemon_factory(config(pg_server.dsn, name, "hosta", ', search_mode = "server"'))
+    b = daemon_factory(config(pg_server.dsn, name, "hostb"), PYTHONPATH=str(hooks),
+                       CALL_TIMEOUT_S="1", PREPARE_TIMEOUT_S="1")
+    for d in (a, b):
+        wait_for(lambda d=d: remote_status(d)["state"] == "online", what="online")
+    wait_for(lambda: remote_status(a)["search"]["chunks_ready"], what="chunked")
+
+    slow, small = "memory/2026-12-09/keys.md", "memory/2026-12-09/after.md"
+    b.signal(signal.SIGSTOP)  # queued in one run, the slow note first
+    try:
+        write(b, slow, SLOW)
+        write(b, small, "# After\nthe otter naps on the jetty\n")
+    finally:
+        b.signal(signal.SIGCONT)
+    wait_for(lambda: small in notes(a), what="the note after the slow one on a")
+    status = wait_for(lambda: (lambda s: s if s["refused"] else None)(remote_status(b)),
+                      what="the slow note named in status")
+    assert list(status["refused"]) == [slow], status
+    assert "takes longer than 1 s to prepare" in status["refused"][slow], status
+    assert status["outbox"] == 1 and status["state"] != "offline", status
+    res = a.call("memory.search", {"agent_id": "default", "query": "otter jetty",
+                                   "sync": True, "max_results": 5})
+    assert res["search_mode"] == "server"
+    assert [r["path"] for r in res["results"]] == [small], res
+    # Later notes go up too.
+    write(b, "memory/2026-12-09/later.md", "# Later\nthe heron stands still\n")
+    wait_for(lambda: "memory/2026-12-09/later.md" in notes(a), what="a later note on a")
+    # An edit that is quick to chunk takes the slow change's place.
+    write(b, slow, "# Keys\nnone kept here now\n")
+    wait_for(lambda: converged(a, b) and slow in notes(a), what="converged")
+    assert remote_status(b)["refused"] == {}
