@@ -20,10 +20,10 @@ from test_remote import config, converged, notes, remote_status, write
 from test_remote_hang import SITECUSTOMIZE
 from waits import wait_for
 
-# Lines of token-like words: masking them takes seconds (about 10 s a megabyte on an
-# idle machine), far past a one-second limit, whatever the load.
+# Lines of token-like words: masking them takes seconds (about 2 s a megabyte on an
+# idle machine, 2 MB here), far past a one-second limit, whatever the load.
 SLOW = "# Keys\n\n" + "".join(f"key {i}: sk-{secrets.token_hex(20)}\n"
-                              for i in range(8000))
+                              for i in range(40000))
 
 
 def test_a_note_slow_to_chunk_waits_alone_and_holds_no_upload_back(
@@ -64,3 +64,29 @@ def test_a_note_slow_to_chunk_waits_alone_and_holds_no_upload_back(
     write(b, slow, "# Keys\nnone kept here now\n")
     wait_for(lambda: converged(a, b) and slow in notes(a), what="converged")
     assert remote_status(b)["refused"] == {}
+
+
+def test_a_note_slow_to_chunk_holds_back_no_chunk_backfill(
+        daemon_factory: DaemonFactory, pg_server: PgServer,  # noqa: F811
+        tmp_path: Path) -> None:
+    # Uploaded before any host searched in the server: the searching host chunks them.
+    name = "s" + uuid.uuid4().hex[:12]
+    b = daemon_factory(config(pg_server.dsn, name, "hostb"))
+    wait_for(lambda: remote_status(b)["state"] == "online", what="online")
+    slow, small = "memory/2026-12-09/keys.md", "memory/2026-12-09/otter.md"
+    write(b, slow, SLOW)
+    write(b, small, "# Otter\nthe otter naps on the jetty\n")
+    wait_for(lambda: remote_status(b)["outbox"] == 0, what="both up")
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
+    a = daemon_factory(config(pg_server.dsn, name, "hosta", ', search_mode = "server"'),
+                       PYTHONPATH=str(hooks), CALL_TIMEOUT_S="1", PREPARE_TIMEOUT_S="1")
+    status = wait_for(lambda: (lambda s: s if s["search"]["chunks_ready"] else None)(
+        remote_status(a)), what="the files before chunked")
+    assert status["state"] == "online", status
+    assert "keys.md takes longer than 1 s to prepare" in str(status["search"]), status
+    res = a.call("memory.search", {"agent_id": "default", "query": "otter jetty",
+                                   "sync": True, "max_results": 5})
+    assert res["search_mode"] == "server"
+    assert [r["path"] for r in res["results"]] == [small], res

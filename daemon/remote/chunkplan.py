@@ -49,19 +49,32 @@ async def prepare(conn: db.Conn, workspace_id: int, batch: Sequence[tuple[Change
         return Plan(None)
     rows: dict[str, list[chunks.ChunkRow]] = {}
     slow: dict[str, str] = {}
-    limit = db.PREPARE_TIMEOUT_S
     for change, target, _base in batch:
         if change.data is None:
             continue
-        with trio.CancelScope() as scope:
-            make = partial(_timed, scope, limit, target, change.data, max_chars)
-            rows[change.id] = await trio.to_thread.run_sync(make, limiter=cpu,
-                                                            abandon_on_cancel=True)
-        if scope.cancelled_caught:
-            slow[change.path] = (
-                f"{masked(change.path)} takes longer than {limit:g} s to prepare for "
-                "searching in the server (masking and chunking it)")
+        made = await rows_of(target, change.data, max_chars, cpu)
+        if made is None:
+            slow[change.path] = too_slow(change.path)
+        else:
+            rows[change.id] = made
     return Plan(db.ChunkPlan(chunked, max_chars, rows), slow)
+
+
+async def rows_of(path: str, data: bytes, max_chars: int, cpu: trio.CapacityLimiter
+                  ) -> list[chunks.ChunkRow] | None:
+    """The chunk rows of the note ``path`` holding ``data``, made in a worker thread
+    under ``cpu``; None when they took longer than ``db.PREPARE_TIMEOUT_S`` (see the
+    module)."""
+    with trio.CancelScope() as scope:
+        make = partial(_timed, scope, db.PREPARE_TIMEOUT_S, path, data, max_chars)
+        return await trio.to_thread.run_sync(make, limiter=cpu, abandon_on_cancel=True)
+    return None
+
+
+def too_slow(path: str) -> str:
+    """Why ``path`` has no chunks in the server: :func:`rows_of` gave up."""
+    return (f"{masked(path)} takes longer than {db.PREPARE_TIMEOUT_S:g} s to prepare for "
+            "searching in the server (masking and chunking it)")
 
 
 def _timed(scope: trio.CancelScope, limit: float, path: str, data: bytes,

@@ -11,15 +11,16 @@ workspace's row keeps the chunk count and the sum of lengths (``search_chunks``,
 Only workspaces some host searches in the server pay for this: such a host sets the
 workspace's ``search_chunked`` (:func:`start_chunking`), from then on the host that
 uploads a change writes its chunks in the same transaction (:func:`replace`, called by
-``db.upload``), and :func:`backfill` chunks the files written before (``chunked_version``
-differs from ``version``). The flag is set under the workspace row's lock, which every
-upload takes first, so each upload either saw it or committed before it and is
-backfilled. The workspace's catalog records the chunking rules (``rules.CHUNKING``) its
-chunks were made under: a host on newer rules (an upgrade changed the tokenizer or the
-masking) has every file chunked again, as the local index reads every note again. It
-records the chunk size too (the ``chunk_max_chars`` of the host that searches in the
-server): every host chunks the workspace's files at that size, whatever its own, so the
-server's chunks are the ones that host's own index makes (:func:`workspace_max_chars`).
+``db.upload``), and the backfill (:func:`backfill_todo`, :func:`backfill_file`) chunks
+the files written before (``chunked_version`` differs from ``version``). The flag is set
+under the workspace row's lock, which every upload takes first, so each upload either
+saw it or committed before it and is backfilled. The workspace's catalog records the
+chunking rules (``rules.CHUNKING``) its chunks were made under: a host on newer rules (an
+upgrade changed the tokenizer or the masking) has every file chunked again, as the local
+index reads every note again. It records the chunk size too (the ``chunk_max_chars`` of
+the host that searches in the server): every host chunks the workspace's files at that
+size, whatever its own, so the server's chunks are the ones that host's own index makes
+(:func:`workspace_max_chars`).
 Blocking psycopg calls: run them in worker threads.
 """
 
@@ -214,29 +215,47 @@ def start_chunking(conn: Conn, workspace_id: int, max_chars: int = DEFAULT_MAX_C
         return marked.rowcount > 0
 
 
-def backfill(conn: Conn, workspace_id: int, *, limit: int = BACKFILL_PAGE) -> int:
-    """Chunk up to ``limit`` files whose chunks are missing or stale, at the workspace's
-    size; how many were done (0: none left). Each file in a transaction of its own that
-    re-checks its version."""
-    max_chars = workspace_max_chars(conn, workspace_id)
+def backfill_todo(conn: Conn, workspace_id: int, skip: list[str], *,
+                  limit: int = BACKFILL_PAGE) -> tuple[int, list[tuple[str, int]]]:
+    """The workspace's chunk size and up to ``limit`` files (path, version) whose chunks
+    are missing or stale, but those of ``skip``. The caller makes each one's rows
+    outside any transaction (``chunkplan.rows_of``: masking a big note takes long) and
+    stores them with :func:`backfill_file`."""
     todo = conn.execute(
         "SELECT path, version FROM recalld_files WHERE workspace_id = %s"
-        " AND chunked_version IS DISTINCT FROM version ORDER BY version LIMIT %s",
-        (workspace_id, limit)).fetchall()
-    for path_, version_ in todo:
-        path, version = str(path_), int(str(version_))
-        with conn.transaction():
-            # The workspace row first, as an upload takes it: the same lock order.
-            conn.execute("SELECT 1 FROM recalld_workspaces WHERE workspace_id = %s"
-                         " FOR UPDATE", (workspace_id,))
-            row = conn.execute(
-                "SELECT content, deleted, version FROM recalld_files"
-                " WHERE workspace_id = %s AND path = %s FOR UPDATE",
-                (workspace_id, path)).fetchone()
-            if row is None or int(str(row[2])) != version:
-                continue  # changed meanwhile: its upload wrote the chunks
-            data = row[0]
-            assert isinstance(data, bytes | memoryview)
-            rows = None if row[1] else chunk_rows(path, bytes(data), max_chars=max_chars)
-            replace(conn, workspace_id, path, rows, version)
-    return len(todo)
+        " AND chunked_version IS DISTINCT FROM version AND path <> ALL(%s)"
+        " ORDER BY version LIMIT %s", (workspace_id, skip, limit)).fetchall()
+    return (workspace_max_chars(conn, workspace_id),
+            [(str(path), int(str(version))) for path, version in todo])
+
+
+def file_at(conn: Conn, workspace_id: int, path: str, version: int
+            ) -> tuple[bool, bytes | None]:
+    """Whether ``path`` is still at ``version``, and its content then (None: deleted)."""
+    row = conn.execute("SELECT content, deleted FROM recalld_files WHERE workspace_id = %s"
+                       " AND path = %s AND version = %s",
+                       (workspace_id, path, version)).fetchone()
+    if row is None:
+        return False, None
+    data = row[0]
+    assert isinstance(data, bytes | memoryview)
+    return True, None if row[1] else bytes(data)
+
+
+def backfill_file(conn: Conn, workspace_id: int, path: str, version: int,
+                  rows: list[ChunkRow] | None, max_chars: int) -> bool:
+    """Store ``path``'s chunk ``rows`` made from its ``version`` at ``max_chars``, in a
+    transaction of its own, unless the file or the workspace's chunk size changed since
+    (its upload wrote the chunks, or the next page makes them again); whether it did."""
+    with conn.transaction():
+        # The workspace row first, as an upload takes it: the same lock order.
+        conn.execute("SELECT 1 FROM recalld_workspaces WHERE workspace_id = %s"
+                     " FOR UPDATE", (workspace_id,))
+        row = conn.execute(
+            "SELECT version FROM recalld_files WHERE workspace_id = %s AND path = %s"
+            " FOR UPDATE", (workspace_id, path)).fetchone()
+        if (row is None or int(str(row[0])) != version
+                or workspace_max_chars(conn, workspace_id) != max_chars):
+            return False
+        replace(conn, workspace_id, path, rows, version)
+        return True

@@ -106,7 +106,7 @@ class Replica:
         self._searcher = ServerSearcher(ws, cfg, host=self.host, secrets=self._secrets,
                                         writer_lock=self._writer_lock,
                                         max_chars=chunk_max_chars,
-                                        writes=self._files.writes)
+                                        writes=self._files.writes, cpu=cpu)
         self._nursery: trio.Nursery | None = None
         self._files.on_queued = self._want_server
 

@@ -44,7 +44,7 @@ class ServerSearcher:
 
     def __init__(self, ws: Workspace, cfg: RemoteConfig, *, host: str,
                  secrets: Sequence[str], writer_lock: trio.Lock, max_chars: int,
-                 writes: WriteRefusal) -> None:
+                 writes: WriteRefusal, cpu: trio.CapacityLimiter | None = None) -> None:
         self._ws = ws
         self._cfg = cfg
         self.host = host
@@ -52,6 +52,9 @@ class ServerSearcher:
         # Held around each call on the replica's writer connection (the chunk backfill's).
         self._writer_lock = writer_lock
         self._max_chars = max_chars
+        self._cpu = cpu or trio.CapacityLimiter(1)  # the daemon's: making chunk rows
+        #: Notes too slow to chunk (``chunkplan.rows_of``), passed by for the session.
+        self.unchunked: set[str] = set()
         # Whether the server refuses this host's writes (shared with the uploader).
         self._writes = writes
         # Searching in the server (search_mode "server"): a connection of its own, opened
@@ -81,6 +84,7 @@ class ServerSearcher:
         """The replica is online again: the server's chunks are checked afresh before it
         answers, and a pause after an unanswered search ends (the server answers again)."""
         self.chunks_ready = False
+        self.unchunked.clear()
         self._paused_until = -math.inf
 
     async def chunk_backfill(self, conn: db.Conn, workspace_id: int) -> None:
@@ -117,8 +121,7 @@ class ServerSearcher:
             wrote = await on_conn(conn, chunks.start_chunking, workspace_id,
                                   self._max_chars)
         while True:
-            async with self._writer_lock:
-                done = await on_conn(conn, chunks.backfill, workspace_id)
+            done = await self._chunk_page(conn, workspace_id)
             wrote = wrote or bool(done)
             if not done:
                 if wrote and self._writes.cleared():
@@ -127,6 +130,35 @@ class ServerSearcher:
                 self.chunks_ready = True
                 return
             self.chunks_backfilled += done
+
+    async def _chunk_page(self, conn: db.Conn, workspace_id: int) -> int:
+        """Chunk a page of the files whose chunks are missing or stale, each note's rows
+        made outside the transaction that stores them (``chunkplan.rows_of``); how many
+        files were looked at (0: none left). A note too slow to chunk is passed by for
+        the session, named in ``last_error``."""
+        from recalld.daemon.remote import chunkplan, chunks
+
+        async with self._writer_lock:
+            max_chars, todo = await on_conn(conn, chunks.backfill_todo, workspace_id,
+                                            sorted(self.unchunked))
+        for path, version in todo:
+            async with self._writer_lock:
+                current, data = await on_conn(conn, chunks.file_at, workspace_id, path,
+                                              version)
+            if not current:
+                continue  # changed meanwhile: its upload wrote the chunks
+            rows = None if data is None else await chunkplan.rows_of(path, data,
+                                                                      max_chars, self._cpu)
+            if data is not None and rows is None:
+                self.unchunked.add(path)
+                self.last_error = chunkplan.too_slow(path)
+                log.warning("shared workspace %s: %s; server searches go without it",
+                            self._cfg.name, self.last_error)
+                continue
+            async with self._writer_lock:
+                await on_conn(conn, chunks.backfill_file, workspace_id, path, version, rows,
+                              max_chars)
+        return len(todo)
 
     async def candidates(self, workspace_id: int, query: str, limit: int, filters: Filters,
                          query_vector: tuple[str, F32] | None, *,
