@@ -268,12 +268,11 @@ class ChunkPlan:
 
 def chunk_settings(conn: Conn, workspace_id: int) -> tuple[bool, int]:
     """Whether the workspace's uploads write chunks (``search_chunked``), and at what
-    chunk size (``chunks.workspace_max_chars``)."""
+    chunk size (``chunks.workspace_max_chars``). A removed workspace writes none: the
+    upload then finds it gone, and wakes the other hosts (:func:`upload_many`)."""
     row = conn.execute("SELECT search_chunked FROM recalld_workspaces WHERE workspace_id"
                        " = %s", (workspace_id,)).fetchone()
-    if row is None:
-        raise WorkspaceGone(workspace_id)
-    return bool(row[0]), chunks.workspace_max_chars(conn, workspace_id)
+    return row is not None and bool(row[0]), chunks.workspace_max_chars(conn, workspace_id)
 
 
 def upload(conn: Conn, workspace_id: int, host: str, change: Change, target: str,
