@@ -104,11 +104,23 @@ def _failing_advice(blocked: object, refused: object = None) -> str:
                       "written (a folder, or a file that may not be replaced); each "
                       "catch-up tries again")
     if isinstance(refused, Mapping) and refused:
-        advice.append(f"the server refuses to store {_named(refused)} (the reason is in "
-                      "status' refused: a path too long for its index, a character its "
-                      "encoding lacks): rename the note; the rest goes up meanwhile")
+        # A note too slow to chunk for the server's search waits on this host's side.
+        slow = {p: why for p, why in refused.items() if SLOW_TO_PREPARE in str(why)}
+        stored = {p: why for p, why in refused.items() if p not in slow}
+        if stored:
+            advice.append(f"the server refuses to store {_named(stored)} (the reason is "
+                          "in status' refused: a path too long for its index, a character "
+                          "its encoding lacks): rename the note; the rest goes up meanwhile")
+        if slow:
+            advice.append(f"{_named(slow)} take(s) too long to prepare for searching in the "
+                          "server (masking and chunking): split the note into smaller ones; "
+                          "it goes up once it changes, the rest meanwhile")
     return "; ".join(advice) or ("the error says what fails (the daemon's log has the "
                                  "details); the replica retries by itself")
+
+
+#: What a change held back for its chunking's time says (``remote/chunkplan.too_slow``).
+SLOW_TO_PREPARE = "to prepare for searching in the server"
 
 
 def _named(paths: Mapping[object, object]) -> str:

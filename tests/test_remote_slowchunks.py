@@ -21,6 +21,8 @@ from test_remote import config, converged, notes, remote_status, write
 from test_remote_hang import SITECUSTOMIZE
 from waits import wait_for
 
+from recalld.ipc.health import assess
+
 # Lines of token-like words: masking them takes seconds (about 2 s a megabyte on an
 # idle machine, 2 MB here), far past a one-second limit, whatever the load.
 SLOW = "# Keys\n\n" + "".join(f"key {i}: sk-{secrets.token_hex(20)}\n"
@@ -55,6 +57,11 @@ def test_a_note_slow_to_chunk_waits_alone_and_holds_no_upload_back(
     assert list(status["refused"]) == [slow], status
     assert "takes longer than 1 s to prepare" in status["refused"][slow], status
     assert status["state"] != "offline", status
+    # Doctor and status say what to do about it: a smaller note, not another name.
+    ws = next(w for w in b.call("daemon.status")["workspaces"] if w["agent_id"] == "default")
+    fixes = [p.fix for p in assess(ws).problems if "remote" in p.what]
+    assert any("split the note" in fix for fix in fixes), fixes
+    assert not any("rename the note" in fix for fix in fixes), fixes
     res = a.call("memory.search", {"agent_id": "default", "query": "otter jetty",
                                    "sync": True, "max_results": 5})
     assert res["search_mode"] == "server"

@@ -26,6 +26,7 @@ from recalld.daemon.remote import chunks, db
 from recalld.daemon.remote.calls import on_conn
 from recalld.daemon.remote.outbox import Change
 from recalld.daemon.safepath import masked
+from recalld.ipc.health_remote import SLOW_TO_PREPARE
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +74,8 @@ async def rows_of(path: str, data: bytes, max_chars: int, cpu: trio.CapacityLimi
 
 def too_slow(path: str) -> str:
     """Why ``path`` has no chunks in the server: :func:`rows_of` gave up."""
-    return (f"{masked(path)} takes longer than {db.PREPARE_TIMEOUT_S:g} s to prepare for "
-            "searching in the server (masking and chunking it)")
+    return (f"{masked(path)} takes longer than {db.PREPARE_TIMEOUT_S:g} s "
+            f"{SLOW_TO_PREPARE} (masking and chunking it)")
 
 
 def _timed(scope: trio.CancelScope, limit: float, path: str, data: bytes,
