@@ -81,7 +81,7 @@ from recalld.ipc.agentscope_mem0 import (
     Mem0SearchMemoryTool,
     RecalldMem0Middleware,
 )
-from recalld.ipc.agentscope_memory import MAX_SESSIONS, RecalldMemoryMiddleware
+from recalld.ipc.agentscope_memory import RecalldMemoryMiddleware
 from recalld.ipc.agentscope_messages import (
     INDEX_HEADER,
     MAX_HIT_CHARS,
@@ -106,6 +106,7 @@ from recalld.ipc.agentscope_workspace import (
     embedding_model_override,
     model_overrides,
 )
+from recalld.ipc.agentscope_writeback import MAX_SESSIONS
 
 __all__ = [
     "INDEX_HEADER",

@@ -5,7 +5,9 @@ What it offers is told by :mod:`recalld.ipc.agentscope`. It holds the per-sessio
 (recall before a reply, write-back after it, a flush before compaction, the system
 prompt) and owns the daemon connection unless one was given. Its tools
 (``memory_search``, ``add_memory`` and the Agentic Memory ``memory_write`` and
-``memory_edit``) are in :mod:`recalld.ipc.agentscope_tools`.
+``memory_edit``) are in :mod:`recalld.ipc.agentscope_tools`; the write-back after a reply,
+the flush before compaction and the queue of write-backs the daemon did not take are in
+:mod:`recalld.ipc.agentscope_writeback`.
 """
 
 from __future__ import annotations
@@ -32,11 +34,9 @@ from recalld.ipc.agentscope_messages import (
     Parked,
     _query_text,
     _said,
-    _turns,
     heard,
     hit_texts,
     memory_message,
-    recalled,
     session_of,
     still_waiting,
 )
@@ -47,18 +47,17 @@ from recalld.ipc.agentscope_tools import (
     MemoryWriteTool,
 )
 from recalld.ipc.agentscope_workspace import (
-    _AWAY,
     _DAEMON_ERRORS,
-    MAX_UNSENT,
     Mode,
     _check_mode,
     _open_workspace,
     model_overrides,
     selected_files,
 )
+from recalld.ipc.agentscope_writeback import MAX_SESSIONS, WriteBacks
 from recalld.ipc.answers import JsonObject, NoteAdded, TopicWritten
 from recalld.ipc.known_ids import KnownIds, provisional_id
-from recalld.ipc.request_parts import add_turns_in_parts, fitting_request_id, search_query
+from recalld.ipc.request_parts import search_query
 
 if TYPE_CHECKING:
     from agentscope.agent import Agent
@@ -67,11 +66,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("recalld.ipc.agentscope")
 T = TypeVar("T")
 
-#: Sessions whose workspace is remembered for the tools (oldest forgotten first).
-MAX_SESSIONS = 10_000
 
-
-class RecalldMemoryMiddleware(MiddlewareBase):
+class RecalldMemoryMiddleware(WriteBacks, MiddlewareBase):
     """AgentScope middleware giving agents recalld long-term memory (see
     :mod:`recalld.ipc.agentscope`)."""
 
@@ -352,61 +348,6 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         async for event in next_handler(**input_kwargs):
             yield event
 
-    async def on_compress_context(
-        self,
-        agent: Agent,
-        input_kwargs: dict[str, object],
-        next_handler: Callable[..., Awaitable[None]],
-    ) -> None:
-        """Compaction folds old messages into a summary: with ``summarize_when_compact``
-        the running reply's folded messages are written back and the session's pending
-        turns go to auto_memory. (AgentScope calls this before every reasoning step; it
-        acts only when messages really left the context.)"""
-        context = [m for m in agent.state.context if isinstance(m, Msg)]
-        await next_handler(**input_kwargs)
-        session = session_of(agent)
-        if session is None or not self.write_back:
-            return
-        try:
-            workspace = await self.workspace_of(agent)
-        except errors.InvalidParams:
-            return  # said when its reply started
-        kept = {m.id for m in agent.state.context if isinstance(m, Msg)}
-        folded = [m for m in context if m.id not in kept]
-        if not folded:
-            return
-        try:
-            await self._ensure_open(workspace)
-        except _DAEMON_ERRORS as exc:
-            log.warning("recalld workspace.open for %s failed: %s", workspace, exc)
-            return
-        if not self._opened.get(workspace, {}).get("summarize_when_compact", True):
-            return
-        before = self._reply_before.get(id(agent.state))
-        current = [m for m in folded if before is not None and m.id not in before
-                   and not recalled(m)]
-        if before is not None:
-            before.update(m.id for m in current)  # not written back twice at reply end
-        messages = _turns(current)
-        key = session_key(session)
-        request_id = fitting_request_id(
-            f"asc:{key}:{agent.state.reply_id}:{current[0].id}") if messages else ""
-        try:
-            if messages:
-                await self._on(workspace, lambda: add_turns_in_parts(
-                    self.client, workspace, key, messages, request_id, flush=True))
-                self._unflushed.pop((workspace, session), None)
-            else:
-                await self.end_session(workspace, session)
-        except _AWAY as exc:
-            if messages:  # they left the context: kept to go with the next write-back
-                self._keep_unsent(request_id, (workspace, session, messages))
-            log.warning("recalld flush before compaction of %s/%s failed (its turns are "
-                        "sent again with the next write-back): %s", workspace, session, exc)
-        except _DAEMON_ERRORS as exc:
-            log.warning("recalld flush before compaction of %s/%s failed: %s", workspace,
-                        session, exc)
-
     async def on_system_prompt(self, agent: Agent, current_prompt: str) -> str:
         parts = [current_prompt]
         if self.mode != "static_control":
@@ -432,51 +373,6 @@ class RecalldMemoryMiddleware(MiddlewareBase):
         files in the digest folder (the daemon keeps ``MEMORY.md`` listing them); add them
         to the toolkit beside :meth:`list_tools`."""
         return [MemoryWriteTool(self), MemoryEditTool(self)]
-
-    async def _write_back(self, agent: Agent, workspace: str, session: str,
-                          before: set[str]) -> None:
-        new = [m for m in agent.state.context
-               if isinstance(m, Msg) and m.id not in before and not recalled(m)]
-        messages = _turns(new)
-        if not messages:  # a user's message goes without an answer too (tools, no text):
-            return  # the next reply starts after it
-        # The reply id makes a write-back sent again add nothing twice.
-        request_id = fitting_request_id(f"as:{session_key(session)}:{agent.state.reply_id}")
-        self._keep_unsent(request_id, (workspace, session, messages))
-        await self._send_unsent()
-
-    def _keep_unsent(self, request_id: str, item: tuple[str, str, list[JsonObject]]) -> None:
-        self._unsent[request_id] = item
-        while len(self._unsent) > MAX_UNSENT:
-            _, (lost_ws, lost_session, _) = self._unsent.popitem(last=False)
-            log.warning("recalld: dropped an unsent write-back of %s/%s (more than %d "
-                        "waited for the daemon)", lost_ws, lost_session, MAX_UNSENT)
-
-    async def _send_unsent(self) -> None:
-        """Send the waiting write-backs, oldest first, until the daemon is found away
-        (the rest wait for the next write-back); one the daemon refuses is dropped."""
-        async with self._sending:
-            while self._unsent:
-                request_id, (workspace, session, messages) = next(iter(self._unsent.items()))
-                try:
-                    await self._send_turns(workspace, session, messages, request_id)
-                except _AWAY as exc:
-                    log.warning("recalld add_turns for %s/%s failed (sent again with the "
-                                "next write-back): %s", workspace, session, exc)
-                    return
-                except _DAEMON_ERRORS as exc:
-                    log.warning("recalld add_turns for %s/%s failed: %s", workspace,
-                                session, exc)
-                self._unsent.pop(request_id, None)
-
-    async def _send_turns(self, workspace: str, session: str, messages: list[JsonObject],
-                          request_id: str) -> None:
-        await self._on(workspace, lambda: add_turns_in_parts(
-            self.client, workspace, session_key(session), messages, request_id))
-        self._unflushed[workspace, session] = None
-        self._unflushed.move_to_end((workspace, session))
-        while len(self._unflushed) > MAX_SESSIONS:
-            self._unflushed.popitem(last=False)  # its idle flush still comes
 
     def workspace_for_session(self, session: str | None) -> str | None:
         """The workspace of the agent that replied last in ``session``."""
