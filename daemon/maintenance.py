@@ -38,7 +38,8 @@ from recalld.daemon.index.embedder import VectorWorker
 from recalld.daemon.index.encodings import not_utf8_notes, not_utf8_reasons
 from recalld.daemon.index.prepare import MAX_NOTE_BYTES, partly_indexed, prepare
 from recalld.daemon.index.records import FileInfo
-from recalld.daemon.index.service import MAX_LISTED, WorkspaceIndex
+from recalld.daemon.index.service import WorkspaceIndex
+from recalld.daemon.index.service_status import MAX_LISTED
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.secret_names import mask_path, secret_named_folders, secret_notice

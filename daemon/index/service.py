@@ -3,12 +3,15 @@
 Owns one workspace's :class:`IndexState`, its :class:`Watcher` and its
 :class:`IndexStore`, and the parts that work on them: :class:`StateAccess`, the index lock
 and the searches (``reads.py``), :class:`Passes`, reading and applying notes
-(``passes.py``), and :class:`Committer`, the commits (``commits.py``). ``run`` loads the
-last committed generation (rebuilding what is corrupt), starts the watcher (whose startup
-reconcile re-reads only files changed while the daemon was down), then a persist task and
-an idle trim, and only then reports started; with a ``hold`` (the daemon's start) it
-reports started once loaded, and sets up the watch, reconciles and checks the loaded files
-after it. It stops by cancellation: the last commit runs shielded under a deadline.
+(``passes.py``), and :class:`Committer`, the commits (``commits.py``); what the index
+reports about itself (its status, the damage checks) is in ``service_status.py``.
+
+``run`` loads the last committed generation (rebuilding what is corrupt), starts the
+watcher (whose startup reconcile re-reads only files changed while the daemon was down),
+then a persist task and an idle trim, and only then reports started; with a ``hold`` (the
+daemon's start) it reports started once loaded, and sets up the watch, reconciles and
+checks the loaded files after it. It stops by cancellation: the last commit runs shielded
+under a deadline.
 
 A rebuild (``reindex``) builds a new state beside the old one, which keeps answering, and
 swaps it in at the end.
@@ -37,7 +40,7 @@ from recalld.daemon import memtrim
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.index.carry import carry_vectors
-from recalld.daemon.index.commits import CommitRecord, Committer, DamagedFile, PersistError
+from recalld.daemon.index.commits import Committer
 from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.passes import POOL_MIN_FILES, Passes, UnreadableNote, note_reads
 from recalld.daemon.index.persist import IndexStore, LoadReport
@@ -45,17 +48,16 @@ from recalld.daemon.index.prepare import PreparedBatch
 from recalld.daemon.index.procpool import PreparePool
 from recalld.daemon.index.reads import Candidates, StateAccess, gather
 from recalld.daemon.index.reme_source import ReMeSource
+from recalld.daemon.index.service_status import IndexReport
 from recalld.daemon.index.state import IndexState
-from recalld.daemon.memory.secret_names import mask_path
 from recalld.daemon.watcher import Watcher
-from recalld.daemon.watchrecords import WatcherConfig, WatcherStatus
+from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.workspaces import Workspace
 
 if TYPE_CHECKING:
     from recalld.daemon.index.embedder import VectorWorker
     from recalld.daemon.index.linked import Target
     from recalld.daemon.index.state import StoredChunk
-    from recalld.daemon.index.vector_status import VectorStatus
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -67,33 +69,7 @@ class Rebuilt(TypedDict):
     duration_s: float
 
 
-class IndexStatus(TypedDict):
-    files: int
-    chunks: int
-    links: int
-    pending_changes: int
-    preparing: int
-    uncommitted_changes: int
-    rebuilding: bool
-    watcher: WatcherStatus
-    last_commit: CommitRecord | None
-    commit_waiting_s: float | None
-    persist_error: PersistError | None
-    loaded_generation: int | None
-    load_checked: bool
-    load_corrupt: dict[str, str]
-    load_rebuilt: list[str]
-    damaged_files: dict[str, DamagedFile]
-    live_damage: dict[str, str]
-    unreadable: int
-    unreadable_paths: list[str]
-    searches: int
-    idle_trims: int
-    keyword: dict[str, int]
-    vectors: VectorStatus | None
-
-
-class WorkspaceIndex:
+class WorkspaceIndex(IndexReport):
     """Keyword index, link graph and freshness for one workspace.
 
     What other modules read (maintenance, the vector backfill, the RPC handlers): ``root``
@@ -178,31 +154,6 @@ class WorkspaceIndex:
             self.store.metadata_dir, ws.agent_id, root=self.root,
             max_input_length=settings.embedding_model_config.max_input_length)
         self._passes.reme = self.reme
-
-    @property
-    def last_commit(self) -> CommitRecord | None:
-        """The generation, time, duration and counts of the last commit (None before one)."""
-        return self._commits.last_commit
-
-    @property
-    def persist_error(self) -> PersistError | None:
-        """The last failure to save the index (None once a commit succeeds)."""
-        return self._commits.persist_error
-
-    @persist_error.setter
-    def persist_error(self, error: PersistError | None) -> None:
-        self._commits.persist_error = error
-
-    @property
-    def unreadable(self) -> dict[str, UnreadableNote]:
-        """Notes whose last read failed (path -> error, time), the index keeping the
-        version it had of each, if any, until they read again or are gone."""
-        return self._passes.unreadable
-
-    @property
-    def idle_trims(self) -> int:
-        """How many times the state was trimmed after an idle period."""
-        return self._access.idle_trims
 
     # -- service ---------------------------------------------------------------------
 
@@ -357,22 +308,6 @@ class WorkspaceIndex:
         self._commits.changes += 1  # a commit with no edits would be skipped otherwise
         await self._commits.commit()
 
-    # -- damage ----------------------------------------------------------------------
-
-    def check_files(self) -> dict[str, DamagedFile]:
-        """Files of the current generation changed on disk since they were opened or
-        written (see :meth:`Committer.check_files`)."""
-        return self._commits.check_files()
-
-    def check_live(self, state: IndexState) -> dict[str, str]:
-        """Check the state in memory (call under the index lock, in a worker thread; see
-        :meth:`Committer.check_live`)."""
-        return self._commits.check_live(state)
-
-    def live_problems(self) -> dict[str, str]:
-        """What the last ``check_live`` found, while that state is still the one served."""
-        return self._commits.live_problems()
-
     # -- queries ---------------------------------------------------------------------
 
     async def sync(self) -> None:
@@ -458,43 +393,6 @@ class WorkspaceIndex:
         finally:
             self._rebuilding = False
 
-    # -- status ----------------------------------------------------------------------
-
-    def status(self) -> IndexStatus:
-        """This index's part of ``daemon.status``: counts, pending and uncommitted
-        changes, the last commit, load and persist problems, the watcher's state."""
-        watcher = self.watcher.status()
-        report = self.load_report
-        commits = self._commits
-        return {
-            "files": len(self.state.files),
-            "chunks": len(self.state.chunks),
-            "links": len(self.state.graph),
-            "pending_changes": watcher.get("pending", 0),
-            "preparing": self._passes.preparing,
-            "uncommitted_changes": commits.unsaved,
-            "rebuilding": self._rebuilding,
-            "watcher": watcher,
-            "last_commit": self.last_commit,
-            "commit_waiting_s": commits.waiting_s(),
-            "persist_error": self.persist_error,
-            "loaded_generation": None if report is None else report.generation,
-            "load_checked": commits.checked.is_set(),
-            "load_corrupt": {} if report is None else report.corrupt,
-            "load_rebuilt": [] if report is None else list(report.rebuilt),
-            "damaged_files": dict(commits.damaged),
-            "live_damage": dict(self.live_problems()),
-            "unreadable": len(self.unreadable),
-            "unreadable_paths": [mask_path(p) for p in sorted(self.unreadable)[:MAX_LISTED]],
-            "searches": self.searches,
-            "idle_trims": self.idle_trims,
-            "keyword": self.state.bm25.stats(),
-            "vectors": None if self.vectors is None else self.vectors.status(),
-        }
-
-
-#: Paths listed in status and health per kind (counts are always complete).
-MAX_LISTED = 20
 #: The stat ``known_files`` gives a note it could never read: it differs from any on
 #: disk (a reconcile counts the note as changed while it is there).
 NO_STAT = (-1, -1)

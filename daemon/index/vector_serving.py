@@ -16,7 +16,8 @@ import trio
 
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.passages import PassageCalls
-from recalld.daemon.index.service import MAX_LISTED, WorkspaceIndex
+from recalld.daemon.index.service import WorkspaceIndex
+from recalld.daemon.index.service_status import MAX_LISTED
 from recalld.daemon.index.spaces import VectorSpace
 from recalld.daemon.index.vector_fill import VectorFill
 from recalld.daemon.index.vector_status import VectorStatus, eta_s
