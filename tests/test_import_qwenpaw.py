@@ -1,18 +1,17 @@
-"""``recalld import-qwenpaw``: a QwenPaw workspace opened in place, with what was reused."""
+"""``recalld import-qwenpaw``: a QwenPaw workspace opened in place, with what was reused
+(ReMe's damaged or unread stores are in ``test_import_reme_reports.py``, agent ids in
+``test_import_agent_ids.py``)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-import zstandard
 from clirun import run_recalld
 from conftest import DaemonHandle
 from reme_fixture_util import (
@@ -28,10 +27,7 @@ from test_qwenpaw_config import qwenpaw_memory_config
 from waits import wait_value
 
 from recalld.daemon.index import reme_import
-from recalld.ipc.aclient import AsyncClient
-from recalld.ipc.agent_ids import workspace_id
 from recalld.ipc.errors import InvalidParams
-from recalld.ipc.mcp_bridge import Bridge
 
 
 def cli(d: DaemonHandle, *args: str) -> subprocess.CompletedProcess[str]:
@@ -136,28 +132,6 @@ def test_import_of_an_agent_json_without_memory_settings(daemon: DaemonHandle,
         assert f"as agent paw-{name}" in proc.stdout and "notes:    1" in proc.stdout
         hits = daemon.call("memory.search", {"agent_id": f"paw-{name}", "query": "fern"})
         assert [h["path"] for h in hits["results"]] == ["memory/2026-01-02/n.md"]
-
-
-def test_import_of_agents_named_in_other_scripts(daemon: DaemonHandle, tmp_path: Path) -> None:
-    # QwenPaw agents named 研究助手 and 写作助手 (in agent.json, or only as the folder):
-    # each its own workspace, the same one at every import, never `default`.
-    seen: dict[str, str] = {}
-    for name, agent in (("研究助手", None), ("写作助手", None), ("paw3", "研究助手2"),
-                        ("paw4", "写作助手2")):
-        ws = tmp_path / name
-        (ws / "memory" / "2026-01-02").mkdir(parents=True)
-        (ws / "memory" / "2026-01-02" / "n.md").write_text(f"- the fern of {name}\n")
-        if agent is not None:
-            (ws / "agent.json").write_text(json.dumps({"id": agent, "running": {}}), "utf-8")
-        proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
-        assert proc.returncode == 0, proc.stderr
-        seen[name] = json.loads(proc.stdout)["agent_id"]
-    assert len(set(seen.values())) == 4 and "default" not in seen.values(), seen
-    again = cli(daemon, "--json", "import-qwenpaw", str(tmp_path / "研究助手"))
-    assert again.returncode == 0 and json.loads(again.stdout)["agent_id"] == seen["研究助手"]
-    for name, agent_id in seen.items():
-        hits = daemon.call("memory.search", {"agent_id": agent_id, "query": "fern"})
-        assert [h["text"].strip() for h in hits["results"]] == [f"- the fern of {name}"]
 
 
 def test_the_estimate_counts_what_the_provider_will_be_asked(daemon: DaemonHandle,
@@ -309,106 +283,6 @@ def test_the_folders_holding_qwenpaws_agents_are_refused_by_the_daemon_too(
     assert opened["state"] == "ready"
 
 
-def test_an_agent_recorded_at_another_folder_keeps_its_id(daemon: DaemonHandle,
-                                                          tmp_path: Path) -> None:
-    # Three QwenPaw homes (three machines), each with an agent `coder`: each folder gets
-    # an id of its own, also while the first is closed (recorded, reopened at start).
-    folders = [tmp_path / f"home{i}" / "coder" for i in range(3)]
-    for folder in folders:
-        (folder / "memory" / "2026-01-02").mkdir(parents=True)
-        (folder / "memory" / "2026-01-02" / "n.md").write_text(f"- the fern of {folder}\n")
-        (folder / "agent.json").write_text(json.dumps({"id": "coder", "running": {}}))
-    ids = []
-    for folder in folders:
-        proc = cli(daemon, "--json", "import-qwenpaw", str(folder))
-        assert proc.returncode == 0, proc.stderr
-        ids.append(json.loads(proc.stdout)["agent_id"])
-        if len(ids) == 1:
-            daemon.call("workspace.close", {"agent_id": "coder"})
-    assert ids == ["coder", "qwenpaw-coder", "qwenpaw-coder-2"]
-    listed = {w["agent_id"]: w for w in daemon.call("workspace.list")["workspaces"]}
-    assert listed["coder"]["path"] == str(folders[0]) and listed["coder"]["registered"]
-    again = cli(daemon, "--json", "import-qwenpaw", str(folders[0]))
-    assert again.returncode == 0 and json.loads(again.stdout)["agent_id"] == "coder"
-
-
-def test_a_damaged_reme_dream_record_is_reported(daemon: DaemonHandle, tmp_path: Path) -> None:
-    # A copy cut short (a move from another machine interrupted): the notes the record
-    # lost are dreamed again, and the report says so rather than "0 consolidated".
-    ws = copy_fixture(tmp_path / "cut")
-    record = ws / "mem_metadata/file_catalog/dream.jsonl.zst"
-    record.write_bytes(record.read_bytes()[: record.stat().st_size // 2])
-    proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
-    assert proc.returncode == 0, proc.stderr
-    dream = json.loads(proc.stdout)["import"]["dream"]
-    assert "truncated" in dream["damaged"] and dream["recognised"] < 20
-    text = cli(daemon, "import-qwenpaw", str(ws)).stdout
-    assert "ReMe's dream record is damaged (" in text, text
-
-
-def test_a_damaged_reme_chunk_store_is_reported(daemon: DaemonHandle, tmp_path: Path) -> None:
-    # Cut short, or with a record that does not parse: what it lost is chunked and
-    # embedded anew, and the report says why rather than only "0 chunks of 0 notes".
-    cut = copy_fixture(tmp_path / "cut")
-    store = cut / "mem_metadata" / reme_import.CHUNK_STORE
-    whole = store.read_bytes()
-    store.write_bytes(whole[: len(whole) // 2])
-    torn = copy_fixture(tmp_path / "torn")
-    (torn / "mem_metadata" / reme_import.CHUNK_STORE).write_bytes(
-        whole + zstandard.compress(b'{"path": "memory/x.md", "te\n'))
-    for ws, why, chunks in ((cut, "truncated", 0), (torn, "1 unreadable record(s)", 38)):
-        proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
-        assert proc.returncode == 0, proc.stderr
-        found = json.loads(proc.stdout)["import"]["reme_store"]
-        assert why in found["damaged"] and found["chunks"] == chunks, found
-        text = cli(daemon, "import-qwenpaw", str(ws)).stdout
-        assert "ReMe's chunk store is damaged (" in text, text
-    proc = cli(daemon, "--json", "import-qwenpaw", str(copy_fixture(tmp_path / "whole")))
-    assert "damaged" not in json.loads(proc.stdout)["import"]["reme_store"]
-
-
-def test_reme_chunk_stores_not_read_are_reported(daemon: DaemonHandle, tmp_path: Path) -> None:
-    # A ReMe configured with another store_version (or file store name), or a later
-    # release, keeps its chunks under another name: recalld reads only 0.4.2's default
-    # store, and the report names the others rather than saying nothing about them.
-    moved = copy_fixture(tmp_path / "moved")
-    store = moved / "mem_metadata" / reme_import.CHUNK_STORE
-    store.rename(store.with_name("file_chunks_default_v2.jsonl.zst"))
-    both = copy_fixture(tmp_path / "both")
-    shutil.copy(both / "mem_metadata" / reme_import.CHUNK_STORE,
-                both / "mem_metadata/file_store/file_chunks_notes_v1.jsonl.zst")
-    for ws, name, read in ((moved, "file_chunks_default_v2.jsonl.zst", False),
-                           (both, "file_chunks_notes_v1.jsonl.zst", True)):
-        proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
-        assert proc.returncode == 0, proc.stderr
-        rep = json.loads(proc.stdout)["import"]
-        assert rep["reme_stores_not_read"] == [f"file_store/{name}"], rep
-        assert (rep["reme_store"] is not None) is read
-        text = cli(daemon, "import-qwenpaw", str(ws)).stdout
-        assert f"not read: file_store/{name}" in text, text
-    proc = cli(daemon, "--json", "import-qwenpaw", str(copy_fixture(tmp_path / "plain")))
-    assert "reme_stores_not_read" not in json.loads(proc.stdout)["import"]
-
-
-def test_stored_vectors_of_other_dimensions_are_reported(daemon: DaemonHandle,
-                                                         tmp_path: Path) -> None:
-    # ReMe kept no cache file (its cache off), and the agent's dimensions changed since
-    # ReMe embedded: none of its stored vectors can serve, and the report says why.
-    ws = copy_fixture(tmp_path / "dims")
-    shutil.rmtree(ws / "mem_metadata/embedding_store")
-    config = agent_json()
-    config["running"]["reme_light_memory_config"]["embedding_model_config"].update(
-        dimensions=DIMS // 2, base_url="http://127.0.0.1:9/v1")
-    (ws / "agent.json").write_text(json.dumps(config), "utf-8")
-    proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
-    assert proc.returncode == 0, proc.stderr
-    vec = json.loads(proc.stdout)["import"]["vectors"]
-    assert vec["reused_from_reme"] == 0
-    assert vec["reme"]["store_vectors_other_dims"] == vec["reme"]["store_vectors"] > 0
-    text = cli(daemon, "import-qwenpaw", str(ws)).stdout
-    assert "of ReMe's stored vectors have other dimensions than configured" in text, text
-
-
 def test_status_after_an_import_does_not_wait_for_a_scan_already_made(
         daemon: DaemonHandle, tmp_path: Path) -> None:
     # An import with vectors: the vector service waits for the index while the first
@@ -435,66 +309,3 @@ def test_status_after_an_import_does_not_wait_for_a_scan_already_made(
             wait_value(reasons, lambda r: not any("first disk scan" in x for x in r),
                        "the first disk scan", deadline_s=10.0)
             daemon.call("workspace.close", {"agent_id": f"paw{n}", "forget": True})
-
-
-def test_an_agent_finds_what_was_imported_for_it_also_after_an_earlier_import(
-        daemon: DaemonHandle, tmp_path: Path) -> None:
-    # QwenPaw agents "Sales Bot" and "Back.Office!": the import gives each the id its
-    # MCP bridge (and AgentScope middleware) uses. A folder imported before under the id
-    # earlier versions gave ("Sales-Bot") moves to it: one workspace, each note once.
-    folders = {}
-    for name in ("Sales Bot", "Back.Office!"):
-        ws = tmp_path / name.replace(" ", "_")
-        (ws / "memory" / "2026-01-02").mkdir(parents=True)
-        (ws / "memory" / "2026-01-02" / "n.md").write_text(f"- the ledger of {name}\n")
-        (ws / "agent.json").write_text(json.dumps({"id": name, "running": {}}), "utf-8")
-        folders[name] = ws
-    daemon.call("workspace.open", {"agent_id": "Sales-Bot", "path": str(folders["Sales Bot"])})
-    for name, ws in folders.items():
-        proc = cli(daemon, "import-qwenpaw", str(ws))
-        assert proc.returncode == 0, proc.stderr
-        assert f"as agent {workspace_id(name)}" in proc.stdout
-        assert ("imported before as agent Sales-Bot" in proc.stdout) == (name == "Sales Bot")
-
-    async def searched(name: str) -> str:
-        async with AsyncClient(daemon.socket_path) as client:
-            found = await Bridge(client, workspace_id(name), name).call_tool(
-                "memory_search", {"query": "ledger"})
-        assert not found.is_error
-        return str(found.content[0].text)  # type: ignore[union-attr]
-
-    for name in folders:
-        text = asyncio.run(searched(name))
-        assert text.count("- the ledger of") == 1 and f"the ledger of {name}" in text, text
-    at = [w["agent_id"] for w in daemon.call("workspace.list")["workspaces"]
-          if w["path"] == str(folders["Sales Bot"])]
-    assert at == ["Sales_Bot"]
-    again = cli(daemon, "--json", "import-qwenpaw", str(folders["Sales Bot"]))
-    assert again.returncode == 0 and json.loads(again.stdout)["agent_id"] == "Sales_Bot"
-    assert "moved_from" not in json.loads(again.stdout)
-
-
-def test_the_imported_workspace_is_the_qwenpaw_agents(daemon: DaemonHandle,
-                                                       tmp_path: Path) -> None:
-    # The import names the workspace after agent.json's id and records that name as its
-    # owner: another agent whose name makes the same id ("Sales_Bot") is refused rather
-    # than taking over the memory imported for "Sales Bot", who finds it.
-    ws = tmp_path / "sales"
-    (ws / "memory").mkdir(parents=True)
-    (ws / "memory" / "n.md").write_text("- the ledger\n", "utf-8")
-    (ws / "agent.json").write_text(json.dumps({"id": "Sales Bot", "running": {}}), "utf-8")
-    proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
-    assert proc.returncode == 0, proc.stderr
-    agent = json.loads(proc.stdout)["agent_id"]
-    assert agent == workspace_id("Sales Bot")
-    with pytest.raises(InvalidParams, match="both have the agent id"):
-        daemon.call("workspace.open", {"agent_id": agent, "name": "Sales_Bot"})
-    opened = daemon.call("workspace.open", {"agent_id": agent, "name": "Sales Bot"})
-    assert opened["path"] == str(ws)
-    # Given --agent, the id is the user's choice, not the agent's name: nothing recorded.
-    other = tmp_path / "other"
-    (other / "memory").mkdir(parents=True)
-    (other / "agent.json").write_text(json.dumps({"id": "Ops Bot", "running": {}}), "utf-8")
-    proc = cli(daemon, "--json", "import-qwenpaw", "--agent", "ops", str(other))
-    assert proc.returncode == 0, proc.stderr
-    assert daemon.call("workspace.open", {"agent_id": "ops", "name": "ops"})["path"] == str(other)

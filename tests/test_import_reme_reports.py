@@ -1,0 +1,92 @@
+"""``recalld import-qwenpaw`` on ReMe's stores: a damaged dream record, a damaged chunk
+store, chunk stores it does not read, stored vectors of other dimensions, each reported."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import zstandard
+from conftest import DaemonHandle
+from reme_fixture_util import DIMS, copy_fixture
+from test_import_qwenpaw import agent_json, cli
+
+from recalld.daemon.index import reme_import
+
+
+def test_a_damaged_reme_dream_record_is_reported(daemon: DaemonHandle, tmp_path: Path) -> None:
+    # A copy cut short (a move from another machine interrupted): the notes the record
+    # lost are dreamed again, and the report says so rather than "0 consolidated".
+    ws = copy_fixture(tmp_path / "cut")
+    record = ws / "mem_metadata/file_catalog/dream.jsonl.zst"
+    record.write_bytes(record.read_bytes()[: record.stat().st_size // 2])
+    proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+    assert proc.returncode == 0, proc.stderr
+    dream = json.loads(proc.stdout)["import"]["dream"]
+    assert "truncated" in dream["damaged"] and dream["recognised"] < 20
+    text = cli(daemon, "import-qwenpaw", str(ws)).stdout
+    assert "ReMe's dream record is damaged (" in text, text
+
+
+def test_a_damaged_reme_chunk_store_is_reported(daemon: DaemonHandle, tmp_path: Path) -> None:
+    # Cut short, or with a record that does not parse: what it lost is chunked and
+    # embedded anew, and the report says why rather than only "0 chunks of 0 notes".
+    cut = copy_fixture(tmp_path / "cut")
+    store = cut / "mem_metadata" / reme_import.CHUNK_STORE
+    whole = store.read_bytes()
+    store.write_bytes(whole[: len(whole) // 2])
+    torn = copy_fixture(tmp_path / "torn")
+    (torn / "mem_metadata" / reme_import.CHUNK_STORE).write_bytes(
+        whole + zstandard.compress(b'{"path": "memory/x.md", "te\n'))
+    for ws, why, chunks in ((cut, "truncated", 0), (torn, "1 unreadable record(s)", 38)):
+        proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+        assert proc.returncode == 0, proc.stderr
+        found = json.loads(proc.stdout)["import"]["reme_store"]
+        assert why in found["damaged"] and found["chunks"] == chunks, found
+        text = cli(daemon, "import-qwenpaw", str(ws)).stdout
+        assert "ReMe's chunk store is damaged (" in text, text
+    proc = cli(daemon, "--json", "import-qwenpaw", str(copy_fixture(tmp_path / "whole")))
+    assert "damaged" not in json.loads(proc.stdout)["import"]["reme_store"]
+
+
+def test_reme_chunk_stores_not_read_are_reported(daemon: DaemonHandle, tmp_path: Path) -> None:
+    # A ReMe configured with another store_version (or file store name), or a later
+    # release, keeps its chunks under another name: recalld reads only 0.4.2's default
+    # store, and the report names the others rather than saying nothing about them.
+    moved = copy_fixture(tmp_path / "moved")
+    store = moved / "mem_metadata" / reme_import.CHUNK_STORE
+    store.rename(store.with_name("file_chunks_default_v2.jsonl.zst"))
+    both = copy_fixture(tmp_path / "both")
+    shutil.copy(both / "mem_metadata" / reme_import.CHUNK_STORE,
+                both / "mem_metadata/file_store/file_chunks_notes_v1.jsonl.zst")
+    for ws, name, read in ((moved, "file_chunks_default_v2.jsonl.zst", False),
+                           (both, "file_chunks_notes_v1.jsonl.zst", True)):
+        proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+        assert proc.returncode == 0, proc.stderr
+        rep = json.loads(proc.stdout)["import"]
+        assert rep["reme_stores_not_read"] == [f"file_store/{name}"], rep
+        assert (rep["reme_store"] is not None) is read
+        text = cli(daemon, "import-qwenpaw", str(ws)).stdout
+        assert f"not read: file_store/{name}" in text, text
+    proc = cli(daemon, "--json", "import-qwenpaw", str(copy_fixture(tmp_path / "plain")))
+    assert "reme_stores_not_read" not in json.loads(proc.stdout)["import"]
+
+
+def test_stored_vectors_of_other_dimensions_are_reported(daemon: DaemonHandle,
+                                                         tmp_path: Path) -> None:
+    # ReMe kept no cache file (its cache off), and the agent's dimensions changed since
+    # ReMe embedded: none of its stored vectors can serve, and the report says why.
+    ws = copy_fixture(tmp_path / "dims")
+    shutil.rmtree(ws / "mem_metadata/embedding_store")
+    config = agent_json()
+    config["running"]["reme_light_memory_config"]["embedding_model_config"].update(
+        dimensions=DIMS // 2, base_url="http://127.0.0.1:9/v1")
+    (ws / "agent.json").write_text(json.dumps(config), "utf-8")
+    proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+    assert proc.returncode == 0, proc.stderr
+    vec = json.loads(proc.stdout)["import"]["vectors"]
+    assert vec["reused_from_reme"] == 0
+    assert vec["reme"]["store_vectors_other_dims"] == vec["reme"]["store_vectors"] > 0
+    text = cli(daemon, "import-qwenpaw", str(ws)).stdout
+    assert "of ReMe's stored vectors have other dimensions than configured" in text, text
