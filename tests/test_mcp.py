@@ -1,7 +1,9 @@
 """The MCP bridge, driven by the official SDK's own stdio client against a real daemon.
 
 Each bridge is a real subprocess (``python -m recalld.ipc.mcp`` or ``recalld mcp``)
-launched by ``mcp.client.stdio.stdio_client``; several run at once on one daemon.
+launched by ``mcp.client.stdio.stdio_client``; several run at once on one daemon. Reading
+notes through it is in ``test_mcp_resources.py``, the workspace it serves in
+``test_mcp_agents.py``.
 """
 
 from __future__ import annotations
@@ -22,10 +24,9 @@ from conftest import DaemonFactory, DaemonHandle
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from recalld.ipc.agent_ids import session_key, workspace_id
 from recalld.ipc.client import Client
 from recalld.ipc.errors import NOT_ALLOWED
-from recalld.ipc.mcp_bridge import parse_uri, resource_uri
+from recalld.ipc.mcp_bridge import resource_uri
 
 NOTE = "# Printers\n\nThe office printer is called marmalade-3 and needs a PIN.\n"
 
@@ -164,15 +165,6 @@ def test_many_bridges_share_one_daemon_and_sharing_rules_hold(
     asyncio.run(main())
     status = daemon.call("daemon.status")
     assert status["pid"] == daemon.pid  # one daemon served both bridges
-
-
-def test_resource_uris_round_trip() -> None:
-    uri = resource_uri("coder", "memory/2026-07-02/a note.md")
-    assert uri == "recalld://coder/memory/2026-07-02/a%20note.md"
-    assert parse_uri(uri) == ("coder", "memory/2026-07-02/a note.md")
-    for bad in ("file:///etc/passwd", "recalld://coder/", "recalld:///x.md"):
-        with pytest.raises(ValueError):
-            parse_uri(bad)
 
 
 def test_without_a_daemon_it_warns_and_every_request_is_a_valid_error(
@@ -339,133 +331,6 @@ def test_arguments_of_the_wrong_shape_are_refused_before_the_daemon(
     with Client(daemon.socket_path) as c:  # none of it reached the daemon
         assert [w["agent_id"] for w in c.workspace_list()] == ["default"]
     assert "Traceback" not in (daemon.home / "mcp-coder.log").read_text(encoding="utf-8")
-
-
-def test_a_file_larger_than_one_read_comes_whole_as_a_resource(daemon: DaemonHandle) -> None:
-    from mcp.shared.exceptions import MCPError
-
-    big = "".join(f"line {i} " + "é" * 100 + "\n" for i in range(8000))  # ~1.7 reads
-    _write(daemon, "coder", "memory/2026-07-02/big.md", big)
-    _write(daemon, "coder", "memory/2026-07-02/wide.md", "w" * 600_000 + "\nend\n")
-
-    async def main() -> None:
-        async with bridge(daemon, "coder") as s:
-            got = await s.read_resource(resource_uri("coder", "memory/2026-07-02/big.md"))
-            assert got.contents[0].text == big
-            part = await s.call_tool("memory_read", {"path": "memory/2026-07-02/big.md"})
-            assert part.structured_content["truncated"] is True
-            end = part.structured_content["end_line"]
-            assert _text(part).endswith(
-                f"\n[truncated: lines 1-{end} of 8000; read on with start_line]")
-            with pytest.raises(MCPError) as wide:  # a line longer than one read
-                await s.read_resource(resource_uri("coder", "memory/2026-07-02/wide.md"))
-            assert wide.value.code == -32602 and "memory_read" in wide.value.message
-
-    asyncio.run(main())
-
-
-def test_an_agent_named_in_another_script_has_the_workspace_its_middleware_has(
-        daemon_factory: DaemonFactory) -> None:
-    # A host configured with `--agent 研究助手` means that agent, not an invalid id: the
-    # bridge serves the workspace the AgentScope middleware and the QwenPaw import give
-    # the name, and maps the agents its tools name the same way.
-    research, writing = workspace_id("研究助手"), workspace_id("写作助手")
-    daemon = daemon_factory(f'[workspaces."{writing}"]\nshared_with = ["{research}"]\n')
-    _write(daemon, research, "memory/2026-07-02/r.md", "# Sources\nThe survey cites Knuth.\n")
-    _write(daemon, writing, "memory/2026-07-02/w.md", "# Style\nThe draft uses British spelling.\n")
-
-    async def main() -> None:
-        async with bridge(daemon, "研究助手") as s:
-            own = await s.call_tool("memory_search", {"query": "survey Knuth"})
-            assert not own.is_error and "The survey cites Knuth." in _text(own)
-            note = await s.call_tool("memory_add_note", {"content": "Deadline is Friday.",
-                                                         "session_id": "研究 1"})
-            assert not note.is_error, _text(note)
-            # A host's conversation id the daemon would refuse is mapped, not refused.
-            turns = await s.call_tool("memory_add_turns", {
-                "session_id": "会话 1/a", "messages": [{"role": "user", "content": "hi"}]})
-            assert not turns.is_error, _text(turns)
-            assert turns.structured_content["session_id"] == session_key("会话 1/a")
-            shared = await s.call_tool("memory_search", {"query": "spelling",
-                                                         "agents": ["写作助手"]})
-            assert {h["agent_id"] for h in shared.structured_content["results"]} == {writing}
-            read = await s.call_tool("memory_read", {"agent": "写作助手",
-                                                     "path": "memory/2026-07-02/w.md"})
-            assert "British spelling" in _text(read)
-            uris = {str(r.uri) for r in (await s.list_resources()).resources}
-            assert resource_uri(research, "memory/2026-07-02/r.md") in uris
-
-    asyncio.run(main())
-    assert "Deadline is Friday." in daemon.call(
-        "memory.search", {"agent_id": research, "query": "deadline Friday"})["results"][0]["text"]
-
-
-def test_a_workspace_closed_by_another_client_is_opened_again(daemon: DaemonHandle) -> None:
-    _write(daemon, "coder", "memory/2026-07-02/printers.md", NOTE)
-
-    async def main() -> None:
-        async with bridge(daemon, "coder") as s:
-            assert not (await s.call_tool("memory_search", {"query": "printer"})).is_error
-            for ask in ("memory_search", "memory_recall", "resources", "prompt"):
-                with Client(daemon.socket_path) as c:
-                    assert c.call("workspace.close", {"agent_id": "coder"})["closed"]
-                if ask == "resources":
-                    uris = {str(r.uri) for r in (await s.list_resources()).resources}
-                    assert resource_uri("coder", "memory/2026-07-02/printers.md") in uris
-                elif ask == "prompt":
-                    got = await s.get_prompt("recall", {"query": "office printer"})
-                    assert "marmalade-3" in got.messages[0].content.text
-                else:
-                    found = await s.call_tool(ask, {"query": "office printer"})
-                    assert not found.is_error, _text(found)
-                    assert "marmalade-3" in _text(found)
-
-    asyncio.run(main())
-
-
-def test_an_agent_name_that_makes_no_workspace_is_a_usage_error(
-        daemon_factory: DaemonFactory) -> None:
-    import subprocess
-
-    env = daemon_factory.environment()
-    # Every name of dots through the bridge's module, one through the CLI's dispatch (each
-    # run imports the MCP SDK: ~1 s).
-    runs = [(["-m", "recalld.ipc.mcp"], name) for name in ("..", ".", ".....")]
-    for module, name in [*runs, (["-m", "recalld.ipc", "mcp"], "..")]:
-        done = subprocess.run([sys.executable, *module, f"--agent={name}"], env=env,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              check=False)
-        assert done.returncode == 2, (module, name, done.stderr)
-        assert done.stdout == ""
-        assert (f"argument --agent: the agent name {name!r} makes no workspace name"
-                in done.stderr), done.stderr
-        assert "Traceback" not in done.stderr
-
-
-def test_a_range_past_the_end_of_a_file_is_told_not_read_as_empty(
-        daemon: DaemonHandle) -> None:
-    _write(daemon, "coder", "memory/2026-07-02/printers.md", NOTE)
-    _write(daemon, "coder", "memory/2026-07-02/empty.md", "")
-
-    async def main() -> None:
-        async with bridge(daemon, "coder") as s:
-            past = await s.call_tool("memory_read", {
-                "path": "memory/2026-07-02/printers.md", "start_line": 40, "end_line": 45})
-            assert not past.is_error
-            assert _text(past) == ("[no lines: start_line 40 is past the end of "
-                                   "memory/2026-07-02/printers.md, which has 3 lines]")
-            assert past.structured_content["total_lines"] == 3
-            empty = await s.call_tool("memory_read", {"path": "memory/2026-07-02/empty.md"})
-            assert "which has 0 lines" in _text(empty)
-            last = await s.call_tool("memory_read", {
-                "path": "memory/2026-07-02/printers.md", "start_line": 3})
-            assert _text(last) == "The office printer is called marmalade-3 and needs a PIN.\n"
-            # An empty agent names no workspace: refused, not read as the caller's own.
-            nobody = await s.call_tool("memory_read", {
-                "path": "memory/2026-07-02/printers.md", "agent": ""})
-            assert nobody.is_error and "makes no workspace name" in _text(nobody), _text(nobody)
-
-    asyncio.run(main())
 
 
 def test_turns_beyond_one_request_go_in_parts_and_once(daemon: DaemonHandle) -> None:
