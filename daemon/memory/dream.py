@@ -68,7 +68,7 @@ from recalld.daemon.memory.fileops import (
     WritePolicy,
     fileops_for,
 )
-from recalld.daemon.memory.llm import LoopFailed, ToolBudget, run_tools
+from recalld.daemon.memory.llm import ContextExceeded, LoopFailed, ToolBudget, run_tools
 from recalld.daemon.memory.redact import redact_async
 from recalld.daemon.providers.chat import ChatClient, ChatMessage
 from recalld.daemon.providers.errors import (
@@ -440,7 +440,8 @@ async def run_dream(
                 await run.journaled({"failed_note": note, "reason": exc.message})
                 await run.set_catalog(catalog, note, dreamretry.failed_record(
                     catalog.get(note), note, sha, exc.message, run.log.run_id,
-                    counted=asked and isinstance(exc, JobFailed | MalformedToolCall),
+                    counted=asked and isinstance(exc, JobFailed | MalformedToolCall)
+                    and not isinstance(exc, ContextExceeded),
                     waits_on=run.blocked_on if isinstance(exc, dreamretry.NodeUnreadable)
                     else None))
                 continue

@@ -11,7 +11,8 @@ until its text changes or a person asks for it (the ``retry_failed`` param of th
 auto_dream job, ``recalld dream --retry-failed``), which gives it one more try; one held
 by a node it cannot write (:data:`WAITS_ON`) is read again once that node changes. A failure
 that says nothing of the note (the provider down or answering what is no chat answer,
-the run's tool budget spent before the note began) is not counted: the note is read again
+the run's tool budget spent before the note began, a conversation too long for the model's
+context window: the model's configuration) is not counted: the note is read again
 next run.
 """
 

@@ -8,7 +8,12 @@ and a job's :class:`ToolBudget` bounds them over all its conversations; a call p
 is not run, and the model is told so in its result (a runaway model cannot write hundreds
 of files in one answer or one job); the calls of one answer past
 :data:`MAX_CALLS_ANSWERED` are not answered one by one but in one note (one log line).
-A spent budget ends the loop, unfinished. A call the client could not read
+A spent budget ends the loop, unfinished. A request carries the tool results of its
+loop whole up to :data:`MAX_RESULTS_CHARS` in all, the latest first: each older result
+past that is sent as one line saying which tool gave it and that calling it again shows
+it (:func:`within_budget`), so a model reading many long files does not push the
+conversation past its context window; every message stays, and so does the pairing of
+each tool call with its result. A call the client could not read
 (:attr:`ToolCall.error`) is not run; the model is answered why (one without a name,
 which has no result of its own, in its answer's last result).
 :class:`ChatClients` builds (and keeps per workspace and configuration) the
@@ -17,7 +22,9 @@ bridge.
 
 Errors: provider failures (after the client's own retries), malformed answers and "no chat
 model configured" propagate as the provider error family (ProviderUnavailable on the wire);
-a loop that runs out of time raises :class:`LoopFailed` (JobFailed on the wire). A job that
+a loop that runs out of time, or whose conversation the provider refuses as too long
+for the model's context (:func:`context_exceeded`), raises :class:`LoopFailed`
+(JobFailed on the wire; :class:`ContextExceeded` for the latter). A job that
 lets them escape is reported failed with that code and message.
 """
 
@@ -34,8 +41,9 @@ import trio
 
 from recalld.daemon.config import ChatModelConfig
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.memory.capture_parts import MAX_PROMPT_CHARS
 from recalld.daemon.providers.bridge import ProviderBridge
-from recalld.daemon.providers.errors import NO_CHAT_MODEL, ProviderConfigError
+from recalld.daemon.providers.errors import NO_CHAT_MODEL, ProviderConfigError, ProviderRejected
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import JobFailed
 from recalld.ipc.textcut import cut_text
@@ -51,6 +59,16 @@ log = logging.getLogger(__name__)
 Dispatch = Callable[[str, JsonObject], Awaitable[str]]
 DEFAULT_DEADLINE_S = 600.0
 MAX_TOOL_RESULT_CHARS = 20_000
+#: The characters of tool results one request carries whole, over all of its loop's
+#: answers (the latest first): as much as auto_memory's largest part of a conversation,
+#: so a request is at most about its prompt, its model's answers and this much more.
+MAX_RESULTS_CHARS = MAX_PROMPT_CHARS
+#: What a provider says when a request is longer than the model's context (OpenAI,
+#: vLLM, llama.cpp, Mistral, Gemini, DashScope, Anthropic-style gateways, LiteLLM).
+_CONTEXT_EXCEEDED = re.compile(
+    r"context[ _-]?(?:length|size|window)|maximum context|prompt is too long"
+    r"|too many (?:input )?tokens|input (?:is )?too long|range of input length"
+    r"|exceeds? the (?:model'?s? )?(?:max(?:imum)?|context)", re.IGNORECASE)
 #: Finish reasons of an answer stopped before it was complete.
 CUT_SHORT = frozenset({"length", "max_tokens", "content_filter"})
 #: Those of :data:`CUT_SHORT` that say the answer reached its token limit.
@@ -87,6 +105,11 @@ _CALL_TEXT = re.compile(
 class LoopFailed(JobFailed):
     """The tool loop could not finish (deadline passed, or its job's tool budget was
     spent before it began)."""
+
+
+class ContextExceeded(LoopFailed):
+    """The provider refused the conversation as too long for the model's context
+    window: the model's configuration, more than what it was given, is at fault."""
 
 
 @dataclass(slots=True)
@@ -183,7 +206,19 @@ async def run_tools(
     steps = 0
     with trio.move_on_after(deadline_s) as scope:
         while steps < max_steps:
-            answer = await chat.complete(convo, tools or None)
+            sent = within_budget(convo)
+            try:
+                answer = await chat.complete(sent, tools or None)
+            except ProviderRejected as exc:
+                if not context_exceeded(exc):
+                    raise
+                size = sum(len(m["content"] or "") for m in sent)
+                raise ContextExceeded(
+                    f"the conversation is too long for the chat model's context window "
+                    f"(step {steps + 1}, {size} characters of text): use a model with a "
+                    "larger context, or serve it with one (vLLM --max-model-len, "
+                    "llama.cpp -c), or lower max_tokens in chat_model_config; the "
+                    f"provider said: {exc.message}") from exc
             steps += 1
             named = [c for c in answer.tool_calls if c.name]
             answered = named[:MAX_CALLS_ANSWERED]
@@ -243,6 +278,40 @@ async def run_tools(
             f"{len(made)} tool calls)")
     last = convo[-1]["content"] if convo else None
     return LoopResult(last if isinstance(last, str) else "", steps, made, False, convo)
+
+
+def within_budget(convo: list[ChatMessage]) -> list[ChatMessage]:
+    """The conversation as a request sends it: the tool results whole, the latest first,
+    up to :data:`MAX_RESULTS_CHARS` in all; each older one past that (longer than the
+    line that replaces it) is one line naming its tool. Every message stays in its place,
+    each result answering its call as before; ``convo`` is left as it is."""
+    names = {call["id"]: call["function"]["name"] for m in convo
+             for call in m.get("tool_calls") or ()}
+    sent = list(convo)
+    kept = 0
+    for i in range(len(convo) - 1, -1, -1):
+        msg = convo[i]
+        text = msg["content"]
+        if msg["role"] != "tool" or not text:
+            continue
+        if kept + len(text) <= MAX_RESULTS_CHARS:
+            kept += len(text)
+            continue
+        name = names.get(msg.get("tool_call_id", ""), "the tool")
+        line = (f"[left out: this result of {name} ({len(text)} characters) was read "
+                f"earlier; later results took its room in the conversation. Call {name} "
+                "again to see it before you rely on it]")
+        if len(line) < len(text):
+            sent[i] = msg.copy()
+            sent[i]["content"] = line
+    return sent
+
+
+def context_exceeded(exc: ProviderRejected) -> bool:
+    """Whether the provider refused a request as too long for the model's context (or,
+    413, for its server)."""
+    return exc.status == 413 or (exc.status in (400, 422)
+                                 and bool(_CONTEXT_EXCEEDED.search(exc.message)))
 
 
 def _tell_unanswered(convo: list[ChatMessage], errors: list[str], past: int) -> None:
