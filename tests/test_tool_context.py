@@ -184,3 +184,28 @@ def test_auto_memory_whose_model_reads_many_long_notes_completes(
     job = wait_job(d, add(d, "s", [], flush=True)["job_id"])
     assert job["state"] == "failed" and "chat model's context window" in job["error"], job
     assert add(d, "s", [])["pending_turns"] == 1
+
+
+def test_a_dream_among_nodes_with_long_descriptions_stays_within_its_context(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """Nodes a person or ReMe wrote may hold a page of description, over several lines:
+    each node the prompt lists is one line of bounded length."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-12-03/garden.md"
+    write(root, note, "Die Tomaten brauchen mehr Wasser.\n")
+    for n in range(80):
+        about = " ".join(f"Beet {n} Zeile {k}: Tomaten, Bohnen, Kürbis." for k in range(120))
+        write(root, f"digest/wiki/beet-{n}.md", f"---\nname: Beet {n} {'Ä' * 400}\n"
+              f"description: |\n  {about}\n  second line\n---\n# Beet {n}\n\n- Beet {n}\n")
+    open_ws(daemon, root, fake)
+    refuse_past(fake, CONTEXT_BYTES)
+    model.plan[note] = [[("integrate", {
+        "action": "CREATE", "bucket": "wiki", "name": "Tomaten", "reason": "fact",
+        "content": "- brauchen mehr Wasser"})]]
+    assert dream(daemon)["actions"] == {"CREATE": 1}
+    sent = next(r.json for r in fake.requests if r.path.endswith("/chat/completions"))
+    listing = sent["messages"][1]["content"].split("Existing nodes (newest first):\n")[1]
+    lines = listing.splitlines()
+    assert len(lines) == 80 and all(line.startswith("- digest/wiki/beet-") for line in lines)
+    assert max(len(line) for line in lines) < 600

@@ -26,6 +26,7 @@ from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.memory import digest
 from recalld.daemon.memory.confined import read_checked, read_confined
 from recalld.ipc.errors import RecalldError
+from recalld.ipc.textcut import cut_text
 
 _SLUG_RE: Final = re.compile(r"[^\w]+", re.UNICODE)
 #: Latin letters no accent decomposes from their base letter (``Ø`` is not ``O`` + mark).
@@ -72,8 +73,16 @@ def read_node(root: Path, rel: str) -> tuple[str | None, bool]:
     return read_checked(root, rel)
 
 
+#: The characters of a node's name and of its description a listing shows at most (a
+#: description the dream writes is at most 300): a person's or ReMe's node may hold a
+#: page of description, and a prompt lists 80 nodes.
+LISTED_NAME_CHARS: Final = 120
+LISTED_DESCRIPTION_CHARS: Final = 300
+
+
 def list_nodes(root: Path, digest_dir: str, limit: int) -> list[dict[str, str]]:
-    """Names and descriptions of the ``limit`` newest nodes."""
+    """Names and descriptions of the ``limit`` newest nodes, each on one line and cut to
+    :data:`LISTED_NAME_CHARS` and :data:`LISTED_DESCRIPTION_CHARS`."""
     found = sorted(_entries(root, digest_dir), reverse=True)
     out = []
     for _, rel in found[:limit]:  # only the listed nodes are read
@@ -81,10 +90,17 @@ def list_nodes(root: Path, digest_dir: str, limit: int) -> list[dict[str, str]]:
             fields, _ = parse_frontmatter(read_confined(root, rel, strict=True) or "")
         except RecalldError:  # unreadable, or not UTF-8: listed by its file name
             fields = {}
-        out.append({"path": rel,
-                    "name": str(fields.get("name") or rel.rsplit("/", 1)[-1][:-3]),
-                    "description": str(fields.get("description") or "")})
+        name = str(fields.get("name") or rel.rsplit("/", 1)[-1][:-3])
+        out.append({"path": rel, "name": _listed(name, LISTED_NAME_CHARS),
+                    "description": _listed(str(fields.get("description") or ""),
+                                           LISTED_DESCRIPTION_CHARS)})
     return out
+
+
+def _listed(text: str, limit: int) -> str:
+    """``text`` on one line, cut to ``limit`` characters (saying so)."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else cut_text(line, limit - 1).rstrip() + "…"
 
 
 def node_paths(root: Path, digest_dir: str) -> list[str]:
