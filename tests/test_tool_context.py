@@ -27,17 +27,21 @@ from recalld.daemon.memory.llm import (
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.errors import ProviderRejected
 
-#: The request size (bytes of JSON) past which the fake refuses, as a server whose
+#: The request size (characters of JSON) past which the fake refuses, as a server whose
 #: model's context holds a prompt, its answers and :data:`MAX_RESULTS_CHARS` of results
 #: (a number of its own: the fake's context does not grow with the budget).
-CONTEXT_BYTES = 100_000
+CONTEXT_CHARS = 100_000
+
+
+def chars(body: bytes) -> int:
+    return len(body.decode())
 
 
 def refuse_past(fake: FakeProvider, limit: int) -> None:
-    """Make the fake answer a request longer than ``limit`` bytes as vLLM does."""
+    """Make the fake answer a request longer than ``limit`` characters as vLLM does."""
 
     def reply(body: Any) -> Reply | None:
-        if len(orjson.dumps(body)) <= limit:
+        if chars(orjson.dumps(body)) <= limit:
             return None
         return Reply(status=400, json={"error": {
             "message": "This model's maximum context length is 32768 tokens. However, you "
@@ -56,13 +60,13 @@ async def test_a_loop_reading_many_long_files_stays_within_its_context(
     answers = [Reply(json=chat_answer(None, [tool_call("read", {"path": f"n{i}.md"},
                                                        f"r{i}")])) for i in range(reads)]
     fake.script(*answers)
-    refuse_past(fake, CONTEXT_BYTES)
+    refuse_past(fake, CONTEXT_CHARS)
     chat = loop_client(fake, bridge)
     fake.chat_default = lambda body: chat_answer("read them all")
     res = await run_tools(chat, [{"role": "user", "content": "read"}], [], dispatch,
                           max_steps=reads + 1)
     assert res.finished and res.final_text == "read them all" and res.steps == reads + 1
-    assert max(len(r.body) for r in fake.requests) <= CONTEXT_BYTES
+    assert max(chars(r.body) for r in fake.requests) <= CONTEXT_CHARS
     last = fake.requests[-1].json["messages"]
     # Every call still has its result, in its place; the latest are whole.
     calls = [c["id"] for m in last if m["role"] == "assistant" for c in m.get("tool_calls", [])]
@@ -77,6 +81,26 @@ async def test_a_loop_reading_many_long_files_stays_within_its_context(
     # The conversation the loop returns is whole.
     assert all(len(str(m["content"])) > MAX_TOOL_RESULT_CHARS * 3 // 4
                for m in res.messages if m["role"] == "tool")
+
+
+async def test_one_answer_reading_many_long_files_stays_within_its_context(
+        fake: FakeProvider, bridge: ProviderBridge) -> None:
+    async def dispatch(name: str, arguments: Any) -> str:
+        return "한국어 문장입니다. " * 3_000  # cut to MAX_TOOL_RESULT_CHARS
+
+    reads = 12
+    fake.script(Reply(json=chat_answer(None, [tool_call("read", {"path": f"n{i}.md"}, f"r{i}")
+                                              for i in range(reads)])))
+    refuse_past(fake, CONTEXT_CHARS)
+    fake.chat_default = lambda body: chat_answer("done")
+    chat = loop_client(fake, bridge)
+    res = await run_tools(chat, [{"role": "user", "content": "read"}], [], dispatch)
+    assert res.finished and res.steps == 2
+    sent = fake.requests[-1]
+    assert chars(sent.body) <= CONTEXT_CHARS
+    results = [m for m in sent.json["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in results] == [f"r{i}" for i in range(reads)]
+    assert [m["content"].startswith("[left out") for m in results] == [True] * 10 + [False] * 2
 
 
 async def test_a_conversation_too_long_for_the_model_fails_saying_so(
@@ -129,7 +153,7 @@ def test_a_dream_whose_model_reads_many_long_nodes_completes(
         write(root, rel, f"---\nname: Team {n}\nsources: []\n---\n# Team {n}\n\n"
               + "".join(f"- team {n} fact {k}: Größe und Maß\n" for k in range(700)))
     open_ws(daemon, root, fake)
-    refuse_past(fake, CONTEXT_BYTES)
+    refuse_past(fake, CONTEXT_CHARS)
     model.plan[note] = [[("node_read", {"path": rel})] for rel in nodes] + [[(
         "integrate", {"action": "CREATE", "bucket": "wiki", "name": "Build farm",
                       "content": "- the platform team owns it", "reason": "fact"})]]
@@ -138,7 +162,7 @@ def test_a_dream_whose_model_reads_many_long_nodes_completes(
     assert node(root, "digest/wiki/build-farm.md")[0]["sources"] == [note]
     chats = [r for r in fake.requests if r.path.endswith("/chat/completions")]
     assert len(chats) == len(nodes) + 2
-    assert max(len(r.body) for r in chats) <= CONTEXT_BYTES
+    assert max(chars(r.body) for r in chats) <= CONTEXT_CHARS
     # Refused, the run fails naming the cause; the model's context, not the note, is at
     # fault: the note is read again by every run, never left to wait.
     refuse_past(fake, 2_000)
@@ -167,7 +191,7 @@ def test_auto_memory_whose_model_reads_many_long_notes_completes(
         write(root, rel, f"---\nname: trip {n}\ndescription: a trip\n---\n"
               + "".join(f"- 旅行 {n} の記録 {k}: train, hotel, museum\n" for k in range(600)))
     d = daemon_factory(config(root, fake, interval=0))
-    refuse_past(fake, CONTEXT_BYTES)
+    refuse_past(fake, CONTEXT_CHARS)
     fake.script(*[Reply(json=chat_answer(None, [tool_call("read", {"path": rel}, f"r{n}")]))
                   for n, rel in enumerate(old)],
                 write_note("trips", "- Plans a ninth trip, to Kyoto"), done())
@@ -176,7 +200,7 @@ def test_auto_memory_whose_model_reads_many_long_notes_completes(
     assert job["state"] == "succeeded", (job["error"], [r.body[-300:] for r in fake.requests])
     assert "Kyoto" in (root / job["result"]["note"]).read_text()
     chats = [r for r in fake.requests if r.path.endswith("/chat/completions")]
-    assert len(chats) == len(old) + 2 and max(len(r.body) for r in chats) <= CONTEXT_BYTES
+    assert len(chats) == len(old) + 2 and max(chars(r.body) for r in chats) <= CONTEXT_CHARS
     # A conversation the model's context cannot hold fails the job saying so, its turns
     # kept for the next run.
     refuse_past(fake, 1_000)
@@ -199,7 +223,7 @@ def test_a_dream_among_nodes_with_long_descriptions_stays_within_its_context(
         write(root, f"digest/wiki/beet-{n}.md", f"---\nname: Beet {n} {'Ä' * 400}\n"
               f"description: |\n  {about}\n  second line\n---\n# Beet {n}\n\n- Beet {n}\n")
     open_ws(daemon, root, fake)
-    refuse_past(fake, CONTEXT_BYTES)
+    refuse_past(fake, CONTEXT_CHARS)
     model.plan[note] = [[("integrate", {
         "action": "CREATE", "bucket": "wiki", "name": "Tomaten", "reason": "fact",
         "content": "- brauchen mehr Wasser"})]]
