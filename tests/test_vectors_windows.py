@@ -82,6 +82,37 @@ def test_windows_are_embedded_and_a_hit_hands_back_its_best_window(
         assert d.stop() == 0
 
 
+def test_a_keyword_hit_shows_the_lines_holding_its_terms(daemon_factory: Any,
+                                                          tmp_path: Path) -> None:
+    # The note's words are distinct per turn (zephyr4 only in turn 4), and a last line
+    # holds an identifier and Chinese text: whatever window the vector branch likes best
+    # (the fake's vectors are hashes), a keyword hit shows the window that matched.
+    note = NOTE + "Ticket QX_TORVEL_5831 记录在会议纪要里 by the harbour master.\n"
+    root = tmp_path / "ws"
+    write(root, REL, note)
+    write(root, "digest/personal/food.md", OTHER)
+    text = note.rstrip("\n")
+    lines = text.split("\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(config(root, fake, "context_lines = 0"))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_idle(d)
+        for word in [*(f"zephyr{i}" for i in range(6)), "qx_torvel_5831", "会议纪要",
+                     "Pebble3 and quartz3"]:
+            res = d.call("memory.search", {"agent_id": "w", "query": word,
+                                           "max_results": 1})
+            top = res["results"][0]
+            assert res["mode"] == "hybrid" and top["path"] == REL, res
+            assert top["keyword"] is not None
+            shown = top["text"].casefold()
+            assert word.split()[0].casefold() in shown, (word, top)
+            # The label names the lines shown (the chunk starts at line 1 of the file).
+            first, last = top["start_line"] - 1, top["end_line"] - 1
+            assert top["text"] == "\n".join(lines[first:last + 1])
+            assert len(top["text"]) < len(text)
+        assert d.stop() == 0
+
+
 def test_whole_chunk_context_and_score_fusion(daemon_factory: Any, tmp_path: Path) -> None:
     root = tmp_path / "ws"
     write(root, REL, NOTE)

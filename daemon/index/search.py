@@ -35,7 +35,8 @@ from recalld.daemon.index.reads import Candidates, places
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import StoredChunk
 from recalld.daemon.index.ties import Place, by_place
-from recalld.daemon.index.windows import Window, around
+from recalld.daemon.index.tokenizer import tokenize_query
+from recalld.daemon.index.windows import Window, around, holding
 from recalld.daemon.memory.slugs import shows_no_word
 from recalld.daemon.providers.errors import ProviderError
 from recalld.ipc.errors import InvalidParams, PathOutsideWorkspace
@@ -303,10 +304,16 @@ async def search(
         if not exact:
             keyword_weight = guarded_weight(keyword_weight, found.reach,
                                             full_at=config.keyword_guard)
+        terms = frozenset(tokenize_query(query)) if found.windows else frozenset()
         for f in fuse_branches(keyword_hits, vector_hits, exact, config, chunks,
                                keyword_weight=keyword_weight):
-            item = _result(chunks[f.key], f.score, f.keyword, f.vector,
-                           found.windows.get(f.key), config.context_lines)
+            hit, window = chunks[f.key], found.windows.get(f.key)
+            if window is not None and f.keyword is not None:
+                # A keyword hit shows the lines holding the query's terms, not the vector
+                # branch's best window (which may lack them).
+                window = holding(hit.text, config.vector_window_chars, terms, window)
+            item = _result(hit, f.score, f.keyword, f.vector, window,
+                           config.context_lines)
             if f.exact:
                 item["exact"] = True
             results.append(item)

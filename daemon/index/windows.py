@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from recalld.daemon.index.chunker import split_line
+from recalld.daemon.index.tokenizer import tokenize
 
 _SENTENCE_END: Final = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])")
 
@@ -79,9 +80,6 @@ def windows(text: str, size: int) -> list[Window]:
     return out or [Window(0, max(text.count("\n"), 0), text)]
 
 
-
-
-
 #: Most windows one chunk may have (the vector index labels a window ``key * SLOTS + i``).
 SLOTS: Final = 64
 
@@ -112,4 +110,22 @@ def around(text: str, window: Window, neighbours: int) -> tuple[int, int, str]:
     first = max(window.first - neighbours, 0)
     last = min(window.last + neighbours, len(lines) - 1)
     return first, last, "\n".join(lines[first:last + 1])
-__all__ = ["SLOTS", "Window", "around", "chunk_windows", "embed_units", "windows"]
+
+
+def holding(text: str, size: int, terms: frozenset[str], best: Window) -> Window:
+    """The window of ``text`` (a chunk, windows of ``size``) that holds the most of
+    ``terms`` (query terms as the keyword index reads them: ``tokenize``), so a keyword
+    hit shows the lines that matched; ``best`` (the vector branch's) when it holds as
+    many as any, or when none holds one (a term only in the heading)."""
+    def held(window: Window) -> int:
+        return len(terms.intersection(tokenize(window.text)))
+
+    wins = chunk_windows(text, size) if size else []
+    counts = [held(w) for w in wins]
+    top = max(counts, default=0)
+    if not top or held(best) >= top:
+        return best
+    return wins[counts.index(top)]
+
+
+__all__ = ["SLOTS", "Window", "around", "chunk_windows", "embed_units", "holding", "windows"]
