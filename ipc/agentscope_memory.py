@@ -183,7 +183,7 @@ class RecalldMemoryMiddleware(WriteBacks, MiddlewareBase):
         response = await self._on(workspace, lambda: self.client.search(
             workspace, query, max_results=limit or self.top_k,
             agents=self.searched(workspace)))
-        return hit_texts(response)
+        return hit_texts(response, query)
 
     def searched(self, workspace: str) -> list[str] | None:
         """The workspaces a search of ``workspace`` covers: its own, then ``agents``

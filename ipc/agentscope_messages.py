@@ -47,26 +47,28 @@ TOOL_INSTRUCTIONS = (
 INDEX_HEADER = "## Memory index (long-term notes: name — when to read it)"
 
 
-def format_hits(response: SearchResponse) -> list[str]:
+def format_hits(response: SearchResponse, query: str = "") -> list[str]:
     """One text per hit: where it comes from (the lines shown), then the text (cut to a
-    bound)."""
+    bound, around ``query``'s words when its start misses them: ``shown_part``)."""
     out = []
     for hit in response:
-        text, first, last = shown_part(hit.text, hit.start_line, hit.end_line, MAX_HIT_CHARS)
+        text, first, last = shown_part(hit.text, hit.start_line, hit.end_line, MAX_HIT_CHARS,
+                                       query)
         owner = hit.extra.get("agent_id")
         where = f"{visible(owner)}:" if isinstance(owner, str) else ""
         out.append(f"[{where}{visible(hit.path)}:{first}-{last}]\n{text}")
     return out
 
 
-def hit_texts(response: SearchResponse) -> list[str]:
-    """A search answer as texts for a model: each hit (:func:`format_hits`), the linked
-    context, then the workspaces of ``agents`` not searched and why (a model told nothing
-    would take their silence for having nothing)."""
-    hits, skipped = format_hits(response), render_skipped(response)
+def hit_texts(response: SearchResponse, query: str = "") -> list[str]:
+    """A search answer for ``query`` as texts for a model: each hit (:func:`format_hits`),
+    the linked context, then the workspaces of ``agents`` not searched and why (a model
+    told nothing would take their silence for having nothing)."""
+    hits, skipped = format_hits(response, query), render_skipped(response)
     if skipped and not hits:
         hits = ["(nothing found in the workspaces searched)"]
-    return hits + [text for text in (render_linked(response, MAX_HIT_CHARS), skipped) if text]
+    linked = render_linked(response, MAX_HIT_CHARS, query)
+    return hits + [text for text in (linked, skipped) if text]
 
 
 def _msg_text(msg: Msg) -> str:

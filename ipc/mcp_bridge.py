@@ -207,7 +207,8 @@ class Bridge:
         skipped = response.extra.get("skipped")
         passed_by = {"skipped": skipped} if isinstance(skipped, dict) and skipped else {}
         text = response.rendered or "\n\n".join(r.rendered for r in response)
-        parts = [text or "(no results)", render_linked(response), render_skipped(response)]
+        parts = [text or "(no results)", render_linked(response, query=query),
+                 render_skipped(response)]
         return _text("\n\n".join(p for p in parts if p), structured={
             "results": hits, "expanded": [r.to_dict() for r in response.expanded],
             **passed_by})

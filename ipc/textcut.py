@@ -15,7 +15,7 @@ from __future__ import annotations
 import unicodedata
 from typing import Final
 
-__all__ = ["cut_text"]
+__all__ = ["cluster_start", "cut_text"]
 
 _ZWJ: Final = "\u200d"
 #: Ranges of code points that attach to the character before them (besides marks).
@@ -94,3 +94,12 @@ def cut_text(text: str, limit: int) -> str:
     while i > 0 and not _boundary(text, i):
         i -= 1
     return text[:i]
+
+
+def cluster_start(text: str, i: int) -> int:
+    """The first index at or after ``i`` where a whole cluster of ``text`` starts (a part
+    of ``text`` taken from there shows no half character at its start)."""
+    i = max(i, 0)
+    while 0 < i < len(text) and not _boundary(text, i):
+        i += 1
+    return min(i, len(text))

@@ -9,12 +9,13 @@ TypedDicts, :mod:`recalld.ipc.answers`). Parsing is lenient about extra keys (ke
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import overload
 
 from recalld.ipc.answers import JsonObject
-from recalld.ipc.textcut import cut_text
+from recalld.ipc.textcut import cluster_start, cut_text
 
 # C0 and C1 controls, DEL and the Unicode line and paragraph separators: anything that
 # could start a new line (or redraw one) where a name is shown inside text; and the bidi
@@ -234,30 +235,107 @@ def shown_lines(lines: list[str]) -> tuple[int, int]:
     return lead, end
 
 
-def shown_part(text: str, start_line: int, end_line: int, max_chars: int
+def shown_part(text: str, start_line: int, end_line: int, max_chars: int, query: str = ""
                ) -> tuple[str, int, int]:
     """``text`` (lines ``start_line``-``end_line`` of its note) as a model is shown it:
     without blank lines at either end, cut to ``max_chars`` between whole characters with
     ``…``; and the first and last line of what is shown, so that a label names only
-    lines whose text follows it."""
+    lines whose text follows it. Cut from its start, unless the start misses the line
+    that holds the most of ``query``'s words (:func:`_matched_line`): then cut around that
+    line, with ``…`` where lines are left out before or after."""
     lines = text.split("\n")
     lead, end = shown_lines(lines)
     body = "\n".join(lines[lead:end]).strip()
     first, last = start_line + lead, end_line - (len(lines) - end)
     if len(body) > max_chars:
+        kept = lines[lead:end]
+        at = _matched_line(kept, query)
+        if at is not None and len("\n".join(kept[:at + 1])) > max_chars:
+            return _cut_around(kept, at, first, query, max_chars - 1)  # and a leading …
         body = cut_text(body, max_chars).rstrip()
         last = first + body.count("\n")
         body += "…"
     return body, first, max(last, first)
 
 
-def render_linked(response: SearchResponse, max_chars: int = 1200) -> str:
+_QUERY_WORD = re.compile(r"\w+")
+_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+
+
+def _folded(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+def _query_words(query: str) -> set[str]:
+    """The words of ``query`` a line is searched for, case folded: each run of letters
+    and digits, a run of Chinese, Japanese or Korean characters as its pairs (as the
+    daemon reads such text: no spaces between its words)."""
+    words: set[str] = set()
+    for word in _QUERY_WORD.findall(_folded(query)):
+        if _CJK.search(word) and len(word) > 2:
+            words.update(word[i:i + 2] for i in range(len(word) - 1))
+        else:
+            words.add(word)
+    return words
+
+
+def _matched_line(lines: list[str], query: str) -> int | None:
+    """The index of the line of ``lines`` holding the most of ``query``'s words, each
+    weighing the less the more lines hold it (a word on every line tells nothing); the
+    first of equals; None when no line holds any."""
+    words = _query_words(query) if query.strip() else set()
+    if not words:
+        return None
+    folded = [_folded(line) for line in lines]
+    held = {w: [i for i, line in enumerate(folded) if w in line] for w in words}
+    weights = [0.0] * len(lines)
+    for at in held.values():
+        for i in at:
+            weights[i] += 1 / len(at)
+    best = max(weights)
+    return weights.index(best) if best else None
+
+
+def _cut_around(lines: list[str], at: int, first: int, query: str, max_chars: int
+                ) -> tuple[str, int, int]:
+    """Lines around ``lines[at]`` (line ``first`` is ``lines[0]``) within ``max_chars``:
+    up to a third of them before it, as many after as fit, then more before; a line
+    ``at`` too long alone is cut around its first query word. ``…`` marks each side
+    where text is left out."""
+    line = lines[at]
+    if len(line) >= max_chars:
+        folded = line.casefold()  # offsets as in ``line`` where folding keeps lengths
+        hits = [i for w in _query_words(query) if (i := folded.find(w)) >= 0]
+        begin = cluster_start(line, min(hits, default=0) - max_chars // 3)
+        part = cut_text(line[begin:], max_chars).strip()
+        before = "…" if begin > 0 or at > 0 else ""
+        after = "…" if begin + len(part) < len(line.rstrip()) or at < len(lines) - 1 else ""
+        return before + part + after, first + at, first + at
+    a = b = at
+    size = len(line)
+    while a > 0 and size + len(lines[a - 1]) + 1 <= max_chars // 3:
+        a -= 1
+        size += len(lines[a]) + 1
+    while b < len(lines) - 1 and size + len(lines[b + 1]) + 1 <= max_chars:
+        b += 1
+        size += len(lines[b]) + 1
+    while a > 0 and size + len(lines[a - 1]) + 1 <= max_chars:
+        a -= 1
+        size += len(lines[a]) + 1
+    body = "\n".join(lines[a:b + 1]).strip()
+    return (("…" if a > 0 else "") + body + ("…" if b < len(lines) - 1 else ""),
+            first + a, first + b)
+
+
+def render_linked(response: SearchResponse, max_chars: int = 1200, query: str = "") -> str:
     """The neighbours of a search answer (``expanded``) as text for a model: a header, then
     ``[path:start-end] (linked from <hit>)`` and the text of each, cut to ``max_chars``
-    (the label naming the lines shown); empty when there are none."""
+    (around ``query``'s words: :func:`shown_part`; the label naming the lines shown);
+    empty when there are none."""
     parts = []
     for item in response.expanded:
-        text, first, last = shown_part(item.text, item.start_line, item.end_line, max_chars)
+        text, first, last = shown_part(item.text, item.start_line, item.end_line, max_chars,
+                                       query)
         if not text:
             continue
         via = item.extra.get("via")

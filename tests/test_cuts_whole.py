@@ -81,3 +81,55 @@ def test_hits_cut_for_a_model_are_labelled_with_the_lines_shown(daemon: DaemonHa
         got = text.removesuffix("…").split("\n")
         assert len(got) == last - first + 1 and got[:-1] == note[first - 1:last - 1]
         assert got[-1] and note[last - 1].startswith(got[-1])
+
+
+def _label(shown: str) -> tuple[int, int, str]:
+    label, text = shown.split("\n", 1)
+    first, last = map(int, label.split(":")[-1].split("]")[0].split("-"))
+    return first, last, text
+
+
+def test_a_long_hit_is_cut_around_what_matched(daemon: DaemonHandle, tmp_path: Path) -> None:
+    # A hit or linked note longer than a model is shown, its match far past the start:
+    # the part shown holds the match, labelled with its lines, for an identifier, a
+    # Chinese word (no spaces) and a word typed in other case; one line long alone is cut
+    # around the match within it.
+    from recalld.ipc.agentscope_messages import MAX_HIT_CHARS, format_hits
+    from recalld.ipc.types import SearchResponse, render_linked
+
+    def section(title: str, last: str) -> str:
+        rows = [f"{title} {i}: heron count steady along the reed bank, section {i} of the "
+                "northern marsh survey" for i in range(17)]
+        return f"# {title}\n\n" + "\n".join([*rows, last]) + "\n"
+
+    root = tmp_path / "ws"
+    text = (section("Reeds", "the gauge read KESTREL_QUOTA_4417 at dusk") + "\n"
+            + section("Marsh", "观鸟记录在会议纪要里 for the warden") + "\n"
+            + "# Tally\n\n" + "filler " * 200 + "the Ptarmigan tally closed " + "filler " * 30
+            + "\n")
+    write(root, "digest/wiki/reeds.md", text)
+    write(root, "memory/2026-08-03/walk.md", "# Walk\n\nA plover walk, see [[reeds#Tally]].\n")
+    note = text.split("\n")
+    open_ws(daemon, root)
+    for query, word in (("KESTREL_QUOTA_4417", "KESTREL_QUOTA_4417"),
+                        ("会议纪要", "会议纪要"), ("ptarmigan TALLY", "Ptarmigan tally"),
+                        ("plover walk ptarmigan", "Ptarmigan tally")):
+        wire = daemon.call("memory.search", {"agent_id": "w", "query": query,
+                                             "max_results": 1})
+        response = SearchResponse.from_wire(wire)
+        linked = query.startswith("plover")
+        hit = (wire["expanded"] if linked else wire["results"])[0]
+        assert hit["path"] == "digest/wiki/reeds.md", (query, wire)
+        # The match lies past what a cut from the start shows.
+        assert len(hit["text"]) > MAX_HIT_CHARS and word not in hit["text"][:MAX_HIT_CHARS]
+        shown = (render_linked(response, MAX_HIT_CHARS, query).split("\n\n", 1)[1]
+                 if linked else format_hits(response, query)[0])
+        first, last, shown_text = _label(shown)
+        assert word in shown_text and len(shown_text) <= MAX_HIT_CHARS + 1, (query, shown)
+        assert shown_text.startswith("…")
+        got = shown_text.removeprefix("…").removesuffix("…").split("\n")
+        assert len(got) == last - first + 1
+        if len(got) > 1:  # whole lines, as labelled
+            assert got == note[first - 1:last]
+        else:  # a part of the one line labelled
+            assert got[0] in note[first - 1]
