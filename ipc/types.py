@@ -12,7 +12,7 @@ import re
 import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import overload
+from typing import NamedTuple, overload
 
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.textcut import cluster_start, cut_text
@@ -248,14 +248,38 @@ def shown_part(text: str, start_line: int, end_line: int, max_chars: int, query:
     body = "\n".join(lines[lead:end]).strip()
     first, last = start_line + lead, end_line - (len(lines) - end)
     if len(body) > max_chars:
-        kept = lines[lead:end]
-        at = _matched_line(kept, query)
-        if at is not None and len("\n".join(kept[:at + 1])) > max_chars:
-            return _cut_around(kept, at, first, query, max_chars - 1)  # and a leading …
-        body = cut_text(body, max_chars).rstrip()
-        last = first + body.count("\n")
-        body += "…"
+        part = cut_part(body.split("\n"), first, max_chars, query)
+        return part.shown(), part.first, part.last
     return body, first, max(last, first)
+
+
+class Part(NamedTuple):
+    """A part of a hit's lines: its ``text``, its first and last line, and whether text
+    is left out before it and after it."""
+
+    text: str
+    first: int
+    last: int
+    before: bool
+    after: bool
+
+    def shown(self) -> str:
+        """The text with ``…`` where text is left out."""
+        return ("…" if self.before else "") + self.text + ("…" if self.after else "")
+
+
+def cut_part(lines: list[str], first: int, max_chars: int, query: str = "") -> Part:
+    """``lines`` (the first is line ``first`` of its note; more than ``max_chars`` in all)
+    cut to ``max_chars`` between whole characters (shown with its ``…``: one more). From
+    the start, unless the start misses the line holding the most of ``query``'s words
+    (:func:`_matched_line`): then around it."""
+    at = _matched_line(lines, query)
+    # The start cut misses the match when the text up to its end is longer.
+    if at is not None and (sum(map(len, lines[:at])) + at + _match_end(lines[at], query)
+                           > max_chars):
+        return _cut_around(lines, at, first, query, max_chars - 1)  # and a leading …
+    body = cut_text("\n".join(lines), max_chars).rstrip()
+    return Part(body, first, first + body.count("\n"), False, True)
 
 
 _QUERY_WORD = re.compile(r"\w+")
@@ -296,21 +320,24 @@ def _matched_line(lines: list[str], query: str) -> int | None:
     return weights.index(best) if best else None
 
 
-def _cut_around(lines: list[str], at: int, first: int, query: str, max_chars: int
-                ) -> tuple[str, int, int]:
+def _match_end(line: str, query: str) -> int:
+    """Where the first of ``query``'s words in ``line`` ends (0: none is in it); an offset
+    in ``line`` where case folding keeps its length, as for most text."""
+    folded = line.casefold()
+    ends = [i + len(w) for w in _query_words(query) if (i := folded.find(w)) >= 0]
+    return min(ends, default=0)
+
+
+def _cut_around(lines: list[str], at: int, first: int, query: str, max_chars: int) -> Part:
     """Lines around ``lines[at]`` (line ``first`` is ``lines[0]``) within ``max_chars``:
     up to a third of them before it, as many after as fit, then more before; a line
-    ``at`` too long alone is cut around its first query word. ``…`` marks each side
-    where text is left out."""
+    ``at`` too long alone is cut around its first query word."""
     line = lines[at]
     if len(line) >= max_chars:
-        folded = line.casefold()  # offsets as in ``line`` where folding keeps lengths
-        hits = [i for w in _query_words(query) if (i := folded.find(w)) >= 0]
-        begin = cluster_start(line, min(hits, default=0) - max_chars // 3)
+        begin = cluster_start(line, _match_end(line, query) - max_chars // 3)
         part = cut_text(line[begin:], max_chars).strip()
-        before = "…" if begin > 0 or at > 0 else ""
-        after = "…" if begin + len(part) < len(line.rstrip()) or at < len(lines) - 1 else ""
-        return before + part + after, first + at, first + at
+        return Part(part, first + at, first + at, begin > 0 or at > 0,
+                    begin + len(part) < len(line.rstrip()) or at < len(lines) - 1)
     a = b = at
     size = len(line)
     while a > 0 and size + len(lines[a - 1]) + 1 <= max_chars // 3:
@@ -322,9 +349,8 @@ def _cut_around(lines: list[str], at: int, first: int, query: str, max_chars: in
     while a > 0 and size + len(lines[a - 1]) + 1 <= max_chars:
         a -= 1
         size += len(lines[a]) + 1
-    body = "\n".join(lines[a:b + 1]).strip()
-    return (("…" if a > 0 else "") + body + ("…" if b < len(lines) - 1 else ""),
-            first + a, first + b)
+    return Part("\n".join(lines[a:b + 1]).strip(), first + a, first + b, a > 0,
+                b < len(lines) - 1)
 
 
 def render_linked(response: SearchResponse, max_chars: int = 1200, query: str = "") -> str:

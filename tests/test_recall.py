@@ -172,6 +172,30 @@ def test_a_cut_item_gives_the_lines_and_text_it_shows(daemon: DaemonHandle,
         assert shown[-1].startswith(item["text"].rsplit("\n", 1)[-1]), budget
 
 
+def test_a_cut_item_shows_the_line_that_matched(daemon: DaemonHandle, ws: Path) -> None:
+    # A hit cut to the budget whose match lies past what a cut from its start would
+    # show: the part shown holds it, labelled with its lines; one line too long alone is
+    # cut around the match within it.
+    lines = [f"Stop {i}: the tram passes the old mill and the {i}th bridge." for i in range(30)]
+    lines[27] = "Stop 27: the conductor wrote ZX_GANTRY_3310 on the ticket."
+    write(ws, "memory/2026-07-26/tram.md", "# Tram\n" + "\n".join(lines) + "\n")
+    write(ws, "memory/2026-07-26/log.md",
+          "# Log\n" + "calm " * 300 + "the Brakeman's whistle " + "calm " * 100 + "\n")
+    daemon.call("index.sync", {"agent_id": "w"})
+    for query, word, rel in (("ZX_GANTRY_3310", "ZX_GANTRY_3310", "memory/2026-07-26/tram.md"),
+                             ("brakeman WHISTLE", "Brakeman's whistle",
+                              "memory/2026-07-26/log.md")):
+        file_lines = (ws / rel).read_text(encoding="utf-8").split("\n")
+        answer = recall(daemon, query=query, max_results=1, budget_chars=500)
+        assert answer["truncated"] and len(answer["rendered"]) <= 500
+        (item,) = answer["items"]
+        assert item["path"] == rel and word in item["text"], answer
+        label = f"[{item['path']}:{item['start_line']}-{item['end_line']}]"
+        assert f"{label}\n…{item['text']}" in answer["rendered"]
+        shown = "\n".join(file_lines[item["start_line"] - 1:item["end_line"]])
+        assert item["text"] in shown and item["start_line"] > 1
+
+
 def test_bad_requests_are_refused_clearly(daemon: DaemonHandle, ws: Path) -> None:
     for params, needle in (
             ({}, "exactly one of 'query' and 'messages'"),
@@ -227,7 +251,9 @@ def test_build_recall_stays_in_budget_and_keeps_order(
         label = f"[{item['path']}:{item['start_line']}-{item['end_line']}]"
         if item["via"]:
             label += f" (linked from {item['via']})"
-        assert f"{label}\n{item['text']}" in rendered  # a cut item: the part shown
+        # A cut item: the part shown (after a "…" when cut around a match).
+        assert (f"{label}\n{item['text']}" in rendered
+                or f"{label}\n…{item['text']}" in rendered)
         if item["kind"] == "linked":
             assert not item["text"].startswith("---\nname: n")
     if HITS_HEADER in rendered and LINKED_HEADER in rendered:

@@ -4,8 +4,9 @@ Hits come first (without their notes' frontmatter), then the linked context of t
 (each neighbour's chunk that best matches the query, without its frontmatter), then, when
 asked, the long-term memory index. Every item is labelled with its path and 1-based
 inclusive lines. The block never exceeds ``budget_chars``: items are added whole while
-they fit; the first one that does not fit is cut (with an ellipsis) when a useful part of
-it still fits (its label and its item then give the lines and text shown), and everything
+they fit; the first one that does not fit is cut (with an ellipsis; around the query's
+words when its start misses them) when a useful part of it still fits (its label and its
+item then give the lines and text shown), and everything
 after it is left out (``truncated`` says so). Pure functions; the RPC layer runs the
 search and reads the index.
 """
@@ -19,8 +20,7 @@ from recalld.daemon.index.frontmatter import body_of
 from recalld.daemon.memory.turns import user_texts
 from recalld.ipc.answers import Recall, RecallItem
 from recalld.ipc.errors import InvalidParams
-from recalld.ipc.textcut import cut_text
-from recalld.ipc.types import shown_lines, visible
+from recalld.ipc.types import cut_part, shown_lines, visible
 
 if TYPE_CHECKING:
     from recalld.daemon.index.search import SearchAnswer, SearchHit
@@ -106,24 +106,28 @@ class _Block:
         self.parts.append(text)
         return True
 
-    def add_cut(self, item: RecallItem) -> tuple[RecallItem | None, bool]:
-        """``item`` whole, or as much of its text as fits (at least :data:`MIN_CUT_CHARS`):
+    def add_cut(self, item: RecallItem, query: str) -> tuple[RecallItem | None, bool]:
+        """``item`` whole, or as much of its text as fits (at least :data:`MIN_CUT_CHARS`,
+        around the line holding ``query``'s words when the start misses it: ``cut_part``):
         (the item as shown, its text and last line those of the part shown, or None when
         left out; whether it went in whole). After a cut or a refusal the block takes
         nothing more."""
         text = item["text"]
         if self.add(f"{_label(item)}\n{text}"):
             return item, True
-        # The part shown ends on a line no later than the item's: its label is no longer.
-        room = self.room(f"{_label(item)}\n{ELLIPSIS}")
+        # The part shown lies within the item's lines: its label is no longer than one
+        # naming the item's last line twice.
+        widest: RecallItem = {**item, "start_line": item["end_line"]}
+        room = self.room(f"{_label(widest)}\n{ELLIPSIS}")
         fitted = not self.full and room > 0 and room >= min(MIN_CUT_CHARS, len(text))
         self.full = True
         if not fitted:
             return None, False
         shown = item.copy()
-        shown["text"] = cut_text(text, room).rstrip()
-        shown["end_line"] = item["start_line"] + shown["text"].count("\n")
-        self.parts.append(f"{_label(shown)}\n{shown['text']}{ELLIPSIS}")
+        # Around the line that matched the query when the start would miss it.
+        part = cut_part(text.split("\n"), item["start_line"], room, query)
+        shown["text"], shown["start_line"], shown["end_line"] = part[:3]
+        self.parts.append(f"{_label(shown)}\n{part.shown()}")
         return shown, False
 
     def render(self) -> str:
@@ -148,7 +152,7 @@ def build_recall(
             block.full = truncated = True
             continue
         for item in group:
-            shown, whole = block.add_cut(item)
+            shown, whole = block.add_cut(item, query)
             if shown is not None:
                 items.append(shown)
             if not whole:
