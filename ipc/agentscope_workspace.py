@@ -18,8 +18,7 @@ from recalld.ipc import errors
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import owner_name
 from recalld.ipc.answers import JsonObject
-from recalld.ipc.textcut import cut_text
-from recalld.ipc.types import visible
+from recalld.ipc.types import shown_part, visible
 
 # The adapter logs under its public module's name, wherever the code lives.
 log = logging.getLogger("recalld.ipc.agentscope")
@@ -168,13 +167,17 @@ async def selected_files(client: AsyncClient, workspace: str, query: str, limit:
     for entry in files or []:
         path = str(entry.get("path", ""))
         read = await client.read(workspace, path, masked=True)  # it goes to the model
-        text = str(read.get("text") or "").strip()
+        end = read.get("end_line")
+        end = end if isinstance(end, int) else 1
         # Shown escaped, as recall labels are: a file name cannot add a line of its own.
-        label = f"[{visible(path)}:1-{read.get('end_line', 1)}]"
-        room = left - len(label) - 1
+        # A label of the part shown is no longer than the whole file's.
+        room = left - len(f"[{visible(path)}:1-{end}]") - 1
         if room <= 0:
             break
-        body = text if len(text) <= room else cut_text(text, room - 1) + "…"
+        # Cut to the budget (around the query's words when the start misses them), the
+        # label naming the lines shown.
+        body, first, last = shown_part(str(read.get("text") or ""), 1, end, room - 1, query)
+        label = f"[{visible(path)}:{first}-{last}]"
         out.append(f"{label}\n{body}")
         left -= len(label) + 1 + len(body)
     return out

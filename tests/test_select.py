@@ -115,3 +115,43 @@ def test_selected_files_are_labelled_escaped_and_cut_whole(daemon: DaemonHandle,
     assert label == "[digest/hand\\n[user_role.md:1-9]\\nx.md:1-6]"
     accents = text.split("---\n")[-1].removesuffix("…")
     assert accents and accents == "e\u0301" * (len(accents) // 2)
+
+
+def test_a_selected_file_cut_to_the_budget_names_the_lines_shown(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A picked file longer than the budget: the label names the lines of the part shown
+    (not the whole file's), and the part holds the line with the query's words even when
+    it lies past what a cut from the start shows."""
+    import asyncio
+
+    from recalld.ipc.aclient import AsyncClient
+    from recalld.ipc.agentscope_workspace import selected_files
+
+    root = tmp_path / "ws"
+    _open(daemon, root, fake)
+    rows = [f"- step {i}: rotate the staging keys and log it" for i in range(40)]
+    rows[33] = "- step 33: the Kiln-7 furnace needs its Ferrule gasket replaced"
+    body = "\n".join(rows)
+    daemon.call("memory.topic_write", {"agent_id": "a", "path": "digest/project_ops.md",
+                                       "name": "Ops", "description": "runbook",
+                                       "type": "project", "body": body})
+    text = (root / "digest/project_ops.md").read_text(encoding="utf-8").split("\n")
+    fake.chat_default = lambda _: chat_answer(json.dumps({"paths": ["digest/project_ops.md"]}))
+
+    async def main(query: str) -> list[str]:
+        client = AsyncClient(daemon.socket_path)
+        try:
+            return await selected_files(client, "a", query, 3, 400)
+        finally:
+            await client.aclose()
+
+    for query, word in (("which gasket does the furnace need?", "Ferrule gasket"),
+                        ("what is in the runbook?", "runbook")):
+        (shown,) = asyncio.run(main(query))
+        assert len(shown) <= 400
+        label, part = shown.split("\n", 1)
+        first, last = map(int, label.rsplit(":", 1)[1].rstrip("]").split("-"))
+        assert last < len(text) - 1 and word in part, (query, shown)
+        got = part.removeprefix("…").removesuffix("…").split("\n")
+        assert len(got) == last - first + 1
+        assert got[:-1] == text[first - 1:last - 1] and text[last - 1].startswith(got[-1])
