@@ -58,7 +58,10 @@ DEFAULT_AGENT = "default"
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
-def _common() -> argparse.ArgumentParser:
+def _common(timeout_help: str = "seconds to wait for an answer (default 30)",
+            ) -> argparse.ArgumentParser:
+    """The options every command takes; ``timeout_help`` says what ``--timeout`` waits
+    for (a command that waits for something else, with another default, says so)."""
     # SUPPRESS keeps a subcommand's missing option from hiding the one given before it.
     common = Parser(add_help=False)
     common.add_argument("--socket", default=argparse.SUPPRESS,
@@ -67,7 +70,7 @@ def _common() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="machine-readable JSON on stdout")
     common.add_argument("--timeout", type=_seconds, default=argparse.SUPPRESS, metavar="S",
-                        help="seconds to wait for an answer (default 30)")
+                        help=timeout_help)
     return common
 
 
@@ -169,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_ops.add_parsers(sub, common)
     cli_import.add_parsers(sub, common)
     cli_remote.add_parsers(sub, common)
-    cli_daemon.add_parsers(sub, common)
+    cli_daemon.add_parsers(sub, _common(cli_daemon.TIMEOUT_HELP))
     return parser
 
 

@@ -32,6 +32,9 @@ EXIT_OK, EXIT_ERROR = 0, 1
 #: How long ``recalld stop`` waits by default: the daemon's stop takes up to twice
 #: ``graceful_timeout_s`` (10 s by default) and its last saves.
 DEFAULT_STOP_WAIT_S = 60.0
+#: What ``--timeout`` means for ``recalld stop`` (the other commands wait 30 s for an answer).
+TIMEOUT_HELP = (f"seconds to wait until the daemon has ended (default "
+                f"{DEFAULT_STOP_WAIT_S:.0f})")
 SYSTEMD_UNIT = "recalld.service"
 
 

@@ -59,3 +59,16 @@ def test_stop_of_a_socket_activated_daemon_signals_the_daemon_not_the_socket_own
     finally:
         listener.close()
         shutil.rmtree(short, ignore_errors=True)
+
+
+def test_stop_help_gives_the_wait_stop_has_by_default() -> None:
+    # --timeout of stop waits for the daemon to end, 60 s unless given: its help says
+    # so, while the other commands' help keeps their 30 s wait for an answer.
+    env = {**os.environ, "COLUMNS": "200"}
+    stop = recalld("stop", "--help", env=env)
+    assert stop.returncode == 0, stop.stderr
+    timeout_line = next(ln for ln in stop.stdout.splitlines()
+                        if ln.lstrip().startswith("--timeout S"))
+    assert "until the daemon has ended (default 60)" in timeout_line
+    ping = recalld("ping", "--help", env=env)
+    assert "--timeout S" in ping.stdout and "for an answer (default 30)" in ping.stdout
