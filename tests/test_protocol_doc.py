@@ -298,3 +298,28 @@ def test_every_field_of_status_and_verify_is_documented(daemon: DaemonHandle) ->
     assert verify["chunks"]["chunks"] == 1
     assert _undocumented_keys(status, "", doc_text()) == []
     assert _undocumented_keys(verify, "", doc_text()) == []
+
+
+def _section(method: str) -> str:
+    """The text of ``method``'s ``### `method` `` section of docs/protocol.md."""
+    return re.split(rf"^### `{re.escape(method)}`$", doc_text(), flags=re.MULTILINE)[1].split(
+        "\n### ", 1)[0]
+
+
+def test_the_fields_of_recall_and_note_answers_are_named_in_their_sections(
+        daemon: DaemonHandle) -> None:
+    """Each field of these answers is named where the method is documented, not only
+    somewhere in the file (a field of the same name elsewhere says nothing of this one)."""
+    daemon.call("memory.add_note", {"agent_id": "default", "content": "bike on Mondays"})
+    answers = {
+        "memory.recall": daemon.call("memory.recall", {
+            "agent_id": "default", "query": "bike", "include_index": True,
+            "include_interests": True}),
+        "memory.add_note": daemon.call("memory.add_note", {
+            "agent_id": "default", "content": "train otherwise"}),
+        "memory.list": daemon.call("memory.list", {"agent_id": "default"}),
+        "memory.index": daemon.call("memory.index", {"agent_id": "default"}),
+    }
+    assert answers["memory.recall"]["items"]
+    for method, answer in answers.items():
+        assert _undocumented_keys(answer, "", _section(method)) == [], method
