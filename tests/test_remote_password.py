@@ -123,3 +123,21 @@ def test_a_password_file_libpq_looks_for_by_itself_is_named_when_skipped(
     assert f"passfile {passfile} is ignored by libpq" in str(settled(d)["last_error"])
     passfile.chmod(0o600)
     wait_for(lambda: remote_status(d)["state"] == "online", what="online once chmod 600")
+
+
+def test_a_passfile_the_dsn_names_from_home_is_told_libpq_does_not_expand_it(
+        daemon_factory: DaemonFactory, password_role: str, tmp_path: Path) -> None:
+    # The file is there, under the daemon's home, with mode 0600: but libpq takes a
+    # DSN's passfile as written, "~" and all, so it reads none and the server finds no
+    # password. Status says why, not that the file is fine.
+    (tmp_path / "pgpass").write_text("*:*:*:*:" + PASSWORD.replace("\\", "\\\\").replace(
+        ":", "\\:") + "\n")
+    (tmp_path / "pgpass").chmod(0o600)
+    keywords = password_role.replace("postgresql://", "user=").replace(
+        "@127.0.0.1:", " host=127.0.0.1 port=").replace("/postgres", " dbname=postgres")
+    name = "t" + uuid.uuid4().hex[:12]
+    d = shared(daemon_factory, f"{keywords} passfile=~/pgpass", name, "", HOME=str(tmp_path))
+    status = settled(d)
+    assert status["state"] == "offline", status
+    assert "passfile ~/pgpass does not exist: libpq does not expand ~" in str(
+        status["last_error"]), status

@@ -17,13 +17,16 @@ def unusable_password_sources(cfg: RemoteConfig, environ: Mapping[str, str]) -> 
     when they are usable or unset). libpq ignores a password file that is missing, not a
     regular file or open to the group or others (it must be 0600 or stricter), and an
     unset variable gives nothing. The ``passfile`` set (in the table or the DSN) is
-    checked; else, where nothing else gives a password, the one libpq looks for by
-    itself (``PGPASSFILE``, ``~/.pgpass``) when it is there but skipped."""
+    checked as libpq reads it (the table's with its ``~`` expanded, as ``db.connect``
+    passes it; the DSN's as written, since libpq expands no ``~``); else, where nothing
+    else gives a password, the one libpq looks for by itself (``PGPASSFILE``,
+    ``~/.pgpass``) when it is there but skipped."""
     out: list[str] = []
     given = dsn.params(cfg.dsn)  # connect() parsed it first
-    named = cfg.passfile or given.get("passfile")
-    if named:
-        out += _passfile_unusable(os.path.expanduser(named), must_exist=True)
+    if cfg.passfile:  # handed to libpq with its ~ expanded (db.connect)
+        out += _passfile_unusable(os.path.expanduser(cfg.passfile), must_exist=True)
+    elif given.get("passfile"):  # read by libpq as written: a ~ in it is no home
+        out += _passfile_unusable(given["passfile"], must_exist=True)
     elif not (given.get("password") or environ.get("PGPASSWORD")
               or (cfg.password_env and environ.get(cfg.password_env))):
         default = environ.get("PGPASSFILE") or os.path.expanduser("~/.pgpass")
@@ -38,6 +41,9 @@ def _passfile_unusable(path: str, *, must_exist: bool) -> list[str]:
     try:
         st = os.stat(path)
     except FileNotFoundError:
+        if path.startswith("~"):  # meant as a home folder, which libpq does not read it as
+            return [f"passfile {path} does not exist: libpq does not expand ~ in a DSN's "
+                    "passfile or in PGPASSFILE (give the full path)"]
         return [f"passfile {path} does not exist"] if must_exist else []
     except OSError as exc:
         return [f"passfile {path} cannot be read: {exc.strerror}"]
