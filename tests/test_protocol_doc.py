@@ -306,7 +306,7 @@ def _section(method: str) -> str:
         "\n### ", 1)[0]
 
 
-def test_the_fields_of_recall_and_note_answers_are_named_in_their_sections(
+def test_the_fields_of_recall_note_and_topic_answers_are_named_in_their_sections(
         daemon: DaemonHandle) -> None:
     """Each field of these answers is named where the method is documented, not only
     somewhere in the file (a field of the same name elsewhere says nothing of this one)."""
@@ -319,6 +319,9 @@ def test_the_fields_of_recall_and_note_answers_are_named_in_their_sections(
             "agent_id": "default", "content": "train otherwise"}),
         "memory.list": daemon.call("memory.list", {"agent_id": "default"}),
         "memory.index": daemon.call("memory.index", {"agent_id": "default"}),
+        "memory.topic_write": daemon.call("memory.topic_write", {
+            "agent_id": "default", "path": "tea.md", "name": "Tea", "type": "user",
+            "description": "what tea they like", "body": "green tea"}),
     }
     assert answers["memory.recall"]["items"]
     for method, answer in answers.items():
