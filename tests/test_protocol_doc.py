@@ -323,6 +323,9 @@ def test_the_fields_of_recall_note_and_topic_answers_are_named_in_their_sections
             "agent_id": "default", "path": "tea.md", "name": "Tea", "type": "user",
             "description": "what tea they like", "body": "green tea"}),
     }
+    answers["memory.select"] = daemon.call("memory.select", {"agent_id": "default",
+                                                             "query": "tea"})
+    assert answers["memory.select"]["files"]
     assert answers["memory.recall"]["items"]
     for method, answer in answers.items():
         assert _undocumented_keys(answer, "", _section(method)) == [], method
