@@ -43,7 +43,7 @@ class ConfigError(Exception):
 
 
 #: Settings fields that are recorded by the loader, never keys a file or a client sets.
-NOT_KEYS = frozenset({"ignored_fields", "config_required", "config_found"})
+NOT_KEYS = frozenset({"ignored_fields", "config_required", "config_found", "qwenpaw_folders"})
 
 
 @dataclass(frozen=True, slots=True, repr=False)  # a repr masks its secrets
