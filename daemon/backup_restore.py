@@ -256,7 +256,8 @@ def plan_summary(backup: CheckedBackup, plan: RestorePlan, listed: int = 20) -> 
             os.close(fd)
     return {"agent_id": plan.agent_id, "root": str(plan.root), "write": write,
             "overwrite": overwrite, "unchanged": unchanged, "remove": len(plan.removes),
-            "removes": plan.removes[:listed], "skipped_derived": plan.skipped_derived}
+            "removes": [safepath.shown_masked(rel) for rel in plan.removes[:listed]],
+            "skipped_derived": plan.skipped_derived}
 
 
 def _check_no_symlink(root: Path, rel: str) -> None:

@@ -98,6 +98,24 @@ def test_every_error_and_echoing_answer_masks_what_the_caller_sent(daemon_factor
         d.call("jobs.get", {"agent_id": "coder", "job_id": "a1b2c3d4e5f60718"})
 
 
+def test_files_a_restore_would_remove_are_listed_as_status_shows_them(
+        daemon_factory: Any) -> None:
+    # A dry run listed the notes it would remove by their names as they are: one named by a
+    # key (which search, status and backup.create show masked) came back whole.
+    d = daemon_factory()
+    ws = Path(d.call("workspace.open", {"agent_id": "coder"})["path"])
+    d.call("memory.add_note", {"agent_id": "coder", "content": "the heron fishes at dawn"})
+    archive = d.call("backup.create", {"agents": ["coder"]})["file"]
+    for rel in (f"memory/2026-07-23/{TOKEN}.md", f"memory/{TOKEN}/x.md",
+                "memory/2026-07-23/plain.md"):
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text("gone after the restore\n", encoding="utf-8")
+    plan = d.call("backup.restore", {"file": archive, "dry_run": True})["plans"][0]
+    assert plan["remove"] == 3 and TOKEN not in str(plan), plan
+    assert sorted(plan["removes"]) == ["memory/2026-07-23/[REDACTED].md",
+                                       "memory/2026-07-23/plain.md",
+                                       "memory/[REDACTED]/x.md"]
+
 
 def _restore_of_a_masked_path(d: Any, out: Path) -> None:
     """Every answer that carries a backup's path shows it as ``backup.create`` does: the
