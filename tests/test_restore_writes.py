@@ -13,9 +13,10 @@ import pytest
 from conftest import DaemonFactory
 from waits import CallsInThreads, wait_for
 
-# The restore stops at PAUSE_AT (after its snapshot is recorded, or once it closed the
-# workspace and is about to write its files) until the test opens the FIFO RESTORE_PAUSE
-# (ops_methods imported after the patch of what it imports by name).
+# The restore stops at PAUSE_AT (once it first planned the files, after its snapshot is
+# recorded, or once it closed the workspace and is about to write its files) until the
+# test opens the FIFO RESTORE_PAUSE (ops_methods imported after the patch of what it
+# imports by name).
 PAUSING = (
     sys.executable, "-c",
     "import os, sys\n"
@@ -28,6 +29,14 @@ PAUSING = (
     "    return paused\n"
     "if os.environ['PAUSE_AT'] == 'snapshot':\n"
     "    restore_record.prune_snapshots = pausing(restore_record.prune_snapshots)\n"
+    "elif os.environ['PAUSE_AT'] == 'planned':\n"
+    "    from recalld.daemon.rpc import ops_methods\n"
+    "    plan, calls = ops_methods.plan_restore, []\n"
+    "    def planned(*args, **kwargs):\n"
+    "        done = plan(*args, **kwargs)\n"
+    "        calls.append(1)\n"
+    "        return pausing(lambda: done)() if len(calls) == 1 else done\n"
+    "    ops_methods.plan_restore = planned\n"
     "else:\n"
     "    from recalld.daemon.rpc import ops_methods\n"
     "    ops_methods.apply_restore = pausing(ops_methods.apply_restore)\n"
@@ -96,3 +105,34 @@ def test_writes_during_a_restore_wait_for_it_and_are_kept(
     # Written through the workspace open after the restore: searchable at the answer.
     found = d.call("memory.search", {"agent_id": "w", "query": "whimbrel"})["results"]
     assert [r["path"] for r in found] == [results["topic"]["path"]]
+
+
+def test_a_note_written_as_a_restore_plans_is_in_its_snapshot_and_not_kept(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # A note acknowledged after the restore planned its files and before the daemon's
+    # writes waited for it went into the snapshot but was not removed: the restored
+    # workspace held a note its backup lacks (and a job's node written so stayed too).
+    fifo = tmp_path / "pause"
+    os.mkfifo(fifo)
+    d = daemon_factory(launcher=PAUSING, RESTORE_PAUSE=str(fifo), PAUSE_AT="planned")
+    root = tmp_path / "ws"
+    (root / "memory").mkdir(parents=True)
+    (root / "memory" / "a.md").write_text("Der Reiher stand im Schilf.\n")
+    d.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    archive = d.call("backup.create", {"agents": ["w"]})["file"]
+    calls = CallsInThreads(d)
+    calls.start("restore", "backup.restore", {"file": archive, "agents": ["w"]})
+    try:
+        # Opened once the restore waits at its pause: it goes on when this is closed.
+        with open(fifo, "wb"):
+            late = d.call("memory.add_note", {"agent_id": "w", "content": "Ein Kiebitz ruft."})
+    finally:
+        calls.join()
+    result = calls.results["restore"]
+    assert result["restored"][0]["removed"] == 1, result
+    assert not (root / late["path"]).exists()
+    with zipfile.ZipFile(result["snapshot"]) as zf:
+        assert "Kiebitz" in zf.read(f"agents/w/{late['path']}").decode()
+    assert d.call("memory.search", {"agent_id": "w", "query": "Kiebitz"})["results"] == []
+    rolled = d.call("backup.rollback")
+    assert "Kiebitz" in (root / late["path"]).read_text(), rolled

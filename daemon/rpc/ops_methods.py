@@ -263,6 +263,14 @@ def ops_methods() -> Methods:
                 if (held := open_ws.get(plan.agent_id)) is not None:
                     for lock in (held.services.note_lock, held.services.write_lock):
                         await writes_held.enter_async_context(lock)
+            # Planned again now that the daemon's writes wait: one that landed since the
+            # plan above (a note, a job's node) is in the snapshot, so the restore removes
+            # it like any other file the backup lacks, rather than leave a workspace that
+            # is not the backup's. The plan above refused what it could before any job
+            # was stopped.
+            plans = await trio.to_thread.run_sync(
+                lambda: [plan_restore(checked, t.agent_id, t.root, t.dirs) for t in targets],
+                limiter=cpu)
             previous = await trio.to_thread.run_sync(read_record, state)
             snap: JsonObject | None = None
             if snapshot:
