@@ -12,12 +12,12 @@ it after a restart; ``close(..., forget=True)`` drops the record.
 Closing a workspace first stops its running jobs (they wait, queued, until it opens
 again), then cancels its nursery and waits for the services to finish their shielded
 cleanup. Cancelling the registry closes every workspace (the daemon's stop has stopped
-the jobs before). A
-service that crashes, or a link in place of its folder (found at a use, or by a read or
-write below it: :func:`confine.told`), marks its workspace ``failed``
-(visible in ``daemon.status``) without taking the daemon down, and stops its running jobs
-at once (held, queued, as a close holds them); ``workspace.open`` on a failed workspace
-starts it again once its services stopped (they hold its lock), and lets them run.
+the jobs before). A service that crashes, or a link in place of its folder (found at a
+use, or by a read or write below it: :func:`confine.told`), marks its workspace
+``failed`` (visible in ``daemon.status``) without taking the daemon down, and stops its
+running jobs at once (held, queued, as a close holds them); ``workspace.open`` on a
+failed workspace starts it again once its services stopped (they hold its lock), and
+lets them run.
 """
 
 from __future__ import annotations
@@ -47,12 +47,7 @@ from recalld.daemon.workspace_places import (
     check_still_there,
     resolved,
 )
-from recalld.daemon.workspaces import (
-    Workspace,
-    WorkspaceStarter,
-    check_agent_id,
-    describe_failure,
-)
+from recalld.daemon.workspaces import Workspace, WorkspaceStarter, check_agent_id, describe_failure
 from recalld.daemon.writegate import WriteGates
 from recalld.ipc.agent_ids import workspace_table
 from recalld.ipc.errors import InvalidParams, RecalldError, UnknownWorkspace
@@ -218,6 +213,10 @@ class WorkspaceRegistry(KnownPlaces):
 
     def list(self) -> list[Workspace]:
         return sorted(self._workspaces.values(), key=lambda w: w.agent_id)
+
+    def held_now(self) -> dict[str, str]:
+        """The workspaces :meth:`held` now (not open meanwhile), by agent id: why."""
+        return {agent_id: why for agent_id, (_, why) in self._held.items()}
 
     def remembered(self) -> dict[str, remembered.Remembered]:
         """Every recorded workspace (open or not), by agent id."""

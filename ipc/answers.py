@@ -32,7 +32,7 @@ class WorkspaceInfo(TypedDict):
     own key (``index``, ``health``, ``vectors``, ...: open objects, read leniently). A
     recorded or configured workspace that is not open (``workspace.list``) has only
     ``agent_id``, ``path``, ``state`` ``closed``, ``registered``, ``configured`` (and
-    ``registered_at`` and ``name`` if recorded).
+    ``registered_at`` and ``name`` if recorded, ``why`` while a restore or backup holds it).
     """
 
     agent_id: str
@@ -41,6 +41,7 @@ class WorkspaceInfo(TypedDict):
     opened_at: NotRequired[float]
     settings: NotRequired[JsonObject]  # secrets masked; not in daemon.status
     error: NotRequired[str]  # why it failed
+    why: NotRequired[str]  # workspace.list: why it is not open now (a restore, a backup)
     refused: NotRequired[bool]  # its path or settings were refused: never opened
     # Why: "place" (its folder), "missing" (its folder gone), "settings", "replica".
     refused_for: NotRequired[str]

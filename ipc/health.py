@@ -400,6 +400,8 @@ def not_open(listed: Sequence[WorkspaceInfo], status: DaemonStatus,
         held = [j for j in jobs if j.get("agent_id") == agent
                 and j.get("state") in ("queued", "running")]
         lines += ["", f"{agent}: not open  ({ws.get('state')}, {ws.get('path')})"]
+        if ws.get("why"):
+            lines.append(f"  now: {ws.get('why')}")
         if held:
             lines.append(f"  jobs: {', '.join(str(j.get('kind')) for j in held)} wait for it "
                          f"to open (recalld workspace open {agent_operand(agent)})")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clirun import run_recalld
 from conftest import DaemonFactory
 from waits import CallsInThreads, wait_for
 
@@ -136,3 +137,34 @@ def test_a_note_written_as_a_restore_plans_is_in_its_snapshot_and_not_kept(
     assert d.call("memory.search", {"agent_id": "w", "query": "Kiebitz"})["results"] == []
     rolled = d.call("backup.rollback")
     assert "Kiebitz" in (root / late["path"]).read_text(), rolled
+
+
+def test_status_says_a_workspace_is_being_restored(daemon_factory: DaemonFactory,
+                                                   tmp_path: Path) -> None:
+    # While a restore replaced its files, the workspace was listed as closed, as if
+    # someone had closed it, and `recalld status` said no more than "not open (closed)".
+    fifo = tmp_path / "pause"
+    os.mkfifo(fifo)
+    d = daemon_factory(launcher=PAUSING, RESTORE_PAUSE=str(fifo), PAUSE_AT="closed")
+    root = tmp_path / "ws"
+    (root / "memory").mkdir(parents=True)
+    (root / "memory" / "a.md").write_text("Der Reiher stand im Schilf.\n")
+    d.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    d.call("memory.add_turns", {"agent_id": "w", "session_id": "s1", "messages": [
+        {"role": "user", "content": "ein Brachvogel"}]})  # so the restore closes it
+    archive = d.call("backup.create", {"agents": ["w"]})["file"]
+    calls = CallsInThreads(d)
+    calls.start("restore", "backup.restore", {"file": archive, "agents": ["w"]})
+    try:
+        # Opened once the restore waits at its pause, with the workspace closed.
+        with open(fifo, "wb"):
+            listed = [w for w in d.call("workspace.list")["workspaces"] if w["agent_id"] == "w"]
+            assert [(w["state"], w.get("why")) for w in listed] == [
+                ("closed", "a restore is replacing its files")], listed
+            shown = run_recalld(["--socket", str(d.socket_path), "status"], env=d.env).stdout
+            assert "now: a restore is replacing its files" in shown, shown
+    finally:
+        calls.join()
+    assert calls.results["restore"]["restored"][0]["agent_id"] == "w"
+    listed = [w for w in d.call("workspace.list")["workspaces"] if w["agent_id"] == "w"]
+    assert [(w["state"], w.get("why")) for w in listed] == [("ready", None)], listed

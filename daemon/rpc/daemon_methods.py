@@ -213,12 +213,15 @@ async def workspace_list(ctx: CallContext, params: JsonObject) -> WorkspaceList:
                 info["name"] = known[ws.agent_id]["name"]
         listed.append(_with_left_out(registry, info, ws))
     open_now = {ws.agent_id for ws in registry.list()}
+    held = registry.held_now()
     # Recorded or configured, not served now (closed, or dropped after a refusal): each
     # opens again at the next start, a configured one also at a reload, where home() says.
     for agent_id in sorted((set(known) | configured) - open_now):
         closed: WorkspaceInfo = {"agent_id": agent_id, "path": str(registry.home(agent_id)),
                                  "state": "closed", "registered": agent_id in known,
                                  "configured": agent_id in configured}
+        if agent_id in held:  # a restore replacing its files, a backup reading them
+            closed["why"] = held[agent_id]
         rec = known.get(agent_id)
         if rec is not None:
             closed["registered_at"] = rec["registered_at"]
