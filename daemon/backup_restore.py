@@ -17,7 +17,7 @@ import logging
 import os
 import stat
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NotRequired, TypedDict
@@ -101,13 +101,14 @@ class RestorePlan:
 
 
 def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
-                 dirs: Mapping[str, str]) -> RestorePlan:
+                 dirs: Mapping[str, str], others: Collection[str] = ()) -> RestorePlan:
     """Map ``agent_id``'s members onto the workspace at ``root`` with settings ``dirs``
     (directory names may differ from the backed-up workspace: they map by role).
 
     Files now in the content directories that the backup lacks are removed, so the
     workspace ends equal to the backup. Of ``metadata_dir`` only :data:`RESUMABLE` state is
-    written (the rest is rebuilt).
+    written (the rest is rebuilt). ``others`` are the folders (relative to ``root``) of
+    other agents' workspaces inside this one: nothing is written or removed in them.
     Raises PathOutsideWorkspace if a target would pass through a symlink, NotAllowed if
     something in a target's way holds more than files the restore removes, InvalidParams
     if a target's absolute path would be past PATH_MAX (``root`` is deeper than the
@@ -122,6 +123,9 @@ def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
     private: set[str] = set()
     too_deep: list[str] = []
     skipped = 0
+    def theirs(rel: str) -> bool:
+        return any(rel.startswith(f"{folder}/") for folder in others)
+
     for name in backup.by_agent.get(agent_id, []):
         rel = name[len(prefix):]
         role = next((r for r, d in roles if rel.startswith(d + "/")), None)
@@ -136,6 +140,8 @@ def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
         rest = rel[len(dict(roles)[role]) + 1:]
         target = f"{target_dir}/{rest}"
         safepath.split_relative(target)
+        if theirs(target):  # restored with the workspace it belongs to, if at all
+            continue
         if not restorable_path(root / target):  # no call could reach it by its path
             too_deep.append(target)
             continue
@@ -155,7 +161,8 @@ def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
     removes = []
     tops = tuple(t for t in (dirs.get(role, "").strip("/") for role in CONTENT_ROLES) if t)
     for top in tops:
-        removes += [rel for rel in walk_files(root, top) if rel not in wanted]
+        removes += [rel for rel in walk_files(root, top)
+                    if rel not in wanted and not theirs(rel)]
     removes = sorted(set(removes))
     clears = _in_the_way(root, writes.values(), set(removes))
     return RestorePlan(agent_id, root, writes, removes, skipped, clears, tops,

@@ -102,6 +102,16 @@ class KnownPlaces:
         places.update((a, config.workspace_path(a)) for a in config.configured_agents())
         return places
 
+    def places_inside(self, agent_id: str, root: Path) -> list[str]:
+        """The folders, relative to ``root`` (absolute, resolved), of the other agents'
+        workspaces (open, configured or recorded) that lie inside it: shared both ways
+        (:func:`check_overlap`), theirs all the same, which a restore of ``agent_id``'s
+        leaves alone."""
+        places = self._places()
+        places.update((w.agent_id, w.root) for w in self._workspaces.values())
+        return sorted({place.relative_to(root).as_posix() for other, place in places.items()
+                       if other != agent_id and place != root and place.is_relative_to(root)})
+
     async def check_place(self, agent_id: str, root: Path) -> None:
         """InvalidParams unless ``agent_id``'s workspace may lie at ``root`` (absolute,
         resolved), as :meth:`open` checks before it starts one: a restore checks the

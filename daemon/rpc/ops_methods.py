@@ -233,10 +233,19 @@ def ops_methods() -> Methods:
             targets.append(bk.AgentSource(agent_id, root, dirs_of(settings)))
         sink.phase("planning", total=len(targets))
 
+        # Another agent's workspace inside one restored (shared both ways) is its own.
+        others = {t.agent_id: {*state.registry.places_inside(t.agent_id, t.root),
+                               *(o.root.relative_to(t.root).as_posix() for o in targets
+                                 if o.root != t.root and o.root.is_relative_to(t.root))}
+                  for t in targets}
+
+        def plan_of(t: bk.AgentSource) -> RestorePlan:
+            return plan_restore(checked, t.agent_id, t.root, t.dirs, others[t.agent_id])
+
         def plan_all() -> list[RestorePlan]:
             out = []
             for t in targets:
-                out.append(plan_restore(checked, t.agent_id, t.root, t.dirs))
+                out.append(plan_of(t))
                 sink.advance()
             return out
 
@@ -268,9 +277,8 @@ def ops_methods() -> Methods:
             # it like any other file the backup lacks, rather than leave a workspace that
             # is not the backup's. The plan above refused what it could before any job
             # was stopped.
-            plans = await trio.to_thread.run_sync(
-                lambda: [plan_restore(checked, t.agent_id, t.root, t.dirs) for t in targets],
-                limiter=cpu)
+            plans = await trio.to_thread.run_sync(lambda: [plan_of(t) for t in targets],
+                                                  limiter=cpu)
             previous = await trio.to_thread.run_sync(read_record, state)
             snap: JsonObject | None = None
             if snapshot:
