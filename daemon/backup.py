@@ -162,6 +162,7 @@ class AgentSource:
     agent_id: str
     root: Path
     dirs: Mapping[str, str]
+    others: tuple[str, ...] = ()  # other agents' workspace folders inside root: theirs
 
 
 # ------------------------------------------------------------------------------ writing
@@ -259,7 +260,8 @@ def source_files(source: AgentSource, include_derived: bool,
         tops += [f"{meta}/{sub.rstrip('/')}" for sub in RESUMABLE]
     for top in tops:
         for rel in walk_files(source.root, top, passed):
-            seen.setdefault(rel, None)
+            if not any(rel.startswith(f"{other}/") for other in source.others):
+                seen.setdefault(rel, None)
     return list(seen)
 
 

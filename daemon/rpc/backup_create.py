@@ -6,6 +6,7 @@ in the backups folder)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import os
 import time
@@ -172,8 +173,11 @@ async def write_backup(state: DaemonState, sources: list[bk.AgentSource], out: P
                        phase: str = "writing the archive",
                        whole: bool = False) -> JsonObject:
     """Write the archive of ``sources`` (and the daemon's files) to ``out``, off the loop
-    under the CPU limiter; its summary."""
+    under the CPU limiter; its summary. Another agent's workspace inside one (shared
+    both ways) is left to that workspace's own backup."""
     cpu = state.services.cpu
+    sources = [dataclasses.replace(s, others=tuple(state.registry.places_inside(
+        s.agent_id, s.root))) for s in sources]
     daemon_files, left_out = await trio.to_thread.run_sync(_daemon_files, state,
                                                            include_secrets)
     summary: JsonObject = await trio.to_thread.run_sync(
