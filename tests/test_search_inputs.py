@@ -267,7 +267,8 @@ def test_words_are_found_whatever_their_accents(daemon: Any, tmp_path: Path) -> 
 def test_letters_with_a_stroke_and_turkish_capitals_find_their_words(
         daemon: Any, tmp_path: Path) -> None:
     """Letters whose stroke or bar Unicode does not decompose (ø, ł, đ) are folded as
-    accents are, and Turkish's dotless ı is i: a word typed in capitals or in plain
+    accents are, Turkish's dotless ı is i, the ligatures œ and æ are oe and ae: a word
+    typed in capitals or in plain
     letters finds the note that writes it in lower case with them, and the other way
     round."""
     root = tmp_path / "ws"
@@ -275,11 +276,14 @@ def test_letters_with_a_stroke_and_turkish_capitals_find_their_words(
     write(root, "memory/2026-06-02/dk.md", "# Rejse\n\nVi kørte fra København til Łódź.\n")
     write(root, "memory/2026-06-03/hr.md", "# Put\n\nĐakovo je mali grad.\n")
     write(root, "memory/2026-06-04/en.md", "# Trip\n\nWe drove from Kyiv to Vilnius.\n")
+    write(root, "memory/2026-06-05/fr.md", "# Lecture\n\nL'œuvre complète, encyclopaedia.\n")
     open_ws(daemon, root)
     tr, dk, hr = "memory/2026-06-01/tr.md", "memory/2026-06-02/dk.md", "memory/2026-06-03/hr.md"
+    fr = "memory/2026-06-05/fr.md"
     for query, note in (("DIYARBAKIR", tr), ("ısparta", tr), ("diyarbakir", tr),
                         ("kobenhavn", dk), ("lodz", dk), ("ŁÓDŹ", dk),
-                        ("dakovo", hr), ("ĐAKOVO", hr)):
+                        ("dakovo", hr), ("ĐAKOVO", hr), ("oeuvre", fr), ("ŒUVRE", fr),
+                        ("encyclopædia", fr)):
         assert paths(search(daemon, query)) == [note], query
 
 

@@ -221,6 +221,8 @@ def test_emoji_are_terms_of_their_own() -> None:
     # Strokes and bars, which Unicode does not decompose, and Turkish's dotless i.
     ("København, Đakovo, Ħamrun", "kobenhavn dakovo hamrun"),
     ("DIYARBAKIR ISPARTA", "diyarbakır ısparta"),
+    # The ligature letters are their two letters, accented or not.
+    ("Œuvre, encyclopædia, Cæsar, Ǽsc", "oeuvre encyclopaedia caesar aesc"),
     ("Tiếng Việt", "tieng viet"),
     ("שָׁלוֹם", "שלום"),
     ("crème-brûlée.md", "creme-brulee.md"),

@@ -67,9 +67,10 @@ from __future__ import annotations
 # ``node18``, ``BRCA1``) is indexed under the name too (``tokenizer._word_parts``); 38:
 # Latin letters with a stroke or bar and the dotless ``ı`` fold to their base letter
 # (``tokenizer.fold``: ``Łódź`` is ``lodz``, ``DIYARBAKIR`` ``diyarbakır``); 39: Arabic's
-# tatweel is taken out of words (``tokenizer._INVISIBLE``: ``مرحـــبا`` is ``مرحبا``).
+# tatweel is taken out of words (``tokenizer._INVISIBLE``: ``مرحـــبا`` is ``مرحبا``); 40:
+# the ligatures ``æ`` and ``œ`` are ``ae`` and ``oe`` (``tokenizer._LIGATURES``).
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 39
+CHUNKING = 40
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
 # generation saved under other rules has its graph's edges to no note resolved again after
 # a load, and every note read again by the startup reconcile (2 on). 1: as Obsidian

@@ -5,9 +5,10 @@ benchmarks. Pure and synchronous; safe to call from worker threads (the only sha
 bounded stem cache, whose races can at worst compute a stem twice).
 
 What it emits, after NFKC normalization, case folding and ``fold``ing (accents, strokes and
-bars off Latin and Greek letters, Hebrew and Arabic points off their letters, soft hyphens and
-joiners out of words: ``café`` meets ``cafe``, ``İstanbul`` meets ``istanbul``, ``Łódź``
-``lodz``, ``DIYARBAKIR`` ``diyarbakır``, a word hyphenated for display is one word):
+bars off Latin and Greek letters, ``æ`` and ``œ`` as ``ae`` and ``oe``, Hebrew and Arabic
+points off their letters, soft hyphens and joiners out of words: ``café`` meets ``cafe``,
+``İstanbul`` meets ``istanbul``, ``Łódź`` ``lodz``, ``DIYARBAKIR`` ``diyarbakır``,
+``Œuvre`` ``oeuvre``, a word hyphenated for display is one word):
 - Words of alphabetic scripts, English stopwords dropped, lightly stemmed (``_stem``: plural,
   ``-ed``/``-ing`` and a few derivational suffixes), whatever their case, so that a query typed in
   lower case meets ``ECONNREFUSED`` or ``parseRequests`` in a note.
@@ -227,6 +228,9 @@ _FOLDED_LETTERS: Final = ((0xC0, 0x24F), (0x370, 0x3FF), (0x1E00, 0x1FFF), (0x40
 # capitals meets its lower case (``DIYARBAKIR`` is ``diyarbakır``, ``ısparta`` ``ISPARTA``).
 # Hooks, curls and tails make letters of their own (Hausa ``ƙ``, Ewe ``ƒ``): kept.
 _STROKED_LETTERS: Final = ((0xC0, 0x2AF), (0x1E00, 0x1EFF), (0x2C60, 0x2C7F), (0xA720, 0xA7FF))
+# Latin's ligature letters, written as the two letters they join as often as not
+# (``Œuvre`` and ``oeuvre``, ``encyclopædia`` and ``encyclopaedia``).
+_LIGATURES: Final = {"æ": "ae", "œ": "oe"}
 _STROKED_NAME: Final = re.compile(
     r"LATIN (SMALL|CAPITAL) LETTER (?:DOTLESS ([A-Z])|([A-Z]) WITH (?:[A-Z ]*STROKE[A-Z ]*|"
     r"BAR|DOUBLE BAR))")
@@ -252,13 +256,19 @@ def _fold_table() -> dict[int, str | None]:
             if named:
                 base = named.group(2) or named.group(3)
                 table[code] = base if named.group(1) == "CAPITAL" else base.lower()
+    # The ligature letters as their two letters, with accents too (``ǽ`` is ``æ`` above).
+    for code, to in list(table.items()):
+        if to in _LIGATURES:
+            table[code] = _LIGATURES[to]
+    table.update({ord(lig): pair for lig, pair in _LIGATURES.items()})
     return table
 
 
 def fold(text: str) -> str:
     """``text`` (NFKC-normalized, case folded) as the index spells its words: accents off
     Latin and Greek letters (``é`` → ``e``, ``ά`` → ``α``, the ``i`` and dot that ``İ``
-    folds to → ``i``, strokes too: ``ł`` → ``l``, ``ø`` → ``o``, dotless ``ı`` → ``i``),
+    folds to → ``i``, strokes too: ``ł`` → ``l``, ``ø`` → ``o``, dotless ``ı`` → ``i``;
+    the ligatures ``æ`` → ``ae``, ``œ`` → ``oe``),
     ``ё`` → ``е``, Hebrew and Arabic points dropped, and the characters
     that only join or hyphenate words (``_INVISIBLE``) taken out."""
     return text if text.isascii() else text.translate(_fold_table())
