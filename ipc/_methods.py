@@ -364,19 +364,28 @@ def backup_verify(file: str, progress_token: str | None = None) -> Call[BackupSu
 def backup_restore(
     file: str, agents: Sequence[str] | None = None, snapshot: bool = True,
     dry_run: bool = False, progress_token: str | None = None,
+    overwrite_shared: bool = False,
 ) -> Call[JsonObject]:
     """``backup.restore``: validate, snapshot the current state, restore, reindex (with
-    ``dry_run``: only validate and say what it would write and remove)."""
+    ``dry_run``: only validate and say what it would write and remove). A workspace
+    shared with other hosts is restored only with ``overwrite_shared`` (the restore
+    reaches every host)."""
     selected = None if agents is None else list(agents)  # empty: refused by the daemon
     return Call("backup.restore", _params(file=file, agents=selected,
                                           snapshot=None if snapshot else False,
                                           dry_run=True if dry_run else None,
-                                          progress_token=progress_token), _as_dict)
+                                          progress_token=progress_token,
+                                          overwrite_shared=overwrite_shared or None),
+                _as_dict)
 
 
-def backup_rollback(progress_token: str | None = None) -> Call[JsonObject]:
-    """``backup.rollback``: restore the snapshot taken before the last restore."""
-    return Call("backup.rollback", _params(progress_token=progress_token), _as_dict)
+def backup_rollback(progress_token: str | None = None,
+                    overwrite_shared: bool = False) -> Call[JsonObject]:
+    """``backup.rollback``: restore the snapshot taken before the last restore
+    (``overwrite_shared`` as for :func:`backup_restore`)."""
+    return Call("backup.rollback", _params(progress_token=progress_token,
+                                           overwrite_shared=overwrite_shared or None),
+                _as_dict)
 
 
 def index_verify(agent_id: str) -> Call[JsonObject]:

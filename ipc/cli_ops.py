@@ -76,6 +76,10 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     rollback.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     rollback.add_argument("--dry-run", action="store_true",
                           help="say what would be written and removed; change nothing")
+    for p in (restore, rollback):
+        p.add_argument("--overwrite-shared", action="store_true",
+                       help="also restore a workspace shared with other hosts: the notes "
+                       "written since the backup are deleted, and edits replaced, on every host")
 
     for name, help_ in (("verify", "check an agent's derived index against its Markdown"),
                         ("compact", "merge an agent's keyword index now and save it")):
@@ -201,7 +205,8 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
                  ns.yes)
         with following(client, "backup rollback", as_json=as_json,
                        after=_AFTER_RESTORE) as token:
-            result = client.backup_rollback(progress_token=token)
+            result = client.backup_rollback(progress_token=token,
+                                            overwrite_shared=ns.overwrite_shared)
         if not as_json:
             out.write(_restored_text(result, "rolled back"))
     else:
@@ -220,7 +225,8 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         with following(client, "backup restore", as_json=as_json,
                        after=_AFTER_RESTORE) as token:
             result = client.backup_restore(name, ns.agents, snapshot=not ns.no_snapshot,
-                                           progress_token=token)
+                                           progress_token=token,
+                                           overwrite_shared=ns.overwrite_shared)
         if not as_json:
             out.write(_restored_text(result, "restored"))
     if as_json:
@@ -242,6 +248,8 @@ def _plan_text(plan: JsonObject) -> str:
         lines += [f"  remove {visible(str(rel))}" for rel in p.get("removes", [])]
         if p["remove"] > len(p.get("removes", [])):
             lines.append(f"  ... and {p['remove'] - len(p['removes'])} more")
+    if plan.get("shared_warning"):
+        lines.append(f"warning: {visible(str(plan['shared_warning']))}")
     return "\n".join(lines) + "\n"
 
 

@@ -30,7 +30,7 @@ from recalld.daemon.backup_restore import (
     plan_restore,
     plan_summary,
 )
-from recalld.daemon.config import ConfigError, DaemonConfig
+from recalld.daemon.config import ConfigError, DaemonConfig, RemoteConfig
 from recalld.daemon.remembered import Remembered
 from recalld.daemon.rpc.backup_create import (
     create_backup,
@@ -64,7 +64,7 @@ from recalld.daemon.rpc.restore_record import (
 from recalld.daemon.store import errors as store_errors
 from recalld.daemon.workspace_places import resolved
 from recalld.daemon.workspaces import Workspace, check_agent_id
-from recalld.ipc.errors import DiskFull, InvalidParams, NotFound
+from recalld.ipc.errors import DiskFull, InvalidParams, NotAllowed, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +134,28 @@ async def _homes(cfg: DaemonConfig, checked: CheckedBackup, chosen: list[str],
             for agent_id in chosen}
 
 
+def _shared(agent_id: str, remote: RemoteConfig | None) -> list[JsonObject]:
+    """``agent_id`` and the shared workspace it is a replica of, if it is one."""
+    return [] if remote is None else [{"agent_id": agent_id, "shared_workspace": remote.name}]
+
+
+def _shared_warning(shared: list[JsonObject]) -> str:
+    """What restoring the replicas ``shared`` does to the other hosts, said for a person."""
+    names = ", ".join(f"{s['agent_id']} (shared workspace {s['shared_workspace']})"
+                      for s in shared)
+    return (f"{names} {'is' if len(shared) == 1 else 'are'} shared with other hosts: a "
+            "restore is sent to every host like any other change, so the notes written on "
+            "any host since the backup are deleted everywhere (unless so many go at once "
+            "that they are held back, as `recalld status` then shows) and the edits made "
+            "since are replaced by the backup's versions")
+
+
+def _shared_answer(shared: list[JsonObject]) -> JsonObject:
+    """The ``shared`` and ``shared_warning`` fields of a restore's answer."""
+    return {"shared": list(shared), "shared_warning": _shared_warning(shared) if shared
+            else None}
+
+
 def _selection(p: Params) -> list[str] | None:
     """``agents``: None when left out (every agent); an empty list is refused."""
     return p.selection("agents", "every agent")
@@ -198,7 +220,8 @@ def ops_methods() -> Methods:
     async def restore(state: DaemonState, path: Path, agents: list[str] | None,
                       snapshot: bool, dry_run: bool = False,
                       progress: CallProgress | None = None,
-                      rolling_back: bool = False) -> JsonObject:
+                      rolling_back: bool = False,
+                      overwrite_shared: bool = False) -> JsonObject:
         cpu = state.services.cpu
         sink: bk.ProgressSink = progress if progress is not None else bk.NO_PROGRESS
         checked = await trio.to_thread.run_sync(
@@ -217,10 +240,12 @@ def ops_methods() -> Methods:
         known = state.registry.remembered()
         homes = await _homes(cfg, checked, chosen, known)
         targets: list[bk.AgentSource] = []
+        shared: list[JsonObject] = []
         for agent_id in chosen:
             ws = open_ws.get(agent_id)
             if ws is not None:
                 targets.append(source_of(ws))
+                shared += _shared(agent_id, ws.settings.remote)
                 continue
             where, overrides = homes[agent_id]
             root = await trio.to_thread.run_sync(resolved, where)
@@ -231,6 +256,11 @@ def ops_methods() -> Methods:
                                     f"{exc.message}") from None
             settings = closed_settings(cfg, path, agent_id, agent_id in known, overrides)
             targets.append(bk.AgentSource(agent_id, root, dirs_of(settings)))
+            shared += _shared(agent_id, settings.remote)
+        if shared and not dry_run and not overwrite_shared:
+            raise NotAllowed(_shared_warning(shared) + ": nothing was restored. Restore "
+                             "with overwrite_shared (--overwrite-shared) to do so anyway",
+                             {"shared": shared})
         sink.phase("planning", total=len(targets))
 
         # Another agent's workspace inside one restored (shared both ways) is its own.
@@ -253,7 +283,8 @@ def ops_methods() -> Methods:
         if dry_run:  # each target read, as the restore reads it to leave it in place
             summaries = await trio.to_thread.run_sync(
                 lambda: [plan_summary(checked, plan) for plan in plans], limiter=cpu)
-            return {"file": echoed_path(str(path)), "dry_run": True, "plans": summaries}
+            return {"file": echoed_path(str(path)), "dry_run": True, "plans": summaries,
+                    **_shared_answer(shared)}
         # A write of the daemon's to an open workspace after the snapshot and before its
         # files are restored would be in neither, and a note appended to as it was before
         # would undo the restore of that note: such writes wait until the restore ends.
@@ -364,7 +395,8 @@ def ops_methods() -> Methods:
             return {"file": echoed_path(str(path)), "restored": results,
                     "config_restored": config_data is not None, "config_error": config_error,
                     "config_kept": config_kept,
-                    "snapshot": None if snap is None else snap["file"]}
+                    "snapshot": None if snap is None else snap["file"],
+                    **_shared_answer(shared)}
 
     @methods.add("backup.restore", positional=("file",))
     async def backup_restore(ctx: CallContext, params: JsonObject) -> JsonObject:
@@ -373,14 +405,17 @@ def ops_methods() -> Methods:
         agents = _selection(p)
         snapshot: bool = p.boolean("snapshot", True)
         dry_run: bool = p.boolean("dry_run", False)
+        overwrite_shared: bool = p.boolean("overwrite_shared", False)
         progress = _progress(ctx, p, "backup.restore")
         p.done()
         async with restore_lock, progress.pumping():
-            return await restore(ctx.state, path, agents, snapshot, dry_run, progress)
+            return await restore(ctx.state, path, agents, snapshot, dry_run, progress,
+                                 overwrite_shared=overwrite_shared)
 
     @methods.add("backup.rollback")
     async def backup_rollback(ctx: CallContext, params: JsonObject) -> JsonObject:
         p = Params(params)
+        overwrite_shared: bool = p.boolean("overwrite_shared", False)
         progress = _progress(ctx, p, "backup.rollback")
         p.done()
         record = read_record(ctx.state)
@@ -389,7 +424,7 @@ def ops_methods() -> Methods:
         async with restore_lock, progress.pumping():
             result = await restore(ctx.state, Path(record["snapshot"]),
                                    list(record["agents"]), snapshot=False, progress=progress,
-                                   rolling_back=True)
+                                   rolling_back=True, overwrite_shared=overwrite_shared)
             if record.get("config") == "added":  # the restore put the only config file
                 cfg = await trio.to_thread.run_sync(drop_config, ctx.state)
                 ctx.state.services.config.replace(cfg)

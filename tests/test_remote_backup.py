@@ -1,0 +1,64 @@
+"""A backup restored on one host of a shared workspace (two daemons, a real PostgreSQL).
+
+A restore is sent to every host like any other change: notes written anywhere since the
+backup would be deleted everywhere, edits made since replaced. So a restore of a shared
+workspace is refused unless asked for by name (``overwrite_shared``), and its dry run and
+answer say what it does.
+"""
+
+from __future__ import annotations
+
+import pytest
+from clirun import run_recalld
+from conftest import DaemonFactory
+from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
+from test_remote import converged, notes, pair, write
+from waits import wait_for
+
+from recalld.ipc.errors import NotAllowed
+
+KEPT = "memory/2026-12-05/Αθήνα.md"
+EDITED = "memory/2026-12-05/東京.md"
+NEW = "memory/2026-12-06/written-on-b.md"
+
+
+def test_a_restore_on_one_host_does_not_silently_undo_the_others(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a, b, name = pair(daemon_factory, pg_server)
+    write(a, KEPT, "# Αθήνα\nπριν από το αντίγραφο\n")
+    write(a, EDITED, "# 東京\nバックアップの前\n")
+    wait_for(lambda: converged(a, b) and len(notes(b)) == 2, what="converged before")
+    made = a.call("backup.create", {"agents": ["default"]})
+
+    write(b, NEW, "# Written on b\nafter the backup\n")
+    write(b, EDITED, "# 東京\nバックアップの後に b で編集\n")
+    wait_for(lambda: converged(a, b) and NEW in notes(a)
+             and notes(a)[EDITED] == notes(b)[EDITED], what="b's work on a")
+    after = notes(b)
+
+    plan = a.call("backup.restore", {"file": made["file"], "dry_run": True})
+    assert plan["shared"] == [{"agent_id": "default", "shared_workspace": name}]
+    assert "deleted everywhere" in plan["shared_warning"]
+    with pytest.raises(NotAllowed, match="shared with other hosts") as refused:
+        a.call("backup.restore", {"file": made["file"]})
+    assert refused.value.data == {"shared": plan["shared"]}
+    proc = run_recalld(["--socket", str(a.socket_path), "backup", "restore", made["file"],
+                        "--yes"], env=a.env)
+    assert proc.returncode != 0
+    assert "warning: default (shared workspace" in proc.stdout
+    assert "--overwrite-shared" in proc.stderr
+    # Nothing was written: B's note and edit are on both hosts, as they were.
+    assert notes(a) == after == notes(b)
+    assert a.call("backup.list")["rollback"] is None
+
+    # Asked for by name, it restores, and says what it did.
+    done = a.call("backup.restore", {"file": made["file"], "overwrite_shared": True})
+    assert done["shared_warning"] == plan["shared_warning"]
+    wait_for(lambda: converged(a, b) and NEW not in notes(b), what="the restore on b")
+
+    # Its rollback reaches every host too: refused alike, then B's work comes back.
+    with pytest.raises(NotAllowed, match="shared with other hosts"):
+        a.call("backup.rollback")
+    back = a.call("backup.rollback", {"overwrite_shared": True})
+    assert back["shared"] == plan["shared"]
+    wait_for(lambda: converged(a, b) and notes(b) == after, what="the rollback on b")
