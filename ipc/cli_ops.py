@@ -201,6 +201,7 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
             return _dry_run(out, plan, as_json)
         if not as_json:
             out.write(_plan_text(plan))
+        _check_shared(plan, ns.overwrite_shared, "rolled back")
         confirm(f"Roll agent(s) {', '.join(record['agents'])} back to {record['snapshot']}?",
                  ns.yes)
         with following(client, "backup rollback", as_json=as_json,
@@ -220,6 +221,7 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
             return _dry_run(out, plan, as_json)
         if not as_json:
             out.write(_plan_text(plan))
+        _check_shared(plan, ns.overwrite_shared, "restored")
         agents = [p["agent_id"] for p in plan.get("plans", [])]
         confirm(f"Restore {name} over agent(s) {', '.join(agents)}?", ns.yes)
         with following(client, "backup restore", as_json=as_json,
@@ -251,6 +253,14 @@ def _plan_text(plan: JsonObject) -> str:
     if plan.get("shared_warning"):
         lines.append(f"warning: {visible(str(plan['shared_warning']))}")
     return "\n".join(lines) + "\n"
+
+
+def _check_shared(plan: JsonObject, overwrite_shared: bool, done: str) -> None:
+    """Refuse before asking, as the daemon would after: the plan covers a workspace shared
+    with other hosts and ``--overwrite-shared`` was not given."""
+    if plan.get("shared") and not overwrite_shared:
+        raise errors.NotAllowed(f"{plan['shared_warning']}: nothing was {done}. Pass "
+                                "--overwrite-shared to do so anyway")
 
 
 def _dry_run(out: TextIO, plan: JsonObject, as_json: bool) -> int:

@@ -42,11 +42,12 @@ def test_a_restore_on_one_host_does_not_silently_undo_the_others(
     with pytest.raises(NotAllowed, match="shared with other hosts") as refused:
         a.call("backup.restore", {"file": made["file"]})
     assert refused.value.data == {"shared": plan["shared"]}
-    proc = run_recalld(["--socket", str(a.socket_path), "backup", "restore", made["file"],
-                        "--yes"], env=a.env)
-    assert proc.returncode != 0
-    assert "warning: default (shared workspace" in proc.stdout
-    assert "--overwrite-shared" in proc.stderr
+    for yes in (["--yes"], []):  # refused before it asks, not after
+        proc = run_recalld(["--socket", str(a.socket_path), "backup", "restore",
+                            made["file"], *yes], env=a.env)
+        assert proc.returncode != 0
+        assert "warning: default (shared workspace" in proc.stdout
+        assert "--overwrite-shared" in proc.stderr, proc.stderr
     # Nothing was written: B's note and edit are on both hosts, as they were.
     assert notes(a) == after == notes(b)
     assert a.call("backup.list")["rollback"] is None
