@@ -273,3 +273,23 @@ def test_a_catalog_kept_where_recalld_kept_it_before_names_the_waiting_notes(
     why = dream_status["waiting"][note]
     assert "failed on it 3 times" in why and "length limit" in why, why
     assert not any(r.path.endswith("/chat/completions") for r in fake.requests)
+
+
+def test_a_forgotten_workspace_leaves_no_waiting_notes_to_the_next_one_of_its_agent(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """The notes waiting after failed tries were kept per agent id for the daemon's life:
+    a workspace closed with forget and one opened anew under the same id, at another
+    folder with no dream catalog, showed the old folder's waiting notes."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-10-11/gadget.md"
+    write(root, note, "Δεν ξέρω τι είναι αυτό: {gadget}.\n")
+    open_ws(daemon, root, fake)
+    model.plan[note] = [[("integrate", '{"action": "CREATE", "name": "Gadget {')]]
+    states = [run_job(daemon, "auto_dream")["state"] for _ in range(4)]
+    assert states == ["failed", "failed", "succeeded", "failed"], states
+    assert (workspace_status(daemon, AGENT) or {})["dream"]["waiting_notes"] == 1
+    daemon.call("workspace.close", {"agent_id": AGENT, "forget": True})
+    open_ws(daemon, tmp_path / "fresh", fake)
+    dream_status = (workspace_status(daemon, AGENT) or {})["dream"]
+    assert "waiting_notes" not in dream_status, dream_status

@@ -261,11 +261,14 @@ class ResourceService:
             await load_cron()
         self.schedule_error = c.schedule_workspace(self.ws)
         c.catalogs[agent_id] = self.catalog
-        if agent_id not in c.waiting:
-            await c.load_waiting(self.ws)
+        # What waits is this folder's, from its catalog: never what an earlier workspace
+        # of the agent (closed, maybe forgotten, maybe at another folder) left here.
+        c.waiting.pop(agent_id, None)
+        await c.load_waiting(self.ws)
         try:
             await self.catalog.run(task_status=task_status)
         finally:
             c.scheduler.unschedule(agent_id, DREAM_KIND)
             if c.catalogs.get(agent_id) is self.catalog:
                 del c.catalogs[agent_id]
+                c.waiting.pop(agent_id, None)
