@@ -35,11 +35,12 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, NotRequired, Protocol, TypedDict, cast
+from typing import IO, Protocol, cast
 
 import orjson
 
 from recalld.daemon import safepath
+from recalld.daemon.backup_meta import AgentEntry, BackupMeta, Member
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.store.fsio import REAL, TEMP_RE, atomic_writer, ensure_dir, temp_name
 from recalld.daemon.store.tempnames import remove_dead_temps
@@ -51,39 +52,6 @@ log = logging.getLogger(__name__)
 
 FORMAT = "recalld-backup"
 VERSION = 1
-
-
-class Member(TypedDict):
-    """A file in the archive, as meta.json lists it."""
-
-    path: str  # the zip member's name
-    size: int
-    sha256: str
-    #: The file's modification time (a restore sets it again: ReMe's records of what
-    #: its dream and auto_resource read know a file by it).
-    mtime_ns: NotRequired[int]
-
-
-class AgentEntry(TypedDict):
-    path: str  # the workspace's root when backed up
-    dirs: dict[str, str]  # directory settings by role
-    files: int
-
-
-class BackupMeta(TypedDict):
-    """meta.json of an archive."""
-
-    format: str
-    version: int
-    created: float
-    recalld_version: str
-    include_derived: bool
-    note: str
-    agents: dict[str, AgentEntry]
-    files: list[Member]
-    daemon: list[str]  # daemon files, by name
-    secrets: bool  # whether the config kept its secrets
-    secrets_left_out: dict[str, list[str]]  # by agent
 
 
 META = "meta.json"
@@ -275,6 +243,7 @@ def create_backup(
     daemon_files: Mapping[str, bytes] | None = None,
     secrets: bool = False,
     secrets_left_out: Mapping[str, list[str]] | None = None,
+    config_secrets_left_out: Iterable[str] = (),
     progress: ProgressSink = NO_PROGRESS,
     phase: str = "writing the archive",
     whole: bool = False,
@@ -282,7 +251,8 @@ def create_backup(
     """Write a backup of ``sources`` (and ``daemon_files``, by name in
     :data:`DAEMON_FILES`) to ``out`` atomically; return its summary (meta minus the file
     list). ``secrets`` says whether the config in ``daemon_files`` kept its secrets,
-    ``secrets_left_out`` which secrets of the workspace record were taken out, by agent.
+    ``secrets_left_out`` which secrets of the workspace record were taken out, by agent,
+    ``config_secrets_left_out`` which of the config file's (dotted keys).
     Files that vanish while being read are left out, and so are, by agent in the
     summary, files whose names are not UTF-8 or have a backslash (``passed_by``),
     symlinks (``symlinks``), hidden files and folders (``hidden``), FIFOs, sockets and
@@ -331,7 +301,8 @@ def create_backup(
                 "recalld_version": recalld_version, "include_derived": include_derived,
                 "note": note, "agents": agents, "files": files,
                 "daemon": sorted(daemon_files or {}), "secrets": secrets,
-                "secrets_left_out": dict(secrets_left_out or {})}
+                "secrets_left_out": dict(secrets_left_out or {}),
+                "config_secrets_left_out": list(config_secrets_left_out)}
 
     stored: set[str] = set()
     while True:

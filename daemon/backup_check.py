@@ -39,10 +39,10 @@ from recalld.daemon.backup import (
     NO_PROGRESS,
     RATIO_MIN_BYTES,
     VERSION,
-    Member,
     ProgressSink,
     inflates_like_a_bomb,
 )
+from recalld.daemon.backup_meta import Member
 from recalld.daemon.config_rules import AGENT_ID_RULE, valid_agent_id
 from recalld.daemon.jsontypes import JsonObject
 from recalld.ipc.errors import InvalidBackup
@@ -207,7 +207,7 @@ def _strings(value: object) -> bool:
 
 
 #: The optional fields of meta.json (an archive of old may lack them), each with what
-#: its value must be: a restore reads ``secrets`` and ``secrets_left_out``, every
+#: its value must be: a restore reads ``secrets`` and the ``*secrets_left_out``, every
 #: summary the rest.
 _META_FIELDS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "created": ("a time in seconds", lambda v: isinstance(v, int | float)
@@ -220,6 +220,7 @@ _META_FIELDS: dict[str, tuple[str, Callable[[object], bool]]] = {
                lambda v: _strings(v) and set(cast(list[str], v)) <= set(DAEMON_FILES)),
     "secrets_left_out": ("an object of agent ids to lists of keys", lambda v: isinstance(
         v, dict) and all(isinstance(k, str) and _strings(x) for k, x in v.items())),
+    "config_secrets_left_out": ("a list of keys", _strings),
 }
 _AGENT_FIELDS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "path": ("a string", lambda v: isinstance(v, str)),

@@ -31,12 +31,12 @@ from recalld.daemon.backup import (
     PATH_MAX_BYTES,
     RESUMABLE,
     TEMP_NAME_EXTRA,
-    Member,
     ProgressSink,
     restorable_path,
     walk_files,
 )
 from recalld.daemon.backup_check import CheckedBackup, file_in_the_way, refuse
+from recalld.daemon.backup_meta import Member
 from recalld.daemon.restore_folders import (
     in_folder,
     open_folder,

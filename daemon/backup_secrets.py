@@ -13,7 +13,7 @@ import tomllib
 from recalld.daemon.config_rules import url_without_secrets
 from recalld.daemon.dsn import dsn_without_password
 
-__all__ = ["mask_secrets"]
+__all__ = ["left_out_of", "mask_secrets"]
 
 #: A TOML string: multi-line basic and literal first, then basic (with escapes), literal.
 _STRING = "|".join((
@@ -99,3 +99,24 @@ def _dsn_without_password(m: re.Match[str]) -> str:
     except tomllib.TOMLDecodeError:
         return m[1] + '""'
     return m[1] + json.dumps(dsn_without_password(dsn) if isinstance(dsn, str) else "")
+
+
+def left_out_of(config_text: str) -> list[str]:
+    """The dotted keys of the values :func:`mask_secrets` changes in ``config_text``
+    (none if it is not TOML)."""
+    try:
+        before = tomllib.loads(config_text)
+        after = tomllib.loads(mask_secrets(config_text))
+    except tomllib.TOMLDecodeError:
+        return []
+    return _changed(before, after, "")
+
+
+def _changed(before: object, after: object, prefix: str) -> list[str]:
+    if isinstance(before, dict) and isinstance(after, dict):
+        return [k for key, value in before.items()
+                for k in _changed(value, after.get(key), f"{prefix}{key}.")]
+    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        return [k for i, (b, a) in enumerate(zip(before, after, strict=True))
+                for k in _changed(b, a, f"{prefix}{i}.")]
+    return [] if before == after else [prefix.removesuffix(".")]

@@ -43,7 +43,7 @@ from typing import TypedDict
 import trio
 
 from recalld.daemon import config as config_mod
-from recalld.daemon import reload_sharing
+from recalld.daemon import config_left_out, reload_sharing
 from recalld.daemon.config import ConfigError, DaemonConfig
 from recalld.daemon.config_warnings import config_warnings
 from recalld.daemon.datadirs import owning_data_dir
@@ -108,6 +108,7 @@ class Supervisor:
         self.state.stats["config"] = lambda: {"path": str(self.config.config_path),
                                               "required": self.config.config_required,
                                               "warnings": config_warnings(self.config),
+                                              "secrets_left_out": services.config.left_out,
                                               **self.reload_error}
         self.server: RpcServer | None = None
         self._stop_requested = trio.Event()
@@ -201,6 +202,7 @@ class Supervisor:
             self.notifier.status(f"starting {name}")
             await root.start(service.run)
         root.start_soon(self._reload_loop, reloads)
+        await trio.to_thread.run_sync(config_left_out.refresh, self.services.config)
         self.notifier.status("opening workspaces")
         # Concurrently, each loading its saved index in a worker thread: the configured
         # workspaces, and every workspace served before (by RPC, a middleware, an MCP
@@ -388,6 +390,7 @@ class Supervisor:
                         "it is restarted", name, getattr(new, name), kept[name])
         new = dataclasses.replace(new, **kept)
         self.services.config.replace(new)
+        await trio.to_thread.run_sync(config_left_out.refresh, self.services.config)
         if new.log_level != old.log_level:
             set_log_level(new.log_level)
         self.services.scheduler.set_jitter(new.schedule_jitter_s)

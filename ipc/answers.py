@@ -363,6 +363,7 @@ class BackupSummary(TypedDict):
     daemon: list[str]  # the daemon's files in the archive (config, workspace record)
     secrets: bool  # the config file kept its secrets
     secrets_left_out: dict[str, list[str]]  # agent id -> dotted keys left out
+    config_secrets_left_out: NotRequired[list[str]]  # the config file's, dotted keys
     file: str
     members: int
     bytes: int

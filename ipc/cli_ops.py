@@ -272,8 +272,12 @@ def _dry_run(out: TextIO, plan: JsonObject, as_json: bool) -> int:
 
 
 def _restored_text(result: JsonObject, verb: str) -> str:
-    lines = [f"{verb} {r['agent_id']}: {r['written']} written, {r.get('unchanged', 0)} "
-             f"unchanged, {r['removed']} removed" for r in result.get("restored", [])]
+    lines = []
+    for r in result.get("restored", []):
+        lines.append(f"{verb} {r['agent_id']}: {r['written']} written, "
+                     f"{r.get('unchanged', 0)} unchanged, {r['removed']} removed")
+        if r.get("warning"):  # secrets of its record the backup left out
+            lines.append(f"  warning: {visible(str(r['warning']))}")
     if result.get("config_kept"):
         lines.append("config file of the backup not put in place: "
                      f"{visible(str(result['config_kept']))}")
@@ -283,6 +287,8 @@ def _restored_text(result: JsonObject, verb: str) -> str:
     elif result.get("config_restored"):
         lines.append(f"config file {verb} (workspace settings apply now, the daemon's own "
                      "at the next reload or start)")
+        if result.get("config_warning"):
+            lines.append(f"  warning: {visible(str(result['config_warning']))}")
     if result.get("snapshot"):
         lines.append(f"snapshot of the previous state: {visible(str(result['snapshot']))} "
                      "(undo with: recalld backup rollback)")

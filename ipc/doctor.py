@@ -225,8 +225,8 @@ class Doctor:
         """Each workspace's problems (as human ``status`` shows them), with the fix."""
         if self.status is None:
             return []
-        out = [Check(p.topic, "fail", p.what, p.fix) for p in daemon_problems(self.status)
-               if p.severity == "fail"]  # config warnings: the config file's check shows them
+        out = [Check(p.topic, p.severity, p.what, p.fix) for p in daemon_problems(self.status)
+               if p.severity == "fail" or p.topic == "config secrets"]  # not the file's own
         jobs: list[JobInfo] = []
         try:
             with Client(self.socket_path, timeout_s=self.timeout_s,

@@ -367,6 +367,15 @@ def daemon_problems(status: DaemonStatus) -> list[Problem]:
             f"recalld (or kill -HUP {status.get('pid', '<pid>')})", "config"))
     out.extend(Problem("warn", str(w.get("what")), str(w.get("fix")), "config")
                for w in cfg.get("warnings") or [])
+    left_out = [str(k) for k in cfg.get("secrets_left_out") or ()]
+    if left_out:
+        path = cfg.get("path") or "the config file"
+        out.append(Problem(
+            "warn", f"{', '.join(left_out)} of {path} left out of the backup it was restored "
+                    "from (made without --include-secrets)",
+            f"set {'it' if len(left_out) == 1 else 'them'} in {path}, then: systemctl "
+            f"--user reload recalld (or kill -HUP {status.get('pid', '<pid>')}); or restore "
+            "a backup made with --include-secrets", "config secrets"))
     files = (status.get("queues") or {}).get("state_files") or {}
     for failed in files.get("errors") or []:
         where = PurePath(str(failed.get("file"))).parent

@@ -17,7 +17,7 @@ import trio
 from recalld.daemon import backup as bk
 from recalld.daemon import config as config_mod
 from recalld.daemon import metrics, remembered
-from recalld.daemon.backup_secrets import mask_secrets
+from recalld.daemon.backup_secrets import left_out_of, mask_secrets
 from recalld.daemon.config import WorkspaceSettings
 from recalld.daemon.rpc.call_progress import CallProgress
 from recalld.daemon.rpc.dispatch import CallContext, DaemonState, JsonObject
@@ -43,27 +43,31 @@ def source_of(ws: Workspace) -> bk.AgentSource:
     return bk.AgentSource(ws.agent_id, ws.root, dirs_of(ws.settings))
 
 
-def _daemon_files(state: DaemonState,
-                  include_secrets: bool) -> tuple[dict[str, bytes], dict[str, list[str]]]:
+def _daemon_files(state: DaemonState, include_secrets: bool,
+                  ) -> tuple[dict[str, bytes], dict[str, list[str]], list[str]]:
     """The daemon's config file and workspace record, secrets left out unless asked for
-    (the record's are the model keys clients handed over); and what was left out of the
-    record, by agent."""
+    (the record's are the model keys clients handed over); what was left out of the
+    record, by agent, and of the config file (dotted keys)."""
     out: dict[str, bytes] = {}
     left_out: dict[str, list[str]] = {}
+    config_left: list[str] = []
     try:
         text = state.config.config_path.read_text(encoding="utf-8")
     except FileNotFoundError:
         text = None
     if text is not None:
         out["config.toml"] = (text if include_secrets else mask_secrets(text)).encode()
+        # Keys an earlier restore left out of it are missing from this copy too.
+        emptied = [] if include_secrets else left_out_of(text)
+        config_left = emptied + [k for k in state.services.config.left_out if k not in emptied]
     try:
         record = (state.config.state_dir / "workspaces.json").read_bytes()
     except FileNotFoundError:
-        return out, left_out
+        return out, left_out, config_left
     if not include_secrets:
         record, left_out = remembered.without_secrets(record)
     out["workspaces.json"] = record
-    return out, left_out
+    return out, left_out, config_left
 
 
 def unique_path(path: Path) -> Path:
@@ -178,13 +182,14 @@ async def write_backup(state: DaemonState, sources: list[bk.AgentSource], out: P
     cpu = state.services.cpu
     sources = [dataclasses.replace(s, others=tuple(state.registry.places_inside(
         s.agent_id, s.root))) for s in sources]
-    daemon_files, left_out = await trio.to_thread.run_sync(_daemon_files, state,
-                                                           include_secrets)
+    daemon_files, left_out, config_left = await trio.to_thread.run_sync(
+        _daemon_files, state, include_secrets)
     summary: JsonObject = await trio.to_thread.run_sync(
         lambda: bk.create_backup(out, sources, include_derived=include_derived,
                                  recalld_version=state.version, note=note,
                                  daemon_files=daemon_files, secrets=include_secrets,
-                                 secrets_left_out=left_out, progress=progress,
+                                 secrets_left_out=left_out,
+                                 config_secrets_left_out=config_left, progress=progress,
                                  phase=phase, whole=whole),
         limiter=cpu)
     metrics.count("recalld_backups_total", labels={"kind": note or "manual"})

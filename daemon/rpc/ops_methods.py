@@ -21,7 +21,7 @@ from pathlib import Path
 import trio
 
 from recalld.daemon import backup as bk
-from recalld.daemon import metrics
+from recalld.daemon import config_left_out, metrics
 from recalld.daemon.backup_check import CheckedBackup, list_backups, open_checked
 from recalld.daemon.backup_restore import (
     Restored,
@@ -31,6 +31,7 @@ from recalld.daemon.backup_restore import (
     plan_summary,
 )
 from recalld.daemon.config import ConfigError, DaemonConfig, RemoteConfig
+from recalld.daemon.config_left_out import left_out_warning
 from recalld.daemon.remembered import Remembered
 from recalld.daemon.rpc.backup_create import (
     create_backup,
@@ -341,9 +342,15 @@ def ops_methods() -> Methods:
                 # No way back from this restore: the recorded snapshot of an earlier one
                 # would now throw away everything since, this restore included.
                 await trio.to_thread.run_sync(drop_record, state)
+            config_left: list[str] = []
             if config_data is not None:
                 await trio.to_thread.run_sync(restore_config, state, config_data)
                 state.services.config.replace(cfg)  # workspaces opened from here on use it
+                # What the backup left out of it is missing until it is set again.
+                await trio.to_thread.run_sync(
+                    config_left_out.note, state.services.config,
+                    checked.meta.get("config_secrets_left_out") or [])
+                config_left = state.services.config.left_out
             results: list[Restored] = []
             for plan in plans:
                 ws = open_ws.get(plan.agent_id)
@@ -392,11 +399,16 @@ def ops_methods() -> Methods:
                     await services.health.scan()
                 results.append(done)
             metrics.count("recalld_restores_total")
-            return {"file": echoed_path(str(path)), "restored": results,
-                    "config_restored": config_data is not None, "config_error": config_error,
-                    "config_kept": config_kept,
-                    "snapshot": None if snap is None else snap["file"],
-                    **_shared_answer(shared)}
+            result: JsonObject = {
+                "file": echoed_path(str(path)), "restored": results,
+                "config_restored": config_data is not None, "config_error": config_error,
+                "config_kept": config_kept, "snapshot": None if snap is None else snap["file"],
+                **_shared_answer(shared)}
+            if config_left:
+                result["config_secrets_left_out"] = config_left
+                result["config_warning"] = left_out_warning(state.config.config_path,
+                                                            config_left)
+            return result
 
     @methods.add("backup.restore", positional=("file",))
     async def backup_restore(ctx: CallContext, params: JsonObject) -> JsonObject:
@@ -428,6 +440,7 @@ def ops_methods() -> Methods:
             if record.get("config") == "added":  # the restore put the only config file
                 cfg = await trio.to_thread.run_sync(drop_config, ctx.state)
                 ctx.state.services.config.replace(cfg)
+                await trio.to_thread.run_sync(config_left_out.note, ctx.state.services.config, [])
                 result["config_restored"] = True
             # Undone: a second rollback would put the snapshot back over everything done
             # since. The snapshot stays in the backups folder, restorable by name.
