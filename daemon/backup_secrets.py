@@ -13,7 +13,7 @@ import tomllib
 from recalld.daemon.config_rules import url_without_secrets
 from recalld.daemon.dsn import dsn_without_password
 
-__all__ = ["left_out_of", "mask_secrets"]
+__all__ = ["emptied_in", "left_out_of", "mask_secrets"]
 
 #: A TOML string: multi-line basic and literal first, then basic (with escapes), literal.
 _STRING = "|".join((
@@ -120,3 +120,29 @@ def _changed(before: object, after: object, prefix: str) -> list[str]:
         return [k for i, (b, a) in enumerate(zip(before, after, strict=True))
                 for k in _changed(b, a, f"{prefix}{i}.")]
     return [] if before == after else [prefix.removesuffix(".")]
+
+
+def emptied_in(masked_text: str) -> list[str]:
+    """The dotted keys of ``masked_text`` (TOML, a backed-up config file that does not
+    say what was left out of it) whose values look emptied: a secret-named one empty, a
+    URL with an empty password or credential parameter. A ``dsn`` without a password is
+    not counted: one may need none."""
+    from recalld.daemon.remembered import has_value
+
+    def walk(node: object, prefix: str) -> list[str]:
+        if isinstance(node, dict):
+            return [k for key, value in node.items() for k in walk(value, f"{prefix}{key}.")]
+        if isinstance(node, list):
+            return [k for i, value in enumerate(node) for k in walk(value, f"{prefix}{i}.")]
+        key = prefix.removesuffix(".")
+        last = key.rsplit(".", 1)[-1]
+        if not isinstance(node, str) or last.lower() == "dsn":
+            return []
+        emptied = (node == "" and _secret_name(last)) or (
+            "://" in node and not has_value({last: node}, last))
+        return [key] if emptied else []
+
+    try:
+        return walk(tomllib.loads(masked_text), "")
+    except tomllib.TOMLDecodeError:
+        return []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import zipfile
+from pathlib import Path
 
 import orjson
 from conftest import DaemonFactory
@@ -79,3 +80,23 @@ def test_a_restore_names_the_config_secrets_it_left_out_until_they_are_set(
              "the reload to find every key set")
     assert "left out of the backup" not in recalld("status", env=d3.env).stdout
     assert "left out of the backup" not in recalld("doctor", env=d3.env).stdout
+
+
+def test_an_archive_that_does_not_name_them_has_the_emptied_ones_named(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # An archive written before backups named the config file's secrets left out: its
+    # emptied values still tell which are missing (a dsn may need no password: not it).
+    from test_backup_live import _archive_with_config
+
+    old = _archive_with_config(tmp_path / "old.zip", """\
+[workspace_defaults.chat_model_config]
+api_key = ""
+base_url = "https://gw.example.org/v1?key="
+[workspaces.team]
+remote = { kind = "postgres", dsn = "postgresql://recalld@127.0.0.1:9/m", name = "t" }
+""")
+    d = daemon_factory(None)
+    done = d.call("backup.restore", {"file": str(old)})
+    assert done["config_secrets_left_out"] == [
+        "workspace_defaults.chat_model_config.api_key",
+        "workspace_defaults.chat_model_config.base_url"]

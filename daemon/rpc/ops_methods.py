@@ -30,6 +30,7 @@ from recalld.daemon.backup_restore import (
     plan_restore,
     plan_summary,
 )
+from recalld.daemon.backup_secrets import emptied_in
 from recalld.daemon.config import ConfigError, DaemonConfig, RemoteConfig
 from recalld.daemon.config_left_out import left_out_warning
 from recalld.daemon.remembered import Remembered
@@ -347,9 +348,11 @@ def ops_methods() -> Methods:
                 await trio.to_thread.run_sync(restore_config, state, config_data)
                 state.services.config.replace(cfg)  # workspaces opened from here on use it
                 # What the backup left out of it is missing until it is set again.
-                await trio.to_thread.run_sync(
-                    config_left_out.note, state.services.config,
-                    checked.meta.get("config_secrets_left_out") or [])
+                named = checked.meta.get("config_secrets_left_out")
+                if named is None and not checked.meta.get("secrets"):  # an archive of old
+                    named = emptied_in(config_data.decode("utf-8", "replace"))
+                await trio.to_thread.run_sync(config_left_out.note, state.services.config,
+                                              named or [])
                 config_left = state.services.config.left_out
             results: list[Restored] = []
             for plan in plans:
