@@ -21,6 +21,7 @@ import orjson
 from recalld.daemon.remembered import has_value
 from recalld.daemon.services import LiveConfig
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
+from recalld.ipc.errors import RecalldError
 
 __all__ = ["left_out_warning", "note", "refresh"]
 
@@ -77,12 +78,20 @@ def _load(path: Path) -> list[str]:
 
 
 def _save(path: Path, keys: list[str]) -> None:
-    if not keys:
-        path.unlink(missing_ok=True)
-        return
-    ensure_dir(REAL, path.parent)
-    atomic_write(REAL, path, orjson.dumps(
-        {"version": VERSION, "crc32": f"{zlib.crc32(orjson.dumps(keys)):08x}", "keys": keys}))
+    """Keep ``keys`` for the next start; a failure is logged (they are shown meanwhile,
+    and neither a restore nor a start fails for it)."""
+    try:
+        if not keys:
+            path.unlink(missing_ok=True)
+            return
+        ensure_dir(REAL, path.parent)
+        atomic_write(REAL, path, orjson.dumps(
+            {"version": VERSION, "crc32": f"{zlib.crc32(orjson.dumps(keys)):08x}",
+             "keys": keys}))
+    except (OSError, RecalldError) as exc:
+        log.error("%s cannot be written (%s): the config file's secrets a restore left "
+                  "out (%s) are shown until the daemon stops", path,
+                  getattr(exc, "message", exc), ", ".join(keys) or "none now")
 
 
 def note(live: LiveConfig, keys: Iterable[str]) -> None:

@@ -100,3 +100,21 @@ remote = { kind = "postgres", dsn = "postgresql://recalld@127.0.0.1:9/m", name =
     assert done["config_secrets_left_out"] == [
         "workspace_defaults.chat_model_config.api_key",
         "workspace_defaults.chat_model_config.base_url"]
+
+
+def test_a_list_that_cannot_be_kept_fails_neither_the_restore_nor_a_start(
+        daemon_factory: DaemonFactory) -> None:
+    d1 = daemon_factory(CONFIG)
+    made = d1.call("backup.create", {"agents": ["default"]})
+    d2 = daemon_factory(None)
+    in_the_way = d2.data_dir / "state" / "config_left_out.json"
+    (in_the_way / "x").mkdir(parents=True)  # a folder where the list is kept
+    done = d2.call("backup.restore", {"file": made["file"]})
+    assert done["config_restored"] and done["config_secrets_left_out"] == LEFT_OUT
+    assert d2.call("daemon.status")["queues"]["config"]["secrets_left_out"] == LEFT_OUT
+    wait_for(lambda: "config_left_out.json cannot be written" in d2.log(), "the error logged")
+    assert CHAT_KEY not in d2.log()
+    assert d2.stop() == 0
+    d3 = daemon_factory(None, **{k: d2.env[k]
+                                 for k in ("HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME")})
+    assert d3.call("daemon.status")["queues"]["config"]["secrets_left_out"] == []
