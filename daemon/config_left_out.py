@@ -11,6 +11,7 @@ worker threads.
 from __future__ import annotations
 
 import logging
+import threading
 import tomllib
 import zlib
 from collections.abc import Iterable
@@ -29,6 +30,9 @@ log = logging.getLogger(__name__)
 
 VERSION = 1
 FILE_NAME = "config_left_out.json"
+#: A reload's :func:`refresh` and a restore's :func:`note` (worker threads, the one not
+#: waiting for the other) each read, write and publish the whole list.
+_LOCK = threading.Lock()
 
 
 def _missing(config_path: Path, keys: Iterable[str]) -> list[str]:
@@ -97,22 +101,24 @@ def _save(path: Path, keys: list[str]) -> None:
 def note(live: LiveConfig, keys: Iterable[str]) -> None:
     """A restore put a config file in place that the backup left ``keys`` out of: those
     it does not set are shown from now on (none: what an earlier one left out is over)."""
-    cfg = live.current
-    missing = _missing(cfg.config_path, keys)
-    _save(cfg.state_dir / FILE_NAME, missing)
-    live.left_out = missing
+    with _LOCK:
+        cfg = live.current
+        missing = _missing(cfg.config_path, keys)
+        _save(cfg.state_dir / FILE_NAME, missing)
+        live.left_out = missing
 
 
 def refresh(live: LiveConfig) -> None:
     """At a start or reload: those of the recorded keys the config file sets now are no
     longer shown."""
-    cfg = live.current
-    path = cfg.state_dir / FILE_NAME
-    recorded = _load(path)
-    missing = _missing(cfg.config_path, recorded) if recorded else []
-    if missing != recorded:
-        _save(path, missing)
-    live.left_out = missing
+    with _LOCK:
+        cfg = live.current
+        path = cfg.state_dir / FILE_NAME
+        recorded = _load(path)
+        missing = _missing(cfg.config_path, recorded) if recorded else []
+        if missing != recorded:
+            _save(path, missing)
+        live.left_out = missing
 
 
 def left_out_warning(config_path: Path, keys: list[str]) -> str:
