@@ -36,28 +36,35 @@ _LOCK = threading.Lock()
 
 
 def _missing(config_path: Path, keys: Iterable[str]) -> list[str]:
-    """Those of ``keys`` the config file does not set (all of them if it is unreadable)."""
+    """Those of ``keys`` the config file still holds emptied (all of them if it cannot be
+    read, none if there is none). One taken out of the file is no longer missing (its
+    key comes from the environment now, or is not wanted), nor a ``dsn`` whose table
+    names a ``passfile`` or ``password_env``."""
     try:
         doc = tomllib.loads(config_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:  # none left: the defaults apply
+        return []
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        doc = {}
-    return [k for k in keys if not _set_in(doc, k)]
+        return list(keys)
+    return [k for k in keys if _emptied(doc, k)]
 
 
-def _set_in(node: object, dotted: str) -> bool:
-    """Whether ``node`` holds a value at ``dotted``, whose parts may hold dots themselves
-    (``workspaces.writer.v2.remote.dsn``: agent ids may) or index a list."""
+def _emptied(node: object, dotted: str) -> bool:
+    """Whether ``node`` holds an emptied value at ``dotted``, whose parts may hold dots
+    themselves (``workspaces.writer.v2.remote.dsn``: agent ids may) or index a list."""
     if isinstance(node, list):
         head, _, rest = dotted.partition(".")
         return (head.isdigit() and int(head) < len(node) and rest != ""
-                and _set_in(node[int(head)], rest))
+                and _emptied(node[int(head)], rest))
     if not isinstance(node, dict):
         return False
     for key, value in node.items():
         if dotted == key:
             last = key.rsplit(".", 1)[-1]
-            return has_value({last: value}, last)
-        if dotted.startswith(f"{key}.") and _set_in(value, dotted[len(key) + 1:]):
+            if last == "dsn" and (node.get("passfile") or node.get("password_env")):
+                return False  # its password comes from there
+            return not has_value({last: value}, last)
+        if dotted.startswith(f"{key}.") and _emptied(value, dotted[len(key) + 1:]):
             return True
     return False
 
@@ -124,5 +131,6 @@ def refresh(live: LiveConfig) -> None:
 def left_out_warning(config_path: Path, keys: list[str]) -> str:
     """What a restore that left ``keys`` out of the config file says, with the fix."""
     return (f"{', '.join(keys)} of {config_path} left out of the backup (made without "
-            f"--include-secrets): set {'it' if len(keys) == 1 else 'them'} there, then "
-            "reload the daemon (systemctl --user reload recalld, or kill -HUP it)")
+            f"--include-secrets): set {'it' if len(keys) == 1 else 'them'} there (or take "
+            "out those the environment provides), then reload the daemon (systemctl --user "
+            "reload recalld, or kill -HUP it)")

@@ -373,9 +373,10 @@ def daemon_problems(status: DaemonStatus) -> list[Problem]:
         out.append(Problem(
             "warn", f"{', '.join(left_out)} of {path} left out of the backup it was restored "
                     "from (made without --include-secrets)",
-            f"set {'it' if len(left_out) == 1 else 'them'} in {path}, then: systemctl "
-            f"--user reload recalld (or kill -HUP {status.get('pid', '<pid>')}); or restore "
-            "a backup made with --include-secrets", "config secrets"))
+            f"set {'it' if len(left_out) == 1 else 'them'} in {path} (or take out those "
+            "the environment provides, or a dsn's password: passfile, password_env), then: "
+            f"systemctl --user reload recalld (or kill -HUP {status.get('pid', '<pid>')}); "
+            "or restore a backup made with --include-secrets", "config secrets"))
     files = (status.get("queues") or {}).get("state_files") or {}
     for failed in files.get("errors") or []:
         where = PurePath(str(failed.get("file"))).parent

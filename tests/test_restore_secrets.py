@@ -74,7 +74,11 @@ def test_a_restore_names_the_config_secrets_it_left_out_until_they_are_set(
     d3.signal(signal.SIGHUP)
     wait_for(lambda: d3.call("daemon.status")["queues"]["config"]["secrets_left_out"]
              == LEFT_OUT[1:], "the reload to find the chat key set")
-    d3.config_path.write_text(CONFIG)
+    # The embedding key from the environment (its emptied line taken out), the dsn's
+    # password from a variable its table names.
+    text = d3.config_path.read_text().replace('api_key = ""\n', "")
+    assert 'api_key = ""' not in text and 'name = "t" }' in text
+    d3.config_path.write_text(text.replace('name = "t" }', 'name = "t", password_env = "PG" }'))
     d3.signal(signal.SIGHUP)
     wait_for(lambda: d3.call("daemon.status")["queues"]["config"]["secrets_left_out"] == [],
              "the reload to find every key set")
