@@ -161,6 +161,12 @@ def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
                 left: dict[str, list[str]] = made.get(key) or {}  # type: ignore[assignment]
                 for agent, names in sorted(left.items()):
                     out.write(f"left out of {agent} ({why}): {_some(names)}\n")
+            secrets = [(f"workspace {a}'s record", keys) for a, keys in
+                       sorted((made.get("secrets_left_out") or {}).items())]
+            secrets.append(("the config file", made.get("config_secrets_left_out") or []))
+            for whose, keys in secrets:
+                if keys:  # a restore names them again, until they are put back
+                    out.write(f"secrets left out of {whose}: {_some(keys)}\n")
             if made.get("not_open"):
                 out.write("not backed up (failed, still opening, or no folder): "
                           f"{', '.join(made['not_open'])}\n")

@@ -37,6 +37,8 @@ def test_a_restore_names_the_config_secrets_it_left_out_until_they_are_set(
         assert orjson.loads(zf.read("meta.json"))["config_secrets_left_out"] == LEFT_OUT
         kept = zf.read("daemon/config.toml").decode()
     assert CHAT_KEY not in kept and EMBED_KEY not in kept and PASSWORD not in kept
+    said = recalld("backup", "create", "--agent", "coder", env=d1.env).stdout
+    assert f"secrets left out of the config file: {', '.join(LEFT_OUT)}\n" in said, said
 
     d2 = daemon_factory(None)  # another machine: no config file, no data
     done = d2.call("backup.restore", {"file": made["file"]})
