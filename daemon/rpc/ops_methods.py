@@ -258,7 +258,12 @@ def ops_methods() -> Methods:
                                     f"{exc.message}") from None
             settings = closed_settings(cfg, path, agent_id, agent_id in known, overrides)
             targets.append(bk.AgentSource(agent_id, root, dirs_of(settings)))
-            shared += _shared(agent_id, settings.remote)
+            # A replica this host never ran (a new machine) starts over when it opens:
+            # every restored file goes up as a change based on nothing, a conflict copy
+            # where the server holds other bytes; nothing of the other hosts is undone.
+            state_log = root / settings.metadata_dir / "remote" / "state.log"
+            if await trio.to_thread.run_sync(state_log.exists):
+                shared += _shared(agent_id, settings.remote)
         if shared and not dry_run and not overwrite_shared:
             raise NotAllowed(_shared_warning(shared) + ": nothing was restored. Restore "
                              "with overwrite_shared (--overwrite-shared) to do so anyway",
