@@ -92,7 +92,7 @@ def _content(msg: Msg) -> str | list[JsonObject]:
     return out
 
 
-def _turns(msgs: Sequence[Msg]) -> list[JsonObject]:
+def chat_turns(msgs: Sequence[Msg]) -> list[JsonObject]:
     """The user and assistant messages of ``msgs`` that say something, as chat messages
     with their speaker's ``name`` (whose fact is whose when several people or agents
     share the conversation; the daemon drops a name that only repeats the role)."""

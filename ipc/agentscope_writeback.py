@@ -20,7 +20,7 @@ from agentscope.message import Msg
 from recalld.ipc import errors
 from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.agent_ids import session_key
-from recalld.ipc.agentscope_messages import _turns, recalled, session_of
+from recalld.ipc.agentscope_messages import chat_turns, recalled, session_of
 from recalld.ipc.agentscope_workspace import _AWAY, _DAEMON_ERRORS, MAX_UNSENT
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.request_parts import add_turns_in_parts, fitting_request_id
@@ -97,7 +97,7 @@ class WriteBacks:
                    and not recalled(m)]
         if before is not None:
             before.update(m.id for m in current)  # not written back twice at reply end
-        messages = _turns(current)
+        messages = chat_turns(current)
         key = session_key(session)
         request_id = fitting_request_id(
             f"asc:{key}:{agent.state.reply_id}:{current[0].id}") if messages else ""
@@ -120,7 +120,7 @@ class WriteBacks:
                           before: set[str]) -> None:
         new = [m for m in agent.state.context
                if isinstance(m, Msg) and m.id not in before and not recalled(m)]
-        messages = _turns(new)
+        messages = chat_turns(new)
         if not messages:  # a user's message goes without an answer too (tools, no text):
             return  # the next reply starts after it
         # The reply id makes a write-back sent again add nothing twice.
