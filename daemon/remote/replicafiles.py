@@ -34,7 +34,7 @@ from recalld.daemon.remote.localfs import (
     content_hash,
 )
 from recalld.daemon.remote.outbox import Change, Outbox
-from recalld.daemon.remote.state import Base, ReplicaState
+from recalld.daemon.remote.state import STATE_LOG, Base, ReplicaState, replica_dir
 from recalld.daemon.safepath import masked, masked_about
 from recalld.daemon.workspaces import Workspace
 
@@ -50,13 +50,13 @@ class ReplicaFiles:
         self._ws = ws
         self._cfg = cfg
         s = ws.settings
-        meta = ws.root / s.metadata_dir / "remote"
+        meta = replica_dir(ws.root, s.metadata_dir)
         #: The replicated folders, relative to the workspace.
         self.folders = tuple("/".join(r) for r in
                              Confinement(ws.root, (s.daily_dir, s.digest_dir)).roots)
         self._fs = Confinement(ws.root, self.folders)
         self._outbox = Outbox(meta / "outbox.log")
-        self.state = ReplicaState(meta / "state.log")
+        self.state = ReplicaState(meta / STATE_LOG)
         self._lock = trio.Lock()
         self._last_local: dict[str, str | None] = {}
         self._known: dict[str, tuple[int, int]] = {}

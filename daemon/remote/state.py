@@ -44,6 +44,15 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.remote.outbox import Change
 from recalld.daemon.store.applog import AppendLog
 
+#: The state log's name in the replica's folder (:func:`replica_dir`).
+STATE_LOG = "state.log"
+
+
+def replica_dir(root: Path, metadata_dir: str) -> Path:
+    """The folder of a workspace's replica files (its state log and outbox), under the
+    workspace ``root``'s ``metadata_dir``."""
+    return root / metadata_dir / "remote"
+
 
 class BaseRecord(TypedDict):
     """A :class:`Base` in the state log (short keys: one line per file)."""

@@ -34,6 +34,7 @@ from recalld.daemon.backup_secrets import emptied_in
 from recalld.daemon.config import ConfigError, DaemonConfig, RemoteConfig
 from recalld.daemon.config_left_out import left_out_warning
 from recalld.daemon.remembered import Remembered
+from recalld.daemon.remote.state import STATE_LOG, replica_dir
 from recalld.daemon.rpc.backup_create import (
     create_backup,
     dirs_of,
@@ -261,7 +262,7 @@ def ops_methods() -> Methods:
             # A replica this host never ran (a new machine) starts over when it opens:
             # every restored file goes up as a change based on nothing, a conflict copy
             # where the server holds other bytes; nothing of the other hosts is undone.
-            state_log = root / settings.metadata_dir / "remote" / "state.log"
+            state_log = replica_dir(root, settings.metadata_dir) / STATE_LOG
             if await trio.to_thread.run_sync(state_log.exists):
                 shared += _shared(agent_id, settings.remote)
         if shared and not dry_run and not overwrite_shared:
