@@ -53,6 +53,7 @@ from typing import TypedDict
 import orjson
 import trio
 
+from recalld.daemon.localzone import local_zone
 from recalld.daemon.statefiles import WriteFailure
 from recalld.daemon.store.applog import set_aside
 from recalld.daemon.store.errors import CorruptState, StorageError
@@ -79,31 +80,6 @@ def _wrong_clock(last_fired: datetime, now: datetime) -> bool:
     """Whether an occurrence fired at ``last_fired`` lies too far ahead of ``now`` for a
     clock only stepped back (see the module rules)."""
     return last_fired > now + CLOCK_CORRECTION
-
-
-def local_zone() -> tzinfo:
-    """The system's zone with its DST rules (``TZ``, else ``/etc/localtime``), else UTC."""
-    # zoneinfo (and the sysconfig it reads its paths from) waits for the first schedule.
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-    name = os.environ.get("TZ", "").lstrip(":")
-    candidates = [name] if name else []
-    try:
-        target = os.readlink("/etc/localtime")
-        if "zoneinfo/" in target:
-            candidates.append(target.split("zoneinfo/", 1)[1])
-    except OSError:
-        pass
-    for key in candidates:
-        try:
-            return ZoneInfo(key)
-        except (ZoneInfoNotFoundError, ValueError):
-            continue
-    try:
-        with open("/etc/localtime", "rb") as f:
-            return ZoneInfo.from_file(f, key="localtime")
-    except (OSError, ValueError):
-        return UTC
 
 
 async def load_cron() -> None:

@@ -1,0 +1,65 @@
+"""The zone cron times are read in is the zone the C library (and so ``date.today()``, the
+day of a daily note) reads ``TZ`` as, whatever form ``TZ`` takes: a zone name, a zone
+file's path, a POSIX rule with half-hour, 45-minute or DST offsets, empty, or unknown."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
+from datetime import time as dt_time
+from typing import Any
+
+import pytest
+
+from recalld.daemon.localzone import local_zone
+
+ZONEINFO = "/usr/share/zoneinfo"
+
+TZ_VALUES = [
+    "Asia/Kolkata", ":Europe/Berlin", "IST-5:30", "<+0545>-5:45", "NPT-5:45",
+    "<-0930>9:30", "CET-1CEST,M3.5.0,M10.5.0/3", "EST5EDT,M3.2.0,M11.1.0",
+    "<+1345>-13:45<+1445>,M9.5.0/2:45,M4.1.0/3:45",
+    f":{ZONEINFO}/Asia/Kathmandu", f"{ZONEINFO}/America/New_York", "", "Nowhere/Atlantis",
+]
+
+
+@pytest.fixture
+def tz_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """``TZ`` set in this process, the C library told (and told again afterwards)."""
+    try:
+        yield monkeypatch
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def _instants() -> list[datetime]:
+    """Every 3 hours of 2026 and 2027 (DST changes of both hemispheres included)."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    return [start + timedelta(hours=3 * n) for n in range(2 * 365 * 8)]
+
+
+@pytest.mark.parametrize("tz", TZ_VALUES)
+def test_local_zone_reads_tz_as_the_c_library(tz_env: pytest.MonkeyPatch, tz: str) -> None:
+    if tz.lstrip(":").startswith("/") and not os.path.exists(tz.lstrip(":")):
+        pytest.skip("no zone files on this system")
+    tz_env.setenv("TZ", tz)
+    time.tzset()
+    zone = local_zone()
+    wrong = [(at, at.astimezone(zone).utcoffset(), time.localtime(at.timestamp()).tm_gmtoff)
+             for at in _instants()
+             if at.astimezone(zone).utcoffset() != timedelta(
+                 seconds=time.localtime(at.timestamp()).tm_gmtoff)]
+    assert not wrong, wrong[:3]
+
+
+def test_a_daemon_in_a_posix_rule_zone_dreams_at_its_2300(daemon_factory: Any) -> None:
+    daemon = daemon_factory(TZ="IST-5:30")
+    ws = next(w for w in daemon.call("daemon.status")["workspaces"]
+              if w["agent_id"] == "default")
+    assert ws["dream"]["tz"] == "IST-5:30", ws["dream"]
+    next_run = datetime.fromisoformat(ws["dream"]["next_run"])
+    ist = timezone(timedelta(hours=5, minutes=30))
+    assert next_run.astimezone(ist).time() == dt_time(23, 0), ws["dream"]
