@@ -43,6 +43,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -257,6 +258,9 @@ def _child(main_mod: Any, request: dict[str, Any], log_fd: int, keep_closed: lis
         os.close(log_fd)
         os.environ.clear()
         os.environ.update(request["env"])
+        # The C library read TZ once, in the server (its logging did): the daemon's own
+        # TZ dates its notes, as in a daemon started afresh.
+        time.tzset()
         argv = request["argv"]
         args = argv[argv.index("serve"):]
         sys.argv = [main_mod.__file__, *args]
@@ -298,6 +302,7 @@ def _cli_child(request: dict[str, Any], stdio: list[int], keep_closed: list[int]
             os.close(fd)
         os.environ.clear()
         os.environ.update(request["env"])
+        time.tzset()  # the command's own TZ shows its times (see the daemon's above)
         _new_stdio()
         sys.argv = [str(Path(sys.executable).parent / "recalld"), *request["argv"]]
         from recalld.ipc.cli import main

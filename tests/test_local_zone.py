@@ -63,3 +63,16 @@ def test_a_daemon_in_a_posix_rule_zone_dreams_at_its_2300(daemon_factory: Any) -
     next_run = datetime.fromisoformat(ws["dream"]["next_run"])
     ist = timezone(timedelta(hours=5, minutes=30))
     assert next_run.astimezone(ist).time() == dt_time(23, 0), ws["dream"]
+
+
+@pytest.mark.parametrize("tz, hours", [("<+14>-14", 14), ("<-12>12", -12)])
+def test_a_note_is_dated_by_the_daemons_zone(daemon_factory: Any, tz: str,
+                                             hours: int) -> None:
+    # UTC+14 and UTC-12 are never on the same day: a note dated in another zone shows.
+    zone = timezone(timedelta(hours=hours))
+    before = datetime.now(zone).date().isoformat()
+    daemon = daemon_factory(TZ=tz)
+    note = daemon.call("memory.add_note", {"agent_id": "default", "content": "a fact"})
+    after = datetime.now(zone).date().isoformat()
+    assert note["date"] in (before, after), (note, before, after)
+    assert f"/{note['date']}/" in note["path"], note
