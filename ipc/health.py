@@ -295,8 +295,11 @@ def _dream(a: Assessment, ws: WorkspaceInfo, jobs: Sequence[JobInfo]) -> None:
     elif not d.get("enabled"):
         a.facts.append(("dream", f"off (dream_cron_enabled = false); {last_text}"))
     else:
-        a.facts.append(("dream", f"next {_when(d.get('next_run'))} (cron {d.get('cron')}); "
-                                 f"{last_text}"))
+        # The next run in this terminal's time; the cron's fields read in the daemon's
+        # zone, which a service started with another TZ does not share.
+        zone = f" in {d['tz']}" if d.get("tz") else ""
+        a.facts.append(("dream", f"next {_when(d.get('next_run'))} (cron {d.get('cron')}"
+                                 f"{zone}); {last_text}"))
     if last is not None and last.get("state") == "failed":
         error = str(last.get("error"))
         # Without a chat model, running it again fails again: the model comes first.

@@ -12,6 +12,7 @@ from datetime import time as dt_time
 from typing import Any
 
 import pytest
+from clirun import run_recalld
 
 from recalld.daemon.localzone import local_zone
 
@@ -76,3 +77,16 @@ def test_a_note_is_dated_by_the_daemons_zone(daemon_factory: Any, tz: str,
     after = datetime.now(zone).date().isoformat()
     assert note["date"] in (before, after), (note, before, after)
     assert f"/{note['date']}/" in note["path"], note
+
+
+def test_status_names_the_zone_of_the_cron(daemon_factory: Any) -> None:
+    # A service started in New York, looked at from a terminal in India.
+    daemon = daemon_factory(TZ="America/New_York")
+    next_run = datetime.fromisoformat(next(
+        w for w in daemon.call("daemon.status")["workspaces"]
+        if w["agent_id"] == "default")["dream"]["next_run"])
+    out = run_recalld(["--socket", str(daemon.socket_path), "status"],
+                      env={**daemon.env, "TZ": "Asia/Kolkata"}).stdout
+    ist = next_run.astimezone(timezone(timedelta(hours=5, minutes=30)))
+    assert (f"next {ist:%Y-%m-%d %H:%M} (cron 0 23 * * * in America/New_York)"
+            in out), out
