@@ -14,6 +14,7 @@ import codecs
 import re
 import sys
 import time
+from datetime import datetime
 from typing import TextIO
 
 from recalld.ipc import errors
@@ -59,7 +60,8 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     show = add(inbox_sub, "list", "items not yet marked seen (oldest first)")
     show.add_argument("--agent", default=DEFAULT_AGENT)
     show.add_argument("--all", action="store_true", help="seen items too")
-    show.add_argument("--since", metavar="ID|TIME", help="after an item id or ISO-8601 time")
+    show.add_argument("--since", metavar="ID|TIME",
+                      help="after an item id or ISO-8601 time (without an offset: local time)")
     ack = add(inbox_sub, "ack", "mark items as seen")
     ack.add_argument("ids", nargs="*", metavar="ID")
     ack.add_argument("--agent", default=DEFAULT_AGENT)
@@ -159,9 +161,22 @@ def _agent_of(client: Client, job_id: str) -> str:
 # ------------------------------------------------------------------------------- inbox
 
 
+def _local_since(since: str | None) -> str | None:
+    """``--since`` as sent: a time written without its offset is this terminal's local
+    time, as the list shows times (the daemon would read it in its own zone)."""
+    if since is None or (since.isascii() and since.isdigit()):
+        return since  # none, or an item id
+    try:
+        when = datetime.fromisoformat(since)
+    except ValueError:
+        return since  # the daemon says what is wrong with it
+    return when.astimezone().isoformat() if when.tzinfo is None else since
+
+
 def _inbox(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     if ns.inbox_command == "list":
-        items = client.inbox_list(ns.agent, since=ns.since, include_acked=ns.all)
+        items = client.inbox_list(ns.agent, since=_local_since(ns.since),
+                                  include_acked=ns.all)
         if as_json:
             print_json(out, items)
         elif not items:

@@ -9,10 +9,13 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from datetime import time as dt_time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from clirun import run_recalld
+from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
+from waits import wait_job
 
 from recalld.daemon.localzone import local_zone
 
@@ -90,3 +93,30 @@ def test_status_names_the_zone_of_the_cron(daemon_factory: Any) -> None:
     ist = next_run.astimezone(timezone(timedelta(hours=5, minutes=30)))
     assert (f"next {ist:%Y-%m-%d %H:%M} (cron 0 23 * * * in America/New_York)"
             in out), out
+
+
+def test_inbox_since_is_read_in_the_terminals_zone(daemon_factory: Any, fake: FakeProvider,
+                                                    tmp_path: Path) -> None:
+    # The daemon in UTC-12, the terminal in UTC+14: the list shows the terminal's times,
+    # and a time copied from it into --since means that moment.
+    d = daemon_factory(
+        f'[workspaces.w]\npath = "{tmp_path / "ws"}"\nauto_memory_interval = 0\n'
+        f'chat_model_config = {{base_url = "{fake.url}/v1", model_name = "m"}}\n',
+        TZ="<-12>12")
+    fake.script(Reply(json=chat_answer(None, [tool_call("daily_write", {
+        "name": "pets", "description": "pets", "content": "- Has a dog named Rex"})])),
+        Reply(json=chat_answer("saved")))
+    r = d.call("memory.add_turns", {"agent_id": "w", "session_id": "s", "flush": True,
+                                    "messages": [{"role": "user", "content": "My dog Rex"}]})
+    assert wait_job(d, r["job_id"], deadline_s=30.0)["state"] == "succeeded"
+    item = d.call("inbox.list", {"agent_id": "w"})["items"][0]
+    plus14 = timezone(timedelta(hours=14))
+    shown = datetime.fromtimestamp(float(item["time"]), plus14).replace(tzinfo=None)
+
+    def listed(since: datetime) -> str:
+        return run_recalld(["--socket", str(d.socket_path), "inbox", "list", "--agent", "w",
+                            "--since", since.isoformat(timespec="seconds")],
+                           env={**d.env, "TZ": "<+14>-14"}).stdout
+
+    assert str(item["id"]) in listed(shown - timedelta(minutes=1))
+    assert str(item["id"]) not in listed(shown + timedelta(minutes=1))
