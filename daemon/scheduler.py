@@ -316,11 +316,17 @@ class CronScheduler:
     def _status(self, key: str, entry: _Entry, now: datetime) -> ScheduleEntry:
         # After the clock stepped back, the occurrences up to the last fired one are skipped.
         last = self._last_fired(entry)
-        after = now if last is None or _wrong_clock(last, now) else max(last, now)
+        sched = entry.schedule
+        if last is None or _wrong_clock(last, now):
+            due = sched.next_after(now)
+        else:
+            due = sched.next_after(last)
+            if due <= now:  # reached, not fired yet: in its random delay, or missed
+                due = sched.latest_at_or_before(now)  # the one the entry fires (once)
         return {
-            "agent_id": entry.agent_id, "kind": entry.kind, "cron": entry.schedule.expr,
-            "tz": str(entry.schedule.tz), "last_fired": self._state.get(key, {}).get("last_fired"),
-            "next": entry.schedule.next_after(after).isoformat(),
+            "agent_id": entry.agent_id, "kind": entry.kind, "cron": sched.expr,
+            "tz": str(sched.tz), "last_fired": self._state.get(key, {}).get("last_fired"),
+            "next": due.isoformat(),
         }
 
     # -- state file ----------------------------------------------------------------------------
