@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 SD_LISTEN_FDS_START = 3
 #: The shortest wait between two watchdog pets.
 MIN_WATCHDOG_PERIOD_S = 0.01
+#: The longest notification systemd reads (its NOTIFY_BUFFER_MAX, PIPE_BUF): it drops a
+#: longer datagram whole, with the READY=1 or STOPPING=1 in it.
+MAX_NOTIFY_BYTES = 4096
+_ELLIPSIS = "\u2026".encode()
 _VARIABLES = (
     "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID",
     "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES",
@@ -158,7 +162,7 @@ class Notifier:
         """Send ``KEY=value`` lines as one datagram; True if it was sent."""
         if self._sock is None or self._address is None:
             return False
-        payload = "\n".join(assignments).encode("utf-8", errors="replace")
+        payload = _datagram(assignments)
         try:
             self._sock.sendto(payload, self._address)
         except OSError as exc:
@@ -209,6 +213,20 @@ class Notifier:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+
+
+def _datagram(assignments: tuple[str, ...]) -> bytes:
+    """``assignments`` as one datagram systemd reads whole: a ``STATUS=`` text that would
+    make it longer than ``MAX_NOTIFY_BYTES`` (a status naming many failed workspaces) is
+    cut at a character boundary and ends with an ellipsis."""
+    lines = [a.encode("utf-8", errors="replace") for a in assignments]
+    over = sum(map(len, lines)) + len(lines) - 1 - MAX_NOTIFY_BYTES
+    for i, line in enumerate(lines):
+        if over > 0 and line.startswith(b"STATUS="):
+            keep = max(len(b"STATUS="), len(line) - over - len(_ELLIPSIS))
+            lines[i] = line[:keep].decode("utf-8", errors="ignore").encode() + _ELLIPSIS
+            break
+    return b"\n".join(lines)
 
 
 def _one_line(text: str) -> str:

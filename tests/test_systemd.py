@@ -19,6 +19,7 @@ from test_warm_start import _open_writer
 from waits import wait_for
 
 from recalld.daemon.systemd import (
+    MAX_NOTIFY_BYTES,
     MIN_WATCHDOG_PERIOD_S,
     Notifier,
     run_watchdog,
@@ -36,10 +37,14 @@ class FakeSystemd:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind(str(path))
         self.messages: list[dict[str, str]] = []
+        #: The size of each datagram received (systemd drops one over MAX_NOTIFY_BYTES).
+        self.sizes: list[int] = []
 
     def receive(self, timeout: float = 20.0) -> dict[str, str]:
         self.sock.settimeout(timeout)
-        data = self.sock.recv(4096).decode()
+        raw = self.sock.recv(1 << 16)
+        self.sizes.append(len(raw))
+        data = raw.decode()
         msg = dict(line.split("=", 1) for line in data.splitlines() if "=" in line)
         self.messages.append(msg)
         return msg
@@ -270,6 +275,47 @@ def test_ready_status_names_a_workspace_that_failed_to_open(
         assert ready["STATUS"].endswith("; 1 failed: sys (recalld status says why)"), ready
         assert d.stop() == 0
     finally:
+        fake.close()
+
+
+def test_ready_naming_many_failed_workspaces_still_fits_what_systemd_reads(
+        daemon_factory: DaemonFactory, short_dir: Path) -> None:
+    # systemd drops a notification over 4096 bytes whole: a READY=1 whose STATUS= names
+    # every workspace that failed (a disk not mounted) would leave the unit starting until
+    # TimeoutStartSec killed it, and restarted, and killed it again.
+    blocker = short_dir / "a-file"
+    blocker.write_text("not a folder")
+    tables = "".join(f'[workspaces.w{i:03d}-{"x" * 59}]\npath = "{blocker}/w{i}"\n'
+                     for i in range(70))
+    fake = FakeSystemd(short_dir / "notify")
+    try:
+        d = daemon_factory(tables, wait=False, NOTIFY_SOCKET=str(fake.path))
+        ready = fake.wait_for("READY", timeout=60)
+        assert fake.sizes[-1] <= MAX_NOTIFY_BYTES
+        assert ready["READY"] == "1"
+        assert ready["STATUS"].startswith("serving 1 workspace(s) on "), ready
+        assert "70 failed: w000-" in ready["STATUS"] and ready["STATUS"].endswith("\u2026")
+        assert d.stop() == 0
+    finally:
+        fake.close()
+
+
+def test_notifier_cuts_a_long_status_to_what_systemd_reads(short_dir: Path) -> None:
+    fake = FakeSystemd(short_dir / "notify")
+    n = Notifier(str(fake.path))
+    try:
+        for status in ("记忆" * 3000, "x" * 5000, "é" * (MAX_NOTIFY_BYTES // 2)):
+            assert n.stopping(status, extend_s=40)
+            msg = fake.receive(timeout=5)
+            assert fake.sizes[-1] <= MAX_NOTIFY_BYTES  # and it decoded as UTF-8
+            assert msg["STOPPING"] == "1" and msg["EXTEND_TIMEOUT_USEC"] == "40000000"
+            assert status.startswith(msg["STATUS"][:-1]) and msg["STATUS"].endswith("\u2026")
+            assert fake.sizes[-1] > MAX_NOTIFY_BYTES - 4  # cut no shorter than it must be
+        # A status that fits is sent as it is.
+        assert n.ready("s" * 4000)
+        assert fake.receive(timeout=5)["STATUS"] == "s" * 4000
+    finally:
+        n.close()
         fake.close()
 
 
