@@ -1,15 +1,15 @@
 """``recalld serve``: parse the daemon's options, set up logging, run the supervisor.
 
-Exit status: 0 clean stop, 1 any other failure (a full disk, an I/O error: a restart
-may succeed), 2 configuration error (the file; a
-socket systemd passed that is not a listening Unix stream socket, or a LISTEN_FDS naming
-descriptors not passed; a socket or data directory recalld refuses to use as it is: open
-to other users, someone else's, a symlink, a foreign file at the socket path; one the
-file system refuses for good: a file where a folder goes, no permission, a read-only
-file system (``lock.PLACE_ERRNOS``): a restart cannot mend them, and systemd's
-RestartPreventExitStatus does not retry), 3 another
-daemon already owns the data directory or the socket. Failures print one line on stderr
-(the traceback goes to the log only for unexpected errors).
+Exit status: 0 clean stop, 1 any other failure (a full disk, an I/O error: a restart may
+succeed), 2 configuration error (the file; a socket systemd passed that is not a
+listening Unix stream socket at a UTF-8 path, or a LISTEN_FDS naming descriptors not
+passed; a socket or data directory recalld refuses to use as it is: open to other users,
+someone else's, a symlink, a foreign file at the socket path; one the file system
+refuses for good: a file where a folder goes, no permission, a read-only file system
+(``lock.PLACE_ERRNOS``): a restart cannot mend them, and systemd's
+RestartPreventExitStatus does not retry), 3 another daemon already owns the data
+directory or the socket. Failures print one line on stderr (the traceback goes to the
+log only for unexpected errors).
 
 The daemon is imported inside ``main``, not at the top: the worker processes of
 ``index/procpool.py`` are spawned, and a spawned child imports the parent's main module

@@ -20,9 +20,12 @@ import socket
 import time
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import trio
+
+from recalld.ipc.paths import PathError, utf8_path
 
 if TYPE_CHECKING:
     from recalld.daemon.events import EventBus
@@ -284,6 +287,11 @@ def adopt_listener(fds: tuple[int, ...]) -> socket.socket | None:
         raise PassedSocketError(f"the socket passed by systemd, {_shown(name)}, is not a "
                                 "socket file (the .socket unit needs ListenStream= with a "
                                 "path)")
+    try:  # the rule a configured socket_path follows: status names where it serves
+        utf8_path(Path(name), "the socket passed by systemd")
+    except PathError as exc:
+        sock.detach()
+        raise PassedSocketError(str(exc)) from None
     sock.setblocking(False)
     return sock
 

@@ -215,3 +215,25 @@ def test_adopt_listener_refuses_an_abstract_socket() -> None:
         assert listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)  # not closed
     finally:
         listener.close()
+
+
+def test_a_passed_socket_whose_path_is_not_utf8_is_a_configuration_error(
+        daemon_factory: DaemonFactory, short_dir: Path) -> None:
+    # A configured socket_path that is not UTF-8 is refused (status could not say where
+    # the daemon serves); a passed one, which takes its place, follows the same rule,
+    # rather than serving while every daemon.status call fails.
+    path = os.fsencode(short_dir) + b"/s\xe9.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(4)
+    fd = listener.fileno()
+    try:
+        d = daemon_factory(launcher=passing_fd_3(fd), pass_fds=(fd,), wait=False,
+                           RECALLD_SOCKET=str(short_dir / "r.sock"))
+        assert d.proc.wait(timeout=60) == 2, d.log()
+        assert "recalld: configuration error: the socket passed by systemd = " \
+               f"{short_dir}/s\\xe9.sock: is not valid UTF-8" in d.log(), d.log()
+        assert "Traceback" not in d.log()
+        assert listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)  # left to systemd
+    finally:
+        listener.close()
