@@ -217,6 +217,28 @@ def test_a_linked_neighbour_is_its_best_matching_chunk_never_bare_frontmatter(
     assert paths(res) == ["memory/2026-07-23/lake.md"] and res["expanded"] == []
 
 
+def test_a_neighbour_with_nothing_to_show_leaves_its_place_to_the_next(
+        daemon: Any, tmp_path: Path) -> None:
+    # An empty note (as an editor creates on a click on a link to a missing note) and one
+    # of nothing but keys come first by path; the notes after them are shown instead.
+    root = tmp_path / "ws"
+    write(root, "digest/wiki/hub.md",
+          "# Hub\nechidnaword: [[blank]] [[Keys only]] [[first|1]] [[second#Part]]\n")
+    write(root, "digest/wiki/blank.md", "")
+    write(root, "digest/wiki/Keys only.md", "---\nname: keys\ndescription: none\n---\n")
+    write(root, "digest/wiki/first.md", "# First\nthe first one\n")
+    write(root, "digest/wiki/second.md", "# Second\n## Part\nthe second one\n")
+    open_ws(daemon, root)
+    for limit in (1, 2, 5):
+        res = search(daemon, "echidnaword", max_results=limit)
+        assert paths(res) == ["digest/wiki/hub.md"]
+        assert len(res["results"][0]["links"]) == 4
+        assert [(e["path"], e["via"]) for e in res["expanded"]] == [
+            ("digest/wiki/first.md", "digest/wiki/hub.md"),
+            ("digest/wiki/second.md", "digest/wiki/hub.md")][:limit], limit
+    assert "the second one" in search(daemon, "echidnaword")["expanded"][1]["text"]
+
+
 def test_a_search_after_a_write_sees_it_in_hits_links_and_neighbours(
         daemon: Any, tmp_path: Path) -> None:
     # Searches keep what they read until the next write (chunks, link neighbours, term

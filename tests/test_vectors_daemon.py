@@ -278,14 +278,17 @@ def test_hybrid_results_bring_their_linked_notes_wherever_the_keyword_branch_ran
         daemon_factory: Any, tmp_path: Path) -> None:
     # A dozen notes the keyword branch ranks first, each linking two notes of its own,
     # and one whose text is the query (the fake's vector of it is the query's): fusion
-    # ranks that one first, from deep in the keyword pool.
+    # ranks that one first, from deep in the keyword pool. Every third note's first
+    # neighbour is empty: it has nothing to show and leaves its place to the next.
     root = tmp_path / "ws"
+    empty = {f"memory/2026-08-02/x{i}a.md" for i in range(0, 12, 3)}
     for i in range(12):
         write(root, f"memory/2026-08-01/n{i:02d}.md",
               f"purple purple elephant elephant dance dance {i}\n"
               f"[[memory/2026-08-02/x{i}a]] [[memory/2026-08-02/x{i}b]]\n")
         for side in "ab":
-            write(root, f"memory/2026-08-02/x{i}{side}.md", f"neighbour {side} {i}\n")
+            rel = f"memory/2026-08-02/x{i}{side}.md"
+            write(root, rel, "" if rel in empty else f"neighbour {side} {i}\n")
     write(root, "memory/2026-08-03/z.md", "purple elephant dance")
     write(root, "memory/2026-08-03/zz.md", "the z note's neighbour\n[[memory/2026-08-03/z]]\n")
     with FakeProvider(dims=8, api_key="k") as fake:
@@ -299,7 +302,8 @@ def test_hybrid_results_bring_their_linked_notes_wherever_the_keyword_branch_ran
             want: list[tuple[str, str]] = []
             for hit in results:
                 want += [(other, hit["path"]) for other in hit["links"]
-                         if other not in {r["path"] for r in results} | {p for p, _ in want}]
+                         if other not in {r["path"] for r in results} | {p for p, _ in want}
+                         | empty]
             assert [(e["path"], e["via"]) for e in res["expanded"]] == want[:5], query
         top = d.call("memory.search", {"agent_id": "w", "query": "purple elephant dance"})
         assert top["results"][0]["path"] == "memory/2026-08-03/z.md"

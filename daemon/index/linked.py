@@ -20,7 +20,7 @@ from recalld.daemon.index.tokenizer import tokenize_query
 if TYPE_CHECKING:
     from recalld.daemon.index.state import IndexState
 
-__all__ = ["Target", "heading_key", "in_section", "linked_chunks", "linked_sections"]
+__all__ = ["Target", "heading_key", "in_section", "linked_chunks", "linked_sections", "stands"]
 
 _HEADING_RE: Final = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
 
@@ -104,6 +104,16 @@ def linked_chunks(state: IndexState, query: str, targets: Sequence[Target], *,
                 out[target] = chunk
                 break
     return out
+
+
+def stands(state: IndexState, path: str) -> bool:
+    """Whether the note at ``path`` has a chunk that can stand for it beside a hit (one
+    :func:`linked_chunks` would pick: not blank, not a bare frontmatter block). A note
+    without one (empty, as a click on a link to a missing note creates it, or nothing but
+    keys) is no neighbour to show, and takes no place among those shown."""
+    info = state.files.get(path)
+    return info is not None and any(
+        _body_chunk(state.chunks[key]) is not None for key in info.keys)
 
 
 def _section_keys(state: IndexState, keys: Iterable[int], section: str) -> list[int]:

@@ -24,7 +24,7 @@ from recalld.daemon.arraytypes import F32
 from recalld.daemon.index.chunktable import ChunkTable
 from recalld.daemon.index.exact import exact_first
 from recalld.daemon.index.filters import Filters
-from recalld.daemon.index.linked import Target, linked_sections
+from recalld.daemon.index.linked import Target, linked_sections, stands
 from recalld.daemon.index.memo import Memo
 from recalld.daemon.index.state import IndexState, StoredChunk
 from recalld.daemon.index.ties import Place, exact_by_place, hits_by_place, settled
@@ -286,7 +286,7 @@ def gather(
                 if keep is not None and other in hit_paths:
                     continue
                 if other not in targets and (len(targets) >= link_limit
-                                             or other not in state.files):
+                                             or not stands(state, other)):
                     continue
                 targets[other] = None
                 wanted[other, sections.get((path, other), "")] = None

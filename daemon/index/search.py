@@ -339,23 +339,27 @@ async def search(
             for other in links.get(path, []):
                 if other not in seen and other not in extra:
                     extra[other] = path
-        picked = list(extra)[:max_results]
         firsts = found.firsts
-        # The chunk of the section the hit's link names, if it names one.
-        wanted = {path: (path, found.sections.get((extra[path], path), ""))
-                  for path in picked}
-        missing = [target for target in wanted.values() if target not in firsts]
-        if hybrid and missing and source is None:
-            # The candidates' neighbours were read before fusion ranked them: a result
-            # ranked up from deep in the pool may link files not read then.
-            firsts = {**firsts, **await index.linked_chunks(query, missing)}
-        for path in picked:
-            chunk = firsts.get(wanted[path])
-            if chunk is None:
-                continue
-            item = _result(chunk, 0.0, None, None)
-            item["via"] = extra[path]
-            expanded.append(item)
+        queue = list(extra)
+        # The first ``max_results`` neighbours with a chunk to show: one without (an empty
+        # note, a bare frontmatter block) leaves its place to the next.
+        while queue and len(expanded) < max_results:
+            picked, queue = queue[:max_results], queue[max_results:]
+            # The chunk of the section the hit's link names, if it names one.
+            wanted = {path: (path, found.sections.get((extra[path], path), ""))
+                      for path in picked}
+            missing = [target for target in wanted.values() if target not in firsts]
+            if hybrid and missing and source is None:
+                # The candidates' neighbours were read before fusion ranked them: a result
+                # ranked up from deep in the pool may link files not read then.
+                firsts = {**firsts, **await index.linked_chunks(query, missing)}
+            for path in picked:
+                chunk = firsts.get(wanted[path])
+                if chunk is None or len(expanded) == max_results:
+                    continue
+                item = _result(chunk, 0.0, None, None)
+                item["via"] = extra[path]
+                expanded.append(item)
     named = index.state.secret_named
     if named:
         _mask_paths([*results, *expanded], named)
