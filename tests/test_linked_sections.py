@@ -74,3 +74,27 @@ def test_a_link_to_a_section_brings_that_section(daemon: DaemonHandle, tmp_path:
     # The recall block an agent puts before its reply shows the section too.
     text = daemon.call("memory.recall", {"agent_id": "w", "query": "nestedword"})["rendered"]
     assert "number is 4242" in text and "Intro paragraph" not in text
+
+
+def test_a_linked_note_shows_its_first_chunk_saying_more_than_headings(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # Notes that open with a title and a subheading: the chunk of those headings alone
+    # (after the frontmatter, or with none) tells nothing, the next chunk stands for them.
+    root = tmp_path / "ws"
+    write(root, "digest/wiki/keyed.md",
+          "---\nname: keyed\n---\n# Keyed\n\n## First Part\n\nThe keyed body text.\n")
+    write(root, "digest/wiki/plain.md", "# Plain\n## Overview\nThe plain body text.\n")
+    write(root, "digest/wiki/titles.md", "# Only\n\n## Headings\n")
+    write(root, "memory/2026-12-05/hub.md",
+          "# Hub\n\nhubword, see [[keyed]], [[plain]] and [[titles]]\n")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    daemon.call("index.sync", {"agent_id": "w"})
+    answer = daemon.call("memory.search", {"agent_id": "w", "query": "hubword"})
+    shown = {e["path"]: (e["start_line"], e["text"].splitlines()[-1])
+             for e in answer["expanded"]}
+    assert shown == {"digest/wiki/keyed.md": (6, "The keyed body text."),
+                     "digest/wiki/plain.md": (2, "The plain body text."),
+                     # Nothing but headings: the first of them still stands.
+                     "digest/wiki/titles.md": (1, "# Only")}
+    text = daemon.call("memory.recall", {"agent_id": "w", "query": "hubword"})["rendered"]
+    assert "The keyed body text." in text and "The plain body text." in text

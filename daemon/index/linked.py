@@ -76,10 +76,12 @@ def linked_chunks(state: IndexState, query: str, targets: Sequence[Target], *,
                   tokens: list[str] | None = None) -> dict[Target, StoredChunk]:
     """For each of ``targets`` (linked files, each with the section its link names), the
     chunk that stands for it beside a hit: its best keyword match for ``query``, else its
-    first chunk with body text, shown without the note's frontmatter block (its lines start
-    after it). Where a link names a section, the chunks of that section stand, the first
-    that says more than its headings before the others; a section gone from the note
-    (renamed, removed, a block reference) names none, and the whole note's stand. A file
+    first chunk that says more than headings (else its first with any text), shown without
+    the note's frontmatter block (its lines start after it): a note that opens with its
+    title and a subheading has a chunk of those headings alone, which tells an agent
+    nothing. Where a link names a section, the chunks of that section stand, picked alike;
+    a section gone from the note (renamed, removed, a block reference) names none, and the
+    whole note's stand. A file
     whose chunks are all bare frontmatter has none (a block of keys tells an agent little).
     ``tokens``: ``tokenize_query(query)`` when the caller has it."""
     candidates: dict[Target, list[int]] = {}
@@ -89,7 +91,7 @@ def linked_chunks(state: IndexState, query: str, targets: Sequence[Target], *,
         if info is None or target in candidates:
             continue
         inside = _section_keys(state, info.keys, section) if section else []
-        candidates[target] = _said_first(state, inside) if inside else list(info.keys)
+        candidates[target] = inside or list(info.keys)
     # Only several candidates have a best match to look for: one chunk stands either way,
     # so it costs no search.
     searched = {key for keys in candidates.values() if len(keys) > 1 for key in keys}
@@ -98,11 +100,15 @@ def linked_chunks(state: IndexState, query: str, targets: Sequence[Target], *,
     out: dict[Target, StoredChunk] = {}
     for target, keys in candidates.items():
         best = sorted((k for k in keys if k in scores), key=lambda k: (-scores[k], k))
-        for key in [*best, *keys]:
+        chunk = None
+        for key in best:
             chunk = _body_chunk(state.chunks[key])
             if chunk is not None:
-                out[target] = chunk
                 break
+        else:
+            chunk = _said_first(state, keys)
+        if chunk is not None:
+            out[target] = chunk
     return out
 
 
@@ -130,12 +136,21 @@ def _section_keys(state: IndexState, keys: Iterable[int], section: str) -> list[
     return found
 
 
-def _said_first(state: IndexState, keys: list[int]) -> list[int]:
-    """``keys``, those of chunks with more than heading lines first (a section that opens
-    with a subheading has a chunk of its heading alone)."""
-    bare = [k for k in keys if all(not line.strip() or _HEADING_RE.match(line)
-                                   for line in state.chunks[k].text.splitlines())]
-    return [*(k for k in keys if k not in bare), *bare]
+def _said_first(state: IndexState, keys: Iterable[int]) -> StoredChunk | None:
+    """The first of the chunks of ``keys`` that says more than its headings, else the first
+    with any text, each without a leading frontmatter block (None when none has text).
+    Read in order, and only as far as needed: a long note's chunks are not all read."""
+    first = None
+    for key in keys:
+        chunk = _body_chunk(state.chunks[key])
+        if chunk is None:
+            continue
+        if any(line.strip() and not _HEADING_RE.match(line)
+               for line in chunk.text.splitlines()):
+            return chunk
+        if first is None:
+            first = chunk
+    return first
 
 
 @lru_cache(maxsize=4096)

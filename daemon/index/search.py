@@ -5,7 +5,7 @@ Results follow QwenPaw's documented shape and text form. With only the keyword b
 show each branch's own score (``None`` on the wire, ``-`` in the text, where a branch
 missed). Link expansion adds, after the hits, one chunk of each file a hit links to or is
 linked from (``via`` names the hit): the file's best keyword match for the query, else its
-first chunk with body text, never a bare frontmatter block; so an agent sees the
+first chunk saying more than headings, never a bare frontmatter block; so an agent sees the
 neighbourhood.
 
 The vector branch embeds the query through the workspace's backfill (LRU-cached, a short
