@@ -181,6 +181,30 @@ def _scale(ws: Workspace, answer: SearchAnswer) -> tuple[str, str]:
     return answer["mode"], ws.settings.search.fusion if hybrid else ""
 
 
+def _cut_neighbours(results: list[SearchHit], cut: list[SearchHit],
+                    shown: set[tuple[str | None, str]]) -> list[SearchHit]:
+    """The hits ``cut`` from the merged ``results`` whose notes a result of their
+    workspace links, as its neighbours: a workspace's search shows no neighbour that is
+    one of its own hits, so a hit cut in the merge would be shown nowhere."""
+    from recalld.daemon.index.search import as_neighbour
+
+    kept = {(r.get("agent_id"), r["path"]) for r in results}
+    first: dict[tuple[str | None, str], SearchHit] = {}
+    for hit in cut:  # in rank order: a note's best hit first
+        first.setdefault((hit.get("agent_id"), hit["path"]), hit)
+    out: list[SearchHit] = []
+    for r in results:
+        for other in r.get("links", []):
+            key = (r.get("agent_id"), other)
+            if key in first and key not in kept and key not in shown:
+                shown.add(key)
+                item = as_neighbour(first[key], r["path"])
+                if item is not None:
+                    item["agent_id"] = r.get("agent_id", "")
+                    out.append(item)
+    return out
+
+
 async def search_workspaces(
     workspaces: Sequence[Workspace],
     search_one: Callable[[Workspace], Awaitable[SearchAnswer]],
@@ -225,8 +249,11 @@ async def search_workspaces(
     # max_results of them (as in a search of one workspace).
     rank: dict[tuple[str | None, str | None], int] = {
         (r.get("agent_id"), r["path"]): i for i, r in enumerate(results)}
-    expanded = sorted((e for e in expanded if (e.get("agent_id"), e.get("via")) in rank),
-                      key=lambda e: rank[e.get("agent_id"), e.get("via")])[:max_results]
+    expanded = [e for e in expanded if (e.get("agent_id"), e.get("via")) in rank]
+    expanded += _cut_neighbours(results, [hit for _, hit in ranked[max_results:]],
+                                {(e.get("agent_id"), e["path"]) for e in expanded})
+    expanded = sorted(expanded, key=lambda e: (rank[e.get("agent_id"), e.get("via")],
+                                               e["path"]))[:max_results]
     modes = sorted({a["mode"] for a in answers.values()} - {""})
     merged: SearchAnswer = {
         "results": results,

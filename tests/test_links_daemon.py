@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import unicodedata
 from pathlib import Path
+from typing import Any
 
 from conftest import DaemonFactory, DaemonHandle
 from waits import wait_committed
@@ -185,6 +186,41 @@ def test_a_search_of_several_workspaces_expands_as_one_does(daemon_factory: Daem
     assert len(vias) == 3
     assert vias == sorted(vias, key=results.index)
     assert vias[0] == results[0]
+
+
+def test_a_hit_cut_from_a_search_of_several_workspaces_stays_a_neighbour(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # alice's weak hit x is linked from her strong hit y; bob's two hits outrank x, so
+    # the merge cuts it: y still brings it, as a search of alice alone does.
+    config = ""
+    for agent in ("alice", "bob"):
+        config += (f'[workspaces.{agent}]\npath = "{tmp_path / agent}"\n'
+                   'shared_with = ["alice"]\n')
+    write(tmp_path / "alice", "digest/wiki/y.md", "# Y\nheronword heronword heronword [[x]]\n")
+    write(tmp_path / "alice", "digest/wiki/x.md",
+          "---\nname: x\n---\n# X\nheronword " + " ".join(f"w{i}" for i in range(300)) + "\n")
+    for name in ("b1", "b2"):
+        write(tmp_path / "bob", f"digest/wiki/{name}.md", f"# {name}\nheronword heronword\n")
+    d = daemon_factory(config)
+    for agent in ("alice", "bob"):
+        d.call("index.sync", {"agent_id": agent})
+
+    def search(**params: object) -> dict[str, Any]:
+        answer: dict[str, Any] = d.call("memory.search", {
+            "agent_id": "alice", "query": "heronword", "max_results": 3, **params})
+        return answer
+
+    both = search(agents=["alice", "bob"])
+    assert sorted((r["agent_id"], r["path"]) for r in both["results"]) == [
+        ("alice", "digest/wiki/y.md"), ("bob", "digest/wiki/b1.md"),
+        ("bob", "digest/wiki/b2.md")]
+    alone = search(max_results=1)
+    assert [r["path"] for r in alone["results"]] == ["digest/wiki/y.md"]
+    (want,) = alone["expanded"]
+    (got,) = both["expanded"]
+    assert got.pop("agent_id") == "alice"
+    assert got == want and want["via"] == "digest/wiki/y.md"
+    assert want["start_line"] == 4 and "name: x" not in want["text"]
 
 
 def test_a_code_block_ends_at_its_own_fence(daemon: DaemonHandle, tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from recalld.daemon import metrics
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import SearchConfig
 from recalld.daemon.index.filters import Filters, author_names
+from recalld.daemon.index.frontmatter import body_of
 from recalld.daemon.index.fusion import Fused, fuse, fuse_scores, guarded_weight, keep_within
 from recalld.daemon.index.reads import Candidates, places
 from recalld.daemon.index.service import WorkspaceIndex
@@ -191,6 +192,23 @@ def _result(chunk: StoredChunk, score: float, keyword: float | None,
         "path": chunk.path, "start_line": start, "end_line": end,
         "text": text, "heading": chunk.heading, "chunk_id": chunk.id,
         "score": score, "vector": vector, "keyword": keyword,
+    }
+
+
+def as_neighbour(hit: SearchHit, via: str) -> SearchHit | None:
+    """``hit`` shown as a neighbour of the hit at ``via`` instead (a search of several
+    workspaces cut it, while a hit kept links its note): its text without the note's
+    frontmatter block, no score; None when nothing else is in it."""
+    text, start = hit["text"], hit["start_line"]
+    if start == 1 and text.lstrip("\ufeff").startswith(("---", "+++")):
+        text, skipped = body_of(text)
+        start += skipped
+    if not text.strip():
+        return None
+    return {
+        "path": hit["path"], "start_line": start, "end_line": hit["end_line"],
+        "text": text, "heading": hit["heading"], "chunk_id": hit["chunk_id"],
+        "score": 0.0, "vector": None, "keyword": None, "via": via,
     }
 
 
