@@ -239,6 +239,23 @@ def test_a_neighbour_with_nothing_to_show_leaves_its_place_to_the_next(
     assert "the second one" in search(daemon, "echidnaword")["expanded"][1]["text"]
 
 
+def test_a_hit_min_score_drops_stays_a_neighbour_of_a_hit_linking_it(
+        daemon: Any, tmp_path: Path) -> None:
+    # x holds the query's word once in a long text: min_score drops it from the results,
+    # but y, a result, links it, and a neighbour has no score to fall short of.
+    root = tmp_path / "ws"
+    write(root, "digest/wiki/y.md", "# Y\nlemurword lemurword lemurword [[x]]\n")
+    write(root, "digest/wiki/x.md",
+          "# X\nlemurword " + " ".join(f"w{i}" for i in range(300)) + "\n")
+    open_ws(daemon, root)
+    scores = {r["path"]: r["score"] for r in search(daemon, "lemurword")["results"]}
+    cut = (scores["digest/wiki/y.md"] + scores["digest/wiki/x.md"]) / 2
+    res = search(daemon, "lemurword", min_score=cut)
+    assert paths(res) == ["digest/wiki/y.md"]
+    assert [(e["path"], e["via"], e["start_line"]) for e in res["expanded"]] == [
+        ("digest/wiki/x.md", "digest/wiki/y.md", 1)]
+
+
 def test_a_search_after_a_write_sees_it_in_hits_links_and_neighbours(
         daemon: Any, tmp_path: Path) -> None:
     # Searches keep what they read until the next write (chunks, link neighbours, term

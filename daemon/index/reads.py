@@ -282,8 +282,10 @@ def gather(
             links[path] = state.neighbours(path)
             sections.update(linked_sections(path, state.graph.outgoing(path)))
             for other in links[path]:
-                # With ``keep`` the hits are the results, which expansion skips.
+                # With ``keep`` the hits are the results, which expansion skips, unless
+                # ``min_score`` drops them: read, but taking no neighbour's place.
                 if keep is not None and other in hit_paths:
+                    wanted[other, sections.get((path, other), "")] = None
                     continue
                 if other not in targets and (len(targets) >= link_limit
                                              or not stands(state, other)):
