@@ -20,7 +20,8 @@ from recalld.daemon.index.tokenizer import tokenize_query
 if TYPE_CHECKING:
     from recalld.daemon.index.state import IndexState
 
-__all__ = ["Target", "heading_key", "in_section", "linked_chunks", "linked_sections", "stands"]
+__all__ = ["Target", "body_part", "heading_key", "in_section", "linked_chunks",
+           "linked_sections", "stands"]
 
 _HEADING_RE: Final = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
 
@@ -160,15 +161,22 @@ def _body_of(text: str) -> tuple[str, int]:
     return body_of(text)
 
 
-def _body_chunk(chunk: StoredChunk) -> StoredChunk | None:
-    """``chunk`` without a leading frontmatter block (None when nothing else is in it)."""
-    text = chunk.text
+def body_part(text: str) -> tuple[str, int] | None:
+    """``text`` (a chunk's, from the note's first line) without a leading frontmatter
+    block, and the lines that block took; None when nothing else is in it."""
     if not text.lstrip("\ufeff").startswith(("---", "+++")):
         # No fence on the first line: no frontmatter block to strip.
-        return chunk if text.strip() else None
+        return (text, 0) if text.strip() else None
     body, skipped = _body_of(text)
-    if not body.strip():
+    return (body, skipped) if body.strip() else None
+
+
+def _body_chunk(chunk: StoredChunk) -> StoredChunk | None:
+    """``chunk`` without a leading frontmatter block (None when nothing else is in it)."""
+    part = body_part(chunk.text)
+    if part is None:
         return None
+    body, skipped = part
     if not skipped:
         return chunk
     return chunk._replace(text=body, start_line=chunk.start_line + skipped)

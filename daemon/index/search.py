@@ -30,8 +30,8 @@ from recalld.daemon import metrics
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import SearchConfig
 from recalld.daemon.index.filters import Filters, author_names
-from recalld.daemon.index.frontmatter import body_of
 from recalld.daemon.index.fusion import Fused, fuse, fuse_scores, guarded_weight, keep_within
+from recalld.daemon.index.linked import body_part
 from recalld.daemon.index.reads import Candidates, places
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import StoredChunk
@@ -199,12 +199,12 @@ def as_neighbour(hit: SearchHit, via: str) -> SearchHit | None:
     """``hit`` shown as a neighbour of the hit at ``via`` instead (a search of several
     workspaces cut it, while a hit kept links its note): its text without the note's
     frontmatter block, no score; None when nothing else is in it."""
-    text, start = hit["text"], hit["start_line"]
-    if start == 1 and text.lstrip("\ufeff").startswith(("---", "+++")):
-        text, skipped = body_of(text)
-        start += skipped
-    if not text.strip():
+    start = hit["start_line"]
+    part = body_part(hit["text"]) if start == 1 else (hit["text"], 0)
+    if part is None or not part[0].strip():
         return None
+    text, skipped = part
+    start += skipped
     return {
         "path": hit["path"], "start_line": start, "end_line": hit["end_line"],
         "text": text, "heading": hit["heading"], "chunk_id": hit["chunk_id"],
