@@ -24,7 +24,7 @@ from recalld.daemon import safepath, sharing
 from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.index.search import MAX_RESULTS_CAP, search
-from recalld.daemon.memory import topics
+from recalld.daemon.memory import note_retry, topics
 from recalld.daemon.memory.dreamruns import INTERESTS_FILE
 from recalld.daemon.memory.fileops import (
     NOTE_HEADER_BYTES,
@@ -152,8 +152,18 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
                 # the one open now (the lock is the agent's, that one's too).
                 ws, ops = now, fileops_for(now, session_id=session_id)
             answers = ws.services.sessions
-            if (prior := answers.answer_for(request_id)) is not None:
+            prior = answers.answer_for(request_id)
+            if prior is not None and (began := note_retry.planned_day(prior)) is None:
                 return prior  # type: ignore[return-value]  # recorded from a NoteAdded below
+            if prior is not None and began is not None and (done := note_retry.done_before(
+                    prior, await _own_notes(ws, ops.day_folder(began), slug(name),
+                                            session_id), text)) is not None:
+                # Written before the daemon stopped, unanswered: answered now, not again.
+                found: NoteAdded = {"agent_id": agent_id, "session_id": session_id,
+                                    "date": began, "path": done[0], "created": done[1],
+                                    "changed": True}
+                await answers.remember(request_id, found)
+                return found
             notes = await _own_notes(ws, ops.day_folder(day), slug(name), session_id)
             # Masked, two secrets read alike: a content redaction changed is no repeat
             # one can tell from the note (it holds no secret to compare), so it is added.
@@ -170,6 +180,11 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
                 new_body = f"{body}\n"
             else:
                 new_body = f"{body}\n\n{text}\n" if body else f"{text}\n"
+            if request_id is not None:
+                # Where the text goes, before it goes there: a retry after a stop between
+                # the write and its answer finds it there and adds it not again.
+                await answers.remember(request_id, note_retry.writing(
+                    day, rel, body, [n for n, _, _ in notes]))
             result = await ops.daily_write(session_id, name, new_body, date=day,
                                            description=description,
                                            extra={"author": author} if author else None,
@@ -179,7 +194,7 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
                                 "changed": result.changed}
             try:
                 await answers.remember(request_id, added)
-            except StorageError as exc:  # written: a retry then appends it a second time
+            except StorageError as exc:  # written: a retry finds it where it was to go
                 log.warning("%s: the answer to %s was not saved: %s", agent_id, request_id,
                             exc)
     return added
