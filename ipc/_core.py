@@ -68,7 +68,7 @@ def not_running(socket_path: Path) -> errors.DaemonNotRunning:
     holder = lock_holder(lock)
     if holder is not None:
         pid = f" (pid {holder})" if holder > 0 else ""
-        if not _says_listening(lock):
+        if not _says_listening(lock, holder):
             # It claims its socket before it imports its modules (seconds on a busy
             # machine) and notes in the lock file when it listens: it is starting.
             return errors.DaemonNotRunning(
@@ -123,13 +123,17 @@ def _not_a_socket(path: Path) -> str | None:
     return None if stat.S_ISSOCK(mode) else "a folder" if stat.S_ISDIR(mode) else "a file"
 
 
-def _says_listening(lock_file: Path) -> bool:
-    """Whether the socket's lock file says its daemon listens (the line after the pid;
-    the daemon's ``lock.LISTENING``)."""
+def _says_listening(lock_file: Path, holder: int) -> bool:
+    """Whether the socket's lock file says its daemon, pid ``holder`` (0: not visible
+    here), listens (the line after the pid; the daemon's ``lock.LISTENING``). A file
+    naming another pid is what a daemon killed before it could empty it left: the one
+    that has just locked it has not written its own pid yet, and is starting."""
     try:
         lines = lock_file.read_text(encoding="ascii", errors="replace").splitlines()
     except OSError:
         return True  # unknown: not said to be starting
+    if holder > 0 and lines[:1] != [str(holder)]:
+        return False
     return "listening" in lines[1:]
 
 
@@ -331,10 +335,10 @@ def _starting(socket_path: Path) -> bool:
     noted there that it listens, or has since the last connect (its socket is there).
     One that listens without a socket file (removed while it ran) is not."""
     lock = socket_path.with_name(socket_path.name + ".lock")
-    if lock_holder(lock) is None:
+    if (holder := lock_holder(lock)) is None:
         return False
     try:
         bound = stat.S_ISSOCK(socket_path.lstat().st_mode)
     except OSError:
         bound = False
-    return bound or not _says_listening(lock)
+    return bound or not _says_listening(lock, holder)

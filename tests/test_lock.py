@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -154,6 +155,27 @@ def test_a_socket_claimed_by_a_daemon_not_yet_listening_is_starting(
     assert proc.stdout.strip() == (
         f"recalld (pid {os.getpid()}) is starting and does not answer on {socket_path} "
         "yet; try again in a moment"), proc
+
+
+def test_a_daemon_started_after_one_was_killed_is_starting_before_it_writes_its_pid(
+        daemon_factory: DaemonFactory) -> None:
+    # A daemon killed with SIGKILL leaves its lock file saying its pid and "listening",
+    # and its socket file. The next one locks that file, then writes its own pid: in
+    # between, clients said its socket "was removed or replaced while it ran".
+    killed = daemon_factory()
+    killed.kill()
+    lock = killed.socket_path.with_name(killed.socket_path.name + ".lock")
+    assert lock.read_text().splitlines() == [str(killed.pid), "listening"]  # the case
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # locked, its pid not yet written
+        with pytest.raises(DaemonNotRunning) as starting:
+            Client(killed.socket_path).ping()
+    finally:
+        os.close(fd)
+    assert starting.value.message == (
+        f"recalld (pid {os.getpid()}) is starting and does not answer on "
+        f"{killed.socket_path} yet; try again in a moment")
 
 
 def test_the_owner_is_read_from_the_locked_file_not_from_what_took_its_name(
