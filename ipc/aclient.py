@@ -33,6 +33,7 @@ its events: the daemon cuts off a client that leaves its socket full for its
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
@@ -186,8 +187,13 @@ class AsyncClient(_flavours.AsyncMethods):
             run.opened.set()
             run.opened = anyio.Event()
             if self._topics:
-                await self._call_on(conn, _methods.subscribe(
-                    self._topics, self._topics_agent))
+                try:
+                    await self._call_on(conn, _methods.subscribe(
+                        self._topics, self._topics_agent))
+                except errors.ConnectionLost:
+                    # Closed before it answered the subscription (a daemon that was dying
+                    # took the connection): the caller's call was not sent on it.
+                    raise NotSent(conn.fatal) from None
             return conn
 
     async def _open_stream(self) -> SocketStream:
@@ -418,8 +424,8 @@ class AsyncClient(_flavours.AsyncMethods):
                 if (conn is None or conn.closed) and self._topics:
                     # A subscriber reconnects itself (and subscribes again), as the
                     # blocking client's events() does: no call may ever come.
-                    with anyio.fail_after(self.timeout_s):
-                        await self._connection()
+                    with anyio.fail_after(self.timeout_s), contextlib.suppress(NotSent):
+                        await self._connection()  # else its end is in ``events``
                 elif conn is None or conn.closed:
                     await run.opened.wait()  # nothing arrives until a call connects
                 else:

@@ -159,18 +159,29 @@ class Client(_flavours.SyncMethods):
         return sock
 
     def _connect(self) -> None:
-        try:
-            sock = self._open_socket()
-        except errors.DaemonNotRunning:
-            if not self.autostart:
-                raise
-            sock = self._start_daemon()
-        self._sock = sock
-        self._poller = select.poll()
-        self._poller.register(sock, select.POLLIN)
-        if self._topics:
-            self._call_on_connection(_methods.subscribe(self._topics, self._topics_agent),
-                                     time.monotonic() + self.timeout_s)
+        for attempt in range(2):
+            try:
+                sock = self._open_socket()
+            except errors.DaemonNotRunning:
+                if not self.autostart:
+                    raise
+                sock = self._start_daemon()
+            self._sock = sock
+            self._poller = select.poll()
+            self._poller.register(sock, select.POLLIN)
+            if not self._topics:
+                return
+            try:
+                self._call_on_connection(
+                    _methods.subscribe(self._topics, self._topics_agent),
+                    time.monotonic() + self.timeout_s)
+                return
+            except errors.ConnectionLost:
+                # Closed before it answered the subscription (a daemon that was dying
+                # took the connection): the caller's call was not sent on it, so one
+                # more connection is safe; where the daemon has gone, it says so.
+                if attempt:
+                    raise
 
     def _start_daemon(self) -> socket.socket:
         spawned = _core.spawn_daemon(self.socket_path)
