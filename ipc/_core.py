@@ -85,7 +85,7 @@ def not_running(socket_path: Path) -> errors.DaemonNotRunning:
             + ("; recalld makes its socket there, never through a link)"
                if other.startswith("a symbolic link") else ")"))
     try:
-        found = paths.socket_path()
+        found = paths.socket_path(running=False)
     except paths.PathError:
         found = None
     serve = ("recalld serve" if found == socket_path

@@ -412,7 +412,7 @@ def _service(command: str, ns: argparse.Namespace, out: TextIO, as_json: bool) -
     if command == "install-service":
         # The socket clients would look for (--socket, RECALLD_SOCKET, the config file).
         explicit = getattr(ns, "socket", None)
-        sock = install.listen_path(paths.socket_path(explicit),
+        sock = install.listen_path(paths.socket_path(explicit, running=False),
                                    chosen=paths.socket_chosen(explicit))
         written = install.install_service(write_only=ns.write_only, socket_path=sock)
         if as_json:

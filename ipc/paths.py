@@ -246,15 +246,17 @@ def _configured(key: str, config: str | os.PathLike[str] | None,
 def socket_path(explicit: str | os.PathLike[str] | None = None,
                 environ: Mapping[str, str] | None = None,
                 *, config: str | os.PathLike[str] | None = None,
-                lenient: bool = False) -> Path:
+                lenient: bool = False, running: bool = True) -> Path:
     """The daemon's socket, found as the daemon finds it (the config file is read only
-    when neither ``explicit`` nor ``RECALLD_SOCKET`` decides). ``lenient`` (the client
+    when neither ``explicit`` nor ``RECALLD_SOCKET`` decides); ``running`` (not for
+    where a daemon is to listen): or where the daemon that runs on the data directory
+    serves, when it is not there (:func:`_socket_from_file`). ``lenient`` (the client
     library): a config file that cannot be read or parsed, or whose ``socket_path`` is
     unusable, is passed by with a warning and the default socket taken, so a typo in the
     file does not cut every agent off a daemon that still runs on the settings it read;
     the command line reports it instead (PathError)."""
     if not lenient:
-        return _socket_from_file(explicit, _env(environ), config)
+        return _socket_from_file(explicit, _env(environ), config, running=running)
     found, refused = socket_despite_file(explicit, environ, config=config)
     if refused is not None:
         logging.getLogger("recalld.ipc").warning(
@@ -263,11 +265,30 @@ def socket_path(explicit: str | os.PathLike[str] | None = None,
 
 
 def _socket_from_file(explicit: str | os.PathLike[str] | None, env: Mapping[str, str],
-                      config: str | os.PathLike[str] | None) -> Path:
+                      config: str | os.PathLike[str] | None, *, running: bool = True) -> Path:
+    """The socket by the precedence above. ``running``: where no daemon answers at the
+    socket the file names (or the default one), the socket the daemon of the data
+    directory recorded, if one answers there: a daemon keeps the socket it started on
+    until it is restarted, so a ``socket_path`` changed in the file since (reloaded or
+    not) must not hide it."""
     if explicit is not None or env.get("RECALLD_SOCKET"):
         return choose_socket(explicit, env, None, Path())
     configured, cfg = _configured("socket_path", config, env)
-    return choose_socket(None, env, configured, cfg)
+    found = choose_socket(None, env, configured, cfg)
+    if running and not _socket_file(found):  # a daemon there (or a stale socket) wins
+        recorded = _recorded_socket(env, cfg)
+        if recorded is not None and recorded != found and answers(recorded):
+            return recorded
+    return found
+
+
+def _socket_file(path: Path) -> bool:
+    """Whether a socket file is at ``path`` (looked at, not connected to: that would be
+    a connection more for the daemon)."""
+    try:
+        return stat.S_ISSOCK(path.lstat().st_mode)
+    except OSError:
+        return False
 
 
 def socket_chosen(explicit: str | os.PathLike[str] | None = None,

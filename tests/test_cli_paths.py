@@ -334,3 +334,32 @@ def test_a_shells_unusable_config_path_is_not_told_as_the_daemons_file(
     assert "would refuse it" not in refused["what"], refused
     running = json.loads(recalld("status", "--json", env=daemon.env).stdout)["config_path"]
     assert refused["fix"].endswith(f"export RECALLD_CONFIG={running}"), refused
+
+
+def test_a_socket_path_changed_in_the_file_leaves_the_running_daemon_in_view(
+        daemon_factory: DaemonFactory) -> None:
+    """A daemon keeps the socket it started on until it is restarted, also when a
+    reload reads another ``socket_path``: the commands and the client library still find
+    it there (where its data directory's lock file says it serves), not a "daemon not
+    running" that points at a ``recalld serve`` the lock would refuse. Where a daemon
+    would listen (install-service) is still the file's socket."""
+    d = daemon_factory("")
+    moved = Path(d.env["XDG_RUNTIME_DIR"]) / "moved" / "r.sock"
+    d.config_path.write_text(f'[daemon]\nsocket_path = "{moved}"\n', encoding="utf-8")
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: "the daemon keeps" in d.log(), "the reload keeps its socket")
+    status = recalld("status", "--json", env=d.env)
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["pid"] == d.pid
+    listed = recalld("workspace", "list", env=d.env)
+    assert listed.returncode == 0 and "default" in listed.stdout, listed.stderr
+    doctor = json.loads(recalld("doctor", "--json", env=d.env).stdout)
+    checks = {c["name"]: c for c in doctor["checks"]}
+    assert checks["daemon"]["status"] == "ok", checks["daemon"]
+    proc = _client_reaches(d.env)
+    assert proc.returncode == 0 and proc.stdout.split() == ["True"], proc.stderr
+    assert recalld("stop", env=d.env).returncode == 0
+    assert d.stop() == 0
+    # With no daemon, the commands look where the file says, as a start would listen.
+    line = assert_one_line_error(recalld("status", env=d.env), 3)
+    assert f"daemon not running at {moved} (start it with: recalld serve)" in line, line
