@@ -76,9 +76,10 @@ class WorkspaceRegistry(KnownPlaces):
         self._workspaces: dict[str, Workspace] = {}
         self._left_behind: dict[str, str] = {}
         #: By open agent: the settings a reload changed that wait for its next open, and
-        #: the place the configuration gave it when it opened (None: not configured).
+        #: the place the configuration gave it and the daemon settings it took when it
+        #: opened (reload_sharing.Opened).
         self.waiting: dict[str, builtins.list[str]] = {}
-        self._opened_place: dict[str, Path | None] = {}
+        self._opened: dict[str, reload_sharing.Opened] = {}
         #: By agent: the lock its opens and closes take, while one holds or waits for it
         #: (weak: a close naming an agent that has no workspace, or one closed long ago,
         #: leaves nothing behind; memory grows with the workspaces, not with the ids seen).
@@ -178,7 +179,7 @@ class WorkspaceRegistry(KnownPlaces):
             if ws.state not in ("opening", "ready"):
                 continue
             self.waiting[ws.agent_id] = reload_sharing.waiting(
-                ws, new, self._records.config_at, self._opened_place.get(ws.agent_id))
+                ws, new, self._records.config_at, self._opened.get(ws.agent_id))
             try:
                 self._check_overlap(ws.agent_id, ws.root, ws.settings)
             except InvalidParams as exc:
@@ -197,7 +198,7 @@ class WorkspaceRegistry(KnownPlaces):
                    and agent_id not in self._records.entries]
         for agent_id in dropped:
             del self._workspaces[agent_id]
-            self._opened_place.pop(agent_id, None)
+            self._opened.pop(agent_id, None)
         if dropped:
             self._pulse()
         return dropped
@@ -353,8 +354,9 @@ class WorkspaceRegistry(KnownPlaces):
             # workspaces their sharing, not this one yet; another agent's open that ran
             # meanwhile (each holds only its own agent's lock) sees this one, or this one
             # sees it, so the two never nest.
+            in_force = self._get_config()
             settings = workspace_settings_from_params(
-                self._get_config().workspace_settings(agent_id), overrides)
+                in_force.workspace_settings(agent_id), overrides)
             self._check_overlap(agent_id, root, settings)
             self._check_replicas(agent_id, settings)
             ws = Workspace(agent_id, root, settings, on_change=self._pulse)
@@ -366,8 +368,7 @@ class WorkspaceRegistry(KnownPlaces):
                 del current
                 await trio.to_thread.run_sync(memtrim.collect)
             self.waiting.pop(agent_id, None)
-            self._opened_place[agent_id] = (config.workspace_path(agent_id) if agent_id
-                                            in config.configured_agents() else None)
+            self._opened[agent_id] = reload_sharing.opened(agent_id, config, in_force)
             self._pulse()
             try:
                 await self._nursery.start(self._host, ws)
@@ -473,7 +474,7 @@ class WorkspaceRegistry(KnownPlaces):
                     self._events.publish("workspace.closed", {"agent_id": agent_id})
                 del self._workspaces[agent_id]
                 self.waiting.pop(agent_id, None)
-                self._opened_place.pop(agent_id, None)
+                self._opened.pop(agent_id, None)
                 self._pulse()
             # Jobs before the record: killed between, it stays recorded, with its own jobs.
             if forget and self._jobs is not None:  # held for a reopen that never comes

@@ -8,6 +8,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_settings_from_params
 from recalld.daemon.jsontypes import JsonObject
@@ -19,6 +20,10 @@ log = logging.getLogger("recalld.daemon.workspaces")
 #: The settings that say who may read a workspace: checked on every use, so a reload
 #: changes them in open workspaces at once.
 SHARING = ("shared_with", "memory_isolation")
+#: Daemon settings a workspace's index and backfill take when it opens (open ones keep
+#: theirs until they are opened again).
+AT_OPEN = ("reconcile_interval_s", "persist_delay_s", "idle_trim_s", "chunk_max_chars",
+           "backfill_backoff_s")
 #: The ``config`` an agent's workspace is recorded with at a folder (None: none).
 RecordedConfig = Callable[[str, Path], JsonObject | None]
 
@@ -74,11 +79,29 @@ def unshared(settings: WorkspaceSettings) -> WorkspaceSettings:
     return dataclasses.replace(settings, shared_with=(), memory_isolation=True)
 
 
+class Opened(NamedTuple):
+    """What an open workspace took when it opened."""
+
+    #: Where the configuration put it (None: the configuration did not name it).
+    place: Path | None
+    #: The daemon settings it took (:data:`AT_OPEN`).
+    daemon_settings: dict[str, object]
+
+
+def opened(agent_id: str, config: DaemonConfig, in_force: DaemonConfig) -> Opened:
+    """What workspace ``agent_id`` opened under ``config`` takes (``in_force``: the
+    configuration when its services start, a reload having maybe run meanwhile)."""
+    place = (config.workspace_path(agent_id) if agent_id in config.configured_agents()
+             else None)
+    return Opened(place, {name: getattr(in_force, name) for name in AT_OPEN})
+
+
 def waiting(ws: Workspace, config: DaemonConfig, recorded_config: RecordedConfig,
-            opened_place: Path | None) -> list[str]:
+            opened: Opened | None) -> list[str]:
     """The settings of the open ``ws`` that differ from those an open under ``config``
-    would give it (``path``: the configured place differs from ``opened_place``, where the
-    configuration put it when it opened), which it keeps until it is opened again."""
+    would give it (``path``: the configured place differs from where the configuration
+    put it when it opened; the daemon's :data:`AT_OPEN` ones: differ from those it took),
+    which it keeps until it is opened again."""
     try:
         would = workspace_settings_from_params(
             config.workspace_settings(ws.agent_id), recorded_config(ws.agent_id, ws.root))
@@ -87,8 +110,12 @@ def waiting(ws: Workspace, config: DaemonConfig, recorded_config: RecordedConfig
     names = [f.name for f in dataclasses.fields(WorkspaceSettings)
              if f.name not in (*SHARING, "ignored_fields")
              and getattr(ws.settings, f.name) != getattr(would, f.name)]
+    if opened is None:
+        return names
+    names += [name for name, value in opened.daemon_settings.items()
+              if getattr(config, name) != value]
     # One the file no longer names opens again where it is recorded: its folder.
-    if (opened_place is not None and ws.agent_id in config.configured_agents()
-            and config.workspace_path(ws.agent_id) != opened_place):
+    if (opened.place is not None and ws.agent_id in config.configured_agents()
+            and config.workspace_path(ws.agent_id) != opened.place):
         names.append("path")
     return names

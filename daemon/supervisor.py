@@ -70,9 +70,6 @@ RESTART_ONLY = ("socket_path", "data_dir", "max_request_bytes", "max_batch", "ma
                 "max_concurrent_calls_per_connection", "backfill_threads", "backfill_nice")
 # A stop's time beyond its two graceful_timeout_s waits (the last saves), for systemd.
 STOP_MARGIN_S = 30.0
-# Daemon settings a workspace's index and backfill take when it opens (open ones keep theirs).
-AT_OPEN = ("reconcile_interval_s", "persist_delay_s", "idle_trim_s", "chunk_max_chars",
-           "backfill_backoff_s")
 
 Reloader = Callable[[], DaemonConfig]
 
@@ -409,7 +406,8 @@ class Supervisor:
                         "each stays open as it was opened and, recorded, opens again in its "
                         "folder at the next start, without its table's settings (recalld "
                         "workspace close --forget AGENT stops serving it)", ", ".join(unnamed))
-        at_open = [name for name in AT_OPEN if getattr(new, name) != getattr(old, name)]
+        at_open = [name for name in reload_sharing.AT_OPEN
+                   if getattr(new, name) != getattr(old, name)]
         if at_open:
             log.warning("reload: %s changed; open workspaces keep what they were opened with "
                         "until each is opened again or the daemon restarts",

@@ -256,3 +256,39 @@ def test_status_lists_the_settings_that_wait_for_a_reopen(daemon_factory: Daemon
     assert opened["settings"]["dream_cron"] == "15 4 * * 1"
     assert waiting() is None
     assert d.stop() == 0
+
+
+def test_status_lists_the_daemon_settings_a_workspace_takes_when_it_opens(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # chunk_max_chars, reconcile_interval_s, ... are [daemon] settings each workspace
+    # takes when it opens: a reload that changes them leaves the open ones as they were,
+    # and says so under each as it does for the workspace's own settings.
+    place = tmp_path / "w"
+
+    def text(daemon: str) -> str:
+        return f'[daemon]\n{daemon}\n[workspaces.w]\npath = "{place}"\n'
+
+    def waiting(agent_id: str) -> object:
+        shown = next(w for w in d.call("daemon.status")["workspaces"]
+                     if w["agent_id"] == agent_id)
+        return shown.get("waiting_for_reopen")
+
+    d = daemon_factory(text("chunk_max_chars = 1800"))
+    _reload(d, text("chunk_max_chars = 900\nreconcile_interval_s = 45"))
+    assert waiting("w") == ["reconcile_interval_s", "chunk_max_chars"]
+    said = next(line for line in recalld("status", env=d.env).stdout.splitlines()
+                if "changed in the config file" in line)
+    assert "reconcile_interval_s, chunk_max_chars changed" in said, said
+    # One opened since takes them; the others wait until they are opened again.
+    d.call("workspace.open", {"agent_id": "late", "path": str(tmp_path / "late")})
+    assert waiting("late") is None
+    d.call("workspace.close", {"agent_id": "w"})
+    d.call("workspace.open", {"agent_id": "w"})
+    _reload(d, text("chunk_max_chars = 900\nreconcile_interval_s = 45"))
+    assert waiting("w") is None and waiting("late") is None
+    # Put back as the workspace was opened with, nothing waits.
+    _reload(d, text("chunk_max_chars = 900\nreconcile_interval_s = 60"))
+    assert waiting("w") == ["reconcile_interval_s"]
+    _reload(d, text("chunk_max_chars = 900\nreconcile_interval_s = 45"))
+    assert waiting("w") is None
+    assert d.stop() == 0
