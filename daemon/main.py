@@ -154,22 +154,32 @@ def _check_log_file(log_file: str | None) -> int:
 def _check_workspace_places(cfg: DaemonConfig) -> int:
     """``--check-config``'s last step: each ``[workspaces.X] path`` checked as opening the
     workspace checks its place (a system folder, another user's, one that holds the
-    daemon's own folders or its config file, as ``~`` does), which the start would only
-    show as a failed workspace. EXIT_CONFIG with one line naming the first refused."""
-    from recalld.daemon.workspace_places import check_daemon_folders, check_root, resolved
+    daemon's own folders or its config file, as ``~`` does; another table's, or one in
+    or around another table's not shared with it), which the start would only show as
+    a failed workspace. EXIT_CONFIG with one line naming the first refused."""
+    from recalld.daemon.workspace_places import (
+        check_daemon_folders,
+        check_root,
+        check_tables_apart,
+        resolved,
+        unnamed_places,
+    )
     from recalld.ipc.agent_ids import workspace_table
     from recalld.ipc.errors import RecalldError
 
+    roots = unnamed_places(cfg)
     for agent_id, path in sorted(cfg.workspace_paths.items()):
         try:
             root = resolved(path)
             check_root(root)
             check_daemon_folders(root, cfg)
+            check_tables_apart(agent_id, root, roots, cfg)
         except (OSError, RuntimeError) as exc:  # a link loop, a folder we may not enter
             why = str(exc)
         except RecalldError as exc:
             why = exc.message
         else:
+            roots[agent_id] = root
             continue
         print(f"recalld: configuration error: {cfg.config_path}: {workspace_table(agent_id)} "
               f"path = {str(path)!r}: {why}", file=sys.stderr)

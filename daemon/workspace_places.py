@@ -8,6 +8,7 @@ them in worker threads).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -187,3 +188,30 @@ def check_overlap(agent_id: str, root: Path, settings: WorkspaceSettings,
             f"{other_id!r} ({other_root}); one workspace may hold another only if each is "
             f"shared with the other's agent ({agent_id!r} in the shared_with of "
             f"{other_id!r}, and {other_id!r} in its own); choose a folder of its own")
+
+
+def check_tables_apart(agent_id: str, root: Path, earlier: Mapping[str, Path],
+                       config: DaemonConfig) -> None:
+    """InvalidParams if ``root``, the folder of the config file's ``[workspaces.<agent_id>]``
+    (resolved), is the folder of a table checked before it (``earlier``: by agent, each
+    resolved), or lies in or holds one of them without the two shared with each other
+    (:func:`check_overlap`): a start refuses to open one of them (or both)."""
+    for other, place in earlier.items():
+        if place == root:
+            raise InvalidParams(f"{root} is the folder of workspace {other!r} too; a "
+                                "workspace needs a folder of its own")
+    check_overlap(agent_id, root, config.workspace_settings(agent_id),
+                  {other: (place, True) for other, place in earlier.items()},
+                  config.workspace_settings)
+
+
+def unnamed_places(config: DaemonConfig) -> dict[str, Path]:
+    """By agent, the folder (resolved) of each workspace ``config`` opens without a
+    ``path`` of its table (``<data>/workspaces/<agent>``, the default one's too): what
+    :func:`check_tables_apart` checks the tables' folders against first."""
+    places = {}
+    for agent_id in config.configured_agents():
+        if agent_id not in config.workspace_paths:
+            with contextlib.suppress(InvalidParams):  # its own opening says why
+                places[agent_id] = resolved(config.workspace_path(agent_id).expanduser())
+    return places

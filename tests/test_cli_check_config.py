@@ -121,3 +121,44 @@ def test_a_reload_warns_of_a_table_it_takes_as_a_start_does(
     assert "[WARN]" in status and "rename the table" in status, status
     warned = [line for line in d.log().splitlines() if "looks like a credential" in line]
     assert warned and all(key[4:16] not in line for line in warned), warned
+
+
+def test_check_config_refuses_tables_a_start_would_not_open_side_by_side(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Two tables naming one folder (written two ways; or the folder of one the file
+    # names without a path), or one inside the other's without the two shared with each
+    # other: the start fails one of them (or both), so the check says so; shared with
+    # each other, they are fine.
+    env = daemon_factory.environment()
+    config = Path(env["XDG_CONFIG_HOME"]) / "recalld" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    outer, inner = tmp_path / "notes", tmp_path / "notes" / "team"
+    default = Path(env["XDG_DATA_HOME"]) / "recalld" / "workspaces" / "default"
+
+    def table(agent: str, place: str, shared: str = "") -> str:
+        return (f'[workspaces.{agent}]\npath = "{place}"\n'
+                + (f'shared_with = ["{shared}"]\n' if shared else ""))
+
+    for text, why in (
+            (table("one", str(outer)) + table("two", f"{tmp_path}/./notes/"),
+             f"[workspaces.two] path = '{outer}': {outer} is the folder of "
+             "workspace 'one' too"),
+            (table("one", str(outer)) + table("two", str(inner)),
+             f"[workspaces.two] path = '{inner}': {inner} lies inside the workspace of "
+             f"agent 'one' ({outer})"),
+            # The folder of a workspace the file names without a path: the default one's.
+            (table("one", str(default)),
+             f"[workspaces.one] path = '{default}': {default} is the folder of workspace "
+             "'default' too")):
+        config.write_text(text, "utf-8")
+        line = assert_one_line_error(recalld("serve", "--check-config", env=env), 2)
+        assert line.startswith(f"recalld: configuration error: {config}: {why}"), line
+    config.write_text(table("one", str(outer), "two") + table("two", str(inner), "one"),
+                      "utf-8")
+    proc = recalld("serve", "--check-config", env=env)
+    assert proc.returncode == 0, proc.stderr
+    # What the check refused, a start serves with a failed workspace.
+    d = daemon_factory(table("one", str(outer)) + table("two", str(inner)))
+    states = {w["agent_id"]: w["state"] for w in d.call("workspace.list")["workspaces"]}
+    assert "failed" in (states["one"], states["two"]), states
+    assert d.stop() == 0
