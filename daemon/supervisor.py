@@ -102,10 +102,13 @@ class Supervisor:
         self.state.stats.update(services.statistics())
         # The last failed reload (cleared by a good one): the running config is the old one.
         self.reload_error: ReloadError = {"reload_error": None, "reload_failed_at": None}
+        #: The settings (RESTART_ONLY) the last good reload read otherwise than running.
+        self.waiting_for_restart: list[str] = []
         self.state.stats["config"] = lambda: {"path": str(self.config.config_path),
                                               "required": self.config.config_required,
                                               "warnings": config_warnings(self.config),
                                               "secrets_left_out": services.config.left_out,
+                                              "waiting_for_restart": self.waiting_for_restart,
                                               **self.reload_error}
         self.server: RpcServer | None = None
         self._stop_requested = trio.Event()
@@ -380,9 +383,11 @@ class Supervisor:
         # server's limits and the thread pools.
         kept = {name: getattr(old, name) for name in RESTART_ONLY
                 if getattr(new, name) != getattr(old, name)}
+        self.waiting_for_restart = []
         for name in kept:
             if name == "socket_path" and new.socket_path == self._configured_socket:
                 continue  # systemd's socket, whose difference the start named
+            self.waiting_for_restart.append(name)
             log.warning("reload: %s is %s in the configuration; the daemon keeps %s until "
                         "it is restarted", name, getattr(new, name), kept[name])
         new = dataclasses.replace(new, **kept)

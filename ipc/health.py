@@ -368,6 +368,13 @@ def daemon_problems(status: DaemonStatus) -> list[Problem]:
                     f"failed, the daemon runs on the previous one: {cfg['reload_error']}",
             f"fix {cfg.get('path') or 'the config file'}, then: systemctl --user reload "
             f"recalld (or kill -HUP {status.get('pid', '<pid>')})", "config"))
+    restart = [str(name) for name in cfg.get("waiting_for_restart") or ()]
+    if restart:
+        out.append(Problem(
+            "info", f"{', '.join(restart)} changed in the config file; the daemon keeps what "
+                    "it started with until it is restarted",
+            "systemctl --user restart recalld (or recalld stop, then recalld serve)",
+            "config"))
     out.extend(Problem("warn", str(w.get("what")), str(w.get("fix")), "config")
                for w in cfg.get("warnings") or [])
     left_out = [str(k) for k in cfg.get("secrets_left_out") or ()]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import orjson
 import pytest
 from hooks import CONFIG_READ_HELD, SESSIONS_HELD, launcher
+from test_cli import recalld
 from test_systemd import FakeSystemd
 from test_warm_start import _open_writer
 from waits import wait_for
@@ -212,6 +213,17 @@ def test_a_reload_says_which_daemon_settings_wait_for_a_restart(
         conn.send_bytes(b'{"jsonrpc": "2.0", "id": 1,' + b" " * 200_000
                         + b'"method": "daemon.ping"}\n')
         assert conn.recv_response()["result"]["pong"] is True
+    # Status says so too, until a reload reads them as they run.
+    config = d.call("daemon.status")["queues"]["config"]
+    assert config["waiting_for_restart"] == ["max_request_bytes", "cpu_threads"], config
+    said = next(line for line in recalld("status", env=d.env).stdout.splitlines()
+                if "until it is restarted" in line)
+    assert "[note] max_request_bytes, cpu_threads changed in the config file" in said, said
+    done = d.log().count("configuration reloaded")
+    d.config_path.write_text("[daemon]\nchunk_max_chars = 500\n")
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: d.log().count("configuration reloaded") > done, "the reload")
+    assert d.call("daemon.status")["queues"]["config"]["waiting_for_restart"] == []
     assert d.stop() == 0
 
 
