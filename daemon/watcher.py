@@ -97,7 +97,8 @@ class Watcher(CookieSync):
         self._config = config or WatcherConfig()
         self._paths = WatchedRoots(workspace, roots, suffixes=self._config.suffixes,
                                    ignore_dirs=self._config.ignore_dirs,
-                                   misnamed_hint=self._config.misnamed_hint)
+                                   misnamed_hint=self._config.misnamed_hint,
+                                   unread_listed=self._config.unread_listed)
         # Read-only copies of what the paths hold (nothing changes them).
         self._workspace = self._paths.workspace
         self._root_rels = self._paths.root_rels

@@ -25,7 +25,7 @@ from recalld.daemon.store.leftovers import file_times_now
 from recalld.daemon.watchsource import COOKIE_PREFIX
 from recalld.ipc.errors import RecalldError
 
-__all__ = ["IGNORE_DIRS", "WatchedRoots", "passed_by"]
+__all__ = ["IGNORE_DIRS", "UNREAD_STAMP", "WatchedRoots", "passed_by"]
 
 #: A note's file as ``(st_dev, st_ino, st_nlink)``: the names of one file share it.
 Inode = tuple[int, int, int]
@@ -35,6 +35,10 @@ log = logging.getLogger("recalld.daemon.watcher")
 
 # Names editors use for probes and backups that never are Markdown notes.
 _JUNK_NAMES = frozenset({"4913"})
+
+#: The ``(mtime_ns, size)`` a scan lists a file that is there but is not read with (see
+#: ``WatcherConfig.unread_listed``): no file read has it.
+UNREAD_STAMP: Final = (0, -1)
 
 #: Folders the watcher passes by (besides hidden ones): the daemon's own state.
 IGNORE_DIRS: Final = ("mem_metadata",)
@@ -64,7 +68,8 @@ class WatchedRoots:
 
     def __init__(self, workspace: Path, roots: Sequence[str], *,
                  suffixes: tuple[str, ...], ignore_dirs: tuple[str, ...],
-                 misnamed_hint: str = "rename it to have it indexed") -> None:
+                 misnamed_hint: str = "rename it to have it indexed",
+                 unread_listed: bool = False) -> None:
         self.workspace = Path(os.path.abspath(workspace))
         self.root_rels = tuple(r.strip("/") for r in roots)
         self.roots = [self.workspace / r for r in self.root_rels]
@@ -76,6 +81,7 @@ class WatchedRoots:
         self._real: str | None = None
         self._warned: set[str] = set()  # names passed by for their encoding, said once
         self._misnamed_hint = misnamed_hint  # what the warning of one says to do
+        self._unread_listed = unread_listed  # files not read listed too (UNREAD_STAMP)
         # Those the scan under way found, and those the last one did.
         self._found_misnamed: set[str] = set()
         self._misnamed: frozenset[str] = frozenset()
@@ -185,6 +191,8 @@ class WatchedRoots:
                         if self.is_note(rel):
                             st = entry.stat(follow_symlinks=False)
                             if not self._readable(entry.path, st):
+                                if self._unread_listed:
+                                    out[rel] = UNREAD_STAMP
                                 continue  # no note, as a read of it finds (see below)
                             out[rel] = (st.st_mtime_ns, st.st_size)
                             if links is not None and st.st_nlink > 1:
@@ -197,6 +205,10 @@ class WatchedRoots:
                                 self._warned.add(rel)
                                 log.warning("passing by %s: its name is not valid UTF-8 "
                                             "(%s)", _shown(rel), self._misnamed_hint)
+                    elif self._unread_listed and not entry.is_dir():  # a link, a FIFO
+                        rel = entry.path[len(self._prefix):].replace(os.sep, "/")
+                        if self.is_note(rel):
+                            out[rel] = UNREAD_STAMP
                 except FileNotFoundError:
                     continue
                 except OSError as exc:  # a name past PATH_MAX, a failing disk

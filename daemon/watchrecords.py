@@ -45,6 +45,12 @@ class WatcherConfig:
     # True: what the consumer knows outside the roots (a folder named otherwise in the
     # settings since) is applied as gone by each reconcile; its apply must take it so.
     outside_roots_gone: bool = False
+    # True: the scans list the files below the roots that are there but are not read (a
+    # link, a FIFO, a socket, one the system refuses to read) too, stamped
+    # :data:`~recalld.daemon.watchpaths.UNREAD_STAMP`, so the consumer records them (and
+    # gives them that stamp in ``known()``) whether they were made while it watched or
+    # not. A link to a folder is not listed: it is not descended either.
+    unread_listed: bool = False
 
 
 class ReconcileFound(TypedDict):

@@ -13,7 +13,7 @@ from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_dream import ScriptedModel, write
 from test_resource import active_jobs, catalog, note_of, open_ws, wait_state
-from waits import wait_for
+from waits import wait_for, workspace_status
 
 
 def test_a_folder_link_into_the_notes_is_not_read_as_resources(
@@ -146,3 +146,38 @@ def test_a_notes_link_names_its_file_whatever_the_name_holds(
         wait_for(lambda old=old: old not in catalog(root), f"{old} followed")
         wait_state(root, new, "processed")
         assert source_target(note_of(root, new)[1]) == new
+
+
+def test_links_and_fifos_there_before_the_workspace_opens_are_skipped_with_why(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """What is in resource/ but not read, there already when the workspace opens (put
+    there while the daemon was stopped), is cataloged as skipped with why, as it is when
+    it appears while the daemon runs; a link out of the workspace is never read."""
+    root = tmp_path / "ws"
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "plans.txt").write_text("Merger talks with Initech on Friday.\n")
+    ScriptedModel(fake)
+    write(root, "resource/first.txt", "Budget: 10k.\n")
+    (root / "resource/out.txt").symlink_to(outside / "plans.txt")
+    (root / "resource/dangling.md").symlink_to(outside / "gone.md")
+    os.mkfifo(root / "resource/pipe.txt")
+    (root / "resource/folder").symlink_to(outside)  # a folder link: not descended
+    open_ws(daemon, "res", root, fake)
+    wait_state(root, "resource/first.txt", "processed")  # saved after what the scan found
+    cat = catalog(root)
+    for rel, why in (("resource/out.txt", "symbolic link"),
+                     ("resource/dangling.md", "symbolic link"),
+                     ("resource/pipe.txt", "not a regular file")):
+        assert cat.get(rel, {}).get("state") == "skipped", (rel, cat.get(rel))
+        assert why in cat[rel]["reason"] and not cat[rel].get("note"), cat[rel]
+    assert not any(p.startswith("resource/folder") for p in cat), sorted(cat)
+    assert not any(b"Initech" in r.body for r in fake.requests)
+    # Opened again, its scan finds them as they were recorded: nothing to catalog anew.
+    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))
+    daemon.call("workspace.close", {"agent_id": "res"})
+    open_ws(daemon, "res", root, fake)
+    found = wait_for(lambda: ((workspace_status(daemon, "res") or {}).get("resource") or {})
+                     .get("watcher", {}).get("last_reconcile"))
+    assert found["found"] == {"added": 0, "changed": 0, "deleted": 0}, found
+    assert catalog(root) == cat

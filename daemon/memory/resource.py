@@ -75,6 +75,7 @@ from recalld.daemon.memory.resource_results import ResourceResult, ResourceStatu
 from recalld.daemon.memory.slugs import names_nothing
 from recalld.daemon.providers.errors import NO_CHAT_MODEL, ProviderConfigError, ProviderError
 from recalld.daemon.watcher import Watcher
+from recalld.daemon.watchpaths import UNREAD_STAMP
 from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import PathOutsideWorkspace, RecalldError
@@ -134,6 +135,7 @@ class ResourceCatalog:
             # start-up scans (CPU limiter) it would hold up the first search. What it
             # finds requests its job like any change (``apply_paths``).
             config=WatcherConfig(suffixes=("",), ignore_dirs=(s.metadata_dir,),
+                                 unread_listed=True,
                                  reconcile_interval_s=self.config.reconcile_interval_s,
                                  reconcile_before_ready=False),
             limiter=limiter, background=background)
@@ -248,7 +250,7 @@ class ResourceCatalog:
                 "path": rel, "digest": "", "first_seen": first_seen,
                 "date": resource_date(inside, first_seen), **(rec or {}),
                 "state": "skipped", "reason": info, "unreadable": info,
-                "mtime_ns": 0, "size": -1}
+                "mtime_ns": UNREAD_STAMP[0], "size": UNREAD_STAMP[1]}
             return True
         sha, mtime_ns, size = info
         if rec is not None and rec.get("digest") == sha and (
