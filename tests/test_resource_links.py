@@ -107,6 +107,25 @@ def test_a_name_of_four_byte_characters_gets_a_note(daemon: DaemonHandle,
     assert fields["source_resource"] == f"[[{rel}]]"
 
 
+def test_a_notes_name_keeps_the_words_of_its_files_name(daemon: DaemonHandle,
+                                                         fake: FakeProvider,
+                                                         tmp_path: Path) -> None:
+    # Vowel signs (Devanagari, Tamil) are marks, a word without them another word; an
+    # accent saved decomposed is the same letter; a zero-width space shows nothing.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    names = {"हिन्दी नोट.txt": "हिन्दी-नोट-txt", "தமிழ்.md": "தமிழ்-md",
+             "cafe\u0301 menu.txt": "café-menu-txt", "road\u200bmap.txt": "roadmap-txt"}
+    for name in names:
+        write(root, f"resource/{name}", "A name in other letters.\n")
+    open_ws(daemon, "res", root, fake)
+    for name, stem in names.items():
+        wait_state(root, f"resource/{name}", "processed", "failed")
+        entry = catalog(root)[f"resource/{name}"]
+        assert entry["note"] == f"memory/{entry['date']}/resource-{stem}.md", entry
+        assert note_of(root, f"resource/{name}")[0]["source_resource"] == f"[[resource/{name}]]"
+
+
 def source_target(text: str) -> str:
     """The file the ``Source:`` line of the note ``text`` links: a wikilink's target as
     the index reads it (no bracket, ``|`` or ``#`` in it), or a Markdown link's."""

@@ -23,7 +23,7 @@ from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import body_of, parse_frontmatter
 from recalld.daemon.index.frontmatter_edit import render_frontmatter
 from recalld.daemon.memory.resource_html import declared_charset, html_text
-from recalld.daemon.memory.slugs import names_nothing
+from recalld.daemon.memory.slugs import names_nothing, slugify
 from recalld.daemon.notetext import decode_note
 from recalld.daemon.store.fsio import fit_name
 from recalld.ipc.errors import PathOutsideWorkspace
@@ -38,7 +38,6 @@ HTML_SUFFIXES: Final = (".html", ".htm")
 #: styles and scripts (parsing stops once the text wanted is found).
 HTML_READ_BYTES: Final = 4 << 20
 _DATE_RE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_SLUG_BAD: Final = re.compile(r"[^\w]+")
 _HAS_TEXT: Final = re.compile(r"[^\W_]")
 _NOT_REGULAR: Final = "not a regular file (a FIFO, a socket or a device): it is not read"
 _MD_FENCE: Final = re.compile(r"^```(?:markdown|md)?[ \t]*\n(.*?)\n?```$", re.DOTALL | re.I)
@@ -88,7 +87,9 @@ def note_stem(rel_in_resource: str) -> str:
     parts = rel_in_resource.split("/")
     if _date_folder(parts):
         parts = parts[1:]
-    stem = _SLUG_BAD.sub("-", "/".join(parts).lower()).strip("-_")[:80]
+    # As a node's name: a letter keeps its marks (a vowel sign: without it, another
+    # word), an accent saved apart is the same letter, what shows nothing is left out.
+    stem = slugify("/".join(parts), 80)
     # 80 characters of four bytes each would not make a file name: cut to what fits
     # with the prefix and a "-99.md" a name taken already adds.
     stem = fit_name(stem, safepath.MAX_NAME_BYTES - len("resource--99.md")).strip("-_")
