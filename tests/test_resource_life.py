@@ -229,3 +229,25 @@ def test_notes_written_before_the_daemon_stops_are_told_and_the_rest_follows_the
     wait_for(lambda: not active_jobs(d2, "res", "auto_resource"))
     notes = [catalog(root)[f"resource/{n}.txt"]["note"] for n in "abc"]
     assert [i["changes"] for i in resource_items(d2, "res") or []] == [[n] for n in notes]
+
+
+def test_a_file_replaced_by_a_folder_of_its_name_is_removed(daemon: DaemonHandle,
+                                                            fake: FakeProvider,
+                                                            tmp_path: Path) -> None:
+    # ``notes.txt`` deleted and a folder ``notes.txt/`` made in its place: the file is
+    # gone (its note marked so), the files in the folder are new ones.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    write(root, "resource/notes.txt", "Budget: 10k.\n")
+    open_ws(daemon, "res", root, fake)
+    wait_state(root, "resource/notes.txt", "processed")
+    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))
+    (root / "resource/notes.txt").unlink()
+    write(root, "resource/notes.txt/inner.md", "Venue: Porto.\n")
+    wait_state(root, "resource/notes.txt/inner.md", "processed")
+    wait_state(root, "resource/notes.txt", "removed")
+    wait_for(lambda: catalog(root)["resource/notes.txt"].get("marked"))
+    fields, text = note_of(root, "resource/notes.txt")
+    assert fields.get("source_removed") and "was removed on" in text, text
+    assert catalog(root)["resource/notes.txt/inner.md"]["note"] != catalog(root)[
+        "resource/notes.txt"]["note"]

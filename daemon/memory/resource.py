@@ -176,7 +176,8 @@ class ResourceCatalog:
     async def apply_paths(self, paths: set[str]) -> None:
         """Catalog what changed under resource/ (called by the watcher, never overlapping)."""
         folders = await trio.to_thread.run_sync(folders_among, self.ws.root, paths)
-        todo = paths - folders
+        # A folder where the catalog has a file (``a.txt/`` made for it): that file is gone.
+        todo = (paths - folders) | (folders & self.records.keys())
         # A directory event (a folder moved in or out) stands for the files below it, on
         # disk and in the catalog. Any path but a file the catalog has may be a folder
         # (one gone leaves no trace): one pass over the catalog finds what lies below.

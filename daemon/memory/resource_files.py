@@ -104,6 +104,8 @@ def file_digest(root: Path, rel: str) -> tuple[str, int, int] | str | None:
     try:
         with os.fdopen(safepath.open_inside(root, rel), "rb") as fh:
             st = os.fstat(fh.fileno())
+            if stat.S_ISDIR(st.st_mode):  # a folder in the file's place: the file is gone
+                return None
             if not stat.S_ISREG(st.st_mode):
                 # A FIFO or a device: reading it would take another's bytes.
                 return _NOT_REGULAR
