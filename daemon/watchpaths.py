@@ -53,6 +53,15 @@ def passed_by(rel: str, ignore_dirs: tuple[str, ...] = IGNORE_DIRS) -> bool:
     return any(p.startswith(".") or p in ignore_dirs for p in rel.split("/"))
 
 
+def _leads_to_folder(entry: os.DirEntry[str]) -> bool:
+    """Whether ``entry`` (no folder itself) is a link to a folder; not one that loops or
+    cannot be followed (ELOOP, EACCES): that is a link to no folder."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
 class MisnamedStatus(TypedDict):
     """Notes the last scan passed by because their name is not valid UTF-8."""
 
@@ -205,7 +214,7 @@ class WatchedRoots:
                                 self._warned.add(rel)
                                 log.warning("passing by %s: its name is not valid UTF-8 "
                                             "(%s)", _shown(rel), self._misnamed_hint)
-                    elif self._unread_listed and not entry.is_dir():  # a link, a FIFO
+                    elif self._unread_listed and not _leads_to_folder(entry):  # a link, a FIFO
                         rel = entry.path[len(self._prefix):].replace(os.sep, "/")
                         if self.is_note(rel):
                             out[rel] = UNREAD_STAMP

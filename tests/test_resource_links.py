@@ -180,6 +180,7 @@ def test_links_and_fifos_there_before_the_workspace_opens_are_skipped_with_why(
     write(root, "resource/first.txt", "Budget: 10k.\n")
     (root / "resource/out.txt").symlink_to(outside / "plans.txt")
     (root / "resource/dangling.md").symlink_to(outside / "gone.md")
+    (root / "resource/loop.txt").symlink_to("loop.txt")  # leads nowhere: ELOOP
     os.mkfifo(root / "resource/pipe.txt")
     (root / "resource/folder").symlink_to(outside)  # a folder link: not descended
     open_ws(daemon, "res", root, fake)
@@ -187,6 +188,7 @@ def test_links_and_fifos_there_before_the_workspace_opens_are_skipped_with_why(
     cat = catalog(root)
     for rel, why in (("resource/out.txt", "symbolic link"),
                      ("resource/dangling.md", "symbolic link"),
+                     ("resource/loop.txt", "symbolic link"),
                      ("resource/pipe.txt", "not a regular file")):
         assert cat.get(rel, {}).get("state") == "skipped", (rel, cat.get(rel))
         assert why in cat[rel]["reason"] and not cat[rel].get("note"), cat[rel]
