@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, overload
 
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.textcut import cluster_start, cut_text
+from recalld.ipc.textfold import read_places
 
 # C0 and C1 controls, DEL and the Unicode line and paragraph separators: anything that
 # could start a new line (or redraw one) where a name is shown inside text; and the bidi
@@ -282,24 +283,37 @@ def cut_part(lines: list[str], first: int, max_chars: int, query: str = "") -> P
     return Part(body, first, first + body.count("\n"), False, True)
 
 
-_QUERY_WORD = re.compile(r"\w+")
 _CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
-def _folded(text: str) -> str:
-    return unicodedata.normalize("NFKC", text).casefold()
+def _words(text: str) -> list[str]:
+    """The runs of letters and digits of ``text``, each going on through the combining
+    marks in it (an accent typed decomposed, a Hindi or Thai vowel sign, a Hebrew point)."""
+    words: list[str] = []
+    word: list[str] = []
+    for ch in text:
+        if ch.isalnum() or (word and unicodedata.category(ch)[0] == "M"):
+            word.append(ch)
+        elif word:
+            words.append("".join(word))
+            word = []
+    if word:
+        words.append("".join(word))
+    return words
 
 
 def _query_words(query: str) -> set[str]:
-    """The words of ``query`` a line is searched for, case folded: each run of letters
-    and digits, a run of Chinese, Japanese or Korean characters as its pairs (as the
-    daemon reads such text: no spaces between its words)."""
+    """The words of ``query`` a line is searched for, read as the index reads words
+    (``read_places``: ``viet`` is in ``Việt``, ``ガ`` in ``ｶﾞ``): each run of letters and
+    digits, a run of Chinese, Japanese or Korean characters as its pairs (as the daemon
+    reads such text: no spaces between its words)."""
     words: set[str] = set()
-    for word in _QUERY_WORD.findall(_folded(query)):
+    for word in _words(unicodedata.normalize("NFKC", query)):
         if _CJK.search(word) and len(word) > 2:
-            words.update(word[i:i + 2] for i in range(len(word) - 1))
+            pairs: Iterable[str] = (word[i:i + 2] for i in range(len(word) - 1))
         else:
-            words.add(word)
+            pairs = (word,)
+        words.update(read for pair in pairs if (read := read_places(pair)[0]))
     return words
 
 
@@ -310,8 +324,8 @@ def _matched_line(lines: list[str], query: str) -> int | None:
     words = _query_words(query) if query.strip() else set()
     if not words:
         return None
-    folded = [_folded(line) for line in lines]
-    held = {w: [i for i, line in enumerate(folded) if w in line] for w in words}
+    read = [read_places(line)[0] for line in lines]
+    held = {w: [i for i, line in enumerate(read) if w in line] for w in words}
     weights = [0.0] * len(lines)
     for at in held.values():
         for i in at:
@@ -321,10 +335,11 @@ def _matched_line(lines: list[str], query: str) -> int | None:
 
 
 def _match_end(line: str, query: str) -> int:
-    """Where the first of ``query``'s words in ``line`` ends (0: none is in it); an offset
-    in ``line`` where case folding keeps its length, as for most text."""
-    folded = line.casefold()
-    ends = [i + len(w) for w in _query_words(query) if (i := folded.find(w)) >= 0]
+    """Where in ``line`` the first of ``query``'s words in it ends (0: none is in it),
+    found as the index reads words, whatever form the line spells it in."""
+    read, places = read_places(line)
+    ends = [places[i + len(w) - 1] + 1 for w in _query_words(query)
+            if (i := read.find(w)) >= 0]
     return min(ends, default=0)
 
 

@@ -133,3 +133,37 @@ def test_a_long_hit_is_cut_around_what_matched(daemon: DaemonHandle, tmp_path: P
             assert got == note[first - 1:last]
         else:  # a part of the one line labelled
             assert got[0] in note[first - 1]
+
+
+def test_a_recall_cut_shows_a_word_spelt_otherwise_than_the_query(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # The index finds a word whatever form it is spelt in (accents, points, width,
+    # composed or decomposed): the part of a cut item shown is the one holding it, as
+    # the note spells it, on a line of its own or inside one long line.
+    import unicodedata
+
+    root = tmp_path / "ws"
+    cases = (
+        ("vi", "tuong lua", "Cuối cùng, tường lửa đã được cấu hình lại ở Huế."),
+        ("he", "נמצא", "הַסֵּפֶר נִמְצָא עַל הַשֻּׁלְחָן"),
+        ("ko", "방화벽", unicodedata.normalize("NFD", "마지막에 방화벽 설정이 바뀌었다")),
+        ("ja", "ファイアウォール", "最後にﾌｧｲｱｳｫｰﾙの設定を変えた"),
+        ("fw", "ZQ_PLINTH_2207", "型番はＺＱ＿ＰＬＩＮＴＨ＿２２０７です"),
+    )
+    filler = "unrelated filler words about the weather " * 12
+    layouts = (  # many lines before it; then all on one long line
+        lambda name, line: f"# {name}\n\n" + (filler + "\n\n") * 3 + line + "\n",
+        lambda name, line: f"# {name}\n\n{filler * 2}{line} {filler}\n")
+    for number, layout in enumerate(layouts):
+        for name, _query, line in cases:
+            write(root, f"memory/2026-08-04/{name}.md", layout(name, line))
+        if number == 0:
+            open_ws(daemon, root)
+        daemon.call("index.sync", {"agent_id": "w"})
+        for name, query, line in cases:
+            answer = daemon.call("memory.recall", {"agent_id": "w", "query": query,
+                                                   "budget_chars": 300, "max_results": 1})
+            assert answer["items"], (number, name, answer)
+            item = answer["items"][0]
+            assert answer["truncated"] and item["path"].endswith(f"/{name}.md"), answer
+            assert line[:8] in item["text"], (number, name, item["text"])

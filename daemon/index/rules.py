@@ -67,8 +67,8 @@ from __future__ import annotations
 # ``node18``, ``BRCA1``) is indexed under the name too (``tokenizer._word_parts``); 38:
 # Latin letters with a stroke or bar and the dotless ``ı`` fold to their base letter
 # (``tokenizer.fold``: ``Łódź`` is ``lodz``, ``DIYARBAKIR`` ``diyarbakır``); 39: Arabic's
-# tatweel is taken out of words (``tokenizer._INVISIBLE``: ``مرحـــبا`` is ``مرحبا``); 40:
-# the ligatures ``æ`` and ``œ`` are ``ae`` and ``oe`` (``tokenizer._LIGATURES``).
+# tatweel is taken out of words (``textfold.INVISIBLE``: ``مرحـــبا`` is ``مرحبا``); 40:
+# the ligatures ``æ`` and ``œ`` are ``ae`` and ``oe`` (``textfold._LIGATURES``).
 # Raise it with any change of these rules (redact.py's included).
 CHUNKING = 40
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a

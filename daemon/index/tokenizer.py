@@ -8,7 +8,8 @@ What it emits, after NFKC normalization, case folding and ``fold``ing (accents, 
 bars off Latin and Greek letters, ``æ`` and ``œ`` as ``ae`` and ``oe``, Hebrew and Arabic
 points off their letters, soft hyphens and joiners out of words: ``café`` meets ``cafe``,
 ``İstanbul`` meets ``istanbul``, ``Łódź`` ``lodz``, ``DIYARBAKIR`` ``diyarbakır``,
-``Œuvre`` ``oeuvre``, a word hyphenated for display is one word):
+``Œuvre`` ``oeuvre``, a word hyphenated for display is one word; ``recalld.ipc.textfold``,
+which the clients read lines by too):
 - Words of alphabetic scripts, English stopwords dropped, lightly stemmed (``_stem``: plural,
   ``-ed``/``-ing`` and a few derivational suffixes), whatever their case, so that a query typed in
   lower case meets ``ECONNREFUSED`` or ``parseRequests`` in a note.
@@ -54,12 +55,13 @@ import functools
 import itertools
 import operator
 import re
-import unicodedata
 from typing import Final
 
 from recalld.daemon.index import nfkc
 from recalld.daemon.index.marks import MARK_RUN
 from recalld.daemon.index.memo import Memo
+from recalld.ipc.textfold import INVISIBLE as _INVISIBLE
+from recalld.ipc.textfold import fold
 
 __all__ = ["CJK_CHARS_PER_TERM", "STOPWORDS", "cjk_length", "cjk_re", "doc_length", "fold",
            "tokenize", "tokenize_query", "tokenize_split"]
@@ -178,15 +180,6 @@ def _stem_uncached(w: str) -> str:
 _stem: Final = Memo(_stem_uncached, 1 << 18).__getitem__
 
 
-# Characters that only shape how a word is shown, never which word it is: the soft hyphen
-# (a hyphenation point), the zero-width joiner (emoji sequences, Indic conjuncts), the word
-# joiner and the byte-order mark used as one, and Arabic's tatweel (kashida: a stroke that
-# stretches a word to justify a line, مرحـــبا for مرحبا). Taken out of the text before
-# words are found, so they do not cut a word in two or make another word of it. (The
-# zero-width space and non-joiner stay breaks.)
-_INVISIBLE: Final = "\u00ad\u200d\u2060\ufeff\u0640"
-
-
 class _Unicode:
     """The patterns only text beyond ASCII needs. Compiled for the first such text, not
     at import: their classes take a few milliseconds to compile, which every start would
@@ -212,66 +205,6 @@ def cjk_re() -> re.Pattern[str]:
     """One CJK character (Han, kana, hangul; Thai, Lao, Khmer, Myanmar), as the tokenizer
     defines them. ASCII text holds none: callers check ``str.isascii`` first."""
     return _unicode().cjk
-# The combining marks ``fold`` drops: the diacritics of Latin, Greek and Cyrillic letters,
-# Hebrew points and cantillation, Arabic harakat (vowels a reader supplies; most text
-# omits them). The vowel signs of Indic scripts and Thai are letters of their words: kept.
-_DROPPED_MARKS: Final = ((0x300, 0x36F), (0x591, 0x5BD), (0x5BF, 0x5BF), (0x5C1, 0x5C2),
-                         (0x5C4, 0x5C5), (0x5C7, 0x5C7), (0x610, 0x61A), (0x64B, 0x65F),
-                         (0x670, 0x670))
-# The precomposed letters ``fold`` takes to their base letter: Latin (with its extended
-# blocks) and Greek. Cyrillic is left alone but for ё (й is a letter of its own).
-_FOLDED_LETTERS: Final = ((0xC0, 0x24F), (0x370, 0x3FF), (0x1E00, 0x1FFF), (0x401, 0x401),
-                          (0x451, 0x451))
-# Latin letters whose mark Unicode does not decompose: a stroke or bar drawn through the
-# letter (``ø``, ``ł``, ``đ``, ``ħ``) and the dotless ``ı`` and ``ȷ``.
-# They fold to their base letter too, so that ``lodz`` meets ``Łódź``, and Turkish text in
-# capitals meets its lower case (``DIYARBAKIR`` is ``diyarbakır``, ``ısparta`` ``ISPARTA``).
-# Hooks, curls and tails make letters of their own (Hausa ``ƙ``, Ewe ``ƒ``): kept.
-_STROKED_LETTERS: Final = ((0xC0, 0x2AF), (0x1E00, 0x1EFF), (0x2C60, 0x2C7F), (0xA720, 0xA7FF))
-# Latin's ligature letters, written as the two letters they join as often as not
-# (``Œuvre`` and ``oeuvre``, ``encyclopædia`` and ``encyclopaedia``).
-_LIGATURES: Final = {"æ": "ae", "œ": "oe"}
-_STROKED_NAME: Final = re.compile(
-    r"LATIN (SMALL|CAPITAL) LETTER (?:DOTLESS ([A-Z])|([A-Z]) WITH (?:[A-Z ]*STROKE[A-Z ]*|"
-    r"BAR|DOUBLE BAR))")
-
-
-@functools.cache
-def _fold_table() -> dict[int, str | None]:
-    """``str.translate``'s table for ``fold``, made at its first use (a millisecond)."""
-    def dropped(c: str) -> bool:
-        return any(a <= ord(c) <= z for a, z in _DROPPED_MARKS)
-
-    table: dict[int, str | None] = dict.fromkeys(map(ord, _INVISIBLE))
-    for a, z in _DROPPED_MARKS:
-        table.update(dict.fromkeys(range(a, z + 1)))
-    for a, z in _FOLDED_LETTERS:
-        for code in range(a, z + 1):
-            parts = unicodedata.normalize("NFD", chr(code))
-            if len(parts) > 1 and all(map(dropped, parts[1:])):
-                table[code] = parts[0]
-    for a, z in _STROKED_LETTERS:
-        for code in range(a, z + 1):
-            named = _STROKED_NAME.fullmatch(unicodedata.name(chr(code), ""))
-            if named:
-                base = named.group(2) or named.group(3)
-                table[code] = base if named.group(1) == "CAPITAL" else base.lower()
-    # The ligature letters as their two letters, with accents too (``ǽ`` is ``æ`` above).
-    for code, to in list(table.items()):
-        if to in _LIGATURES:
-            table[code] = _LIGATURES[to]
-    table.update({ord(lig): pair for lig, pair in _LIGATURES.items()})
-    return table
-
-
-def fold(text: str) -> str:
-    """``text`` (NFKC-normalized, case folded) as the index spells its words: accents off
-    Latin and Greek letters (``é`` → ``e``, ``ά`` → ``α``, the ``i`` and dot that ``İ``
-    folds to → ``i``, strokes too: ``ł`` → ``l``, ``ø`` → ``o``, dotless ``ı`` → ``i``;
-    the ligatures ``æ`` → ``ae``, ``œ`` → ``oe``),
-    ``ё`` → ``е``, Hebrew and Arabic points dropped, and the characters
-    that only join or hyphenate words (``_INVISIBLE``) taken out."""
-    return text if text.isascii() else text.translate(_fold_table())
 
 
 def _normalize(text: str) -> str:

@@ -1,0 +1,110 @@
+"""How a word is read whatever its form: the folding the keyword index applies to words
+(accents, strokes and points off, ligatures as their letters, joiners out), shared by the
+daemon's tokenizer (``recalld.daemon.index.tokenizer``) and the clients' choice of the
+part of a hit to show around a query's words (``recalld.ipc.types.cut_part``), so that a
+line holds a query's word wherever the index finds it. Pure functions.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from typing import Final
+
+__all__ = ["INVISIBLE", "fold", "read_places"]
+
+# Characters that only shape how a word is shown, never which word it is: the soft hyphen
+# (a hyphenation point), the zero-width joiner (emoji sequences, Indic conjuncts), the word
+# joiner and the byte-order mark used as one, and Arabic's tatweel (kashida: a stroke that
+# stretches a word to justify a line, مرحـــبا for مرحبا). Taken out of the text before
+# words are found, so they do not cut a word in two or make another word of it. (The
+# zero-width space and non-joiner stay breaks.)
+INVISIBLE: Final = "\u00ad\u200d\u2060\ufeff\u0640"
+
+
+# The combining marks ``fold`` drops: the diacritics of Latin, Greek and Cyrillic letters,
+# Hebrew points and cantillation, Arabic harakat (vowels a reader supplies; most text
+# omits them). The vowel signs of Indic scripts and Thai are letters of their words: kept.
+_DROPPED_MARKS: Final = ((0x300, 0x36F), (0x591, 0x5BD), (0x5BF, 0x5BF), (0x5C1, 0x5C2),
+                         (0x5C4, 0x5C5), (0x5C7, 0x5C7), (0x610, 0x61A), (0x64B, 0x65F),
+                         (0x670, 0x670))
+# The precomposed letters ``fold`` takes to their base letter: Latin (with its extended
+# blocks) and Greek. Cyrillic is left alone but for ё (й is a letter of its own).
+_FOLDED_LETTERS: Final = ((0xC0, 0x24F), (0x370, 0x3FF), (0x1E00, 0x1FFF), (0x401, 0x401),
+                          (0x451, 0x451))
+# Latin letters whose mark Unicode does not decompose: a stroke or bar drawn through the
+# letter (``ø``, ``ł``, ``đ``, ``ħ``) and the dotless ``ı`` and ``ȷ``.
+# They fold to their base letter too, so that ``lodz`` meets ``Łódź``, and Turkish text in
+# capitals meets its lower case (``DIYARBAKIR`` is ``diyarbakır``, ``ısparta`` ``ISPARTA``).
+# Hooks, curls and tails make letters of their own (Hausa ``ƙ``, Ewe ``ƒ``): kept.
+_STROKED_LETTERS: Final = ((0xC0, 0x2AF), (0x1E00, 0x1EFF), (0x2C60, 0x2C7F), (0xA720, 0xA7FF))
+# Latin's ligature letters, written as the two letters they join as often as not
+# (``Œuvre`` and ``oeuvre``, ``encyclopædia`` and ``encyclopaedia``).
+_LIGATURES: Final = {"æ": "ae", "œ": "oe"}
+_STROKED_NAME: Final = re.compile(
+    r"LATIN (SMALL|CAPITAL) LETTER (?:DOTLESS ([A-Z])|([A-Z]) WITH (?:[A-Z ]*STROKE[A-Z ]*|"
+    r"BAR|DOUBLE BAR))")
+
+
+@functools.cache
+def _fold_table() -> dict[int, str | None]:
+    """``str.translate``'s table for ``fold``, made at its first use (a millisecond)."""
+    def dropped(c: str) -> bool:
+        return any(a <= ord(c) <= z for a, z in _DROPPED_MARKS)
+
+    table: dict[int, str | None] = dict.fromkeys(map(ord, INVISIBLE))
+    for a, z in _DROPPED_MARKS:
+        table.update(dict.fromkeys(range(a, z + 1)))
+    for a, z in _FOLDED_LETTERS:
+        for code in range(a, z + 1):
+            parts = unicodedata.normalize("NFD", chr(code))
+            if len(parts) > 1 and all(map(dropped, parts[1:])):
+                table[code] = parts[0]
+    for a, z in _STROKED_LETTERS:
+        for code in range(a, z + 1):
+            named = _STROKED_NAME.fullmatch(unicodedata.name(chr(code), ""))
+            if named:
+                base = named.group(2) or named.group(3)
+                table[code] = base if named.group(1) == "CAPITAL" else base.lower()
+    # The ligature letters as their two letters, with accents too (``ǽ`` is ``æ`` above).
+    for code, to in list(table.items()):
+        if to in _LIGATURES:
+            table[code] = _LIGATURES[to]
+    table.update({ord(lig): pair for lig, pair in _LIGATURES.items()})
+    return table
+
+
+def fold(text: str) -> str:
+    """``text`` (NFKC-normalized, case folded) as the index spells its words: accents off
+    Latin and Greek letters (``é`` → ``e``, ``ά`` → ``α``, the ``i`` and dot that ``İ``
+    folds to → ``i``, strokes too: ``ł`` → ``l``, ``ø`` → ``o``, dotless ``ı`` → ``i``;
+    the ligatures ``æ`` → ``ae``, ``œ`` → ``oe``),
+    ``ё`` → ``е``, Hebrew and Arabic points dropped, and the characters
+    that only join or hyphenate words (``INVISIBLE``) taken out."""
+    return text if text.isascii() else text.translate(_fold_table())
+
+
+
+
+def read_places(text: str) -> tuple[str, list[int]]:
+    """``text`` as the index reads its words (NFKC, case folded, :func:`fold`ed), then
+    decomposed (NFD), character by character; and for each character of that form, the
+    index in ``text`` of the character it comes from. Two spellings the index reads as one
+    word read alike here whichever form each was written in, composed or decomposed,
+    full-width or half-width (``Việt`` and ``viet``, NFD ``한`` and ``한``, ``ｶﾞ`` and ``ガ``),
+    and a place found in the read form is a place in ``text``."""
+    if text.isascii():
+        return text.lower(), list(range(len(text)))
+    out: list[str] = []
+    places: list[int] = []
+    for i, ch in enumerate(text):
+        read = _read_char(ch)
+        out.append(read)
+        places.extend([i] * len(read))
+    return "".join(out), places
+
+
+@functools.lru_cache(maxsize=4096)
+def _read_char(ch: str) -> str:
+    return unicodedata.normalize("NFD", fold(unicodedata.normalize("NFKC", ch).casefold()))
