@@ -350,9 +350,9 @@ def _cut_around(lines: list[str], at: int, first: int, query: str, max_chars: in
     line = lines[at]
     if len(line) >= max_chars:
         begin = cluster_start(line, _match_end(line, query) - max_chars // 3)
-        part = cut_text(line[begin:], max_chars).strip()
-        return Part(part, first + at, first + at, begin > 0 or at > 0,
-                    begin + len(part) < len(line.rstrip()) or at < len(lines) - 1)
+        cut = cut_text(line[begin:], max_chars).rstrip()  # its end: where the part ends
+        return Part(cut.lstrip(), first + at, first + at, begin > 0 or at > 0,
+                    begin + len(cut) < len(line.rstrip()) or at < len(lines) - 1)
     a = b = at
     size = len(line)
     while a > 0 and size + len(lines[a - 1]) + 1 <= max_chars // 3:

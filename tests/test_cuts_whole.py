@@ -167,3 +167,19 @@ def test_a_recall_cut_shows_a_word_spelt_otherwise_than_the_query(
             item = answer["items"][0]
             assert answer["truncated"] and item["path"].endswith(f"/{name}.md"), answer
             assert line[:8] in item["text"], (number, name, item["text"])
+
+
+def test_a_cut_around_a_match_ends_without_an_ellipsis_where_its_line_ends(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # A long line cut around a match near its end shows up to the line's end: no "…"
+    # says text follows, wherever the part shown begins (on a space or a word).
+    root = tmp_path / "ws"
+    line = "plain filler text " * 40 + "the gantry ZX_PLOVER_5512 stalled"
+    write(root, "memory/2026-08-06/long.md", f"# Long\n\n{line}\n")
+    open_ws(daemon, root)
+    for budget in range(140, 180):
+        answer = daemon.call("memory.recall", {"agent_id": "w", "query": "ZX_PLOVER_5512",
+                                               "budget_chars": budget, "max_results": 1})
+        shown = answer["items"][0]["text"]
+        assert answer["truncated"] and "ZX_PLOVER_5512 stalled" in shown, (budget, shown)
+        assert answer["rendered"].endswith("stalled"), (budget, answer["rendered"])
