@@ -363,3 +363,27 @@ def test_a_path_prefix_is_found_typed_composed_or_decomposed(daemon: Any,
         assert named({"bucket": "Café"}) == [menu], form
     # A name the notes hold in neither form still names nothing.
     assert paths(search(daemon, "heron", filters={"path_prefix": "digest/Cafe"})) == []
+
+
+def test_a_name_joined_by_a_middle_dot_is_found_with_or_without_it(daemon: Any,
+                                                                   tmp_path: Path) -> None:
+    # Japanese joins the parts of a loanword or a foreign name with ・ (half-width ･),
+    # Chinese those of a transcribed name with · (or a bullet): typed with the dot or
+    # without it, the query finds the note writing the name first, ahead of one holding
+    # its parts apart (which sorts first of equals).
+    root = tmp_path / "ws"
+    cases = (("コンピュータ・ウイルス", "コンピュータとウイルス"),
+             ("ｼﾞｮﾝ･ｽﾐｽ", "ジョンとスミス"),
+             ("迈克尔·乔丹", "迈克尔和乔丹"),
+             ("ジャン゠ポール", "ジャンとポール"),
+             ("マイケル•ジョーダン", "マイケルとジョーダン"))
+    for i, (name, apart) in enumerate(cases):
+        write(root, f"memory/2026-06-0{i + 1}/a.md", f"# メモ\n\n{apart}\n")
+        write(root, f"memory/2026-06-0{i + 1}/b.md", f"# メモ\n\n{name}\n")
+    open_ws(daemon, root)
+    for i, (name, _apart) in enumerate(cases):
+        plain = unicodedata.normalize("NFKC", name)
+        for dot in "·・•゠":
+            plain = plain.replace(dot, "")
+        for query in (name, plain):
+            assert paths(search(daemon, query))[0] == f"memory/2026-06-0{i + 1}/b.md", query

@@ -248,3 +248,15 @@ def test_folding_keeps_the_letters_of_scripts_whose_marks_are_vowels() -> None:
     assert fold("ä Ä ÿ ø Ø ı") == "a A y o O i" and fold("plain") == "plain"
     # Hooks and tails make letters of their own (Hausa ƙ, Ewe ƒ).
     assert fold("ƙ ƒ ɓ") == "ƙ ƒ ɓ"
+
+
+def test_middle_dots_join_the_parts_of_cjk_names_and_are_no_terms() -> None:
+    # A loanword or a foreign name is one run whether its parts are joined by a dot or
+    # not; a dot before a list item is no term (nor pairs with the item's first letter).
+    assert tokenize("コンピュータ・ウイルス") == tokenize("コンピュータウイルス")
+    assert tokenize("ｼﾞｮﾝ･ｽﾐｽ") == tokenize("ジョンスミス")
+    pairs = ["迈克", "克尔", "尔乔", "乔丹"]
+    assert tokenize_query("迈克尔·乔丹") == tokenize_query("迈克尔•乔丹") == pairs
+    assert tokenize("・項目\n・設定") == tokenize("項目\n設定")
+    # Between other letters a middle dot still ends a word.
+    assert tokenize("col·legi ab・cd") == ["col", "legi", "ab", "cd"]

@@ -68,9 +68,12 @@ from __future__ import annotations
 # Latin letters with a stroke or bar and the dotless ``ı`` fold to their base letter
 # (``tokenizer.fold``: ``Łódź`` is ``lodz``, ``DIYARBAKIR`` ``diyarbakır``); 39: Arabic's
 # tatweel is taken out of words (``textfold.INVISIBLE``: ``مرحـــبا`` is ``مرحبا``); 40:
-# the ligatures ``æ`` and ``œ`` are ``ae`` and ``oe`` (``textfold._LIGATURES``).
+# the ligatures ``æ`` and ``œ`` are ``ae`` and ``oe`` (``textfold._LIGATURES``); 41: a
+# middle dot between CJK characters joins them (``コンピュータ・ウイルス``, ``迈克尔·乔丹``),
+# and the katakana middle dot and double hyphen are no CJK characters
+# (``tokenizer._JOINING_DOTS``).
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 40
+CHUNKING = 41
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
 # generation saved under other rules has its graph's edges to no note resolved again after
 # a load, and every note read again by the startup reconcile (2 on). 1: as Obsidian

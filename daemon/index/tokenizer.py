@@ -24,7 +24,9 @@ which the clients read lines by too):
   ranks the notes holding it first. SciFact nDCG@10 0.6878 without the name, 0.6976 with it.
 - Emoji and pictographs (``🚀``, ``✅``, a flag), one term each.
 - CJK runs (Han, kana, hangul, and the scripts written without spaces between words: Thai,
-  Lao, Khmer, Myanmar) as overlapping character bigrams plus single characters. The query
+  Lao, Khmer, Myanmar) as overlapping character bigrams plus single characters (a middle
+  dot joining the parts of a name, ``コンピュータ・ウイルス``, ``迈克尔·乔丹``, taken out:
+  the name is one run, found typed with the dot or without it). The query
   side (``tokenize_query``) uses only the bigrams of runs of two or more characters: a bigram
   carries the word signal, and single characters of a long query would only add noise; a
   one-character run is queried by its unigram, so short queries still find something.
@@ -76,9 +78,18 @@ __all__ = ["CJK_CHARS_PER_TERM", "STOPWORDS", "cjk_length", "cjk_re", "doc_lengt
 _CJK_RANGES: Final = (
     "\u0e01-\u0e3a\u0e40-\u0e4e\u0e81-\u0ecf\u0edc-\u0edf\u1000-\u103f\u1050-\u108f"
     "\u109a-\u109d\u1780-\u17d3\u17d7\u17dc-\u17dd"
-    "\u1100-\u11ff\u3005-\u3007\u3040-\u309f\u30a0-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf"
+    "\u1100-\u11ff\u3005-\u3007\u3040-\u309f\u30a1-\u30fa\u30fc-\u30ff\u3130-\u318f\u31f0-\u31ff"
+    "\u3400-\u4dbf"
     "\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff\uf900-\ufaff\U00020000-\U0003134f"
 )
+# The dots that join the parts of a word or a name written in CJK, between two of its
+# characters: a katakana loanword or a foreign name (コンピュータ・ウイルス, ジョン・スミス,
+# ジャン゠ポール) and a transcribed name in Chinese (迈克尔·乔丹, also typed with a bullet or
+# a hyphenation point), written with the dot or without it alike. Taken out there, so the
+# parts are one run and their pairs meet across it. No CJK characters themselves (the
+# katakana middle dot and double hyphen are punctuation): elsewhere they end words, as a
+# bullet before a list item (・項目) does.
+_JOINING_DOTS: Final = "\u00b7\u2022\u2027\u30a0\u30fb"
 # Compound tokens: alnum runs joined by single connectors, then an optional `++`/`+`/`#`
 # suffix (C++, C#, F#; a `+` or `#` before a letter or digit is no suffix: the anchor of
 # `exact.py#L42`, a link to a line, is not part of the file name). Connectors only count
@@ -185,7 +196,7 @@ class _Unicode:
     at import: their classes take a few milliseconds to compile, which every start would
     pay before its first answer, and a keyword query is mostly ASCII."""
 
-    __slots__ = ("cjk", "cjk_runs", "emoji", "invisible", "word")
+    __slots__ = ("cjk", "cjk_runs", "emoji", "invisible", "joining_dots", "word")
 
     def __init__(self) -> None:
         self.cjk = re.compile(f"[{_CJK_RANGES}]")  # one CJK character
@@ -194,6 +205,8 @@ class _Unicode:
         self.word = re.compile(_WORD_TOKEN)
         self.emoji = re.compile(EMOJI)
         self.invisible = re.compile(f"[{_INVISIBLE}]")
+        self.joining_dots = re.compile(
+            f"(?<=[{_CJK_RANGES}])[{_JOINING_DOTS}]+(?=[{_CJK_RANGES}])")
 
 
 @functools.cache
@@ -286,7 +299,7 @@ def tokenize_split(text: str) -> tuple[list[str], list[str]]:
         # between them found as in text without CJK: a run separates words as the space
         # that joins the pieces does (neither is a letter, a digit or a connector), so
         # this gives the words of a single pattern with both alternatives, faster.
-        pieces = u.cjk_runs.split(norm)
+        pieces = u.cjk_runs.split(u.joining_dots.sub("", norm))
         runs = pieces[1::2]
         rest = " ".join(pieces[0::2])
         words = (_ASCII_TOKEN_RE if rest.isascii() else u.word).findall(rest)
