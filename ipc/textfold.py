@@ -12,7 +12,23 @@ import re
 import unicodedata
 from typing import Final
 
-__all__ = ["INVISIBLE", "fold", "read_places"]
+__all__ = ["CJK_RANGES", "INVISIBLE", "fold", "read_places"]
+
+# Han (incl. extension A, compatibility ideographs, and the supplementary planes), kana,
+# halfwidth forms are folded by NFKC, hangul syllables and jamo, CJK punctuation excluded;
+# the ideographic iteration and closing marks and number zero (々 〆 〇) are parts of
+# words (佐々木, 人々), not breaks between them. Thai, Lao, Khmer and Myanmar are written
+# without spaces between words too (a space ends a phrase): their letters, vowel signs and
+# tone marks are treated as CJK, so a word inside a phrase is found by its pairs (their
+# digits and punctuation are not). The keyword index pairs the characters of their runs
+# (``recalld.daemon.index.tokenizer``); so does the choice of the part of a hit to show.
+CJK_RANGES: Final = (
+    "\u0e01-\u0e3a\u0e40-\u0e4e\u0e81-\u0ecf\u0edc-\u0edf\u1000-\u103f\u1050-\u108f"
+    "\u109a-\u109d\u1780-\u17d3\u17d7\u17dc-\u17dd"
+    "\u1100-\u11ff\u3005-\u3007\u3040-\u309f\u30a1-\u30fa\u30fc-\u30ff\u3130-\u318f\u31f0-\u31ff"
+    "\u3400-\u4dbf"
+    "\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff\uf900-\ufaff\U00020000-\U0003134f"
+)
 
 # Characters that only shape how a word is shown, never which word it is: the soft hyphen
 # (a hyphenation point), the zero-width joiner (emoji sequences, Indic conjuncts), the word

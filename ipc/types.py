@@ -16,7 +16,7 @@ from typing import NamedTuple, overload
 
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.textcut import cluster_start, cut_text
-from recalld.ipc.textfold import read_places
+from recalld.ipc.textfold import CJK_RANGES, read_places
 
 # C0 and C1 controls, DEL and the Unicode line and paragraph separators: anything that
 # could start a new line (or redraw one) where a name is shown inside text; and the bidi
@@ -283,7 +283,7 @@ def cut_part(lines: list[str], first: int, max_chars: int, query: str = "") -> P
     return Part(body, first, first + body.count("\n"), False, True)
 
 
-_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_CJK = re.compile(f"[{CJK_RANGES}]")
 
 
 def _words(text: str) -> list[str]:
@@ -305,8 +305,8 @@ def _words(text: str) -> list[str]:
 def _query_words(query: str) -> set[str]:
     """The words of ``query`` a line is searched for, read as the index reads words
     (``read_places``: ``viet`` is in ``Việt``, ``ガ`` in ``ｶﾞ``): each run of letters and
-    digits, a run of Chinese, Japanese or Korean characters as its pairs (as the daemon
-    reads such text: no spaces between its words)."""
+    digits, a run of Chinese, Japanese, Korean or Thai characters (``CJK_RANGES``) as its
+    pairs (as the daemon reads such text: no spaces between its words)."""
     words: set[str] = set()
     for word in _words(unicodedata.normalize("NFKC", query)):
         if _CJK.search(word) and len(word) > 2:

@@ -138,7 +138,8 @@ def test_a_long_hit_is_cut_around_what_matched(daemon: DaemonHandle, tmp_path: P
 def test_a_recall_cut_shows_a_word_spelt_otherwise_than_the_query(
         daemon: DaemonHandle, tmp_path: Path) -> None:
     # The index finds a word whatever form it is spelt in (accents, points, width,
-    # composed or decomposed): the part of a cut item shown is the one holding it, as
+    # composed or decomposed), and words of Thai as of Chinese by their pairs of
+    # characters: the part of a cut item shown is the one holding it, as
     # the note spells it, on a line of its own or inside one long line.
     import unicodedata
 
@@ -149,6 +150,8 @@ def test_a_recall_cut_shows_a_word_spelt_otherwise_than_the_query(
         ("ko", "방화벽", unicodedata.normalize("NFD", "마지막에 방화벽 설정이 바뀌었다")),
         ("ja", "ファイアウォール", "最後にﾌｧｲｱｳｫｰﾙの設定を変えた"),
         ("fw", "ZQ_PLINTH_2207", "型番はＺＱ＿ＰＬＩＮＴＨ＿２２０７です"),
+        # Words with no space between them, in the query as in the note.
+        ("th", "ไฟร์วอลล์ใหม่", "วันนี้ไฟร์วอลล์ถูกตั้งค่าใหม่"),
     )
     filler = "unrelated filler words about the weather " * 12
     layouts = (  # many lines before it; then all on one long line
