@@ -387,3 +387,20 @@ def test_a_name_joined_by_a_middle_dot_is_found_with_or_without_it(daemon: Any,
             plain = plain.replace(dot, "")
         for query in (name, plain):
             assert paths(search(daemon, query))[0] == f"memory/2026-06-0{i + 1}/b.md", query
+
+
+def test_a_regions_flag_finds_its_own_notes(daemon: Any, tmp_path: Path) -> None:
+    # Scotland's, England's and Wales's flags are a black flag and the tag letters naming
+    # the region: each finds the notes holding it, not those of the others.
+    def flag(region: str) -> str:
+        return "\U0001f3f4" + "".join(chr(0xE0000 + ord(c)) for c in region) + "\U000e007f"
+
+    root = tmp_path / "ws"
+    regions = ("gbsct", "gbeng", "gbwls")
+    for i, region in enumerate(regions):
+        write(root, f"memory/2026-06-1{i}/trip.md", f"# Trip\n\nWe cheered {flag(region)}\n")
+        write(root, f"memory/2026-06-2{i}/flags.md", f"{flag(region)}\n")  # no word at all
+    open_ws(daemon, root)
+    for i, region in enumerate(regions):
+        assert sorted(paths(search(daemon, flag(region)))) == [
+            f"memory/2026-06-1{i}/trip.md", f"memory/2026-06-2{i}/flags.md"], region

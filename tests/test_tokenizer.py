@@ -210,6 +210,9 @@ def test_emoji_are_terms_of_their_own() -> None:
     assert tokenize_query("👨\u200d👩\u200d👧 ❤️ 🇨🇭🇩🇪") == ["👨", "👩", "👧", "❤", "🇨🇭", "🇩🇪"]
     assert tokenize_query("上线了🚀成功") == ["🚀", "上线", "线了", "成功"]
     assert tokenize_query("Größe ✅") == ["gross", "✅"]
+    # A region's flag is the black flag and its tag letters: one term, not the black flag.
+    scotland = "\U0001f3f4" + "".join(chr(0xE0000 + ord(c)) for c in "gbsct") + "\U000e007f"
+    assert tokenize(f"go {scotland}!") == ["go", scotland[:-1]]
 
 
 @pytest.mark.parametrize(("written", "typed"), [

@@ -71,9 +71,10 @@ from __future__ import annotations
 # the ligatures ``æ`` and ``œ`` are ``ae`` and ``oe`` (``textfold._LIGATURES``); 41: a
 # middle dot between CJK characters joins them (``コンピュータ・ウイルス``, ``迈克尔·乔丹``),
 # and the katakana middle dot and double hyphen are no CJK characters
-# (``tokenizer._JOINING_DOTS``).
+# (``tokenizer._JOINING_DOTS``); 42: a region's flag (a black flag and its tag letters)
+# is a term of its own (``tokenizer.EMOJI``).
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 41
+CHUNKING = 42
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
 # generation saved under other rules has its graph's edges to no note resolved again after
 # a load, and every note read again by the startup reconcile (2 on). 1: as Obsidian

@@ -100,8 +100,10 @@ _CONNECTOR_RE: Final = re.compile(r"[._\-/+#:]+")
 # exact emoji ranges in an alternation cost several times as much on Chinese text);
 # ``emoji_terms`` then pairs a flag's two regional indicators and drops skin tones, so ``👍🏽``
 # is found by ``👍``. Variation selectors and joiners are no terms: a joined family is
-# found by its members.
-EMOJI: Final = "[\u231a-\u2bff\U0001f000-\U0001faff]"
+# found by its members. The tag letters after a black flag that name a region's flag
+# (🏴 and "gbsct", then a cancel tag: Scotland's, not England's or Wales's) are part of
+# its term.
+EMOJI: Final = "[\u231a-\u2bff\U0001f000-\U0001faff][\U000e0020-\U000e007e]*"
 _TONES: Final = frozenset(map(chr, range(0x1F3FB, 0x1F400)))
 # camelCase / PascalCase / HTTPServer / IPv6 pieces.
 # A name of at least three letters with a number glued on (``node18``): the name is a part.
@@ -302,7 +304,8 @@ def tokenize_split(text: str) -> tuple[list[str], list[str]]:
 
 def emoji_terms(text: str) -> list[str]:
     """The terms of the pictographs in ``text`` (NFKC-normalized), in its order: a regional
-    indicator paired with the next one (a flag), skin tones dropped."""
+    indicator paired with the next one (a flag), a black flag with the tags that follow it
+    (a region's flag), skin tones dropped."""
     out: list[str] = []
     for sign in _unicode().emoji.findall(text):
         if sign in _TONES:
