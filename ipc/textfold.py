@@ -46,9 +46,11 @@ _DROPPED_MARKS: Final = ((0x300, 0x36F), (0x591, 0x5BD), (0x5BF, 0x5BF), (0x5C1,
                          (0x5C4, 0x5C5), (0x5C7, 0x5C7), (0x610, 0x61A), (0x64B, 0x65F),
                          (0x670, 0x670))
 # The precomposed letters ``fold`` takes to their base letter: Latin (with its extended
-# blocks) and Greek. Cyrillic is left alone but for ё (й is a letter of its own).
+# blocks) and Greek. Cyrillic is left alone but for ё (й is a letter of its own). Arabic's
+# alef with a hamza or a madda (أ إ آ) is alef: much typing leaves the mark out (أحمد
+# and احمد are one name); the hamza on waw and yeh (ؤ ئ) makes letters of their own.
 _FOLDED_LETTERS: Final = ((0xC0, 0x24F), (0x370, 0x3FF), (0x1E00, 0x1FFF), (0x401, 0x401),
-                          (0x451, 0x451))
+                          (0x451, 0x451), (0x622, 0x623), (0x625, 0x625))
 # Latin letters whose mark Unicode does not decompose: a stroke or bar drawn through the
 # letter (``ø``, ``ł``, ``đ``, ``ħ``) and the dotless ``ı`` and ``ȷ``.
 # They fold to their base letter too, so that ``lodz`` meets ``Łódź``, and Turkish text in
@@ -96,7 +98,7 @@ def fold(text: str) -> str:
     Latin and Greek letters (``é`` → ``e``, ``ά`` → ``α``, the ``i`` and dot that ``İ``
     folds to → ``i``, strokes too: ``ł`` → ``l``, ``ø`` → ``o``, dotless ``ı`` → ``i``;
     the ligatures ``æ`` → ``ae``, ``œ`` → ``oe``),
-    ``ё`` → ``е``, Hebrew and Arabic points dropped, and the characters
+    ``ё`` → ``е``, ``أ إ آ`` → ``ا``, Hebrew and Arabic points dropped, and the characters
     that only join or hyphenate words (``INVISIBLE``) taken out."""
     return text if text.isascii() else text.translate(_fold_table())
 

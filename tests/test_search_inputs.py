@@ -404,3 +404,18 @@ def test_a_regions_flag_finds_its_own_notes(daemon: Any, tmp_path: Path) -> None
     for i, region in enumerate(regions):
         assert sorted(paths(search(daemon, flag(region)))) == [
             f"memory/2026-06-1{i}/trip.md", f"memory/2026-06-2{i}/flags.md"], region
+
+
+def test_an_arabic_alef_is_found_with_or_without_its_hamza(daemon: Any,
+                                                           tmp_path: Path) -> None:
+    # Much Arabic typing leaves out the hamza or madda of an alef: أحمد and احمد are one
+    # name, typed either way in the note or in the query.
+    root = tmp_path / "ws"
+    write(root, "memory/2026-06-07/a.md", "# اجتماع\n\nقابلت أحمد في إسطنبول.\n")
+    write(root, "memory/2026-06-08/b.md", "# ملاحظة\n\nالقران الكريم، امن المدينة.\n")
+    write(root, "memory/2026-06-09/c.md", "# أخرى\n\nالطقس جميل اليوم.\n")
+    open_ws(daemon, root)
+    a, b = "memory/2026-06-07/a.md", "memory/2026-06-08/b.md"
+    for query, note in (("احمد", a), ("أحمد", a), ("اسطنبول", a), ("إسطنبول", a),
+                        ("القرآن", b), ("آمن", b), ("امن", b)):
+        assert paths(search(daemon, query)) == [note], query

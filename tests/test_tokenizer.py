@@ -234,6 +234,8 @@ def test_emoji_are_terms_of_their_own() -> None:
     ("中文\u00ad测试 Ca\u00adfé", "中文测试 cafe"),
     # Arabic's tatweel only stretches a word to justify its line.
     ("مرحـــبا بالعـالم", "مرحبا بالعالم"),
+    # An alef's hamza or madda, which much typing leaves out; not the hamza of waw or yeh.
+    ("أحمد إسلام القرآن سؤال", "احمد اسلام القران سؤال"),
 ])
 def test_words_are_found_without_their_accents_and_joiners(written: str, typed: str) -> None:
     assert tokenize(written) == tokenize(typed)
