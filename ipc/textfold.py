@@ -12,7 +12,7 @@ import re
 import unicodedata
 from typing import Final
 
-__all__ = ["CJK_RANGES", "INVISIBLE", "fold", "read_places"]
+__all__ = ["CJK_RANGES", "INVISIBLE", "SMALL_KANA", "fold", "read_places"]
 
 # Han (incl. extension A, compatibility ideographs, and the supplementary planes), kana,
 # halfwidth forms are folded by NFKC, hangul syllables and jamo, CJK punctuation excluded;
@@ -60,6 +60,9 @@ _STROKED_LETTERS: Final = ((0xC0, 0x2AF), (0x1E00, 0x1EFF), (0x2C60, 0x2C7F), (0
 # Latin's ligature letters, written as the two letters they join as often as not
 # (``Œuvre`` and ``oeuvre``, ``encyclopædia`` and ``encyclopaedia``).
 _LIGATURES: Final = {"æ": "ae", "œ": "oe"}
+# The small kana ヵ and ヶ (and hiragana's ゕ ゖ) write a counter or the "ga" of a place
+# name (一ヵ月, 霞ヶ関) as often as the full-size letters do (一カ月, 霞ケ関): one spelling.
+SMALL_KANA: Final = {"ヵ": "カ", "ヶ": "ケ", "ゕ": "か", "ゖ": "け"}
 _STROKED_NAME: Final = re.compile(
     r"LATIN (SMALL|CAPITAL) LETTER (?:DOTLESS ([A-Z])|([A-Z]) WITH (?:[A-Z ]*STROKE[A-Z ]*|"
     r"BAR|DOUBLE BAR))")
@@ -90,6 +93,7 @@ def _fold_table() -> dict[int, str | None]:
         if to in _LIGATURES:
             table[code] = _LIGATURES[to]
     table.update({ord(lig): pair for lig, pair in _LIGATURES.items()})
+    table.update({ord(small): full for small, full in SMALL_KANA.items()})
     return table
 
 
@@ -98,8 +102,8 @@ def fold(text: str) -> str:
     Latin and Greek letters (``é`` → ``e``, ``ά`` → ``α``, the ``i`` and dot that ``İ``
     folds to → ``i``, strokes too: ``ł`` → ``l``, ``ø`` → ``o``, dotless ``ı`` → ``i``;
     the ligatures ``æ`` → ``ae``, ``œ`` → ``oe``),
-    ``ё`` → ``е``, ``أ إ آ`` → ``ا``, Hebrew and Arabic points dropped, and the characters
-    that only join or hyphenate words (``INVISIBLE``) taken out."""
+    ``ё`` → ``е``, ``أ إ آ`` → ``ا``, ``ヶ`` → ``ケ``, Hebrew and Arabic points dropped,
+    and the characters that only join or hyphenate words (``INVISIBLE``) taken out."""
     return text if text.isascii() else text.translate(_fold_table())
 
 

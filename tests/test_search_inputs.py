@@ -419,3 +419,16 @@ def test_an_arabic_alef_is_found_with_or_without_its_hamza(daemon: Any,
     for query, note in (("احمد", a), ("أحمد", a), ("اسطنبول", a), ("إسطنبول", a),
                         ("القرآن", b), ("آمن", b), ("امن", b)):
         assert paths(search(daemon, query)) == [note], query
+
+
+def test_a_small_ke_or_ka_is_found_as_its_full_size_kana(daemon: Any, tmp_path: Path) -> None:
+    # 霞ヶ関 and 霞ケ関, 一ヵ月 and 一カ月 are one name and one word, written either way.
+    root = tmp_path / "ws"
+    write(root, "memory/2026-06-10/a.md", "# 出張\n\n霞ヶ関駅で降りて、一ヵ月ぶりに会った。\n")
+    write(root, "memory/2026-06-11/b.md", "# 旅行\n\n茅ケ崎の海で三カ月の休みを過ごした。\n")
+    write(root, "memory/2026-06-12/c.md", "# 天気\n\n今日は晴れで暖かい。\n")
+    open_ws(daemon, root)
+    a, b = "memory/2026-06-10/a.md", "memory/2026-06-11/b.md"
+    for query, note in (("霞ケ関", a), ("一カ月", a), ("霞ヶ関", a), ("茅ヶ崎", b),
+                        ("三ヵ月", b), ("茅ケ崎", b)):
+        assert paths(search(daemon, query))[:1] == [note], query

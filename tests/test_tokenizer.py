@@ -265,3 +265,8 @@ def test_middle_dots_join_the_parts_of_cjk_names_and_are_no_terms() -> None:
     assert tokenize("・項目\n・設定") == tokenize("項目\n設定")
     # Between other letters a middle dot still ends a word.
     assert tokenize("col·legi ab・cd") == ["col", "legi", "ab", "cd"]
+
+
+def test_small_ke_and_ka_are_their_full_size_kana() -> None:
+    assert tokenize("霞ヶ関 一ヵ月 ゖ") == tokenize("霞ケ関 一カ月 け")
+    assert tokenize_query("霞ヶ関") == ["霞ケ", "ケ関"]

@@ -65,7 +65,7 @@ from recalld.daemon.index.marks import MARK_RUN
 from recalld.daemon.index.memo import Memo
 from recalld.ipc.textfold import CJK_RANGES as _CJK_RANGES
 from recalld.ipc.textfold import INVISIBLE as _INVISIBLE
-from recalld.ipc.textfold import fold
+from recalld.ipc.textfold import SMALL_KANA, fold
 
 __all__ = ["CJK_CHARS_PER_TERM", "STOPWORDS", "cjk_length", "cjk_re", "doc_length", "fold",
            "tokenize", "tokenize_query", "tokenize_split"]
@@ -96,6 +96,8 @@ _ASCII_TOKEN_RE: Final = re.compile(
     rf"[A-Za-z0-9]+(?:{_JOIN}[A-Za-z0-9]+)*(?:\+\+|[#+](?![A-Za-z0-9]))?"
 )
 _CONNECTOR_RE: Final = re.compile(r"[._\-/+#:]+")
+# ``SMALL_KANA`` as ``str.translate`` takes it: 一ヵ月 is 一カ月, 霞ヶ関 霞ケ関.
+_SMALL_KANA: Final = str.maketrans(SMALL_KANA)
 # Emoji and pictographs, each a term of its own (``🚀``, ``✅``, ``■``): they are no
 # letters, so words skip them. One class of two ranges, which a scan tests quickly (the
 # exact emoji ranges in an alternation cost several times as much on Chinese text);
@@ -186,7 +188,7 @@ class _Unicode:
     at import: their classes take a few milliseconds to compile, which every start would
     pay before its first answer, and a keyword query is mostly ASCII."""
 
-    __slots__ = ("cjk", "cjk_runs", "emoji", "invisible", "joining_dots", "word")
+    __slots__ = ("cjk", "cjk_runs", "emoji", "invisible", "respelt", "small_kana", "word")
 
     def __init__(self) -> None:
         self.cjk = re.compile(f"[{_CJK_RANGES}]")  # one CJK character
@@ -195,8 +197,9 @@ class _Unicode:
         self.word = re.compile(_WORD_TOKEN)
         self.emoji = re.compile(EMOJI)
         self.invisible = re.compile(f"[{_INVISIBLE}]")
-        self.joining_dots = re.compile(
-            f"(?<=[{_CJK_RANGES}])[{_JOINING_DOTS}]+(?=[{_CJK_RANGES}])")
+        # What CJK text rarely holds and is read otherwise: one scan finds none.
+        self.respelt = re.compile(f"[{_JOINING_DOTS}{''.join(SMALL_KANA)}]")
+        self.small_kana = re.compile(f"[{''.join(SMALL_KANA)}]")
 
 
 @functools.cache
@@ -289,7 +292,9 @@ def tokenize_split(text: str) -> tuple[list[str], list[str]]:
         # between them found as in text without CJK: a run separates words as the space
         # that joins the pieces does (neither is a letter, a digit or a connector), so
         # this gives the words of a single pattern with both alternatives, faster.
-        pieces = u.cjk_runs.split(u.joining_dots.sub("", norm))
+        pieces = u.cjk_runs.split(norm)
+        if u.respelt.search(norm) is not None:
+            pieces = _respelt(pieces, small_kana=u.small_kana.search(norm) is not None)
         runs = pieces[1::2]
         rest = " ".join(pieces[0::2])
         words = (_ASCII_TOKEN_RE if rest.isascii() else u.word).findall(rest)
@@ -301,6 +306,23 @@ def tokenize_split(text: str) -> tuple[list[str], list[str]]:
     out = list(filter(None, map(_WHOLE.__getitem__, words)))
     out.extend(itertools.chain.from_iterable(filter(None, map(_PARTS.__getitem__, words))))
     return out, runs
+
+
+def _respelt(pieces: list[str], *, small_kana: bool) -> list[str]:
+    """``pieces`` (text, a CJK run, text, ...) with the runs that only joining dots part
+    joined (``_JOINING_DOTS``), and with ``small_kana``, small kana full-size. (Cheaper
+    than a pattern over the text: most runs are not looked at twice.)"""
+    if small_kana:
+        pieces = [piece.translate(_SMALL_KANA) for piece in pieces]
+    out = [pieces[0]]
+    for i in range(1, len(pieces), 2):
+        if i > 1 and out[-1] and not out[-1].strip(_JOINING_DOTS):
+            out.pop()
+            out[-1] += pieces[i]
+        else:
+            out.append(pieces[i])
+        out.append(pieces[i + 1])
+    return out
 
 
 def emoji_terms(text: str) -> list[str]:
