@@ -26,16 +26,21 @@ LATENCY_BUCKETS_S: tuple[float, ...] = (
 )
 
 # Metrics this daemon knows, with their help text. Unknown names are still accepted
-# (a new call site should not need an edit here) and get a generic help line.
+# (recording never raises) and get their name as help: every name a call site records
+# belongs here (tests/test_metrics.py checks the daemon's call sites).
 HELP: dict[str, str] = {
     "recalld_rpc_seconds": "JSON-RPC call latency by method",
     "recalld_rpc_errors_total": "JSON-RPC calls answered with an error, by method",
-    "recalld_search_seconds": "memory.search latency (keyword and vector branches, fusion)",
+    "recalld_search_seconds": "searches of one workspace's index (keyword and vector "
+                              "branches, fusion): one per workspace a memory.search reads, "
+                              "and those of memory.recall, memory.select and auto_dream",
     "recalld_index_apply_seconds": "time to re-read and apply one batch of changed files",
     "recalld_index_apply_files_total": "files re-read by the index update loop",
     "recalld_embed_seconds": "embedding provider calls (one embed() call, all its batches)",
-    "recalld_embed_texts_total": "texts sent to the embedding provider",
+    "recalld_embed_texts_total": "texts embedded by embedding calls that succeeded",
     "recalld_embed_errors_total": "embedding calls that failed",
+    "recalld_backups_total": "backups written, by kind (manual, pre-restore snapshot)",
+    "recalld_restores_total": "backup restores that completed",
 }
 
 Labels = tuple[tuple[str, str], ...]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from recalld.daemon.metrics import LATENCY_BUCKETS_S, Registry
+import re
+from pathlib import Path
+
+from recalld.daemon.metrics import HELP, LATENCY_BUCKETS_S, Registry
 from recalld.ipc.prometheus import prometheus_text
 
 
@@ -38,3 +41,17 @@ def test_prometheus_text_escapes_labels_and_types_every_family() -> None:
     assert "recalld_search_seconds_count 1" in lines
     assert any(line.startswith("recalld_search_seconds_sum 0.002") for line in lines)
     assert text.endswith("\n")
+
+
+RECORDED = re.compile(r'metrics\.(?:count|observe|timed)\(\s*"([^"]+)"')
+
+
+def test_every_metric_the_daemon_records_has_its_help() -> None:
+    """A family recorded with no HELP entry would reach an operator with its own name as
+    its help line (``# HELP recalld_x_total recalld_x_total``)."""
+    daemon = Path(__file__).resolve().parent.parent / "daemon"
+    recorded = {name for path in daemon.rglob("*.py")
+                for name in RECORDED.findall(path.read_text(encoding="utf-8"))}
+    assert {"recalld_rpc_seconds", "recalld_backups_total"} <= recorded  # the scan finds them
+    assert sorted(recorded - HELP.keys()) == []
+    assert all(HELP[name] != name for name in recorded)
