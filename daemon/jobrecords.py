@@ -10,6 +10,7 @@ from typing import Literal, TypedDict
 
 import trio
 
+from recalld.daemon import metrics
 from recalld.daemon.config_rules import valid_agent_id
 from recalld.daemon.jobparams import ParamsCheck
 from recalld.daemon.jsontypes import JsonObject
@@ -104,9 +105,10 @@ class JobRecord:
                 "error_code": code, "finished_at": at, "held": False}
 
     def take_end(self, end: JobInfo) -> None:
-        """Show the end :meth:`ended` gave."""
+        """Show the end :meth:`ended` gave, and count it (``recalld_jobs_total``)."""
         self.state, self.result, self.error = end["state"], end["result"], end["error"]
         self.error_code, self.finished_at, self.held = end["error_code"], end["finished_at"], False
+        metrics.count("recalld_jobs_total", labels={"kind": self.kind, "state": self.state})
 
     @classmethod
     def from_dict(cls, rec: JsonObject) -> JobRecord:

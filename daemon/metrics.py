@@ -41,6 +41,7 @@ HELP: dict[str, str] = {
     "recalld_embed_errors_total": "embedding calls that failed",
     "recalld_backups_total": "backups written, by kind (manual, pre-restore snapshot)",
     "recalld_restores_total": "backup restores that completed",
+    "recalld_jobs_total": "jobs ended, by kind and end state (succeeded, failed, cancelled)",
 }
 
 Labels = tuple[tuple[str, str], ...]

@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 import pytest
 from clirun import run_recalld
-from conftest import DaemonHandle
-from waits import wait_value, workspace_status
+from conftest import DaemonFactory, DaemonHandle
+from waits import wait_job, wait_value, workspace_status
 
 
 def cli(d: DaemonHandle, *args: str, stdin: str | None = None,
@@ -117,6 +117,24 @@ def test_metrics_count_rpc_search_and_apply_and_print_prometheus(daemon: DaemonH
         # The +Inf bucket equals _count.
         assert series[-1] == counts[key.replace("{}", "")], key
     assert 'recalld_rpc_seconds_bucket{method="daemon.ping",le="+Inf"}' in proc.stdout
+
+
+def _counter(d: DaemonHandle, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    families = {f["name"]: f for f in d.call("daemon.metrics")["families"]}
+    family = families.get(name, {"samples": []})
+    return {tuple(sorted(s["labels"].items())): s["value"] for s in family["samples"]}
+
+
+def test_metrics_count_jobs_by_kind_and_end(daemon_factory: DaemonFactory) -> None:
+    # No cron dream: the jobs counted are the test's only.
+    d = daemon_factory("[workspace_defaults]\ndream_cron_enabled = false\n")
+    assert _counter(d, "recalld_jobs_total") == {}
+    for kind in ("reindex", "auto_dream"):  # the dream fails: no chat model
+        job_id = d.call("jobs.submit", {"agent_id": "default", "kind": kind})["job_id"]
+        wait_job(d, job_id, agent="default")
+    assert _counter(d, "recalld_jobs_total") == {
+        (("kind", "reindex"), ("state", "succeeded")): 1.0,
+        (("kind", "auto_dream"), ("state", "failed")): 1.0}
 
 
 def wait_settled(d: DaemonHandle, agent: str = "default") -> None:
