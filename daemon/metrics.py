@@ -39,6 +39,8 @@ HELP: dict[str, str] = {
     "recalld_embed_seconds": "embedding provider calls (one embed() call, all its batches)",
     "recalld_embed_texts_total": "texts embedded by embedding calls that succeeded",
     "recalld_embed_errors_total": "embedding calls that failed",
+    "recalld_chat_seconds": "chat provider calls (one completion, its retries included)",
+    "recalld_chat_errors_total": "chat provider calls that failed after their retries",
     "recalld_backups_total": "backups written, by kind (manual, pre-restore snapshot)",
     "recalld_restores_total": "backup restores that completed",
     "recalld_jobs_total": "jobs ended, by kind and end state (succeeded, failed, cancelled)",

@@ -15,6 +15,7 @@ import orjson
 import pytest
 from clirun import run_recalld
 from conftest import DaemonFactory, DaemonHandle
+from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 from waits import wait_job, wait_value, workspace_status
 
 
@@ -135,6 +136,34 @@ def test_metrics_count_jobs_by_kind_and_end(daemon_factory: DaemonFactory) -> No
     assert _counter(d, "recalld_jobs_total") == {
         (("kind", "reindex"), ("state", "succeeded")): 1.0,
         (("kind", "auto_dream"), ("state", "failed")): 1.0}
+
+
+def test_metrics_time_chat_calls_and_count_those_that_fail(
+        daemon_factory: DaemonFactory, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    d = daemon_factory(
+        f'[workspaces.w]\npath = "{root}"\nauto_memory_interval = 0\n'
+        'dream_cron_enabled = false\n'
+        f'chat_model_config = {{base_url = "{fake.url}/v1", api_key = "k", '
+        'model_name = "fake-model", timeout_s = 10.0}\n')
+
+    def flush(messages: list[dict[str, str]]) -> dict[str, Any]:
+        job_id = d.call("memory.add_turns", {"agent_id": "w", "session_id": "s",
+                                             "messages": messages, "flush": True})["job_id"]
+        return wait_job(d, job_id)
+
+    # Two completions, the first answered at its second attempt; then one refused.
+    fake.script(Reply(status=500), Reply(json=chat_answer(None, [tool_call("daily_write", {
+        "name": "food", "description": "food", "content": "- Likes ramen"})])),
+        Reply(json=chat_answer("saved")))
+    assert flush([{"role": "user", "content": "I like ramen."},
+                  {"role": "assistant", "content": "Noted."}])["state"] == "succeeded"
+    fake.script(Reply(status=400))
+    assert flush([{"role": "user", "content": "I live in Basel."}])["state"] == "failed"
+    assert len([r for r in fake.requests if r.path.endswith("/chat/completions")]) == 4
+    families = {f["name"]: f for f in d.call("daemon.metrics")["families"]}
+    assert [s["count"] for s in families["recalld_chat_seconds"]["samples"]] == [3]
+    assert _counter(d, "recalld_chat_errors_total") == {(): 1.0}
 
 
 def wait_settled(d: DaemonHandle, agent: str = "default") -> None:

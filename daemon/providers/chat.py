@@ -28,6 +28,7 @@ from typing import Literal, NotRequired, TypedDict
 import orjson
 import trio
 
+from recalld.daemon import metrics
 from recalld.daemon.config import ChatModelConfig
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.redact import redact_messages_async
@@ -418,13 +419,17 @@ class ChatClient:
         def told(delay_s: float, exc: ProviderError) -> None:
             self._asked_to_wait(exc, delay_s)  # other calls keep off while this one waits
 
+        started = time.monotonic()
         try:
             answer = await call_with_retry(self.policy, attempt, rng=self._rng,
                                            breaker=self.breaker, what=what,
                                            on_wait=told, secret=self._api_key)
         except ProviderError as exc:
             self._asked_to_wait(exc, exc.retry_after_s)
+            metrics.count("recalld_chat_errors_total")
             raise
+        finally:
+            metrics.observe("recalld_chat_seconds", time.monotonic() - started)
         self.last_ok = time.time()
         self._quiet_until = -math.inf  # it answers again: a Retry-After is over
         return answer
