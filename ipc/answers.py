@@ -311,6 +311,9 @@ class DreamRun(TypedDict):
 
     run_id: str
     started: str | None
+    #: The run's place among the workspace's runs (0: recorded before places were kept);
+    #: runs are listed by it, as the wall clock can be set back between them.
+    seq: int
     trigger: str | None
     notes: int
     files: list[str]
@@ -335,6 +338,7 @@ class ChangeRecord(TypedDict):
     added: NotRequired[int]
     refused: NotRequired[int]
     notes: NotRequired[int]
+    seq: NotRequired[int]  # a dream run's place among the runs (see ``DreamRun``)
     undone: NotRequired[str | None]
 
 

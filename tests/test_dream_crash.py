@@ -74,7 +74,8 @@ def test_a_journal_left_behind_becomes_the_runs_record_once(tmp_path: Path) -> N
     runs = tmp_path / "runs"
     run = changelog.RunLog("20261204T040000Z-abcdef", "2026-12-04T04:00:00+00:00", "cron",
                            notes=["memory/2026-12-03/a.md"],
-                           waiting={"memory/2026-12-01/w.md": "the model failed on it 3 times"})
+                           waiting={"memory/2026-12-01/w.md": "the model failed on it 3 times"},
+                           seq=7)
     journal = runjournal.Journal(runs, run)
     # z: written keeping a person's lines no model read (the next rewrite needs a read).
     for rel, before, after, unread in (("digest/wiki/x.md", None, b"x1", False),
@@ -101,6 +102,7 @@ def test_a_journal_left_behind_becomes_the_runs_record_once(tmp_path: Path) -> N
                                            "digest/wiki/z.md": None}
     assert record["failed_notes"] == {"memory/2026-12-03/b.md": "down"}
     assert record.get("waiting") == run.waiting, record  # the notes it left out, and why
+    assert record.get("seq") == 7, record  # its place among the runs
     assert not runjournal.journal_path(runs, run.run_id).exists()
     assert runjournal.recover(runs, set()) == []
 

@@ -4,9 +4,10 @@ files (a real daemon and a scripted model, see test_dream.py)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import orjson
 import pytest
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, Reply
@@ -16,7 +17,7 @@ from waits import wait_for
 from recalld.daemon.memory import changelog, runjournal
 from recalld.daemon.memory.catalog import load_catalog, save_catalog, undo_changes
 from recalld.daemon.memory.secret_names import mask_path
-from recalld.ipc.errors import AlreadyRunning
+from recalld.ipc.errors import AlreadyRunning, NotAllowed
 
 CAT = "digest/personal/cat.md"
 
@@ -181,3 +182,46 @@ def test_an_undo_tells_the_inbox_what_it_put_back(
     # The note read again is named as search shows it: masked.
     assert item["details"]["dreamed_again"] == [mask_path(note)], item
     assert token[4:20] not in str(item), item
+
+
+def test_runs_keep_their_order_when_the_wall_clock_is_set_back_between_them(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # Runs were ordered by their start time: a run after the clock was set back (an NTP
+    # step, a hand change) was listed below the one before it, and undo named the wrong
+    # run to undo first, or none.
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    notes = [f"memory/2026-03-{day}/pets.md" for day in (14, 15, 16)]
+    write(root, notes[0], "Our cat is called Miso.\n")
+    plan_cat(model, notes[0], "- the cat is Miso")
+    open_ws(daemon, root, fake)
+    first = dream(daemon)["run_id"]
+    write(root, notes[1], "Miso is afraid of the hoover.\n")
+    model.plan[notes[1]] = [[("integrate", {
+        "action": "CORROBORATE", "bucket": "personal", "node": CAT, "name": "Cat",
+        "sources": [notes[1]], "reason": "said again"})]]
+    ahead = dream(daemon)["run_id"]
+    # That run started while the clock was a day ahead; it is set right before the next.
+    directory = changelog.runs_dir(root, "mem_metadata")
+    record = orjson.loads((directory / f"{ahead}.json").read_bytes())
+    record["started"] = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    (directory / f"{ahead}.json").write_bytes(orjson.dumps(record))
+    write(root, notes[2], "Miso sleeps on the piano.\n")
+    model.plan[notes[2]] = [[("integrate", {
+        "action": "CORROBORATE", "bucket": "personal", "node": CAT, "name": "Cat",
+        "sources": [notes[2]], "reason": "said again"})]]
+    last = dream(daemon)["run_id"]
+
+    runs = daemon.call("dream.runs", {"agent_id": AGENT})["runs"]
+    assert [r["run_id"] for r in runs] == [last, ahead, first], runs
+    for kind in ({"kind": "auto_dream"}, {}):
+        changes = daemon.call("memory.changes", {"agent_id": AGENT, **kind})["changes"]
+        assert [r["run_id"] for r in changes] == [last, ahead, first], changes
+    for run_id in (first, ahead):
+        with pytest.raises(NotAllowed, match="changed since run") as refused:
+            undo(daemon, run_id)
+        assert f"written again by run {last}: undo it first" in str(refused.value), \
+            refused.value
+    assert CAT in undo(daemon, last)["restored"]
+    assert CAT in undo(daemon, ahead)["restored"]
+    assert CAT in undo(daemon, first)["removed"] and not (root / CAT).exists()

@@ -90,6 +90,9 @@ class DreamRecord(TypedDict):
     actions: list[Action]
     files: dict[str, FileBefore]
     catalog: NotRequired[dict[str, CatalogChange]]  # left out by records of before it
+    #: The run's place among the workspace's runs (1, 2, ...: see :func:`run_order`);
+    #: left out by records of before it, which come first.
+    seq: NotRequired[int]
     undo_pending: NotRequired[JsonObject]  # an undo decided, not finished (see dreamundo)
     undone: str | None
     waiting: NotRequired[dict[str, str]]  # notes not read after failed tries: why
@@ -172,6 +175,8 @@ class RunLog:
     unread: set[str] = field(default_factory=set)
     #: The changed notes not read after failed tries (:mod:`dreamretry`), and why.
     waiting: dict[str, str] = field(default_factory=dict)
+    #: The run's place among the runs (:func:`next_seq`); 0: not known (kept out).
+    seq: int = 0
 
     def record_catalog(self, path: str, before: JsonObject | None,
                        after: JsonObject | None) -> None:
@@ -216,6 +221,8 @@ class RunLog:
             "catalog": self.catalog, "undone": None}
         if self.waiting:
             record["waiting"] = self.waiting
+        if self.seq:
+            record["seq"] = self.seq
         return record
 
     def summary(self) -> RunSummary:
@@ -398,9 +405,29 @@ def list_records(directory: Path, summarize: Callable[[JsonObject], S],
             # JSON of the right version with fields missing or of other types (a hand
             # edit, a file restored from elsewhere): the other runs are still listed.
             log.warning("%s %s in %s is damaged, not listed: %r", what, run_id, directory, exc)
-    # Ids of runs started in the same second do not sort by time; the start stamps do.
-    out.sort(key=lambda r: (str(r.get("started")), str(r.get("run_id"))), reverse=True)
+    out.sort(key=run_order, reverse=True)
     return out[:limit]
+
+
+def run_seq(record: Mapping[str, object]) -> int:
+    """The ``seq`` of a run's record (0: it has none, or not a whole number above 0)."""
+    seq = record.get("seq")
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0 else 0
+
+
+def run_order(record: Mapping[str, object]) -> tuple[int, str, str]:
+    """Where a run's record (or summary) sorts among the runs, oldest first: by its
+    ``seq``, then its start and id. The wall clock alone misorders runs once it is set
+    back between them (an NTP step, a hand change), and ids of runs started in the same
+    second do not sort by time; records of before ``seq`` (0) come first, by start."""
+    return (run_seq(record), str(record.get("started")), str(record.get("run_id")))
+
+
+def next_seq(directory: Path) -> int:
+    """The ``seq`` of a run starting now: one past every record's in ``directory``
+    (blocking; StorageError when the folder cannot be listed)."""
+    newest = list_records(directory, lambda data: data, limit=1)
+    return 1 + (run_seq(newest[0]) if newest else 0)
 
 
 def last_writes(directory: Path) -> dict[str, str | None]:
@@ -431,7 +458,7 @@ def prune_records(directory: Path, keep: int) -> int:
 
 
 def dream_summary(data: JsonObject) -> DreamRun:
-    return {"run_id": data["run_id"], "started": data.get("started"),
+    return {"run_id": data["run_id"], "started": data.get("started"), "seq": run_seq(data),
             "trigger": data.get("trigger"), "notes": len(data.get("notes", [])),
             "files": sorted(data.get("files", {})), "undone": data.get("undone")}
 

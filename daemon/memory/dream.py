@@ -379,7 +379,8 @@ async def run_dream(
                                      waiting)
     run_log = changelog.RunLog(changelog.new_run_id(started), started.isoformat(), trigger,
                                notes=[p for p, _, _ in todo], left=len(pending) - len(todo),
-                               waiting=waiting)
+                               waiting=waiting,
+                               seq=await trio.to_thread.run_sync(changelog.next_seq, runs_dir))
     run = _Run(ws, fileops_for(ws, policy=WritePolicy((settings.digest_dir,),
                                                  (".md", ".yaml", ".history.txt"))),
                run_log, runjournal.Journal(runs_dir, run_log), today, config=cfg,

@@ -22,6 +22,7 @@ from recalld.daemon.memory.changelog import (
     UndoConflict,
     load_run,
     record_ids,
+    run_order,
     sha256,
 )
 from recalld.daemon.safepath import masked
@@ -67,20 +68,21 @@ def _current(path: Path) -> bytes | None:
 
 
 def _later_writers(directory: Path, run: JsonObject, paths: list[str]) -> dict[str, str]:
-    """The newest run after ``run`` (by start), not undone, that wrote each of ``paths``
-    (those written by none are left out): what has to be undone before ``run`` can be."""
-    found: dict[str, tuple[str, str]] = {}
-    since = (str(run.get("started")), str(run.get("run_id")))
+    """The newest run after ``run`` (see :func:`run_order`), not undone, that wrote each
+    of ``paths`` (those written by none are left out): what has to be undone before
+    ``run`` can be."""
+    found: dict[str, tuple[int, str, str]] = {}
+    since = run_order(run)
     for other in record_ids(directory):
         try:
             data = load_run(directory, other)
         except RecalldError:
             continue
-        when, files = (str(data.get("started")), other), data.get("files")
+        when, files = run_order(data), data.get("files")
         if when > since and not data.get("undone") and isinstance(files, dict):
             for path in (p for p in paths if p in files and when > found.get(p, since)):
                 found[path] = when
-    return {path: when[1] for path, when in found.items()}
+    return {path: when[2] for path, when in found.items()}
 
 
 #: Beside ``<run_id>.json`` while an undo of the run is decided but not finished (a kill

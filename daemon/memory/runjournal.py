@@ -53,7 +53,8 @@ class Journal:
             run = self._run
             self._log.append([{"run_id": run.run_id, "started": run.started,
                                "trigger": run.trigger, "notes": run.notes,
-                               "left": run.left, "waiting": run.waiting}], sync=False)
+                               "left": run.left, "waiting": run.waiting,
+                               "seq": run.seq}], sync=False)
         self._log.append(entries)
 
     def remove(self, *, keep: bool = False) -> None:
@@ -75,6 +76,7 @@ def from_journal(records: Sequence[JsonObject]) -> changelog.RunLog | None:
         notes=[str(n) for n in notes] if isinstance(notes, list) else [])
     left, waiting = head.get("left"), head.get("waiting")
     run.left = left if isinstance(left, int) and not isinstance(left, bool) else 0
+    run.seq = changelog.run_seq(head)
     if isinstance(waiting, dict):
         run.waiting = {str(n): str(why) for n, why in waiting.items()}
     for rec in records[1:]:

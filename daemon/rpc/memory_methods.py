@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 from typing import TypedDict
 
@@ -124,15 +126,19 @@ async def memory_changes(ctx: CallContext, params: JsonObject) -> Changes:
     meta = ws.settings.metadata_dir
 
     def collect() -> list[JsonObject]:
-        out: list[JsonObject] = []
+        memory: list[JsonObject] = []
+        dreams: list[JsonObject] = []
         if kind in (None, "auto_memory"):
-            out += [dict(run) for run in capture_log.list_runs(ws.root, meta, limit)]
+            memory = [dict(run) for run in capture_log.list_runs(ws.root, meta, limit)]
         if kind in (None, "auto_dream"):
-            out += [{"kind": "auto_dream", **run,
-                     "log": f"{meta}/dream/runs/{run['run_id']}.md"}
-                    for run in changelog.list_runs(changelog.runs_dir(ws.root, meta), limit)]
-        out.sort(key=lambda r: (str(r.get("started")), str(r["run_id"])), reverse=True)
-        return out[:limit]
+            dreams = [{"kind": "auto_dream", **run,
+                       "log": f"{meta}/dream/runs/{run['run_id']}.md"}
+                      for run in changelog.list_runs(changelog.runs_dir(ws.root, meta), limit)]
+        # Each kind's list keeps its order (dream runs by their place, which a wall clock
+        # set back does not change); the two are interleaved by start.
+        out = heapq.merge(memory, dreams, reverse=True,
+                          key=lambda r: (str(r.get("started")), str(r["run_id"])))
+        return list(itertools.islice(out, limit))
 
     return {"agent_id": agent_id, "changes": await trio.to_thread.run_sync(collect)}
 
