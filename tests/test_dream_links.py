@@ -171,7 +171,9 @@ def test_links_to_a_node_deleted_by_hand_are_unlinked_and_linked_again_when_back
     assert fields["related"] == [kept, "Beaufort scale"], fields
     assert f"[[{gone}]]" not in text and f"- {gone} (deleted) (best in April)\n" in text, text
     assert f"- [[{kept}]]\n" in text and "- [[Beaufort scale]] (a page elsewhere)" in text
-    assert "related node(s) deleted" in (root / second["log"]).read_text(encoding="utf-8")
+    told = (root / second["log"]).read_text(encoding="utf-8")
+    # No note asked for it: the change log names no source, not an empty one ("From .").
+    assert "related node(s) deleted" in told and "From ." not in told, told
 
     (root / gone).write_bytes(wind)  # back (from a backup, a trash folder)
     third = dream(daemon)

@@ -269,9 +269,11 @@ def render_markdown(run: RunLog) -> str:
         lines.append("No node changed; the interest topics were refreshed." if run.changed
                      else "No memory changed.")
     for a in applied:
+        # A change no note asked for (links to a renamed or deleted node) names none.
         src = ", ".join(f"[[{s}]]" for s in a.get("sources", []))
+        src = f" From {src}." if src else ""
         why = f" Why: {a['reason']}" if a.get("reason") else ""
-        lines.append(f"- **{a['action']}** [[{a['path']}]]: {a['detail']}. From {src}.{why}")
+        lines.append(f"- **{a['action']}** [[{a['path']}]]: {a['detail']}.{src}{why}")
     lines.append("")
     if other:
         lines += ["## Refused or unchanged", ""]
