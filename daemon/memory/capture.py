@@ -20,7 +20,12 @@ way, submitted again (trigger ``retry``), the wait doubling up to an hour while 
 failures go on. After ``MAX_FAILED_RUNS`` failed runs in a row (a model that always
 answers what cannot be saved would be paid every hour for ever) the retries stop: the
 turns stay pending, ``health`` says so, and a new turn, a flush, or a restart or reopening
-of the workspace (a new chat model, say) submits them again.
+of the workspace (a new chat model, say) submits them again. A run that failed because
+the provider was unavailable (no answer: the connection refused or dropped, a timeout,
+408, 429 or a 5xx, the circuit breaker open) does not count: nothing was paid for, and an
+outage longer than the retries took (hours) would otherwise leave every session of every
+agent pending for good once it is over; such sessions are tried again every hour (the
+breaker keeps what reaches the provider meanwhile to its probes).
 
 Turns found on disk when the workspace opens (a crash between a turn's acknowledgement
 and its note, a session idle while the daemon was down) count as idle since the time
@@ -52,7 +57,7 @@ from recalld.daemon.memory.fileops import check_date
 from recalld.daemon.memory.sessions import Added, SessionStore
 from recalld.daemon.memory.turns import check_session_id
 from recalld.daemon.workspaces import Workspace
-from recalld.ipc.errors import NotFound, RecalldError
+from recalld.ipc.errors import PROVIDER_UNAVAILABLE, NotFound, RecalldError
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +98,9 @@ class SessionFlusher:
         #: trio time of each session's last turn, for sessions an idle flush may concern.
         self._active: dict[str, float] = {}
         #: Sessions with a job submitted: when to look whether their turns still wait,
-        #: and how many jobs in a row were submitted for them.
-        self._retry: dict[str, tuple[float, int]] = {}
+        #: how many jobs in a row were submitted for them, and how many of those failed
+        #: in a way that counts towards MAX_FAILED_RUNS (not the provider unavailable).
+        self._retry: dict[str, tuple[float, int, int]] = {}
         #: Sessions whose retries stopped after MAX_FAILED_RUNS failed runs in a row.
         self._stopped: set[str] = set()
         self._wake = trio.Event()
@@ -133,10 +139,11 @@ class SessionFlusher:
         if math.isinf(idle_s):  # no timed flush at all, no retry either
             self._retry.pop(session_id, None)
         else:
-            attempts = self._retry.get(session_id, (0.0, 0))[1] + 1 if trigger == "retry" else 1
+            _, before, counted = self._retry.get(session_id, (0.0, 0, 0))
+            attempts, counted = (before + 1, counted) if trigger == "retry" else (1, 0)
             self._retry[session_id] = (
                 trio.current_time() + min(idle_s * 2 ** (attempts - 1), RETRY_CAP_S),
-                attempts)
+                attempts, counted)
             self._wake.set()
         return job_id
 
@@ -162,7 +169,7 @@ class SessionFlusher:
         ``auto_memory_idle_s`` from now, so that they are submitted again if it fails."""
         idle_s = self._idle_s()
         if session_id not in self._retry and not math.isinf(idle_s):
-            self._retry[session_id] = (trio.current_time() + idle_s, 1)
+            self._retry[session_id] = (trio.current_time() + idle_s, 1, 0)
             self._wake.set()
 
     def touched(self, session_id: str) -> None:
@@ -194,7 +201,7 @@ class SessionFlusher:
             self._wake = trio.Event()
             idle_s = self._idle_s()
             due_at = min(min(self._active.values(), default=math.inf) + idle_s,
-                         min((due for due, _ in self._retry.values()), default=math.inf))
+                         min((due for due, _, _ in self._retry.values()), default=math.inf))
             with trio.move_on_at(due_at):
                 await self._wake.wait()
             now = trio.current_time()
@@ -220,27 +227,45 @@ class SessionFlusher:
 
     async def _retry_failed(self, now: float) -> None:
         """Submit again the sessions whose job ended with their turns still waiting."""
-        for session_id, (due, attempts) in list(self._retry.items()):
+        for session_id, (due, attempts, counted) in list(self._retry.items()):
             if due > now:
                 continue
             added = self.store.info(session_id)
             if not self._has_chat_model() or added.pending_messages == 0:
                 del self._retry[session_id]  # all written (or nothing can write them)
-            elif self.job_active(added.last_job_id):
-                self._retry[session_id] = (now + self._idle_s(), attempts)
-            elif attempts >= MAX_FAILED_RUNS:
+                continue
+            if self.job_active(added.last_job_id):
+                self._retry[session_id] = (now + self._idle_s(), attempts, counted)
+                continue
+            if not self._unanswered(added.last_job_id):
+                counted += 1
+            if counted >= MAX_FAILED_RUNS:
                 del self._retry[session_id]
                 self._stopped.add(session_id)
                 log.warning("auto_memory of %s/%s failed %d times in a row; not retried "
                             "until a new turn or a flush", self.ws.agent_id, session_id,
-                            attempts)
+                            counted)
             else:
                 log.info("auto_memory of %s/%s: the last job left %d message(s) "
                          "pending; submitting again", self.ws.agent_id, session_id,
                          added.pending_messages)
+                self._retry[session_id] = (due, attempts, counted)  # what submit carries on
                 await self._flush_quietly(session_id, "retry")
                 if session_id in self._retry and self._retry[session_id][0] <= now:
                     del self._retry[session_id]  # the flush failed: not again and again
+
+    def _unanswered(self, job_id: str | None) -> bool:
+        """Whether job ``job_id`` failed because the provider was unavailable (its error
+        transient: nothing answered), which does not count towards MAX_FAILED_RUNS."""
+        if job_id is None:
+            return False
+        try:
+            job = self.jobs.get(self.ws.agent_id, job_id)
+        except NotFound:
+            return False
+        result = job["result"]
+        return (job["state"] == "failed" and job["error_code"] == PROVIDER_UNAVAILABLE
+                and isinstance(result, dict) and result.get("transient") is True)
 
     async def flush_for_stop(self, deadline_s: float) -> None:
         """Queue auto_memory for every session with turns no job covers, then wait for
