@@ -154,6 +154,10 @@ class EmbeddingClient:
         self._judged_by_backfill = False
         #: Until when (trio clock) the provider's last Retry-After asks to be left alone.
         self._quiet_until = -math.inf
+        #: The provider's own error that asked for it (what ``quiet_error`` quotes: the
+        #: last error may be a refusal quoting it, and quoted again it would grow by one
+        #: quote per refusal for as long as the wait lasts).
+        self._quiet_cause: str | None = None
         #: Texts per request and the input budget (``share_limits``).
         self._batch_limit = max(1, config.max_batch_size)
         self.input_limit = config.max_input_length
@@ -261,7 +265,8 @@ class EmbeddingClient:
                 # other calls (a search's query vector) keep off meanwhile (``quiet_s``),
                 # and say after what.
                 self._quiet_until = max(self._quiet_until, trio.current_time() + delay_s)
-                self.note_error(self._redact(str(exc)))
+                self._quiet_cause = self._redact(str(exc))
+                self.note_error(self._quiet_cause)
             if on_wait is not None:
                 on_wait(delay_s, self._redact(str(exc)))
 
@@ -290,6 +295,7 @@ class EmbeddingClient:
                 # which ``hold_s`` reads from it).
                 wait = min(max(exc.retry_after_s, 0.0), self.policy.retry_after_cap_s)
                 self._quiet_until = trio.current_time() + wait
+                self._quiet_cause = self._redact(str(exc))
             if not input_refused(exc) and not (
                     kind == "query" and isinstance(exc, ProviderBadResponse)):
                 self.failing(for_good=not exc.transient, by_backfill=kind == "passage")
@@ -334,7 +340,7 @@ class EmbeddingClient:
             return None
         return ProviderRetryableStatus(
             f"the embedding provider asked to wait {quiet:.0f}s more (Retry-After) "
-            f"after: {self.last_error}", retry_after_s=quiet)
+            f"after: {self._quiet_cause or self.last_error}", retry_after_s=quiet)
 
     async def _embed_batch(self, batch: list[str], kind: Kind, policy: RetryPolicy,
                            on_wait: Callable[[float, ProviderError], None] | None) -> F32:
