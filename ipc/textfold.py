@@ -46,11 +46,9 @@ _DROPPED_MARKS: Final = ((0x300, 0x36F), (0x591, 0x5BD), (0x5BF, 0x5BF), (0x5C1,
                          (0x5C4, 0x5C5), (0x5C7, 0x5C7), (0x610, 0x61A), (0x64B, 0x65F),
                          (0x670, 0x670))
 # The precomposed letters ``fold`` takes to their base letter: Latin (with its extended
-# blocks) and Greek. Cyrillic is left alone but for ё (й is a letter of its own). Arabic's
-# alef with a hamza or a madda (أ إ آ) is alef: much typing leaves the mark out (أحمد
-# and احمد are one name); the hamza on waw and yeh (ؤ ئ) makes letters of their own.
+# blocks) and Greek. Cyrillic is left alone but for ё (й is a letter of its own).
 _FOLDED_LETTERS: Final = ((0xC0, 0x24F), (0x370, 0x3FF), (0x1E00, 0x1FFF), (0x401, 0x401),
-                          (0x451, 0x451), (0x622, 0x623), (0x625, 0x625))
+                          (0x451, 0x451))
 # Latin letters whose mark Unicode does not decompose: a stroke or bar drawn through the
 # letter (``ø``, ``ł``, ``đ``, ``ħ``) and the dotless ``ı`` and ``ȷ``.
 # They fold to their base letter too, so that ``lodz`` meets ``Łódź``, and Turkish text in
@@ -60,6 +58,15 @@ _STROKED_LETTERS: Final = ((0xC0, 0x2AF), (0x1E00, 0x1EFF), (0x2C60, 0x2C7F), (0
 # Latin's ligature letters, written as the two letters they join as often as not
 # (``Œuvre`` and ``oeuvre``, ``encyclopædia`` and ``encyclopaedia``).
 _LIGATURES: Final = {"æ": "ae", "œ": "oe"}
+# Arabic-script letters written one for another, as search engines fold them (Lucene's
+# ArabicNormalizer and PersianNormalizer): Persian's yeh and keheh (ی, ک) and Arabic's
+# (ي, ك), and the final yeh written dotless (ى); alef with a hamza or madda (أ, إ, آ) or
+# wasla (ٱ), which most writers leave off (أحمد and احمد are one name), and bare alef (ا);
+# teh marbuta (ة) and heh (ه), with the heh forms Persian and Urdu write (ۀ, ہ). A query
+# typed on one keyboard finds a note written on another. (Urdu's yeh barree, ے, is a
+# letter of its own: کی and کے are two words; so are the hamza on waw and yeh, ؤ ئ.)
+_ARABIC_LETTERS: Final = {"ی": "ي", "ى": "ي", "ک": "ك", "أ": "ا", "إ": "ا",
+                          "آ": "ا", "ٱ": "ا", "ة": "ه", "ۀ": "ه", "ہ": "ه"}
 # The small kana ヵ and ヶ (and hiragana's ゕ ゖ) write a counter or the "ga" of a place
 # name (一ヵ月, 霞ヶ関) as often as the full-size letters do (一カ月, 霞ケ関): one spelling.
 SMALL_KANA: Final = {"ヵ": "カ", "ヶ": "ケ", "ゕ": "か", "ゖ": "け"}
@@ -94,6 +101,7 @@ def _fold_table() -> dict[int, str | None]:
             table[code] = _LIGATURES[to]
     table.update({ord(lig): pair for lig, pair in _LIGATURES.items()})
     table.update({ord(small): full for small, full in SMALL_KANA.items()})
+    table.update({ord(letter): to for letter, to in _ARABIC_LETTERS.items()})
     return table
 
 
@@ -102,11 +110,11 @@ def fold(text: str) -> str:
     Latin and Greek letters (``é`` → ``e``, ``ά`` → ``α``, the ``i`` and dot that ``İ``
     folds to → ``i``, strokes too: ``ł`` → ``l``, ``ø`` → ``o``, dotless ``ı`` → ``i``;
     the ligatures ``æ`` → ``ae``, ``œ`` → ``oe``),
-    ``ё`` → ``е``, ``أ إ آ`` → ``ا``, ``ヶ`` → ``ケ``, Hebrew and Arabic points dropped,
-    and the characters that only join or hyphenate words (``INVISIBLE``) taken out."""
+    ``ё`` → ``е``, ``ヶ`` → ``ケ``, Hebrew and Arabic points dropped, Arabic-script
+    letters written one for another as one (``_ARABIC_LETTERS``: ``ی`` → ``ي``, ``أ`` →
+    ``ا``), and the characters that only join or hyphenate words (``INVISIBLE``) taken
+    out."""
     return text if text.isascii() else text.translate(_fold_table())
-
-
 
 
 def read_places(text: str) -> tuple[str, list[int]]:

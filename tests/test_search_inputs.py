@@ -300,6 +300,22 @@ def test_arabic_stretched_to_justify_its_line_is_found_as_typed(daemon: Any,
     assert paths(search(daemon, "المكتـــبة")) == ["memory/2026-06-06/plain.md"]
 
 
+def test_arabic_script_letters_typed_one_for_another_find_their_words(
+        daemon: Any, tmp_path: Path) -> None:
+    # A Persian keyboard types ی and ک where an Arabic one types ي and ك; hamza on alef
+    # and teh marbuta are often left off: a query from either finds the note of the other.
+    root = tmp_path / "ws"
+    fa, ar = "memory/2026-06-07/fa.md", "memory/2026-06-08/ar.md"
+    write(root, fa, "# سفر\n\nکتابخانه ملی ایران فردا باز است.\n")
+    write(root, ar, "# رحلة\n\nأسامة زار المدرسة الإسلامية.\n")
+    write(root, "memory/2026-06-09/en.md", "# Trip\n\nThe library opens tomorrow.\n")
+    open_ws(daemon, root)
+    for query, note in (("كتابخانه", fa), ("ايران", fa), ("ملي", fa),
+                        ("اسامه", ar), ("المدرسه", ar), ("الاسلاميه", ar),
+                        ("إيران", fa), ("أسامه", ar)):
+        assert paths(search(daemon, query)) == [note], query
+
+
 def test_a_note_with_a_nul_is_refused_and_nothing_written(daemon: Any) -> None:
     # A NUL in a Markdown note makes it a binary file to every other tool (grep, git,
     # editors); it was written as sent, alone ("\x00") or inside a sentence.

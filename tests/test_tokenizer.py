@@ -234,12 +234,21 @@ def test_emoji_are_terms_of_their_own() -> None:
     ("中文\u00ad测试 Ca\u00adfé", "中文测试 cafe"),
     # Arabic's tatweel only stretches a word to justify its line.
     ("مرحـــبا بالعـالم", "مرحبا بالعالم"),
-    # An alef's hamza or madda, which much typing leaves out; not the hamza of waw or yeh.
-    ("أحمد إسلام القرآن سؤال", "احمد اسلام القران سؤال"),
+    # Arabic-script letters typed one for another: Persian's yeh and keheh, the dotless
+    # final yeh, alef with a hamza, madda or wasla, teh marbuta; decomposed hamza too.
+    ("کتاب ایرانی، على", "كتاب ايراني، علي"),
+    ("أحمد إسلام آمن ٱلله ا\u0654مل", "احمد اسلام امن الله امل"),
+    ("مدرسة الجامعة", "مدرسه الجامعه"),
+    ("ﻛﺘﺎﺏ", "کتاب"),
 ])
 def test_words_are_found_without_their_accents_and_joiners(written: str, typed: str) -> None:
     assert tokenize(written) == tokenize(typed)
     assert tokenize_query(written) == tokenize_query(typed)
+
+
+def test_urdu_yeh_barree_is_a_letter_of_its_own() -> None:
+    # کی and کے are two words of Urdu (the genitive's forms), unlike ي and ی.
+    assert tokenize("کی") != tokenize("کے")
 
 
 def test_folding_keeps_the_letters_of_scripts_whose_marks_are_vowels() -> None:

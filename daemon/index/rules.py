@@ -74,9 +74,12 @@ from __future__ import annotations
 # (``tokenizer._JOINING_DOTS``); 42: a region's flag (a black flag and its tag letters)
 # is a term of its own (``tokenizer.EMOJI``); 43: Arabic's alef with a hamza or a madda
 # (أ إ آ) folds to alef (``textfold._FOLDED_LETTERS``); 44: the small kana ヵ ヶ ゕ ゖ are
-# their full-size letters (``textfold.SMALL_KANA``: 霞ヶ関 is 霞ケ関).
+# their full-size letters (``textfold.SMALL_KANA``: 霞ヶ関 is 霞ケ関); 45: Arabic-script
+# letters written one for another are one: Persian's yeh and keheh and Arabic's, alef
+# with a wasla and bare alef, teh marbuta and heh (``textfold._ARABIC_LETTERS``: ``ایران``
+# is ``ايران``).
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 44
+CHUNKING = 45
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
 # generation saved under other rules has its graph's edges to no note resolved again after
 # a load, and every note read again by the startup reconcile (2 on). 1: as Obsidian
