@@ -21,6 +21,9 @@ JOINERS: Final = "\u200c\u200d"
 #: Characters that show as blank space though they are letters or symbols: Hangul
 #: fillers, the braille blank, the musical null notehead, the Khmer inherent vowels.
 BLANK_LETTERS: Final = "\u115f\u1160\u3164\uffa0\u2800\U0001d159\u17b4\u17b5"
+#: Arabic's tatweel (kashida): a stroke that stretches the word it is drawn in (مرحـــبا)
+#: to justify a line; with no letter it stretches none, and spells no word.
+_TATWEEL: Final = "\u0640"
 #: Code points Unicode reserves as default ignorable (drawn as nothing once assigned).
 #: (Outside the tags and the variation selectors, which are dealt with on their own.)
 _IGNORABLE: Final = (("\u2065", "\u2065"), ("\ufff0", "\ufff8"), ("\U000e0000", "\U000e001f"),
@@ -63,12 +66,13 @@ def _blank(ch: str) -> bool:
 
 def names_nothing(text: str) -> bool:
     """Whether ``text`` has nothing seen to name a node by: only white space, invisible
-    characters, combining marks with no letter to sit on, variation selectors (its slug
-    would be a hash of nothing a person can read). Also what a text of any length with
-    nothing seen in it is: a note, a turn, a node's content."""
+    characters, combining marks with no letter to sit on, variation selectors, tatweel
+    with no letter to stretch (its slug would be a hash of nothing a person can read).
+    Also what a text of any length with nothing seen in it is: a note, a turn, a node's
+    content."""
     if _GRAPHIC_ASCII_RE.search(text):  # seen as it is (a long note: no walk through it)
         return False
-    return not any(not (ch.isspace() or ch in JOINERS or is_variation(ch)
+    return not any(not (ch.isspace() or ch in JOINERS or ch == _TATWEEL or is_variation(ch)
                         or unicodedata.category(ch)[0] == "M")
                    for ch in unicodedata.normalize("NFKC", visible_text(text)))
 

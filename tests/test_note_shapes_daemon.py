@@ -253,7 +253,7 @@ def test_a_note_name_without_a_letter_is_refused_not_called_note(
 # Text that shows nothing: a zero-width space, a byte order mark, bidi marks, a word
 # joiner, a combining mark with no letter to sit on, the braille blank.
 SHOWS_NOTHING = ("\u200b", "\ufeff", "\u200e\u200f", " \u2060\n\u200b ", "\u0301",
-                 "\u2800")
+                 "\u2800", "\u0640", "\u0640\u0640 \u0640\u064e\n")
 
 
 @pytest.mark.parametrize("content", SHOWS_NOTHING)
