@@ -25,6 +25,7 @@ from recalld.ipc.cli_ops import (
 from recalld.ipc.client import Client
 from recalld.ipc.progress import IndexingNotice
 from recalld.ipc.render import print_json, say
+from recalld.ipc.tool_args import MAX_HITS
 from recalld.ipc.types import SearchResult, visible
 
 
@@ -37,7 +38,8 @@ def add_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     search.add_argument("--agents", type=_agent_list, metavar="A,B",
                         help="search these agents' workspaces instead, as --agent (each must "
                              "be shared with it); those not open are named, not searched")
-    search.add_argument("-n", "--max-results", type=count, default=5)
+    search.add_argument("-n", "--max-results", type=count, default=5,
+                        help=f"how many hits to show (default 5, at most {MAX_HITS})")
     search.add_argument("--min-score", type=_score)
     search.add_argument("--sync", action="store_true",
                         help="wait until every earlier file change is indexed")
@@ -61,6 +63,10 @@ def _agent_list(value: str) -> list[str]:
 
 
 def _search(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
+    if ns.max_results > MAX_HITS:  # the daemon's cap: said, not a silent shorter list
+        say(sys.stderr,
+            f"recalld: note: at most {MAX_HITS} results are given, not {ns.max_results}")
+        ns.max_results = MAX_HITS
     with contextlib.ExitStack() as stack:
         if ns.sync and not as_json:  # say what a long wait (a first build) waits for
             stack.enter_context(IndexingNotice(client.socket_path, ns.agent, sys.stderr))

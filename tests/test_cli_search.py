@@ -1,0 +1,25 @@
+"""``recalld search`` on a real daemon: what it asks for and what it says about it."""
+
+from __future__ import annotations
+
+from conftest import DaemonHandle
+from test_cli import as_json, recalld
+
+
+def test_more_results_than_the_daemon_gives_is_said(daemon: DaemonHandle) -> None:
+    # The daemon gives at most 100 hits a search: -n above that got 100 with no word,
+    # as if the memory held no more.
+    day = daemon.data_dir / "workspaces" / "default" / "memory" / "2026-11-30"
+    day.mkdir(parents=True)
+    for i in range(105):
+        (day / f"heron-{i:03d}.md").write_text(f"# Heron {i}\n\nA heron by pond {i}.\n",
+                                               encoding="utf-8")
+    daemon.call("index.sync", {"agent_id": "default"})
+    said = "recalld: note: at most 100 results are given, not 500"
+    proc = recalld("search", "heron", "-n", "500", "--sync", "--json", env=daemon.env)
+    assert len(as_json(proc)["results"]) == 100
+    assert said in proc.stderr.splitlines(), proc.stderr
+    proc = recalld("search", "heron", "-n", "500", "--sync", env=daemon.env)
+    assert proc.stdout.count("==========") == 200 and said in proc.stderr.splitlines()
+    proc = recalld("search", "heron", "-n", "100", "--sync", "--json", env=daemon.env)
+    assert len(as_json(proc)["results"]) == 100 and "at most" not in proc.stderr
