@@ -319,6 +319,8 @@ class Watcher(CookieSync):
                 if dirs:
                     files |= await self._run_sync(
                         self._paths.expand_dirs, dirs, self._known_here(), limiter=self._limiter)
+                    if self._paths.unlisted_seen:  # kept, and a scan says why
+                        self._request_rescan("a folder could not be listed")
                 if files:
                     files = await self._run_sync(self._paths.with_other_names, files,
                                                  limiter=self._limiter)

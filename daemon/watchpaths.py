@@ -94,7 +94,10 @@ class WatchedRoots:
         # Those the scan under way found, and those the last one did.
         self._found_misnamed: set[str] = set()
         self._misnamed: frozenset[str] = frozenset()
-        self._unlisted: dict[str, str] = {}  # roots the last scan could not list, said once
+        # Roots and folders the last scan could not list, said once; whether the last
+        # folder events named one (a scan then says so, see ``expand_dirs``).
+        self._unlisted: dict[str, str] = {}
+        self.unlisted_seen = False
         # Notes with more than one name (hard links) and their file: a write through one
         # name changes every other, and makes an event for that name alone (or none, from
         # a name outside the roots). ``_mapped``: the files a walk found every name of.
@@ -151,11 +154,14 @@ class WatchedRoots:
 
     def _walk(self, top: Path, out: dict[str, tuple[int, int]],
               reached: tuple[int, Callable[[], None]] | None = None,
-              links: dict[str, Inode] | None = None) -> str | None:
+              links: dict[str, Inode] | None = None,
+              unlisted: dict[str, str] | None = None) -> str | None:
         # Links below ``top`` are never descended (``follow_symlinks=False``); ``top``
         # itself (a root, or a folder named by an event) may be a link, followed only
         # while it stays in the workspace: another agent's memory never enters this one.
-        # Notes with more than one name go to ``links`` too.
+        # Notes with more than one name go to ``links`` too; folders below ``top`` that
+        # are there but cannot be listed for now (no permission, a failing disk) to
+        # ``unlisted`` with why: what they hold is unknown, not gone.
         # Returns why ``top`` itself could not be listed, or None.
         if self._real is None:
             self._real = os.path.realpath(self.workspace)
@@ -178,13 +184,17 @@ class WatchedRoots:
             try:
                 entries = list(os.scandir(current))
             except OSError as exc:
+                why = exc.strerror or type(exc).__name__
                 if current is top:
-                    return exc.strerror or type(exc).__name__
-                if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
-                    # No permission, a name past PATH_MAX, a failing disk: this folder
-                    # alone is passed by, the rest is listed.
-                    log.warning("reconcile skips %s: %s", _shown(str(current)),
-                                exc.strerror or exc)
+                    return why
+                if unlisted is not None and (isinstance(exc, PermissionError)
+                                             or exc.errno == errno.EIO):
+                    # No permission (for now), a failing disk: its notes are unknown.
+                    unlisted[self._rel(str(current))] = why
+                elif not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+                    # A name past PATH_MAX, which no note below was ever read by: this
+                    # folder alone is passed by, the rest is listed.
+                    log.warning("reconcile skips %s: %s", _shown(str(current)), why)
                 continue
             for entry in entries:
                 if entry.name.startswith("."):
@@ -196,7 +206,7 @@ class WatchedRoots:
                         if entry.name not in self._ignore_dirs:
                             stack.append(Path(entry.path))
                     elif entry.is_file(follow_symlinks=False):
-                        rel = entry.path[len(self._prefix):].replace(os.sep, "/")
+                        rel = self._rel(entry.path)
                         if self.is_note(rel):
                             st = entry.stat(follow_symlinks=False)
                             if not self._readable(entry.path, st):
@@ -224,6 +234,10 @@ class WatchedRoots:
                     log.warning("reconcile skips %s: %s", _shown(entry.path),
                                 exc.strerror or exc)
         return None
+
+    def _rel(self, path: str) -> str:
+        """The workspace-relative name of ``path``, a path the walk reached below it."""
+        return path[len(self._prefix):].replace(os.sep, "/")
 
     def _readable(self, path: str, st: os.stat_result) -> bool:
         """Whether the daemon may read the file ``path`` (its lstat ``st``). One its owner
@@ -255,19 +269,21 @@ class WatchedRoots:
 
     def scan_roots(self, reached: tuple[int, Callable[[], None]] | None = None,
                    ) -> tuple[dict[str, tuple[int, int]], dict[str, str]]:
-        """As :meth:`scan`, and the roots that could not be listed (gone, not a folder,
-        no permission) with why: what they hold is unknown, not gone."""
+        """As :meth:`scan`, and the roots, or folders below them, that could not be
+        listed (gone, not a folder, no permission) with why: what they hold is unknown,
+        not gone."""
         out: dict[str, tuple[int, int]] = {}
         unlisted: dict[str, str] = {}
         links: dict[str, Inode] = {}
         self._found_misnamed = set()
         for rel, root in zip(self.root_rels, self.roots, strict=True):
-            why = self._walk(root, out, reached, links)
+            why = self._walk(root, out, reached, links, unlisted)
             if why is not None:
                 unlisted[rel] = why
-                if self._unlisted.get(rel) != why:
-                    log.warning("cannot list %s (%s): its notes stay indexed until it can",
-                                root, why)
+        for rel, why in unlisted.items():
+            if self._unlisted.get(rel) != why:
+                log.warning("cannot list %s (%s): its notes stay indexed until it can",
+                            _shown(str(self.workspace / rel)), why)
         self._unlisted = unlisted
         self._misnamed = frozenset(self._found_misnamed)
         if not unlisted:  # else names in a root not listed may be missing
@@ -325,16 +341,24 @@ class WatchedRoots:
         # A directory event stands for the files below it: those on disk that the
         # consumer does not have as they are, and those it has that are gone.
         found: dict[str, tuple[int, int]] = {}
+        unlisted: dict[str, str] = {}
         for rel in dirs:
             folder = self.workspace / rel
             # A link to a folder below a root is not descended, as a scan does not: its
             # notes would be indexed twice (here and where it points), and each scan
             # would drop them again.
             if rel in self.root_rels or not folder.is_symlink():
-                self._walk(folder, found)
+                why = self._walk(folder, found, unlisted=unlisted)
+                if why is not None and folder.is_dir():  # there, but not listed
+                    unlisted[rel] = why
         out = {p for p, stat in found.items() if known.get(p) != stat}
+        # What a folder that could not be listed holds is unknown: nothing of it is gone
+        # (a scan says which it is, see ``unlisted_seen``).
+        unknown = tuple(rel + "/" for rel in unlisted)
         prefixes = tuple(rel + "/" for rel in dirs)
-        out.update(p for p in known if p.startswith(prefixes) and p not in found)
+        out.update(p for p in known if p.startswith(prefixes) and p not in found
+                   and not p.startswith(unknown))
+        self.unlisted_seen = bool(unlisted)
         return out
 
     def make_roots(self, leave: frozenset[str] = frozenset()) -> None:

@@ -156,6 +156,37 @@ async def test_an_unreadable_root_keeps_its_notes_until_readable_again(tmp_path:
             nursery.cancel_scope.cancel()
 
 
+@pytest.mark.skipif(_reads_everything(), reason="this process lists folders of mode 000")
+async def test_an_unreadable_day_folder_keeps_its_notes_until_readable_again(
+        tmp_path: Path) -> None:
+    # A folder below a root that cannot be listed is as unknown as a root that cannot:
+    # its notes stay, and the status says why, whether its event or a scan finds it.
+    watcher, index = make(tmp_path)
+    ws = index.workspace
+    write(ws / "memory" / "2026-12-01" / "a.md", "a")
+    write(ws / "memory" / "2026-12-02" / "deep" / "b.md", "b")
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watcher.run)
+            for folder in ("2026-12-01", "2026-12-02/deep"):
+                os.chmod(ws / "memory" / folder, 0)
+            try:
+                await eventually(lambda: watcher.status()["state"] == "failed")
+                await watcher.reconcile("a look from the start")
+                why = str(watcher.status()["why"])
+                assert "cannot list memory/2026-12-01: Permission denied" in why, why
+                assert "cannot list memory/2026-12-02/deep: Permission denied" in why, why
+                assert index.texts() == {"memory/2026-12-01/a.md": "a",
+                                         "memory/2026-12-02/deep/b.md": "b"}
+            finally:
+                for folder in ("2026-12-01", "2026-12-02/deep"):
+                    os.chmod(ws / "memory" / folder, 0o755)
+            write(ws / "memory" / "2026-12-01" / "c.md", "c")
+            await eventually(lambda: watcher.status()["state"] == "watching"
+                             and index.texts() == disk_notes(ws))
+            nursery.cancel_scope.cancel()
+
+
 async def test_a_root_moved_away_and_back_by_hand_keeps_its_layout(tmp_path: Path) -> None:
     # A root moved away is not recreated at once: `mv memory x; mv x memory` typed by
     # hand puts the folder back where it was, not inside a new memory/.
