@@ -71,6 +71,14 @@ def remote_facts(a: Assessment, ws: WorkspaceInfo) -> None:
             f"{_REFUSING_ADVICE.get(str(remote.get('refusing')), _REFUSING_ADVICE[''])} "
             f"(the server named by {workspace_table(a.agent_id)}.remote); the outbox goes "
             "up by itself once it takes writes again"))
+    elif state == "denied":  # the server answers: it refuses the login it was given
+        a.problems.append(Problem(
+            "warn", f"shared workspace {a.agent_id}: remote denied, the server refused the "
+                    f"login: {remote.get('last_error')}; {remote.get('outbox')} local "
+                    "change(s) wait in the outbox",
+            f"check the user and password the dsn of {workspace_table(a.agent_id)}.remote "
+            "gives (its passfile or password_env too) against the server's; the outbox goes "
+            "up once the server takes the login"))
     elif state != "online":
         a.problems.append(Problem(
             "warn", f"shared workspace {a.agent_id}: remote {state}: "

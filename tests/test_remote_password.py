@@ -14,6 +14,7 @@ from pathlib import Path
 import psycopg
 import psycopg.sql
 import pytest
+from clirun import run_recalld
 from conftest import DaemonFactory, DaemonHandle
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from test_remote import remote_status
@@ -141,3 +142,26 @@ def test_a_passfile_the_dsn_names_from_home_is_told_libpq_does_not_expand_it(
     assert status["state"] == "offline", status
     assert "passfile ~/pgpass does not exist: libpq does not expand ~" in str(
         status["last_error"]), status
+
+
+def test_a_password_the_server_rejects_is_a_refused_login_not_offline(
+        daemon_factory: DaemonFactory, password_role: str, tmp_path: Path) -> None:
+    # The server answers and refuses the login: status said "offline", as if it could
+    # not be reached. Whichever source gives the wrong password.
+    wrong = "not-" + PASSWORD.replace("\\", "")
+    passfile = tmp_path / "pgpass"
+    passfile.write_text(f"*:*:*:*:{wrong}\n")
+    passfile.chmod(0o600)
+    name = "t" + uuid.uuid4().hex[:12]
+    for extra, env in ((', password_env = "RECALLD_PW"', {"RECALLD_PW": wrong}),
+                       (f', passfile = "{passfile}"', {})):
+        d = shared(daemon_factory, password_role, name, extra, **env)
+        status = settled(d)
+        assert status["state"] == "denied", status
+        assert f'password authentication failed for user "{ROLE}"' in str(
+            status["last_error"]), status
+        proc = run_recalld(("status",), env=d.env)
+        assert "remote:  denied, outbox 0" in proc.stdout, proc.stdout
+        assert "the server refused the login" in proc.stdout, proc.stdout
+        assert wrong not in d.log() and wrong not in proc.stdout
+        d.stop()

@@ -124,6 +124,19 @@ class BadDsn(ValueError):
     not of the server. Its text never quotes the DSN (libpq's message does)."""
 
 
+class LoginRefused(psycopg.OperationalError):
+    """The server answered and refused the login it was given a password for (a wrong
+    password, a role that may not log in there): not an outage, though retried as one
+    (the password may be changed on either side). Its text is libpq's, which says why."""
+
+
+def _refused_login(exc: psycopg.OperationalError) -> bool:
+    # libpq gives a failed connection no SQLSTATE, and the server's words may be in
+    # any language: it did ask for a password, was sent one, and ended the attempt.
+    conn = exc.pgconn
+    return conn is not None and conn.used_password and not conn.needs_password
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     """The server's answer to one uploaded change."""
@@ -163,12 +176,15 @@ def connect(cfg: RemoteConfig, *, environ: dict[str, str] | None = None,
     try:
         return _connect(conninfo, application_name)
     except psycopg.OperationalError as exc:
+        refused = LoginRefused if _refused_login(exc) else psycopg.OperationalError
         unusable = passfile.unusable_password_sources(cfg, env)
         if not unusable:
+            if refused is LoginRefused:
+                raise LoginRefused(str(exc)) from None
             raise
         # libpq passes over such a source without a word and reports only what the
         # server then says ("no password supplied"): say which configured one it skipped.
-        raise psycopg.OperationalError(f"{exc} ({'; '.join(unusable)})") from None
+        raise refused(f"{exc} ({'; '.join(unusable)})") from None
 
 
 def _connect(conninfo: str, application_name: str) -> Conn:

@@ -180,7 +180,7 @@ class Replica:
         attempt = 0
         while True:
             began = trio.current_time()
-            ours = misconfigured = refusing = False
+            ours = misconfigured = refusing = denied = False
             try:
                 await self._session()
             except* db.BadDsn as group:
@@ -197,6 +197,7 @@ class Replica:
             except* db.UNAVAILABLE as group:
                 # A server that answers but refuses this host's writes is not offline.
                 refusing = self._files.writes.refused(group, self._cfg.name) is not None
+                denied = isinstance(group.exceptions[0], db.LoginRefused)  # nor its login
                 self._record_error(group.exceptions[0], server=not refusing)
             except* Exception as group:
                 # A fault of ours (a full disk under the outbox, a file that cannot be
@@ -216,7 +217,7 @@ class Replica:
                 log.error("shared workspace %s: %s", self._cfg.name, self._last_error)
                 await trio.sleep_forever()
             self._conn_state = ("failing" if ours else "refusing" if refusing
-                                else "offline")
+                                else "denied" if denied else "offline")
             now = trio.current_time()
             if now - began > 60:
                 attempt = 0
@@ -242,8 +243,9 @@ class Replica:
             exc = exc.exceptions[0]
         text = one_line(exc, self._secrets)
         if text != self._last_error and server:
-            log.warning("shared workspace %s (%s): server unavailable: %s",
-                        self._cfg.name, mask_dsn(self._cfg.dsn), text)
+            log.warning("shared workspace %s (%s): %s: %s", self._cfg.name, mask_dsn(
+                self._cfg.dsn), "the server refused the login" if isinstance(
+                    exc, db.LoginRefused) else "server unavailable", text)
         self._last_error = text
         self._last_error_at = time.time()
 
@@ -346,7 +348,6 @@ class Replica:
             with trio.CancelScope(shield=True):
                 await in_thread(conn.close)  # closing the session releases the lock
 
-
     def _job_waits(self, kind: str) -> ProviderUnavailable:
         """Why job ``kind`` cannot run now (see :meth:`job_lock`)."""
         writes = self._files.writes
@@ -354,6 +355,7 @@ class Replica:
         error = self._last_error if writes.kind is None else f"{writes.kind}: {writes.reason}"
         waits = {"misconfigured": "its dsn in the config file is fixed",
                  "refusing": "the server takes this host's writes",
+                 "denied": "the server takes this host's login",
                  "failing": "this host can replicate again"}
         return ProviderUnavailable(
             f"shared workspace {self._cfg.name} is {state}"
