@@ -60,8 +60,7 @@ def render_status(status: DaemonStatus, socket_path: str, jobs: Sequence[JobInfo
         lines += [f"  [{MARKS[p.severity]}] {p.what}", f"         fix: {p.fix}"]
     for ws in status.get("workspaces") or []:
         a = assess(ws, jobs)
-        problems = [p for p in a.problems if p.severity != "info"]
-        verdict = "OK" if not problems else f"{len(problems)} problem(s)"
+        verdict = _verdict([p.severity for p in a.problems])
         lines += ["", f"{a.agent_id}: {verdict}  ({ws.get('state')}, {ws.get('path')})"]
         width = max((len(label) for label, _ in a.facts), default=0) + 1
         lines += [f"  {(label + ':').ljust(width)} {text}" for label, text in a.facts]
@@ -74,6 +73,15 @@ def render_status(status: DaemonStatus, socket_path: str, jobs: Sequence[JobInfo
     # One line each: a path or a name holding a line break or a terminal's control
     # character (a workspace folder named so) is shown escaped, as workspace list shows it.
     return "".join(visible(line) + "\n" for line in lines + not_open(listed, status, jobs))
+
+
+def _verdict(severities: Sequence[str]) -> str:
+    """A workspace's verdict in the words of ``recalld doctor``: a failure is a problem,
+    a warning a warning (notes are neither)."""
+    failed, warned = severities.count("fail"), severities.count("warn")
+    counts = [f"{failed} problem(s)"] if failed else []
+    counts += [f"{warned} warning(s)"] if warned else []
+    return ", ".join(counts) or "OK"
 
 
 def file_refused(status: DaemonStatus, refused: paths.PathError,
