@@ -30,7 +30,7 @@ from recalld.ipc.cli_ops import (
     add_command,
 )
 from recalld.ipc.client import Client
-from recalld.ipc.render import print_json, render_read, say, table
+from recalld.ipc.render import at_most, print_json, render_read, say, table
 from recalld.ipc.request_parts import note_parts
 from recalld.ipc.shown import names_nothing
 from recalld.ipc.types import visible
@@ -73,7 +73,8 @@ def add_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     changes.add_argument("--kind", choices=("auto_memory", "auto_dream"),
                          help="only this job's records (default: both)")
     changes.add_argument("-n", "--limit", type=count, default=20, metavar="N",
-                         help="at most N records (default 20)")
+                         help=f"at most N records (default 20, at most "
+                              f"{MAX_LISTED_CHANGES})")
     changes.add_argument("--show", metavar="RUN",
                          help="print one record's log in full (run id from the list)")
 
@@ -268,7 +269,8 @@ def _changes(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool)
         else:
             out.write(text if text.endswith("\n") else text + "\n")
         return _say_cut(str(found["log"]), cut) if cut else EXIT_OK
-    changes = client.memory_changes(ns.agent, kind=ns.kind, limit=ns.limit)
+    limit = at_most(ns.limit, MAX_LISTED_CHANGES, sys.stderr, "records")
+    changes = client.memory_changes(ns.agent, kind=ns.kind, limit=limit)
     if as_json:
         print_json(out, changes)
     elif not changes:

@@ -24,7 +24,7 @@ from recalld.ipc.cli_ops import (
 )
 from recalld.ipc.client import Client
 from recalld.ipc.progress import IndexingNotice
-from recalld.ipc.render import print_json, say
+from recalld.ipc.render import at_most, print_json, say
 from recalld.ipc.tool_args import MAX_HITS
 from recalld.ipc.types import SearchResult, visible
 
@@ -63,10 +63,7 @@ def _agent_list(value: str) -> list[str]:
 
 
 def _search(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    if ns.max_results > MAX_HITS:  # the daemon's cap: said, not a silent shorter list
-        say(sys.stderr,
-            f"recalld: note: at most {MAX_HITS} results are given, not {ns.max_results}")
-        ns.max_results = MAX_HITS
+    ns.max_results = at_most(ns.max_results, MAX_HITS, sys.stderr)
     with contextlib.ExitStack() as stack:
         if ns.sync and not as_json:  # say what a long wait (a first build) waits for
             stack.enter_context(IndexingNotice(client.socket_path, ns.agent, sys.stderr))

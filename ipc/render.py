@@ -305,6 +305,15 @@ def say(err: TextIO, line: str) -> None:
         _discard(err)
 
 
+def at_most(count: int, cap: int, err: TextIO, what: str = "results") -> int:
+    """``count`` (what an option such as ``-n`` asked for), or ``cap``, the most the
+    daemon hands out, said on ``err``: a shorter list with no word would read as all
+    there is."""
+    if count > cap:
+        say(err, f"recalld: note: at most {cap} {what} are given, not {count}")
+    return min(count, cap)
+
+
 def _discard(stream: TextIO) -> None:
     """Send what ``stream`` still holds and what is written to it later (the flush at
     exit too) to /dev/null, so it cannot fail again."""

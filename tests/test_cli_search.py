@@ -1,4 +1,5 @@
-"""``recalld search`` on a real daemon: what it asks for and what it says about it."""
+"""``recalld search`` and the other listing commands on a real daemon: what they ask for
+and what they say about it."""
 
 from __future__ import annotations
 
@@ -23,3 +24,14 @@ def test_more_results_than_the_daemon_gives_is_said(daemon: DaemonHandle) -> Non
     assert proc.stdout.count("==========") == 200 and said in proc.stderr.splitlines()
     proc = recalld("search", "heron", "-n", "100", "--sync", "--json", env=daemon.env)
     assert len(as_json(proc)["results"]) == 100 and "at most" not in proc.stderr
+
+
+def test_more_change_records_than_the_daemon_lists_is_said(daemon: DaemonHandle) -> None:
+    # memory.changes lists at most 500 records: `changes -n 1000` said nothing of it.
+    proc = recalld("changes", "-n", "1000", env=daemon.env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "no change records yet\n", proc.stdout
+    assert proc.stderr == "recalld: note: at most 500 records are given, not 1000\n", \
+        proc.stderr
+    proc = recalld("changes", "-n", "500", env=daemon.env)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
