@@ -42,6 +42,7 @@ from recalld.ipc.render import (
     AnswerLost,
     JobWaiter,
     answer_lost,
+    at_most,
     closed_pipe,
     hint,
     not_applied_lines,
@@ -55,6 +56,8 @@ from recalld.ipc.render import (
 from recalld.ipc.types import visible
 
 DEFAULT_AGENT = "default"
+#: The dream runs ``dream.runs`` lists at most.
+MAX_DREAM_RUNS = 200
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
@@ -150,7 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     dream.add_argument("--no-wait", action="store_true", help="submit and return the job id")
     listed_or_undone = dream.add_mutually_exclusive_group()  # else: a run now
     listed_or_undone.add_argument("--runs", nargs="?", type=count, const=20, metavar="N",
-                                  help="list the latest N runs (default 20), newest first")
+                                  help=f"list the latest N runs (default 20, at most "
+                                       f"{MAX_DREAM_RUNS}), newest first")
     listed_or_undone.add_argument("--undo", metavar="RUN", help="restore the files a dream "
                                   "run changed (run id from its log)")
     dream.add_argument("--force", action="store_true",
@@ -366,7 +370,8 @@ def _job(kind: str) -> Handler:
 def _dream(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
     _refuse_misplaced_dream_options(ns)
     if ns.runs is not None:
-        runs = client.dream_runs(ns.agent, limit=ns.runs)
+        runs = client.dream_runs(ns.agent, limit=at_most(ns.runs, MAX_DREAM_RUNS, sys.stderr,
+                                                          "runs"))
         if as_json:
             print_json(out, runs)
         elif not runs:

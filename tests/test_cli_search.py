@@ -26,7 +26,7 @@ def test_more_results_than_the_daemon_gives_is_said(daemon: DaemonHandle) -> Non
     assert len(as_json(proc)["results"]) == 100 and "at most" not in proc.stderr
 
 
-def test_more_change_records_than_the_daemon_lists_is_said(daemon: DaemonHandle) -> None:
+def test_more_records_or_runs_than_the_daemon_lists_is_said(daemon: DaemonHandle) -> None:
     # memory.changes lists at most 500 records: `changes -n 1000` said nothing of it.
     proc = recalld("changes", "-n", "1000", env=daemon.env)
     assert proc.returncode == 0, proc.stderr
@@ -35,3 +35,7 @@ def test_more_change_records_than_the_daemon_lists_is_said(daemon: DaemonHandle)
         proc.stderr
     proc = recalld("changes", "-n", "500", env=daemon.env)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    # And dream.runs at most 200.
+    proc = recalld("dream", "--runs", "300", env=daemon.env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "recalld: note: at most 200 runs are given, not 300\n", proc.stderr
