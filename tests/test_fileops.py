@@ -12,7 +12,8 @@ import trio
 
 from recalld.daemon.config import WorkspaceSettings
 from recalld.daemon.index.frontmatter import parse_frontmatter
-from recalld.daemon.memory.fileops import FileOps, WriteConflict, WritePolicy, slug
+from recalld.daemon.memory.fileops import FileOps, WriteConflict, WritePolicy
+from recalld.daemon.memory.slugs import slug
 from recalld.daemon.store.fsio import TEMP_RE
 from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, PathOutsideWorkspace
 

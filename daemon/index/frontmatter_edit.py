@@ -10,6 +10,7 @@ import json
 import re
 from typing import Final
 
+from recalld.daemon.index.filters import authors_of
 from recalld.daemon.index.frontmatter import (
     _FENCE,
     _block_end,
@@ -104,3 +105,16 @@ def update_frontmatter(text: str, changes: JsonObject) -> str:
             out.extend(_render_item(key, value))
     newline = "\r\n" if text.split("\n", 1)[0].endswith("\r") else "\n"
     return newline.join([lines[0], *out, *lines[end:]])
+
+
+def keep_fields(fields: JsonObject, old_fields: JsonObject) -> None:
+    """Make ``fields`` (a note's new frontmatter) keep what its earlier text
+    (``old_fields``) had that the write does not set (``tags`` a person added, say), and
+    name every author the earlier text named, then its own: agents appending to one
+    note each stay found by the ``author`` filter. One author stays a name, several
+    become a list."""
+    for key, value in old_fields.items():
+        fields.setdefault(key, value)
+    authors = list(dict.fromkeys((*authors_of(old_fields), *authors_of(fields))))
+    if authors:
+        fields["author"] = authors[0] if len(authors) == 1 else list(authors)

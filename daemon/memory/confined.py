@@ -1,24 +1,41 @@
 """Blocking file primitives confined to a workspace root, for :mod:`fileops` and the
-memory jobs (run them in a worker thread): publish a file atomically, remove one, read
-one's text, tell whether a file is UTF-8. Names are checked by :mod:`safepath`; symbolic
-links on the way are refused. No state, no task.
+memory jobs (run them in a worker thread): publish a file atomically (also only if it
+still holds what was read: :func:`publish_if_holds`), remove one, read one's text, tell
+whether a file is UTF-8. Names are checked by :mod:`safepath`; symbolic links on the way
+are refused. No state, no task (:func:`made_again_on_conflict` is the one coroutine: it
+makes a change again from a file saved meanwhile).
 """
 
 from __future__ import annotations
 
 import codecs
+import errno
+import logging
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 from recalld.daemon import safepath
+from recalld.daemon.libc import RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_UNSUPPORTED, renameat2
 from recalld.daemon.notetext import note_text
+from recalld.daemon.store import confine
 from recalld.daemon.store.errors import translate_os_error
-from recalld.daemon.store.fsio import FS, NOTE_MODE, REAL, atomic_writer
-from recalld.ipc.errors import InvalidParams, NotFound, PathOutsideWorkspace
+from recalld.daemon.store.fsio import FS, NOTE_MODE, PRIVATE_MODE, REAL, atomic_writer
+from recalld.ipc.errors import InvalidParams, NotFound, Overloaded, PathOutsideWorkspace
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_EDIT_BYTES = 4 << 20
+#: Exchanges made at most to put a save back where other saves keep landing meanwhile.
+EXCHANGES = 8
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+#: What opening a path fails with when no regular file is there: nothing, a file or a
+#: link on the way or at the end, a device or socket.
+NO_FILE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO, errno.EISDIR,
+                     errno.ENAMETOOLONG, errno.ENODEV})
 
 
 def _check_dir(path: Path, shown: str) -> bool:
@@ -37,13 +54,32 @@ def _check_dir(path: Path, shown: str) -> bool:
 
 
 class _PublishedBy(FS):
-    """The real file system, but for the rename that publishes a file: ``publish``'s."""
+    """The daemon's file system (``REAL``, whatever it is), but for the rename that
+    publishes a file: ``publish``'s."""
 
     def __init__(self, publish: Callable[[Path, Path], None]) -> None:
         self._publish = publish
 
+    def open_write(self, path: Path, mode: int = PRIVATE_MODE) -> int:
+        return REAL.open_write(path, mode)
+
+    def write(self, fd: int, data: bytes | memoryview) -> None:
+        REAL.write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        REAL.fsync(fd)
+
+    def close(self, fd: int) -> None:
+        REAL.close(fd)
+
     def replace(self, src: Path, dst: Path) -> None:
         self._publish(src, dst)
+
+    def fsync_dir(self, path: Path) -> None:
+        REAL.fsync_dir(path)
+
+    def unlink(self, path: Path) -> None:
+        REAL.unlink(path)
 
 
 def write_confined(root: Path, path: str, data: bytes, *, sync_dir: bool = True,
@@ -90,6 +126,70 @@ def write_confined(root: Path, path: str, data: bytes, *, sync_dir: bool = True,
         out.write(data)
 
 
+def file_bytes(name: str | Path, folder: int | None = None) -> bytes | None:
+    """The bytes of the regular file ``name`` (in ``folder``); None: none there, or
+    anything else than a regular file. Blocking."""
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=folder)
+    except OSError as exc:
+        if exc.errno in NO_FILE:
+            return None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        pieces: list[bytes] = []
+        while chunk := os.read(fd, 1 << 20):
+            pieces.append(chunk)
+        return b"".join(pieces)
+    finally:
+        os.close(fd)
+
+
+def _inode(name: str, folder: int | None) -> tuple[int, int]:
+    st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+    return st.st_dev, st.st_ino
+
+
+def exchange_if(tmp: str, target: str, folder: int | None,
+                holds: Callable[[bytes | None], bool]) -> bool:
+    """Move ``tmp`` to ``target`` (names in ``folder``) only if the target holds what
+    ``holds`` accepts (its bytes; None: no file there): True. Else the target is left as
+    it is and False returned (``tmp`` is then the caller's to remove, whatever it holds).
+
+    No save can fall between the comparison and the rename: the rename exchanges the two
+    files (or, where no file is expected, does not replace one), and what came out is
+    compared; a save found so is put back with a second exchange (a save made at the
+    target meanwhile, over ours, is newer still: exchanged back there, and so on). Where
+    the file system cannot exchange, compared, then renamed (a save in between is
+    overwritten). A save written into the old file in place after it came out and was
+    compared is not seen: that file is removed. Blocking."""
+    at = {"src_dir_fd": folder, "dst_dir_fd": folder}
+    try:
+        if holds(None):
+            renameat2(tmp, target, RENAME_NOREPLACE, **at)
+            return True
+        ours = _inode(tmp, folder)
+        renameat2(tmp, target, RENAME_EXCHANGE, **at)
+    except OSError as exc:
+        if exc.errno not in RENAME_UNSUPPORTED | {errno.EEXIST, errno.ENOENT}:
+            raise
+        if not holds(file_bytes(target, folder)):  # EEXIST, ENOENT: not as read
+            return False
+        os.replace(tmp, target, **at)
+        return True
+    if holds(file_bytes(tmp, folder)):  # what the target held until the exchange
+        os.unlink(tmp, dir_fd=folder)
+        return True
+    for _ in range(EXCHANGES):
+        going = _inode(tmp, folder)
+        renameat2(tmp, target, RENAME_EXCHANGE, **at)
+        if _inode(tmp, folder) == ours:
+            break
+        ours = going
+    return False
+
+
 def unlink_confined(root: Path, path: str) -> None:
     """Remove the regular file ``path`` (relative to ``root``) without leaving ``root``;
     nothing there is no error. Raises PathOutsideWorkspace (a link on the way or at the
@@ -112,6 +212,45 @@ def unlink_confined(root: Path, path: str) -> None:
         os.fsync(folder)
     finally:
         os.close(folder)
+
+
+class WriteConflict(Exception):
+    """A file changed between a read and the write made from it (:meth:`FileOps.replace`)."""
+
+
+def publish_if_holds(rel: str, before: str | None, tmp: Path, target: Path) -> None:
+    """Move ``tmp`` to ``target`` if the target holds ``before`` as :func:`read_confined`
+    reads it (None: there is no file), else :class:`WriteConflict` (the file saved
+    meanwhile stays as it is). Blocking."""
+
+    def holds(data: bytes | None) -> bool:
+        return (None if data is None else note_text(data)) == before
+
+    with confine.at(target) as (folder, name):
+        if not exchange_if(os.fspath(tmp) if folder is None else tmp.name, name, folder,
+                           holds):
+            raise WriteConflict(f"{rel} changed since it was read")
+
+
+async def made_again_on_conflict(attempt: Callable[[], Awaitable[T]], tries: int) -> T:
+    """``attempt()`` (a change made from a file's text, written if the file still holds
+    it: else :class:`WriteConflict`) made again while the file is saved in between, up to
+    ``tries`` times; then :func:`saved_meanwhile`."""
+    for _ in range(tries - 1):
+        try:
+            return await attempt()
+        except WriteConflict as exc:
+            log.info("%s: made again from the file as saved meanwhile", exc)
+    try:
+        return await attempt()
+    except WriteConflict as exc:
+        raise saved_meanwhile(exc, tries) from None
+
+
+def saved_meanwhile(exc: WriteConflict, tries: int) -> Overloaded:
+    """What a caller is told when a file kept being saved while a change was written."""
+    return Overloaded(f"{exc}: saved again each of {tries} times the change was made; "
+                      "nothing was changed, try again")
 
 
 class NotUtf8(InvalidParams):

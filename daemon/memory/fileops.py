@@ -8,7 +8,10 @@ the folders of its :class:`WritePolicy` (by default the daily and digest folders
 files only: a model never writes under ``metadata_dir``, ``session_dir`` or
 ``resource_dir``). Every write is an atomic publish (temp file, fsync, rename) and is then
 made searchable: ``await sync()`` (the workspace index's ``sync``) returns once the index
-has seen it.
+has seen it. A change made from a file's text (``edit``, ``frontmatter_update``,
+``daily_write``, ``replace``) is published only if the file still holds that text
+(:func:`publish_if_holds`): one saved meanwhile by a person's editor or a script is read
+again and the change made from it, never overwritten.
 
 Text coming in (content, replacement text, frontmatter values, names and descriptions)
 is redacted (:mod:`redact`) before it is written: whoever calls, a note never receives
@@ -33,6 +36,7 @@ import os
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
@@ -40,17 +44,23 @@ import trio
 
 from recalld.daemon import safepath
 from recalld.daemon.config import WorkspaceSettings
-from recalld.daemon.index.filters import authors_of
 from recalld.daemon.index.frontmatter import parse_frontmatter
-from recalld.daemon.index.frontmatter_edit import DELETE, render_frontmatter
+from recalld.daemon.index.frontmatter_edit import DELETE, keep_fields, render_frontmatter
 from recalld.daemon.index.frontmatter_edit import update_frontmatter as _update_fm
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.confined import MAX_EDIT_BYTES as MAX_EDIT_BYTES
 from recalld.daemon.memory.confined import NotUtf8 as NotUtf8
+from recalld.daemon.memory.confined import WriteConflict as WriteConflict
+from recalld.daemon.memory.confined import (
+    made_again_on_conflict,
+    publish_if_holds,
+    unlink_confined,
+    utf8_file,
+)
 from recalld.daemon.memory.confined import read_confined as read_confined
-from recalld.daemon.memory.confined import unlink_confined, utf8_file
+from recalld.daemon.memory.confined import saved_meanwhile as saved_meanwhile
 from recalld.daemon.memory.confined import write_confined as write_confined
-from recalld.daemon.memory.slugs import continued_order, cut_name, in_words
+from recalld.daemon.memory.slugs import continued_order, slug
 from recalld.daemon.notetext import lf_line_ends
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import (
@@ -71,6 +81,10 @@ MAX_WRITE_BYTES = 1 << 20
 NOTE_HEADER_BYTES = 4096
 MAX_TOOL_READ_BYTES = 64 * 1024
 SYNC_TIMEOUT_S = 30.0
+#: Times a change is made from a file's text again when it was saved meanwhile (an editor).
+WRITE_TRIES = 8
+#: :meth:`FileOps.daily_write`'s ``expect`` when any text of the note will do.
+ANY_TEXT: object = object()
 DAY_INDEX = "index.md"
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 #: Blank lines a note's content opens with (a model's answer often does): the body is
@@ -136,29 +150,6 @@ def has_room(text: str, room_for: int) -> bool:
     return not room_for or len(text.encode("utf-8")) + room_for <= MAX_WRITE_BYTES
 
 
-def _stem(name: str) -> str:
-    stem = name.strip()
-    return stem[:-3] if stem.lower().endswith(".md") else stem
-
-
-def has_name(name: str) -> bool:
-    """Whether ``name`` holds a letter or digit, which :func:`slug` makes a file name of;
-    of one without (``""``, ``".md"``, ``"!!!"``) it makes ``note``, which a caller that
-    named the file did not ask for."""
-    return any(ch.isalnum() for ch in _stem(name))
-
-
-def slug(name: str) -> str:
-    """A file-name stem from a model-chosen name: words (with their marks, see
-    :func:`slugs.in_words`) and ``-`` only, cut to 80 characters (:func:`cut_name`)."""
-    stem = cut_name(in_words(_stem(name)).strip("-_").lower(), 80)
-    if not stem:
-        stem = "note"
-    if stem == "index":
-        stem = "index-note"  # the day's index belongs to the daemon
-    return stem
-
-
 def check_date(date: object, today: Callable[[], dt.date]) -> str:
     if date is None:
         return today().isoformat()
@@ -177,10 +168,6 @@ def source_link(settings: WorkspaceSettings, session_id: str) -> str:
 
 
 # -- the operations ------------------------------------------------------------------------
-
-
-class WriteConflict(Exception):
-    """A file changed between a read and the write made from it (:meth:`FileOps.replace`)."""
 
 
 @dataclass
@@ -225,14 +212,19 @@ class FileOps:
         return await trio.to_thread.run_sync(
             lambda: read_confined(self.root, path, strict=strict))
 
-    async def _publish(self, rel: str, before: str | None, after: str) -> WriteResult:
-        """Write ``after`` (caller holds the lock); record the change; make it searchable."""
+    async def _publish(self, rel: str, before: str | None, after: str, *,
+                       checked: bool = True) -> WriteResult:
+        """Write ``after`` (caller holds the lock); record the change. ``checked``: only
+        if the file still holds ``before`` (None: none), else
+        :class:`WriteConflict` and a save made since stays (:func:`publish_if_holds`)."""
         if before == after:
             return WriteResult(rel, created=False, changed=False, text=after)
         data = after.encode("utf-8")
         if len(data) > MAX_WRITE_BYTES:
             raise InvalidParams(f"content too large ({MAX_WRITE_BYTES} bytes max)")
-        await trio.to_thread.run_sync(write_confined, self.root, rel, data)
+        publish = partial(publish_if_holds, rel, before) if checked else None
+        await trio.to_thread.run_sync(
+            lambda: write_confined(self.root, rel, data, publish=publish))
         self.changes.append(Change(rel, before, after))
         return WriteResult(rel, created=before is None, changed=True, text=after)
 
@@ -279,7 +271,7 @@ class FileOps:
             before = await self.read_text(rel)
             if check and before != expect:
                 raise WriteConflict(f"{rel} changed since it was read")
-            result = await self._publish(rel, before, content)
+            result = await self._publish(rel, before, content, checked=check)
         await self._searchable()
         return result
 
@@ -301,7 +293,8 @@ class FileOps:
         from recalld.daemon.memory.redact import redact_async, redact_inserted
 
         new = await redact_async(new)
-        async with self.lock:
+
+        async def attempt() -> WriteResult:
             before = await self.read_text(rel, strict=True)
             if before is None:
                 raise NotFound(f"no such file in the workspace: {safepath.masked(rel)}")
@@ -313,7 +306,10 @@ class FileOps:
             # Masked where it goes too: the index reads it with the lines around it.
             after = await trio.to_thread.run_sync(
                 redact_inserted, before.replace(old, new, 1), at, at + len(new))
-            result = await self._publish(rel, before, after)
+            return await self._publish(rel, before, after)
+
+        async with self.lock:
+            result = await made_again_on_conflict(attempt, WRITE_TRIES)
         await self._searchable()
         return result
 
@@ -325,7 +321,8 @@ class FileOps:
         # Each value read with its key, as the index reads the line ("wifi_password: x").
         edits = {str(k): (DELETE if v is None else redact_value({str(k): v})[str(k)])
                  for k, v in changes.items()}
-        async with self.lock:
+
+        async def attempt() -> WriteResult:
             before = await self.read_text(rel, strict=True)
             if before is None:
                 raise NotFound(f"no such file in the workspace: {safepath.masked(rel)}")
@@ -347,7 +344,10 @@ class FileOps:
                     f"the frontmatter would not read back the value of {other[0]!r} as "
                     "written: values are text, numbers, true/false, or lists or mappings "
                     "(of word keys) of those; nothing was changed")
-            result = await self._publish(rel, before, after)
+            return await self._publish(rel, before, after)
+
+        async with self.lock:
+            result = await made_again_on_conflict(attempt, WRITE_TRIES)
         await self._searchable()
         return result
 
@@ -383,7 +383,8 @@ class FileOps:
     async def daily_write(self, session_id: str, name: str, content: str,
                           date: str | None = None, description: str | None = None,
                           extra: Mapping[str, object] | None = None,
-                          room_for: int = 0, dialog: bool = True) -> WriteResult:
+                          room_for: int = 0, dialog: bool = True,
+                          expect: object = ANY_TEXT) -> WriteResult:
         """Write ``session_id``'s note ``name`` under ``<daily_dir>/<date>/``.
 
         The note gets frontmatter ``name``, ``description``, ``session_id`` and
@@ -395,6 +396,10 @@ class FileOps:
         an own note without that many bytes of room (:func:`has_room`) is passed over
         too: the session's notes go on in the next one. Without ``dialog`` (the session's
         conversation is in no dialog log), the note gets no ``source_conversation``.
+
+        A note saved meanwhile (a person's editor) is read again and the write made from
+        that; with ``expect`` (the text ``content`` was made from, None: no note), a note
+        found otherwise raises :class:`WriteConflict`: the caller makes content again.
         """
         if not session_id or not isinstance(session_id, str):
             raise InvalidParams("session_id must be a non-empty string")
@@ -417,9 +422,10 @@ class FileOps:
         fields["session_id"] = session_id
         if dialog:
             fields["source_conversation"] = source_link(self.settings, session_id)
-        before: str | None = None
-        rel = ""
-        async with self.lock:
+        async def attempt() -> WriteResult:
+            before: str | None = None
+            rel = ""
+            wanted = dict(fields)  # from the note as read this time
             for n in range(1, 1000):
                 rel = f"{self.day_folder(day)}/{stem if n == 1 else f'{stem}-{n}'}.md"
                 self.check_writable(rel)
@@ -433,17 +439,23 @@ class FileOps:
                         has_room(before, room_for)):
                     old_fields = parse_frontmatter(before)[0]
                     if not description and not given.get("description"):
-                        fields["description"] = old_fields.get("description") or ""
-                    _keep_fields(fields, old_fields)
+                        wanted["description"] = old_fields.get("description") or ""
+                    keep_fields(wanted, old_fields)
                     if not dialog:  # a link written before, to a file never written
-                        fields.pop("source_conversation", None)
+                        wanted.pop("source_conversation", None)
                     break
             else:
                 raise InvalidParams(f"no free note name for {stem} on {day}")
-            text = render_frontmatter(fields) + body.lstrip("\n")
+            if expect is not ANY_TEXT and before != expect:
+                raise WriteConflict(f"{rel} changed since it was read")
+            text = render_frontmatter(wanted) + body.lstrip("\n")
             if not text.endswith("\n"):
                 text += "\n"
-            result = await self._publish(rel, before, text)
+            return await self._publish(rel, before, text)
+
+        async with self.lock:
+            result = await (attempt() if expect is not ANY_TEXT
+                            else made_again_on_conflict(attempt, WRITE_TRIES))
         await self._searchable()
         return result
 
@@ -483,16 +495,3 @@ def fileops_for(ws: Workspace, *, policy: WritePolicy | None = None,
 def _json(value: object) -> str:
     """``value`` as canonical JSON, for comparing values by type as well (1 is not true)."""
     return json.dumps(value, sort_keys=True, default=str)
-
-
-def _keep_fields(fields: JsonObject, old_fields: JsonObject) -> None:
-    """Make ``fields`` (a note's new frontmatter) keep what its earlier text
-    (``old_fields``) had that the write does not set (``tags`` a person added, say), and
-    name every author the earlier text named, then its own: agents appending to one
-    note each stay found by the ``author`` filter. One author stays a name, several
-    become a list."""
-    for key, value in old_fields.items():
-        fields.setdefault(key, value)
-    authors = list(dict.fromkeys((*authors_of(old_fields), *authors_of(fields))))
-    if authors:
-        fields["author"] = authors[0] if len(authors) == 1 else list(authors)

@@ -140,3 +140,26 @@ def cut_name(stem: str, limit: int) -> str:
     if numbered and len(stem) > limit:
         return numbered[1][:limit].strip("-_") + numbered[2]
     return stem[:limit].strip("-_")
+
+
+def _stem(name: str) -> str:
+    stem = name.strip()
+    return stem[:-3] if stem.lower().endswith(".md") else stem
+
+
+def has_name(name: str) -> bool:
+    """Whether ``name`` holds a letter or digit, which :func:`slug` makes a file name of;
+    of one without (``""``, ``".md"``, ``"!!!"``) it makes ``note``, which a caller that
+    named the file did not ask for."""
+    return any(ch.isalnum() for ch in _stem(name))
+
+
+def slug(name: str) -> str:
+    """A file-name stem from a model-chosen name: words (with their marks, see
+    :func:`in_words`) and ``-`` only, cut to 80 characters (:func:`cut_name`)."""
+    stem = cut_name(in_words(_stem(name)).strip("-_").lower(), 80)
+    if not stem:
+        stem = "note"
+    if stem == "index":
+        stem = "index-note"  # the day's index belongs to the daemon
+    return stem

@@ -25,11 +25,11 @@ from pathlib import Path
 
 from recalld.daemon import safepath
 from recalld.daemon.libc import (
-    RENAME_EXCHANGE,
     RENAME_NOREPLACE,
     RENAME_UNSUPPORTED,
     renameat2,
 )
+from recalld.daemon.memory.confined import NO_FILE, exchange_if, file_bytes
 from recalld.daemon.memory.fileops import write_confined
 from recalld.daemon.store import confine
 from recalld.daemon.store.fsio import REAL, fit_name, temp_name
@@ -37,11 +37,6 @@ from recalld.ipc.errors import RecalldError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-#: What opening a path fails with when no note is there: nothing, a file or a link on
-#: the way or at the end, a device or socket.
-_NO_NOTE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO, errno.EISDIR,
-                      errno.ENAMETOOLONG, errno.ENODEV})
-
 
 #: ``expect`` of a write that overwrites whatever the file holds.
 ANY: object = object()
@@ -155,7 +150,7 @@ class Confinement:
                 current = child
             fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=current)
         except OSError as exc:
-            if exc.errno in _NO_NOTE and not isinstance(exc, LinkOnTheWay):
+            if exc.errno in NO_FILE and not isinstance(exc, LinkOnTheWay):
                 return LocalFile(path, None, None, None)
             raise
         finally:
@@ -248,32 +243,9 @@ class Confinement:
     def _publish_in(self, path: str, expect: str | object | None, folder: int | None,
                     tmp: str, target: str) -> None:
         """:meth:`_publish` of ``tmp`` to ``target``, names in ``folder``."""
-        at = {"src_dir_fd": folder, "dst_dir_fd": folder}
-        try:
-            if expect is None:
-                renameat2(tmp, target, RENAME_NOREPLACE, **at)
-                return
-            ours = _inode(tmp, folder)
-            renameat2(tmp, target, RENAME_EXCHANGE, **at)
-        except OSError as exc:
-            if exc.errno not in RENAME_UNSUPPORTED | {errno.EEXIST, errno.ENOENT}:
-                raise
-            self._unchanged(path, expect)  # EEXIST, ENOENT: the file is not as read
-            os.replace(tmp, target, **at)
-            return
-        if _read_hash(tmp, folder) == expect:  # what the target held until the exchange
-            os.unlink(tmp, dir_fd=folder)
-            return
-        # Saved since the replica read it: the save goes back to its place. A save made
-        # at the target meanwhile (over ours) is newer still: exchanged back there, and
-        # so on, until the file that comes out is the one that went in.
-        for _ in range(_EXCHANGES):
-            going = _inode(tmp, folder)
-            renameat2(tmp, target, RENAME_EXCHANGE, **at)
-            if _inode(tmp, folder) == ours:
-                break
-            ours = going
-        raise EditedMeanwhile(self.read(path))  # the temp file is removed by the writer
+        if not exchange_if(tmp, target, folder, lambda data: (
+                None if data is None else content_hash(data)) == expect):
+            raise EditedMeanwhile(self.read(path))  # the temp file is removed by the writer
 
     def _unchanged(self, path: str, expect: str | object | None) -> None:
         """Raise :class:`EditedMeanwhile` unless ``path`` still holds what was read."""
@@ -347,32 +319,10 @@ class Confinement:
         raise EditedMeanwhile(self.read(path))
 
 
-#: Exchanges made at most to put a save back where other saves keep landing meanwhile.
-_EXCHANGES = 8
-
-
-def _inode(name: str, folder: int | None) -> tuple[int, int]:
-    st = os.stat(name, dir_fd=folder, follow_symlinks=False)
-    return st.st_dev, st.st_ino
-
-
 def _read_hash(name: str | Path, folder: int | None = None) -> str | None:
     """The content hash of the regular file ``name`` (None: anything else)."""
-    try:
-        fd = os.open(name, _FILE_FLAGS, dir_fd=folder)
-    except OSError as exc:
-        if exc.errno in _NO_NOTE:
-            return None
-        raise
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        pieces: list[bytes] = []
-        while chunk := os.read(fd, 1 << 20):
-            pieces.append(chunk)
-        return content_hash(b"".join(pieces))
-    finally:
-        os.close(fd)
+    data = file_bytes(name, folder)
+    return None if data is None else content_hash(data)
 
 
 def conflict_name(path: str, when: float, host: str, attempt: int = 0) -> str:

@@ -28,12 +28,13 @@ from recalld.daemon.memory import note_retry, topics
 from recalld.daemon.memory.dreamruns import INTERESTS_FILE
 from recalld.daemon.memory.fileops import (
     NOTE_HEADER_BYTES,
+    WRITE_TRIES,
+    WriteConflict,
     check_date,
     fileops_for,
-    has_name,
     has_room,
     read_confined,
-    slug,
+    saved_meanwhile,
 )
 from recalld.daemon.memory.interests import parse_interests
 from recalld.daemon.memory.markdown_files import walk_markdown
@@ -45,7 +46,7 @@ from recalld.daemon.memory.recall import (
 )
 from recalld.daemon.memory.redact import masked_in, redact, redact_async
 from recalld.daemon.memory.selection import MAX_SELECT, select_topics
-from recalld.daemon.memory.slugs import names_nothing
+from recalld.daemon.memory.slugs import has_name, names_nothing, slug
 from recalld.daemon.memory.turns import check_request_id, check_session_id
 from recalld.daemon.notetext import lf_line_ends, note_text
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
@@ -164,31 +165,40 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
                                     "changed": True}
                 await answers.remember(request_id, found)
                 return found
-            notes = await _own_notes(ws, ops.day_folder(day), slug(name), session_id)
-            # Masked, two secrets read alike: a content redaction changed is no repeat
-            # one can tell from the note (it holds no secret to compare), so it is added.
-            held = None if request_id is not None or masked else next(
-                (rel for rel, _, body in notes if f"\n\n{text}\n\n" in f"\n\n{body}\n\n"), None)
-            rel, body = next(((rel, body) for rel, whole, body in notes
-                              if has_room(whole, room_for)), ("", ""))
-            if held is not None and held != rel:  # in a note that is full now
-                return {"agent_id": agent_id, "session_id": session_id, "date": day,
-                        "path": held, "created": False, "changed": False}
-            if held is not None:
-                # Already said in this note, word for word: a call sent again after its
-                # answer was lost (a restart, a dropped connection) adds nothing twice.
-                new_body = f"{body}\n"
-            else:
-                new_body = f"{body}\n\n{text}\n" if body else f"{text}\n"
-            if request_id is not None:
-                # Where the text goes, before it goes there: a retry after a stop between
-                # the write and its answer finds it there and adds it not again.
-                await answers.remember(request_id, note_retry.writing(
-                    day, rel, body, [n for n, _, _ in notes]))
-            result = await ops.daily_write(session_id, name, new_body, date=day,
-                                           description=description,
-                                           extra={"author": author} if author else None,
-                                           room_for=room_for, dialog=dialog)
+            for tries_left in range(WRITE_TRIES - 1, -1, -1):
+                notes = await _own_notes(ws, ops.day_folder(day), slug(name), session_id)
+                # Masked, two secrets read alike: a content redaction changed is no
+                # repeat one can tell from the note (it holds no secret to compare).
+                held = None if request_id is not None or masked else next(
+                    (rel for rel, _, body in notes
+                     if f"\n\n{text}\n\n" in f"\n\n{body}\n\n"), None)
+                rel, whole, body = next(((rel, whole, body) for rel, whole, body in notes
+                                         if has_room(whole, room_for)), ("", None, ""))
+                if held is not None and held != rel:  # in a note that is full now
+                    return {"agent_id": agent_id, "session_id": session_id, "date": day,
+                            "path": held, "created": False, "changed": False}
+                if held is not None:
+                    # Already said in this note, word for word: a call sent again after
+                    # its answer was lost (a restart, a dropped connection) adds nothing.
+                    new_body = f"{body}\n"
+                else:
+                    new_body = f"{body}\n\n{text}\n" if body else f"{text}\n"
+                if request_id is not None:
+                    # Where the text goes, before it goes there: a retry after a stop
+                    # between the write and its answer finds it there, adds it not again.
+                    await answers.remember(request_id, note_retry.writing(
+                        day, rel, body, [n for n, _, _ in notes]))
+                try:
+                    # Written only over the note as read here: one saved meanwhile (a
+                    # person's editor) is read again and the content added to that.
+                    result = await ops.daily_write(
+                        session_id, name, new_body, date=day, description=description,
+                        extra={"author": author} if author else None, room_for=room_for,
+                        dialog=dialog, expect=whole)
+                    break
+                except WriteConflict as exc:
+                    if not tries_left:
+                        raise saved_meanwhile(exc, WRITE_TRIES) from None
             added: NoteAdded = {"agent_id": agent_id, "session_id": session_id, "date": day,
                                 "path": result.path, "created": result.created,
                                 "changed": result.changed}
