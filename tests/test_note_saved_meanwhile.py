@@ -4,12 +4,17 @@ added (a real daemon; the save is made by a launcher hook at that very point, on
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hooks import launcher
+from hooks import launcher, run_first
 from test_capture import config
+from test_fileops import make_ops, no_temp_files
+
+from recalld.daemon.memory import fileops
+from recalld.daemon.memory.fileops import WriteConflict
 
 #: Launcher lines: the first time the daemon publishes over a file named $SAVE_NAME, the
 #: file is saved first as an editor of style $SAVE_STYLE would, with the line $SAVE_LINE
@@ -65,3 +70,55 @@ def test_a_note_saved_between_the_read_and_the_write_keeps_both(
     assert text.count("Seats 12A and 12B.") == 1, text
     found = d.call("memory.search", {"agent_id": "w", "query": "Казино", "sync": True})
     assert [r["path"] for r in found["results"]] == [first["path"]]
+
+
+def _saved_by_hand(monkeypatch: pytest.MonkeyPatch, owner: object, name: str, note: Path,
+                   text: str) -> None:
+    """The first call of ``owner.name`` (after the operation read ``note``) is preceded by a
+    person's save of ``text`` into ``note`` through a rename, as most editors save."""
+    done: list[bool] = []
+
+    def save() -> None:
+        if not done:
+            done.append(True)
+            tmp = note.with_name(".saving")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, note)
+
+    run_first(monkeypatch, owner, name, save)
+
+
+async def test_a_node_saved_before_its_removal_stays(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A dream's removal read the node, compared it with what it had read, then unlinked
+    # whatever the file held by then: a save made in between was deleted with it.
+    ops, _ = make_ops(tmp_path)
+    node = tmp_path / "digest/wiki/trip.md"
+    node.parent.mkdir(parents=True)
+    node.write_text("Trip to Lisbon.\n", encoding="utf-8")
+    saved = "Trip to Lisbon.\nHotel: 旅館 Ρόδος (by hand)\n"
+    _saved_by_hand(monkeypatch, fileops, "unlink_confined", node, saved)
+    with pytest.raises(WriteConflict):
+        await ops.remove("digest/wiki/trip.md", "Trip to Lisbon.\n")
+    assert node.read_text(encoding="utf-8") == saved
+    assert no_temp_files(tmp_path)
+
+
+@pytest.mark.parametrize("operation", ["edit", "frontmatter_update"])
+async def test_an_edit_is_made_from_the_note_as_saved_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, operation: str) -> None:
+    ops, _ = make_ops(tmp_path)
+    note = tmp_path / "memory/2026-07-23/trip.md"
+    note.parent.mkdir(parents=True)
+    note.write_text("---\nname: trip\n---\nFlights on 14 May.\n", encoding="utf-8")
+    saved = "---\nname: trip\n---\nFlights on 14 May.\nالفندق: by hand\n"
+    _saved_by_hand(monkeypatch, fileops, "write_confined", note, saved)
+    if operation == "edit":
+        await ops.edit("memory/2026-07-23/trip.md", "14 May", "15 May")
+    else:
+        await ops.frontmatter_update("memory/2026-07-23/trip.md", {"tags": ["travel"]})
+    text = note.read_text(encoding="utf-8")
+    assert "الفندق: by hand" in text, text
+    assert ("15 May" in text) if operation == "edit" else ("travel" in text), text
+    assert ops.changes[-1].before == saved
+    assert no_temp_files(tmp_path)

@@ -191,7 +191,7 @@ def test_without_exchanging_renames_a_save_is_still_kept(
         fs: Confinement, monkeypatch: pytest.MonkeyPatch) -> None:
     """A file system without ``renameat2``'s flags (NFS: EINVAL) gets the file compared
     just before a plain rename or unlink."""
-    from recalld.daemon.remote import localfs
+    from recalld.daemon.memory import confined
 
     def unsupported(*_args: object, **_kw: object) -> None:
         raise OSError(errno.EINVAL, "Invalid argument")
@@ -201,7 +201,7 @@ def test_without_exchanging_renames_a_save_is_still_kept(
     for path, data in notes.items():
         fs.write(path, data)
     read = {path: fs.read(path).hash for path in notes}
-    monkeypatch.setattr(localfs, "renameat2", unsupported)
+    monkeypatch.setattr(confined, "renameat2", unsupported)
     (fs.root / "memory/2026-07-04/b.md").write_bytes(b"# B saved\n")
     edited: list[LocalFile] = []
     fs.put([("memory/2026-07-04/a.md", b"# A2\n"), ("memory/2026-07-04/b.md", b"# B2\n"),

@@ -22,7 +22,7 @@ from recalld.daemon.libc import RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_UNSUPP
 from recalld.daemon.notetext import note_text
 from recalld.daemon.store import confine
 from recalld.daemon.store.errors import translate_os_error
-from recalld.daemon.store.fsio import FS, NOTE_MODE, PRIVATE_MODE, REAL, atomic_writer
+from recalld.daemon.store.fsio import FS, NOTE_MODE, PRIVATE_MODE, REAL, atomic_writer, temp_name
 from recalld.ipc.errors import InvalidParams, NotFound, Overloaded, PathOutsideWorkspace
 
 log = logging.getLogger(__name__)
@@ -190,10 +190,42 @@ def exchange_if(tmp: str, target: str, folder: int | None,
     return False
 
 
-def unlink_confined(root: Path, path: str) -> None:
+def unlink_if(name: str, folder: int | None, holds: Callable[[bytes | None], bool]
+              ) -> bool | None:
+    """Unlink ``name`` (in ``folder``) if it holds what ``holds`` accepts: True; None: it
+    was gone; False: it held something else (a save made since it was read) and stays.
+    Moved aside under a temp name first and compared there, so a save made meanwhile is
+    never removed unseen; one found so is moved back (unless a newer one took the name
+    meanwhile). Where the file system cannot, compared, then unlinked. Blocking."""
+    at = {"src_dir_fd": folder, "dst_dir_fd": folder}
+    aside = temp_name(name)
+    try:
+        renameat2(name, aside, RENAME_NOREPLACE, **at)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno not in RENAME_UNSUPPORTED:
+            raise
+        if not holds(file_bytes(name, folder)):
+            return False
+        os.unlink(name, dir_fd=folder)
+        return True
+    if holds(file_bytes(aside, folder)):
+        os.unlink(aside, dir_fd=folder)
+        return True
+    try:
+        renameat2(aside, name, RENAME_NOREPLACE, **at)
+    except FileExistsError:  # saved again since: that newer save stays
+        os.unlink(aside, dir_fd=folder)
+    return False
+
+
+def unlink_confined(root: Path, path: str, before: str | None = None) -> None:
     """Remove the regular file ``path`` (relative to ``root``) without leaving ``root``;
     nothing there is no error. Raises PathOutsideWorkspace (a link on the way or at the
-    end) or InvalidParams (not a regular file). Blocking."""
+    end) or InvalidParams (not a regular file). ``before``: only if it holds that text
+    as :func:`read_confined` reads it, else :class:`WriteConflict` and the file stays
+    (:func:`unlink_if`). Blocking."""
     parts = safepath.split_relative(path)
     try:
         folder = safepath.open_parent(root, parts, path)
@@ -208,7 +240,11 @@ def unlink_confined(root: Path, path: str) -> None:
             raise PathOutsideWorkspace(f"path is a symbolic link: {path}")
         if not stat.S_ISREG(st.st_mode):
             raise InvalidParams(f"not a regular file: {path}")
-        os.unlink(parts[-1], dir_fd=folder)
+        if before is None:
+            os.unlink(parts[-1], dir_fd=folder)
+        elif unlink_if(parts[-1], folder, lambda data: data is not None and (
+                note_text(data) == before)) is False:
+            raise WriteConflict(f"{path} changed since it was read")
         os.fsync(folder)
     finally:
         os.close(folder)

@@ -282,7 +282,7 @@ class FileOps:
         async with self.lock:
             if await self.read_text(rel) not in (expect, None):
                 raise WriteConflict(f"{rel} changed since it was read")
-            await trio.to_thread.run_sync(unlink_confined, self.root, rel)
+            await trio.to_thread.run_sync(unlink_confined, self.root, rel, expect)
         await self._searchable()
 
     async def edit(self, path: str, old: str, new: str) -> WriteResult:

@@ -24,15 +24,10 @@ from functools import partial
 from pathlib import Path
 
 from recalld.daemon import safepath
-from recalld.daemon.libc import (
-    RENAME_NOREPLACE,
-    RENAME_UNSUPPORTED,
-    renameat2,
-)
-from recalld.daemon.memory.confined import NO_FILE, exchange_if, file_bytes
+from recalld.daemon.memory.confined import NO_FILE, exchange_if, unlink_if
 from recalld.daemon.memory.fileops import write_confined
 from recalld.daemon.store import confine
-from recalld.daemon.store.fsio import REAL, fit_name, temp_name
+from recalld.daemon.store.fsio import REAL, fit_name
 from recalld.ipc.errors import RecalldError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -247,12 +242,6 @@ class Confinement:
                 None if data is None else content_hash(data)) == expect):
             raise EditedMeanwhile(self.read(path))  # the temp file is removed by the writer
 
-    def _unchanged(self, path: str, expect: str | object | None) -> None:
-        """Raise :class:`EditedMeanwhile` unless ``path`` still holds what was read."""
-        found = self.read(path)
-        if found.hash != expect:
-            raise EditedMeanwhile(found)
-
     def remove(self, path: str, expect: str | object | None = ANY) -> None:
         """Delete ``path`` if it exists (directories on the way must not be links), and
         the folders that leaves empty up to the replicated one, as on the host that
@@ -298,31 +287,11 @@ class Confinement:
         """Unlink ``name`` in ``folder`` if it holds ``expect`` (False: it was gone).
         Moved aside under a temp name first and compared there; a save found so is moved
         back (unless a newer one took the name meanwhile)."""
-        aside = temp_name(name)
-        try:
-            renameat2(name, aside, RENAME_NOREPLACE, src_dir_fd=folder, dst_dir_fd=folder)
-        except FileNotFoundError:
-            return False
-        except OSError as exc:
-            if exc.errno not in RENAME_UNSUPPORTED:
-                raise
-            self._unchanged(path, expect)
-            os.unlink(name, dir_fd=folder)
-            return True
-        if _read_hash(aside, folder) == expect:
-            os.unlink(aside, dir_fd=folder)
-            return True
-        try:
-            renameat2(aside, name, RENAME_NOREPLACE, src_dir_fd=folder, dst_dir_fd=folder)
-        except FileExistsError:  # saved again since: that newer save stays
-            os.unlink(aside, dir_fd=folder)
-        raise EditedMeanwhile(self.read(path))
-
-
-def _read_hash(name: str | Path, folder: int | None = None) -> str | None:
-    """The content hash of the regular file ``name`` (None: anything else)."""
-    data = file_bytes(name, folder)
-    return None if data is None else content_hash(data)
+        done = unlink_if(name, folder, lambda data: (
+            None if data is None else content_hash(data)) == expect)
+        if done is False:
+            raise EditedMeanwhile(self.read(path))
+        return bool(done)
 
 
 def conflict_name(path: str, when: float, host: str, attempt: int = 0) -> str:
