@@ -122,3 +122,21 @@ async def test_an_edit_is_made_from_the_note_as_saved_meanwhile(
     assert ("15 May" in text) if operation == "edit" else ("travel" in text), text
     assert ops.changes[-1].before == saved
     assert no_temp_files(tmp_path)
+
+
+def test_a_note_saved_in_another_encoding_is_left_and_the_content_goes_on(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # A person saved the session's note in Windows-1252: the daemon never writes over it
+    # (what it read is a guess), so the content goes into the next note of that name.
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, None))
+    first = d.call("memory.add_note", {"agent_id": "w", "session_id": "s", "name": "trip",
+                                       "content": "Flights booked."})
+    note = root / first["path"]
+    saved = note.read_text(encoding="utf-8") + "Le café “crème” coûte 3 €\n"
+    note.write_bytes(saved.encode("cp1252"))
+    second = d.call("memory.add_note", {"agent_id": "w", "session_id": "s", "name": "trip",
+                                        "content": "Seats 12A and 12B."})
+    assert second["path"] == first["path"].replace("trip.md", "trip-2.md"), second
+    assert note.read_bytes() == saved.encode("cp1252")
+    assert "Seats 12A and 12B." in (root / second["path"]).read_text(encoding="utf-8")

@@ -25,6 +25,7 @@ from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.index.search import MAX_RESULTS_CAP, search
 from recalld.daemon.memory import note_retry, topics
+from recalld.daemon.memory.confined import read_checked
 from recalld.daemon.memory.dreamruns import INTERESTS_FILE
 from recalld.daemon.memory.fileops import (
     NOTE_HEADER_BYTES,
@@ -212,16 +213,18 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
 
 async def _own_notes(ws: Workspace, folder: str, stem: str,
                      session_id: str) -> list[tuple[str, str, str]]:
-    """``session_id``'s notes ``stem``, ``stem-2``... in ``folder``, in order: each as its
-    path, its text and its body (stripped)."""
+    """``session_id``'s notes ``stem``, ``stem-2``... in ``folder``, in order (but those
+    not in UTF-8): each as its path, its text and its body (stripped)."""
 
     def scan() -> list[tuple[str, str, str]]:
         out: list[tuple[str, str, str]] = []
         for n in range(1, 1000):
             rel = f"{folder}/{stem if n == 1 else f'{stem}-{n}'}.md"
-            text = read_confined(ws.root, rel)
+            text, utf8 = read_checked(ws.root, rel)
             if text is None:
                 break
+            if not utf8:  # saved in another encoding: never written over (daily_write)
+                continue
             fields, body_start = parse_frontmatter(text)
             if fields.get("session_id") == session_id:
                 body = "\n".join(text.split("\n")[body_start:]).strip()
