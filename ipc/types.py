@@ -9,14 +9,13 @@ TypedDicts, :mod:`recalld.ipc.answers`). Parsing is lenient about extra keys (ke
 from __future__ import annotations
 
 import re
-import unicodedata
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, overload
 
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.textcut import cluster_start, cut_text
-from recalld.ipc.textfold import CJK_RANGES, read_places
+from recalld.ipc.textmatch import match_span, matched_line
 
 # C0 and C1 controls, DEL and the Unicode line and paragraph separators: anything that
 # could start a new line (or redraw one) where a name is shown inside text; and the bidi
@@ -242,7 +241,7 @@ def shown_part(text: str, start_line: int, end_line: int, max_chars: int, query:
     without blank lines at either end, cut to ``max_chars`` between whole characters with
     ``…``; and the first and last line of what is shown, so that a label names only
     lines whose text follows it. Cut from its start, unless the start misses the line
-    that holds the most of ``query``'s words (:func:`_matched_line`): then cut around that
+    that holds the most of ``query``'s words (``matched_line``): then cut around that
     line, with ``…`` where lines are left out before or after."""
     lines = text.split("\n")
     lead, end = shown_lines(lines)
@@ -272,84 +271,27 @@ class Part(NamedTuple):
 def cut_part(lines: list[str], first: int, max_chars: int, query: str = "") -> Part:
     """``lines`` (the first is line ``first`` of its note; more than ``max_chars`` in all)
     cut to ``max_chars`` between whole characters (shown with its ``…``: one more). From
-    the start, unless the start misses the line holding the most of ``query``'s words
-    (:func:`_matched_line`): then around it."""
-    at = _matched_line(lines, query)
-    # The start cut misses the match when the text up to its end is longer.
-    if at is not None and (sum(map(len, lines[:at])) + at + _match_end(lines[at], query)
-                           > max_chars):
-        return _cut_around(lines, at, first, query, max_chars - 1)  # and a leading …
+    the start, unless the start misses the line that holds ``query`` best
+    (``matched_line``): then around it, and around the place in it the query matches best
+    (``match_span``) when that line is too long alone."""
+    at = matched_line(lines, query)
+    if at is not None:
+        # The start cut misses the match when the text up to its end is longer.
+        begin, end = match_span(lines[at], query, max(max_chars * 2 // 3 - 8, 1))
+        if sum(map(len, lines[:at])) + at + end > max_chars:
+            return _cut_around(lines, at, first, begin, max_chars - 1)  # and a leading …
     body = cut_text("\n".join(lines), max_chars).rstrip()
     return Part(body, first, first + body.count("\n"), False, True)
 
 
-_CJK = re.compile(f"[{CJK_RANGES}]")
-
-
-def _words(text: str) -> list[str]:
-    """The runs of letters and digits of ``text``, each going on through the combining
-    marks in it (an accent typed decomposed, a Hindi or Thai vowel sign, a Hebrew point)."""
-    words: list[str] = []
-    word: list[str] = []
-    for ch in text:
-        if ch.isalnum() or (word and unicodedata.category(ch)[0] == "M"):
-            word.append(ch)
-        elif word:
-            words.append("".join(word))
-            word = []
-    if word:
-        words.append("".join(word))
-    return words
-
-
-def _query_words(query: str) -> set[str]:
-    """The words of ``query`` a line is searched for, read as the index reads words
-    (``read_places``: ``viet`` is in ``Việt``, ``ガ`` in ``ｶﾞ``): each run of letters and
-    digits, a run of Chinese, Japanese, Korean or Thai characters (``CJK_RANGES``) as its
-    pairs (as the daemon reads such text: no spaces between its words)."""
-    words: set[str] = set()
-    for word in _words(unicodedata.normalize("NFKC", query)):
-        if _CJK.search(word) and len(word) > 2:
-            pairs: Iterable[str] = (word[i:i + 2] for i in range(len(word) - 1))
-        else:
-            pairs = (word,)
-        words.update(read for pair in pairs if (read := read_places(pair)[0]))
-    return words
-
-
-def _matched_line(lines: list[str], query: str) -> int | None:
-    """The index of the line of ``lines`` holding the most of ``query``'s words, each
-    weighing the less the more lines hold it (a word on every line tells nothing); the
-    first of equals; None when no line holds any."""
-    words = _query_words(query) if query.strip() else set()
-    if not words:
-        return None
-    read = [read_places(line)[0] for line in lines]
-    held = {w: [i for i, line in enumerate(read) if w in line] for w in words}
-    weights = [0.0] * len(lines)
-    for at in held.values():
-        for i in at:
-            weights[i] += 1 / len(at)
-    best = max(weights)
-    return weights.index(best) if best else None
-
-
-def _match_end(line: str, query: str) -> int:
-    """Where in ``line`` the first of ``query``'s words in it ends (0: none is in it),
-    found as the index reads words, whatever form the line spells it in."""
-    read, places = read_places(line)
-    ends = [places[i + len(w) - 1] + 1 for w in _query_words(query)
-            if (i := read.find(w)) >= 0]
-    return min(ends, default=0)
-
-
-def _cut_around(lines: list[str], at: int, first: int, query: str, max_chars: int) -> Part:
+def _cut_around(lines: list[str], at: int, first: int, match: int, max_chars: int) -> Part:
     """Lines around ``lines[at]`` (line ``first`` is ``lines[0]``) within ``max_chars``:
     up to a third of them before it, as many after as fit, then more before; a line
-    ``at`` too long alone is cut around its first query word."""
+    ``at`` too long alone is cut around index ``match`` in it (where the query matches
+    best: a third of the part before it)."""
     line = lines[at]
     if len(line) >= max_chars:
-        begin = cluster_start(line, _match_end(line, query) - max_chars // 3)
+        begin = cluster_start(line, match - max_chars // 3)
         cut = cut_text(line[begin:], max_chars).rstrip()  # its end: where the part ends
         return Part(cut.lstrip(), first + at, first + at, begin > 0 or at > 0,
                     begin + len(cut) < len(line.rstrip()) or at < len(lines) - 1)
