@@ -314,3 +314,29 @@ def test_a_query_embedded_just_before_a_model_change_ends(daemon_factory: Any,
         top = d.call("memory.search", {"agent_id": "w", "query": last.text})["results"][0]
         assert top["vector"] > 0.99 and top["start_line"] == 1 + last.first - 2
         assert d.stop() == 0
+
+
+def test_a_keyword_hit_shows_the_lines_with_the_whole_phrase(daemon_factory: Any,
+                                                              tmp_path: Path) -> None:
+    # Chinese and Thai are searched by pairs of characters: a window holding the pairs
+    # of the query apart (他是负责的，不要责人) holds as many terms as the one holding
+    # the phrase whole (负责人); the hit shows the phrase's lines, whatever window the
+    # vector branch likes best.
+    filler = "今天天气很好，我们去公园散步，看见很多花和树。" * 6
+    cases = (("负责人", "他是负责的，不要责人太多。", "负责人是王芳。"),
+             ("ระบบไม่ทำงาน", "ระบบดีมาก ฉันไม่ทำงานวันนี้", "เมื่อวานระบบไม่ทำงานเลย"))
+    root = tmp_path / "ws"
+    for n, (_query, apart, whole) in enumerate(cases):
+        rows = [apart + filler, filler, filler, filler, filler, whole + filler]
+        write(root, f"memory/2026-07-2{n}/n.md", "# 记录\n\n" + "\n".join(rows) + "\n")
+    with FakeProvider(dims=8, api_key="k") as fake:
+        d = daemon_factory(config(root, fake, "context_lines = 0"))
+        d.call("index.sync", {"agent_id": "w"})
+        wait_idle(d)
+        for n, (query, _apart, whole) in enumerate(cases):
+            res = d.call("memory.search", {"agent_id": "w", "query": query,
+                                           "max_results": 1})
+            top = res["results"][0]
+            assert top["path"] == f"memory/2026-07-2{n}/n.md" and top["keyword"], res
+            assert whole in top["text"] and top["end_line"] == 8, (query, top)
+        assert d.stop() == 0

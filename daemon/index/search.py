@@ -41,6 +41,7 @@ from recalld.daemon.index.windows import Window, around, holding
 from recalld.daemon.memory.slugs import shows_no_word
 from recalld.daemon.providers.errors import ProviderError
 from recalld.ipc.errors import InvalidParams, PathOutsideWorkspace
+from recalld.ipc.textmatch import query_words
 from recalld.ipc.types import render_result
 
 log = logging.getLogger(__name__)
@@ -323,13 +324,15 @@ async def search(
             keyword_weight = guarded_weight(keyword_weight, found.reach,
                                             full_at=config.keyword_guard)
         terms = frozenset(tokenize_query(query)) if found.windows else frozenset()
+        phrases = query_words(query).phrases if found.windows else frozenset()
         for f in fuse_branches(keyword_hits, vector_hits, exact, config, chunks,
                                keyword_weight=keyword_weight):
             hit, window = chunks[f.key], found.windows.get(f.key)
             if window is not None and f.keyword is not None:
                 # A keyword hit shows the lines holding the query's terms, not the vector
                 # branch's best window (which may lack them).
-                window = holding(hit.text, config.vector_window_chars, terms, window)
+                window = holding(hit.text, config.vector_window_chars, terms, window,
+                                 phrases)
             item = _result(hit, f.score, f.keyword, f.vector, window,
                            config.context_lines)
             if f.exact:

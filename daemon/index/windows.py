@@ -19,6 +19,7 @@ from typing import Final
 
 from recalld.daemon.index.chunker import split_line
 from recalld.daemon.index.tokenizer import tokenize
+from recalld.ipc.textfold import read_places
 
 _SENTENCE_END: Final = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])")
 
@@ -112,18 +113,24 @@ def around(text: str, window: Window, neighbours: int) -> tuple[int, int, str]:
     return first, last, "\n".join(lines[first:last + 1])
 
 
-def holding(text: str, size: int, terms: frozenset[str], best: Window) -> Window:
+def holding(text: str, size: int, terms: frozenset[str], best: Window,
+            phrases: frozenset[str] = frozenset()) -> Window:
     """The window of ``text`` (a chunk, windows of ``size``) that holds the most of
-    ``terms`` (query terms as the keyword index reads them: ``tokenize``), so a keyword
-    hit shows the lines that matched; ``best`` (the vector branch's) when it holds as
-    many as any, or when none holds one (a term only in the heading)."""
-    def held(window: Window) -> int:
-        return len(terms.intersection(tokenize(window.text)))
+    ``phrases`` whole (a query's runs found by pairs, read as ``read_places`` reads:
+    ``recalld.ipc.textmatch.query_words``), then the most of ``terms`` (query terms as
+    the keyword index reads them: ``tokenize``), so a keyword hit shows the lines that
+    matched, not those where a common pair of the phrase turns up; ``best`` (the vector
+    branch's) when it holds as many as any, or when none holds one (a term only in the
+    heading)."""
+    def held(window: Window) -> tuple[int, int]:
+        read = read_places(window.text)[0] if phrases else ""
+        return (sum(phrase in read for phrase in phrases),
+                len(terms.intersection(tokenize(window.text))))
 
     wins = chunk_windows(text, size) if size else []
     counts = [held(w) for w in wins]
-    top = max(counts, default=0)
-    if not top or held(best) >= top:
+    top = max(counts, default=(0, 0))
+    if not top[1] or held(best) >= top:
         return best
     return wins[counts.index(top)]
 
