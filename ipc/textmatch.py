@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -115,8 +116,8 @@ def match_span(line: str, query: str, width: int) -> tuple[int, int]:
     held = [0] * len(weight)
     full = sum(weight)
     score = best = left = 0  # the score of the matches ending within width
-    span = (0, 0)
-    for end, which in found:
+    first = last = 0  # the matches of the best place: found[first:last + 1]
+    for right, (end, which) in enumerate(found):
         if not held[which]:
             score += weight[which]
         held[which] += 1
@@ -127,7 +128,12 @@ def match_span(line: str, query: str, width: int) -> tuple[int, int]:
                 score -= weight[gone]
             left += 1
         if score > best:
-            best, span = score, (found[left][0], end)
+            best, first, last = score, left, right
             if best == full:  # all of the query: none can be better
                 break
-    return places[span[0] - 1] + 1, places[span[1] - 1] + 1
+    # Its first matches that are again later in it add nothing: the part starts after.
+    again = Counter(which for _end, which in found[first:last + 1])
+    while again[found[first][1]] > 1:
+        again[found[first][1]] -= 1
+        first += 1
+    return places[found[first][0] - 1] + 1, places[found[last][0] - 1] + 1

@@ -36,12 +36,15 @@ def test_a_cut_of_one_long_line_shows_the_whole_phrase(daemon: DaemonHandle,
         text = filler * (1200 // len(filler)) + line + filler * 4
         write(root, f"memory/2026-08-07/{name}.md", f"# {name}\n\n{text}\n")
     open_ws(daemon, root)
-    for name, query, _filler, line in CASES:
+    for name, query, filler, line in CASES:
         answer = daemon.call("memory.recall", {"agent_id": "w", "query": query,
                                                "budget_chars": 300, "max_results": 1})
         item = answer["items"][0]
         assert answer["truncated"] and item["path"].endswith(f"/{name}.md"), answer
         assert line.strip() in item["text"], (name, item["text"])
+        # Around it: the common pairs before it add nothing, what follows it is shown.
+        after = item["text"].split(line.strip())[1]
+        assert len(after) >= min(40, len(filler * 4) - 1), (name, item["text"])
         assert (item["start_line"], item["end_line"]) == (3, 3), item
         wire = daemon.call("memory.search", {"agent_id": "w", "query": query,
                                              "max_results": 1})
