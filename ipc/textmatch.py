@@ -26,7 +26,7 @@ _CJK = re.compile(f"[{CJK_RANGES}]")
 
 class QueryWords(NamedTuple):
     """A query's ``words`` as the index reads them (a run of CJK or Thai characters as
-    its pairs), and its ``phrases``: those runs whole (longer than a pair)."""
+    its pairs), and its ``phrases``: those runs whole (of two characters or more)."""
 
     words: frozenset[str]
     phrases: frozenset[str]
@@ -56,10 +56,10 @@ def query_words(query: str) -> QueryWords:
     words: set[str] = set()
     phrases: set[str] = set()
     for word in _words(unicodedata.normalize("NFKC", query)):
+        if _CJK.search(word) and len(word) > 1 and (read := read_places(word)[0]):
+            phrases.add(read)
         if _CJK.search(word) and len(word) > 2:
             pairs: Iterable[str] = (word[i:i + 2] for i in range(len(word) - 1))
-            if read := read_places(word)[0]:
-                phrases.add(read)
         else:
             pairs = (word,)
         words.update(read for pair in pairs if (read := read_places(pair)[0]))

@@ -21,6 +21,8 @@ CASES = (
      "会議の議事録は田中さんが書いた。"),
     ("ko", "데이터베이스 이전", "데이터가 많아요 ",
      "데이터베이스 이전 담당자는 김민수입니다 "),
+    # Two words of a pair each: where both are, not the first of either.
+    ("zh2", "迁移 负责", "他负责的工作都很好，大家都满意。", "数据库迁移由王芳负责。"),
 )
 
 
