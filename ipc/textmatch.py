@@ -91,8 +91,9 @@ def matched_line(lines: list[str], query: str) -> int | None:
 
 def match_span(line: str, query: str, width: int) -> tuple[int, int]:
     """Where in ``line`` the query matches best: the ends (indexes just past them) of
-    the first and the last match of it there, at most about ``width`` apart; (0, 0) when
-    none is in it. A query of words only: its first word in the line. A query with runs
+    the first and the last match of it there, at most about ``width`` apart (the first
+    one not found again later there: a common pair before a phrase is not its start);
+    (0, 0) when none is in it. A query of words only: its first word in the line. A query with runs
     found by pairs: the place holding the most of its phrases whole, then the most of its
     distinct words and pairs; the first of equals. One pass over the matches (sorted)."""
     asked = query_words(query)
