@@ -268,6 +268,27 @@ def test_damaged_data_file_falls_back_to_older_complete_generation(
     assert gen.skipped == [(manifest_name(2), "corrupt files: bm25")]
 
 
+@pytest.mark.parametrize("how", ["flip", "delete"])
+def test_a_generation_found_damaged_is_no_fallback_kept_after_the_next_commit(
+        tmp_path: Path, how: str) -> None:
+    # Generation 2 is damaged and 1 serves: the next commit keeps 1 as its fallback, not
+    # 2, so damage to the new generation falls back to sound files, not to a rebuild.
+    path = two_generations(tmp_path).state_dir / "chunks.g000002.jsonl.zst"
+    if how == "flip":
+        flip(path, path.stat().st_size // 2)
+    else:
+        path.unlink()
+    store = make_store(tmp_path)
+    assert store.open() is not None and store.current is not None
+    assert store.current.number == 1
+    assert commit(store) == 3
+    assert store.manifest_numbers() == [3, 1]
+    assert not any(".g000002." in name for name in state_names(store))
+    flip(store.state_dir / "bm25.g000003.arr", 40)
+    gen = make_store(tmp_path).load()
+    assert gen is not None and gen.ok and gen.number == 1
+
+
 def test_damage_shared_by_all_generations_is_reported_per_file(tmp_path: Path) -> None:
     store = make_store(tmp_path)
     store.open()

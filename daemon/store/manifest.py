@@ -21,6 +21,7 @@ and the caller rebuilds it. See docs/adr/0004-storage-generations.md.
 ``load`` picks the newest manifest that verifies and whose files all verify; failing that
 an older fully valid one; failing that the newest valid manifest with a per-file report
 (``Generation.corrupt``) so the caller rebuilds only what is broken while the rest serves.
+A generation passed by for a sound older one is never kept by ``cleanup`` as a fallback.
 
 One writer per state directory (the caller holds the lock); nothing here is thread-safe.
 Everything blocks: run it in a worker thread.
@@ -102,6 +103,8 @@ class GenerationStore:
         self.current: Generation | None = None
         #: Manifests the last ``load`` passed by, newest first: (name, why).
         self.skipped: list[tuple[str, str]] = []
+        #: Generations a load passed by for a sound older one: never kept as a fallback.
+        self._damaged: set[int] = set()
         self._next = 1
 
     # -- naming ---------------------------------------------------------------------
@@ -150,6 +153,7 @@ class GenerationStore:
             self._next = max(self._next, numbers[0] + 1)
         fallback: Generation | None = None
         skipped: list[tuple[str, str]] = []
+        passed: list[int] = []
         self.skipped = skipped
         for number in numbers:
             try:
@@ -160,6 +164,7 @@ class GenerationStore:
             self._check_files(gen, verify, defer)
             if gen.ok:
                 gen.skipped = skipped
+                self._damaged.update(passed)
                 return gen
             if fallback is None:
                 # What it passed by are the newer ones; older ones tried after it would
@@ -167,6 +172,7 @@ class GenerationStore:
                 gen.skipped = list(skipped)
                 fallback = gen
             skipped.append((manifest_name(number), "corrupt files: " + ", ".join(gen.corrupt)))
+            passed.append(number)
         if fallback is not None:
             self.skipped = fallback.skipped
         return fallback
@@ -303,7 +309,7 @@ class GenerationStore:
         for number in self.manifest_numbers():
             if self.current is not None and number == self.current.number:
                 continue
-            if len(kept) < keep:
+            if len(kept) < keep and number not in self._damaged:
                 try:
                     kept.append(self.read_manifest(number))
                     continue
