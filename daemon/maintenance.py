@@ -385,7 +385,9 @@ def _verify_generation(index: WorkspaceIndex) -> GenerationCheck:
         if logical in gen.files and logical not in gen.corrupt:
             counts[logical] = gen.files[logical].records
     out["records"] = counts
-    out["ok"] = not gen.corrupt
+    # A newer manifest passed by is the committed one not verifying: the generation
+    # checked is then an older fallback, not what was committed.
+    out["ok"] = not gen.corrupt and not gen.skipped
     return out
 
 

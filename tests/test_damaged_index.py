@@ -202,3 +202,28 @@ def test_live_index_files_damaged_under_searches(daemon_factory: DaemonFactory,
     wait_for(lambda: _workspace(daemon)["index"]["load_checked"], "the load checks")
     assert _workspace(daemon)["index"]["load_corrupt"] == {}
     assert daemon.stop() == 0
+
+
+def test_a_damaged_current_manifest_fails_verify(daemon_factory: DaemonFactory,
+                                                 tmp_path: Path) -> None:
+    # The committed generation's manifest no longer verifies: the generation an
+    # index.verify can still read is an older one, which is no proof of the committed one.
+    env = {"RECALLD_DATA_DIR": str(tmp_path / "data")}
+    root = tmp_path / "data" / "workspaces" / AGENT
+    _write_notes(root)
+    daemon = daemon_factory(CONFIG, **env)
+    with Client(daemon.socket_path) as c:
+        c.index_sync(AGENT)
+        c.index_compact(AGENT)
+        c.index_compact(AGENT)
+        manifests = sorted((root / "mem_metadata" / "index").glob("MANIFEST-*.json"))
+        assert len(manifests) == 2, manifests
+        data = bytearray(manifests[-1].read_bytes())
+        data[len(data) // 2] ^= 0x04
+        manifests[-1].write_bytes(bytes(data))
+        report = c.index_verify(AGENT)
+    generation = report["generation"]
+    assert generation["skipped"] == [{"manifest": manifests[-1].name,
+                                      "why": "manifest checksum mismatch"}], generation
+    assert generation["ok"] is False and report["ok"] is False, report
+    assert daemon.stop() == 0
