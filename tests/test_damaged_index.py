@@ -204,26 +204,55 @@ def test_live_index_files_damaged_under_searches(daemon_factory: DaemonFactory,
     assert daemon.stop() == 0
 
 
-def test_a_damaged_current_manifest_fails_verify(daemon_factory: DaemonFactory,
-                                                 tmp_path: Path) -> None:
-    # The committed generation's manifest no longer verifies: the generation an
-    # index.verify can still read is an older one, which is no proof of the committed one.
-    env = {"RECALLD_DATA_DIR": str(tmp_path / "data")}
-    root = tmp_path / "data" / "workspaces" / AGENT
-    _write_notes(root)
-    daemon = daemon_factory(CONFIG, **env)
+
+def _flip_current_manifest(daemon: DaemonHandle, root: Path) -> Path:
+    """Two generations saved, then a bit of the current one's manifest flipped."""
     with Client(daemon.socket_path) as c:
         c.index_sync(AGENT)
         c.index_compact(AGENT)
         c.index_compact(AGENT)
-        manifests = sorted((root / "mem_metadata" / "index").glob("MANIFEST-*.json"))
-        assert len(manifests) == 2, manifests
-        data = bytearray(manifests[-1].read_bytes())
-        data[len(data) // 2] ^= 0x04
-        manifests[-1].write_bytes(bytes(data))
+    manifests = sorted((root / "mem_metadata" / "index").glob("MANIFEST-*.json"))
+    assert len(manifests) == 2, manifests
+    data = bytearray(manifests[-1].read_bytes())
+    data[len(data) // 2] ^= 0x04
+    manifests[-1].write_bytes(bytes(data))
+    return manifests[-1]
+
+
+def test_a_damaged_current_manifest_fails_verify(daemon_factory: DaemonFactory,
+                                                 tmp_path: Path) -> None:
+    # The committed generation's manifest no longer verifies: the generation an
+    # index.verify can still read is an older one, which is no proof of the committed one.
+    root = tmp_path / "data" / "workspaces" / AGENT
+    _write_notes(root)
+    daemon = daemon_factory(CONFIG, RECALLD_DATA_DIR=str(tmp_path / "data"))
+    manifest = _flip_current_manifest(daemon, root)
+    with Client(daemon.socket_path) as c:
         report = c.index_verify(AGENT)
     generation = report["generation"]
-    assert generation["skipped"] == [{"manifest": manifests[-1].name,
+    assert generation["skipped"] == [{"manifest": manifest.name,
                                       "why": "manifest checksum mismatch"}], generation
     assert generation["ok"] is False and report["ok"] is False, report
+    assert daemon.stop() == 0
+
+
+def test_a_current_manifest_damaged_under_the_daemon_is_named_and_saved_again(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Like a damaged data file of the current generation: health names it until a new
+    # generation is saved, so a restart does not fall back to an older one unawares.
+    root = tmp_path / "data" / "workspaces" / AGENT
+    _write_notes(root)
+    daemon = daemon_factory(CONFIG, RECALLD_DATA_DIR=str(tmp_path / "data"))
+    manifest = _flip_current_manifest(daemon, root)
+    wait_for(lambda: _workspace(daemon)["health"]["state"] == "degraded",
+             "health to turn degraded")
+    reasons = "\n".join(_workspace(daemon)["health"]["reasons"])
+    assert str(manifest.relative_to(root)) in reasons, reasons
+    assert _workspace(daemon)["index"]["damaged_files"]["manifest"]["file"] == str(
+        manifest.relative_to(root))
+    with Client(daemon.socket_path) as c:
+        c.index_compact(AGENT)  # saves a new generation from what the daemon holds
+        wait_for(lambda: _workspace(daemon)["health"]["state"] == "clean",
+                 "health to be clean")
+        assert c.index_verify(AGENT)["ok"] is True
     assert daemon.stop() == 0

@@ -17,7 +17,8 @@ from recalld.daemon.store.arrays import write_arrays, write_blob
 from recalld.daemon.store.errors import CorruptState, DiskFull, StorageError
 from recalld.daemon.store.failingfs import FailingFS
 from recalld.daemon.store.fsio import REAL, FileEntry, checksum, temp_name
-from recalld.daemon.store.manifest import GenerationStore, manifest_name
+from recalld.daemon.store.generation import manifest_name
+from recalld.daemon.store.manifest import GenerationStore
 from recalld.daemon.store.records import read_records, write_records
 
 MIRROR = "file_store/file_chunks_default_v1.jsonl.zst"

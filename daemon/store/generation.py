@@ -23,6 +23,13 @@ from recalld.daemon.store.fsio import FileEntry, read_verified, verify_file
 
 _T = TypeVar("_T")
 
+#: The key the manifest's own stat and damage go by, beside the logical file names.
+MANIFEST = "manifest"
+
+
+def manifest_name(gen: int) -> str:
+    return f"MANIFEST-{gen:06d}.json"
+
 
 @dataclass
 class Generation:
@@ -62,6 +69,9 @@ class Generation:
         return not self.corrupt
 
     def path(self, logical: str) -> Path:
+        """The file of ``logical``, or the generation's manifest for ``MANIFEST``."""
+        if logical == MANIFEST:
+            return self.state_dir / manifest_name(self.number)
         return self.state_dir / self.files[logical].name
 
     def mirror_path(self, logical: str) -> Path | None:
@@ -88,8 +98,9 @@ class Generation:
             served.evict()  # hashing read every page; searches need few of them
 
     def remember_stats(self) -> None:
-        """Record each good file's stat as it is now (just opened or written)."""
-        for logical in self.files:
+        """Record each good file's stat, and the manifest's, as it is now (just opened
+        or written)."""
+        for logical in [*self.files, MANIFEST]:
             if logical in self.corrupt:
                 continue
             try:
@@ -99,9 +110,9 @@ class Generation:
             self.stats[logical] = (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def changed_on_disk(self) -> dict[str, str]:
-        """The files whose stat is no longer the one :meth:`remember_stats` recorded, with
-        why; each is recorded in ``corrupt``. A few ``stat`` calls: cheap enough to ask on
-        every status."""
+        """The files (``MANIFEST`` for the manifest) whose stat is no longer the one
+        :meth:`remember_stats` recorded, with why; each is recorded in ``corrupt``. A few
+        ``stat`` calls: cheap enough to ask on every status."""
         found: dict[str, str] = {}
         for logical, (ino, size, mtime_ns) in self.stats.items():
             if logical in self.corrupt:

@@ -58,7 +58,7 @@ from recalld.daemon.store.fsio import (
     remove_temp_files,
     verify_file,
 )
-from recalld.daemon.store.generation import Generation
+from recalld.daemon.store.generation import Generation, manifest_name
 
 FORMAT = "recalld-manifest"
 VERSION = 1
@@ -70,10 +70,6 @@ _HEAD = b'{"manifest":'
 _TAIL_RE = re.compile(rb',"blake2b":"([0-9a-f]{64})"\}\n\Z')
 
 Verify = Literal["size", "checksum"]
-
-
-def manifest_name(gen: int) -> str:
-    return f"MANIFEST-{gen:06d}.json"
 
 
 class GenerationStore:
