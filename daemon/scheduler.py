@@ -44,6 +44,7 @@ import logging
 import os
 import random
 import re
+import zlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -73,7 +74,9 @@ _DST_MARGIN = timedelta(hours=3)
 #: widest gap between two zones' offsets (UTC-12 to UTC+14), a clock read in the wrong zone.
 #: Further ahead, it was fired by a wrong clock (see the module rules).
 CLOCK_CORRECTION = timedelta(hours=26)
-_STATE_VERSION = 1
+#: 2: the entries carry their crc32 (a flipped bit in a time fired could run an occurrence
+#: again); 1, written before, is read without one.
+_STATE_VERSION = 2
 
 
 def _wrong_clock(last_fired: datetime, now: datetime) -> bool:
@@ -200,6 +203,10 @@ class _Entry:
     @property
     def key(self) -> str:
         return _key(self.agent_id, self.kind)
+
+
+def _crc32(entries: object) -> str:
+    return f"{zlib.crc32(orjson.dumps(entries, option=orjson.OPT_SORT_KEYS)):08x}"
 
 
 def _set_aside(path: Path) -> str:
@@ -336,7 +343,10 @@ class CronScheduler:
             return
         try:
             data = orjson.loads(read_verified(self._state_path, None))
-            entries = data["entries"] if data.get("version") == _STATE_VERSION else {}
+            version = data.get("version")
+            entries = data["entries"] if version in (1, _STATE_VERSION) else {}
+            if version == _STATE_VERSION and data.get("crc32") != _crc32(entries):
+                raise ValueError("checksum mismatch")
             self._state = {str(k): {str(f): str(v) for f, v in rec.items()}
                            for k, rec in entries.items()}
         except CorruptState as exc:  # missing, or a directory or device in its place
@@ -346,16 +356,26 @@ class CronScheduler:
             self._state = {}
         except (StorageError, ValueError, TypeError, KeyError, AttributeError) as exc:
             # Starting from "now" can only skip a catch-up run, never double one.
-            log.warning("scheduler state %s unreadable (%s); starting afresh",
-                        self._state_path, exc)
+            log.warning("scheduler state %s unreadable (%s); starting afresh%s",
+                        self._state_path, exc, self._set_aside_copy())
             self._state = {}
+
+    def _set_aside_copy(self) -> str:
+        """Keep the state file that did not verify beside it, named in status."""
+        assert self._state_path is not None
+        try:
+            aside = set_aside(REAL, self._state_path)
+        except StorageError as exc:
+            return f" (could not set it aside: {exc.message})"
+        self.write_failure.set_aside = str(aside)
+        return f"; set aside as {aside.name}"
 
     def _write_state(self) -> None:
         assert self._state_path is not None
         ensure_dir(REAL, self._state_path.parent)
         atomic_write(REAL, self._state_path,
-                     orjson.dumps({"version": _STATE_VERSION, "entries": self._state},
-                                  option=orjson.OPT_SORT_KEYS))
+                     orjson.dumps({"version": _STATE_VERSION, "crc32": _crc32(self._state),
+                                   "entries": self._state}, option=orjson.OPT_SORT_KEYS))
 
     async def _record(self, entry: _Entry, last_fired: datetime) -> None:
         self._state[entry.key] = {"last_fired": last_fired.isoformat(),

@@ -481,3 +481,4 @@ def test_local_zone_follows_tz(monkeypatch: pytest.MonkeyPatch) -> None:
     assert CronSchedule("0 23 * * *").tz == NEW_YORK
     monkeypatch.setenv("TZ", ":Europe/Berlin")
     assert CronSchedule("0 23 * * *").tz == BERLIN
+
