@@ -58,6 +58,15 @@ def checked_wait(value: float | None, name: str) -> float | None:
     return float(value)
 
 
+def checked_max_events(value: int) -> int:
+    """``value``, how many events a client keeps unread (``max_events``), or ValueError
+    when it is not a whole number, 0 or more: else taken, and either every event dropped
+    or a TypeError at some later call."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"max_events must be a whole number, 0 or more, not {value!r}")
+    return value
+
+
 def not_running(socket_path: Path) -> errors.DaemonNotRunning:
     """The error for no daemon at ``socket_path``, with the command that starts one there:
     ``recalld serve`` finds the socket as a client does, unless the client was given

@@ -90,10 +90,7 @@ class AsyncClient(_flavours.AsyncMethods):
         self.autostart = autostart
         #: Events dropped because nobody read them fast enough.
         self.events_dropped = 0
-        if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 0:
-            # Else taken, and either every event dropped or a TypeError at some later call.
-            raise ValueError(f"max_events must be a whole number, 0 or more, not {max_events!r}")
-        self._max_events = max_events
+        self._max_events = _core.checked_max_events(max_events)
         self._protocol = ClientProtocol()
         #: The state of each event loop run using the client, and of the one used last.
         self._runs: list[Run] = []

@@ -55,7 +55,9 @@ class Client(_flavours.SyncMethods):
 
     ``timeout_s`` bounds each call (raising :class:`TimeoutError`), ``connect_timeout_s``
     each connect. With ``autostart=True`` a missing daemon is started with
-    ``recalld serve`` in the background and waited for.
+    ``recalld serve`` in the background and waited for. At most ``max_events`` events
+    wait to be read (those that came first); more are dropped and counted in
+    ``events_dropped``.
     """
 
     #: Every client of this process, for a child forked from it (:meth:`_forget_inherited`).
@@ -68,6 +70,7 @@ class Client(_flavours.SyncMethods):
         timeout_s: float = 30.0,
         connect_timeout_s: float = 5.0,
         autostart: bool = False,
+        max_events: int = MAX_QUEUED_EVENTS,
     ) -> None:
         self.socket_path = paths.socket_path(socket_path, lenient=True)
         self._request_limit = _core.request_limit()
@@ -82,7 +85,10 @@ class Client(_flavours.SyncMethods):
         self._poller: select.poll | None = None  # POLLIN of _sock
         self._framer = LineFramer(_core.CLIENT_MAX_FRAME_BYTES)
         self._protocol = ClientProtocol()
-        self._events: collections.deque[Event] = collections.deque(maxlen=MAX_QUEUED_EVENTS)
+        self._max_events = _core.checked_max_events(max_events)
+        #: Events dropped because nobody read them fast enough.
+        self.events_dropped = 0
+        self._events: collections.deque[Event] = collections.deque()
         self._topics: list[str] = []
         #: token -> handler of the ``call.progress`` events of a call being waited for.
         self._progress: dict[str, Callable[[JsonObject], None]] = {}
@@ -332,6 +338,8 @@ class Client(_flavours.SyncMethods):
                                    if event.topic == PROGRESS_TOPIC else None)
                         if handler is not None:
                             handler(event.data)
+                        elif len(self._events) >= self._max_events:
+                            self.events_dropped += 1
                         else:
                             self._events.append(event)
                 elif message.id == want or (message.id is None and message.error is not None

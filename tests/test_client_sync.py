@@ -263,3 +263,21 @@ async def test_raw_calls_send_positional_params_and_refuse_other_shapes(daemon: 
         assert got["results"] == named["results"]
         with pytest.raises(TypeError, match="not str"):
             await aclient.call("memory.list", "default")  # type: ignore[arg-type]
+
+
+def test_sync_events_past_max_events_are_counted_not_lost_silently(daemon: Any) -> None:
+    # A subscriber busy with calls kept only the newest events and never learnt that older
+    # ones were gone. Now it keeps those that came first, as the async client does, and
+    # counts the rest in events_dropped.
+    with Client(daemon.socket_path, max_events=2) as client:
+        client.subscribe(["job.state"])
+        job_id = client.jobs_submit("default", "reindex")["job_id"]
+        wait_for(lambda: daemon.call("jobs.get", {"agent_id": "default",
+                                                  "job_id": job_id})["state"] == "succeeded")
+        # Calls read what has arrived; the job's last state is the third event at least.
+        wait_for(lambda: client.ping() and client.events_dropped >= 1, "an event dropped")
+        kept = [e.data["state"] for e in client.events(timeout_s=0)]
+        assert kept == ["queued", "running"]
+    for bad in (-1, 1.5, True, "3"):
+        with pytest.raises(ValueError, match=r"^max_events must be a whole number"):
+            Client(daemon.socket_path, max_events=bad)  # type: ignore[arg-type]
