@@ -15,6 +15,7 @@ import anyio
 import sniffio
 
 from recalld.ipc import _core, errors
+from recalld.ipc._core import Lost
 from recalld.ipc.protocol import LineFramer, Response
 from recalld.ipc.types import Event
 
@@ -35,13 +36,6 @@ class Waiter:
 
     def answered(self) -> bool:
         return self.response is not None or self.error is not None
-
-
-@dataclass(frozen=True)
-class Lost:
-    """Marker put in the event buffer when a subscribed connection dies, and why."""
-
-    why: str = "the daemon closed the connection"
 
 
 Events = collections.deque[Event | Lost]

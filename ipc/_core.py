@@ -6,11 +6,13 @@ No I/O waits here except :func:`spawn_daemon`, which only starts a process.
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import shlex
 import stat
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -56,6 +58,22 @@ def checked_wait(value: float | None, name: str) -> float | None:
         raise ValueError(f"{name} must be a number of seconds, 0 or more (or None: no "
                          f"limit), not {value!r}")
     return float(value)
+
+
+@dataclass(frozen=True)
+class Lost:
+    """Marker put in a client's event buffer when a subscribed connection dies, and why:
+    the subscriber is told (:class:`~recalld.ipc.errors.ConnectionLost`) that events may
+    have been missed before it reads those of the next connection."""
+
+    why: str = "the daemon closed the connection"
+
+
+def mark_lost(events: collections.deque[T | Lost], lost: Lost) -> None:
+    """Put ``lost`` at the end of ``events`` unless a loss is already the last thing
+    there: a full buffer still tells of the gap, and many losses in a row are one."""
+    if not events or not isinstance(events[-1], Lost):
+        events.append(lost)
 
 
 def checked_max_events(value: int) -> int:

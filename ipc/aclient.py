@@ -46,8 +46,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import anyio
 
 from recalld.ipc import _call, _core, _flavours, _methods, errors, paths
-from recalld.ipc._aconn import Connection, Lost, NotSent, Run, Waiter, current_loop, to_the_end
+from recalld.ipc._aconn import Connection, NotSent, Run, Waiter, current_loop, to_the_end
 from recalld.ipc._call import Call
+from recalld.ipc._core import Lost
 from recalld.ipc.answers import Subscribed
 from recalld.ipc.protocol import ClientProtocol, FrameTooLarge, Notification, Response
 from recalld.ipc.types import Event
@@ -151,8 +152,8 @@ class AsyncClient(_flavours.AsyncMethods):
                 lost = old.conn is not None and not old.conn.closed
                 old.drop()  # (no task of an ended loop is left to tell)
                 run.events.extend(old.events)  # read, and not yet taken
-                if lost and self._topics and len(run.events) < self._max_events:
-                    run.events.append(Lost(_RUN_ENDED))
+                if lost and self._topics and self._max_events:
+                    _core.mark_lost(run.events, Lost(_RUN_ENDED))
             self._runs.append(run)
             return run
 
@@ -231,8 +232,8 @@ class AsyncClient(_flavours.AsyncMethods):
             conn.pending.clear()
             for waiter in conn.idle:
                 waiter.wake.set()
-            if self._topics and len(conn.events) < self._max_events:
-                conn.events.append(Lost())
+            if self._topics and self._max_events:  # (a client keeping none is told none)
+                _core.mark_lost(conn.events, Lost())
         with anyio.CancelScope(shield=True):
             await conn.stream.aclose()
 

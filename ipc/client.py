@@ -35,6 +35,7 @@ from typing import Any, ClassVar, TypeVar
 
 from recalld.ipc import _call, _core, _flavours, _methods, errors, paths
 from recalld.ipc._call import Call
+from recalld.ipc._core import Lost
 from recalld.ipc.answers import JobInfo, JsonObject, Subscribed
 from recalld.ipc.protocol import (
     ClientProtocol,
@@ -88,7 +89,7 @@ class Client(_flavours.SyncMethods):
         self._max_events = _core.checked_max_events(max_events)
         #: Events dropped because nobody read them fast enough.
         self.events_dropped = 0
-        self._events: collections.deque[Event] = collections.deque()
+        self._events: collections.deque[Event | Lost] = collections.deque()
         self._topics: list[str] = []
         #: token -> handler of the ``call.progress`` events of a call being waited for.
         self._progress: dict[str, Callable[[JsonObject], None]] = {}
@@ -114,7 +115,7 @@ class Client(_flavours.SyncMethods):
     def close(self) -> None:
         """Close the connection (idempotent). The client can still be used: it reconnects."""
         with self._lock:
-            self._drop()
+            self._drop(lost=False)
 
     @property
     def request_limit(self) -> int:
@@ -140,9 +141,15 @@ class Client(_flavours.SyncMethods):
         shutdown)."""
         for client in list(cls._living):
             client._lock = threading.RLock()
-            client._drop()
+            client._drop(lost=False)
 
-    def _drop(self) -> None:
+    def _drop(self, *, lost: bool = True) -> None:
+        """Close the connection. Unless the caller closes it (``lost=False``), or it says
+        so itself, a subscriber's next :meth:`events` raises ConnectionLost once, after
+        the events read before: those sent meanwhile are gone, even though the next call
+        subscribes again."""
+        if self._sock is not None and lost and self._topics and self._max_events:
+            _core.mark_lost(self._events, Lost())
         if self._sock is not None:
             try:
                 self._sock.close()
@@ -393,8 +400,10 @@ class Client(_flavours.SyncMethods):
     def events(self, timeout_s: float | None = None) -> Iterator[Event]:
         """Yield events as they arrive; stop after ``timeout_s`` without one (None: never).
 
-        Raises :class:`ConnectionLost` if the daemon goes away while waiting; the next call
-        (or ``events()``) reconnects and subscribes again. ValueError at once unless
+        Raises :class:`ConnectionLost` if the daemon goes away while waiting, or once
+        after the events read before, when the subscribed connection was lost meanwhile
+        (found dead by a call, which reconnected): events sent in between are missed. The
+        next call (or ``events()``) reconnects and subscribes again. ValueError at once unless
         ``timeout_s`` is None or seconds, 0 or more.
         """
         return self._yield_events(_core.checked_wait(timeout_s, "timeout_s"))
@@ -407,6 +416,8 @@ class Client(_flavours.SyncMethods):
                 if not self._events:
                     return
                 event = self._events.popleft()
+            if isinstance(event, Lost):
+                raise errors.ConnectionLost(event.why)
             yield event
 
     def _wait_event(self, timeout_s: float | None) -> None:
@@ -427,7 +438,7 @@ class Client(_flavours.SyncMethods):
             except OSError:
                 data = b""
             if not data:
-                self._drop()
+                self._drop(lost=False)  # told here
                 raise errors.ConnectionLost("the daemon closed the connection")
             self._dispatch(data, want=None)
 

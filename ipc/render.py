@@ -176,12 +176,18 @@ class JobWaiter:
         job: dict[str, object] = dict(self.client.jobs_get(self.agent_id, job_id))
         while job.get("state") not in JOB_TERMINAL_STATES:
             progress.update(str(job.get("state", "?")), job.get("progress"))
-            for event in self.client.events(timeout_s=JOB_POLL_S):
-                if str(event.data.get("job_id", "")) == job_id:
-                    job.update(event.data)
-                    progress.update(str(job.get("state", "?")), job.get("progress"))
-                    if job.get("state") in JOB_TERMINAL_STATES:
-                        break
+            try:
+                for event in self.client.events(timeout_s=JOB_POLL_S):
+                    if str(event.data.get("job_id", "")) == job_id:
+                        job.update(event.data)
+                        progress.update(str(job.get("state", "?")), job.get("progress"))
+                        if job.get("state") in JOB_TERMINAL_STATES:
+                            break
+            except errors.ConnectionLost:
+                if not self.client.connected:
+                    raise
+                # A call reconnected meanwhile (the daemon restarted): events were
+                # missed, which the jobs_get below makes up for.
             if job.get("state") not in JOB_TERMINAL_STATES:
                 job = dict(self.client.jobs_get(self.agent_id, job_id))
         progress.update(str(job.get("state", "?")), job.get("progress"))  # fills the bar

@@ -132,6 +132,8 @@ def test_sync_transparent_reconnect_after_restart(fake: FakeDaemon) -> None:
         assert client.ping()["pong"], "the first call after a restart must just work"
         assert fake.methods().count("events.subscribe") == 2, "subscribed again"
         client.call("test.emit", {"count": 1})
+        with pytest.raises(errors.ConnectionLost):  # the events sent meanwhile are gone
+            next(client.events(timeout_s=2))
         assert [e.data for e in itertools.islice(client.events(timeout_s=2), 1)] == [{"i": 0}]
 
 

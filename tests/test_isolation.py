@@ -340,6 +340,8 @@ def test_topics_subscribed_one_call_at_a_time_all_survive_a_restart(
             return seen
 
     assert trio.run(with_trio) == ["workspace.closed:bob", reopened]
+    with pytest.raises(errors.ConnectionLost):
+        next(subscriber.events())  # the restart, said once here too
     seen: list[str] = []
     for event in subscriber.events():
         seen.append(f"{event.topic}:{event.data.get('agent_id')}")
