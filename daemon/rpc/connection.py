@@ -133,6 +133,7 @@ class Connection:
         self._unrun: list[bytes] = []  # lines read, not run when reading stopped
         self._linger: trio.Event | None = None  # a half-closed subscriber is served
         self.subscription: Subscription | None = None
+        self._pumped: trio.Event | None = None  # set when the latest pump has ended
 
     @property
     def connection_id(self) -> int:
@@ -467,13 +468,21 @@ class Connection:
             raise errors.InternalError("connection is not serving")
         sub = bus.subscribe(patterns, max_queued=EVENT_QUEUE_SIZE, owner=owner, view=view)
         self.subscription = sub
-        self._nursery.start_soon(self._pump_events, sub)
+        # A dropped subscription's pump may still be sending what it queued and then
+        # events.dropped: the new one's events follow those, in order.
+        after, self._pumped = self._pumped, trio.Event()
+        self._nursery.start_soon(self._pump_events, sub, after, self._pumped)
         return sorted(sub.patterns)
 
-    async def _pump_events(self, sub: Subscription) -> None:
+    async def _pump_events(self, sub: Subscription, after: trio.Event | None,
+                           pumped: trio.Event) -> None:
         try:
+            if after is not None:
+                await after.wait()
             await pump_events(sub, self.send)
         finally:
+            sub.close()  # (cancelled while waiting: not closed by pump_events)
+            pumped.set()
             if self.subscription is sub:
                 self.subscription = None
                 self._unpark_idle()
