@@ -102,12 +102,24 @@ def put_back_plan(current: Mapping[str, Mapping[str, object]],
     return put, dropped
 
 
+def forced_changes(run: Mapping[str, object]) -> dict[str, Mapping[str, object]]:
+    """The catalog changes a forced undo of the dream run whose record is ``run`` puts
+    back beside the run's own: those of the notes whose facts later runs put in the files
+    it restores (``undo_pending.later_catalog``; none once the undo is finished)."""
+    pending = run.get("undo_pending")
+    later = pending.get("later_catalog") if isinstance(pending, Mapping) else None
+    if not isinstance(later, Mapping):
+        return {}
+    return {str(k): v for k, v in later.items() if isinstance(v, Mapping)}
+
+
 def undo_changes(path: Path, run: Mapping[str, object], *, save: bool = True) -> list[str]:
     """Put back the records of the catalog at ``path`` that the dream run whose record is
-    ``run`` changed (:func:`put_back_plan`); the run's notes whose records went back,
-    which the next run reads again. A record of before runs kept their catalog changes:
-    the records of its notes that still name it are removed. With ``save`` false, only
-    what it would put back (the catalog is left as it is)."""
+    ``run`` changed (:func:`put_back_plan`), and those a forced undo of it takes back
+    (:func:`forced_changes`); the notes whose records went back, which the next run
+    reads again. A record of before runs kept their catalog changes: the records of its
+    notes that still name it are removed. With ``save`` false, only what it would put
+    back (the catalog is left as it is)."""
     catalog = load_catalog(path)
     changes = run.get("catalog")
     if not isinstance(changes, Mapping):
@@ -115,11 +127,13 @@ def undo_changes(path: Path, run: Mapping[str, object], *, save: bool = True) ->
         changes = {n: {"before": None, "after": catalog[n]}
                    for n in (notes if isinstance(notes, list) else [])
                    if n in catalog and catalog[n].get("run_id") == run.get("run_id")}
-    put, dropped = put_back_plan(catalog, changes)
+    later = forced_changes(run)
+    put, dropped = put_back_plan(catalog, {**later, **changes})
     if (put or dropped) and save:
         catalog.update((key, dict(record)) for key, record in put.items())
         for key in dropped:
             catalog.pop(key, None)
         save_catalog(path, catalog)
     notes = run.get("notes")
-    return sorted(str(r) for r in [*put, *dropped] if isinstance(notes, list) and r in notes)
+    return sorted(str(r) for r in [*put, *dropped]
+                  if (isinstance(notes, list) and r in notes) or r in later)

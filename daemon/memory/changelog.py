@@ -349,8 +349,10 @@ def _damage(data: JsonObject) -> str | None:
     pending = data.get("undo_pending", {})
     if not isinstance(pending, dict) or not all(
             isinstance(v, list) and all(isinstance(p, str) for p in v)
-            for k, v in pending.items() if k not in ("forced", "shared")):
+            for k, v in pending.items() if k not in ("forced", "shared", "later_catalog")):
         return "undo_pending must list paths"
+    if not _catalog_changes(pending.get("later_catalog", {})):
+        return "undo_pending's later_catalog must map paths to records before and after"
     if not isinstance(files, dict):
         return "files must map paths to their versions"
     for rel, rec in files.items():
@@ -361,12 +363,16 @@ def _damage(data: JsonObject) -> str | None:
             return f"the previous version of {rel!r} is not base64 text"
         if after is not None and not (isinstance(after, str) and _SHA256_RE.match(after)):
             return f"the checksum of {rel!r} is not a SHA-256"
-    catalog = data.get("catalog", {})
-    if not isinstance(catalog, dict) or not all(
-            isinstance(c, dict) and all(isinstance(c.get(k), dict | None) for k in
-                                        ("before", "after")) for c in catalog.values()):
+    if not _catalog_changes(data.get("catalog", {})):
         return "catalog must map paths to their records before and after"
     return None
+
+
+def _catalog_changes(catalog: object) -> bool:
+    """Whether ``catalog`` maps paths to their catalog records before and after."""
+    return isinstance(catalog, dict) and all(
+        isinstance(c, dict) and all(isinstance(c.get(k), dict | None) for k in
+                                    ("before", "after")) for c in catalog.values())
 
 
 def load_run(directory: Path, run_id: str) -> JsonObject:

@@ -14,7 +14,7 @@ from typing import Final
 import trio
 
 from recalld.daemon.memory import changelog, dreaminbox, dreamlinks, dreamundo, runjournal
-from recalld.daemon.memory.catalog import catalog_path
+from recalld.daemon.memory.catalog import catalog_path, forced_changes
 from recalld.daemon.memory.fileops import fileops_for
 from recalld.daemon.remote.hook import SharedCatalog, one_host_at_a_time
 from recalld.daemon.workspaces import Workspace
@@ -119,7 +119,8 @@ async def finish_undos(ws: Workspace, shared: SharedCatalog | None) -> None:
         if shared is None or not isinstance(pending, dict) or not pending.get("shared"):
             continue
         try:
-            await shared.put_back(CATALOG_JOB, changes if isinstance(changes, dict) else {})
+            await shared.put_back(CATALOG_JOB, {
+                **forced_changes(data), **(changes if isinstance(changes, dict) else {})})
         except ProviderUnavailable as exc:
             log.warning("%s: %s (put back at the next dream)", ws.agent_id, exc.message)
             continue

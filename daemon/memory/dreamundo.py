@@ -67,22 +67,48 @@ def _current(path: Path) -> bytes | None:
         return fh.read()
 
 
-def _later_writers(directory: Path, run: JsonObject, paths: list[str]) -> dict[str, str]:
-    """The newest run after ``run`` (see :func:`run_order`), not undone, that wrote each
-    of ``paths`` (those written by none are left out): what has to be undone before
-    ``run`` can be."""
-    found: dict[str, tuple[int, str, str]] = {}
+def _later_runs(directory: Path, run: JsonObject) -> list[JsonObject]:
+    """The records of the runs after ``run`` (see :func:`run_order`), not undone, oldest
+    first; one that cannot be read is passed by."""
     since = run_order(run)
+    found = []
     for other in record_ids(directory):
         try:
             data = load_run(directory, other)
         except RecalldError:
             continue
-        when, files = run_order(data), data.get("files")
-        if when > since and not data.get("undone") and isinstance(files, dict):
-            for path in (p for p in paths if p in files and when > found.get(p, since)):
-                found[path] = when
-    return {path: when[2] for path, when in found.items()}
+        if (run_order(data) > since and not data.get("undone")
+                and isinstance(data.get("files"), dict)):
+            found.append(data)
+    return sorted(found, key=run_order)
+
+
+def _later_writers(later: list[JsonObject], paths: list[str]) -> dict[str, str]:
+    """The newest of the ``later`` runs that wrote each of ``paths`` (those written by none
+    are left out): what has to be undone before the run can be."""
+    return {path: str(data["run_id"]) for data in later for path in paths
+            if path in data["files"]}
+
+
+def _later_notes(later: list[JsonObject], paths: list[str]) -> dict[str, JsonObject]:
+    """The notes whose facts the ``later`` runs put in ``paths``, which a forced undo
+    takes out with the runs' writes, and the catalog change that makes the next run read
+    each again: its record as the newest of those runs left it, removed (see
+    :func:`catalog.put_back_plan`: a record changed since is left alone)."""
+    found: dict[str, JsonObject] = {}
+    for data in later:
+        changes, notes = data.get("catalog"), data.get("notes")
+        for action in data.get("actions") or []:
+            note = action.get("note") if isinstance(action, dict) else None
+            if (not isinstance(note, str) or action.get("status") != "applied"
+                    or action.get("path") not in paths or not isinstance(notes, list)
+                    or note not in notes):
+                continue
+            change = changes.get(note) if isinstance(changes, dict) else None
+            after = change.get("after") if isinstance(change, dict) else None
+            if isinstance(after, dict):
+                found[note] = {"before": None, "after": after}
+    return found
 
 
 #: Beside ``<run_id>.json`` while an undo of the run is decided but not finished (a kill
@@ -98,6 +124,9 @@ class UndoPending(TypedDict):
     removed: list[str]
     forced_over: list[str]
     forced: bool
+    #: The catalog records of the notes whose facts later runs put in ``forced_over``
+    #: (:func:`_later_notes`): removed with the run's own, the next run reads them again.
+    later_catalog: dict[str, JsonObject]
     shared: bool  # the catalog of a shared workspace's hosts is put back too (see close)
 
 
@@ -147,8 +176,9 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
     except OSError as exc:  # a link, a folder or a FIFO in its place
         raise NotAllowed(f"the change log {md.name} of the run cannot be read "
                          f"({exc.strerror}): nothing was restored") from None
+    later_runs = _later_runs(directory, data) if conflicts else []
     if conflicts and not force:
-        later = _later_writers(directory, data, conflicts)
+        later = _later_writers(later_runs, conflicts)
         shown = [f"{masked(p)} (written again by run {later[p]}: undo it first)"
                  if p in later else masked(p) for p in conflicts]
         raise UndoConflict(
@@ -158,7 +188,7 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
         "restored": [rel for rel, before in plan if before is not None],
         "removed": [rel for rel, before in plan if before is None],
         "forced_over": conflicts if force else [], "forced": bool(conflicts),
-        "shared": shared}
+        "shared": shared, "later_catalog": _later_notes(later_runs, conflicts)}
     # The marker first: a kill before the record names the undo leaves a marker that
     # finish_pending drops; after it, the undo is decided and is finished from the record.
     atomic_write(REAL, directory / f"{run_id}{PENDING_SUFFIX}", b"")
