@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_dream import AGENT, ScriptedModel, dream, node, open_ws, write
 from test_dream_undo import CAT, plan_cat, undo
+
+from recalld.ipc.errors import NotAllowed
 
 
 def plan_refine(model: ScriptedModel, note: str, content: str) -> None:
@@ -45,4 +48,49 @@ def test_a_forced_undo_dreams_again_the_facts_later_runs_put_in_its_nodes(
     assert again["notes"] == 2, again
     assert "Pestka ma cztery lata" in node(root, CAT)[1]
     assert dream(daemon)["run_id"] is None  # once
-    assert undo  # the plain undo helper stays shared with test_dream_undo
+
+
+def test_a_forced_undo_names_the_hand_edits_it_would_drop_and_keeps_them(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # A person added a line to the node; the refusal said only "use --force", and the
+    # forced undo wrote over the line with nothing left of it anywhere.
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note, later_note = "memory/2026-05-02/kot.md", "memory/2026-05-09/kot-wiek.md"
+    write(root, note, "Nasz kot ma na imię Pestka.\n")
+    plan_cat(model, note, "- kot: Pestka")
+    open_ws(daemon, root, fake)
+    first = dream(daemon)
+    write(root, later_note, "Pestka skończyła cztery lata.\n")
+    plan_refine(model, later_note, "- kot: Pestka\n- Pestka ma cztery lata")
+    second = dream(daemon)
+    # Rewritten by a later run only: no hand edit to speak of.
+    with pytest.raises(NotAllowed) as refused:
+        undo(daemon, first["run_id"])
+    assert refused.value.data["hand_edited"] == [], refused.value.data
+    assert "by hand" not in str(refused.value)
+
+    edit = "\n- Pestka woli tuńczyka ```nie łososia```\n"
+    (root / CAT).write_text((root / CAT).read_text() + edit, encoding="utf-8")
+    hand_made = (root / CAT).read_bytes()
+    for run in (first, second):
+        with pytest.raises(NotAllowed) as refused:
+            undo(daemon, run["run_id"])
+        assert refused.value.data["hand_edited"] == [CAT], refused.value.data
+        assert f"{CAT} (" in str(refused.value) and "edited by hand since" in str(
+            refused.value), refused.value
+    assert (root / CAT).read_bytes() == hand_made  # a refusal changes nothing
+
+    undone = daemon.call("dream.undo", {"agent_id": AGENT, "run_id": second["run_id"],
+                                        "force": True})
+    assert undone["forced_over"] == [CAT] and "Pestka woli" not in node(root, CAT)[1]
+    told = (root / "mem_metadata/dream/runs" / f"{second['run_id']}.md").read_bytes()
+    kept = told[told.index(b"made by hand"):]
+    assert hand_made in kept, told.decode()
+    # In a fence the edit's own backticks cannot close.
+    fence = kept[kept.index(b"\n`") + 1:kept.index(hand_made)]
+    assert fence.strip() == b"````", kept.decode()
+    # Kept where search does not serve it as a second copy of a node.
+    hits = daemon.call("memory.search", {"agent_id": AGENT, "query": "tuńczyka",
+                                         "sync": True})["results"]
+    assert [h["path"] for h in hits] == [], hits

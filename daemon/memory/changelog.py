@@ -349,8 +349,12 @@ def _damage(data: JsonObject) -> str | None:
     pending = data.get("undo_pending", {})
     if not isinstance(pending, dict) or not all(
             isinstance(v, list) and all(isinstance(p, str) for p in v)
-            for k, v in pending.items() if k not in ("forced", "shared", "later_catalog")):
+            for k, v in pending.items()
+            if k not in ("forced", "shared", "later_catalog", "kept")):
         return "undo_pending must list paths"
+    kept = pending.get("kept", {})
+    if not isinstance(kept, dict) or not all(_base64(v) for v in kept.values()):
+        return "undo_pending's kept must map paths to base64 text"
     if not _catalog_changes(pending.get("later_catalog", {})):
         return "undo_pending's later_catalog must map paths to records before and after"
     if not isinstance(files, dict):

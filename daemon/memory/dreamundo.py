@@ -9,6 +9,7 @@ import base64
 import errno
 import logging
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Final, TypedDict
@@ -25,6 +26,7 @@ from recalld.daemon.memory.changelog import (
     run_order,
     sha256,
 )
+from recalld.daemon.memory.fileops import MAX_WRITE_BYTES
 from recalld.daemon.safepath import masked
 from recalld.daemon.store.errors import translate_os_error
 from recalld.daemon.store.fsio import REAL, atomic_write, atomic_writer, ensure_dir, note_mode
@@ -111,6 +113,54 @@ def _later_notes(later: list[JsonObject], paths: list[str]) -> dict[str, JsonObj
     return found
 
 
+def _hand_edited(later: list[JsonObject], changed: dict[str, bytes]) -> dict[str, bytes]:
+    """Of the files ``changed`` since a run (their bytes now), those holding edits no run
+    wrote, which a forced undo would drop: changed since the newest of the ``later`` runs
+    that wrote them (or since the run, by none), or carried along by one of those runs
+    unread (``FileBefore.unread``)."""
+    found = {}
+    for rel, current in changed.items():
+        entries = [data["files"][rel] for data in later if rel in data["files"]]
+        if (not entries or any(isinstance(e, dict) and e.get("unread") for e in entries)
+                or not isinstance(entries[-1], dict)
+                or entries[-1].get("after_sha256") != sha256(current)):
+            found[rel] = current
+    return found
+
+
+def _why_changed(later_run: str | None, by_hand: bool) -> str:
+    """What the refusal of an undo says of a file changed since the run."""
+    why = [f"written again by run {later_run}: undo it first"] if later_run else []
+    if by_hand:
+        why.append("edited by hand since: --force drops those edits, keeping them in the "
+                   "run's change log")
+    return f" ({'; '.join(why)})" if why else ""
+
+
+#: The bytes of one file edited by hand that a forced undo keeps in the run's change log;
+#: more are cut (the log says so). A dream writes no node bigger.
+KEPT_MAX: Final = MAX_WRITE_BYTES
+
+
+def _kept_text(kept: object) -> bytes:
+    """The change log's account of the hand edits a forced undo wrote over (``kept``:
+    base64 bytes by path), each file's text as it was in a fence it cannot close."""
+    if not isinstance(kept, dict) or not kept:
+        return b""
+    out = [b"The forced undo wrote over edits made by hand since the run; the files "
+           b"held this then:\n"]
+    for rel in sorted(kept):
+        text = base64.b64decode(kept[rel])
+        cut = text[:KEPT_MAX]
+        longest = max((len(m) for m in re.findall(rb"`+", cut)), default=0)
+        fence = b"`" * max(3, longest + 1)
+        note = (f" (the first {KEPT_MAX} of {len(text)} bytes)" if len(text) > KEPT_MAX
+                else "")
+        out.append(f"\n### {masked(rel)}{note}\n\n".encode() + fence + b"\n" + cut
+                   + (b"" if cut.endswith(b"\n") else b"\n") + fence + b"\n")
+    return b"".join(out)
+
+
 #: Beside ``<run_id>.json`` while an undo of the run is decided but not finished (a kill
 #: cut it short): :func:`finish_pending` finishes it, so the folder need not be read whole.
 PENDING_SUFFIX: Final = ".undoing"
@@ -127,6 +177,9 @@ class UndoPending(TypedDict):
     #: The catalog records of the notes whose facts later runs put in ``forced_over``
     #: (:func:`_later_notes`): removed with the run's own, the next run reads them again.
     later_catalog: dict[str, JsonObject]
+    #: The files edited by hand since the run (:func:`_hand_edited`) as the forced undo
+    #: found them (base64): told in the run's change log, where they can be got back.
+    kept: dict[str, str]
     shared: bool  # the catalog of a shared workspace's hosts is put back too (see close)
 
 
@@ -154,6 +207,7 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
     files: JsonObject = data.get("files") or {}
     plan: list[tuple[str, bytes | None]] = []
     conflicts = []
+    dropped: dict[str, bytes] = {}  # what a forced undo would write over, by path
     for rel, rec in sorted(files.items()):
         target = _confined(root, rel, digest_dir)
         before = None if rec.get("before") is None else base64.b64decode(rec["before"])
@@ -168,6 +222,8 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
             if rel in derived:
                 continue
             conflicts.append(rel)
+            if current is not None and current != before:
+                dropped[rel] = current
         if current != before:
             plan.append((rel, before))
     md = directory / f"{run_id}.md"
@@ -177,18 +233,20 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
         raise NotAllowed(f"the change log {md.name} of the run cannot be read "
                          f"({exc.strerror}): nothing was restored") from None
     later_runs = _later_runs(directory, data) if conflicts else []
+    hand = _hand_edited(later_runs, dropped)
     if conflicts and not force:
         later = _later_writers(later_runs, conflicts)
-        shown = [f"{masked(p)} (written again by run {later[p]}: undo it first)"
-                 if p in later else masked(p) for p in conflicts]
+        shown = [masked(p) + _why_changed(later.get(p), p in hand) for p in conflicts]
         raise UndoConflict(
             f"changed since run {run_id}: {', '.join(shown)} (use --force to restore "
-            "the previous versions anyway)", {"conflicts": conflicts, "later_runs": later})
+            "the previous versions anyway)",
+            {"conflicts": conflicts, "later_runs": later, "hand_edited": sorted(hand)})
     pending: UndoPending = {
         "restored": [rel for rel, before in plan if before is not None],
         "removed": [rel for rel, before in plan if before is None],
         "forced_over": conflicts if force else [], "forced": bool(conflicts),
-        "shared": shared, "later_catalog": _later_notes(later_runs, conflicts)}
+        "shared": shared, "later_catalog": _later_notes(later_runs, conflicts),
+        "kept": {rel: base64.b64encode(hand[rel]).decode() for rel in sorted(hand)}}
     # The marker first: a kill before the record names the undo leaves a marker that
     # finish_pending drops; after it, the undo is decided and is finished from the record.
     atomic_write(REAL, directory / f"{run_id}{PENDING_SUFFIX}", b"")
@@ -235,6 +293,7 @@ def _finish(root: Path, directory: Path, data: JsonObject, *, digest_dir: str,
     md = directory / f"{run_id}.md"
     told = (f"\nUndone at {data['undone']}: restored {len(restored)}, removed "
             f"{len(removed)} file(s){' (forced)' if pending.get('forced') else ''}.\n").encode()
+    told += _kept_text(pending.get("kept"))
     try:
         log_text = _current(md) or b""
     except OSError as exc:
