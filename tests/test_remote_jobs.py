@@ -151,3 +151,34 @@ def test_a_renamed_note_leaves_no_old_name_in_the_shared_catalog(
         after: dict[str, Any] = finished_job(host, "auto_dream")
         assert after["state"] == "succeeded" and after["result"]["run_id"] is None, after
     assert dreamed_notes(fake) == [old]
+
+
+def test_a_forced_undo_has_every_host_dream_again_what_later_runs_added(
+        daemon_factory: DaemonFactory, pg_server: PgServer,  # noqa: F811
+        fake: FakeProvider) -> None:
+    # Forced over a node a later run rewrote, the undo takes that run's facts out: its
+    # note is read again by the next dream of any host, not only of the undoing one.
+    model = ScriptedModel(fake)
+    a, b, _ = pair(daemon_factory, pg_server, settings=chat(fake))
+    first_note, later_note = "memory/2026-11-07/łódź.md", "memory/2026-11-08/żagiel.md"
+    boat = "digest/wiki/łódź.md"
+    write(a, first_note, "# Żeglowanie\nŁódź stoi w przystani w Giżycku.\n")
+    model.plan[first_note] = [[("integrate", {"action": "CREATE", "bucket": "wiki",
+                                              "name": "Łódź", "content": "- w Giżycku",
+                                              "reason": "sprzęt"})]]
+    first: dict[str, Any] = finished_job(a, "auto_dream")
+    assert first["result"]["actions"] == {"CREATE": 1}, first
+    write(a, later_note, "# Żeglowanie\nNowy żagiel jest czerwony.\n")
+    model.plan[later_note] = [[("integrate", {
+        "action": "REFINE", "bucket": "wiki", "node": boat,
+        "content": "- w Giżycku\n- żagiel czerwony", "reason": "sprzęt"})]]
+    second: dict[str, Any] = finished_job(a, "auto_dream")
+    assert second["result"]["actions"] == {"REFINE": 1}, second
+
+    undone = a.call("dream.undo", {"agent_id": "default", "force": True,
+                                   "run_id": first["result"]["run_id"]})
+    assert undone["dreamed_again"] == [first_note, later_note], undone
+    wait_for(lambda: converged(a, b) and not (root(b) / boat).exists(), what="undone on b")
+    again: dict[str, Any] = finished_job(b, "auto_dream")
+    assert again["state"] == "succeeded" and again["result"]["notes"] == 2, again
+    assert "żagiel czerwony" in (root(b) / boat).read_text(encoding="utf-8")
