@@ -94,3 +94,30 @@ def test_a_forced_undo_names_the_hand_edits_it_would_drop_and_keeps_them(
     hits = daemon.call("memory.search", {"agent_id": AGENT, "query": "tuńczyka",
                                          "sync": True})["results"]
     assert [h["path"] for h in hits] == [], hits
+
+
+def test_a_hand_edit_a_later_run_wrote_on_is_named_as_one(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # Edited by hand between two runs, the node was then rewritten by the later run: the
+    # edit is in what that run left, yet no run wrote it, and undoing the earlier run by
+    # force drops it (no note brings it back).
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note, later_note = "memory/2026-06-01/ねこ.md", "memory/2026-06-03/ねこ-2.md"
+    write(root, note, "うちの猫はミソです。\n")
+    plan_cat(model, note, "- 猫: ミソ")
+    open_ws(daemon, root, fake)
+    first = dream(daemon)
+    (root / CAT).write_text((root / CAT).read_text(encoding="utf-8").replace(
+        "- 猫: ミソ", "- 猫: ミソ\n- ミソは棚の上で寝る"), encoding="utf-8")
+    write(root, later_note, "ミソは四歳です。\n")
+    plan_refine(model, later_note, "- 猫: ミソ\n- ミソは棚の上で寝る\n- 四歳")
+    model.plan[later_note].insert(0, [("node_read", {"path": CAT})])  # the edit is read
+    assert dream(daemon)["actions"] == {"REFINE": 1}
+    with pytest.raises(NotAllowed) as refused:
+        undo(daemon, first["run_id"])
+    assert refused.value.data["hand_edited"] == [CAT], refused.value.data
+    hand_made = (root / CAT).read_bytes()
+    daemon.call("dream.undo", {"agent_id": AGENT, "run_id": first["run_id"], "force": True})
+    told = (root / "mem_metadata/dream/runs" / f"{first['run_id']}.md").read_bytes()
+    assert hand_made in told[told.index(b"made by hand"):], told.decode()

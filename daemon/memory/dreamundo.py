@@ -113,17 +113,23 @@ def _later_notes(later: list[JsonObject], paths: list[str]) -> dict[str, JsonObj
     return found
 
 
-def _hand_edited(later: list[JsonObject], changed: dict[str, bytes]) -> dict[str, bytes]:
-    """Of the files ``changed`` since a run (their bytes now), those holding edits no run
-    wrote, which a forced undo would drop: changed since the newest of the ``later`` runs
-    that wrote them (or since the run, by none), or carried along by one of those runs
-    unread (``FileBefore.unread``)."""
+def _hand_edited(files: JsonObject, later: list[JsonObject],
+                 changed: dict[str, bytes]) -> dict[str, bytes]:
+    """Of the files ``changed`` since a run (its ``files``; their bytes now), those holding
+    edits no run wrote, which a forced undo would drop: a file changed between one run's
+    write and the next run's (the ``later`` runs that wrote it), or since the last, or
+    carried along unread by one of them (``FileBefore.unread``)."""
     found = {}
     for rel, current in changed.items():
-        entries = [data["files"][rel] for data in later if rel in data["files"]]
-        if (not entries or any(isinstance(e, dict) and e.get("unread") for e in entries)
-                or not isinstance(entries[-1], dict)
-                or entries[-1].get("after_sha256") != sha256(current)):
+        chain = [files[rel], *(data["files"][rel] for data in later if rel in data["files"])]
+        if not all(isinstance(e, dict) for e in chain):
+            found[rel] = current
+            continue
+        befores = [None if e.get("before") is None else sha256(base64.b64decode(e["before"]))
+                   for e in chain[1:]]
+        afters = [e.get("after_sha256") for e in chain]
+        if (any(e.get("unread") for e in chain[1:]) or afters[-1] != sha256(current)
+                or any(b != a for b, a in zip(befores, afters, strict=False))):
             found[rel] = current
     return found
 
@@ -233,7 +239,7 @@ def undo_run(root: Path, directory: Path, run_id: str, *, digest_dir: str,
         raise NotAllowed(f"the change log {md.name} of the run cannot be read "
                          f"({exc.strerror}): nothing was restored") from None
     later_runs = _later_runs(directory, data) if conflicts else []
-    hand = _hand_edited(later_runs, dropped)
+    hand = _hand_edited(files, later_runs, dropped)
     if conflicts and not force:
         later = _later_writers(later_runs, conflicts)
         shown = [masked(p) + _why_changed(later.get(p), p in hand) for p in conflicts]
