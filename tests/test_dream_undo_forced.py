@@ -121,3 +121,27 @@ def test_a_hand_edit_a_later_run_wrote_on_is_named_as_one(
     daemon.call("dream.undo", {"agent_id": AGENT, "run_id": first["run_id"], "force": True})
     told = (root / "mem_metadata/dream/runs" / f"{first['run_id']}.md").read_bytes()
     assert hand_made in told[told.index(b"made by hand"):], told.decode()
+
+
+def test_a_forced_undo_dreams_again_a_note_a_later_run_read_again(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # The note run 1 made the node from was changed and read again by run 2, which
+    # rewrote the node: its catalog record is run 2's, so undoing run 1 left it alone, and
+    # the node went with nothing to dream it again.
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-07-04/gato.md"
+    write(root, note, "Nuestro gato se llama Miso.\n")
+    plan_cat(model, note, "- gato: Miso")
+    open_ws(daemon, root, fake)
+    first = dream(daemon)
+    write(root, note, "Nuestro gato se llama Miso y tiene cuatro años.\n")
+    plan_refine(model, note, "- gato: Miso\n- cuatro años")
+    assert dream(daemon)["actions"] == {"REFINE": 1}
+    undone = daemon.call("dream.undo", {"agent_id": AGENT, "run_id": first["run_id"],
+                                        "force": True})
+    assert undone["dreamed_again"] == [note] and not (root / CAT).exists(), undone
+    plan_cat(model, note, "- gato: Miso\n- cuatro años")
+    again = dream(daemon)
+    assert again["notes"] == 1 and again["actions"] == {"CREATE": 1}, again
+    assert "cuatro años" in node(root, CAT)[1]

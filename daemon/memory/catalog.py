@@ -116,7 +116,8 @@ def forced_changes(run: Mapping[str, object]) -> dict[str, Mapping[str, object]]
 def undo_changes(path: Path, run: Mapping[str, object], *, save: bool = True) -> list[str]:
     """Put back the records of the catalog at ``path`` that the dream run whose record is
     ``run`` changed (:func:`put_back_plan`), and those a forced undo of it takes back
-    (:func:`forced_changes`); the notes whose records went back, which the next run
+    (:func:`forced_changes`: for a note both changed, the later record is the one it
+    finds); the notes whose records went back, which the next run
     reads again. A record of before runs kept their catalog changes: the records of its
     notes that still name it are removed. With ``save`` false, only what it would put
     back (the catalog is left as it is)."""
@@ -128,7 +129,7 @@ def undo_changes(path: Path, run: Mapping[str, object], *, save: bool = True) ->
                    for n in (notes if isinstance(notes, list) else [])
                    if n in catalog and catalog[n].get("run_id") == run.get("run_id")}
     later = forced_changes(run)
-    put, dropped = put_back_plan(catalog, {**later, **changes})
+    put, dropped = put_back_plan(catalog, {**changes, **later})
     if (put or dropped) and save:
         catalog.update((key, dict(record)) for key, record in put.items())
         for key in dropped:

@@ -120,7 +120,7 @@ async def finish_undos(ws: Workspace, shared: SharedCatalog | None) -> None:
             continue
         try:
             await shared.put_back(CATALOG_JOB, {
-                **forced_changes(data), **(changes if isinstance(changes, dict) else {})})
+                **(changes if isinstance(changes, dict) else {}), **forced_changes(data)})
         except ProviderUnavailable as exc:
             log.warning("%s: %s (put back at the next dream)", ws.agent_id, exc.message)
             continue
