@@ -351,6 +351,9 @@ class DreamUndone(TypedDict):
     forced_over: list[str]
     #: The run's notes the next run reads again (their catalog records were put back).
     dreamed_again: list[str]
+    #: The files a forced undo wrote over hand edits in: their text is kept in ``log``.
+    hand_edits_kept: NotRequired[list[str]]
+    log: NotRequired[str]  # the run's change log, relative to the workspace
 
 
 class BackupSummary(TypedDict):

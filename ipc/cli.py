@@ -393,6 +393,10 @@ def _dream(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -
                   f"removed {len(result['removed'])} file(s)"
                   + (f"; the next dream reads {len(again)} note(s) again" if again else "")
                   + "\n")
+        kept = result.get("hand_edits_kept") or []
+        if kept:
+            out.write(f"the hand edits it wrote over in {', '.join(kept)} are kept in "
+                      f"{result.get('log')}\n")
     return EXIT_OK
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from clirun import run_recalld
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_dream import AGENT, ScriptedModel, dream, node, open_ws, write
@@ -84,7 +85,8 @@ def test_a_forced_undo_names_the_hand_edits_it_would_drop_and_keeps_them(
     undone = daemon.call("dream.undo", {"agent_id": AGENT, "run_id": second["run_id"],
                                         "force": True})
     assert undone["forced_over"] == [CAT] and "Pestka woli" not in node(root, CAT)[1]
-    told = (root / "mem_metadata/dream/runs" / f"{second['run_id']}.md").read_bytes()
+    assert undone["hand_edits_kept"] == [CAT], undone
+    told = (root / undone["log"]).read_bytes()
     kept = told[told.index(b"made by hand"):]
     assert hand_made in kept, told.decode()
     # In a fence the edit's own backticks cannot close.
@@ -118,8 +120,12 @@ def test_a_hand_edit_a_later_run_wrote_on_is_named_as_one(
         undo(daemon, first["run_id"])
     assert refused.value.data["hand_edited"] == [CAT], refused.value.data
     hand_made = (root / CAT).read_bytes()
-    daemon.call("dream.undo", {"agent_id": AGENT, "run_id": first["run_id"], "force": True})
-    told = (root / "mem_metadata/dream/runs" / f"{first['run_id']}.md").read_bytes()
+    proc = run_recalld(["dream", "--agent", AGENT, "--undo", first["run_id"], "--force"],
+                       env=daemon.env)
+    log = f"mem_metadata/dream/runs/{first['run_id']}.md"
+    assert proc.returncode == 0, proc.stderr
+    assert f"the hand edits it wrote over in {CAT} are kept in {log}" in proc.stdout, proc.stdout
+    told = (root / log).read_bytes()
     assert hand_made in told[told.index(b"made by hand"):], told.decode()
 
 

@@ -318,7 +318,9 @@ def _finish(root: Path, directory: Path, data: JsonObject, *, digest_dir: str,
     if not pending.get("shared"):
         close(directory, data)
     return {"run_id": run_id, "restored": restored, "removed": removed,
-            "forced_over": list(pending.get("forced_over") or []), "dreamed_again": again}
+            "forced_over": list(pending.get("forced_over") or []), "dreamed_again": again,
+            "hand_edits_kept": sorted(kept) if isinstance(kept := pending.get("kept"), dict)
+            else [], "log": md.relative_to(root).as_posix()}
 
 
 def close(directory: Path, data: JsonObject) -> None:
