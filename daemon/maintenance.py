@@ -47,6 +47,7 @@ from recalld.daemon.store.errors import CorruptState, StorageError
 from recalld.daemon.store.manifest import GenerationStore
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.answers import IndexCompacted
+from recalld.ipc.health_fixes import NAME_NOT_UTF8
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +244,9 @@ class Health:
             last_errors.append({"what": f"load {name}", "error": why,
                                 "time": self.ws.opened_at})
         named = self.index.state.secret_named
+        if misnamed := self.index.watcher.misnamed():
+            told.append(f"{len(misnamed)} note(s) not indexed: {NAME_NOT_UTF8} (first: "
+                        f"{misnamed[0]}); rename them to UTF-8")
         return {
             "state": state,
             "reasons": degraded + pending + told + ([secret_notice(named)] if named else []),
@@ -347,6 +351,7 @@ class VerifyReport(TypedDict):
     content_differs: Listed
     read_again: Listed  # loaded under older rules, not read again yet under these
     partly_indexed: Listed
+    misnamed: Listed  # passed by: their name is not UTF-8 (shown escaped, as in status)
     chunks: ChunkCheck
     chunks_consistent: bool
     generation: GenerationCheck
@@ -397,6 +402,7 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
     difference. ``health`` rescans afterwards."""
     started = time.monotonic()
     disk = await trio.to_thread.run_sync(index.watcher.scan, limiter=cpu)
+    misnamed = index.watcher.misnamed()  # what that scan passed by, as it is shown
 
     def inspect(state: IndexState) -> tuple[dict[str, FileInfo], ChunkCheck]:
         files = dict(state.files)
@@ -450,7 +456,7 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
     ok = (not missing and not stale_entries and not stat_differs and not content_differs
           and not read_again
           and consistent_chunks and generation.get("ok", False) and committed_matches
-          and not partial and not live)
+          and not partial and not live and not misnamed)
     if health is not None:
         await health.scan()
     return {
@@ -464,6 +470,7 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
         "content_differs": _listed(content_differs),
         "read_again": _listed(read_again),
         "partly_indexed": _listed(partial),
+        "misnamed": _listed(misnamed),
         "chunks": snap,
         "chunks_consistent": consistent_chunks,
         "generation": generation,

@@ -189,6 +189,10 @@ class Watcher(CookieSync):
                     self._pending_dirs.add(rel)
             elif self.is_note(rel):
                 self._pending.add(rel)
+            elif self._paths.is_misnamed(rel):
+                # Never indexed, but counted where status and verify name it: only a
+                # scan recounts them (such names are rare).
+                self._request_rescan("a note whose name is not valid UTF-8 changed")
             elif self._paths.maybe_dir(rel):
                 self._pending_dirs.add(rel)
             if len(self._pending) + len(self._pending_dirs) > self._config.max_pending:
@@ -225,6 +229,11 @@ class Watcher(CookieSync):
         """Every note under the roots with its ``(mtime_ns, size)`` (blocking);
         ``reached``: as :attr:`scan_reached`, for this scan."""
         return self._paths.scan(reached)
+
+    def misnamed(self) -> list[str]:
+        """The notes the last scan passed by because their name is not valid UTF-8, as
+        shown (see :meth:`WatchedRoots.misnamed_shown`)."""
+        return self._paths.misnamed_shown()
 
     def _known_here(self) -> dict[str, tuple[int, int]]:
         # Only what lies under the watched roots takes part in the comparison.

@@ -91,8 +91,7 @@ class WatchedRoots:
         self._warned: set[str] = set()  # names passed by for their encoding, said once
         self._misnamed_hint = misnamed_hint  # what the warning of one says to do
         self._unread_listed = unread_listed  # files not read listed too (UNREAD_STAMP)
-        # Those the scan under way found, and those the last one did.
-        self._found_misnamed: set[str] = set()
+        # Those the last whole scan found (each scan collects its own: scans may overlap).
         self._misnamed: frozenset[str] = frozenset()
         # Roots and folders the last scan could not list, said once; whether the last
         # folder events named one (a scan then says so, see ``expand_dirs``).
@@ -131,6 +130,12 @@ class WatchedRoots:
         name = rel.rsplit("/", 1)[-1]
         return self._note_but_for_encoding(rel, name) and safepath.is_utf8(rel)
 
+    def is_misnamed(self, rel: str) -> bool:
+        """Whether a workspace-relative path would name a note but for its name, which is
+        not valid UTF-8 (passed by, and counted: see :meth:`misnamed_status`)."""
+        return (self._note_but_for_encoding(rel, rel.rsplit("/", 1)[-1])
+                and not safepath.is_utf8(rel))
+
     def _note_but_for_encoding(self, rel: str, name: str) -> bool:
         return (not self.passed_by(rel) and name.endswith(self._suffixes)
                 and name not in _JUNK_NAMES)
@@ -140,6 +145,12 @@ class WatchedRoots:
         first = min(self._misnamed, default=None)
         return {"notes": len(self._misnamed),
                 "example": None if first is None else _shown(first)}
+
+    def misnamed_shown(self) -> list[str]:
+        """Every note the last scan passed by for its name's encoding, sorted, as status
+        and the log show it (other bytes escaped, a credential masked): a name that is
+        not UTF-8 cannot travel in JSON as it is."""
+        return sorted(_shown(rel) for rel in self._misnamed)
 
     def maybe_dir(self, rel: str) -> bool:
         """Whether a workspace-relative path that is no note may name a folder (for a
@@ -155,13 +166,15 @@ class WatchedRoots:
     def _walk(self, top: Path, out: dict[str, tuple[int, int]],
               reached: tuple[int, Callable[[], None]] | None = None,
               links: dict[str, Inode] | None = None,
-              unlisted: dict[str, str] | None = None) -> str | None:
+              unlisted: dict[str, str] | None = None,
+              misnamed: set[str] | None = None) -> str | None:
         # Links below ``top`` are never descended (``follow_symlinks=False``); ``top``
         # itself (a root, or a folder named by an event) may be a link, followed only
         # while it stays in the workspace: another agent's memory never enters this one.
-        # Notes with more than one name go to ``links`` too; folders below ``top`` that
-        # are there but cannot be listed for now (no permission, a failing disk) to
-        # ``unlisted`` with why: what they hold is unknown, not gone.
+        # Notes with more than one name go to ``links`` too, notes passed by for their
+        # name's encoding to ``misnamed``; folders below ``top`` that are there but cannot
+        # be listed for now (no permission, a failing disk) to ``unlisted`` with why: what
+        # they hold is unknown, not gone.
         # Returns why ``top`` itself could not be listed, or None.
         if self._real is None:
             self._real = os.path.realpath(self.workspace)
@@ -219,7 +232,8 @@ class WatchedRoots:
                             if reached is not None and len(out) == reached[0]:
                                 reached[1]()
                         elif self._note_but_for_encoding(rel, entry.name):
-                            self._found_misnamed.add(rel)
+                            if misnamed is not None:
+                                misnamed.add(rel)
                             if rel not in self._warned:
                                 self._warned.add(rel)
                                 log.warning("passing by %s: its name is not valid UTF-8 "
@@ -275,9 +289,9 @@ class WatchedRoots:
         out: dict[str, tuple[int, int]] = {}
         unlisted: dict[str, str] = {}
         links: dict[str, Inode] = {}
-        self._found_misnamed = set()
+        misnamed: set[str] = set()
         for rel, root in zip(self.root_rels, self.roots, strict=True):
-            why = self._walk(root, out, reached, links, unlisted)
+            why = self._walk(root, out, reached, links, unlisted, misnamed)
             if why is not None:
                 unlisted[rel] = why
         for rel, why in unlisted.items():
@@ -285,7 +299,7 @@ class WatchedRoots:
                 log.warning("cannot list %s (%s): its notes stay indexed until it can",
                             _shown(str(self.workspace / rel)), why)
         self._unlisted = unlisted
-        self._misnamed = frozenset(self._found_misnamed)
+        self._misnamed = frozenset(misnamed)
         if not unlisted:  # else names in a root not listed may be missing
             self._links, self._mapped = links, frozenset(links.values())
         return out, unlisted

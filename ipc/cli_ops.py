@@ -325,7 +325,9 @@ VERIFY_LISTS = (("not_indexed", "not indexed"), ("indexed_but_gone", "indexed bu
                 ("read_again", "left to read again under this version's rules (the saved "
                                "index was made under older ones)"),
                 ("partly_indexed", "partly indexed (too large: only the beginning of each is "
-                                   "searchable; split them)"))
+                                   "searchable; split them)"),
+                ("misnamed", "not indexed: their name is not valid UTF-8 (rename them to "
+                             "UTF-8: convmv -f latin1 -t utf8 --notest FILE)"))
 
 
 def _verify_lines(result: JsonObject) -> list[str]:

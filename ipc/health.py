@@ -19,9 +19,8 @@ from recalld.ipc.agent_ids import workspace_table
 from recalld.ipc.answers import DaemonStatus, JobInfo, WorkspaceInfo
 from recalld.ipc.commands import agent_operand, agent_option
 from recalld.ipc.health_fixes import (
-    CREDENTIAL_NAMED,
+    NOTICES,
     OVERSIZED,
-    RENAME_FIX,
     degraded_fix,
     refused_fix,
 )
@@ -71,9 +70,11 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
     state = h.get("state") or "-"
     pending = idx.get("pending_changes") or 0
     reasons = [str(r) for r in h.get("reasons") or []]
-    # Notes named by a credential are no index state: a problem of their own, any state.
-    named = [r for r in reasons if CREDENTIAL_NAMED in r]
-    reasons = [r for r in reasons if r not in named]
+    # Notes named by a credential, or left out for their name's encoding, are no index
+    # state: a problem of their own, any state.
+    notices = [Problem(level, r, fix) for r in reasons for said, level, fix in NOTICES
+               if said in r]
+    reasons = [r for r in reasons if all(p.what != r for p in notices)]
     # Turns waiting for auto_memory make the workspace pending, not its index (chunks
     # whose vectors are parked leave it clean: the daemon does not count them as pending).
     shown = "clean" if state == "pending" and reasons and all(
@@ -122,7 +123,7 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
         if capture:
             a.problems.append(Problem("info", "pending: " + "; ".join(capture),
                                       _capture_fix(agent, ws)))
-    a.problems.extend(Problem("info", r, RENAME_FIX) for r in named)
+    a.problems.extend(notices)
 
 
 def _reopen(agent: str) -> str:

@@ -8,9 +8,10 @@ from collections.abc import Sequence
 
 from recalld.ipc.agent_ids import workspace_table
 from recalld.ipc.commands import agent_operand, agent_option
+from recalld.ipc.problems import Severity
 
-__all__ = ["CREDENTIAL_NAMED", "DEGRADED_FIXES", "FOLDER_MISSING", "NOT_UTF8", "OVERSIZED",
-           "RENAME_FIX", "degraded_fix", "refused_fix"]
+__all__ = ["CREDENTIAL_NAMED", "DEGRADED_FIXES", "FOLDER_MISSING", "NAME_NOT_UTF8",
+           "NOTICES", "NOT_UTF8", "OVERSIZED", "RENAME_FIX", "degraded_fix", "refused_fix"]
 
 #: How the daemon's health reason of a workspace folder gone while open begins.
 FOLDER_MISSING = "the workspace folder is missing"
@@ -47,6 +48,16 @@ CREDENTIAL_NAMED = "named by what looks like a credential"
 RENAME_FIX = ("rename the note(s) in the folders named so their names hold no credential "
               "(if it is a real one, revoke it: a file name is seen by every tool); until "
               "then they are searched and read by their masked names")
+#: What its reason of notes left out because their name is not UTF-8 holds (added
+#: whatever the index's state: what it holds is sound).
+NAME_NOT_UTF8 = "their name is not valid UTF-8"
+#: The daemon's health reasons that are no index state, by what each holds: their level
+#: and what fixes them.
+NOTICES: tuple[tuple[str, Severity, str], ...] = (
+    (CREDENTIAL_NAMED, "info", RENAME_FIX),
+    (NAME_NOT_UTF8, "warn", "rename them to UTF-8, naming the encoding they were written in "
+     "(convmv -f latin1 -t utf8 --notest FILE); each is indexed once renamed (recalld "
+     "verify lists them)"))
 
 
 def refused_fix(agent: str, cause: object) -> str:
