@@ -184,15 +184,15 @@ class Watcher(CookieSync):
                 continue
             if self._rescan is not None:
                 continue  # a full reconcile is owed anyway
-            if change == Change.folder:
+            if self._paths.misnamed_change(rel, change == Change.folder):
+                # Notes never indexed, but counted where status and verify name them:
+                # only a scan recounts them (such names are rare).
+                self._request_rescan("a note whose name is not valid UTF-8 changed")
+            elif change == Change.folder:
                 if not self._paths.passed_by(rel):
                     self._pending_dirs.add(rel)
             elif self.is_note(rel):
                 self._pending.add(rel)
-            elif self._paths.is_misnamed(rel):
-                # Never indexed, but counted where status and verify name it: only a
-                # scan recounts them (such names are rare).
-                self._request_rescan("a note whose name is not valid UTF-8 changed")
             elif self._paths.maybe_dir(rel):
                 self._pending_dirs.add(rel)
             if len(self._pending) + len(self._pending_dirs) > self._config.max_pending:

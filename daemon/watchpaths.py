@@ -130,11 +130,16 @@ class WatchedRoots:
         name = rel.rsplit("/", 1)[-1]
         return self._note_but_for_encoding(rel, name) and safepath.is_utf8(rel)
 
-    def is_misnamed(self, rel: str) -> bool:
-        """Whether a workspace-relative path would name a note but for its name, which is
-        not valid UTF-8 (passed by, and counted: see :meth:`misnamed_status`)."""
-        return (self._note_but_for_encoding(rel, rel.rsplit("/", 1)[-1])
-                and not safepath.is_utf8(rel))
+    def misnamed_change(self, rel: str, folder: bool) -> bool:
+        """Whether a change to the workspace-relative ``rel`` (a ``folder``, or maybe one)
+        may change which notes are passed by for a name that is not valid UTF-8 (see
+        :meth:`misnamed_status`): such a note, a folder so named, or a folder above one."""
+        if self._note_but_for_encoding(rel, rel.rsplit("/", 1)[-1]):
+            return not safepath.is_utf8(rel)
+        if not (folder or self.maybe_dir(rel)) or self.passed_by(rel):
+            return False
+        return not safepath.is_utf8(rel) or any(m.startswith(rel + "/")
+                                                for m in self._misnamed)
 
     def _note_but_for_encoding(self, rel: str, name: str) -> bool:
         return (not self.passed_by(rel) and name.endswith(self._suffixes)
@@ -356,15 +361,18 @@ class WatchedRoots:
         # consumer does not have as they are, and those it has that are gone.
         found: dict[str, tuple[int, int]] = {}
         unlisted: dict[str, str] = {}
+        misnamed: set[str] = set()
         for rel in dirs:
             folder = self.workspace / rel
             # A link to a folder below a root is not descended, as a scan does not: its
             # notes would be indexed twice (here and where it points), and each scan
             # would drop them again.
             if rel in self.root_rels or not folder.is_symlink():
-                why = self._walk(folder, found, unlisted=unlisted)
+                why = self._walk(folder, found, unlisted=unlisted, misnamed=misnamed)
                 if why is not None and folder.is_dir():  # there, but not listed
                     unlisted[rel] = why
+        if not misnamed <= self._misnamed:  # a folder moved in holding some
+            self._misnamed = self._misnamed | misnamed
         out = {p for p, stat in found.items() if known.get(p) != stat}
         # What a folder that could not be listed holds is unknown: nothing of it is gone
         # (a scan says which it is, see ``unlisted_seen``).

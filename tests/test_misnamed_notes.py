@@ -74,3 +74,28 @@ def test_notes_named_not_in_utf8_are_said_not_indexed_until_renamed(
     _latin1(root, "digest/wiki/résumé.md", "# cv\nThe ibis.\n")
     wait_value(lambda: _reasons(d), lambda r: any(
         "(first: digest/wiki/r\\xe9sum\\xe9.md)" in x for x in r), "the new one told")
+
+
+def test_folders_moved_in_and_out_with_such_notes_are_told_at_once(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    """A folder moved in or out whole has one event, for the folder: the notes passed by
+    below it were counted at the next periodic rescan only, minutes later."""
+    root, outside = tmp_path / "ws", tmp_path / "outside"
+    (root / DAY).mkdir(parents=True)
+    (root / DAY / "plain.md").write_text("# plain\nThe egret.\n")
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n')
+    d.call("index.sync", {"agent_id": "w"})
+    assert d.call("index.verify", {"agent_id": "w"})["ok"]
+    for folder, shown in (("2026-11-03", "2026-11-03"), ("café", "caf\\xe9")):
+        away = os.fsencode(outside / folder).replace(b"\xc3\xa9", b"\xe9")
+        os.makedirs(away)
+        _latin1(outside, f"{folder}/été.md", "# summer\nThe ibis.\n")
+        inside = os.fsencode(root / "memory" / folder).replace(b"\xc3\xa9", b"\xe9")
+        told = f"(first: memory/{shown}/\\xe9t\\xe9.md)"
+        for _ in range(2):  # the second time, the folder is known to hold one
+            os.rename(away, inside)
+            wait_value(lambda: _reasons(d), lambda r, t=told: any(t in x for x in r), told)
+            os.rename(inside, away)
+            wait_value(lambda: _reasons(d), lambda r: not any("UTF-8" in x for x in r),
+                       f"memory/{shown} moved out")
+        assert d.call("index.verify", {"agent_id": "w"})["ok"]
