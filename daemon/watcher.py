@@ -184,7 +184,7 @@ class Watcher(CookieSync):
                 continue
             if self._rescan is not None:
                 continue  # a full reconcile is owed anyway
-            if self._paths.misnamed_change(rel, change == Change.folder):
+            if self._paths.misnamed_change(rel, change):
                 # Notes never indexed, but counted where status and verify name them:
                 # only a scan recounts them (such names are rare).
                 self._request_rescan("a note whose name is not valid UTF-8 changed")

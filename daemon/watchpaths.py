@@ -22,7 +22,7 @@ from recalld.daemon import safepath
 from recalld.daemon.store import confine
 from recalld.daemon.store.fsio import TEMP_RE
 from recalld.daemon.store.leftovers import file_times_now
-from recalld.daemon.watchsource import COOKIE_PREFIX
+from recalld.daemon.watchsource import COOKIE_PREFIX, Change
 from recalld.ipc.errors import RecalldError
 
 __all__ = ["IGNORE_DIRS", "UNREAD_STAMP", "WatchedRoots", "passed_by"]
@@ -130,13 +130,15 @@ class WatchedRoots:
         name = rel.rsplit("/", 1)[-1]
         return self._note_but_for_encoding(rel, name) and safepath.is_utf8(rel)
 
-    def misnamed_change(self, rel: str, folder: bool) -> bool:
-        """Whether a change to the workspace-relative ``rel`` (a ``folder``, or maybe one)
-        may change which notes are passed by for a name that is not valid UTF-8 (see
-        :meth:`misnamed_status`): such a note, a folder so named, or a folder above one."""
+    def misnamed_change(self, rel: str, change: Change) -> bool:
+        """Whether ``change`` to the workspace-relative ``rel`` may change which notes are
+        passed by for a name that is not valid UTF-8 (see :meth:`misnamed_status`): such a
+        note made or gone (not one written to again), a folder so named, or a folder
+        above one."""
         if self._note_but_for_encoding(rel, rel.rsplit("/", 1)[-1]):
-            return not safepath.is_utf8(rel)
-        if not (folder or self.maybe_dir(rel)) or self.passed_by(rel):
+            gone = change in (Change.deleted, Change.moved_away)
+            return not safepath.is_utf8(rel) and (rel in self._misnamed) == gone
+        if not (change == Change.folder or self.maybe_dir(rel)) or self.passed_by(rel):
             return False
         return not safepath.is_utf8(rel) or any(m.startswith(rel + "/")
                                                 for m in self._misnamed)

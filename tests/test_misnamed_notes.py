@@ -30,9 +30,13 @@ def _latin1(root: Path, rel: str, text: str) -> bytes:
     return path
 
 
+def _workspace(d: Any) -> dict[str, Any]:
+    return dict(next(w for w in d.call("daemon.status")["workspaces"]
+                     if w["agent_id"] == "w"))
+
+
 def _reasons(d: Any) -> list[str]:
-    ws = next(w for w in d.call("daemon.status")["workspaces"] if w["agent_id"] == "w")
-    return list(ws["health"]["reasons"])
+    return list(_workspace(d)["health"]["reasons"])
 
 
 def test_notes_named_not_in_utf8_are_said_not_indexed_until_renamed(
@@ -74,6 +78,15 @@ def test_notes_named_not_in_utf8_are_said_not_indexed_until_renamed(
     _latin1(root, "digest/wiki/résumé.md", "# cv\nThe ibis.\n")
     wait_value(lambda: _reasons(d), lambda r: any(
         "(first: digest/wiki/r\\xe9sum\\xe9.md)" in x for x in r), "the new one told")
+    # Written to again, it is counted already: no rescan of the notes for it.
+    before = wait_value(lambda: _workspace(d)["index"]["watcher"], lambda w: (
+        w["state"] == "watching" and w["rescan_owed"] is None), "its rescan over")
+    before = before["last_reconcile"]
+    _latin1(root, "digest/wiki/résumé.md", "# cv\nThe ibis again.\n")
+    (root / DAY / "after.md").write_text("# after\nThe stork.\n")
+    d.call("memory.search", {"agent_id": "w", "query": "stork", "sync": True})
+    after = _workspace(d)["index"]["watcher"]["last_reconcile"]
+    assert after == before or "UTF-8" not in after["reason"], (before, after)
 
 
 def test_folders_moved_in_and_out_with_such_notes_are_told_at_once(
