@@ -50,6 +50,7 @@ from recalld.daemon.memory.llm import ChatClients
 from recalld.daemon.memory.sessions import SessionStore
 from recalld.daemon.memory.topics import MemoryFile
 from recalld.daemon.providers.bridge import ProviderBridge
+from recalld.daemon.providers.chat_lines import ChatLines
 from recalld.daemon.providers.local import PassageLane
 from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.remote.hook import RemoteService
@@ -224,6 +225,8 @@ class DaemonServices:
     providers: ProviderBridge
     #: Embedding clients and caches per vector space, shared by the workspaces using one.
     vector_spaces: VectorSpaces
+    #: The chat breakers and Retry-After waits per endpoint and key, shared likewise.
+    chat_lines: ChatLines
     jobs: JobManager
     #: Worker processes for big indexing passes of every workspace (none on one core).
     prepare_pool: PreparePool | None
@@ -318,7 +321,8 @@ def build_daemon_services(config: DaemonConfig) -> DaemonServices:
     consolidation = Consolidation(jobs, scheduler, registry.get, registry.wait_changed)
     services = DaemonServices(
         config=live, start=daemon_start, cpu=cpu, background=background, events=events,
-        file_locks=AgentLocks(), providers=bridge, vector_spaces=spaces, jobs=jobs,
+        file_locks=AgentLocks(), providers=bridge, vector_spaces=spaces,
+        chat_lines=ChatLines(), jobs=jobs,
         prepare_pool=pool, scheduler=scheduler, consolidation=consolidation, registry=registry,
     )
     jobs.register("reindex", reindex_job(registry.get), exclusive=True, cpu_heavy=False,
@@ -342,12 +346,12 @@ def build_workspace_services(ws: Workspace, daemon: DaemonServices) -> Workspace
     vectors = VectorWorker(index, daemon.vector_spaces, ws.settings.embedding_model_config,
                            backfill=BackfillConfig(
                                backoff_base_s=daemon.config.current.backfill_backoff_s))
-    chat = ChatClients(ws, daemon.providers)
     sessions = SessionStore(
         ws.root / ws.settings.metadata_dir / "sessions" / "pending.jsonl", ws.agent_id,
         cpu=daemon.cpu)
     capture = SessionFlusher(ws, sessions, daemon.jobs,
                              lambda: chat.client_or_none() is not None)
+    chat = ChatClients(ws, daemon.providers, daemon.chat_lines, capture.provider_back)
     locks = daemon.file_locks.of(ws.agent_id)
     return WorkspaceServices(
         index=index,

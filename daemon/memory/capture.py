@@ -25,7 +25,10 @@ the provider was unavailable (no answer: the connection refused or dropped, a ti
 408, 429 or a 5xx, the circuit breaker open) does not count: nothing was paid for, and an
 outage longer than the retries took (hours) would otherwise leave every session of every
 agent pending for good once it is over; such sessions are tried again every hour (the
-breaker keeps what reaches the provider meanwhile to its probes).
+breaker keeps what reaches the provider meanwhile to its probes), and at once when the
+provider answers any call again, whichever workspace made it
+(:meth:`SessionFlusher.provider_back`): their turns are written within seconds of the
+outage's end, not up to an hour after it.
 
 Turns found on disk when the workspace opens (a crash between a turn's acknowledgement
 and its note, a session idle while the daemon was down) count as idle since the time
@@ -170,6 +173,20 @@ class SessionFlusher:
         idle_s = self._idle_s()
         if session_id not in self._retry and not math.isinf(idle_s):
             self._retry[session_id] = (trio.current_time() + idle_s, 1, 0)
+            self._wake.set()
+
+    def provider_back(self) -> None:
+        """The chat provider answers again after it was unavailable: the sessions whose
+        last job failed for want of it are retried now, their delay back at its start
+        (and those whose job is under way looked at again, not an hour later)."""
+        now = trio.current_time()
+        woken = False
+        for session_id, (due, _, counted) in list(self._retry.items()):
+            job_id = self.store.info(session_id).last_job_id
+            if due > now and (self.job_active(job_id) or self._unanswered(job_id)):
+                self._retry[session_id] = (now, 0, counted)
+                woken = True
+        if woken:
             self._wake.set()
 
     def touched(self, session_id: str) -> None:

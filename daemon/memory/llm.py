@@ -18,7 +18,9 @@ each tool call with its result. A call the client could not read
 which has no result of its own, in its answer's last result).
 :class:`ChatClients` builds (and keeps per workspace and configuration) the
 :class:`ChatClient` of a workspace from its ``chat_model_config`` and the daemon's provider
-bridge.
+bridge; its breaker and Retry-After wait are those of every workspace sending to the same
+endpoint with the same key for the same model (the daemon's :class:`ChatLines`), and the
+workspace is told (``on_back``) when that provider answers again after it was unavailable.
 
 Errors: provider failures (after the client's own retries), malformed answers and "no chat
 model configured" propagate as the provider error family (ProviderUnavailable on the wire);
@@ -43,6 +45,7 @@ from recalld.daemon.config import ChatModelConfig
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.capture_parts import MAX_PROMPT_CHARS
 from recalld.daemon.providers.bridge import ProviderBridge
+from recalld.daemon.providers.chat_lines import ChatLines
 from recalld.daemon.providers.errors import NO_CHAT_MODEL, ProviderConfigError, ProviderRejected
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import JobFailed
@@ -365,11 +368,17 @@ async def _run_one(dispatch: Dispatch, name: str, arguments: JsonObject) -> str:
 class ChatClients:
     """One workspace's chat client: made on first use from the workspace's
     ``chat_model_config`` and the daemon's provider bridge, made again when that
-    configuration changes. Its status joins the workspace's as ``chat``."""
+    configuration changes. Its status joins the workspace's as ``chat``. Clients of
+    workspaces sending to one endpoint with one key for one model share their breaker
+    and Retry-After wait through ``lines``; ``on_back`` is called when that provider
+    answers again after it was unavailable (whichever workspace's call found it so)."""
 
-    def __init__(self, ws: Workspace, bridge: ProviderBridge) -> None:
+    def __init__(self, ws: Workspace, bridge: ProviderBridge, lines: ChatLines | None = None,
+                 on_back: Callable[[], None] | None = None) -> None:
         self._ws = ws
         self._bridge = bridge
+        self._lines = lines
+        self._on_back = on_back
         self._config: ChatModelConfig | None = None
         self._client: ChatClient | None = None
 
@@ -381,10 +390,18 @@ class ChatClients:
         if self._client is None or self._config != config:
             from recalld.daemon.providers.chat import ChatClient
 
-            self._client = ChatClient(config, self._bridge)
+            if self._client is not None:
+                self._client.line.unwatch(self)
+            self._client = ChatClient(config, self._bridge, lines=self._lines)
+            self._client.line.watch(self)
             self._config = config
             self._ws.add_status("chat", self._client.status)
         return self._client
+
+    def provider_back(self) -> None:
+        """The workspace's chat provider answers again after it was unavailable."""
+        if self._on_back is not None:
+            self._on_back()
 
     def client_or_none(self) -> ChatClient | None:
         """The client, or None when the workspace has no (usable) chat model."""

@@ -1,6 +1,7 @@
 """OpenAI-compatible chat completions with tool calling (vLLM, llama.cpp server, Ollama's
 /v1, DashScope compatible mode, OpenAI), through the provider bridge with retries and a
-circuit breaker.
+circuit breaker; clients of one endpoint, key and model share the breaker and the
+provider's Retry-After (:mod:`~recalld.daemon.providers.chat_lines`).
 
 :class:`ChatClient` starts no task. ``complete`` sends one ``POST {base_url}/chat/completions``
 (retried per the policy) and returns a :class:`ChatResult`; every malformed answer becomes a
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 import random
 import re
@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Literal, NotRequired, TypedDict
 
 import orjson
-import trio
 
 from recalld.daemon import metrics
 from recalld.daemon.config import ChatModelConfig
@@ -34,6 +33,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.redact import redact_messages_async
 from recalld.daemon.providers.breaker import BreakerState, CircuitBreaker
 from recalld.daemon.providers.bridge import ProviderBridge
+from recalld.daemon.providers.chat_lines import ChatLine, ChatLines
 from recalld.daemon.providers.embedding_keys import first_key
 from recalld.daemon.providers.errors import (
     NO_CHAT_MODEL as NO_CHAT_MODEL,
@@ -338,6 +338,7 @@ class ChatClient:
         breaker: CircuitBreaker | None = None,
         rng: random.Random | None = None,
         environ: Mapping[str, str] | None = None,
+        lines: ChatLines | None = None,
     ) -> None:
         env = os.environ if environ is None else environ
         self.config = config or ChatModelConfig()
@@ -346,12 +347,16 @@ class ChatClient:
         self.policy = policy or RetryPolicy(
             deadline_s=self.config.timeout_s * 2, attempt_timeout_s=self.config.timeout_s,
         )
-        self.breaker = breaker or CircuitBreaker(name=f"chat provider {self.config.backend}")
+        #: The breaker and Retry-After wait, shared through ``lines`` with every client
+        #: of the same endpoint, key, backend and model (else this client's own).
+        self.line = (lines.line(self.config.backend, self.endpoint, self._api_key,
+                                self.config.model_name)
+                     if lines is not None and breaker is None else ChatLine(
+                         breaker or CircuitBreaker(name=f"chat provider {self.config.backend}")))
+        self.breaker = self.line.breaker
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
         self.last_error: str | None = None
         self.last_ok: float | None = None
-        #: Until when (trio clock) the provider's last Retry-After asks to be left alone.
-        self._quiet_until = -math.inf
 
     def __repr__(self) -> str:
         endpoint = redact_url(self.endpoint, self._api_key)
@@ -394,7 +399,8 @@ class ChatClient:
         if (quiet := self.quiet_s()) > 0:
             raise ProviderRetryableStatus(
                 f"chat {mask_model(self.config.model_name)}: the chat provider asked to wait "
-                f"{quiet:.0f}s more (Retry-After) after: {self.last_error}", retry_after_s=quiet)
+                f"{quiet:.0f}s more (Retry-After) after: {self.line.quiet_error}",
+                retry_after_s=quiet)
         body: ChatRequest = {
             "model": self.config.model_name,
             "messages": await redact_messages_async(messages),
@@ -418,6 +424,7 @@ class ChatClient:
 
         def told(delay_s: float, exc: ProviderError) -> None:
             self._asked_to_wait(exc, delay_s)  # other calls keep off while this one waits
+            self.line.unavailable()
 
         started = time.monotonic()
         try:
@@ -427,11 +434,15 @@ class ChatClient:
         except ProviderError as exc:
             self._asked_to_wait(exc, exc.retry_after_s)
             metrics.count("recalld_chat_errors_total")
+            if exc.transient:
+                self.line.unavailable()
+            else:  # it answered, refusing this request only
+                self.line.answered(ok=False)
             raise
         finally:
             metrics.observe("recalld_chat_seconds", time.monotonic() - started)
         self.last_ok = time.time()
-        self._quiet_until = -math.inf  # it answers again: a Retry-After is over
+        self.line.answered(ok=True)  # it answers again: a Retry-After is over
         return answer
 
     def _asked_to_wait(self, exc: ProviderError, wait_s: float | None) -> None:
@@ -441,12 +452,12 @@ class ChatClient:
         self.last_error = redact(str(exc), self._api_key)
         if wait_s is not None and exc.retry_after_s is not None and not isinstance(
                 exc, CircuitOpen):
-            wait_s = min(max(wait_s, 0.0), self.policy.retry_after_cap_s)
-            self._quiet_until = max(self._quiet_until, trio.current_time() + wait_s)
+            self.line.hold(min(max(wait_s, 0.0), self.policy.retry_after_cap_s),
+                           self.last_error)
 
     def quiet_s(self) -> float:
         """Seconds the provider's last Retry-After (capped) still asks to be left alone."""
-        return max(self._quiet_until - trio.current_time(), 0.0)
+        return self.line.quiet_s()
 
     def hold_s(self) -> float:
         """Seconds before a call is sent again: the Retry-After, an open breaker."""
