@@ -61,8 +61,10 @@ DERIVED_ROLE = "metadata_dir"
 #: Without ``catalog/`` every resource would be summarized (and a file directly in
 #: ``resource_dir`` dated) anew, and every daily note dreamed again, by the chat model;
 #: without ReMe's ``file_catalog/`` (QwenPaw's workspaces), so would those ReMe did.
-RESUMABLE = ("sessions/", "inbox/", "dream/runs/", "auto_memory/runs/", "catalog/",
-             "file_catalog/")
+#: Of them, the records recalld's own jobs keep, which a restore makes equal to the
+#: backup's; ReMe's ``file_catalog/`` is ReMe's: written back, nothing of it removed.
+JOB_RECORDS = ("sessions/", "inbox/", "dream/runs/", "auto_memory/runs/", "catalog/")
+RESUMABLE = (*JOB_RECORDS, "file_catalog/")
 DAEMON_FILES = ("config.toml", "workspaces.json")
 
 
@@ -215,6 +217,12 @@ def _pass_by(passed: PassedBy | None, root: Path, rel: str) -> None:
         passed.unnamed.append(safepath.shown_masked(rel))
 
 
+def state_folders(meta: str, subs: tuple[str, ...] = RESUMABLE) -> tuple[str, ...]:
+    """The folders ``subs`` (by default the :data:`RESUMABLE` state, which a backup holds)
+    of a workspace whose ``metadata_dir`` is ``meta``."""
+    return tuple(f"{meta}/{sub.rstrip('/')}" for sub in subs)
+
+
 def roles_for(include_derived: bool) -> tuple[str, ...]:
     return (*CONTENT_ROLES, DERIVED_ROLE) if include_derived else CONTENT_ROLES
 
@@ -225,7 +233,7 @@ def source_files(source: AgentSource, include_derived: bool,
     tops = [d.strip("/") for d in (source.dirs.get(r) for r in roles_for(include_derived)) if d]
     meta = (source.dirs.get(DERIVED_ROLE) or "").strip("/")
     if not include_derived and meta:
-        tops += [f"{meta}/{sub.rstrip('/')}" for sub in RESUMABLE]
+        tops += state_folders(meta)
     for top in tops:
         for rel in walk_files(source.root, top, passed):
             if not any(rel.startswith(f"{other}/") for other in source.others):

@@ -27,12 +27,14 @@ from recalld.daemon.backup import (
     CONTENT_ROLES,
     COPY_CHUNK,
     DERIVED_ROLE,
+    JOB_RECORDS,
     NO_PROGRESS,
     PATH_MAX_BYTES,
     RESUMABLE,
     TEMP_NAME_EXTRA,
     ProgressSink,
     restorable_path,
+    state_folders,
     walk_files,
 )
 from recalld.daemon.backup_check import CheckedBackup, file_in_the_way, refuse
@@ -93,11 +95,13 @@ class RestorePlan:
     #: What stands where a written file or its folder goes (a folder where the backup
     #: has a file, a file where it has a folder): moved out of the way first.
     clears: list[str]
-    #: The content directories: a folder the removes leave empty goes too, up to these.
+    #: The content and state folders: a folder the removes leave empty goes too, up to these.
     tops: tuple[str, ...] = ()
     #: The targets that are state files (of ``metadata_dir``): written private
     #: (PRIVATE_MODE); the others are notes, written as notes are (:func:`_stage`).
     private: frozenset[str] = frozenset()
+    #: The folders of the jobs' records (:data:`JOB_RECORDS`), made equal to the backup's.
+    state: tuple[str, ...] = ()
 
 
 def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
@@ -107,8 +111,10 @@ def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
 
     Files now in the content directories that the backup lacks are removed, so the
     workspace ends equal to the backup. Of ``metadata_dir`` only :data:`RESUMABLE` state is
-    written (the rest is rebuilt). ``others`` are the folders (relative to ``root``) of
-    other agents' workspaces inside this one: nothing is written or removed in them.
+    written (the rest is rebuilt), and if the backup holds it, the jobs' records it lacks
+    (:data:`JOB_RECORDS`) are removed too: those of the jobs run since speak of files the
+    restore takes back. ``others`` are the folders (relative to ``root``) of other agents'
+    workspaces inside this one: nothing is written or removed in them.
     Raises PathOutsideWorkspace if a target would pass through a symlink, NotAllowed if
     something in a target's way holds more than files the restore removes, InvalidParams
     if a target's absolute path would be past PATH_MAX (``root`` is deeper than the
@@ -160,13 +166,16 @@ def plan_restore(backup: CheckedBackup, agent_id: str, root: Path,
     wanted = set(writes.values())
     removes = []
     tops = tuple(t for t in (dirs.get(role, "").strip("/") for role in CONTENT_ROLES) if t)
-    for top in tops:
+    meta = dirs.get(DERIVED_ROLE, "").strip("/")
+    state = (state_folders(meta, JOB_RECORDS)
+             if meta and saved_dirs.get(DERIVED_ROLE, "").strip("/") else ())
+    for top in (*tops, *state):
         removes += [rel for rel in walk_files(root, top)
                     if rel not in wanted and not theirs(rel)]
     removes = sorted(set(removes))
     clears = _in_the_way(root, writes.values(), set(removes))
-    return RestorePlan(agent_id, root, writes, removes, skipped, clears, tops,
-                       frozenset(private))
+    return RestorePlan(agent_id, root, writes, removes, skipped, clears, (*tops, *state),
+                       frozenset(private), state)
 
 
 def _too_deep(agent_id: str, root: Path, targets: list[str]) -> InvalidParams:

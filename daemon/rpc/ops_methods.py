@@ -95,8 +95,9 @@ async def _reopen_after_failure(state: DaemonState, plan: RestorePlan,
 
 
 def _resumes(plan: RestorePlan) -> bool:
-    """True if ``plan`` writes session, inbox or dream-run state."""
-    return any("/" + sub in "/" + rel for rel in plan.writes.values() for sub in bk.RESUMABLE)
+    """True if ``plan`` writes or removes session, inbox or dream-run state."""
+    state = tuple(f"{top}/" for top in plan.state)
+    return bool(plan.private) or any(rel.startswith(state) for rel in plan.removes)
 
 
 async def _incoming(state: DaemonState, checked: CheckedBackup, chosen: list[str],
