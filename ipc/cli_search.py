@@ -24,8 +24,8 @@ from recalld.ipc.cli_ops import (
 )
 from recalld.ipc.client import Client
 from recalld.ipc.progress import IndexingNotice
+from recalld.ipc.protocol import MAX_RESULTS
 from recalld.ipc.render import at_most, print_json, say
-from recalld.ipc.tool_args import MAX_HITS
 from recalld.ipc.types import SearchResult, visible
 
 
@@ -39,7 +39,7 @@ def add_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
                         help="search these agents' workspaces instead, as --agent (each must "
                              "be shared with it); those not open are named, not searched")
     search.add_argument("-n", "--max-results", type=count, default=5,
-                        help=f"how many hits to show (default 5, at most {MAX_HITS})")
+                        help=f"how many hits to show (default 5, at most {MAX_RESULTS})")
     search.add_argument("--min-score", type=_score)
     search.add_argument("--sync", action="store_true",
                         help="wait until every earlier file change is indexed")
@@ -63,7 +63,7 @@ def _agent_list(value: str) -> list[str]:
 
 
 def _search(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:
-    ns.max_results = at_most(ns.max_results, MAX_HITS, sys.stderr)
+    ns.max_results = at_most(ns.max_results, MAX_RESULTS, sys.stderr)
     with contextlib.ExitStack() as stack:
         if ns.sync and not as_json:  # say what a long wait (a first build) waits for
             stack.enter_context(IndexingNotice(client.socket_path, ns.agent, sys.stderr))

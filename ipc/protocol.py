@@ -33,6 +33,9 @@ DEFAULT_MAX_FRAME_BYTES = 1 << 20
 #: start; a client keeps the default limit for them).
 MAX_REQUEST_BYTES_RANGE = (64 << 10, 1 << 30)
 DEFAULT_MAX_BATCH = 100
+#: The most hits one ``memory.search`` hands back (the daemon's cap): a larger
+#: ``max_results`` asks no more.
+MAX_RESULTS = 100
 _CR = ord("\r")
 
 Id = int | str | None

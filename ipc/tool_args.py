@@ -16,6 +16,8 @@ from __future__ import annotations
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
+from recalld.ipc.protocol import MAX_RESULTS
+
 
 def schema_error(check: Draft202012Validator, args: object) -> str | None:
     """Why ``args`` do not pass ``check``, or None if they do."""
@@ -115,7 +117,7 @@ def whole_argument(name: str, value: object) -> int | None:
 
 
 #: The most hits one search hands back (the daemon's cap): a larger count asks no more.
-MAX_HITS = 100
+MAX_HITS = MAX_RESULTS
 
 
 def count_argument(name: str, value: object) -> int | None:

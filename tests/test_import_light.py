@@ -12,8 +12,10 @@ import sys
 import pytest
 
 HEAVY = ("numpy", "hnswlib", "recalld.daemon", "pyroaring", "zstandard", "watchfiles",
-         # The optional integrations load only when asked for by name.
-         "agentscope", "mcp", "mcp_types", "recalld.ipc.agentscope", "recalld.ipc.mcp_")
+         # The optional integrations load only when asked for by name, and what only
+         # their extras bring (jsonschema) with them: a plain install has none of it.
+         "agentscope", "mcp", "mcp_types", "recalld.ipc.agentscope", "recalld.ipc.mcp_",
+         "jsonschema", "recalld.ipc.tool_args")
 #: The event loop is the program's: trio, asyncio and anyio's backends for them.
 LOOPS = ("trio", "asyncio", "anyio._backends")
 MODULES = ["recalld.ipc", "recalld.ipc.client", "recalld.ipc.aclient", "recalld.ipc.cli",

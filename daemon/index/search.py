@@ -41,12 +41,13 @@ from recalld.daemon.index.windows import Window, around, holding
 from recalld.daemon.memory.slugs import shows_no_word
 from recalld.daemon.providers.errors import ProviderError
 from recalld.ipc.errors import InvalidParams, PathOutsideWorkspace
+from recalld.ipc.protocol import MAX_RESULTS
 from recalld.ipc.textmatch import query_words
 from recalld.ipc.types import render_result
 
 log = logging.getLogger(__name__)
 
-MAX_RESULTS_CAP = 100
+MAX_RESULTS_CAP = MAX_RESULTS
 _DATE = "YYYY-MM-DD"
 
 
