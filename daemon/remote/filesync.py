@@ -380,7 +380,7 @@ class FileSync(ReplicaFiles):
         read_upto = 0
         self._passed_outside = True  # counted once per session, then as rows pass by
         while True:
-            read_upto = await self._catch_up(conn, workspace_id, read_upto)
+            read_upto = self.pulled_upto(await self._catch_up(conn, workspace_id, read_upto))
             for path in list(self._unsettled):
                 await self._fetch_and_settle(conn, workspace_id, path)
             if await on_conn(conn, db.drain_notifies):

@@ -41,7 +41,7 @@ from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
 from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.reads import Candidates
 from recalld.daemon.providers.retry import RetryPolicy
-from recalld.daemon.remote import db, locks
+from recalld.daemon.remote import db, handover, locks
 from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.remote.catalog import JobCatalog
 from recalld.daemon.remote.filesync import FileSync
@@ -65,10 +65,9 @@ Ts = TypeVarTuple("Ts")
 FIRST_CONNECT_WAIT_S = 15.0
 CLAIM_POLL_S = 0.2
 RECONNECT = RetryPolicy(backoff_base_s=0.5, backoff_max_s=10.0)
-# After this long without a session and with nothing waiting to go up, the waits between
-# attempts grow to IDLE_RECONNECT's cap (an idle daemon should not wake every few seconds
-# for days); a local change, a server search or a job that needs the server cuts the wait
-# back to RECONNECT's.
+# After this long without a session and with nothing waiting to go up, the waits between attempts
+# grow to IDLE_RECONNECT's cap (an idle daemon should not wake every few seconds for days); a local
+# change, a server search or a job that needs the server cuts the wait back to RECONNECT's.
 LONG_OUTAGE_S = 300.0
 IDLE_RECONNECT = RetryPolicy(backoff_base_s=0.5, backoff_max_s=60.0)
 
@@ -104,8 +103,7 @@ class Replica:
         self.shared_vectors = 0
         self.provider_vectors = 0
         self._searcher = ServerSearcher(ws, cfg, host=self.host, secrets=self._secrets,
-                                        writer_lock=self._writer_lock,
-                                        max_chars=chunk_max_chars,
+                                        writer_lock=self._writer_lock, max_chars=chunk_max_chars,
                                         writes=self._files.writes, cpu=cpu)
         self._nursery: trio.Nursery | None = None
         self._files.on_queued = self._want_server
@@ -314,10 +312,10 @@ class Replica:
     async def job_lock(self, kind: str) -> AsyncIterator[JobCatalog]:
         """Run ``kind`` (auto_dream, auto_resource) on one host of the shared workspace at
         a time: a session-level advisory lock on a connection of its own, held for the
-        block, which gets the job's catalog shared by every host on that connection.
-        Raises AlreadyRunning when another host holds it, ProviderUnavailable while the
-        server cannot be reached or refuses this host's writes (the job's catalog could
-        not be stored for the other hosts: it waits, as writes do)."""
+        block, which gets the job's catalog shared by every host and runs on the last
+        run's changes (``handover.py``). AlreadyRunning when another host holds it,
+        ProviderUnavailable while the server cannot be reached or refuses this host's
+        writes (the catalog could not be stored for the others: it waits, as writes do)."""
         if (self._workspace_id is None or self._conn_state != "online"
                 or self._files.writes.kind is not None):
             self._want_server()
@@ -343,7 +341,9 @@ class Replica:
                     raise
                 raise self._job_waits(kind) from None
             self._files.writes_taken()
-            yield JobCatalog(conn, workspace_id, self._cfg.name, self._files.writes)
+            async with handover.turn(self._files, conn, workspace_id, self._cfg.name, kind,
+                                     lambda: self._conn_state == "online"):
+                yield JobCatalog(conn, workspace_id, self._cfg.name, self._files.writes)
         finally:
             with trio.CancelScope(shield=True):
                 await in_thread(conn.close)  # closing the session releases the lock

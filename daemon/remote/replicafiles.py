@@ -71,6 +71,29 @@ class ReplicaFiles:
         self._guard_wake = trio.Event()
         #: Set (and replaced) each time the guard has judged what waited.
         self._judged = trio.Event()
+        #: The version of the change feed the last catch-up read up to; ``_pulled`` is
+        #: set (and replaced) after each.
+        self.read_upto = 0
+        self._pulled = trio.Event()
+
+    def pulled_upto(self, version: int) -> int:
+        """Record that a catch-up read the feed up to ``version`` (returned)."""
+        self.read_upto = version
+        self._pulled.set()
+        self._pulled = trio.Event()
+        return version
+
+    async def wait_pulled(self, version: int, timeout_s: float,
+                          online: Callable[[], bool]) -> bool:
+        """Wait until a catch-up has read the feed up to ``version`` (False: not within
+        ``timeout_s``, or ``online()`` says the server cannot be reached now)."""
+        with trio.move_on_after(timeout_s):
+            while self.read_upto < version:
+                if not online():
+                    return False
+                await self._pulled.wait()
+            return True
+        return False
 
     def open(self) -> None:
         self._outbox.open()
