@@ -29,14 +29,15 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext, suppress
 from pathlib import Path
-from typing import NotRequired, TypedDict
 
 import trio
 
 from recalld.daemon.healthreport import HealthError, HealthReport
 from recalld.daemon.index.embedder import VectorWorker
 from recalld.daemon.index.encodings import not_utf8_notes, not_utf8_reasons
-from recalld.daemon.index.prepare import MAX_NOTE_BYTES, partly_indexed, prepare
+from recalld.daemon.index.graphcheck import check_links
+from recalld.daemon.index.links import Link
+from recalld.daemon.index.prepare import MAX_NOTE_BYTES, partly_indexed, unchanged_links
 from recalld.daemon.index.records import FileInfo
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.service_status import MAX_LISTED
@@ -45,6 +46,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.secret_names import mask_path, secret_named_folders, secret_notice
 from recalld.daemon.store.errors import CorruptState, StorageError
 from recalld.daemon.store.manifest import GenerationStore
+from recalld.daemon.verifyreport import ChunkCheck, GenerationCheck, Listed, VerifyReport
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.answers import IndexCompacted
 from recalld.ipc.health_fixes import NAME_NOT_UTF8
@@ -305,62 +307,6 @@ class Health:
 # -------------------------------------------------------------------------------- verify
 
 
-class Listed(TypedDict):
-    count: int
-    paths: list[str]  # the first MAX_LISTED, sorted
-
-
-class ChunkCheck(TypedDict):
-    """The index's chunks checked against its file entries and its keyword index."""
-
-    chunks: int
-    chunk_keys_in_files: int
-    duplicate_keys: int
-    orphan_chunks: int
-    missing_chunks: int
-    keyword_docs: int
-    keyword_mismatch: int
-
-
-class GenerationCheck(TypedDict):
-    """The committed generation, re-read with every checksum verified."""
-
-    ok: bool
-    error: NotRequired[str]
-    note: NotRequired[str]  # none committed yet, and none needed so far
-    generation: NotRequired[int]
-    created: NotRequired[float]
-    corrupt: NotRequired[dict[str, str]]
-    skipped: NotRequired[list[JsonObject]]
-    records: NotRequired[dict[str, int | None]]
-
-
-class LiveCheck(TypedDict):
-    ok: bool
-    damaged: dict[str, str]
-
-
-class VerifyReport(TypedDict):
-    agent_id: str
-    ok: bool
-    files_on_disk: int
-    files_indexed: int
-    not_indexed: Listed
-    indexed_but_gone: Listed
-    stat_differs: Listed
-    content_differs: Listed
-    read_again: Listed  # loaded under older rules, not read again yet under these
-    partly_indexed: Listed
-    misnamed: Listed  # passed by: their name is not UTF-8 (shown escaped, as in status)
-    chunks: ChunkCheck
-    chunks_consistent: bool
-    generation: GenerationCheck
-    live: LiveCheck
-    uncommitted_changes: int
-    committed_matches_index: bool
-    duration_s: float
-
-
 def _listed(paths: list[str]) -> Listed:
     return {"count": len(paths), "paths": sorted(paths)[:MAX_LISTED]}
 
@@ -431,13 +377,31 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
     differs = {*stat_differs, *read_again}
     same_stat = [p for p in disk if p in files and p not in differs]
 
-    def digests() -> list[str]:
+    def digests(paths: list[str], redacted: bool,
+                ) -> tuple[list[str], dict[str, tuple[str, list[Link]]]]:
+        """Of ``paths``, those whose content is not the digest indexed, and the others'
+        links."""
         real_root = os.path.realpath(index.root)
-        return [p for p in same_stat
-                if not prepare(index.root, p, max_chars=1 << 30, known_digest=files[p].digest,
-                               real_root=real_root).unchanged]
+        differ, read = [], {}
+        for p in paths:
+            found = unchanged_links(index.root, p, known_digest=files[p].digest,
+                                    redacted=redacted, real_root=real_root)
+            if found is None:
+                differ.append(p)
+            else:
+                read[p] = (files[p].digest, found)
+        return differ, read
 
-    content_differs = await trio.to_thread.run_sync(digests, limiter=cpu)
+    content_differs, read = await trio.to_thread.run_sync(digests, same_stat, False,
+                                                          limiter=cpu)
+    links_differ, links = await index.locked(lambda state: check_links(state, read))
+    if links_differ:
+        # Read as the index reads them (redacted), the notes found differing: a link a
+        # secret touches is none, or another, there.
+        again = [p for p in links_differ if p in read]
+        _gone, redacted = await trio.to_thread.run_sync(digests, again, True, limiter=cpu)
+        read = {p: got for p, got in read.items() if p not in again} | redacted
+        links_differ, links = await index.locked(lambda state: check_links(state, read))
     index.check_files()
     generation = await trio.to_thread.run_sync(_verify_generation, index, limiter=cpu)
     live = await index.locked(index.check_live)
@@ -454,7 +418,7 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
                          or generation.get("records", {}).get("catalog") in (None, len(files)))
     partial = partly_indexed(files)
     ok = (not missing and not stale_entries and not stat_differs and not content_differs
-          and not read_again
+          and not read_again and not links_differ
           and consistent_chunks and generation.get("ok", False) and committed_matches
           and not partial and not live and not misnamed)
     if health is not None:
@@ -473,6 +437,8 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
         "misnamed": _listed(misnamed),
         "chunks": snap,
         "chunks_consistent": consistent_chunks,
+        "links_differ": _listed(links_differ),
+        "links": links,
         "generation": generation,
         "live": {"ok": not live, "damaged": live},
         "uncommitted_changes": status.get("uncommitted_changes", 0),

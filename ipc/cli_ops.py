@@ -327,7 +327,9 @@ VERIFY_LISTS = (("not_indexed", "not indexed"), ("indexed_but_gone", "indexed bu
                 ("partly_indexed", "partly indexed (too large: only the beginning of each is "
                                    "searchable; split them)"),
                 ("misnamed", "not indexed: their name is not valid UTF-8 (rename them to "
-                             "UTF-8: convmv -f latin1 -t utf8 --notest FILE)"))
+                             "UTF-8: convmv -f latin1 -t utf8 --notest FILE)"),
+                ("links_differ", "links in the index differ from the text (recalld reindex "
+                                 "reads them again)"))
 
 
 def _verify_lines(result: JsonObject) -> list[str]:

@@ -193,21 +193,8 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
     if digest == known_digest:
         return Prepared(path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size,
                         digest=digest, unchanged=True)
-    # The index never holds a credential a note contains (nor do embedding requests, made
-    # from chunk texts); masks keep their line breaks, so chunks keep their file lines.
-    # Loaded on the first file read: its rule set compiles hundreds of patterns, which a
-    # warm start that finds nothing changed never needs.
-    from recalld.daemon.memory.redact import redact_note
-
-    # The encoding is told by the whole file: its head alone may look like another. A
-    # read that stopped short of the file's end may end inside a character.
     check()
-    read, encoding = decode_note(full, prefix=st.st_size > len(full))
-    if len(full) == len(data):
-        text = redact_note(read)
-    else:
-        text = redact_note(read, len(decode_as(data, encoding, prefix=True)))
-    check()
+    text, encoding = _note_text(full, st, check)
     chunks = adopt_chunks(rel, text, reme, max_chars=max_chars) if reme else None
     if reme is None and moved:
         chunks = adopt_moved(rel, text, moved, max_chars=max_chars)
@@ -216,6 +203,56 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
         chunks=chunk_markdown(rel, text, max_chars=max_chars) if chunks is None else chunks,
         links=extract_links(rel, text), secret_name=named_by_secret(rel), encoding=encoding,
     )
+
+
+def _note_text(full: bytes, st: os.stat_result,
+               check: Callable[[], None] = _go_on) -> tuple[str, str]:
+    """A note's bytes (``full``, as :func:`_read_note` read them) as the index holds its
+    text, and the encoding it was read in."""
+    # The index never holds a credential a note contains (nor do embedding requests, made
+    # from chunk texts); masks keep their line breaks, so chunks keep their file lines.
+    # Loaded on the first file read: its rule set compiles hundreds of patterns, which a
+    # warm start that finds nothing changed never needs.
+    from recalld.daemon.memory.redact import redact_note
+
+    # The encoding is told by the whole file: its head alone may look like another. A
+    # read that stopped short of the file's end may end inside a character.
+    read, encoding = decode_note(full, prefix=st.st_size > len(full))
+    data = full[:MAX_NOTE_BYTES]
+    if len(full) == len(data):
+        text = redact_note(read)
+    else:
+        text = redact_note(read, len(decode_as(data, encoding, prefix=True)))
+    check()
+    return text, encoding
+
+
+def unchanged_links(root: Path, rel: str, *, known_digest: str, redacted: bool = True,
+                    real_root: str | None = None) -> list[Link] | None:
+    """The links of ``rel`` as :func:`prepare` extracts them (not resolved), read from the
+    disk now; None when its content is not ``known_digest`` (changed, gone, unreadable).
+    ``redacted`` False: read from the text as it is, not redacted first, tens of times
+    faster; they differ from the index's only where a secret touches a link."""
+    try:
+        got = _read_note(root, rel, real_root)
+    except OSError:
+        return None
+    if got is None:
+        return None
+    full, st = got
+    if hashlib.blake2b(full[:MAX_NOTE_BYTES], digest_size=16).hexdigest() != known_digest:
+        return None
+    if b"[" not in full:
+        # No link, nor a mask that would make one (a ``[`` before the mask's own): such
+        # notes are not decoded. Every encoding a note is read in (``notetext.py``) holds
+        # ``[`` as the byte 0x5B.
+        return []
+    if redacted:
+        return extract_links(rel, _note_text(full, st)[0])
+    read, encoding = decode_note(full, prefix=st.st_size > len(full))
+    if len(full) > MAX_NOTE_BYTES:
+        read = read[:len(decode_as(full[:MAX_NOTE_BYTES], encoding, prefix=True))]
+    return extract_links(rel, read)
 
 
 def prepare_files(
@@ -264,4 +301,4 @@ def prepare_files(
 
 
 __all__ = ["MAX_NOTE_BYTES", "VOCAB_MAX_TERMS", "Prepared", "PreparedBatch", "VocabRef",
-           "partly_indexed", "prepare", "prepare_files", "too_large"]
+           "partly_indexed", "prepare", "prepare_files", "too_large", "unchanged_links"]

@@ -7,8 +7,9 @@ import time
 
 from recalld.daemon import metrics
 from recalld.daemon.config import RemoteConfig
-from recalld.daemon.maintenance import VerifyReport, compact, verify
+from recalld.daemon.maintenance import compact, verify
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
+from recalld.daemon.verifyreport import VerifyReport
 from recalld.ipc.answers import IndexCompacted
 from recalld.ipc.errors import InvalidParams
 
