@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from recalld.daemon import safepath
+from recalld.daemon.index.filters import composed
 from recalld.daemon.memory.secret_names import MASK, mask_path
 from recalld.daemon.watchpaths import IGNORE_DIRS
 from recalld.ipc.answers import FileEntry
@@ -23,12 +24,19 @@ def walk_markdown(root: Path, tops: list[str], prefix: str, limit: int) -> tuple
     """The first ``limit`` Markdown files by path under ``tops`` (relative folders) whose
     path starts with ``prefix`` (as it is, or as it is shown: a prefix that holds a mask,
     ``memory/[REDACTED]``, is compared with each path masked as it is listed), and
-    whether there are more. Hidden names and the folders
+    whether there are more. A prefix typed composed (NFC) or decomposed matches the
+    names alike on disk in either form, both where both are. Hidden names and the folders
     the index passes by (``mem_metadata``) are passed by, no symlink is followed or
     listed; a top folder that is a link leading out of the workspace (to another agent's
     notes) is passed by, as the index passes it by."""
 
-    shown: Callable[[str], str] = mask_path if MASK in prefix else str
+    as_named: Callable[[str], str] = mask_path if MASK in prefix else str
+    # Names alike but for Unicode normalisation (a folder written decomposed, typed
+    # composed) are one name to the prefix, as to a search's path_prefix.
+    prefix = composed(prefix)
+
+    def shown(name: str) -> str:
+        return composed(as_named(name))
 
     def found() -> Iterator[tuple[str, os.DirEntry[str]]]:
         for top in tops:
