@@ -273,3 +273,34 @@ async def test_session_notes_list_a_note_then_its_continuations_in_order(
     await ops.daily_write("s2", "log-3", "- another session's\n", DAY)
     assert await ops.session_notes("s1", DAY) == [
         f"memory/{DAY}/{n}.md" for n in ("log", "log-2", "log-10", "other")]
+
+
+async def test_a_name_in_another_unicode_form_names_the_file_on_disk(tmp_path: Path) -> None:
+    # A model (or an agent) names notes composed (NFC); a workspace from macOS holds them
+    # decomposed (NFD). Every operation wrote or looked for a second name beside the file.
+    import unicodedata
+
+    def nfd(text: str) -> str:
+        return unicodedata.normalize("NFD", text)
+
+    ops, _ = make_ops(tmp_path)
+    node = nfd("digest/wiki/Réunions/café.md")
+    (tmp_path / node).parent.mkdir(parents=True)
+    (tmp_path / node).write_text("---\nname: cafe\n---\nOld text.\n")
+    typed = "digest/wiki/Réunions/café.md"  # composed
+    assert (await ops.read(typed)).text.endswith("Old text.\n")
+    assert not (await ops.write(typed, "---\nname: cafe\n---\nNew text.\n")).created
+    await ops.edit(typed, "New", "Newer")
+    await ops.frontmatter_update(typed, {"description": "coffee"})
+    assert "Newer text." in (tmp_path / node).read_text()
+    assert "description: coffee" in (tmp_path / node).read_text()
+    assert [c.path for c in ops.changes] == [node] * 3
+    assert os.listdir(tmp_path / "digest/wiki") == [nfd("Réunions")]
+    assert os.listdir(tmp_path / nfd("digest/wiki/Réunions")) == [nfd("café.md")]
+    # A session's own daily note named decomposed on disk is continued, not doubled.
+    day = tmp_path / "memory" / DAY
+    first = await ops.daily_write("s1", nfd("Crème"), "one\n")
+    assert not (await ops.daily_write("s1", "Crème", "two\n")).created
+    assert os.listdir(day) == [os.path.basename(first.path)]
+    await ops.remove(typed, (tmp_path / node).read_text())
+    assert os.listdir(tmp_path / nfd("digest/wiki/Réunions")) == []

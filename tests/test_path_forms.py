@@ -5,11 +5,15 @@ files."""
 
 from __future__ import annotations
 
+import os
 import unicodedata
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_index_daemon import open_ws, write
+
+from recalld.ipc.errors import InvalidParams, NotFound
 
 
 def nfc(text: str) -> str:
@@ -20,9 +24,59 @@ def nfd(text: str) -> str:
     return unicodedata.normalize("NFD", text)
 
 
+def read(daemon: Any, path: str) -> dict[str, Any]:
+    answer: dict[str, Any] = daemon.call("memory.read", {"agent_id": "w", "path": path})
+    return answer
+
+
 def listed(daemon: Any, prefix: str) -> list[str]:
     answer = daemon.call("memory.list", {"agent_id": "w", "prefix": prefix})
     return [f["path"] for f in answer["files"]]
+
+
+def test_a_path_typed_in_either_form_reads_the_one_file_on_disk(daemon: Any,
+                                                                tmp_path: Path) -> None:
+    # A read of the composed name answered "no such file" when the disk held the name
+    # decomposed (and the other way round), though search showed the note.
+    root = tmp_path / "ws"
+    mac = nfd("memory/2026-03-04/Réunions/naïve.md")  # folder and file decomposed
+    typed = nfc("digest/wiki/Ærøskøbing ĉe Zoë.md")  # written composed on disk
+    write(root, mac, "# Naive\n\nThe quokka plan.\n")
+    write(root, typed, "# Island\n\nThe ferry plan.\n")
+    open_ws(daemon, root)
+    for form in (nfc, nfd):
+        got = read(daemon, form(mac))
+        assert got["text"] == "# Naive\n\nThe quokka plan.\n", form
+        assert got["path"] == mac, form  # named as the disk (and search) names it
+        got = read(daemon, form(typed))
+        assert got["text"] == "# Island\n\nThe ferry plan.\n", form
+        assert got["path"] == typed, form
+        # A line range reads so too; a name the disk holds in no form is still missing.
+        lines = daemon.call("memory.read", {"agent_id": "w", "path": form(mac),
+                                            "start_line": 3, "end_line": 3})
+        assert (lines["text"], lines["path"]) == ("The quokka plan.\n", mac), form
+        with pytest.raises(NotFound):
+            read(daemon, form("memory/2026-03-04/Réunions/naïf.md"))
+
+
+def test_where_both_forms_exist_the_exact_spelling_wins(daemon: Any, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    write(root, nfc("memory/2026-03-04/café.md"), "composed\n")
+    write(root, nfd("memory/2026-03-04/café.md"), "decomposed\n")
+    # "ệ" has more than two spellings: composed, decomposed, and half of each.
+    write(root, nfd("memory/2026-03-05/ệ.md"), "one\n")
+    write(root, "memory/2026-03-05/\u00ea\u0323.md", "other\n")
+    open_ws(daemon, root)
+    assert read(daemon, nfc("memory/2026-03-04/café.md"))["text"] == "composed\n"
+    assert read(daemon, nfd("memory/2026-03-04/café.md"))["text"] == "decomposed\n"
+    # A prefix names both.
+    for form in (nfc, nfd):
+        assert sorted(listed(daemon, form("memory/2026-03-04/caf"))) == sorted(
+            [nfc("memory/2026-03-04/café.md"), nfd("memory/2026-03-04/café.md")]), form
+    # Two names alike, neither as typed: which one is meant is not guessed.
+    assert read(daemon, nfd("memory/2026-03-05/ệ.md"))["text"] == "one\n"
+    with pytest.raises(InvalidParams, match="Unicode normalisation"):
+        read(daemon, nfc("memory/2026-03-05/ệ.md"))
 
 
 def test_a_list_prefix_in_either_form_lists_the_notes(daemon: Any, tmp_path: Path) -> None:
@@ -38,3 +92,33 @@ def test_a_list_prefix_in_either_form_lists_the_notes(daemon: Any, tmp_path: Pat
         assert listed(daemon, form("memory/2026-03-04/Crème")) == [
             nfc("memory/2026-03-04/Crème brûlée.md")], form
     assert listed(daemon, "digest/wiki/Reunions") == []
+
+
+def test_a_topic_write_or_edit_updates_the_file_the_disk_spells_otherwise(
+        daemon: Any, tmp_path: Path) -> None:
+    # A topic write named composed over a note written decomposed made a second file
+    # (and folder) beside it, alike to the eye.
+    root = tmp_path / "ws"
+    topic = nfd("digest/wiki/Réunions/café.md")
+    write(root, topic, "---\nname: cafe\ndescription: coffee\ntype: reference\n---\nOld.\n")
+    open_ws(daemon, root)
+    folder = root / nfd("digest/wiki/Réunions")
+    for form in (nfc, nfd):
+        done = daemon.call("memory.topic_write", {
+            "agent_id": "w", "path": form("wiki/Réunions/café.md"), "name": "cafe",
+            "description": "coffee", "type": "reference", "body": f"Espresso {form.__name__}."})
+        assert done["path"] == topic and not done["created"], form
+        done = daemon.call("memory.topic_edit", {
+            "agent_id": "w", "path": form("wiki/Réunions/café.md"), "old": "Espresso",
+            "new": "Ristretto"})
+        assert done["path"] == topic and done["changed"], form
+        assert (root / topic).read_text().endswith(f"Ristretto {form.__name__}.\n"), form
+        assert os.listdir(root / "digest/wiki") == [nfd("Réunions")], form
+        assert os.listdir(folder) == [nfd("café.md")], form
+    # A new topic file typed composed goes into the folder the disk spells decomposed,
+    # under the name as typed.
+    done = daemon.call("memory.topic_write", {
+        "agent_id": "w", "path": nfc("wiki/Réunions/thé.md"), "name": "tea",
+        "description": "tea", "type": "reference", "body": "Sencha."})
+    assert done["created"] and done["path"] == nfd("digest/wiki/Réunions/") + nfc("thé.md")
+    assert sorted(os.listdir(folder)) == sorted([nfd("café.md"), nfc("thé.md")])

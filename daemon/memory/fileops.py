@@ -62,13 +62,9 @@ from recalld.daemon.memory.confined import saved_meanwhile as saved_meanwhile
 from recalld.daemon.memory.confined import write_confined as write_confined
 from recalld.daemon.memory.slugs import continued_order, slug
 from recalld.daemon.notetext import lf_line_ends
+from recalld.daemon.spelling import spelled
 from recalld.daemon.workspaces import Workspace
-from recalld.ipc.errors import (
-    InvalidParams,
-    NotAllowed,
-    NotFound,
-    RecalldError,
-)
+from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, RecalldError
 
 if TYPE_CHECKING:
     from recalld.daemon.providers.chat import ToolSchema
@@ -204,6 +200,10 @@ class FileOps:
             raise NotAllowed(f"only {', '.join(suffixes)} files may be written: {rel}")
         return rel
 
+    async def writable(self, path: str) -> str:
+        """:meth:`check_writable` of ``path`` as the disk spells it (``spelled``)."""
+        return self.check_writable(await spelled(self.root, self.check_writable(path)))
+
     # -- primitives --------------------------------------------------------------------
 
     async def read_text(self, path: str, *, strict: bool = False) -> str | None:
@@ -244,6 +244,7 @@ class FileOps:
         start = 1 if start_line is None else start_line
         if start < 1 or (end_line is not None and end_line < start):
             raise InvalidParams("bad line range")
+        path = await spelled(self.root, path)
         got = await trio.to_thread.run_sync(
             lambda: safepath.read_lines(self.root, path, start_line=start, end_line=end_line,
                                         max_bytes=MAX_TOOL_READ_BYTES))
@@ -263,7 +264,7 @@ class FileOps:
 
     async def _write(self, path: str, content: str, *, check: bool,
                      expect: str | None) -> WriteResult:
-        rel = self.check_writable(path)
+        rel = await self.writable(path)
         from recalld.daemon.memory.redact import redact_async
 
         content = await redact_async(content)
@@ -278,7 +279,7 @@ class FileOps:
     async def remove(self, path: str, expect: str) -> None:
         """Remove the file, if it still holds ``expect``; else :class:`WriteConflict`
         (someone wrote it since the caller read it). Nothing there: nothing to do."""
-        rel = self.check_writable(path)
+        rel = await self.writable(path)
         async with self.lock:
             if await self.read_text(rel) not in (expect, None):
                 raise WriteConflict(f"{rel} changed since it was read")
@@ -287,7 +288,7 @@ class FileOps:
 
     async def edit(self, path: str, old: str, new: str) -> WriteResult:
         """Replace the one occurrence of ``old`` by ``new`` (error if 0 or several)."""
-        rel = self.check_writable(path)
+        rel = await self.writable(path)
         if not old:
             raise InvalidParams("old text must not be empty")
         from recalld.daemon.memory.redact import redact_async, redact_inserted
@@ -315,7 +316,7 @@ class FileOps:
 
     async def frontmatter_update(self, path: str, changes: Mapping[str, object]) -> WriteResult:
         """Set frontmatter keys (a None value removes the key); other lines stay as they are."""
-        rel = self.check_writable(path)
+        rel = await self.writable(path)
         from recalld.daemon.memory.redact import redact_value
 
         # Each value read with its key, as the index reads the line ("wifi_password: x").
@@ -428,7 +429,7 @@ class FileOps:
             wanted = dict(fields)  # from the note as read this time
             for n in range(1, 1000):
                 rel = f"{self.day_folder(day)}/{stem if n == 1 else f'{stem}-{n}'}.md"
-                self.check_writable(rel)
+                rel = await self.writable(rel)
                 try:
                     before = await self.read_text(rel, strict=True)
                 except NotUtf8:

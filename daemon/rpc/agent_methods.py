@@ -51,6 +51,7 @@ from recalld.daemon.memory.slugs import has_name, names_nothing, slug
 from recalld.daemon.memory.turns import check_request_id, check_session_id
 from recalld.daemon.notetext import lf_line_ends, note_text
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
+from recalld.daemon.spelling import spelled
 from recalld.daemon.store.errors import StorageError
 from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.answers import (
@@ -418,7 +419,8 @@ async def topic_write(ctx: CallContext, params: JsonObject) -> TopicWritten:
     body = p.text("body")
     p.done()
     async with ctx.writable(agent_id) as ws:
-        rel = topics.topic_path(topics.digest_folder(ws), path)
+        # Over a file whose name the disk spells otherwise (composed or decomposed).
+        rel = await spelled(ws.root, topics.topic_path(topics.digest_folder(ws), path))
         body = await redact_async(body, limiter=ctx.state.services.cpu)  # long: a worker
         text = topics.render_topic(name, description, type_, body)
         result = await fileops_for(ws).write(rel, text)
@@ -436,7 +438,7 @@ async def topic_edit(ctx: CallContext, params: JsonObject) -> TopicWritten:
     new = p.text("new")
     p.done()
     async with ctx.writable(agent_id) as ws:
-        rel = topics.topic_path(topics.digest_folder(ws), path)
+        rel = await spelled(ws.root, topics.topic_path(topics.digest_folder(ws), path))
         if not old:
             raise InvalidParams("param 'old' must not be empty")
         before = await trio.to_thread.run_sync(read_confined, ws.root, rel)

@@ -22,6 +22,7 @@ from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.daemon.settings_diff import not_applied
+from recalld.daemon.spelling import spelled
 from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.answers import (
     DaemonStatus,
@@ -268,7 +269,9 @@ async def memory_read(ctx: CallContext, params: JsonObject) -> ReadResult:
             path = await trio.to_thread.run_sync(shown_to_real, ws.root, "/".join(parts))
         except ValueError as exc:
             raise InvalidParams(str(exc)) from None
-        parts = safepath.split_relative(path)
+    # A name typed composed reads the file written decomposed, or the other way round.
+    path = await spelled(ws.root, path)
+    parts = safepath.split_relative(path)
     sharing.check_shared_path(as_agent, ws, parts)
     got = await trio.to_thread.run_sync(
         lambda: safepath.read_lines(
