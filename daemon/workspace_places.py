@@ -18,6 +18,7 @@ from pathlib import Path
 from recalld.daemon import safepath
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.refusals import FolderGone
+from recalld.daemon.spelling import on_disk
 from recalld.daemon.workspaces import shares
 from recalld.ipc.errors import InvalidParams
 from recalld.ipc.qwenpaw_places import held_agents, holds_refused, home_refused
@@ -39,13 +40,20 @@ def resolved(root: Path) -> Path:
     folder the client named. InvalidParams too if the links loop or one cannot be read
     (``/proc/1/cwd`` of another user, a failing disk), as :func:`check_root` says of a
     path it cannot stat: ``resolve`` raises RuntimeError or OSError there, which would
-    fail a start or a reload, not this one workspace."""
+    fail a start or a reload, not this one workspace. A name typed composed (NFC) or
+    decomposed names the folder the disk spells in the other form, as a path in a
+    workspace does (:func:`recalld.daemon.spelling.on_disk`), not a second one beside it."""
     given = Path(os.path.normpath(root))
     if any(given.is_relative_to(t) for t in SYSTEM_TREES):
         raise InvalidParams(f"{root} is a system folder; a workspace needs a folder of "
                             "its own")
     try:
-        return root.resolve()
+        real = root.resolve()
+        if not str(real).isascii():  # a folder the disk spells composed or decomposed
+            spelled = Path("/", on_disk(Path("/"), str(real).lstrip("/")))
+            if spelled != real:
+                real = spelled.resolve()
+        return real
     except RuntimeError:
         raise InvalidParams(f"workspace {root} is not available: "
                             f"{os.strerror(errno.ELOOP)}") from None

@@ -122,3 +122,16 @@ def test_a_topic_write_or_edit_updates_the_file_the_disk_spells_otherwise(
         "description": "tea", "type": "reference", "body": "Sencha."})
     assert done["created"] and done["path"] == nfd("digest/wiki/Réunions/") + nfc("thé.md")
     assert sorted(os.listdir(folder)) == sorted([nfd("café.md"), nfc("thé.md")])
+
+
+def test_a_workspace_folder_typed_in_another_form_opens_the_one_on_disk(
+        daemon: Any, tmp_path: Path) -> None:
+    # workspace.open of a folder typed composed, which the disk holds decomposed, made a
+    # second, empty folder beside it and served that one.
+    place = tmp_path / "places" / nfd("Équipe/Mémoire")
+    write(place, "memory/2026-03-04/a.md", "# A\n\nThe okapi note.\n")
+    info = daemon.call("workspace.open", {"agent_id": "w", "path": nfc(str(place))})
+    assert info["path"] == str(place)
+    assert os.listdir(tmp_path / "places") == [nfd("Équipe")]
+    answer = daemon.call("memory.search", {"agent_id": "w", "query": "okapi", "sync": True})
+    assert [r["path"] for r in answer["results"]] == ["memory/2026-03-04/a.md"]
