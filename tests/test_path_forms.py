@@ -135,3 +135,19 @@ def test_a_workspace_folder_typed_in_another_form_opens_the_one_on_disk(
     assert os.listdir(tmp_path / "places") == [nfd("Équipe")]
     answer = daemon.call("memory.search", {"agent_id": "w", "query": "okapi", "sync": True})
     assert [r["path"] for r in answer["results"]] == ["memory/2026-03-04/a.md"]
+
+
+def test_a_path_prefix_naming_the_workspace_folder_in_another_form_finds_its_notes(
+        daemon: Any, tmp_path: Path) -> None:
+    # A path_prefix may name the workspace folder by its absolute path: typed composed
+    # for a folder the disk spells decomposed, it named another folder and found nothing.
+    place = tmp_path / "places" / nfd("Noël/ws")
+    write(place, "memory/2026-03-04/a.md", "# A\n\nThe wombat note.\n")
+    open_ws(daemon, place)
+    for form in (nfc, nfd):
+        for prefix in ("", "/memory", "/memory/2026-03-04/a.md"):
+            answer = daemon.call("memory.search", {
+                "agent_id": "w", "query": "wombat",
+                "filters": {"path_prefix": form(str(place) + prefix)}})
+            assert [r["path"] for r in answer["results"]] == ["memory/2026-03-04/a.md"], (
+                form, prefix)

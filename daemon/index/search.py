@@ -29,7 +29,7 @@ from typing import NotRequired, Protocol, TypedDict
 from recalld.daemon import metrics
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import SearchConfig
-from recalld.daemon.index.filters import Filters, author_names
+from recalld.daemon.index.filters import Filters, author_names, composed
 from recalld.daemon.index.fusion import Fused, fuse, fuse_scores, guarded_weight, keep_within
 from recalld.daemon.index.linked import body_part
 from recalld.daemon.index.reads import Candidates, places
@@ -160,10 +160,12 @@ def parse_filters(raw: Mapping[str, object] | None, *, root: str | None = None) 
 
 
 def _inside(path: str, root: str | None) -> str:
-    """``path`` relative to ``root`` when it is ``root`` or below it (else as it is)."""
+    """``path`` relative to ``root`` when it is ``root`` or below it (else as it is).
+    Names alike but for Unicode normalisation are one name, as in the filters (a folder
+    the disk spells decomposed, typed composed)."""
     if root is None or not path.startswith("/"):
         return path
-    path = posixpath.normpath(path)
+    path, root = composed(posixpath.normpath(path)), composed(root)
     if path == root:
         return "."
     return path[len(root):] if path.startswith(root.rstrip("/") + "/") else path
