@@ -151,3 +151,36 @@ def test_a_path_prefix_naming_the_workspace_folder_in_another_form_finds_its_not
                 "filters": {"path_prefix": form(str(place) + prefix)}})
             assert [r["path"] for r in answer["results"]] == ["memory/2026-03-04/a.md"], (
                 form, prefix)
+
+
+def test_writes_of_one_new_name_in_two_forms_at_once_make_one_file(
+        daemon: Any, tmp_path: Path) -> None:
+    # Two agents writing the same new topic at once, one typing it composed and one
+    # decomposed, each looked for the name before waiting for the write lock: both
+    # found nothing and each made its own file.
+    import threading
+
+    root = tmp_path / "ws"
+    write(root, "digest/wiki/seed.md", "---\nname: seed\ndescription: s\ntype: user\n---\n")
+    open_ws(daemon, root)
+    names = [f"wiki/thé {n}.md" for n in range(12)]
+    errors: list[BaseException] = []
+
+    def writer(form: Any) -> None:
+        try:
+            with daemon.connect() as conn:
+                for name in names:
+                    conn.call("memory.topic_write", {
+                        "agent_id": "w", "path": form(name), "name": "tea",
+                        "description": "tea", "type": "reference", "body": form.__name__})
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(form,)) for form in (nfc, nfd)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    made = sorted(nfc(n) for n in os.listdir(root / "digest/wiki") if n.startswith("th"))
+    assert made == sorted(nfc(n.removeprefix("wiki/")) for n in names)

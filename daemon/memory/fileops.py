@@ -264,11 +264,12 @@ class FileOps:
 
     async def _write(self, path: str, content: str, *, check: bool,
                      expect: str | None) -> WriteResult:
-        rel = await self.writable(path)
+        rel = self.check_writable(path)
         from recalld.daemon.memory.redact import redact_async
 
         content = await redact_async(content)
-        async with self.lock:
+        async with self.lock:  # two writes of one new name in two forms make one file
+            rel = await self.writable(rel)
             before = await self.read_text(rel)
             if check and before != expect:
                 raise WriteConflict(f"{rel} changed since it was read")

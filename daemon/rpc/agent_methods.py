@@ -423,8 +423,8 @@ async def topic_write(ctx: CallContext, params: JsonObject) -> TopicWritten:
         rel = await spelled(ws.root, topics.topic_path(topics.digest_folder(ws), path))
         body = await redact_async(body, limiter=ctx.state.services.cpu)  # long: a worker
         text = topics.render_topic(name, description, type_, body)
-        result = await fileops_for(ws).write(rel, text)
-        return await _topic_done(ws, rel, result.created, result.changed, "written")
+        result = await fileops_for(ws).write(rel, text)  # rel as spelled on disk by then
+        return await _topic_done(ws, result.path, result.created, result.changed, "written")
 
 
 @METHODS.add("memory.topic_edit")
