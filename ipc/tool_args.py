@@ -7,20 +7,27 @@ client's log and the model (the daemon, which masks what it quotes, never saw it
 The MCP bridge checks each call against the tool's schema (:func:`schema_error`); the
 AgentScope tools, which take more shapes than their schemas say (one string for a list,
 ``"5"`` for a number, as models write them), read each argument with the
-``*_argument`` functions, which raise :class:`ArgumentError` in the same words. Needs
-``jsonschema`` (which both the ``mcp`` and the ``agentscope`` extras bring).
+``*_argument`` functions, which raise :class:`ArgumentError` in the same words. Only
+:func:`schema_error` needs ``jsonschema`` (which both the ``mcp`` and the ``agentscope``
+extras bring) and imports it when called: the rest, :data:`MAX_HITS` among it, serves the
+command line of an install without extras.
 """
 
 from __future__ import annotations
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError, best_match
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
 
 from recalld.ipc.protocol import MAX_RESULTS
 
 
 def schema_error(check: Draft202012Validator, args: object) -> str | None:
     """Why ``args`` do not pass ``check``, or None if they do."""
+    from jsonschema.exceptions import best_match
+
     problem = best_match(check.iter_errors(args))
     if problem is None:
         return None

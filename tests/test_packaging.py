@@ -5,6 +5,7 @@ the Markdown stays."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -14,11 +15,14 @@ import tarfile
 import tempfile
 import tomllib
 import zipfile
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from waits import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +54,47 @@ def test_every_package_folder_is_listed_in_pyproject() -> None:
             rel = init.parent.relative_to(ROOT / top).parts
             found.add(".".join((name, *rel)))
     assert found <= listed, f"missing from pyproject packages: {sorted(found - listed)}"
+
+
+def _base_install() -> set[str]:
+    """The distributions ``pip install recalld`` brings (no extras): recalld's requirements
+    without an extra marker, and theirs, as the installed metadata says."""
+    found: set[str] = set()
+    todo = ["recalld"]
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in found:
+            continue
+        found.add(name)
+        for line in metadata.distribution(name).requires or []:
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return found
+
+
+def test_the_commands_of_an_install_without_extras_import_only_what_it_installs() -> None:
+    # An optional dependency (jsonschema of the mcp extra) imported on the command line's
+    # way made every `recalld` command, --version too, end in ModuleNotFoundError on a
+    # plain install; this environment has every extra, so loaded modules are checked.
+    code = (  # what the interpreter loads at its start (site's .pth files) is not counted
+        "import json, sys\n"
+        "started = set(sys.modules)\n"
+        "import recalld.ipc.client, recalld.ipc.aclient, recalld.daemon.main\n"
+        "from recalld.ipc.cli import main\n"
+        "rc = main(['status', '--socket', '/nonexistent/recalld.sock'])\n"
+        "print(json.dumps([rc, sorted(set(sys.modules) - started)]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=60)
+    rc, loaded = json.loads(proc.stdout)
+    assert rc == 3 and "recalld.ipc.cli_search" in loaded
+    base = _base_install()
+    owners = metadata.packages_distributions()
+    outside = sorted({f"{top} ({', '.join(owners[top])})" for top in
+                      (m.split(".")[0] for m in loaded) if top in owners
+                      and not {canonicalize_name(d) for d in owners[top]} & base})
+    assert outside == [], f"not installed by `pip install recalld`: {outside}"
 
 
 @pytest.mark.slow
