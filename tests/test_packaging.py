@@ -97,6 +97,22 @@ def test_the_commands_of_an_install_without_extras_import_only_what_it_installs(
     assert outside == [], f"not installed by `pip install recalld`: {outside}"
 
 
+def test_the_sdist_holds_every_file_of_the_tree(tmp_path: Path) -> None:
+    # Built from it, the tests ran without conftest.py, their helpers and fixtures, and the
+    # docs and unit files the README points to were missing.
+    src = tmp_path / "src"
+    _tracked_tree(src)
+    build = "import sys; from setuptools import build_meta as b; print(b.build_sdist(sys.argv[1]))"
+    built = subprocess.run([sys.executable, "-c", build, str(tmp_path)], cwd=src,
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert built.returncode == 0, built.stderr[-3000:]
+    with tarfile.open(tmp_path / built.stdout.split()[-1]) as tar:
+        names = {n.partition("/")[2] for n in tar.getnames()}
+    tree = {str(p.relative_to(src)) for p in src.rglob("*") if p.is_file()}
+    missing = sorted(n for n in tree if not n.startswith(".") and n not in names)
+    assert missing == [], f"{len(missing)} file(s) of the tree not in the sdist: {missing[:20]}"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_wheel_installs_in_a_fresh_venv_and_serves(tmp_path: Path) -> None:
