@@ -25,6 +25,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from waits import wait_for
 
+from recalld.ipc import __version__
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -111,6 +113,30 @@ def test_the_sdist_holds_every_file_of_the_tree(tmp_path: Path) -> None:
     tree = {str(p.relative_to(src)) for p in src.rglob("*") if p.is_file()}
     missing = sorted(n for n in tree if not n.startswith(".") and n not in names)
     assert missing == [], f"{len(missing)} file(s) of the tree not in the sdist: {missing[:20]}"
+
+
+def _wheel_metadata(src: Path, out: Path) -> list[str]:
+    """The lines of the METADATA a wheel built from ``src`` would carry."""
+    prepare = ("import sys; from setuptools import build_meta as b; "
+               "print(b.prepare_metadata_for_build_wheel(sys.argv[1]))")
+    built = subprocess.run([sys.executable, "-c", prepare, str(out)], cwd=src,
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert built.returncode == 0, built.stderr[-3000:]
+    info = out / built.stdout.split()[-1]
+    return (info / "METADATA").read_text(encoding="utf-8").splitlines()
+
+
+def test_the_package_version_is_the_one_recalld_reports(tmp_path: Path) -> None:
+    # pyproject.toml and recalld.ipc.__version__ each held it: a release that changed one
+    # installed a package whose --version and status said another.
+    src = tmp_path / "src"
+    _tracked_tree(src)
+    init = src / "ipc" / "__init__.py"
+    text = init.read_text(encoding="utf-8")
+    assert f'__version__ = "{__version__}"' in text
+    init.write_text(text.replace(f'"{__version__}"', '"7.3.1rc2"'), encoding="utf-8")
+    lines = _wheel_metadata(src, tmp_path)
+    assert "Version: 7.3.1rc2" in lines, lines[:5]
 
 
 @pytest.mark.slow
