@@ -139,6 +139,19 @@ def test_the_package_version_is_the_one_recalld_reports(tmp_path: Path) -> None:
     assert "Version: 7.3.1rc2" in lines, lines[:5]
 
 
+def test_the_declared_license_ships_with_its_text(tmp_path: Path) -> None:
+    # The metadata said Apache-2.0 but neither the wheel nor the sdist held the license
+    # text, which the license asks every copy to carry.
+    src = tmp_path / "src"
+    _tracked_tree(src)
+    lines = _wheel_metadata(src, tmp_path)
+    assert "License-Expression: Apache-2.0" in lines
+    files = [line.partition(": ")[2] for line in lines if line.startswith("License-File: ")]
+    assert files, "no License-File in the metadata"
+    text = " ".join((src / files[0]).read_text(encoding="utf-8").split())
+    assert text.startswith("Apache License Version 2.0, January 2004"), text[:200]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_wheel_installs_in_a_fresh_venv_and_serves(tmp_path: Path) -> None:
@@ -173,6 +186,7 @@ def test_wheel_installs_in_a_fresh_venv_and_serves(tmp_path: Path) -> None:
                    "recalld/daemon/py.typed", "recalld/ipc/py.typed"):
         assert needed in wheel_names, needed
     assert not any(n.startswith("tests/") for n in wheel_names)
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in wheel_names)
 
     # A fresh venv without its own pip (bootstrapping one is most of a venv's creation
     # time); the test environment's pip installs into it (pip --python), without
