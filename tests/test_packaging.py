@@ -30,15 +30,23 @@ from recalld.ipc import __version__
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _tracked_tree(dest: Path) -> None:
-    """Copy the files git knows (tracked or new, not ignored): what a clone would hold."""
+def _tree_files() -> list[str]:
+    """The files git knows (tracked or new, not ignored): what a clone would hold; in an
+    unpacked sdist, which is no git work tree, the files its SOURCES.txt lists."""
+    sources = ROOT / "recalld.egg-info" / "SOURCES.txt"
+    if (ROOT / "PKG-INFO").is_file() and not (ROOT / ".git").exists() and sources.is_file():
+        return sources.read_text(encoding="utf-8").splitlines()
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
-    for raw in listed:
-        if not raw:
+    return [raw.decode() for raw in listed]
+
+
+def _tracked_tree(dest: Path) -> None:
+    """Copy the files of the tree (:func:`_tree_files`) to ``dest``."""
+    for rel in _tree_files():
+        if not rel or rel.startswith("recalld.egg-info/"):
             continue
-        rel = raw.decode()
         src = ROOT / rel
         if not src.is_file():
             continue  # deleted in the work tree
