@@ -139,6 +139,9 @@ class EmbeddingClient:
                 self._local = local.LocalEmbedder(config.model_name, limiter=local_limiter,
                                                   lane=passage_lane)
                 self.dimensions = local.LOCAL_DIMENSIONS
+                # Vectors off, said so, rather than a load failing at every retry; its
+                # vector space stays the model's (what it embeds once installed).
+                self.disabled_reason = local.missing_packages(config.model_name)
             else:
                 self._format = FORMATS[config.backend](config, self._api_key)
         self.last_error: str | None = None

