@@ -9,6 +9,7 @@ the same. A reload (SIGHUP) builds new objects; nothing here is ever mutated.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import re
 from collections.abc import Mapping
@@ -101,6 +102,9 @@ class RemoteConfig:
     def check(self, where: str) -> None:
         if self.kind != "postgres":
             raise ConfigError(f"{where}: kind must be \"postgres\"")
+        if importlib.util.find_spec("psycopg") is None:  # found now, not as it opens
+            raise ConfigError(f"{where}: a shared workspace needs the PostgreSQL driver "
+                              "psycopg, which is not installed (pip install 'recalld[postgres]')")
         if not self.dsn:
             raise ConfigError(f"{where}: dsn is required (postgresql://user@host/db)")
         unusable = dsn_problem(self.dsn)  # found now, not as the workspace opens

@@ -57,6 +57,17 @@ def test_bad_remote_is_refused_with_its_place(tmp_path: Path, table: str, messag
     assert message in str(info.value)
 
 
+def test_a_shared_workspace_without_the_driver_installed_is_refused_saying_what_to_install(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Accepted, it failed as it opened with a ModuleNotFoundError and a traceback.
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as an install without the extra
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, '[workspaces.team]\nremote = { kind = "postgres", '
+                       'dsn = "postgresql://db.example/mem", name = "n" }\n')
+    assert "[workspaces.team.remote]" in str(info.value)
+    assert "pip install 'recalld[postgres]'" in str(info.value)
+
+
 @pytest.mark.parametrize(("first", "second", "refused"), [
     # No host set: both take the machine's name, so the second never connects.
     ('dsn = "postgresql://u:pw@db.example/mem"', 'dsn = "host=db.example dbname=mem"', True),
