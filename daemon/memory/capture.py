@@ -24,8 +24,11 @@ of the workspace (a new chat model, say) submits them again. A run that failed b
 the provider was unavailable (no answer: the connection refused or dropped, a timeout,
 408, 429 or a 5xx, the circuit breaker open) does not count: nothing was paid for, and an
 outage longer than the retries took (hours) would otherwise leave every session of every
-agent pending for good once it is over; such sessions are tried again every hour (the
-breaker keeps what reaches the provider meanwhile to its probes), and at once when the
+agent pending for good once it is over; such sessions are tried again every
+``auto_memory_idle_s`` (an hour at most; nothing was paid, so the wait does not double),
+never while the provider holds calls back (its breaker open, its Retry-After running: the
+run would be refused unsent, one more failed job in the journal) but as soon as a call
+may go out (the breaker's half-open probe is then a session's run), and at once when the
 provider answers any call again, whichever workspace made it
 (:meth:`SessionFlusher.provider_back`): their turns are written within seconds of the
 outage's end, not up to an hour after it.
@@ -93,11 +96,15 @@ class SessionFlusher:
     """Submits auto_memory jobs for one workspace's sessions."""
 
     def __init__(self, ws: Workspace, store: SessionStore, jobs: JobManager,
-                 has_chat_model: Callable[[], bool]) -> None:
+                 has_chat_model: Callable[[], bool],
+                 hold_s: Callable[[], float] = lambda: 0.0) -> None:
         self.ws = ws
         self.store = store
         self.jobs = jobs
         self._has_chat_model = has_chat_model
+        #: Seconds before the chat provider is sent a call again (its breaker open, its
+        #: Retry-After running): a job submitted meanwhile would be refused unsent.
+        self._hold_s = hold_s
         #: trio time of each session's last turn, for sessions an idle flush may concern.
         self._active: dict[str, float] = {}
         #: Sessions with a job submitted: when to look whether their turns still wait,
@@ -254,7 +261,16 @@ class SessionFlusher:
             if self.job_active(added.last_job_id):
                 self._retry[session_id] = (now + self._idle_s(), attempts, counted)
                 continue
-            if not self._unanswered(added.last_job_id):
+            if (held := self._hold_s()) > 0:
+                # The provider is known unavailable: a run now would be refused without
+                # being sent, one more failed job in the journal. Look again once it may
+                # be called (the breaker's probe, the Retry-After over).
+                self._retry[session_id] = (now + max(min(self._idle_s(), RETRY_CAP_S), held),
+                                           attempts, counted)
+                continue
+            if self._unanswered(added.last_job_id):
+                attempts = 0  # nothing was paid: the next look is not put off further
+            else:
                 counted += 1
             if counted >= MAX_FAILED_RUNS:
                 del self._retry[session_id]
