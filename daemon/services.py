@@ -351,8 +351,8 @@ def build_workspace_services(ws: Workspace, daemon: DaemonServices) -> Workspace
         cpu=daemon.cpu)
     capture = SessionFlusher(ws, sessions, daemon.jobs,
                              lambda: chat.client_or_none() is not None,
-                             lambda: client.hold_s() if (client := chat.client_or_none())
-                             else 0.0)
+                             lambda: client.line.retry_wait_s()
+                             if (client := chat.client_or_none()) else 0.0)
     chat = ChatClients(ws, daemon.providers, daemon.chat_lines, capture.provider_back)
     locks = daemon.file_locks.of(ws.agent_id)
     return WorkspaceServices(

@@ -139,3 +139,37 @@ def test_the_provider_answering_again_wakes_every_workspace_waiting_on_it(
              deadline_s=60.0)
     for i in range(1, n):
         assert "mate" in notes(tmp_path / f"ws{i}")[0].read_text()
+
+
+@pytest.mark.slow
+def test_workspaces_held_by_one_outage_do_not_all_queue_a_run_for_its_probe(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    # Sessions of several workspaces held by one open breaker were all looked at again
+    # when it turned half-open: each queued a run, one of them was the probe and every
+    # other one failed at once, refused unsent (one more failed job per workspace and
+    # probe).
+    n = 4
+    d = daemon_factory(many(tmp_path, fake, ["k"] * n, idle_s=0.02))
+    fake.reply_for = lambda body: Reply(status=503)
+    for i in range(n):
+        d.call("memory.add_turns", {"agent_id": f"w{i}", "session_id": "s1",
+                                    "messages": turn(f"Nací en Rosario en {1990 + i}.")})
+
+    def breaker() -> dict[str, Any]:
+        listed = d.call("workspace.list")["workspaces"]
+        found: dict[str, Any] = next(w for w in listed if w["agent_id"] == "w0")["chat"]
+        return found["breaker"]
+
+    def failed() -> list[str]:
+        return [str(j["error"]) for i in range(n)
+                for j in d.call("jobs.list", {"agent_id": f"w{i}"})["jobs"]
+                if j["kind"] == "auto_memory" and j["state"] == "failed"]
+
+    wait_for(lambda: breaker()["open_for_s"] >= 20, "two failed probes")
+    refused = [e for e in failed() if "circuit open" in e]
+    # At most the runs already queued when the breaker first opened.
+    assert len(refused) <= n - 1, refused
+    fake.reply_for = answer_with_a_note
+    wait_for(lambda: all(notes(tmp_path / f"ws{i}") for i in range(n)),
+             "every workspace's turns written at the breaker's next probe",
+             deadline_s=60.0)

@@ -97,14 +97,15 @@ class SessionFlusher:
 
     def __init__(self, ws: Workspace, store: SessionStore, jobs: JobManager,
                  has_chat_model: Callable[[], bool],
-                 hold_s: Callable[[], float] = lambda: 0.0) -> None:
+                 retry_wait_s: Callable[[], float] = lambda: 0.0) -> None:
         self.ws = ws
         self.store = store
         self.jobs = jobs
         self._has_chat_model = has_chat_model
-        #: Seconds before the chat provider is sent a call again (its breaker open, its
-        #: Retry-After running): a job submitted meanwhile would be refused unsent.
-        self._hold_s = hold_s
+        #: Seconds before a retry should be queued (the chat provider's breaker open, its
+        #: Retry-After running, its half-open probe already another retry's): a job
+        #: submitted meanwhile would be refused unsent (ChatLine.retry_wait_s).
+        self._retry_wait_s = retry_wait_s
         #: trio time of each session's last turn, for sessions an idle flush may concern.
         self._active: dict[str, float] = {}
         #: Sessions with a job submitted: when to look whether their turns still wait,
@@ -261,10 +262,11 @@ class SessionFlusher:
             if self.job_active(added.last_job_id):
                 self._retry[session_id] = (now + self._idle_s(), attempts, counted)
                 continue
-            if (held := self._hold_s()) > 0:
+            if (held := self._retry_wait_s()) > 0:
                 # The provider is known unavailable: a run now would be refused without
                 # being sent, one more failed job in the journal. Look again once it may
-                # be called (the breaker's probe, the Retry-After over).
+                # be called (the breaker's probe, the Retry-After over), or once another
+                # session's run has had the probe.
                 self._retry[session_id] = (now + max(min(self._idle_s(), RETRY_CAP_S), held),
                                            attempts, counted)
                 continue

@@ -6,11 +6,13 @@ one :class:`ChatLine`: its circuit breaker (the failures of every workspace coun
 opens no workspace sends more than its probes), the provider's last Retry-After (told to
 one, kept by all), and the watchers woken when the provider answers again after it was
 unavailable (capture retries of every workspace using it go out at once, not after their
-doubled delay). Clients with different keys never share one, even on one URL: one key's
-quota or revocation is not another's; nor do clients of different models, whose rate
-limits are their own (OpenAI's are per model) and which a gateway may route to servers
-of their own (one model's backend down is not another's). A line is keyed by a digest of
-the key, never the key itself, and is dropped once no client uses it. No task, no I/O.
+doubled delay), and which one capture retry goes out as the breaker's half-open probe
+(:meth:`ChatLine.retry_wait_s`). Clients with different keys never share one, even on
+one URL: one key's quota or revocation is not another's; nor do clients of different
+models, whose rate limits are their own (OpenAI's are per model) and which a gateway may
+route to servers of their own (one model's backend down is not another's). A line is
+keyed by a digest of the key, never the key itself, and is dropped once no client uses
+it. No task, no I/O.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ class ChatLine:
         #: Whether a call met the provider unavailable since it last answered.
         self._down = False
         self._watchers: weakref.WeakSet[Watcher] = weakref.WeakSet()
+        #: The opening of the breaker whose half-open probe a retry was let through for,
+        #: and until when no other retry is (:meth:`retry_wait_s`).
+        self._probe_for: float | None = None
+        self._probe_until = -math.inf
 
     def watch(self, watcher: Watcher) -> None:
         self._watchers.add(watcher)
@@ -62,6 +68,24 @@ class ChatLine:
     def quiet_s(self) -> float:
         """Seconds the provider's last Retry-After still asks to be left alone."""
         return max(self._quiet_until - trio.current_time(), 0.0)
+
+    def retry_wait_s(self) -> float:
+        """Seconds before a retry that can wait (capture's) should be queued: 0 to queue
+        it now. While the breaker is open or a Retry-After runs, until then; once it is
+        half-open, 0 for the first asking (its run is the single probe) and the breaker's
+        open time for the others until that probe is answered or that time has passed
+        (else each would queue a run the breaker refuses unsent)."""
+        breaker = self.breaker
+        if (hold := max(breaker.retry_in_s(), self.quiet_s())) > 0:
+            return hold
+        if breaker.state != "half_open":
+            return 0.0
+        now = trio.current_time()
+        if self._probe_for == breaker.opened_at and now < self._probe_until:
+            return self._probe_until - now
+        self._probe_for = breaker.opened_at
+        self._probe_until = now + breaker.open_for_s
+        return 0.0
 
     def unavailable(self) -> None:
         """A call met the provider unavailable (no answer, 408, 429, a 5xx)."""
