@@ -65,21 +65,17 @@ from typing import NotRequired, TypedDict
 
 import trio
 
-from recalld.daemon.index.frontmatter import parse_frontmatter
-from recalld.daemon.index.frontmatter_edit import render_frontmatter
 from recalld.daemon.jobrecords import JobContext
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import capture_log, capture_long, dialog_log
 from recalld.daemon.memory.capture_parts import conversation_parts
 from recalld.daemon.memory.changelog import new_run_id
+from recalld.daemon.memory.dayindex import refresh_day_index
 from recalld.daemon.memory.fileops import (
-    DAY_INDEX,
     FileOps,
-    NotUtf8,
     WritePolicy,
     check_date,
     fileops_for,
-    read_confined,
 )
 from recalld.daemon.memory.inbox import push_inbox
 from recalld.daemon.memory.llm import ToolBudget
@@ -166,45 +162,6 @@ async def _append_dialog(ws: Workspace, session_id: str, turns: list[JsonObject]
     rel = f"{ws.settings.session_dir}/dialog/{session_id}.jsonl"
     await trio.to_thread.run_sync(dialog_log.append, ws.root, rel, turns)
     return rel
-
-
-async def refresh_day_index(ws: Workspace, date: str, ops: FileOps) -> bool:
-    """Rewrite ``<daily_dir>/<date>/index.md`` from the day's notes; True if it changed."""
-    folder = ops.day_folder(date)
-
-    def collect() -> list[tuple[str, str]]:
-        try:
-            names = sorted((ws.root / folder).iterdir())
-        except FileNotFoundError:
-            return []
-        out: list[tuple[str, str]] = []
-        for path in names:
-            if (path.suffix != ".md" or path.name == DAY_INDEX or path.name.startswith(".")
-                    or not path.is_file() or path.is_symlink()):
-                continue
-            try:
-                text = read_confined(ws.root, f"{folder}/{path.name}", strict=True) or ""
-            except NotUtf8:  # listed without its description, never as U+FFFD
-                text = ""
-            desc = parse_frontmatter(text)[0].get("description")
-            # One line per note, whatever lines the model put in its description.
-            out.append((path.name, " ".join(str(desc).split()) if desc else ""))
-        return out
-
-    notes = await trio.to_thread.run_sync(collect)
-    if not notes:
-        return False
-    body = [f"# {date}", ""]
-    for name, desc in notes:
-        body.append(f"- [{name[:-3]}]({name})" + (f": {desc}" if desc else ""))
-    text = render_frontmatter({"name": f"index {date}",
-                               "description": f"daily notes of {date}"}) + "\n".join(body) + "\n"
-    index_ops = FileOps(root=ops.root, settings=ops.settings,
-                        policy=WritePolicy((ws.settings.daily_dir,), (".md",)),
-                        lock=ops.lock, sync=ops.sync)
-    result = await index_ops.write(f"{folder}/{DAY_INDEX}", text)
-    ops.changes.extend(index_ops.changes)
-    return result.changed
 
 
 def _day_said(turns: list[JsonObject], today: Callable[[], dt.date]) -> str | None:

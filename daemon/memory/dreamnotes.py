@@ -20,6 +20,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import digest, dreamretry, reme_dream
 from recalld.daemon.memory.catalog import catalog_path, load_catalog
 from recalld.daemon.memory.confined import NotUtf8, read_checked, read_confined, utf8_file
+from recalld.daemon.memory.notenames import is_daily_note_name
 from recalld.daemon.memory.resource_files import note_says
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import RecalldError
@@ -53,7 +54,7 @@ def changed_notes(root: Path, daily_dir: str,
     for dirpath, dirnames, filenames in os.walk(top):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames, key=lambda n: (_mtime_ns(dirpath, n), n)):
-            if not name.endswith(".md") or name.startswith(".") or name == "index.md":
+            if not is_daily_note_name(name):
                 continue
             rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
             if not safepath.is_utf8(rel):  # no catalog, log or answer can hold its name

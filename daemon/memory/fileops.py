@@ -60,6 +60,8 @@ from recalld.daemon.memory.confined import (
 from recalld.daemon.memory.confined import read_confined as read_confined
 from recalld.daemon.memory.confined import saved_meanwhile as saved_meanwhile
 from recalld.daemon.memory.confined import write_confined as write_confined
+from recalld.daemon.memory.notenames import DAY_INDEX as DAY_INDEX
+from recalld.daemon.memory.notenames import is_daily_note_name
 from recalld.daemon.memory.slugs import continued_order, slug
 from recalld.daemon.notetext import lf_line_ends
 from recalld.daemon.spelling import spelled
@@ -81,7 +83,6 @@ SYNC_TIMEOUT_S = 30.0
 WRITE_TRIES = 8
 #: :meth:`FileOps.daily_write`'s ``expect`` when any text of the note will do.
 ANY_TEXT: object = object()
-DAY_INDEX = "index.md"
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 #: Blank lines a note's content opens with (a model's answer often does): the body is
 #: written without them, so a frontmatter block after them is the note's.
@@ -369,7 +370,7 @@ class FileOps:
                 return []
             out: list[str] = []
             for name in names:
-                if not name.endswith(".md") or name == DAY_INDEX or name.startswith("."):
+                if not is_daily_note_name(name):
                     continue
                 rel = f"{self.day_folder(date)}/{name}"
                 try:
