@@ -1,15 +1,24 @@
 """The day index ``<daily_dir>/<date>/index.md``.
 
-The day index lists each note of a day folder with its description, made again by
-:func:`refresh_day_index` after an ``auto_memory`` run.
+The day index lists each note of a day folder with its description. It is derived from
+the notes there, so every host makes its own: :func:`refresh_day_index` runs after a
+local ``auto_memory`` run and, in a shared workspace, after notes of that day arrive from
+the other hosts where the day has an index here (:func:`refresh_days`); it is never
+replicated (ADR 0017, addendum), since two hosts writing theirs from different notes
+would conflict every day.
 
 Conflict copies are not listed (:mod:`notenames`).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+from collections.abc import Iterable
+
 import trio
 
+from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.index.frontmatter_edit import render_frontmatter
 from recalld.daemon.memory.fileops import (
@@ -19,9 +28,11 @@ from recalld.daemon.memory.fileops import (
     WritePolicy,
     read_confined,
 )
-from recalld.daemon.memory.notenames import is_daily_note_name
+from recalld.daemon.memory.notenames import is_daily_note_name, is_day_index, note_day
 from recalld.daemon.workspaces import Workspace
+from recalld.ipc.errors import RecalldError
 
+log = logging.getLogger(__name__)
 
 async def refresh_day_index(ws: Workspace, date: str, ops: FileOps) -> bool:
     """Rewrite ``<daily_dir>/<date>/index.md`` from the day's notes; True if it changed."""
@@ -60,3 +71,28 @@ async def refresh_day_index(ws: Workspace, date: str, ops: FileOps) -> bool:
     result = await index_ops.write(f"{folder}/{DAY_INDEX}", text)
     ops.changes.extend(index_ops.changes)
     return result.changed
+
+
+async def refresh_days(ws: Workspace, paths: Iterable[str]) -> None:
+    """Rewrite the day index of each day folder that ``paths`` (notes another host
+    wrote, deleted or changed) lie in, where this host has one (an ``auto_memory`` run
+    of that day here made it); one that cannot be written is logged and left."""
+    daily_dir = ws.settings.daily_dir
+    folder = "/".join(safepath.split_relative(daily_dir))
+    named = {d for p in paths if not is_day_index(p, daily_dir)
+             and (d := note_day(p, daily_dir)) is not None}
+
+    def indexed() -> list[str]:
+        return sorted(d for d in named if os.path.lexists(ws.root / folder / d / DAY_INDEX))
+
+    days = await trio.to_thread.run_sync(indexed) if named else []
+    if not days:
+        return
+    # Not waiting for the index to take each in: the feed's catch-up goes on meanwhile.
+    ops = FileOps(root=ws.root, settings=ws.settings, policy=WritePolicy((daily_dir,), (".md",)),
+                  lock=ws.services.write_lock, sync=None)
+    for day in days:
+        try:
+            await refresh_day_index(ws, day, ops)
+        except (OSError, RecalldError) as exc:
+            log.warning("the day index of %s was not refreshed: %s", day, exc)

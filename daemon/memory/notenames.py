@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import re
 
+from recalld.daemon import safepath
+
 #: A day folder's index (:mod:`recalld.daemon.memory.dayindex`).
 DAY_INDEX = "index.md"
 #: The tail of a conflict copy's name (``localfs.conflict_name``; Syncthing's own too).
 CONFLICT_COPY_RE = re.compile(r"\.sync-conflict-\d{8}-\d{6}-[^/]+$")
+_DAY_RE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 def is_conflict_copy(name: str) -> bool:
@@ -29,3 +32,20 @@ def is_daily_note_name(name: str) -> bool:
     neither hidden, nor the day index, nor a conflict copy."""
     return (name.endswith(".md") and not name.startswith(".") and name != DAY_INDEX
             and not is_conflict_copy(name))
+
+
+def note_day(path: str, daily_dir: str) -> str | None:
+    """The date of the day folder ``path`` (workspace-relative) lies directly in, below
+    ``daily_dir`` (``memory/2026-12-03/x.md``: ``2026-12-03``), else None."""
+    head = "/".join(safepath.split_relative(daily_dir)) + "/"
+    if not path.startswith(head):
+        return None
+    parts = path[len(head):].split("/")
+    if len(parts) != 2 or not _DAY_RE.fullmatch(parts[0]):
+        return None
+    return parts[0]
+
+
+def is_day_index(path: str, daily_dir: str) -> bool:
+    """Whether ``path`` is a day index (derived on each host, never replicated)."""
+    return path.endswith("/" + DAY_INDEX) and note_day(path, daily_dir) is not None

@@ -343,7 +343,7 @@ class FileSync(ReplicaFiles):
             self._unsettled[path] = reason
             return
         self._unsettled.pop(path, None)
-        await in_thread(self.state.record, [(path, base)])
+        await self._record_pulled([(path, base)])
 
     async def wait_uploaded(self, timeout_s: float, online: Callable[[], bool]) -> bool:
         """Wait until every local change made before the call is on the server (False:
@@ -380,7 +380,7 @@ class FileSync(ReplicaFiles):
         read_upto = 0
         self._passed_outside = True  # counted once per session, then as rows pass by
         while True:
-            read_upto = self.pulled_upto(await self._catch_up(conn, workspace_id, read_upto))
+            read_upto = await self.pulled_upto(await self._catch_up(conn, workspace_id, read_upto))
             for path in list(self._unsettled):
                 await self._fetch_and_settle(conn, workspace_id, path)
             if await on_conn(conn, db.drain_notifies):
@@ -425,7 +425,7 @@ class FileSync(ReplicaFiles):
                         del self._feed_blocked[row.path]
                 cursor = after if hold is None else min(after, hold - 1)
                 with trio.CancelScope(shield=True):
-                    await in_thread(partial(self.state.record, updates, cursor))
+                    await self._record_pulled(updates, cursor)
             self.pulled += len(updates)
             self.last_pull = time.time()
             self.behind = max(0, self.behind - len(rows))

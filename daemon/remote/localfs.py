@@ -26,6 +26,7 @@ from pathlib import Path
 from recalld.daemon import safepath
 from recalld.daemon.memory.confined import NO_FILE, exchange_if, unlink_if
 from recalld.daemon.memory.fileops import write_confined
+from recalld.daemon.memory.notenames import is_day_index
 from recalld.daemon.store import confine
 from recalld.daemon.store.fsio import REAL, fit_name
 from recalld.ipc.errors import RecalldError
@@ -87,14 +88,17 @@ class LocalFile:
 class Confinement:
     """Which workspace-relative paths the replica reads and writes."""
 
-    def __init__(self, root: Path, roots: tuple[str, ...], suffixes: tuple[str, ...] = (".md",)
-                 ) -> None:
+    def __init__(self, root: Path, roots: tuple[str, ...], suffixes: tuple[str, ...] = (".md",),
+                 *, daily_dir: str | None = None) -> None:
         self.root = root
         self.roots = tuple(tuple(r.strip("/").split("/")) for r in roots)
         self.suffixes = suffixes
+        #: The daily folder, whose day indexes each host derives for itself (not shared).
+        self.daily_dir = daily_dir
 
     def accepts(self, path: str) -> bool:
-        """Whether ``path`` is a replicated note (under a watched folder, no hidden part)."""
+        """Whether ``path`` is a replicated note (under a watched folder, no hidden part,
+        no day index)."""
         try:
             parts = safepath.split_relative(path)
         except RecalldError:
@@ -103,6 +107,8 @@ class Confinement:
             return False
         if any(p.startswith(".") for p in parts):
             return False
+        if self.daily_dir is not None and is_day_index(path, self.daily_dir):
+            return False  # derived from the day's notes on each host (``dayindex.py``)
         return (self._depth(parts) is not None) and parts[-1].endswith(self.suffixes)
 
     def _depth(self, parts: Sequence[str]) -> int | None:

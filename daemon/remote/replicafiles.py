@@ -23,6 +23,7 @@ from functools import partial
 import trio
 
 from recalld.daemon.config import RemoteConfig
+from recalld.daemon.memory.dayindex import refresh_days
 from recalld.daemon.remote import db
 from recalld.daemon.remote.calls import in_thread
 from recalld.daemon.remote.guard import SETTLE_MAX_S, SETTLE_S, DeletionGuard
@@ -54,7 +55,7 @@ class ReplicaFiles:
         #: The replicated folders, relative to the workspace.
         self.folders = tuple("/".join(r) for r in
                              Confinement(ws.root, (s.daily_dir, s.digest_dir)).roots)
-        self._fs = Confinement(ws.root, self.folders)
+        self._fs = Confinement(ws.root, self.folders, daily_dir=s.daily_dir)
         self._outbox = Outbox(meta / "outbox.log")
         self.state = ReplicaState(meta / STATE_LOG)
         self._lock = trio.Lock()
@@ -75,9 +76,22 @@ class ReplicaFiles:
         #: set (and replaced) after each.
         self.read_upto = 0
         self._pulled = trio.Event()
+        #: Notes the feed wrote or removed here since the last catch-up ended, whose
+        #: day indexes are then made again (each host derives its own: ``dayindex.py``).
+        self._arrived: set[str] = set()
 
-    def pulled_upto(self, version: int) -> int:
-        """Record that a catch-up read the feed up to ``version`` (returned)."""
+    async def _record_pulled(self, bases: list[tuple[str, Base]],
+                             cursor: int | None = None) -> None:
+        """Persist the bases of notes the server's versions were written for."""
+        await in_thread(partial(self.state.record, bases, cursor))
+        self._arrived.update(path for path, _ in bases)
+
+    async def pulled_upto(self, version: int) -> int:
+        """Record that a catch-up read the feed up to ``version`` (returned), once the
+        day indexes of the notes it brought are made again."""
+        if self._arrived:
+            arrived, self._arrived = self._arrived, set()
+            await refresh_days(self._ws, arrived)
         self.read_upto = version
         self._pulled.set()
         self._pulled = trio.Event()
