@@ -123,8 +123,9 @@ def _make_private(fd: int) -> None:
 
 
 def rotating_log(path: str) -> logging.Handler:
+    from recalld.ipc.paths import make_dirs_private
     target = Path(path).expanduser()
-    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_dirs_private(target.parent)
     handler = PrivateRotatingFileHandler(target, maxBytes=LOG_FILE_BYTES,
                                          backupCount=LOG_FILE_BACKUPS, encoding="utf-8")
     for n in range(1, LOG_FILE_BACKUPS + 1):  # what older starts rotated away

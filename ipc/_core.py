@@ -294,10 +294,7 @@ def spawn_daemon(socket_path: Path) -> Spawned:
     env = {k: v for k, v in os.environ.items() if k not in _SYSTEMD_VARS}
     log_file, start_log = autostart_logs()
     # The data folder too, if it is new: the daemon never tightens one that exists.
-    data = start_log.parent.parent
-    data.parent.mkdir(parents=True, exist_ok=True)
-    for folder in (data, start_log.parent):
-        folder.mkdir(mode=0o700, exist_ok=True)
+    paths.make_dirs_private(start_log.parent)
     start_log.unlink(missing_ok=True)  # what the last start said is not this one's
     # The start log says what the daemon said before its log was set up (its config,
     # paths): only its owner may read it, whatever the umask.

@@ -231,7 +231,8 @@ def install_service(*, write_only: bool, socket_path: Path | None = None,
     target = unit_dir(env)
     units = render_units(socket_path=socket_path, environment=carried)
     try:
-        target.mkdir(parents=True, exist_ok=True)
+        # 0700 when made here: units another user could drop in would run as this one.
+        paths.make_dirs_private(target)
         with _all_or_nothing(target) as done:
             for name, text in units.items():
                 write_unit(target / name, text)

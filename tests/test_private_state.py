@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -132,3 +133,40 @@ def test_state_files_an_older_recalld_left_open_are_made_private_at_start(
     assert _mode(outside) == 0o644 and _mode(state / "a-fifo") == 0o644
     assert "workspaces.json" in d2.log() and "private (mode 600)" in d2.log()
     assert d2.stop() == 0
+
+
+UMASK_000 = ["sh", "-c", 'umask 000 && exec "$@"', "sh", sys.executable, "-m",
+             "recalld.daemon.main"]
+
+
+def _made(top: Path, leaf: Path) -> dict[Path, int]:
+    """The modes of ``leaf`` and its folders below ``top`` (those the test did not make)."""
+    return {f: _mode(f) for f in (leaf, *leaf.parents) if f.is_relative_to(top) and f != top}
+
+
+def test_base_folders_made_on_the_way_are_private_whatever_the_umask(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # None of the XDG folders exists: the daemon and install-service make them, and the
+    # folders on the way, 0700 (as the XDG specification asks), not open to every user
+    # as a umask of 000 would make them.
+    env = daemon_factory.environment()
+    home = Path(env["HOME"])
+    runtime = Path(env["XDG_RUNTIME_DIR"])
+    d = daemon_factory(
+        launcher=UMASK_000, args=["--log-file", str(home / "logs" / "r" / "recalld.log")],
+        XDG_DATA_HOME=str(home / "deep" / "share"), XDG_RUNTIME_DIR=str(runtime / "a" / "b"),
+        XDG_CONFIG_HOME=str(home / "conf" / "ig"))
+    d.call("daemon.ping")
+    made = {**_made(home, d.data_dir), **_made(runtime, d.socket_path.parent),
+            **_made(home, home / "logs" / "r")}
+    assert set(made) >= {home / "deep", home / "deep" / "share", runtime / "a",
+                         home / "logs"}, made
+    assert {f: m for f, m in made.items() if m != 0o700} == {}
+    assert d.stop() == 0
+    proc = subprocess.run(
+        [sys.executable, "-m", "recalld.ipc", "install-service", "--write-only"],
+        env=d.env, capture_output=True, text=True, timeout=60, check=False, umask=0)
+    assert proc.returncode == 0, proc.stderr
+    units = _made(home, home / "conf" / "ig" / "systemd" / "user")
+    assert home / "conf" in units and (home / "conf" / "ig" / "systemd") in units
+    assert {f: m for f, m in units.items() if m != 0o700} == {}

@@ -34,6 +34,7 @@ from recalld.daemon.store.tempnames import fit_name as fit_name
 from recalld.daemon.store.tempnames import lock_temp
 from recalld.daemon.store.tempnames import temp_name as temp_name
 from recalld.daemon.store.tempnames import temp_prefix as temp_prefix
+from recalld.ipc.paths import make_dirs_private
 
 _CHECKSUM_BYTES = 32  # blake2b-256: ample against accidental corruption, fast in hashlib
 _READ_CHUNK = 1 << 20
@@ -173,10 +174,10 @@ REAL = FS()
 
 
 def mkdir_private(path: Path) -> bool:
-    """Create ``path`` (parents as needed) with mode 0700 and return True, or return False
-    when it exists already: an existing directory is never chmod-ed (it may be any folder
-    the user named), so the caller checks what it found."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Create ``path`` (and missing parents, all 0700) with mode 0700 and return True, or
+    return False when it exists already: an existing directory is never chmod-ed (it may
+    be any folder the user named), so the caller checks what it found."""
+    make_dirs_private(path.parent)
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
