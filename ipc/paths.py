@@ -124,9 +124,12 @@ def _shown(value: object) -> str:
 
 
 def _socket_checked(path: Path, where: str) -> Path:
-    if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
-        raise PathError(f"{where} = {_shown(str(path))}: longer than the "
-                        f"{MAX_SOCKET_PATH_BYTES} bytes a Unix socket path may have")
+    size = len(os.fsencode(path))
+    if size > MAX_SOCKET_PATH_BYTES:
+        raise PathError(f"{where} = {_shown(str(path))}: {size} bytes, longer than the "
+                        f"{MAX_SOCKET_PATH_BYTES} bytes a Unix socket path may have; name "
+                        "a shorter one with --socket, RECALLD_SOCKET or [daemon] "
+                        "socket_path")
     return path
 
 

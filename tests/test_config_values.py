@@ -320,6 +320,7 @@ def test_a_runtime_dir_too_long_for_the_socket_is_a_configuration_error(
         assert proc.stderr.startswith("recalld: configuration error: $XDG_RUNTIME_DIR"), \
             (args, proc.stderr)
         assert "longer than the 107 bytes" in proc.stderr, (args, proc.stderr)
+        assert "a shorter one with --socket, RECALLD_SOCKET" in proc.stderr, proc.stderr
 
 
 def test_a_path_that_is_not_utf8_is_a_configuration_error(tmp_path: Path) -> None:
