@@ -133,11 +133,12 @@ def _some(names: list[str], shown: int = 10) -> str:
 
 
 def _local_or_name(file: str) -> str:
-    # A path that exists here is sent absolute; a bare name means the daemon's backups dir.
-    path = paths.local_path(file, "FILE")
-    if os.path.exists(path) or "/" in file:  # (never raises: a name too long is not here)
-        return str(path)
-    return file
+    # A path that exists here is sent absolute; a bare name means the daemon's backups dir
+    # (from a current directory since deleted too, where no file is).
+    if file and "/" not in file and file != "-" and not file.startswith("~") and not (
+            os.path.exists(file)):  # (never raises: a name too long is not here)
+        return file
+    return str(paths.local_path(file, "FILE"))
 
 
 def _backup(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) -> int:

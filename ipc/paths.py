@@ -102,7 +102,12 @@ def checked_path(value: object, where: str, *, from_cli: bool = False,
         if not from_cli:
             raise PathError(f"{where} = {_shown(value)}: must be an absolute path "
                             "(or start with ~)")
-        path = path.absolute()
+        try:
+            path = path.absolute()
+        except FileNotFoundError:  # getcwd(): the folder this shell is in was deleted
+            raise PathError(f"{where} = {_shown(value)}: a relative path, but the current "
+                            "directory no longer exists; give an absolute path, or cd to "
+                            "a folder that exists") from None
     return utf8_path(path, where)
 
 

@@ -363,3 +363,29 @@ def test_a_socket_path_changed_in_the_file_leaves_the_running_daemon_in_view(
     # With no daemon, the commands look where the file says, as a start would listen.
     line = assert_one_line_error(recalld("status", env=d.env), 3)
     assert f"daemon not running at {moved} (start it with: recalld serve)" in line, line
+
+
+def _from_deleted_cwd(tmp_path: Path, env: dict[str, str],
+                      *args: str) -> subprocess.CompletedProcess[str]:
+    """``recalld ARGS`` run in a folder deleted before it starts (a shell left in a
+    removed build or temp folder)."""
+    gone = tmp_path / "gone"
+    gone.mkdir(exist_ok=True)
+    return subprocess.run(
+        ["sh", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "sh", str(gone),
+         sys.executable, "-m", "recalld.ipc", *args],
+        env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_relative_paths_from_a_deleted_current_directory_say_so(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    d = daemon_factory()
+    for args in (["backup", "create", "--out", "mine.zip"],
+                 ["workspace", "open", "coder", "--path", "notes/coder"],
+                 ["--socket", "r.sock", "ping"]):
+        line = assert_one_line_error(_from_deleted_cwd(tmp_path, d.env, *args), 2)
+        assert "a relative path, but the current directory no longer exists" in line, line
+    # A bare backup name still names one in the daemon's backups folder.
+    made = json.loads(recalld("backup", "create", "--json", env=d.env).stdout)["file"]
+    proc = _from_deleted_cwd(tmp_path, d.env, "backup", "verify", Path(made).name)
+    assert proc.returncode == 0 and f"ok: {made}" in proc.stdout, proc.stderr
