@@ -22,18 +22,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import io
 import logging
 import os
 import resource
 import signal
-import stat
 import sys
 from collections.abc import Callable, MutableMapping, Sequence
-from logging.handlers import RotatingFileHandler
-from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
+
+from recalld.daemon import logfile
+from recalld.ipc.paths import PathError
 
 if TYPE_CHECKING:
     from recalld.daemon.config import DaemonConfig
@@ -56,9 +55,6 @@ BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_TH
 # receiver has been open they are passed by.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-LOG_FILE_BYTES = 10 << 20
-LOG_FILE_BACKUPS = 3
-LOG_FILE_MODE = 0o600
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # The most open descriptors the daemon asks for. Every open workspace keeps a few for as
 # long as it is open (its lock, its logs, its mapped index files), so a few hundred agents
@@ -86,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS,
                         help="overrides [daemon] log_level")
     parser.add_argument("--log-file", type=local_file, help="log to this file, rotated at "
-                        f"{LOG_FILE_BYTES >> 20} MiB ({LOG_FILE_BACKUPS} old files kept), "
+                        f"{logfile.LOG_FILE_BYTES >> 20} MiB "
+                        f"({logfile.LOG_FILE_BACKUPS} old files kept), "
                         "instead of stderr")
     parser.add_argument("--check-config", action="store_true",
                         help="only read the configuration as a start would: exit 0 if it "
@@ -95,61 +92,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--timeout", help=argparse.SUPPRESS)
     return parser
-
-
-class PrivateRotatingFileHandler(RotatingFileHandler):
-    """A rotated log only its owner may read: the log names workspaces, notes and
-    queries. The file and every one that replaces it at a rollover are created 0600
-    whatever the umask; one left by an earlier start (and its rotations) is tightened."""
-
-    def _open(self) -> io.TextIOWrapper:
-        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
-                     LOG_FILE_MODE)
-        try:
-            _make_private(fd)
-            return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
-        except BaseException:
-            os.close(fd)
-            raise
-
-
-def _make_private(fd: int) -> None:
-    """Tighten the regular file ``fd`` of ours to LOG_FILE_MODE (``--log-file /dev/stderr``
-    and the like keep their modes)."""
-    st = os.fstat(fd)
-    if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and (
-            stat.S_IMODE(st.st_mode) & ~LOG_FILE_MODE):
-        os.fchmod(fd, LOG_FILE_MODE)
-
-
-def rotating_log(path: str) -> logging.Handler:
-    from recalld.ipc.paths import make_dirs_private
-    target = Path(path).expanduser()
-    make_dirs_private(target.parent)
-    handler = PrivateRotatingFileHandler(target, maxBytes=LOG_FILE_BYTES,
-                                         backupCount=LOG_FILE_BACKUPS, encoding="utf-8")
-    for n in range(1, LOG_FILE_BACKUPS + 1):  # what older starts rotated away
-        try:
-            fd = os.open(f"{target}.{n}", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            _make_private(fd)
-        finally:
-            os.close(fd)
-    return handler
-
-
-def _check_log_file(log_file: str | None) -> int:
-    """``--check-config``'s check of ``--log-file``: what opening it would meet (a file
-    in the way of its folder, a folder in its place), told as serving would tell it."""
-    from recalld.daemon.safepath import why_not_writable
-
-    why = why_not_writable(Path(log_file).expanduser().absolute()) if log_file else None
-    if why is None:
-        return EXIT_OK
-    print(f"recalld: cannot open the log file {log_file}: {why}", file=sys.stderr)
-    return EXIT_CONFIG
 
 
 def _check_workspace_places(cfg: DaemonConfig) -> int:
@@ -290,11 +232,16 @@ def _main(argv: Sequence[str] | None, hangup: HeldHangup | None) -> int:
             raise config_mod.ConfigError(f"[daemon] log_level must be one of {LOG_LEVELS}")
         if ns.log_level:  # the running level, which a reload compares the file's with
             cfg = dataclasses.replace(cfg, log_level=ns.log_level)
-    except config_mod.ConfigError as exc:
+        if ns.log_file:
+            ns.log_file = os.fsdecode(logfile.log_path(ns.log_file))
+    except (config_mod.ConfigError, PathError) as exc:
         print(f"recalld: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     if ns.check_config:
-        checked = _check_log_file(ns.log_file) or _check_workspace_places(cfg)
+        unusable = logfile.check_log_file(ns.log_file)
+        if unusable is not None:
+            print(f"recalld: {unusable}", file=sys.stderr)
+        checked = EXIT_CONFIG if unusable else _check_workspace_places(cfg)
         for w in config_warnings(cfg) if checked == EXIT_OK else ():
             print(f"recalld: warning: {w['what']}: {w['fix']}", file=sys.stderr)
         return checked
@@ -327,7 +274,7 @@ def _main(argv: Sequence[str] | None, hangup: HeldHangup | None) -> int:
     handler: logging.Handler = logging.StreamHandler(sys.stderr)
     if ns.log_file:
         try:
-            handler = rotating_log(ns.log_file)
+            handler = logfile.rotating_log(ns.log_file)
         except OSError as exc:
             from recalld.daemon.safepath import why_failed
 

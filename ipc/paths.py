@@ -102,13 +102,20 @@ def checked_path(value: object, where: str, *, from_cli: bool = False,
         if not from_cli:
             raise PathError(f"{where} = {_shown(value)}: must be an absolute path "
                             "(or start with ~)")
-        try:
-            path = path.absolute()
-        except FileNotFoundError:  # getcwd(): the folder this shell is in was deleted
-            raise PathError(f"{where} = {_shown(value)}: a relative path, but the current "
-                            "directory no longer exists; give an absolute path, or cd to "
-                            "a folder that exists") from None
+        path = from_here(path, where, value)
     return utf8_path(path, where)
+
+
+def from_here(path: Path, where: str, value: object) -> Path:
+    """``path`` made absolute from the current directory, or PathError naming ``where``
+    and ``value`` when that directory no longer exists (a shell left in a folder since
+    removed): ``getcwd`` fails there, with a bare "No such file or directory"."""
+    try:
+        return path.absolute()
+    except FileNotFoundError:
+        raise PathError(f"{where} = {_shown(value)}: a relative path, but the current "
+                        "directory no longer exists; give an absolute path, or cd to "
+                        "a folder that exists") from None
 
 
 def utf8_path(path: Path, where: str) -> Path:

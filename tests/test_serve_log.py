@@ -12,12 +12,14 @@ import logging
 import os
 import re
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
 from conftest import DaemonFactory, DaemonHandle
 from waits import wait_value
 
+from recalld.daemon import logfile
 from recalld.daemon import main as serve
 from recalld.daemon.logformat import LineFormatter
 
@@ -91,7 +93,7 @@ def test_the_log_file_is_private_and_one_record_a_line(daemon_factory: DaemonFac
 def test_every_rotation_is_created_private(tmp_path: Path) -> None:
     before = os.umask(0o022)
     try:
-        handler = serve.rotating_log(str(tmp_path / "d" / "r.log"))
+        handler = logfile.rotating_log(str(tmp_path / "d" / "r.log"))
     finally:
         os.umask(before)
     handler.maxBytes = 200  # type: ignore[attr-defined]
@@ -120,3 +122,24 @@ def test_a_traceback_keeps_its_lines_after_its_one_line_record() -> None:
     assert first.endswith(" ERROR recalld: note a\\r\\nb\\x00\\ud800 failed"), first
     assert rest[0] == "Traceback (most recent call last):", rest
     assert rest[-2:] == ["ValueError: bad", "thing"], rest
+
+
+def test_a_log_file_that_names_no_place_is_a_one_line_configuration_error(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # A ~name of no user, and a relative name from a current directory since deleted:
+    # a one-line configuration error naming --log-file, from a start and a check alike.
+    env = daemon_factory.environment()
+    gone = tmp_path / "gone"
+    for extra in ([], ["--check-config"]):
+        for log_file, says in (("~no-such-user-x9/r.log", "names no user's home"),
+                               ("r.log", "the current directory no longer exists")):
+            gone.mkdir()
+            proc = subprocess.run(
+                ["sh", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "sh", str(gone),
+                 sys.executable, "-m", "recalld.daemon.main", "serve", *extra,
+                 "--log-file", log_file],
+                env=env, capture_output=True, text=True, timeout=60, check=False)
+            assert proc.returncode == 2, proc.stderr
+            [line] = proc.stderr.splitlines()
+            assert line.startswith("recalld: configuration error: --log-file = "), line
+            assert log_file in line and says in line, line
