@@ -65,10 +65,21 @@ def _padded(text: str, width: int) -> str:
     return text + " " * (width - columns_of(text))
 
 
+def _as_written(text: str) -> str:
+    """``text`` as the standard output writes it: under a locale that cannot encode a
+    character of it (an ASCII or Latin-1 one), with the escape written in its place
+    (:func:`output_stream`), which takes more columns than the character."""
+    encoding = getattr(sys.stdout, "encoding", None)
+    if text.isascii() or not encoding:
+        return text
+    return text.encode(encoding, "backslashreplace").decode(encoding)
+
+
 def table(rows: Sequence[Mapping[str, object]], columns: Sequence[str]) -> str:
     """A plain text table with a header line; cells are single-line strings (control
-    characters shown escaped), padded by the columns they take on a terminal."""
-    cells = [[visible(_cell(row.get(c), c)) for c in columns] for row in rows]
+    characters, and those the output's encoding lacks, shown escaped), padded by the
+    columns they take on a terminal."""
+    cells = [[_as_written(visible(_cell(row.get(c), c))) for c in columns] for row in rows]
     widths = [max([len(c), *(columns_of(r[i]) for r in cells)])
               for i, c in enumerate(columns)]
     lines = ["  ".join(_padded(c.upper(), w) for c, w in zip(columns, widths, strict=True))]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -84,6 +85,26 @@ def test_a_locale_that_cannot_encode_a_note_gets_escapes_and_json_stays_utf8(
                              stdin=subprocess.DEVNULL, timeout=60, check=False)
         assert raw.returncode == 0, raw.stderr
         assert text in raw.stdout.decode("utf-8"), raw.stdout
+
+
+def test_a_table_stays_aligned_where_the_locale_shows_escapes(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # A workspace path the output's encoding cannot show is written with escapes
+    # (\u65e5), wider than the characters: its column is padded by what is written.
+    ws = tmp_path / "日本 über"
+    daemon.call("workspace.open", {"agent_id": "jp", "path": str(ws)})
+    cmd = [str(SCRIPT)] if SCRIPT.exists() else ["python", "-m", "recalld.ipc"]
+    for encoding in ("ascii", "latin-1"):
+        shown = subprocess.run([*cmd, "workspace", "list"], capture_output=True,
+                               env={**daemon.env, "PYTHONIOENCODING": encoding},
+                               stdin=subprocess.DEVNULL, timeout=60, check=False)
+        assert shown.returncode == 0, shown.stderr
+        lines = shown.stdout.decode(encoding).splitlines()
+        assert any("\\u65e5\\u672c" in line for line in lines), lines
+        # Where the OPENED_AT column starts: its header, each row's first date.
+        starts = {lines[0].index("OPENED_AT")}
+        starts |= {m.start() + 2 for line in lines[1:] if (m := re.search(r"  \d{4}-", line))}
+        assert len(starts) == 1, "\n".join(lines)
 
 
 def test_a_file_name_with_a_line_break_stays_on_its_line_in_lists_of_files(
