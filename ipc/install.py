@@ -106,11 +106,12 @@ def _quote(arg: str) -> str:
 def _literal(path: str, *, argument: bool = False) -> str:
     """A path as systemd reads it literally: "%" starts a specifier ("%%" is one "%"),
     and in a command's arguments "$" starts a variable ("$$" is one "$"). One with a
-    control character is refused (ServiceError): a newline would end the setting and
-    make the rest of the path a line of its own, read as another setting."""
+    control character is refused as a configuration error (PathError, exit 2, as any
+    path recalld cannot use): a newline would end the setting and make the rest of the
+    path a line of its own, read as another setting."""
     bad = next((c for c in path if ord(c) < 0x20 or ord(c) == 0x7F), None)
     if bad is not None:
-        raise ServiceError(f"{path!r} holds a control character ({bad!r}), which a unit "
+        raise paths.PathError(f"{path!r} holds a control character ({bad!r}), which a unit "
                            "file cannot carry; choose a path without it")
     path = path.replace("%", "%%")
     return path.replace("$", "$$") if argument else path

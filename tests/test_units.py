@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from recalld.ipc import install
+from recalld.ipc import install, paths
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -274,9 +274,18 @@ def test_a_control_character_in_a_path_is_refused_not_written_as_a_new_line(
     socket_path = Path(odd) if where == "socket" else None
     if where != "socket":
         env[where] = odd.replace("\n", "\r", 1)
-    with pytest.raises(install.ServiceError, match="holds a control character"):
+    with pytest.raises(paths.PathError, match="holds a control character"):
         install.install_service(write_only=True, socket_path=socket_path, environ=env)
     assert not install.unit_dir(env).exists() or list(install.unit_dir(env).iterdir()) == []
+    # From the command line, a configuration error (exit 2) like any unusable path.
+    from test_cli import assert_one_line_error, recalld
+
+    args = ["--socket", "/tmp/x\ny.sock"] if where == "socket" else []
+    line = assert_one_line_error(recalld("install-service", "--write-only", *args,
+                                         env={"PATH": os.environ["PATH"], **env}), 2)
+    assert line.startswith("recalld: configuration error: "), line
+    # (A config file named so is not there: the CLI says that first.)
+    assert "control character" in line or where == "RECALLD_CONFIG", line
 
 
 @pytest.mark.parametrize("runtime", [None, "relative/run"])
