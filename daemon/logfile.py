@@ -15,7 +15,8 @@ import stat
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
-from recalld.ipc.paths import PathError, from_here, make_dirs_private
+from recalld.ipc.folders import make_dirs_private
+from recalld.ipc.paths import PathError, from_here
 
 LOG_FILE_BYTES = 10 << 20
 LOG_FILE_BACKUPS = 3

@@ -35,6 +35,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.lock import AlreadyServing, FileLock
 from recalld.daemon.refusals import RefusedFor
 from recalld.daemon.store import confine
+from recalld.daemon.store.fsio import NOTE_DIR_MODE, PRIVATE_DIR_MODE
 from recalld.ipc.answers import WorkspaceInfo
 from recalld.ipc.errors import (
     AlreadyRunning,
@@ -43,6 +44,7 @@ from recalld.ipc.errors import (
     RecalldError,
     UnknownWorkspace,
 )
+from recalld.ipc.folders import make_dirs
 
 if TYPE_CHECKING:
     from recalld.daemon.services import WorkspaceServices
@@ -213,10 +215,14 @@ class Workspace:
         ]
 
     def _create_directories(self) -> None:
+        # Made as an editor makes a folder (0755 less the umask); the metadata folder, of
+        # recalld's own files, private. Not by the umask alone: under 000 others could
+        # move a folder of derived state away and put a forged one in its place.
+        meta = self.root / self.settings.metadata_dir
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.root, NOTE_DIR_MODE)
             for d in self.directories():
-                d.mkdir(parents=True, exist_ok=True)
+                make_dirs(d, PRIVATE_DIR_MODE if d == meta else NOTE_DIR_MODE)
             st = os.stat(self.root)
             self._root_id = (st.st_dev, st.st_ino)
             st = os.lstat(self._meta_path)

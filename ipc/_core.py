@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from recalld.ipc import errors, paths
+from recalld.ipc import errors, folders, paths
 from recalld.ipc._call import Call
 from recalld.ipc.protocol import DEFAULT_MAX_FRAME_BYTES, Response
 
@@ -294,7 +294,7 @@ def spawn_daemon(socket_path: Path) -> Spawned:
     env = {k: v for k, v in os.environ.items() if k not in _SYSTEMD_VARS}
     log_file, start_log = autostart_logs()
     # The data folder too, if it is new: the daemon never tightens one that exists.
-    paths.make_dirs_private(start_log.parent)
+    folders.make_dirs_private(start_log.parent)
     start_log.unlink(missing_ok=True)  # what the last start said is not this one's
     # The start log says what the daemon said before its log was set up (its config,
     # paths): only its owner may read it, whatever the umask.

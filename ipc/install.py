@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from recalld.ipc import paths
+from recalld.ipc import folders, paths
 
 SERVICE_NAME = "recalld.service"
 SOCKET_NAME = "recalld.socket"
@@ -233,7 +233,7 @@ def install_service(*, write_only: bool, socket_path: Path | None = None,
     units = render_units(socket_path=socket_path, environment=carried)
     try:
         # 0700 when made here: units another user could drop in would run as this one.
-        paths.make_dirs_private(target)
+        folders.make_dirs_private(target)
         with _all_or_nothing(target) as done:
             for name, text in units.items():
                 write_unit(target / name, text)

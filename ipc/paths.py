@@ -2,8 +2,8 @@
 
 Shared by the daemon and the clients so both agree without talking: a client finds the
 socket the way the daemon chose it, reading the same configuration file
-(``[daemon] socket_path``) with the same precedence. Nothing here creates a directory
-but :func:`make_dirs_private`, which the daemon and the clients make theirs with.
+(``[daemon] socket_path``) with the same precedence. Nothing here creates a directory;
+the daemon does that with the right modes (:mod:`recalld.ipc.folders`).
 
 Precedence (first that is set):
 
@@ -57,23 +57,6 @@ def xdg_dir(env: Mapping[str, str], name: str) -> str | None:
     (it would be taken from each process's own working directory)."""
     value = env.get(name)
     return value if value and os.path.isabs(value) else None
-
-
-def make_dirs_private(path: Path) -> None:
-    """Create ``path`` and the folders missing on the way to it with mode 0700, as the
-    XDG base directory specification asks of a base directory that does not exist
-    (``$XDG_DATA_HOME``, ``$XDG_RUNTIME_DIR``'s parents, ...). Made as ``mkdir -p`` makes
-    them, under the umask, a umask of 000 would leave them open to every user, who could
-    then move recalld's private folder away and put one of theirs in its place. Folders
-    that exist are left as they are."""
-    for folder in (*reversed(path.parents), path):
-        if folder.is_dir():
-            continue
-        try:
-            os.mkdir(folder, 0o700)
-        except FileExistsError:
-            if not folder.is_dir():
-                raise
 
 
 def _home(env: Mapping[str, str]) -> Path:

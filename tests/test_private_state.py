@@ -170,3 +170,19 @@ def test_base_folders_made_on_the_way_are_private_whatever_the_umask(
     units = _made(home, home / "conf" / "ig" / "systemd" / "user")
     assert home / "conf" in units and (home / "conf" / "ig" / "systemd") in units
     assert {f: m for f, m in units.items() if m != 0o700} == {}
+
+
+def test_workspace_folders_are_made_as_an_editor_makes_them_whatever_the_umask(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Under a umask of 000 the folders a workspace open makes were 0777: others could
+    # move its derived state away and put a forged one in its place, or its notes.
+    d = daemon_factory(launcher=UMASK_000)
+    ws = tmp_path / "new" / "deep" / "coder"
+    d.call("workspace.open", {"agent_id": "coder", "path": str(ws)})
+    made = _made(tmp_path, ws)
+    made.update({f: _mode(f) for f in ws.iterdir() if f.is_dir()})
+    meta = ws / "mem_metadata"
+    assert made.pop(meta) == 0o700
+    assert set(made) >= {tmp_path / "new", ws, ws / "memory", ws / "digest"}, made
+    assert {f: m for f, m in made.items() if m != 0o755} == {}
+    assert d.stop() == 0

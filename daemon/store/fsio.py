@@ -34,7 +34,7 @@ from recalld.daemon.store.tempnames import fit_name as fit_name
 from recalld.daemon.store.tempnames import lock_temp
 from recalld.daemon.store.tempnames import temp_name as temp_name
 from recalld.daemon.store.tempnames import temp_prefix as temp_prefix
-from recalld.ipc.paths import make_dirs_private
+from recalld.ipc.folders import make_dirs_private
 
 _CHECKSUM_BYTES = 32  # blake2b-256: ample against accidental corruption, fast in hashlib
 _READ_CHUNK = 1 << 20
