@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from recalld.ipc.types import visible
+
 
 @dataclass(frozen=True, slots=True)
 class Check:
@@ -17,12 +19,15 @@ class Check:
 
 
 def render(checks: list[Check]) -> str:
+    """One line a check, and one for its fix; a path named in them (a socket, a data
+    folder) with a line break or another control character shown escaped, in a pipe
+    too, so that it stays on its check's line."""
     marks = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
     lines = []
     for c in checks:
-        lines.append(f"[{marks.get(c.status, c.status)}] {c.name}: {c.detail}")
+        lines.append(f"[{marks.get(c.status, c.status)}] {c.name}: {visible(c.detail)}")
         if c.fix and c.status in ("warn", "fail"):
-            lines.append(f"       fix: {c.fix}")
+            lines.append(f"       fix: {visible(c.fix)}")
     failed = sum(c.status == "fail" for c in checks)
     warned = sum(c.status == "warn" for c in checks)
     lines.append(f"{failed} problem(s), {warned} warning(s)")

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import DaemonHandle
+from conftest import DaemonFactory, DaemonHandle
 from ptyrun import on_a_terminal, read_chunk
 from test_cli import SCRIPT, recalld
 from waits import wait_for
@@ -163,3 +163,17 @@ def test_ctrl_c_at_a_confirmation_says_nothing_changed_on_a_line_of_its_own(
 def _state(pid: int) -> str:
     """The state of process ``pid`` ("S": sleeping, as in a read), from /proc."""
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_doctor_keeps_a_path_with_a_line_break_on_its_check_line(
+        daemon_factory: DaemonFactory) -> None:
+    # A socket folder named with a line break split doctor's check lines in a pipe, the
+    # rest of the path showing as a line of its own.
+    env = daemon_factory.environment()
+    d = daemon_factory(RECALLD_SOCKET=f"{env['XDG_RUNTIME_DIR']}/s\nx/r.sock")
+    proc = recalld("doctor", env=d.env)
+    lines = proc.stdout.splitlines()
+    assert any("/s\\nx/r.sock mode 0600" in line for line in lines), proc.stdout
+    assert [line for line in lines if not line.startswith(("[", "       fix: "))] == [
+        lines[-1]], proc.stdout
+    assert lines[-1].endswith("warning(s)"), proc.stdout
