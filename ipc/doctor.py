@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from recalld.ipc import errors, paths
+from recalld.ipc import errors, install, paths
 from recalld.ipc._core import held_fix
 from recalld.ipc.answers import DaemonStatus, JobInfo, WorkspaceInfo
 from recalld.ipc.client import Client
@@ -356,13 +356,8 @@ class Doctor:
         return out
 
     # -- systemd --------------------------------------------------------------------
-    def _unit_dir(self) -> Path:
-        base = paths.xdg_dir(self.env, "XDG_CONFIG_HOME") or str(
-            Path(self.env.get("HOME", "~")).expanduser() / ".config")
-        return Path(base) / "systemd" / "user"
-
     def unit(self) -> Check:
-        unit_dir = self._unit_dir()
+        unit_dir = install.unit_dir(self.env)
         missing = [n for n in UNIT_NAMES if not (unit_dir / n).is_file()]
         if missing:
             return Check("unit", "warn", f"{', '.join(missing)} not in {unit_dir}",
@@ -396,7 +391,7 @@ class Doctor:
             words = shlex.split((value or "").lstrip("-@:+!"))
         except ValueError:
             return None
-        home = str(Path(self.env.get("HOME", "~")).expanduser())
+        home = str(paths.home_dir(self.env))
         program = _specified(words[0], {"h": home}) if words else None
         return Path(program) if program and program.startswith("/") else None
 

@@ -146,8 +146,7 @@ def render_units(exec_start: str | None = None, socket_path: Path | None = None,
 
 def unit_dir(environ: Mapping[str, str] | None = None) -> Path:
     env = os.environ if environ is None else environ
-    base = paths.xdg_dir(env, "XDG_CONFIG_HOME") or str(
-        Path(env.get("HOME", "~")).expanduser() / ".config")
+    base = paths.xdg_dir(env, "XDG_CONFIG_HOME") or str(paths.home_dir(env) / ".config")
     return Path(base) / "systemd" / "user"
 
 

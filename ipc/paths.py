@@ -59,13 +59,27 @@ def xdg_dir(env: Mapping[str, str], name: str) -> str | None:
     return value if value and os.path.isabs(value) else None
 
 
-def _home(env: Mapping[str, str]) -> Path:
-    return Path(env.get("HOME", "~")).expanduser()
+def home_dir(env: Mapping[str, str]) -> Path:
+    """The user's home: ``HOME`` when it is an absolute path, else (unset, empty or
+    relative, which each process would take from its own working directory, so the
+    daemon and its clients would not agree) the one the password database names, as
+    ``~`` is without ``HOME``; PathError when there is none either."""
+    home = env.get("HOME")
+    if home and os.path.isabs(home):
+        return Path(home)
+    import pwd  # here: only a shell without a usable HOME needs it
+
+    try:
+        return Path(pwd.getpwuid(os.getuid()).pw_dir)
+    except KeyError:
+        raise PathError(f"HOME = {_shown(home)}: not an absolute path, and uid "
+                        f"{os.getuid()} has no home in the password database; set HOME "
+                        "to your home folder") from None
 
 
 def _expand(value: str, env: Mapping[str, str]) -> Path:
-    if (value == "~" or value.startswith("~/")) and env.get("HOME"):
-        return Path(env["HOME"] + value[1:])
+    if value == "~" or value.startswith("~/"):
+        return Path(str(home_dir(env)) + value[1:])
     return Path(value).expanduser()
 
 
@@ -136,7 +150,7 @@ def config_path(explicit: str | os.PathLike[str] | None = None,
         return checked_path(explicit, "--config", from_cli=True, environ=env)
     if env.get("RECALLD_CONFIG"):
         return checked_path(env["RECALLD_CONFIG"], "RECALLD_CONFIG", environ=env)
-    base = xdg_dir(env, "XDG_CONFIG_HOME") or str(_home(env) / ".config")
+    base = xdg_dir(env, "XDG_CONFIG_HOME") or str(home_dir(env) / ".config")
     return utf8_path(Path(base).expanduser() / "recalld" / "config.toml",
                      "$XDG_CONFIG_HOME/recalld/config.toml" if xdg_dir(env, "XDG_CONFIG_HOME")
                      else "~/.config/recalld/config.toml")
@@ -245,7 +259,7 @@ def choose_data_dir(env: Mapping[str, str], configured: object, config_file: Pat
         return checked_path(env["RECALLD_DATA_DIR"], "RECALLD_DATA_DIR", environ=env)
     if configured is not None:
         return checked_path(configured, f"{config_file}: [daemon] data_dir", environ=env)
-    base = xdg_dir(env, "XDG_DATA_HOME") or str(_home(env) / ".local" / "share")
+    base = xdg_dir(env, "XDG_DATA_HOME") or str(home_dir(env) / ".local" / "share")
     return utf8_path(Path(base).expanduser() / "recalld",
                      "$XDG_DATA_HOME/recalld" if xdg_dir(env, "XDG_DATA_HOME")
                      else "~/.local/share/recalld")

@@ -389,3 +389,26 @@ def test_relative_paths_from_a_deleted_current_directory_say_so(
     made = json.loads(recalld("backup", "create", "--json", env=d.env).stdout)["file"]
     proc = _from_deleted_cwd(tmp_path, d.env, "backup", "verify", Path(made).name)
     assert proc.returncode == 0 and f"ok: {made}" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("home", ["", "relative/home"])
+def test_a_home_that_is_empty_or_relative_is_not_taken_from_the_current_directory(
+        tmp_path: Path, home: str) -> None:
+    # HOME="" made the default paths relative: install-service wrote its units into
+    # ./.config/systemd/user of whatever folder it ran in, and the config file and data
+    # folder a command looked for depended on that folder too. Such a HOME is passed by,
+    # as ~ is with no HOME: the home the password database names.
+    import pwd
+
+    own = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    env = {"PATH": os.environ["PATH"], "HOME": home, "XDG_RUNTIME_DIR": str(runtime)}
+    proc = subprocess.run([sys.executable, "-m", "recalld.ipc", "doctor", "--json"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, check=False)
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert str(own / ".config" / "recalld" / "config.toml") in checks["config file"]["detail"]
+    assert str(own / ".config" / "systemd" / "user") in checks["unit"]["detail"] + checks[
+        "unit"]["fix"], checks["unit"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
