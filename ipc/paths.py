@@ -27,9 +27,11 @@ import errno
 import json
 import logging
 import os
+import pwd
 import re
 import socket
 import stat
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -60,15 +62,11 @@ def xdg_dir(env: Mapping[str, str], name: str) -> str | None:
 
 
 def home_dir(env: Mapping[str, str]) -> Path:
-    """The user's home: ``HOME`` when it is an absolute path, else (unset, empty or
-    relative, which each process would take from its own working directory, so the
-    daemon and its clients would not agree) the one the password database names, as
-    ``~`` is without ``HOME``; PathError when there is none either."""
+    """``HOME`` when absolute, else (unset, empty or relative: taken from each process's
+    own working folder) the home the password database names; PathError if none."""
     home = env.get("HOME")
     if home and os.path.isabs(home):
         return Path(home)
-    import pwd  # here: only a shell without a usable HOME needs it
-
     try:
         return Path(pwd.getpwuid(os.getuid()).pw_dir)
     except KeyError:
@@ -122,7 +120,13 @@ def utf8_path(path: Path, where: str) -> Path:
     try:
         os.fsdecode(path).encode("utf-8")
     except UnicodeEncodeError:
-        shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+        raw = os.fsencode(path)
+        shown = raw.decode("utf-8", "backslashreplace")
+        if raw.decode("utf-8", "replace") == shown:  # valid UTF-8 the locale cannot read
+            raise PathError(f"{where} = {shown}: this process reads file names as "
+                            f"{sys.getfilesystemencoding()} (a C or POSIX locale with "
+                            "Python's UTF-8 mode off), not UTF-8; run it with "
+                            "PYTHONUTF8=1 or LC_ALL=C.UTF-8") from None
         raise PathError(f"{where} = {shown}: is not valid UTF-8; choose another path (or "
                         "rename the folder, e.g. convmv -f latin1 -t utf8)") from None
     return path

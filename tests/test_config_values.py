@@ -341,3 +341,20 @@ def test_a_path_that_is_not_utf8_is_a_configuration_error(tmp_path: Path) -> Non
         assert proc.returncode == 2 and "Traceback" not in err, (name, err)
         assert err.startswith("recalld: configuration error: ") and "caf\\xe9" in err, err
         assert "is not valid UTF-8" in err, (name, err)
+
+
+def test_a_utf8_path_under_a_locale_that_reads_names_as_ascii_says_so(
+        tmp_path: Path) -> None:
+    # A C locale with Python's UTF-8 mode and locale coercion off reads file names as
+    # ASCII: a home named in UTF-8 was called "not valid UTF-8", and renaming it (the fix
+    # the message gave) was no fix. The message says what the cause is and what helps.
+    home = tmp_path / "hö 北"
+    base = {"HOME": str(home), "XDG_RUNTIME_DIR": str(home / "run"), "PATH": "/usr/bin:/bin",
+            "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    for command in ("status", "serve --check-config"):
+        proc = subprocess.run([sys.executable, "-m", "recalld.ipc", *command.split()],
+                              env=base, capture_output=True, timeout=120, check=False)
+        err = proc.stderr.decode()
+        assert proc.returncode == 2 and "Traceback" not in err, (command, err)
+        assert "reads file names as ascii" in err and "PYTHONUTF8=1" in err, err
+        assert "is not valid UTF-8" not in err, err
