@@ -27,7 +27,7 @@ from recalld.ipc import errors, install, paths
 from recalld.ipc._core import held_fix
 from recalld.ipc.answers import DaemonStatus, JobInfo, WorkspaceInfo
 from recalld.ipc.client import Client
-from recalld.ipc.doctor_report import Check
+from recalld.ipc.doctor_report import Check, unreachable
 from recalld.ipc.health import assess, daemon_problems
 
 COMMAND_TIMEOUT_S = 5.0
@@ -76,6 +76,8 @@ class Doctor:
         except FileNotFoundError:
             return Check("socket_dir", "warn", f"{d} does not exist (daemon never started?)",
                          "start the daemon: recalld serve (or systemctl --user start recalld)")
+        except OSError:  # a file in the way of a folder above it, no permission
+            return unreachable("socket_dir", d)
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
             return Check("socket_dir", "fail", f"{d} is not a plain directory",
                          f"remove {d} and restart the daemon")
@@ -96,6 +98,8 @@ class Doctor:
         except FileNotFoundError:  # a daemon that holds its lock would refuse a start
             return Check("socket", "warn", f"no socket at {s}", held_fix(s) or
                          "start the daemon: recalld serve (or systemctl --user start recalld)")
+        except OSError:  # a file in the way of its folder, no permission
+            return unreachable("socket", s)
         if not stat.S_ISSOCK(st.st_mode):
             return Check("socket", "fail", f"{s} is not a socket", f"remove {s}")
         mode = stat.S_IMODE(st.st_mode)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from recalld.ipc.types import visible
 
@@ -32,3 +35,22 @@ def render(checks: list[Check]) -> str:
     warned = sum(c.status == "warn" for c in checks)
     lines.append(f"{failed} problem(s), {warned} warning(s)")
     return "\n".join(lines) + "\n"
+
+
+def unreachable(name: str, path: Path) -> Check:
+    """A failed check of ``path``, which cannot be looked at: what is in the way (a file
+    where a folder on its way goes, a folder this user may not enter)."""
+    for folder in (*reversed(path.parents), path):
+        try:
+            st = os.stat(folder)
+        except OSError as exc:
+            why = f"{folder}: {exc.strerror}"
+            break
+        if folder != path and not stat.S_ISDIR(st.st_mode):
+            why = f"{folder} is not a directory"
+            break
+    else:
+        folder, why = path, f"{path} cannot be read"
+    return Check(name, "fail", f"cannot reach {path}: {why}",
+                 f"{folder} must be a folder of yours: move what is there away, or choose "
+                 "another socket (--socket, RECALLD_SOCKET or XDG_RUNTIME_DIR)")

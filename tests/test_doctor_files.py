@@ -4,6 +4,8 @@ answer on, the data directory it would write to (no daemon running: checked in p
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 from recalld.ipc.doctor import Doctor
@@ -37,3 +39,18 @@ def test_doctor_fails_a_data_dir_that_is_a_file(tmp_path: Path) -> None:
     [check] = Doctor(tmp_path / "none.sock", env).disks()
     assert check.name == "data dir" and check.status == "fail", check
     assert "not a directory" in check.detail and "RECALLD_DATA_DIR" in check.fix
+
+
+def test_doctor_reports_a_file_in_the_way_of_the_socket_folder(tmp_path: Path) -> None:
+    # XDG_RUNTIME_DIR naming a file: doctor ended in "recalld: [Errno 20] Not a
+    # directory" instead of its report.
+    runtime = tmp_path / "run"
+    runtime.write_text("")
+    env = {"HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(runtime), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "recalld.ipc", "doctor"], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 1 and proc.stderr == "", proc
+    for name in ("socket_dir", "socket"):
+        line = next(x for x in proc.stdout.splitlines() if x.startswith(f"[FAIL] {name}:"))
+        assert line.endswith(f"{runtime} is not a directory"), line
+    assert f"fix: {runtime} must be a folder of yours" in proc.stdout, proc.stdout
