@@ -303,10 +303,11 @@ class Doctor:
         status = self.status
         data_dir = status.get("data_dir") if status is not None else None
         targets = [("data", Path(str(data_dir)) if data_dir else self._data_dir())]
-        if targets[0][1].exists() and not targets[0][1].is_dir():  # RECALLD_DATA_DIR a file
-            return [Check("data dir", "fail", f"{targets[0][1]} is not a directory: recalld "
-                          "serve would refuse to start", f"move {targets[0][1]} away, or "
-                          "name a directory (RECALLD_DATA_DIR, [daemon] data_dir)")]
+        there = next(p for p in (targets[0][1], *targets[0][1].parents) if p.exists())
+        if not there.is_dir():  # a file: RECALLD_DATA_DIR, or one on its way (~/file/x)
+            return [Check("data dir", "fail", f"{there} is not a directory: recalld serve "
+                          "would refuse to start", f"move {there} away, or name a "
+                          "directory (RECALLD_DATA_DIR, [daemon] data_dir)")]
         if status is not None:
             targets += [(f"workspace {ws.get('agent_id')}", Path(str(ws["path"])))
                         for ws in status.get("workspaces") or [] if ws.get("path")]

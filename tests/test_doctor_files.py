@@ -39,6 +39,12 @@ def test_doctor_fails_a_data_dir_that_is_a_file(tmp_path: Path) -> None:
     [check] = Doctor(tmp_path / "none.sock", env).disks()
     assert check.name == "data dir" and check.status == "fail", check
     assert "not a directory" in check.detail and "RECALLD_DATA_DIR" in check.fix
+    # So is a file on its way (XDG_DATA_HOME=~/file/x), where serve refuses too.
+    del env["RECALLD_DATA_DIR"]
+    env["XDG_DATA_HOME"] = str(tmp_path / "data" / "x")
+    [check] = Doctor(tmp_path / "none.sock", env).disks()
+    assert check.status == "fail", check
+    assert check.detail.startswith(f"{tmp_path / 'data'} is not a directory"), check
 
 
 def test_doctor_reports_a_file_in_the_way_of_the_socket_folder(tmp_path: Path) -> None:
