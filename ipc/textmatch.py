@@ -2,11 +2,12 @@
 shown to a model is cut around (``recalld.ipc.types.cut_part``), read as the keyword index
 reads words (``recalld.ipc.textfold.read_places``). Pure functions.
 
-Words are found as they are; a run of Chinese, Japanese, Korean or Thai characters (no
-spaces between its words) is found by its pairs of characters, as the index finds it. A
-common pair of such a run (``的人``, the ``ม่`` of ``ไม่``) turns up all over a text about
-something else, so the place a run matches best is where the whole run is, else where
-the most of its distinct pairs are close together; not the first of its pairs.
+Words are found as they are; a run of Chinese, Japanese, Korean, Thai, Lao, Khmer or
+Myanmar characters (no spaces between its words) is found by its pairs of characters, as
+the index finds it. A common pair of such a run (``的人``, the ``ม่`` of ``ไม่``) turns up
+all over a text about something else, so the place a run matches best is where the whole
+run is, else where the most of its distinct pairs are close together; not the first of
+its pairs.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ def _words(text: str) -> list[str]:
 def query_words(query: str) -> QueryWords:
     """The words of ``query`` a line is searched for, read as the index reads words
     (``read_places``: ``viet`` is in ``Việt``, ``ガ`` in ``ｶﾞ``): each run of letters and
-    digits, a run of Chinese, Japanese, Korean or Thai characters (``CJK_RANGES``) as its
-    pairs (as the daemon reads such text: no spaces between its words) and as a phrase."""
+    digits, a run of Chinese, Japanese, Korean, Thai, Lao, Khmer or Myanmar characters
+    (``CJK_RANGES``) as its pairs (as the daemon reads such text: no spaces between its
+    words) and as a phrase."""
     words: set[str] = set()
     phrases: set[str] = set()
     for word in _words(unicodedata.normalize("NFKC", query)):
