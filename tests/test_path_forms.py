@@ -184,3 +184,24 @@ def test_writes_of_one_new_name_in_two_forms_at_once_make_one_file(
     assert not errors, errors
     made = sorted(nfc(n) for n in os.listdir(root / "digest/wiki") if n.startswith("th"))
     assert made == sorted(nfc(n.removeprefix("wiki/")) for n in names)
+
+
+@pytest.mark.parametrize("first, then", [(nfd, nfc), (nfc, nfd)])
+def test_a_note_named_in_the_other_form_is_added_to(daemon: Any, tmp_path: Path,
+                                                    first: Any, then: Any) -> None:
+    # memory.add_note looked for the session's note by the name as typed, found none,
+    # and its write (which goes to the file the disk spells) met that note as saved
+    # meanwhile each of its 8 tries: every call was refused "try again".
+    open_ws(daemon, tmp_path / "ws")
+    name = "Olé Réunion naïve"
+    notes = []
+    for form, text in ((first, "The first llama fact."), (then, "The second llama fact.")):
+        notes.append(daemon.call("memory.add_note", {
+            "agent_id": "w", "session_id": "s1", "name": form(name), "content": text}))
+    assert notes[1]["path"] == notes[0]["path"], notes
+    assert (notes[0]["created"], notes[1]["created"]) == (True, False), notes
+    text = read(daemon, notes[0]["path"])["text"]
+    assert "The first llama fact." in text and "The second llama fact." in text, text
+    day = (tmp_path / "ws" / notes[0]["path"]).parent
+    assert [p.name for p in day.glob("*.md") if p.name != "index.md"] == [
+        Path(notes[0]["path"]).name]

@@ -51,7 +51,7 @@ from recalld.daemon.memory.slugs import has_name, names_nothing, slug
 from recalld.daemon.memory.turns import check_request_id, check_session_id
 from recalld.daemon.notetext import lf_line_ends, note_text
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
-from recalld.daemon.spelling import spelled
+from recalld.daemon.spelling import on_disk, spelled
 from recalld.daemon.store.errors import StorageError
 from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.answers import (
@@ -215,12 +215,13 @@ async def add_note(ctx: CallContext, params: JsonObject) -> NoteAdded:
 async def _own_notes(ws: Workspace, folder: str, stem: str,
                      session_id: str) -> list[tuple[str, str, str]]:
     """``session_id``'s notes ``stem``, ``stem-2``... in ``folder``, in order (but those
-    not in UTF-8): each as its path, its text and its body (stripped)."""
+    not in UTF-8): each as its path (as the disk spells it: a name typed in the other
+    Unicode form names the note the writes go to), its text and its body (stripped)."""
 
     def scan() -> list[tuple[str, str, str]]:
         out: list[tuple[str, str, str]] = []
         for n in range(1, 1000):
-            rel = f"{folder}/{stem if n == 1 else f'{stem}-{n}'}.md"
+            rel = on_disk(ws.root, f"{folder}/{stem if n == 1 else f'{stem}-{n}'}.md")
             text, utf8 = read_checked(ws.root, rel)
             if text is None:
                 break
