@@ -162,15 +162,17 @@ def closes_fence(line: str, fence: str) -> bool:
 
 def split_line(line: str, max_chars: int) -> list[str]:
     """Pieces of one overlong line, each at most ``max_chars``, cut at whitespace if possible."""
+    # Cut by positions in ``line``, never by slicing off the rest: that copies the rest
+    # at every piece, quadratic in the line (seconds for a pasted line of megabytes).
     pieces: list[str] = []
-    rest = line
-    while len(rest) > max_chars:
-        cut = rest.rfind(" ", max_chars // 2, max_chars)
-        cut = cut + 1 if cut > 0 else max_chars
-        pieces.append(rest[:cut])
-        rest = rest[cut:]
-    if rest:
-        pieces.append(rest)
+    start, n = 0, len(line)
+    while n - start > max_chars:
+        cut = line.rfind(" ", start + max_chars // 2, start + max_chars)
+        cut = cut + 1 if cut > start else start + max_chars
+        pieces.append(line[start:cut])
+        start = cut
+    if start < n:
+        pieces.append(line[start:])
     return pieces
 
 
