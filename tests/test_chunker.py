@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import re
 from typing import Any
 
 from hypothesis import given, settings
@@ -40,6 +41,16 @@ def _lines(text: str) -> list[str]:
     return lines
 
 
+def _heading_lines(lines: list[str], chunk: Chunk) -> int:
+    """How many of ``lines`` (a chunk's first) its opening heading takes: an ATX heading
+    one, a setext heading two (its text and underline); 0 if it opens with none."""
+    if not chunk.metadata.get("starts_with_heading"):
+        return 0
+    if lines[0].lstrip().startswith("#"):
+        return 1
+    return 2 if len(lines) > 1 and re.fullmatch(r" {0,3}(=+|-+)[ \t]*", lines[1]) else 1
+
+
 def _check_invariants(text: str, chunks: list[Chunk], max_chars: int) -> None:
     lines = _lines(text)
     owner: dict[int, int] = {}
@@ -62,7 +73,8 @@ def _check_invariants(text: str, chunks: list[Chunk], max_chars: int) -> None:
             assert c.text.startswith(block + "\n") and rest in original
             assert len(rest) <= max_chars
             parts = rest.split("\n")
-            if parts[0].lstrip().startswith("#") and not any(p.strip() for p in parts[1:-1]):
+            h = _heading_lines(parts, c)
+            if h and not any(p.strip() for p in parts[h:-1]):
                 # A heading and its first line (or that line's first piece): over the cap
                 # by at most the block, as a first line without a heading.
                 assert len(c.text) <= len(block) + 1 + max_chars
@@ -73,7 +85,8 @@ def _check_invariants(text: str, chunks: list[Chunk], max_chars: int) -> None:
         elif len(lines[c.end_line - 1]) > max_chars:
             # A heading (and blank lines) opening the first piece of an overlong line.
             head = lines[c.start_line - 1 : c.end_line - 1]
-            assert head[0].lstrip().startswith("#") and not any(ln.strip() for ln in head[1:])
+            h = _heading_lines(head, c)
+            assert h and not any(ln.strip() for ln in head[h:])
             assert c.text.startswith("\n".join(head) + "\n") and c.text in original
             assert len(c.text) <= max_chars
         else:
@@ -244,7 +257,7 @@ def test_empty_and_blank_files() -> None:
 
 _LINE = st.one_of(
     st.just(""), st.just("   "), st.just("# Head"), st.just("## Sub head"), st.just("```"),
-    st.just("---"), st.just("name: x"),
+    st.just("---"), st.just("name: x"), st.just("Title"), st.just("===="),
     st.text(alphabet=st.characters(blacklist_categories=["Cs", "Cc", "Zl", "Zp"]), max_size=90),
 )
 

@@ -21,7 +21,10 @@ Rules:
   heading): before a paragraph too long to join whole, it opens that paragraph's first
   chunk; before an overlong line, the line's first piece, cut shorter by the heading. Only
   before a line within the cap that does not fit with it does a heading stay alone.
-- The body is split at ATX headings (``#`` .. ``######``, not inside fenced code) into sections,
+- The body is split at headings (not inside fenced code) into sections: ATX ones (``#`` ..
+  ``######``) and setext ones, one line of paragraph text (not a list item, quote, table
+  row, HTML or indented code) after a blank line or the body's start, underlined with ``=``
+  (level 1) or ``-`` (level 2); an underline below two or more lines of text is text. Then
   sections into paragraphs at blank lines (a fenced code block is one paragraph; it ends at a
   line of its fence's character, at least as many, and nothing else, as in CommonMark). Adjacent
   paragraphs of one section merge while the chunk stays within ``max_chars``; chunks never cross
@@ -62,6 +65,11 @@ __all__ = ["DEFAULT_MAX_CHARS", "Chunk", "ChunkMeta", "chunk_id", "chunk_markdow
 DEFAULT_MAX_CHARS: Final = 2000
 
 _HEADING_RE: Final = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t#]*$")
+# A setext heading's underline (``===`` level 1, ``---`` level 2), below one line of text.
+_UNDERLINE_RE: Final = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
+# Lines that are no paragraph text, so no setext heading: a list item, a quote, a table
+# row, HTML, indented code (a ``---`` below them is a rule; a ``===``, text).
+_NOT_TEXT_RE: Final = re.compile(r"^(?: {0,3}(?:[>|<]|(?:[-+*]|\d{1,9}[.)])(?:\s|$))| {4}|\t)")
 # A code fence: three or more backticks (an info string without backticks may follow) or
 # tildes; it is closed by a line of the same character, at least as many, and nothing else
 # (CommonMark), so a ```` block can show a ``` one and ```python does not close a block.
@@ -182,6 +190,8 @@ class _Builder:
         self.lines = lines
         self.max_chars = max_chars
         self.chunks: list[Chunk] = []
+        # 0-based lines of setext headings' text (their underline is the next line).
+        self.setext: set[int] = set()
         # Characters the first chunk leaves for a frontmatter block joined to it.
         self.reserve = 0
         # Characters before each line, its newline counted: a range's size in O(1) as a
@@ -198,7 +208,7 @@ class _Builder:
         line, after the whole lines before it; ``headed``: those open with a heading)."""
         body = "\n".join(self.lines[start : end + 1]) if text is None else text
         meta: ChunkMeta = {"headings": list(headings)}
-        if _HEADING_RE.match(self.lines[start]) and (text is None or headed):
+        if self.heading(start) and (text is None or headed):
             meta["starts_with_heading"] = True
         self.chunks.append(
             Chunk(self.path, start + 1, end + 1, body, " > ".join(headings), meta)
@@ -212,7 +222,8 @@ class _Builder:
             if cur is not None and self.size(cur[0], end) <= self.cap:
                 cur = (cur[0], end)
                 continue
-            if cur is not None and cur[0] == cur[1] and self.lone_heading(cur[0], start - 1):
+            if (cur is not None and cur[1] == self.heading_end(cur[0])
+                    and self.lone_heading(cur[0], start - 1)):
                 # A heading is no chunk by itself (a hit of one line, or of a frontmatter
                 # block and one line): it opens the paragraph, split after it if need be.
                 self.long_paragraph(cur[0], end, headings)
@@ -252,7 +263,8 @@ class _Builder:
                     self.emit(cur_start, i, headings, text, headed=True)
                     cur_start, rest = -1, line[len(first):]
                 else:
-                    self.emit(cur_start, cur_start, headings)  # not the blank lines after it
+                    # Not the blank lines after it.
+                    self.emit(cur_start, self.heading_end(cur_start), headings)
                     cur_start = -1
             if cur_start >= 0:
                 self.emit(cur_start, i - 1, headings)
@@ -270,10 +282,19 @@ class _Builder:
         if cur_start >= 0:
             self.emit(cur_start, end, headings)
 
+    def heading(self, i: int) -> bool:
+        """Whether line ``i`` is a heading (ATX, or a setext heading's text line)."""
+        return i in self.setext or _HEADING_RE.match(self.lines[i]) is not None
+
+    def heading_end(self, i: int) -> int:
+        """The last line of a heading starting at line ``i`` (a setext one: its underline)."""
+        return i + 1 if i in self.setext else i
+
     def lone_heading(self, start: int, end: int) -> bool:
-        """Whether lines ``start..end`` are a heading and blank lines only."""
-        return (_HEADING_RE.match(self.lines[start]) is not None
-                and not any(self.lines[j].strip() for j in range(start + 1, end + 1)))
+        """Whether lines ``start..end`` are a heading (all its lines) and blank lines only."""
+        last = self.heading_end(start)
+        return (self.heading(start) and last <= end
+                and not any(self.lines[j].strip() for j in range(last + 1, end + 1)))
 
     def size(self, start: int, end: int) -> int:
         """Characters of lines ``start..end`` joined by newlines."""
@@ -349,22 +370,33 @@ def _body(builder: _Builder, lines: list[str], body_start: int,
                 para_start = i
             continue
         hm = _HEADING_RE.match(line)
-        if skipping and hm is None:
+        um = (_UNDERLINE_RE.match(line) if hm is None and 0 <= para_start == i - 1
+              else None)
+        if (um is not None and not _NOT_TEXT_RE.match(lines[i - 1])
+                and _HEADING_RE.match(lines[i - 1]) is None):
+            # A setext heading: the one line of text just above opens its section.
+            para_start = -1
+            builder.setext.add(i - 1)
+            level, title, start = (1 if um.group(1)[0] == "=" else 2), lines[i - 1], i - 1
+        elif hm is not None:
+            level, title, start = len(hm.group(1)), hm.group(2) or "", i
+        elif skipping:
             continue
-        if hm is not None:
+        else:
+            level = 0
+        if level:
             if para_start >= 0:
                 paragraphs.append((para_start, i - 1))
                 para_start = -1
             builder.section(paragraphs, headings)
             paragraphs = []
-            level = len(hm.group(1))
             while levels and levels[-1] >= level:
                 levels.pop()
                 headings.pop()
             levels.append(level)
-            headings.append((hm.group(2) or "").strip())
+            headings.append(title.strip())
             # The heading opens the section's first paragraph (unless chunked elsewhere).
-            para_start = -1 if skipping else i
+            para_start = -1 if skipping else start
             continue
         if not line.strip():
             if para_start >= 0:

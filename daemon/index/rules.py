@@ -77,9 +77,10 @@ from __future__ import annotations
 # their full-size letters (``textfold.SMALL_KANA``: 霞ヶ関 is 霞ケ関); 45: Arabic-script
 # letters written one for another are one: Persian's yeh and keheh and Arabic's, alef
 # with a wasla and bare alef, teh marbuta and heh (``textfold._ARABIC_LETTERS``: ``ایران``
-# is ``ايران``).
+# is ``ايران``); 46: setext headings (a line of text underlined with ``=`` or ``-``)
+# open sections and name their chunks as ``#`` ones do (``chunker._body``).
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 45
+CHUNKING = 46
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
 # generation saved under other rules has its graph's edges to no note resolved again after
 # a load, and every note read again by the startup reconcile (2 on). 1: as Obsidian

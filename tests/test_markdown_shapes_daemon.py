@@ -1,0 +1,45 @@
+"""Markdown as people and tools write it (setext headings, ...), as a daemon chunks and finds it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import DaemonHandle
+
+from recalld.daemon.index.chunker import chunk_markdown
+
+_PARA = "Lorem ipsum dolor sit amet consectetur adipiscing elit " * 8
+
+
+def test_setext_headings_open_sections_and_name_their_hits(daemon: DaemonHandle,
+                                                           tmp_path: Path) -> None:
+    # A title underlined with === and a section underlined with --- (Pandoc, many READMEs):
+    # headings as ``#`` ones are. A chunk never crosses one, and a hit carries its path.
+    text = ("Install Guide\n=============\n\n" + "\n\n".join([_PARA] * 6)
+            + "\n\nTroubleshooting\n---------------\n\n" + "\n\n".join([_PARA] * 3)
+            + "\n\nThe port mwqport is busy.\n")
+    lines = text.split("\n")
+    under = lines.index("Troubleshooting") + 1  # 1-based line of the section's title
+    root = tmp_path / "ws"
+    day = root / "memory" / "2026-08-04"
+    day.mkdir(parents=True)
+    (day / "guide.md").write_text(text, encoding="utf-8")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    answer = daemon.call("memory.search", {"agent_id": "w", "query": "mwqport", "sync": True})
+    (hit,) = answer["results"]
+    assert hit["heading"] == "Install Guide > Troubleshooting"
+    assert hit["start_line"] >= under and hit["text"].endswith("The port mwqport is busy.")
+    # The heading path is searchable with the text below it.
+    answer = daemon.call("memory.search",
+                         {"agent_id": "w", "query": "troubleshooting mwqport", "max_results": 1})
+    assert [r["chunk_id"] for r in answer["results"]] == [hit["chunk_id"]]
+    chunks = chunk_markdown("g.md", text)
+    assert all(c.end_line < under or c.start_line >= under for c in chunks)
+    assert chunks[0].heading == "Install Guide" and chunks[0].metadata["starts_with_heading"]
+
+
+def test_an_underline_below_what_is_no_paragraph_text_is_no_heading() -> None:
+    # A --- below a list item, a quote or a table row is a rule; a === there, text.
+    for above in ("- item one", "> quoted", "| a | b |", "1. first", "    indented code"):
+        text = f"# Top\n\n{above}\n---\n\nafter\n"
+        assert {c.heading for c in chunk_markdown("n.md", text)} == {"Top"}, above
