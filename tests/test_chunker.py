@@ -257,7 +257,8 @@ def test_empty_and_blank_files() -> None:
 
 _LINE = st.one_of(
     st.just(""), st.just("   "), st.just("# Head"), st.just("## Sub head"), st.just("```"),
-    st.just("---"), st.just("name: x"), st.just("Title"), st.just("===="),
+    st.just("---"), st.just("name: x"), st.just("Title"), st.just("===="), st.just("<!--"),
+    st.just("-->"),
     st.text(alphabet=st.characters(blacklist_categories=["Cs", "Cc", "Zl", "Zp"]), max_size=90),
 )
 

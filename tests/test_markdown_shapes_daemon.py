@@ -43,3 +43,27 @@ def test_an_underline_below_what_is_no_paragraph_text_is_no_heading() -> None:
     for above in ("- item one", "> quoted", "| a | b |", "1. first", "    indented code"):
         text = f"# Top\n\n{above}\n---\n\nafter\n"
         assert {c.heading for c in chunk_markdown("n.md", text)} == {"Top"}, above
+
+
+def test_a_heading_inside_a_comment_names_no_hit(daemon: DaemonHandle, tmp_path: Path) -> None:
+    # A template's sections commented out (HTML, or Obsidian's %%), one comment never
+    # closed: what no renderer shows opens no section and names no hit below it; a code
+    # span showing "<!--" opens no comment.
+    root = tmp_path / "ws"
+    day = root / "memory" / "2026-08-05"
+    day.mkdir(parents=True)
+    (day / "standup.md").write_text(
+        "# Standup\n\n<!--\n## Blockers (template)\n-->\nShipped the zqvexport button.\n\n"
+        "%%\n# Old title\n%%\nNext: zqvretry logic.\n\n"
+        "Writing `<!--` starts a comment.\n\n## Later\nzqvlater notes\n\n"
+        "<!-- draft never closed\n## Draft\nzqvdraft text\n", encoding="utf-8")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    for word, heading in (("zqvexport", "Standup"), ("zqvretry", "Standup"),
+                          ("zqvlater", "Standup > Later"), ("zqvdraft", "Standup > Later")):
+        answer = daemon.call("memory.search", {"agent_id": "w", "query": word, "sync": True})
+        (hit,) = answer["results"]
+        assert hit["heading"] == heading, (word, hit)
+        assert word in hit["text"]
+    # A "```" inside a comment opens no code block: the heading after the comment is one.
+    text = "# Top\n<!--\n```\n-->\n\n## After\nbody\n"
+    assert [c.heading for c in chunk_markdown("n.md", text)] == ["Top", "Top > After"]

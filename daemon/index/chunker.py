@@ -24,7 +24,10 @@ Rules:
 - The body is split at headings (not inside fenced code) into sections: ATX ones (``#`` ..
   ``######``) and setext ones, one line of paragraph text (not a list item, quote, table
   row, HTML or indented code) after a blank line or the body's start, underlined with ``=``
-  (level 1) or ``-`` (level 2); an underline below two or more lines of text is text. Then
+  (level 1) or ``-`` (level 2); an underline below two or more lines of text is text. A
+  line inside a comment (``<!-- -->``, Obsidian's ``%% %%``; one never closed runs to the
+  end of the note, as ``codelines.visible_lines`` reads them) is no heading, nor opens a
+  code block: no renderer shows it. Then
   sections into paragraphs at blank lines (a fenced code block is one paragraph; it ends at a
   line of its fence's character, at least as many, and nothing else, as in CommonMark). Adjacent
   paragraphs of one section merge while the chunk stays within ``max_chars``; chunks never cross
@@ -192,6 +195,8 @@ class _Builder:
         self.chunks: list[Chunk] = []
         # 0-based lines of setext headings' text (their underline is the next line).
         self.setext: set[int] = set()
+        # 0-based lines inside a comment (``<!-- -->``, ``%% %%``): none is a heading.
+        self.hidden: AbstractSet[int] = frozenset()
         # Characters the first chunk leaves for a frontmatter block joined to it.
         self.reserve = 0
         # Characters before each line, its newline counted: a range's size in O(1) as a
@@ -284,7 +289,8 @@ class _Builder:
 
     def heading(self, i: int) -> bool:
         """Whether line ``i`` is a heading (ATX, or a setext heading's text line)."""
-        return i in self.setext or _HEADING_RE.match(self.lines[i]) is not None
+        return i in self.setext or (i not in self.hidden
+                                    and _HEADING_RE.match(self.lines[i]) is not None)
 
     def heading_end(self, i: int) -> int:
         """The last line of a heading starting at line ``i`` (a setext one: its underline)."""
@@ -317,6 +323,12 @@ def chunk_markdown(path: str, text: str, *, max_chars: int = DEFAULT_MAX_CHARS,
     if lines and lines[-1] == "":
         lines.pop()  # the final newline does not open a line
     builder = _Builder(path, lines, max_chars)
+    if "<!--" in text or "%%" in text:
+        # (Imported here: codelines reads fences with this module's functions.)
+        from recalld.daemon.index.codelines import visible_lines
+
+        shown = {number - 1 for number, _ in visible_lines(text)}
+        builder.hidden = frozenset(i for i in range(len(lines)) if i not in shown)
     fields, body_start = recall_block(text)
     first_body = next((i for i in range(body_start, len(lines)) if lines[i].strip()), -1)
     joins = first_body not in skip
@@ -364,14 +376,14 @@ def _body(builder: _Builder, lines: list[str], body_start: int,
             if closes_fence(line, fence):
                 fence = ""
             continue
-        fence = opens_fence(line)
+        fence = opens_fence(line) if i not in builder.hidden else ""
         if fence:
             if para_start < 0 and not skipping:
                 para_start = i
             continue
-        hm = _HEADING_RE.match(line)
+        hm = _HEADING_RE.match(line) if i not in builder.hidden else None
         um = (_UNDERLINE_RE.match(line) if hm is None and 0 <= para_start == i - 1
-              else None)
+              and i - 1 not in builder.hidden else None)
         if (um is not None and not _NOT_TEXT_RE.match(lines[i - 1])
                 and _HEADING_RE.match(lines[i - 1]) is None):
             # A setext heading: the one line of text just above opens its section.
