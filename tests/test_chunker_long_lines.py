@@ -36,3 +36,18 @@ def test_a_line_of_megabytes_becomes_pieces_in_order_with_its_line_number() -> N
     assert [c.start_line for c in chunks[1:]] == [2] * (len(chunks) - 1)
     assert chunks[-1].text.endswith("word399999")
     assert chunks[0].text.startswith("# Paste\nword0 ")
+
+
+def test_a_heading_line_over_the_cap_is_named_within_the_cap() -> None:
+    # A note of one line that opens with "# " (a paste, a file with old Mac line ends):
+    # each of its pieces is named by the heading and indexed with it, so the name is cut
+    # to the cap. Whole, every piece carried the entire line: index text growing with the
+    # square of the line, and the line matched as a heading again for each piece.
+    line = "# " + " ".join(f"topic{i}" for i in range(30_000))
+    text = line + "\nzqvbody after it\n"
+    chunks = chunk_markdown("memory/2026-11-01/pasted.md", text, max_chars=2000)
+    assert len(chunks) > 50
+    assert all(0 < len(c.heading) <= 2000 for c in chunks)
+    assert chunks[0].heading == line[2:2000 + 2].rsplit(" ", 1)[0]
+    assert sum(len(c.index_text) for c in chunks) <= 3 * len(text)
+    assert chunks[-1].text.endswith("zqvbody after it")

@@ -27,7 +27,9 @@ Rules:
   (level 1) or ``-`` (level 2); an underline below two or more lines of text is text. A
   line inside a comment (``<!-- -->``, Obsidian's ``%% %%``; one never closed runs to the
   end of the note, as ``codelines.visible_lines`` reads them) is no heading, nor opens a
-  code block: no renderer shows it. Then
+  code block: no renderer shows it. A heading's text in the heading path (a hit's
+  ``heading``, and the index text of every chunk of its section) is at most ``max_chars``,
+  cut at a space in its second half if there is one. Then
   sections into paragraphs at blank lines (a fenced code block is one paragraph; it ends at a
   line of its fence's character, at least as many, and nothing else, as in CommonMark). Adjacent
   paragraphs of one section merge while the chunk stays within ``max_chars``; chunks never cross
@@ -213,7 +215,9 @@ class _Builder:
         line, after the whole lines before it; ``headed``: those open with a heading)."""
         body = "\n".join(self.lines[start : end + 1]) if text is None else text
         meta: ChunkMeta = {"headings": list(headings)}
-        if self.heading(start) and (text is None or headed):
+        # (A piece of a line is no heading unless ``headed``: the line, perhaps megabytes
+        # long, is not matched again for each of its pieces.)
+        if (text is None or headed) and self.heading(start):
             meta["starts_with_heading"] = True
         self.chunks.append(
             Chunk(self.path, start + 1, end + 1, body, " > ".join(headings), meta)
@@ -352,6 +356,16 @@ def chunk_markdown(path: str, text: str, *, max_chars: int = DEFAULT_MAX_CHARS,
     return builder.chunks
 
 
+def _title(heading: str, max_chars: int) -> str:
+    """A heading's text as the heading path holds it: at most ``max_chars``, cut at a space
+    if one is in its second half (the path goes with every chunk of the section)."""
+    heading = heading.strip()
+    if len(heading) <= max_chars:
+        return heading
+    cut = heading.rfind(" ", max_chars // 2, max_chars)
+    return heading[: cut if cut > 0 else max_chars].rstrip()
+
+
 def _body(builder: _Builder, lines: list[str], body_start: int,
           skip: AbstractSet[int]) -> None:
     """Chunk the lines from ``body_start`` on: sections at headings, paragraphs at blanks
@@ -406,7 +420,7 @@ def _body(builder: _Builder, lines: list[str], body_start: int,
                 levels.pop()
                 headings.pop()
             levels.append(level)
-            headings.append(title.strip())
+            headings.append(_title(title, builder.max_chars))
             # The heading opens the section's first paragraph (unless chunked elsewhere).
             para_start = -1 if skipping else start
             continue
