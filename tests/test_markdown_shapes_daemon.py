@@ -67,3 +67,9 @@ def test_a_heading_inside_a_comment_names_no_hit(daemon: DaemonHandle, tmp_path:
     # A "```" inside a comment opens no code block: the heading after the comment is one.
     text = "# Top\n<!--\n```\n-->\n\n## After\nbody\n"
     assert [c.heading for c in chunk_markdown("n.md", text)] == ["Top", "Top > After"]
+
+
+def test_a_comment_sign_in_the_frontmatter_hides_no_heading() -> None:
+    # "<!--" as a value of the block is no comment of the note's body.
+    text = '---\nfmt: "<!-- x"\nsep: "%%"\n---\n# A\nqq\n\n## B\nzz\n'
+    assert [c.heading for c in chunk_markdown("n.md", text)] == ["A", "A > B"]

@@ -25,9 +25,9 @@ Rules:
   ``######``) and setext ones, one line of paragraph text (not a list item, quote, table
   row, HTML or indented code) after a blank line or the body's start, underlined with ``=``
   (level 1) or ``-`` (level 2); an underline below two or more lines of text is text. A
-  line inside a comment (``<!-- -->``, Obsidian's ``%% %%``; one never closed runs to the
-  end of the note, as ``codelines.visible_lines`` reads them) is no heading, nor opens a
-  code block: no renderer shows it. A heading's text in the heading path (a hit's
+  line inside a comment of the body (``<!-- -->``, Obsidian's ``%% %%``; one never closed
+  runs to the end of the note, as ``codelines.visible_lines`` reads them) is no heading,
+  nor opens a code block: no renderer shows it. A heading's text in the heading path (a hit's
   ``heading``, and the index text of every chunk of its section) is at most ``max_chars``,
   cut at a space in its second half if there is one. Then
   sections into paragraphs at blank lines (a fenced code block is one paragraph; it ends at a
@@ -327,13 +327,15 @@ def chunk_markdown(path: str, text: str, *, max_chars: int = DEFAULT_MAX_CHARS,
     if lines and lines[-1] == "":
         lines.pop()  # the final newline does not open a line
     builder = _Builder(path, lines, max_chars)
-    if "<!--" in text or "%%" in text:
-        # (Imported here: codelines reads fences with this module's functions.)
+    fields, body_start = recall_block(text)
+    body = "\n".join(lines[body_start:]) if "<!--" in text or "%%" in text else ""
+    if "<!--" in body or "%%" in body:
+        # (Imported here: codelines reads fences with this module's functions.) A value
+        # of the frontmatter block that holds "<!--" opens no comment.
         from recalld.daemon.index.codelines import visible_lines
 
-        shown = {number - 1 for number, _ in visible_lines(text)}
-        builder.hidden = frozenset(i for i in range(len(lines)) if i not in shown)
-    fields, body_start = recall_block(text)
+        shown = {body_start + number - 1 for number, _ in visible_lines(body)}
+        builder.hidden = frozenset(i for i in range(body_start, len(lines)) if i not in shown)
     first_body = next((i for i in range(body_start, len(lines)) if lines[i].strip()), -1)
     joins = first_body not in skip
     if body_start > 0 and first_body >= 0 and joins:

@@ -79,8 +79,9 @@ from __future__ import annotations
 # with a wasla and bare alef, teh marbuta and heh (``textfold._ARABIC_LETTERS``: ``ایران``
 # is ``ايران``); 46: setext headings (a line of text underlined with ``=`` or ``-``)
 # open sections and name their chunks as ``#`` ones do (``chunker._body``); 47: a line
-# inside a comment (``<!-- -->``, ``%% %%``) is no heading and opens no code block; 48:
-# a heading's text in the heading path is at most the chunk cap (``chunker._title``).
+# inside a comment of the body (``<!-- -->``, ``%% %%``) is no heading and opens no code
+# block; 48: a heading's text in the heading path is at most the chunk cap
+# (``chunker._title``).
 # Raise it with any change of these rules (redact.py's included).
 CHUNKING = 48
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
