@@ -73,3 +73,22 @@ def test_a_comment_sign_in_the_frontmatter_hides_no_heading() -> None:
     # "<!--" as a value of the block is no comment of the note's body.
     text = '---\nfmt: "<!-- x"\nsep: "%%"\n---\n# A\nqq\n\n## B\nzz\n'
     assert [c.heading for c in chunk_markdown("n.md", text)] == ["A", "A > B"]
+
+
+def test_a_comment_sign_in_the_frontmatter_hides_no_link(daemon: DaemonHandle,
+                                                         tmp_path: Path) -> None:
+    # A value holding "%%" (Obsidian's comment sign) opened a comment that hid every
+    # [[link]] after it, in the block and in the body.
+    root = tmp_path / "ws"
+    day = root / "memory" / "2026-08-06"
+    day.mkdir(parents=True)
+    (day / "plan.md").write_text('---\nsep: "%%"\nparent: "[[Roadmap]]"\n---\n'
+                                 "zqvplan talks to [[Kafka]] daily.\n", encoding="utf-8")
+    (day / "Kafka.md").write_text("# Kafka\nbroker notes\n", encoding="utf-8")
+    (day / "Roadmap.md").write_text("# Roadmap\nq3 goals\n", encoding="utf-8")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    answer = daemon.call("memory.search", {"agent_id": "w", "query": "zqvplan", "sync": True})
+    assert [r["path"] for r in answer["results"]] == ["memory/2026-08-06/plan.md"]
+    shown = {e["path"] for e in answer["expanded"]}
+    assert shown >= {"memory/2026-08-06/Kafka.md",
+                     "memory/2026-08-06/Roadmap.md"}, answer

@@ -328,13 +328,12 @@ def chunk_markdown(path: str, text: str, *, max_chars: int = DEFAULT_MAX_CHARS,
         lines.pop()  # the final newline does not open a line
     builder = _Builder(path, lines, max_chars)
     fields, body_start = recall_block(text)
-    body = "\n".join(lines[body_start:]) if "<!--" in text or "%%" in text else ""
-    if "<!--" in body or "%%" in body:
-        # (Imported here: codelines reads fences with this module's functions.) A value
-        # of the frontmatter block that holds "<!--" opens no comment.
+    if "<!--" in text or "%%" in text:
+        # (Imported here: codelines reads fences with this module's functions.) It reads
+        # the frontmatter block apart: a comment sign in a value of it hides no heading.
         from recalld.daemon.index.codelines import visible_lines
 
-        shown = {body_start + number - 1 for number, _ in visible_lines(body)}
+        shown = {number - 1 for number, _ in visible_lines(text)}
         builder.hidden = frozenset(i for i in range(body_start, len(lines)) if i not in shown)
     first_body = next((i for i in range(body_start, len(lines)) if lines[i].strip()), -1)
     joins = first_body not in skip

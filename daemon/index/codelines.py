@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from recalld.daemon.index.chunker import closes_fence, opens_fence
+from recalld.daemon.index.frontmatter import recall_block
 
 __all__ = ["visible_lines"]
 
@@ -31,6 +32,21 @@ _ITEM_RE: Final = re.compile(r"(?: {0,3}(?:[-*+]|\d{1,9}[.)]) {1,4}(?=\S))+")
 
 
 def visible_lines(text: str) -> Iterator[tuple[int, str]]:
+    """:func:`_visible_lines` of a note's body, after the lines of its frontmatter block as
+    they are: the block is fields, not Markdown, so a comment sign or a backtick in a
+    value (``sep: "%%"``) hides no line of the block or the body."""
+    text = text.removeprefix("\ufeff")
+    _, start = recall_block(text)
+    if not start:
+        yield from _visible_lines(text)
+        return
+    lines = text.split("\n")
+    yield from enumerate(lines[:start], start=1)
+    for number, line in _visible_lines("\n".join(lines[start:])):
+        yield start + number, line
+
+
+def _visible_lines(text: str) -> Iterator[tuple[int, str]]:
     """(1-based number, line) of each line of ``text`` outside fenced code blocks and
     comments, its code spans removed and its comments' parts blanked (a space each, so
     that the text either side does not join into a link). A block fenced inside a block

@@ -89,6 +89,7 @@ CHUNKING = 48
 # a load, and every note read again by the startup reconcile (2 on). 1: as Obsidian
 # resolves them (``[[Kafka.md]]``, ``[[wiki/foo]]`` in any case); 2: links in comments
 # (``<!-- -->``, ``%% %%``) and escaped ones (``\[[x]]``) are none, and links of one line
-# to one note with other headings or aliases are each kept.
+# to one note with other headings or aliases are each kept; 3: a comment sign in a
+# value of the frontmatter block hides no link of the body (``codelines.visible_lines``).
 # Raise it with any change of these rules.
-LINKING = 2
+LINKING = 3
