@@ -92,3 +92,11 @@ def test_a_comment_sign_in_the_frontmatter_hides_no_link(daemon: DaemonHandle,
     shown = {e["path"] for e in answer["expanded"]}
     assert shown >= {"memory/2026-08-06/Kafka.md",
                      "memory/2026-08-06/Roadmap.md"}, answer
+
+
+def test_a_setext_heading_in_a_stretch_chunked_elsewhere_names_the_sections_after_it() -> None:
+    # Stretches of a note that keep ReMe's chunks are skipped here, but a heading among
+    # them, setext as ATX, still names the sections after it.
+    text = "# A\n\nGuide\n=====\n\nkept text\n\nnew zqv text\n"
+    chunks = chunk_markdown("n.md", text, skip=frozenset(range(6)))
+    assert [(c.start_line, c.heading) for c in chunks] == [(8, "Guide")]

@@ -397,7 +397,12 @@ def _body(builder: _Builder, lines: list[str], body_start: int,
                 para_start = i
             continue
         hm = _HEADING_RE.match(line) if i not in builder.hidden else None
-        um = (_UNDERLINE_RE.match(line) if hm is None and 0 <= para_start == i - 1
+        # (In a stretch chunked elsewhere no paragraph is followed: its text line is one
+        # after a blank line or the body's start.)
+        text_above = 0 <= para_start == i - 1 or (
+            skipping and i - 1 >= body_start and i - 1 in skip and bool(lines[i - 1].strip())
+            and (i - 1 == body_start or not lines[i - 2].strip()))
+        um = (_UNDERLINE_RE.match(line) if hm is None and text_above
               and i - 1 not in builder.hidden else None)
         if (um is not None and not _NOT_TEXT_RE.match(lines[i - 1])
                 and _HEADING_RE.match(lines[i - 1]) is None):
