@@ -10,6 +10,7 @@ what it last held.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -47,7 +48,10 @@ class WriteFailure:
 
 
 def statistics(failures: Iterable[WriteFailure]) -> StateFilesStatus:
+    """The failing writes, and the copies set aside that are still there (one removed
+    is shown no more)."""
     failures = list(failures)
     errors = [f.failed for f in failures if f.failed is not None]
     return {"failing": len(errors), "errors": errors,
-            "set_aside": [f.set_aside for f in failures if f.set_aside is not None]}
+            "set_aside": [f.set_aside for f in failures
+                          if f.set_aside is not None and os.path.lexists(f.set_aside)]}

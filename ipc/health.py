@@ -23,6 +23,7 @@ from recalld.ipc.health_fixes import (
     OVERSIZED,
     degraded_fix,
     refused_fix,
+    set_aside_problem,
 )
 from recalld.ipc.health_remote import remote_facts
 from recalld.ipc.problems import Assessment, Problem
@@ -398,13 +399,9 @@ def daemon_problems(status: DaemonStatus) -> list[Problem]:
             f"make {where} writable and give its disk room (recalld doctor: disk); the "
             "daemon saves it again with its next change", "state files"))
     for aside in files.get("set_aside") or []:
-        out.append(Problem(
-            "warn", f"{aside} is a copy of a state file that did not verify at a start and "
-                    "was set aside: what it held is not in use (for workspaces.json: the "
-                    "workspaces served before are not reopened until their agents open them)",
-            f"open again what it lists (recalld workspace open AGENT --path PATH), then "
-            f"remove {aside}", "state files"))
+        out.append(set_aside_problem(str(aside)))
     return out
+
 
 
 def not_open(listed: Sequence[WorkspaceInfo], status: DaemonStatus,

@@ -1,17 +1,19 @@
 """What fixes a workspace's problem that :mod:`recalld.ipc.health` finds: a workspace
-refused before it opened, a degraded index, by the reasons the daemon gives, and notes
-named by what looks like a credential."""
+refused before it opened, a degraded index, by the reasons the daemon gives, notes
+named by what looks like a credential, and a state file set aside at a start."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import PurePath
 
 from recalld.ipc.agent_ids import workspace_table
 from recalld.ipc.commands import agent_operand, agent_option
-from recalld.ipc.problems import Severity
+from recalld.ipc.problems import Problem, Severity
 
 __all__ = ["CREDENTIAL_NAMED", "DEGRADED_FIXES", "FOLDER_MISSING", "NAME_NOT_UTF8",
-           "NOTICES", "NOT_UTF8", "OVERSIZED", "RENAME_FIX", "degraded_fix", "refused_fix"]
+           "NOTICES", "NOT_UTF8", "OVERSIZED", "RENAME_FIX", "degraded_fix", "refused_fix",
+           "set_aside_problem"]
 
 #: How the daemon's health reason of a workspace folder gone while open begins.
 FOLDER_MISSING = "the workspace folder is missing"
@@ -95,3 +97,22 @@ def degraded_fix(reasons: Sequence[str], agent: str) -> str:
              if told(key)]
     return "; ".join(fixes) or (f"recalld verify {option} says what differs; "
                                 f"recalld reindex {option} rebuilds the index")
+
+
+def set_aside_problem(aside: str) -> Problem:
+    """What a state file set aside at a start meant, and what to do with its copy."""
+    said = (f"{aside} is a copy of a state file that did not verify at a start and was set "
+            "aside: what it held is not in use")
+    name = PurePath(aside).name
+    if name.startswith("workspaces.json."):
+        return Problem(
+            "warn", f"{said} (the workspaces served before are not reopened until their "
+                    "agents open them)",
+            f"open again what it lists (recalld workspace open AGENT --path PATH), then "
+            f"remove {aside}", "state files")
+    if name.startswith("scheduler.json."):
+        return Problem(
+            "warn", f"{said} (the scheduler started afresh then: a scheduled run missed "
+                    "while the daemon was down may have been skipped, none runs twice)",
+            f"nothing to open again: remove {aside} once looked at", "state files")
+    return Problem("warn", said, f"remove {aside} once looked at", "state files")
