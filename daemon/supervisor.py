@@ -70,6 +70,8 @@ RESTART_ONLY = ("socket_path", "data_dir", "max_request_bytes", "max_batch", "ma
                 "max_concurrent_calls_per_connection", "backfill_threads", "backfill_nice")
 # A stop's time beyond its two graceful_timeout_s waits (the last saves), for systemd.
 STOP_MARGIN_S = 30.0
+# The failed workspaces the systemd status line names; it counts the others.
+STATUS_FAILED_NAMED = 5
 
 Reloader = Callable[[], DaemonConfig]
 
@@ -290,8 +292,12 @@ class Supervisor:
         workspaces = self.registry.list()
         ready = sum(1 for w in workspaces if w.state == "ready")
         failed = sorted(w.agent_id for w in workspaces if w.state == "failed")
-        # systemctl status shows this line: a workspace that did not open is named in it.
-        problems = f"; {len(failed)} failed: {', '.join(failed)} (recalld status says why)" \
+        # systemctl status shows this line: a workspace that did not open is named in it,
+        # a few of many (the line must fit what systemd reads, its hint kept) and a count.
+        named = ", ".join(failed[:STATUS_FAILED_NAMED])
+        if len(failed) > STATUS_FAILED_NAMED:
+            named += f" and {len(failed) - STATUS_FAILED_NAMED} more"
+        problems = f"; {len(failed)} failed: {named} (recalld status says why)" \
             if failed else ""
         return f"serving {ready} workspace(s) on {self.config.socket_path}{problems}"
 
