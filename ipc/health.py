@@ -61,7 +61,11 @@ def _key_fix(reason: str) -> str:
     if "model_name" in reason or "no embedding model" in reason:
         return ("set embedding_model_config.model_name (README: Embedding models); "
                 + RESTART_FIX)
-    return "fix embedding_model_config in the config file; " + RESTART_FIX
+    if "not installed (pip install " in reason:  # a local model's packages
+        return ("install them into the daemon's Python environment with the pip command "
+                "above, " + RESTART_FIX + "; or name another model in embedding_model_config")
+    return ("fix embedding_model_config in the config file (or in the config the workspace "
+            "is opened with); " + RESTART_FIX)
 
 
 def _index(a: Assessment, ws: WorkspaceInfo) -> None:

