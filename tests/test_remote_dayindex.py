@@ -99,3 +99,23 @@ def test_a_day_index_stays_on_its_host_and_takes_in_the_notes_that_arrive(
     for host in (a, b):
         assert remote_status(host)["conflicts"] == 0, remote_status(host)
         assert not [p for p in notes(host) if "sync-conflict" in p], notes(host)
+
+
+def test_a_day_whose_notes_are_all_deleted_elsewhere_loses_its_index_and_folder(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a, b, _ = pair(daemon_factory, pg_server)
+    day = root(a) / "memory/2026-11-02"
+    write(a, "memory/2026-11-02/index.md", "# 2026-11-02\n\n- [Ölfass](Ölfass.md)\n")
+    for name in ("Ölfass", "渡し舟"):
+        write(a, f"memory/2026-11-02/{name}.md", f"---\ndescription: {name}\n---\n- x\n")
+    for name in ("Ölfass", "渡し舟"):
+        wait_for(lambda n=name: (root(b) / f"memory/2026-11-02/{n}.md").exists(),
+                 what="the notes on b")
+    # b deletes one: a's index is made again without it; then the other: nothing is left
+    # of the day on a, neither the index listing deleted notes nor the folder it kept.
+    (root(b) / "memory/2026-11-02/Ölfass.md").unlink()
+    wait_for(lambda: not (day / "Ölfass.md").exists(), what="the first deletion on a")
+    wait_for(lambda: "(Ölfass.md)" not in index_of(a, "2026-11-02"), what="a's index again")
+    assert "(渡し舟.md)" in index_of(a, "2026-11-02")
+    (root(b) / "memory/2026-11-02/渡し舟.md").unlink()
+    wait_for(lambda: not day.exists(), what="the day folder gone on a")

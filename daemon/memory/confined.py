@@ -250,6 +250,25 @@ def unlink_confined(root: Path, path: str, before: str | None = None) -> None:
         os.close(folder)
 
 
+def rmdir_confined(root: Path, path: str) -> bool:
+    """Remove the folder ``path`` (relative to ``root``) if it is empty, without leaving
+    ``root``; True if it was removed (not empty, gone or no folder: False). Blocking."""
+    parts = safepath.split_relative(path)
+    try:
+        folder = safepath.open_parent(root, parts, path)
+    except NotFound:
+        return False
+    try:
+        try:
+            os.rmdir(parts[-1], dir_fd=folder)
+        except OSError:  # not empty (a note came meanwhile), gone, or a link
+            return False
+        os.fsync(folder)
+        return True
+    finally:
+        os.close(folder)
+
+
 class WriteConflict(Exception):
     """A file changed between a read and the write made from it (:meth:`FileOps.replace`)."""
 

@@ -5,7 +5,8 @@ the notes there, so every host makes its own: :func:`refresh_day_index` runs aft
 local ``auto_memory`` run and, in a shared workspace, after notes of that day arrive from
 the other hosts where the day has an index here (:func:`refresh_days`); it is never
 replicated (ADR 0017, addendum), since two hosts writing theirs from different notes
-would conflict every day.
+would conflict every day. A day left with no notes has its index removed, and its
+folder if that leaves it empty.
 
 Conflict copies are not listed (:mod:`notenames`).
 """
@@ -14,13 +15,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import trio
 
 from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.index.frontmatter_edit import render_frontmatter
+from recalld.daemon.memory.confined import rmdir_confined, unlink_confined
 from recalld.daemon.memory.fileops import (
     DAY_INDEX,
     FileOps,
@@ -35,7 +37,8 @@ from recalld.ipc.errors import RecalldError
 log = logging.getLogger(__name__)
 
 async def refresh_day_index(ws: Workspace, date: str, ops: FileOps) -> bool:
-    """Rewrite ``<daily_dir>/<date>/index.md`` from the day's notes; True if it changed."""
+    """Rewrite ``<daily_dir>/<date>/index.md`` from the day's notes; True if it changed.
+    A day with no notes left has no index (nor folder, if nothing else is in it)."""
     folder = ops.day_folder(date)
 
     def collect() -> list[tuple[str, str]]:
@@ -59,7 +62,7 @@ async def refresh_day_index(ws: Workspace, date: str, ops: FileOps) -> bool:
 
     notes = await trio.to_thread.run_sync(collect)
     if not notes:
-        return False
+        return await _drop_index(ws, folder, ops.lock, collect)
     body = [f"# {date}", ""]
     for name, desc in notes:
         body.append(f"- [{name[:-3]}]({name})" + (f": {desc}" if desc else ""))
@@ -71,6 +74,24 @@ async def refresh_day_index(ws: Workspace, date: str, ops: FileOps) -> bool:
     result = await index_ops.write(f"{folder}/{DAY_INDEX}", text)
     ops.changes.extend(index_ops.changes)
     return result.changed
+
+
+async def _drop_index(ws: Workspace, folder: str, lock: trio.Lock,
+                      collect: Callable[[], list[tuple[str, str]]]) -> bool:
+    """Remove the index of a day folder whose notes are all gone, and the folder if that
+    leaves it empty (as the folder of any other note deleted); True if the index went.
+    Under the write lock, so a note written meanwhile keeps its folder and index."""
+
+    def drop() -> bool:
+        index = f"{folder}/{DAY_INDEX}"
+        if collect() or not os.path.lexists(ws.root / index):
+            return False
+        unlink_confined(ws.root, index)
+        rmdir_confined(ws.root, folder)
+        return True
+
+    async with lock:
+        return await trio.to_thread.run_sync(drop)
 
 
 async def refresh_days(ws: Workspace, paths: Iterable[str]) -> None:
