@@ -100,3 +100,61 @@ def test_a_setext_heading_in_a_stretch_chunked_elsewhere_names_the_sections_afte
     text = "# A\n\nGuide\n=====\n\nkept text\n\nnew zqv text\n"
     chunks = chunk_markdown("n.md", text, skip=frozenset(range(6)))
     assert [(c.start_line, c.heading) for c in chunks] == [(8, "Guide")]
+
+
+def test_a_row_deep_in_a_large_table_is_found_by_its_column_and_names_it(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # A table of 5,000 rows is many chunks; one deep in it holds only the cells' values.
+    # It carries the table's header row (in its heading, so in its index text): a query
+    # naming a column and a value finds it, and the hit says what its columns are.
+    owners = ("Wenzel", "Ngozi", "Tuğba", "Raghav")
+    rows = [f"| T-{i} | {owners[i % 4]} | {'blocked' if i % 7 else 'done'} | item {i} |"
+            for i in range(5000)]
+    rows[4321] = "| T-4321 | Qorvanne | on hold | budget sheet |"
+    header = "| ticket | assignee | status | title |"
+    text = "# Backlog\n\nSynced nightly.\n\n" + header + "\n|:--|---|--:|:-:|\n" + "\n".join(rows)
+    root = tmp_path / "ws"
+    (root / "digest" / "wiki").mkdir(parents=True)
+    (root / "digest" / "wiki" / "backlog.md").write_text(text + "\n", encoding="utf-8")
+    # Notes as long as a chunk of it hold the value too, not as an assignee: the row
+    # comes first, by the column its chunk names.
+    for i in range(3):
+        (root / "digest" / "wiki" / f"choir{i}.md").write_text(
+            f"# Choir {i}\n\nQorvanne sings bass. " + "We rehearsed the old songs. " * 70,
+            encoding="utf-8")
+    for i in range(100):
+        (root / "digest" / "wiki" / f"note{i}.md").write_text(
+            f"# Note {i}\n\nMinutes of meeting {i}: the team agreed on the plan.\n",
+            encoding="utf-8")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    answer = daemon.call("memory.search", {"agent_id": "w", "query": "assignee Qorvanne",
+                                           "sync": True})
+    hit = answer["results"][0]
+    assert hit["path"] == "digest/wiki/backlog.md", answer
+    assert hit["heading"] == "Backlog > " + header
+    # Its lines are the file's own: the header row is no line of the hit.
+    line = text.split("\n").index(rows[4321]) + 1
+    assert hit["start_line"] <= line <= hit["end_line"] and header not in hit["text"]
+    shown = text.split("\n")[hit["start_line"] - 1 : hit["end_line"]]
+    assert hit["text"] == "\n".join(shown)
+
+
+def test_the_chunks_that_continue_a_table_carry_its_header_row_and_no_others() -> None:
+    head = "id | who"
+    body = "\n".join(f"{i} | p{i} with some words to fill the row" for i in range(80))
+    text = f"# T\n\nintro\n{head}\n-- | :-:\n{body}\n\nafter the table\n"
+    chunks = chunk_markdown("n.md", text, max_chars=300)
+    assert chunks[0].heading == "T" and head in chunks[0].text
+    rows = [c for c in chunks if c.start_line > 5 and "after the table" not in c.text]
+    assert len(rows) > 3 and {c.heading for c in rows} == {"T > " + head}
+    assert all(c.metadata["headings"] == ["T"] for c in chunks)
+    assert chunks[-1].heading == "T" and chunks[-1].text == "after the table"
+    # A chunk starting at the delimiter row carries it too.
+    wide = "| " + "a" * 30 + " | b |"
+    text = wide + "\n|---|---|\n| 1 | 2 |\n"
+    assert [c.heading for c in chunk_markdown("n.md", text, max_chars=45)] == ["", wide]
+    # No table: rows under no delimiter row, or under one of other cells, or a row
+    # after a line without "|".
+    for text in ("| a | b |\n| 1 | 2 |\n" * 40, "| a | b |\n|---|\n| 1 | 2 |\n" * 40,
+                 "| a |\n|---|\nprose\n" + "| 1 |\n" * 80):
+        assert {c.heading for c in chunk_markdown("n.md", text, max_chars=50)} == {""}, text

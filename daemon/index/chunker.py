@@ -36,6 +36,11 @@ Rules:
   a heading. An overlong paragraph is split by lines, an overlong line by characters (all pieces
   keep that line's number; a piece alike to an earlier one of its line is left out, as it
   would be the same chunk again), so no chunk exceeds the cap unless it is part of one line.
+- A chunk that continues a table (GFM: a header row, then a delimiter row of as many
+  cells, ``|---|:-:|``, then rows while lines hold a ``|``, up to a blank line, a heading, a
+  code fence) from its delimiter row on carries the table's header row at the end of its
+  heading path (``heading`` only, cut as a heading's text; ``metadata["headings"]`` keeps
+  the sections): its index text and its hit name the columns of rows far below the header.
 - Every non-blank line lands in exactly one chunk (blank lines between paragraphs of a chunk are
   inside it; blank lines between chunks belong to none); chunk ranges are increasing.
 """
@@ -55,8 +60,8 @@ from recalld.daemon.index.tokenizer import EMOJI
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.slugs import shows_no_word
 
-__all__ = ["DEFAULT_MAX_CHARS", "Chunk", "ChunkMeta", "chunk_id", "chunk_markdown", "closes_fence",
-           "index_text", "opens_fence", "split_line"]
+__all__ = ["CELL_EDGE", "DEFAULT_MAX_CHARS", "TABLE_DELIMITER", "Chunk", "ChunkMeta", "chunk_id",
+           "chunk_markdown", "closes_fence", "index_text", "opens_fence", "split_line"]
 
 # Chosen by measurement on LoCoMo dev (tests/bench/quality_lexical.py; sessions written as daily
 # notes, one line per turn; our BM25 on our chunks; 1,986 questions with evidence):
@@ -80,6 +85,13 @@ _NOT_TEXT_RE: Final = re.compile(r"^(?: {0,3}(?:[>|<]|(?:[-+*]|\d{1,9}[.)])(?:\s
 # (CommonMark), so a ```` block can show a ``` one and ```python does not close a block.
 _FENCE_RE: Final = re.compile(r"^ {0,3}(`{3,}(?=[^`]*\Z)|~{3,})")
 _CLOSING_RE: Final = re.compile(r"^\s*(`{3,}|~{3,})\s*\Z")
+# A table's delimiter row (GFM), for ``fullmatch``: cells of dashes, colons for alignment,
+# parted by ``|`` (one at least); a ``\r`` may end it.
+TABLE_DELIMITER: Final = re.compile(
+    r"[ \t]*\|?(?:[ \t]*:?-+:?[ \t]*\|)+(?:[ \t]*:?-+:?[ \t]*)?\r?"
+    r"|[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)+\r?")
+# A table cell's border: a ``|`` not escaped.
+CELL_EDGE: Final = re.compile(r"(?<!\\)\|")
 
 
 class ChunkMeta(TypedDict, total=False):
@@ -197,6 +209,8 @@ class _Builder:
         self.chunks: list[Chunk] = []
         # 0-based lines of setext headings' text (their underline is the next line).
         self.setext: set[int] = set()
+        # 0-based lines of tables' delimiter and body rows -> their table's header row.
+        self.table_rows: dict[int, int] = {}
         # 0-based lines inside a comment (``<!-- -->``, ``%% %%``): none is a heading.
         self.hidden: AbstractSet[int] = frozenset()
         # Characters the first chunk leaves for a frontmatter block joined to it.
@@ -215,6 +229,11 @@ class _Builder:
         line, after the whole lines before it; ``headed``: those open with a heading)."""
         body = "\n".join(self.lines[start : end + 1]) if text is None else text
         meta: ChunkMeta = {"headings": list(headings)}
+        head = self.table_rows.get(start, -1)
+        if head >= 0:
+            # A chunk that continues a table names its columns: its heading (the heading
+            # path and the index text) ends with the header row (metadata's headings not).
+            headings = [*headings, _title(self.lines[head], self.max_chars)]
         # (A piece of a line is no heading unless ``headed``: the line, perhaps megabytes
         # long, is not matched again for each of its pieces.)
         if (text is None or headed) and self.heading(start):
@@ -430,6 +449,8 @@ def _body(builder: _Builder, lines: list[str], body_start: int,
             # The heading opens the section's first paragraph (unless chunked elsewhere).
             para_start = -1 if skipping else start
             continue
+        if "|" in line:
+            _table_row(builder, i, 0 <= para_start < i)
         if not line.strip():
             if para_start >= 0:
                 paragraphs.append((para_start, i - 1))
@@ -442,3 +463,30 @@ def _body(builder: _Builder, lines: list[str], body_start: int,
             end -= 1
         paragraphs.append((para_start, end))
     builder.section(paragraphs, headings)
+
+
+def _table_row(builder: _Builder, i: int, text_above: bool) -> None:
+    """Note line ``i``, one holding a ``|`` in a paragraph (``text_above``: not its first
+    line), in ``builder.table_rows`` if it is a table's delimiter or body row. A table
+    opens with a header row and a delimiter row of as many cells (GFM); it goes on through
+    the lines holding a ``|`` up to a blank line, a heading, a code fence or a line
+    without one."""
+    if i in builder.hidden:
+        return
+    head = builder.table_rows.get(i - 1, -1)
+    if head >= 0:
+        builder.table_rows[i] = head
+        return
+    if not text_above or (i - 1) in builder.hidden or builder.heading(i - 1):
+        return
+    line = builder.lines[i]
+    if TABLE_DELIMITER.fullmatch(line) and _cells(builder.lines[i - 1]) == _cells(line):
+        builder.table_rows[i] = i - 1
+
+
+def _cells(row: str) -> int:
+    """How many cells a table row holds (its outer ``|`` are optional)."""
+    row = row.strip()
+    row = row[1:] if row.startswith("|") else row
+    row = row[:-1] if row.endswith("|") and not row.endswith("\\|") else row
+    return len(CELL_EDGE.split(row))

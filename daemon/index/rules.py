@@ -81,9 +81,10 @@ from __future__ import annotations
 # open sections and name their chunks as ``#`` ones do (``chunker._body``); 47: a line
 # inside a comment of the body (``<!-- -->``, ``%% %%``) is no heading and opens no code
 # block; 48: a heading's text in the heading path is at most the chunk cap
-# (``chunker._title``).
+# (``chunker._title``); 49: a chunk that continues a table ends its heading path with
+# the table's header row (``chunker._table_row``).
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 48
+CHUNKING = 49
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
 # generation saved under other rules has its graph's edges to no note resolved again after
 # a load, and every note read again by the startup reconcile (2 on). 1: as Obsidian

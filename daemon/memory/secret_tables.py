@@ -13,26 +13,23 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from recalld.daemon.index.chunker import CELL_EDGE, TABLE_DELIMITER
 from recalld.daemon.memory.secret_config import set_apart
 from recalld.daemon.memory.secret_context import name_kind
 
 if TYPE_CHECKING:
     from recalld.daemon.memory.secret_rules import Span
 
-_DELIMITER = re.compile(r"[ \t]*\|?(?:[ \t]*:?-+:?[ \t]*\|)+(?:[ \t]*:?-+:?[ \t]*)?\r?"
-                        r"|[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)+\r?")
-_CELL_EDGE = re.compile(r"(?<!\\)\|")
 #: What decorates a cell's text (bold, italics, code): not part of a name or a value.
 _DECORATION = " \t*_`"
 
 
 def _cells(text: str, start: int, end: int) -> list[Span]:
     """The spans of a table row's cells (``text[start:end]``), without their decoration."""
-    bounds = [start - 1, *(m.start() for m in _CELL_EDGE.finditer(text, start, end)), end]
+    bounds = [start - 1, *(m.start() for m in CELL_EDGE.finditer(text, start, end)), end]
     cells = []
     for i, (a, b) in enumerate(itertools.pairwise(bounds)):
         a += 1
@@ -66,7 +63,7 @@ class _Tables:
             self.ends.append(start + len(line))
             start += len(line) + 1
             row = "|" in line
-            if row and header < 0 and "|" in before and _DELIMITER.fullmatch(line):
+            if row and header < 0 and "|" in before and TABLE_DELIMITER.fullmatch(line):
                 header = i - 1
                 self.header[header] = header
             self.header.append(header if row else -1)
