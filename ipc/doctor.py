@@ -27,7 +27,7 @@ from recalld.ipc import errors, install, paths
 from recalld.ipc._core import held_fix
 from recalld.ipc.answers import DaemonStatus, JobInfo, WorkspaceInfo
 from recalld.ipc.client import Client
-from recalld.ipc.doctor_report import Check, unreachable
+from recalld.ipc.doctor_report import Check, problem_check, unreachable
 from recalld.ipc.health import assess, daemon_problems
 
 COMMAND_TIMEOUT_S = 5.0
@@ -63,7 +63,7 @@ class Doctor:
     def checks(self) -> list[Check]:
         out = [self.socket_dir(), self.socket(), self.daemon(), self.config_file(),
                *self.shell_config()]
-        out += self.health()
+        out += self.health(" ".join(c.detail for c in out))
         out += [self.inotify(), self.inotify_instances(), *self.disks(), *self.providers(),
                 self.unit(), self.enabled(), self.linger()]
         return out
@@ -225,12 +225,14 @@ class Doctor:
             return Check("config file", "warn", "; ".join(warned)) if warned else None
         return proc.stderr.strip().removeprefix("recalld: configuration error: ") or "refused"
 
-    def health(self) -> list[Check]:
-        """Each workspace's problems (as human ``status`` shows them), with the fix."""
+    def health(self, said: str = "") -> list[Check]:
+        """The daemon's problems and each workspace's, as human ``status`` shows them, with
+        the fix; a warning of the config file the checks before (``said``) already show
+        from the file itself is not said twice."""
         if self.status is None:
             return []
-        out = [Check(p.topic, p.severity, p.what, p.fix) for p in daemon_problems(self.status)
-               if p.severity == "fail" or p.topic == "config secrets"]  # not the file's own
+        out = [problem_check(p.topic, p) for p in daemon_problems(self.status)
+               if not (p.topic == "config" and p.severity == "warn" and p.what in said)]
         jobs: list[JobInfo] = []
         try:
             with Client(self.socket_path, timeout_s=self.timeout_s,
@@ -241,9 +243,7 @@ class Doctor:
         for ws in self.status.get("workspaces") or []:
             a = assess(ws, jobs)
             name = f"workspace {a.agent_id}"
-            for p in a.problems:
-                out.append(Check(name, "fail" if p.severity == "fail" else
-                                 "warn" if p.severity == "warn" else "ok", p.what, p.fix))
+            out += [problem_check(name, p) for p in a.problems]
             if not any(p.severity != "info" for p in a.problems):
                 h = ws.get("health") or {}
                 out.append(Check(name, "ok", f"{h.get('files_indexed')} files, "

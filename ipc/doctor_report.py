@@ -7,13 +7,14 @@ import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from recalld.ipc.problems import Problem
 from recalld.ipc.types import visible
 
 
 @dataclass(frozen=True, slots=True)
 class Check:
     name: str
-    status: str  # ok | warn | fail | skip
+    status: str  # ok | note | warn | fail | skip
     detail: str
     fix: str = ""
 
@@ -21,15 +22,22 @@ class Check:
         return asdict(self)
 
 
+def problem_check(name: str, problem: Problem) -> Check:
+    """A problem of ``recalld status`` as a check, at the severity status gives it: a
+    failure, a warning, or a note (status's ``[note]``: worth knowing, not wrong)."""
+    status = "note" if problem.severity == "info" else problem.severity
+    return Check(name, status, problem.what, problem.fix)
+
+
 def render(checks: list[Check]) -> str:
     """One line a check, and one for its fix; a path named in them (a socket, a data
     folder) with a line break or another control character shown escaped, in a pipe
     too, so that it stays on its check's line."""
-    marks = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
+    marks = {"ok": "ok  ", "note": "note", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
     lines = []
     for c in checks:
         lines.append(f"[{marks.get(c.status, c.status)}] {c.name}: {visible(c.detail)}")
-        if c.fix and c.status in ("warn", "fail"):
+        if c.fix and c.status in ("note", "warn", "fail"):
             lines.append(f"       fix: {visible(c.fix)}")
     failed = sum(c.status == "fail" for c in checks)
     warned = sum(c.status == "warn" for c in checks)
