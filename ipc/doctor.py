@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import re
 import shlex
 import shutil
 import socket
@@ -391,23 +390,23 @@ class Doctor:
     def _unit_program(self, unit: Path) -> Path | None:
         """The program the service unit's ``ExecStart=`` runs (None when it cannot be
         told: a specifier other than ``%h`` and ``%%``, a relative name)."""
-        value = _unit_value(unit, "ExecStart")
+        value = install.unit_value(unit, "ExecStart")
         try:
             words = shlex.split((value or "").lstrip("-@:+!"))
         except ValueError:
             return None
         home = str(paths.home_dir(self.env))
-        program = _specified(words[0], {"h": home}) if words else None
+        program = install.specified(words[0], {"h": home}) if words else None
         return Path(program) if program and program.startswith("/") else None
 
     def _unit_socket(self, unit: Path) -> Path | None:
         """The path the socket unit's ``ListenStream=`` names, as systemd reads it (``%t``
         is the runtime directory, ``%%`` one ``%``); None when it cannot be told."""
-        value = _unit_value(unit, "ListenStream")
+        value = install.unit_value(unit, "ListenStream")
         if value is None:
             return None
         runtime = paths.xdg_dir(self.env, "XDG_RUNTIME_DIR")
-        value = _specified(value, {"t": runtime} if runtime else {})
+        value = install.specified(value, {"t": runtime} if runtime else {})
         return Path(value) if value and value.startswith("/") else None
 
     def _bus(self) -> bool:
@@ -477,24 +476,3 @@ def _inotify_instances_in_use(proc: Path = Path("/proc")) -> int:
             except OSError:
                 continue
     return count
-
-
-def _unit_value(unit: Path, key: str) -> str | None:
-    """The one value of ``key=`` in the unit file (None: not there, or more than one)."""
-    try:
-        lines = paths.read_regular_file(unit).decode("utf-8").splitlines()  # not a FIFO
-    except (OSError, UnicodeDecodeError):
-        return None
-    values = [line.split("=", 1)[1].strip() for line in lines
-              if line.strip().startswith(f"{key}=")]
-    return values[0] if len(values) == 1 else None
-
-
-def _specified(value: str, known: Mapping[str, str]) -> str | None:
-    """``value`` with its systemd specifiers replaced, read left to right as systemd does
-    (``%%`` is one ``%``, so ``%%h`` is a literal ``%h``); None for one not in ``known``."""
-    table = {"%": "%", **known}
-    try:
-        return re.sub(r"%(.?)", lambda m: table[m.group(1)], value)
-    except KeyError:  # a specifier not worth guessing
-        return None

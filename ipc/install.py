@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -115,6 +116,27 @@ def _literal(path: str, *, argument: bool = False) -> str:
                            "file cannot carry; choose a path without it")
     path = path.replace("%", "%%")
     return path.replace("$", "$$") if argument else path
+
+
+def unit_value(unit: Path, key: str) -> str | None:
+    """The one value of ``key=`` in the unit file (None: not there, or more than one)."""
+    try:
+        lines = paths.read_regular_file(unit).decode("utf-8").splitlines()  # not a FIFO
+    except (OSError, UnicodeDecodeError):
+        return None
+    values = [line.split("=", 1)[1].strip() for line in lines
+              if line.strip().startswith(f"{key}=")]
+    return values[0] if len(values) == 1 else None
+
+
+def specified(value: str, known: Mapping[str, str]) -> str | None:
+    """``value`` with its systemd specifiers replaced, read left to right as systemd does
+    (``%%`` is one ``%``, so ``%%h`` is a literal ``%h``); None for one not in ``known``."""
+    table = {"%": "%", **known}
+    try:
+        return re.sub(r"%(.?)", lambda m: table[m.group(1)], value)
+    except KeyError:  # a specifier not worth guessing
+        return None
 
 
 def default_exec_start() -> str:
