@@ -54,7 +54,7 @@ def render_status(status: DaemonStatus, socket_path: str, jobs: Sequence[JobInfo
     reload already says it)."""
     lines = _header(status, socket_path)
     problems = daemon_problems(status)
-    if refused is not None and not any(str(refused) in p.what for p in problems):
+    if refused is not None and not any(str(refused) in p.cause for p in problems):
         problems.insert(0, file_refused(status, refused, config))
     for p in problems:
         lines += [f"  [{MARKS[p.severity]}] {p.what}", f"         fix: {p.fix}"]

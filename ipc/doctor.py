@@ -226,12 +226,12 @@ class Doctor:
 
     def health(self, said: str = "") -> list[Check]:
         """The daemon's problems and each workspace's, as human ``status`` shows them, with
-        the fix; a warning of the config file the checks before (``said``) already show
-        from the file itself is not said twice."""
+        the fix; one whose cause the checks before (``said``: the config file's) already
+        show is not said twice."""
         if self.status is None:
             return []
         out = [problem_check(p.topic, p) for p in daemon_problems(self.status)
-               if not (p.topic == "config" and p.severity == "warn" and p.what in said)]
+               if not (p.cause and p.cause in said)]
         jobs: list[JobInfo] = []
         try:
             with Client(self.socket_path, timeout_s=self.timeout_s,

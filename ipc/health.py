@@ -373,7 +373,8 @@ def daemon_problems(status: DaemonStatus) -> list[Problem]:
             "fail", f"the configuration reload at {_when(cfg.get('reload_failed_at'))} "
                     f"failed, the daemon runs on the previous one: {cfg['reload_error']}",
             f"fix {cfg.get('path') or 'the config file'}, then: systemctl --user reload "
-            f"recalld (or kill -HUP {status.get('pid', '<pid>')})", "config"))
+            f"recalld (or kill -HUP {status.get('pid', '<pid>')})", "config",
+            str(cfg["reload_error"])))
     restart = [str(name) for name in cfg.get("waiting_for_restart") or ()]
     if restart:
         out.append(Problem(
@@ -381,8 +382,8 @@ def daemon_problems(status: DaemonStatus) -> list[Problem]:
                     "it started with until it is restarted",
             "systemctl --user restart recalld (or recalld stop, then recalld serve)",
             "config"))
-    out.extend(Problem("warn", str(w.get("what")), str(w.get("fix")), "config")
-               for w in cfg.get("warnings") or [])
+    out.extend(Problem("warn", str(w.get("what")), str(w.get("fix")), "config",
+                       str(w.get("what"))) for w in cfg.get("warnings") or [])
     left_out = [str(k) for k in cfg.get("secrets_left_out") or ()]
     if left_out:
         path = cfg.get("path") or "the config file"

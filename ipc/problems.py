@@ -18,6 +18,9 @@ class Problem:
     fix: str = ""
     #: What it is about, where a list names it (``doctor``'s check of a daemon problem).
     topic: str = ""
+    #: The error it reports as another check may say it too (a reload failure's, which
+    #: the config file's own check repeats while the file is as the reload read it).
+    cause: str = ""
 
 
 @dataclass(slots=True)

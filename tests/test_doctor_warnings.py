@@ -25,9 +25,18 @@ def _status_problems(env: dict[str, str]) -> list[tuple[str, str, str]]:
     return out
 
 
-def _agree(env: dict[str, str]) -> tuple[str, int]:
+def _settled(d: DaemonHandle) -> bool:
+    """No workspace still reading its notes (a passing note status and doctor, asked one
+    after the other, need not both see)."""
+    return all((w.get("health") or {}).get("state") != "pending"
+               for w in d.call("daemon.status")["workspaces"])
+
+
+def _agree(d: DaemonHandle) -> tuple[str, int]:
     """Doctor's report and exit status, once each problem of status is in it, alike (a
     warning of the config file the file's own check says with its fix, or on its own)."""
+    wait_for(lambda: _settled(d), "every workspace's first scan")
+    env = d.env
     problems = _status_problems(env)
     assert problems, "status lists no problem"
     proc = recalld("doctor", env=env)
@@ -55,7 +64,7 @@ def test_doctor_warns_of_a_state_file_set_aside(daemon_factory: DaemonFactory) -
     (state / "scheduler.json").write_bytes(b'{"version": 2, "entries": {"\xc3\xa9t\xc3')
     d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
     (aside,) = state.glob("scheduler.json.corrupt-*")
-    shown, code = _agree(d2.env)
+    shown, code = _agree(d2)
     assert f"[WARN] state files: {aside} is a copy" in shown, shown
     assert code == 0, shown  # a warning: doctor fails on failures only
     aside.unlink()
@@ -69,7 +78,7 @@ def test_doctor_notes_settings_that_wait_for_a_restart_or_a_reopen(
              f'path = "{place}"\ndream_cron = "30 2 * * *"\n')
     d = daemon_factory(first)
     _reload(d, first.replace("2097152", "131072").replace("30 2", "45 5"))
-    shown, code = _agree(d.env)
+    shown, code = _agree(d)
     assert "[note] config: max_request_bytes changed in the config file" in shown, shown
     assert "[note] workspace Equipe_7.x: dream_cron changed in the config file" in shown, shown
     assert code == 0, shown
@@ -87,9 +96,30 @@ def test_doctor_keeps_the_daemons_config_warning_once_the_file_drops_it(
     key = "sk-ant-" + "Qz8Xw2Vb6Nm4Lk1Jh9Gf3Ds5Ap7Ou0Iy"
     d = daemon_factory(f'[workspaces."{key}"]\nauto_memory_interval = 5\n')
     said = "the agent id looks like a credential"
-    shown, _ = _agree(d.env)
+    shown, _ = _agree(d)
     assert shown.count(said) == 1, shown
     d.config_path.write_text("[workspaces.plain]\n", encoding="utf-8")
-    shown, _ = _agree(d.env)
+    shown, _ = _agree(d)
     assert "[ok  ] config file" in shown and f"[WARN] config: {d.config_path}" in shown, shown
     assert shown.count(said) == 1, shown
+
+
+def test_doctor_says_a_failed_reload_once_while_the_file_is_as_it_read_it(
+        daemon_factory: DaemonFactory) -> None:
+    # The reload's failure and the file's own check are one problem, as status says it:
+    # not "2 problem(s)". The file mended and not reloaded yet, the failure stands.
+    d = daemon_factory("[workspaces.Ops_3]\nauto_memory_interval = 4\n")
+    d.config_path.write_text('[workspaces.Ops_3]\nauto_memory_interval = "vier✓"\n',
+                             encoding="utf-8")
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: d.call("daemon.status")["queues"]["config"].get("reload_error"),
+             "the failed reload")
+    error = d.call("daemon.status")["queues"]["config"]["reload_error"]
+    proc = recalld("doctor", env=d.env)
+    assert proc.returncode == 1 and proc.stdout.count(error) == 1, proc.stdout
+    assert f"[FAIL] config file: {error}" in proc.stdout, proc.stdout
+    assert recalld("status", env=d.env).stdout.count(error) == 1
+    d.config_path.write_text("[workspaces.Ops_3]\nauto_memory_interval = 5\n", "utf-8")
+    shown, code = _agree(d)
+    assert "[ok  ] config file" in shown and code == 1, shown
+    assert "[FAIL] config: the configuration reload at " in shown, shown

@@ -62,8 +62,10 @@ def test_status_names_missing_key_bad_cron_and_pending_resource(
     assert doctor.returncode == 1, doctor.stdout
     for needle in ("[FAIL] workspace default: vectors are off",
                    "[WARN] workspace default: 1 resource file(s) wait for a chat model",
-                   "[FAIL] config: the configuration reload"):
+                   "[FAIL] config file: "):
         assert needle in doctor.stdout, doctor.stdout
+    # The reload's failure is the file's, said once (by its check, the file as it read it).
+    assert doctor.stdout.count('dream_cron = "0 25 * * *"') == 1, doctor.stdout
     assert doctor.stdout.count("fix: ") >= 3
 
     # A good reload clears the reload problem.
