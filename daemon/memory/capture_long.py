@@ -17,7 +17,8 @@ conversation would stop being captured. So:
   holds) is asked again, once, that way, with the note as it is then.
 
 The prompt shows a long note as a bounded view (:func:`note_view`: its headings and
-its last lines, at most :data:`NOTE_VIEW_CHARS`), so a prompt does not outgrow the
+its last lines, at most :data:`NOTE_VIEW_CHARS`, counted as estimated tokens as every
+budget of a prompt is: :mod:`~recalld.daemon.textcost`), so a prompt does not outgrow the
 model's context as the note grows all day: ``daily_append`` leaves out the lines the
 note holds, shown or not, and ``read`` shows the rest. A note that reaches the write
 limit (``MAX_WRITE_BYTES``) is continued in the next note of the session's day
@@ -40,8 +41,8 @@ from recalld.daemon.index.frontmatter import body_of
 from recalld.daemon.memory.fileops import FileOps
 from recalld.daemon.memory.llm import LENGTH_CUTS, LoopResult, ToolBudget, run_tools
 from recalld.daemon.memory.session_tools import SessionTools
-from recalld.daemon.providers.embedding_formats import truncate_to_budget
 from recalld.daemon.providers.errors import CutToolCall
+from recalld.daemon.textcost import tail_within, text_cost
 
 if TYPE_CHECKING:
     from recalld.daemon.providers.chat import ChatClient, ChatMessage
@@ -62,8 +63,10 @@ APPEND_RULES = (
     "call in an answer, until all are added; correct a fact that changed with edit "
     "(replace its line with the corrected line). Never repeat what the note says.")
 
-#: How much of a note a prompt shows at most (characters, :func:`note_view`); a note
-#: longer than that is added to, never written again whole.
+#: How much of a note a prompt shows at most (:func:`note_view`), a cost in thirds of an
+#: estimated token (:mod:`~recalld.daemon.textcost`: that many characters of English, a
+#: ninth as many of Chinese); a note longer than that is added to, never written again
+#: whole.
 NOTE_VIEW_CHARS = 16_000
 _HEADING = re.compile(r"#{1,6}\s")
 
@@ -83,7 +86,7 @@ def note_view(text: str, earlier: Sequence[str] = ()) -> str:
     told = (f"(This note continues {', '.join(earlier)}, which took no more: "
             "daily_append leaves out the lines they hold too, and read shows them.)\n\n"
             if earlier else "")
-    if len(text) <= NOTE_VIEW_CHARS:
+    if text_cost(text) <= NOTE_VIEW_CHARS:
         return told + text
     lines = text.split("\n")
     headings: list[str] = []
@@ -93,9 +96,9 @@ def note_view(text: str, earlier: Sequence[str] = ()) -> str:
             fenced = not fenced
         elif not fenced and _HEADING.match(ln):
             headings.append(ln[:200])
-    while headings and sum(len(h) + 1 for h in headings) > NOTE_VIEW_CHARS // 4:
+    while headings and sum(text_cost(h) + 1 for h in headings) > NOTE_VIEW_CHARS // 4:
         headings.pop(0)
-    tail = text[len(text) - (NOTE_VIEW_CHARS - sum(len(h) + 1 for h in headings)):]
+    tail = tail_within(text, NOTE_VIEW_CHARS - sum(text_cost(h) + 1 for h in headings))
     if "\n" in tail:  # whole lines only
         tail = tail[tail.index("\n") + 1:]
     left = len(lines) - len(tail.split("\n"))
@@ -114,7 +117,8 @@ def is_long(note_text: str | None, max_tokens: int) -> bool:
     if note_text is None:
         return False
     body = body_of(note_text)[0]  # the frontmatter is the daemon's to write
-    return truncate_to_budget(body, max_tokens // 2) != body
+    half = max_tokens // 2
+    return half > 0 and text_cost(body) > 3 * half  # thirds of a token
 
 
 def _more(result: LoopResult, changes_before: int, ops: FileOps, budget: ToolBudget) -> bool:
@@ -155,7 +159,7 @@ async def run_part(chat: ChatClient, prompt: Prompt, ops: FileOps, tools: Sessio
 
     note_path, note_text, earlier = await current_note(ops, tools)
     long = bool(earlier) or is_long(note_text, chat.config.max_tokens) or (
-        note_text is not None and len(note_text) > NOTE_VIEW_CHARS)
+        note_text is not None and text_cost(note_text) > NOTE_VIEW_CHARS)
     if long and note_text is not None:
         note_text = note_view(note_text, earlier)
     changes_before = len(ops.changes)

@@ -1,9 +1,11 @@
 """An auto_memory run's turns as the conversation texts of its prompts: no I/O.
 
-:func:`conversation_parts` cuts the turns into parts of at most ``MAX_PROMPT_CHARS``
-each, in order, leaving nothing out; a turn longer than one prompt goes in numbered
-pieces. Each part says the last turn it finishes, so that a run can commit the turns of
-a part before it sends the next.
+:func:`conversation_parts` cuts the turns into parts that cost at most
+``MAX_PROMPT_CHARS`` each (:func:`~recalld.daemon.textcost.text_cost`: that many
+characters of English, a ninth as many of Chinese, Japanese or Korean), in order, leaving
+nothing out; a turn longer than one prompt goes in numbered pieces. Each part says the
+last turn it finishes, so that a run can commit the turns of a part before it sends the
+next.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from dataclasses import dataclass
 
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.turns import said_by
+from recalld.daemon.textcost import pieces_within, text_cost
 
+#: What one part's conversation text may cost, in thirds of an estimated token
+#: (:func:`~recalld.daemon.textcost.text_cost`): 60,000 characters of ASCII text.
 MAX_PROMPT_CHARS = 60_000
 
 
@@ -25,44 +30,30 @@ class Part:
     done: int | None
 
 
-def _pieces(text: str, size: int) -> list[str]:
-    """``text`` in pieces of at most ``size`` characters that join to it again, cut
-    after a line or a word where one ends in the piece's second half."""
-    out: list[str] = []
-    start = 0
-    while len(text) - start > size:
-        end = start + size
-        at = max(text.rfind("\n", start + size // 2, end), text.rfind(" ", start + size // 2, end))
-        end = at + 1 if at >= 0 else end
-        out.append(text[start:end])
-        start = end
-    out.append(text[start:])
-    return out
-
-
 def conversation_parts(turns: list[JsonObject]) -> list[Part]:
-    """The turns as conversation texts of at most ``MAX_PROMPT_CHARS`` each, in order:
-    nothing is left out; a turn longer than one prompt is split into numbered pieces.
+    """The turns as conversation texts that cost at most ``MAX_PROMPT_CHARS`` each, in
+    order: nothing is left out; a turn longer than one prompt is split into numbered pieces.
     Each turn starts with who said it (:func:`~recalld.daemon.memory.turns.said_by`)."""
-    piece_chars = MAX_PROMPT_CHARS - 100  # room for the piece's label
+    piece_cost = MAX_PROMPT_CHARS - 100  # room for the piece's label
     parts: list[Part] = []
     lines: list[str] = []
     size = 0
     done: int | None = None
     for t in turns:
         role, content, seq = said_by(t), str(t["content"]), t["seq"]
-        if len(content) <= piece_chars:
+        if text_cost(content) <= piece_cost:
             pieces = [f"{role}: {content}"]
         else:
-            cut = _pieces(content, piece_chars)
+            cut = pieces_within(content, piece_cost)
             pieces = [f"{role} (part {k + 1} of {len(cut)}): {piece}"
                       for k, piece in enumerate(cut)]
         for k, piece in enumerate(pieces):
-            if lines and size + len(piece) > MAX_PROMPT_CHARS:
+            cost = text_cost(piece)
+            if lines and size + cost > MAX_PROMPT_CHARS:
                 parts.append(Part("\n\n".join(lines), done))
                 lines, size, done = [], 0, None
             lines.append(piece)
-            size += len(piece) + 2
+            size += cost + 2
             if k == len(pieces) - 1 and isinstance(seq, int):
                 done = seq
     if lines:

@@ -123,7 +123,7 @@ class _Run:
     seen: dict[str, str] = field(default_factory=dict)
     #: The nodes of :attr:`seen` whose content was shown cut, with their size: not
     #: rewritten (:func:`dreamread.refuse_unread`).
-    read_in_part: dict[str, int] = field(default_factory=dict)
+    read_in_part: dict[str, tuple[int, int]] = field(default_factory=dict)
     #: What each node written by the model's current answer held before its first write
     #: of that answer (None: it made the node): its calls were all written before any ran.
     answer_first: dict[str, str | None] = field(default_factory=dict)

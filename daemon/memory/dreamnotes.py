@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Final
 
 from recalld.daemon import safepath
-from recalld.daemon.index.chunker import split_line
 from recalld.daemon.index.filters import note_date
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import digest, dreamretry, reme_dream
@@ -22,6 +21,7 @@ from recalld.daemon.memory.catalog import catalog_path, load_catalog
 from recalld.daemon.memory.confined import NotUtf8, read_checked, read_confined, utf8_file
 from recalld.daemon.memory.notenames import is_daily_note_name
 from recalld.daemon.memory.resource_files import note_says
+from recalld.daemon.textcost import pieces_within, text_cost
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import RecalldError
 
@@ -325,24 +325,26 @@ def swap_links(text: str, moves: Mapping[str, str]) -> str:
 
 
 def note_parts(text: str, limit: int) -> list[str]:
-    """``text`` in parts of at most ``limit`` characters, cut between lines (at a blank
-    line or a heading when one is in the part's second half; an overlong line at a
+    """``text`` in parts that cost at most ``limit`` each (:mod:`~recalld.daemon.textcost`:
+    that many characters of English, a ninth as many of Chinese), cut between lines (at a
+    blank line or a heading when one is in the part's second half; an overlong line at a
     space): a long note goes to the model part by part, nothing of it cut off."""
     lines: list[str] = []
     for line in text.splitlines(keepends=True):
-        lines.extend(split_line(line, limit) if len(line) > limit else [line])
+        lines.extend(pieces_within(line, limit))
     parts: list[str] = []
     part: list[str] = []
     size = 0
     for line in lines:
-        if part and size + len(line) > limit:
+        cost = text_cost(line)
+        if part and size + cost > limit:
             cut = next((i for i in range(len(part) - 1, len(part) // 2, -1)
                         if not part[i].strip() or part[i].startswith("#")), len(part))
             parts.append("".join(part[:cut]))
             part = part[cut:]
-            size = sum(map(len, part))
+            size = sum(map(text_cost, part))
         part.append(line)
-        size += len(line)
+        size += cost
     if part or not parts:
         parts.append("".join(part))
     return parts

@@ -17,10 +17,12 @@ import trio
 from recalld.daemon.memory import digest, integration, nodefiles
 from recalld.daemon.memory.fileops import read_confined
 from recalld.daemon.memory.llm import MAX_TOOL_RESULT_CHARS
+from recalld.daemon.textcost import chars_within
 from recalld.ipc.textcut import cut_text
 
-#: The characters of a node shown at most: a tool result's bound, less room for the
-#: node's path and the note saying where it was cut.
+#: What the part of a node shown may cost at most (:mod:`~recalld.daemon.textcost`: that
+#: many characters of English, a ninth as many of Chinese): a tool result's bound, less
+#: room for the node's path and the note saying where it was cut.
 SHOWN_CHARS: Final = MAX_TOOL_RESULT_CHARS - 1000
 
 if TYPE_CHECKING:
@@ -39,11 +41,11 @@ async def node_read(run: _Run, args: Mapping[str, object]) -> str:
         return f"error: no node {path}"
     rel, text = found
     shown = text
-    if len(text) > SHOWN_CHARS:
-        shown = cut_text(text, SHOWN_CHARS)
+    if (n := chars_within(text, SHOWN_CHARS)) < len(text):
+        shown = cut_text(text, n)
         whole = digest.parse_node(rel, shown).content == digest.parse_node(rel, text).content
         if not whole:
-            run.read_in_part[rel] = len(text)
+            run.read_in_part[rel] = (len(text), len(shown))
         shown += (f"\n[cut: the node has {len(text)} characters, only the first "
                   f"{len(shown)} are shown; "
                   + ("the rest is past its content (History, links), which a rewrite keeps]"
@@ -57,13 +59,13 @@ async def node_read(run: _Run, args: Mapping[str, object]) -> str:
 def refuse_unread(run: _Run, outcome: integration.Outcome) -> integration.Outcome:
     """``outcome``, or its refusal when it rewrites (REFINE, CORRECT) a node whose content
     the model was shown only in part."""
-    size = run.read_in_part.get(outcome.path)
-    if size is None or outcome.action not in ("REFINE", "CORRECT") or outcome.text is None:
+    sizes = run.read_in_part.get(outcome.path)
+    if sizes is None or outcome.action not in ("REFINE", "CORRECT") or outcome.text is None:
         return outcome
     return integration.Outcome(
         outcome.action, outcome.path, "refused", None,
-        f"the node is too long to be shown whole ({size} characters, node_read shows the "
-        f"first {SHOWN_CHARS}) and its content goes on past them: a rewrite would drop "
+        f"the node is too long to be shown whole ({sizes[0]} characters, node_read shows "
+        f"the first {sizes[1]}) and its content goes on past them: a rewrite would drop "
         "what you did not read. CORROBORATE it, or CREATE a node for what this note adds")
 
 

@@ -9,13 +9,14 @@ is not run, and the model is told so in its result (a runaway model cannot write
 of files in one answer or one job); the calls of one answer past
 :data:`MAX_CALLS_ANSWERED` are not answered one by one but in one note (one log line).
 A spent budget ends the loop, unfinished. A request carries the tool results of its
-loop whole up to :data:`MAX_RESULTS_CHARS` in all, the latest first: each older result
-past that is sent as one line saying which tool gave it and that calling it again shows
-it (:func:`within_budget`), so a model reading many long files does not push the
-conversation past its context window; every message stays, and so does the pairing of
-each tool call with its result. A call the client could not read
-(:attr:`ToolCall.error`) is not run; the model is answered why (one without a name,
-which has no result of its own, in its answer's last result).
+loop whole up to :data:`MAX_RESULTS_CHARS` in all (a cost in thirds of an estimated
+token, :mod:`~recalld.daemon.textcost`: that many characters of English, a ninth as many
+of Chinese), the latest first: each older result past that is sent as one line saying
+which tool gave it and that calling it again shows it (:func:`within_budget`), so a
+model reading many long files does not push the conversation past its context window;
+every message stays, and so does the pairing of each tool call with its result. A call
+the client could not read (:attr:`ToolCall.error`) is not run; the model is answered
+why (one without a name, which has no result of its own, in its answer's last result).
 :class:`ChatClients` builds (and keeps per workspace and configuration) the
 :class:`ChatClient` of a workspace from its ``chat_model_config`` and the daemon's provider
 bridge; its breaker and Retry-After wait are those of every workspace sending to the same
@@ -47,6 +48,7 @@ from recalld.daemon.memory.capture_parts import MAX_PROMPT_CHARS
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.chat_lines import ChatLines
 from recalld.daemon.providers.errors import NO_CHAT_MODEL, ProviderConfigError, ProviderRejected
+from recalld.daemon.textcost import chars_within, text_cost
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import JobFailed
 from recalld.ipc.textcut import cut_text
@@ -61,8 +63,10 @@ log = logging.getLogger(__name__)
 #: Runs one tool call: its name and the arguments as the model wrote them (unchecked).
 Dispatch = Callable[[str, JsonObject], Awaitable[str]]
 DEFAULT_DEADLINE_S = 600.0
+#: What one tool result may cost (:func:`~recalld.daemon.textcost.text_cost`: that many
+#: characters of ASCII text, a ninth as many of Chinese); a longer one is cut.
 MAX_TOOL_RESULT_CHARS = 20_000
-#: The characters of tool results one request carries whole, over all of its loop's
+#: The cost of tool results one request carries whole, over all of its loop's
 #: answers (the latest first): as much as auto_memory's largest part of a conversation,
 #: so a request is at most about its prompt, its model's answers and this much more.
 MAX_RESULTS_CHARS = MAX_PROMPT_CHARS
@@ -297,8 +301,9 @@ def within_budget(convo: list[ChatMessage]) -> list[ChatMessage]:
         text = msg["content"]
         if msg["role"] != "tool" or not text:
             continue
-        if kept + len(text) <= MAX_RESULTS_CHARS:
-            kept += len(text)
+        cost = text_cost(text)
+        if kept + cost <= MAX_RESULTS_CHARS:
+            kept += cost
             continue
         name = names.get(msg.get("tool_call_id", ""), "the tool")
         line = (f"[left out: this result of {name} ({len(text)} characters) was read "
@@ -360,8 +365,8 @@ async def _run_one(dispatch: Dispatch, name: str, arguments: JsonObject) -> str:
     except Exception as exc:  # the model hears about it; the job goes on
         log.warning("tool %s failed: %s", name, exc)
         out = f"error: {type(exc).__name__}: {exc}"
-    if len(out) > MAX_TOOL_RESULT_CHARS:
-        out = cut_text(out, MAX_TOOL_RESULT_CHARS) + "\n[truncated]"
+    if (n := chars_within(out, MAX_TOOL_RESULT_CHARS)) < len(out):
+        out = cut_text(out, n) + "\n[truncated]"
     return out
 
 

@@ -26,6 +26,7 @@ from recalld.daemon.memory.resource_html import declared_charset, html_text
 from recalld.daemon.memory.slugs import names_nothing, slugify
 from recalld.daemon.notetext import decode_note
 from recalld.daemon.store.fsio import fit_name
+from recalld.daemon.textcost import chars_within
 from recalld.ipc.errors import PathOutsideWorkspace
 from recalld.ipc.textcut import cut_text
 from recalld.ipc.types import visible
@@ -130,7 +131,9 @@ def file_digest(root: Path, rel: str) -> tuple[str, int, int] | str | None:
 
 
 def read_head(root: Path, rel: str, limit_chars: int) -> tuple[str, bool]:
-    """The first ``limit_chars`` characters of ``root/rel`` and if cut: read in the
+    """The first characters of ``root/rel`` that cost at most ``limit_chars``
+    (:mod:`~recalld.daemon.textcost`: that many characters of English, a ninth as many of
+    Chinese, so a file of any script is about as many tokens) and if cut: read in the
     encoding it was saved in, as notes are (notetext.py: UTF-8, UTF-16 or UTF-32 with a
     byte order mark, GBK, Big5, Shift_JIS, EUC-KR, EUC-JP, Windows-1252; a UTF-8 byte
     order mark left out), the bytes of none of these as U+FFFD; of an HTML page, its
@@ -155,7 +158,8 @@ def read_head(root: Path, rel: str, limit_chars: int) -> tuple[str, bool]:
     if page and not_text(text) is None:  # binary or undecodable: said so as it is
         text, left = html_text(text, limit_chars * 4)
         cut = cut or left
-    return redact_prefix(text, limit_chars), len(text) > limit_chars or cut
+    shown = chars_within(text, limit_chars)
+    return redact_prefix(text, shown), len(text) > shown or cut
 
 
 def not_text(text: str) -> str | None:

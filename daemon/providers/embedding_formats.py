@@ -26,6 +26,7 @@ from recalld.daemon.providers.errors import (
     snippet,
 )
 from recalld.daemon.providers.json_answers import not_json, without_bom
+from recalld.daemon.textcost import chars_within
 
 REMOTE_BACKENDS = ("openai", "dashscope", "dashscope_multimodal", "gemini", "ollama")
 BACKENDS = (*REMOTE_BACKENDS, "local")
@@ -49,18 +50,13 @@ def truncate_to_budget(text: str, max_tokens: int) -> str:
     of a token (real tokenizers average ~4 per token for English), any other character
     as many tokens as its UTF-8 bytes, the most a byte-level tokenizer makes of it (CJK
     3, Devanagari and Thai 3, Cyrillic 2, an emoji 4; their real counts vary from one
-    tokenizer to the next and reach that for rare characters). The default budget
+    tokenizer to the next and reach that for rare characters): :mod:`~recalld.daemon.textcost`,
+    the estimator of every budget of what is sent to a model. The default budget
     (8192) holds a chunk of the default size (2,000 characters) in any script.
     """
     if max_tokens <= 0 or 4 * len(text) <= max_tokens:
         return text
-    thirds, limit = 0, 3 * max_tokens  # in thirds of a token: exact, no float drift
-    for i, ch in enumerate(text):
-        o = ord(ch)
-        thirds += 1 if o < 0x80 else 6 if o < 0x800 else 9 if o < 0x10000 else 12
-        if thirds > limit:
-            return text[:i]
-    return text
+    return text[:chars_within(text, 3 * max_tokens)]  # in thirds of a token: exact
 
 
 # ----------------------------------------------------------------- wire formats

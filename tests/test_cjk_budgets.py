@@ -1,0 +1,133 @@
+"""The memory jobs' prompts in Chinese, Japanese or Korean stay within the token budget
+English ones keep: their bounds count estimated tokens (:mod:`recalld.daemon.textcost`),
+not characters, and a CJK character is about a token or more where English takes four
+characters to one.
+
+A real daemon, a real socket, and a chat model on 127.0.0.1 that records what each
+request would cost; English and Chinese runs side by side under the same bounds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from conftest import DaemonHandle
+from fakes.provider_server import FakeProvider
+from test_auto_memory import add, config, done, turn
+from test_dream import ScriptedModel, dream, open_ws, write
+from test_resource import open_ws as open_resources
+from test_resource import wait_state
+from waits import wait_job
+
+from recalld.daemon.memory.capture_parts import MAX_PROMPT_CHARS
+from recalld.daemon.memory.dreamnotes import note_parts
+from recalld.daemon.memory.llm import MAX_RESULTS_CHARS, MAX_TOOL_RESULT_CHARS
+from recalld.daemon.textcost import chars_within, pieces_within, tail_within, text_cost
+
+#: Room for what a prompt holds besides its bounded parts (its rules, the tools).
+TEMPLATE_COST = 12_000
+_HANZI = "今天我们讨论了项目的进度和下一步的计划所有人都同意在周五之前完成测试"
+
+
+def _chinese(n: int, tag: str) -> str:
+    """``n`` Chinese characters, beginning with ``tag``."""
+    return tag + (_HANZI * (n // len(_HANZI) + 1))[:n]
+
+
+def _costs(fake: FakeProvider, marker: str) -> list[int]:
+    """The estimated cost of each chat request whose messages hold ``marker``."""
+    out = []
+    for r in fake.requests:
+        if not r.path.endswith("/chat/completions"):
+            continue
+        texts = [str(m.get("content") or "") for m in r.json["messages"]]
+        if any(marker in t for t in texts):
+            out.append(sum(map(text_cost, texts)))
+    return out
+
+
+def test_a_day_long_chinese_session_stays_within_the_english_token_budget(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    d = daemon_factory(config(root, fake, interval=0))
+    fake.chat_default = lambda body: done().json
+    turns = 14
+    for n in range(turns):  # the same cost a turn in each language
+        add(d, "en", turn(f"en-turn-{n} " + "the valves in bay four need a check " * 270))
+        add(d, "zh", turn(_chinese(1_100, f"第{n}轮 ")))
+    for session in ("en", "zh"):
+        job = wait_job(d, add(d, session, [], flush=True)["job_id"])
+        assert job["state"] == "succeeded", job
+        assert add(d, session, [])["pending_turns"] == 0
+    english, chinese = _costs(fake, "en-turn-"), _costs(fake, "轮 ")
+    assert len(english) >= 2 and max(english) <= MAX_PROMPT_CHARS + TEMPLATE_COST
+    assert len(chinese) >= 2 and max(chinese) <= max(english) * 21 // 20
+    sent = "".join(str(m.get("content")) for r in fake.requests
+                   if r.path.endswith("/chat/completions") for m in r.json["messages"])
+    assert all(f"第{n}轮 " in sent and f"en-turn-{n} " in sent for n in range(turns))
+
+
+def test_a_dream_over_long_chinese_nodes_stays_within_the_english_token_budget(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    notes = {"en": "memory/2026-12-01/farm.md", "zh": "memory/2026-12-01/农场.md"}
+    write(root, notes["en"], "The platform team now owns the build farm.\n")
+    write(root, notes["zh"], "平台团队现在负责构建农场。\n")
+    nodes: dict[str, list[str]] = {"en": [], "zh": []}
+    for n in range(6):
+        rel = f"digest/wiki/team-{n}.md"
+        write(root, rel, f"---\nname: Team {n}\nsources: []\n---\n# Team {n}\n\n"
+              + "".join(f"- team {n} fact {k}: the build farm runs nightly\n"
+                        for k in range(600)))
+        nodes["en"].append(rel)
+        rel = f"digest/wiki/团队-{n}.md"
+        write(root, rel, f"---\nname: 团队 {n}\nsources: []\n---\n# 团队 {n}\n\n"
+              + "".join(f"- {_chinese(40, f'团队{n}事实{k}')}\n" for k in range(600)))
+        nodes["zh"].append(rel)
+    open_ws(daemon, root, fake)
+    for lang, note in notes.items():
+        model.plan[note] = [[("node_read", {"path": rel})] for rel in nodes[lang]]
+    assert dream(daemon)["notes"] == 2
+    english = _costs(fake, f"Daily note {notes['en']}:")
+    chinese = _costs(fake, f"Daily note {notes['zh']}:")
+    assert len(english) == len(chinese) == len(nodes["en"]) + 1
+    bound = MAX_RESULTS_CHARS + MAX_TOOL_RESULT_CHARS + 2 * TEMPLATE_COST
+    assert max(english) <= bound and max(chinese) <= max(english) * 21 // 20
+    # The model was shown the start of each Chinese node, cut where its budget ends.
+    shown = [t for t in model.tool_results if "团队" in t]
+    assert len(shown) == len(nodes["zh"])
+    assert all("[cut: the node has" in t and text_cost(t) <= MAX_TOOL_RESULT_CHARS + 1_000
+               for t in shown)
+
+
+def test_a_chinese_file_is_summarized_from_as_many_tokens_as_an_english_one(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    write(root, "resource/en.txt", "the deploy runbook says restart the workers\n" * 2_000)
+    write(root, "resource/zh.txt", _chinese(40_000, "部署手册") + "\n")
+    open_resources(daemon, "res", root, fake)
+    for rel in ("resource/en.txt", "resource/zh.txt"):
+        wait_state(root, rel, "processed")
+    english, chinese = _costs(fake, "resource/en.txt"), _costs(fake, "resource/zh.txt")
+    assert len(english) == len(chinese) == 1
+    assert chinese[0] <= english[0] * 21 // 20 and english[0] <= 16_000 + TEMPLATE_COST
+    zh = next(r for r in fake.requests if b"resource/zh.txt" in r.body).body.decode()
+    assert "部署手册今天" in zh
+
+
+def test_text_budgets_cut_english_where_they_did_and_cjk_at_the_same_cost() -> None:
+    english = "the crate in bay four holds spare valves\n" * 3_000
+    assert chars_within(english, 60_000) == 60_000 and text_cost(english) == len(english)
+    chinese = _chinese(30_000, "")
+    n = chars_within(chinese, 60_000)
+    assert n == 60_000 // 9 and text_cost(chinese[:n]) <= 60_000 < text_cost(chinese[:n + 1])
+    assert text_cost(tail_within("안녕 " * 5_000, 16_000)) <= 16_000
+    for text in (english, chinese, "日本語の文 " * 9_000, "x" * 200_000):
+        pieces = pieces_within(text, 12_000)
+        assert "".join(pieces) == text and max(map(text_cost, pieces)) <= 12_000
+        parts = note_parts(text, 12_000)
+        assert "".join(parts) == text and max(map(text_cost, parts)) <= 12_000
+    assert len(note_parts(english, 12_000)) == len(english) // 12_000 + 1
