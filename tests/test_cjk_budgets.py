@@ -102,6 +102,26 @@ def test_a_dream_over_long_chinese_nodes_stays_within_the_english_token_budget(
                for t in shown)
 
 
+def test_a_dream_among_nodes_with_long_chinese_names_and_descriptions_lists_them_briefly(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-12-03/花园.md"
+    write(root, note, "西红柿需要更多的水。\n")
+    for n in range(80):
+        write(root, f"digest/wiki/beet-{n}.md", f"---\nname: 第{n}块{_chinese(100, '菜地')}\n"
+              f"description: |\n  {_chinese(600, f'菜地{n}')}\n  第二行\n---\n# 菜地 {n}\n")
+    open_ws(daemon, root, fake)
+    model.plan[note] = []
+    assert dream(daemon)["notes"] == 1
+    sent = next(r.json for r in fake.requests if r.path.endswith("/chat/completions"))
+    listing = sent["messages"][1]["content"].split("Existing nodes (newest first):\n")[1]
+    lines = listing.splitlines()
+    assert len(lines) == 80 and all(line.startswith("- digest/wiki/beet-") for line in lines)
+    # As long in tokens as a line of English at most (test_tool_context: 600 characters).
+    assert max(map(text_cost, lines)) < 600
+
+
 def test_a_chinese_file_is_summarized_from_as_many_tokens_as_an_english_one(
         daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
     root = tmp_path / "ws"

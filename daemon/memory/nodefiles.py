@@ -25,6 +25,7 @@ from typing import Final
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.memory import digest
 from recalld.daemon.memory.confined import read_checked, read_confined
+from recalld.daemon.textcost import chars_within, text_cost
 from recalld.ipc.errors import RecalldError
 from recalld.ipc.textcut import cut_text
 
@@ -73,9 +74,10 @@ def read_node(root: Path, rel: str) -> tuple[str | None, bool]:
     return read_checked(root, rel)
 
 
-#: The characters of a node's name and of its description a listing shows at most (a
-#: description the dream writes is at most 300): a person's or ReMe's node may hold a
-#: page of description, and a prompt lists 80 nodes.
+#: What a node's name and its description may cost in a listing
+#: (:mod:`~recalld.daemon.textcost`: that many characters of English, a ninth as many of
+#: Chinese; a description the dream writes is at most 300 characters): a person's or
+#: ReMe's node may hold a page of description, and a prompt lists 80 nodes.
 LISTED_NAME_CHARS: Final = 120
 LISTED_DESCRIPTION_CHARS: Final = 300
 
@@ -98,9 +100,11 @@ def list_nodes(root: Path, digest_dir: str, limit: int) -> list[dict[str, str]]:
 
 
 def _listed(text: str, limit: int) -> str:
-    """``text`` on one line, cut to ``limit`` characters (saying so)."""
+    """``text`` on one line, cut to what costs ``limit`` (saying so)."""
     line = " ".join(text.split())
-    return line if len(line) <= limit else cut_text(line, limit - 1).rstrip() + "…"
+    if text_cost(line) <= limit:
+        return line
+    return cut_text(line, chars_within(line, limit - 1)).rstrip() + "…"
 
 
 def node_paths(root: Path, digest_dir: str) -> list[str]:
