@@ -9,12 +9,13 @@ request would cost; English and Chinese runs side by side under the same bounds.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from conftest import DaemonHandle
-from fakes.provider_server import FakeProvider
-from test_auto_memory import add, config, done, turn
+from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
+from test_auto_memory import add, config, done, turn, write_note
 from test_dream import ScriptedModel, dream, open_ws, write
 from test_resource import open_ws as open_resources
 from test_resource import wait_state
@@ -22,7 +23,9 @@ from waits import wait_job
 
 from recalld.daemon.memory.capture_parts import MAX_PROMPT_CHARS
 from recalld.daemon.memory.dreamnotes import note_parts
+from recalld.daemon.memory.filetools import shown_lines
 from recalld.daemon.memory.llm import MAX_RESULTS_CHARS, MAX_TOOL_RESULT_CHARS
+from recalld.daemon.safepath import LineSlice
 from recalld.daemon.textcost import chars_within, pieces_within, tail_within, text_cost
 
 #: Room for what a prompt holds besides its bounded parts (its rules, the tools).
@@ -122,6 +125,29 @@ def test_a_dream_among_nodes_with_long_chinese_names_and_descriptions_lists_them
     assert max(map(text_cost, lines)) < 600
 
 
+def test_a_long_chinese_note_read_by_the_model_says_which_lines_it_shows(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    """A read's answer names the lines it holds: its model reads on from the next one,
+    and skips none it was not shown."""
+    root = tmp_path / "ws"
+    rel = "memory/2026-11-10/trip.md"
+    write(root, rel, "---\nname: trip\ndescription: a trip\n---\n"
+          + "".join(f"第{k}行 {_chinese(40, '旅行')}\n" for k in range(1, 1201)))
+    d = daemon_factory(config(root, fake, interval=0))
+    fake.script(Reply(json=chat_answer(None, [tool_call("read", {"path": rel}, "r0")])),
+                write_note("trips", "- 计划去京都"), done())
+    add(d, "s", turn("我的第九次旅行：京都。"))
+    job = wait_job(d, add(d, "s", [], flush=True)["job_id"])
+    assert job["state"] == "succeeded", job
+    answer = next(m["content"] for r in fake.requests if r.path.endswith("/chat/completions")
+                  for m in r.json["messages"] if m["role"] == "tool")
+    assert text_cost(answer) <= MAX_TOOL_RESULT_CHARS
+    head = answer.split(":", 1)[0]
+    assert head.startswith(f"{rel} lines 1-") and head.endswith(" of 1204 (truncated)")
+    last = int(head.removeprefix(f"{rel} lines 1-").split(" ")[0]) - 4  # the frontmatter's
+    assert f"第{last}行 " in answer and f"第{last + 1}行 " not in answer
+
+
 def test_a_chinese_file_is_summarized_from_as_many_tokens_as_an_english_one(
         daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
     root = tmp_path / "ws"
@@ -151,3 +177,8 @@ def test_text_budgets_cut_english_where_they_did_and_cjk_at_the_same_cost() -> N
         parts = note_parts(text, 12_000)
         assert "".join(parts) == text and max(map(text_cost, parts)) <= 12_000
     assert len(note_parts(english, 12_000)) == len(english) // 12_000 + 1
+    lines = LineSlice(3, 9, 9, "ab\n" + "中" * 5_000 + "\ncd\n", truncated=False)
+    assert shown_lines(lines, 900) == LineSlice(3, 3, 9, "ab\n", truncated=True)
+    head = shown_lines(dataclasses.replace(lines, text=lines.text[3:]), 900)
+    assert head == LineSlice(3, 3, 9, "中" * 100, truncated=True)
+    assert shown_lines(lines, 100_000) is lines

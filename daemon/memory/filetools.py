@@ -8,20 +8,29 @@ Starts nothing and holds no state.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, TypedDict
 
 import orjson
 
 from recalld.daemon.jsontypes import JsonObject, integer_range
+from recalld.daemon.memory.llm import MAX_TOOL_RESULT_CHARS
 from recalld.daemon.providers.chat import ToolSchema, function_tool
+from recalld.daemon.safepath import LineSlice
 from recalld.daemon.store.errors import StorageError
+from recalld.daemon.textcost import chars_within, text_cost
 from recalld.ipc.errors import InvalidParams, NotAllowed, RecalldError
+from recalld.ipc.textcut import cut_text
 
 if TYPE_CHECKING:
     from recalld.daemon.memory.fileops import FileOps
 
 ALL_TOOLS = ("read", "write", "edit", "frontmatter_update", "daily_write")
+#: What the lines a ``read`` answers with may cost at most: a tool result's bound, less
+#: room for the line saying which lines they are (a result past the bound would be cut
+#: by the tool loop below the lines it names).
+READ_SHOWN_COST = MAX_TOOL_RESULT_CHARS - 1000
 #: ``daily_append`` (a schema here) is carried out by an auto_memory run's own tools
 #: (:mod:`session_tools`), not by :func:`call`.
 
@@ -77,7 +86,8 @@ async def _call(ops: FileOps, name: str, a: dict[str, object]) -> str:
         return value
 
     if name == "read":
-        got = await ops.read(text("path"), line("start_line"), line("end_line"))
+        got = shown_lines(await ops.read(text("path"), line("start_line"), line("end_line")),
+                          READ_SHOWN_COST)
         more = " (truncated)" if got.truncated else ""
         return (f"{text('path')} lines {got.start_line}-{got.end_line} of "
                 f"{got.total_lines}{more}:\n{got.text}")
@@ -98,6 +108,26 @@ async def _call(ops: FileOps, name: str, a: dict[str, object]) -> str:
     else:
         return f"error: unknown tool {name!r}"
     return orjson.dumps({"ok": True, **res.as_dict()}).decode()
+
+
+def shown_lines(got: LineSlice, limit: int) -> LineSlice:
+    """``got`` as whole lines that cost at most ``limit`` (the head of its first line,
+    if that alone costs more), its ``end_line`` the last of them: a model that reads on
+    from the next line skips none it was not shown."""
+    if text_cost(got.text) <= limit:
+        return got
+    end, cost, shown = 0, 0, 0
+    while (nl := got.text.find("\n", end)) >= 0:
+        cost += text_cost(got.text[end:nl + 1])
+        if cost > limit:
+            break
+        end, shown = nl + 1, shown + 1
+    if not shown:
+        first = got.text.split("\n", 1)[0]
+        return dataclasses.replace(got, text=cut_text(first, chars_within(first, limit)),
+                                   end_line=got.start_line, truncated=True)
+    return dataclasses.replace(got, text=got.text[:end], end_line=got.start_line + shown - 1,
+                               truncated=True)
 
 
 _PATH = {"type": "string", "description": "path relative to the workspace root"}
