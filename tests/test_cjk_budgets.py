@@ -16,10 +16,10 @@ from typing import Any
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 from test_auto_memory import add, config, done, turn, write_note
-from test_dream import ScriptedModel, dream, open_ws, write
+from test_dream import AGENT, ScriptedModel, dream, open_ws, write
 from test_resource import open_ws as open_resources
 from test_resource import wait_state
-from waits import wait_job
+from waits import wait_committed, wait_job
 
 from recalld.daemon.memory.capture_parts import MAX_PROMPT_CHARS
 from recalld.daemon.memory.dreamnotes import note_parts
@@ -146,6 +146,24 @@ def test_a_long_chinese_note_read_by_the_model_says_which_lines_it_shows(
     assert head.startswith(f"{rel} lines 1-") and head.endswith(" of 1204 (truncated)")
     last = int(head.removeprefix(f"{rel} lines 1-").split(" ")[0]) - 4  # the frontmatter's
     assert f"第{last}行 " in answer and f"第{last + 1}行 " not in answer
+
+
+def test_a_dream_searching_among_chinese_nodes_is_shown_every_hit(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-12-04/团队.md"
+    write(root, note, "平台团队负责构建农场。\n")
+    for n in range(8):
+        write(root, f"digest/wiki/team-{n}.md", f"---\nname: 团队{n}\nsources: []\n---\n"
+              f"# 团队{n}\n\n{_chinese(400, f'平台团队{n}')}\n")
+    open_ws(daemon, root, fake)
+    wait_committed(daemon, AGENT)  # every node found by the search
+    model.plan[note] = [[("node_search", {"query": "平台团队"})]]
+    assert dream(daemon)["notes"] == 1
+    hits = model.tool_results[0].splitlines()
+    assert len(hits) == 8 and all(h.startswith("digest/wiki/team-") for h in hits), hits
+    assert max(map(text_cost, hits)) <= 300 + 30
 
 
 def test_a_chinese_file_is_summarized_from_as_many_tokens_as_an_english_one(

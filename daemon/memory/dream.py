@@ -76,6 +76,7 @@ from recalld.daemon.providers.errors import (
     ProviderConfigError,
     ProviderError,
 )
+from recalld.daemon.textcost import chars_within
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import JobFailed, PathOutsideWorkspace, UnknownWorkspace
 from recalld.ipc.textcut import cut_text
@@ -176,8 +177,9 @@ class _Run:
             filters=parse_filters({"path_prefix": self.digest_dir}),
             config=self.ws.settings.search, agent_id=self.ws.agent_id)
         seen: dict[str, str] = {}
-        for r in answer["results"]:
-            seen.setdefault(r["path"], cut_text(" ".join(str(r.get("text", "")).split()), 300))
+        for r in answer["results"]:  # each hit one line, of at most what 300 of English cost
+            line = " ".join(str(r.get("text", "")).split())
+            seen.setdefault(r["path"], cut_text(line, chars_within(line, 300)))
         if not seen:
             return "no matching nodes"
         return "\n".join(f"{p}: {snippet}" for p, snippet in seen.items())
