@@ -373,6 +373,37 @@ def test_a_retry_after_a_crash_before_the_answer_was_recorded(daemon_factory: An
                      "pending_messages": 4, "user_turns_total": 2}
 
 
+def test_a_retry_of_turns_killed_before_their_job_was_queued_queues_it(
+        daemon_factory: Any, fake: FakeProvider, tmp_path: Path) -> None:
+    # The turns that reach the interval are saved, then their job is queued: a daemon
+    # killed in between answered the retry from the saved turns and queued nothing, so
+    # the turns waited for the next ones (or the idle flush, 10 minutes later).
+    root = tmp_path / "ws"
+    cfg = config(root, fake)
+    d = daemon_factory(cfg)
+    fake.script(Reply(delay_s=60))  # the job stays running till the kill
+    add(d, "ride", turn("Mi bici es verde."), request_id="r1")
+    second = add(d, "ride", turn("Я езжу по набережной."), request_id="r2")
+    d.kill()
+    # What a kill after the turns' record and before the job's leaves on disk.
+    log = root / "mem_metadata" / "sessions" / "pending.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if "набережной".encode() in line)
+    log.write_bytes(b"".join(lines[:cut + 1]))
+    (journal,) = d.data_dir.rglob("jobs.journal")
+    journal.write_bytes(b"".join(line for line in journal.read_bytes().splitlines(True)
+                                 if second["job_id"].encode() not in line))
+    fake.clear_script()
+    fake.script(write_note("ride", "- Bike is green\n- Rides along the embankment"), done())
+    d2 = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    again = add(d2, "ride", turn("Я езжу по набережной."), request_id="r2")
+    assert again == {k: v for k, v in second.items() if k != "job_id"}, again
+    (job,) = d2.call("jobs.list", {"agent_id": "w"})["jobs"]  # queued by the retry
+    assert job["params"]["session_id"] == "ride" and job["params"]["upto"] == 4, job
+    assert wait_job(d2, job["job_id"])["state"] == "succeeded"
+    assert "embankment" in all_text(root)
+
+
 def test_example_agent_loop_runs_one_turn(daemon_factory: Any, fake: FakeProvider,
                                           tmp_path: Path) -> None:
     root = tmp_path / "ws"

@@ -61,6 +61,16 @@ async def add_turns(ctx: CallContext, params: JsonObject) -> TurnsAdded | JsonOb
         async with store.lock:
             prior = store.answer_for(request_id)
             if prior is not None:
+                # Killed between saving the turns and queueing the job they were due
+                # (every ``auto_memory_interval`` user turns): the retry queues it, else
+                # they would wait for the next turns. Its answer stays the first one.
+                owed = store.info(session_id)
+                interval = ws.settings.auto_memory_interval
+                if (interval and owed.since_submit >= interval and owed.pending_turns
+                        and not (messages and continued(messages[-1]))
+                        and not ws.services.capture.covered(owed)):
+                    await ws.services.capture.submit(session_id, owed.upto,
+                                                     trigger="interval")
                 return prior
             before = store.info(session_id)
             added = await store.add(session_id, messages, request_id, answer=None)
