@@ -30,14 +30,16 @@ from recalld.ipc import __version__
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _tree_files() -> list[str]:
-    """The files git knows (tracked or new, not ignored): what a clone would hold; in an
-    unpacked sdist, which is no git work tree, the files its SOURCES.txt lists."""
+def _tree_files(*, new: bool = True) -> list[str]:
+    """The files git knows (tracked, and with ``new`` those not added yet, not ignored):
+    what a clone would hold; in an unpacked sdist, which is no git work tree, the files
+    its SOURCES.txt lists."""
     sources = ROOT / "recalld.egg-info" / "SOURCES.txt"
     if (ROOT / "PKG-INFO").is_file() and not (ROOT / ".git").exists() and sources.is_file():
         return sources.read_text(encoding="utf-8").splitlines()
+    others = ["--others", "--exclude-standard"] if new else []
     listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        ["git", "ls-files", "-z", "--cached", *others],
         cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
     return [raw.decode() for raw in listed]
 
@@ -118,7 +120,8 @@ def test_the_sdist_holds_every_file_of_the_tree(tmp_path: Path) -> None:
     assert built.returncode == 0, built.stderr[-3000:]
     with tarfile.open(tmp_path / built.stdout.split()[-1]) as tar:
         names = {n.partition("/")[2] for n in tar.getnames()}
-    tree = {str(p.relative_to(src)) for p in src.rglob("*") if p.is_file()}
+    # What the project holds (a file of one's own beside it in a checkout is not its).
+    tree = {rel for rel in _tree_files(new=False) if (src / rel).is_file()}
     missing = sorted(n for n in tree if not n.startswith(".") and n not in names)
     assert missing == [], f"{len(missing)} file(s) of the tree not in the sdist: {missing[:20]}"
 
