@@ -17,10 +17,10 @@ from agentscope.tool import ToolBase, ToolChunk
 from recalld.ipc import errors
 from recalld.ipc.agentscope_workspace import _DAEMON_ERRORS
 from recalld.ipc.answers import JsonObject
+from recalld.ipc.protocol import MAX_RESULTS
 from recalld.ipc.request_parts import in_note_parts
 from recalld.ipc.shown import names_nothing
 from recalld.ipc.tool_args import (
-    MAX_HITS,
     ArgumentError,
     count_argument,
     text_argument,
@@ -124,7 +124,7 @@ class MemorySearchTool(_MemoryTool):
                           "description": "What to look for: a name, a preference, a "
                                          "decision, an error message..."},
                 "limit": {"type": "integer", "description": "Maximum number of results.",
-                          "minimum": 1, "maximum": MAX_HITS, "default": middleware.top_k},
+                          "minimum": 1, "maximum": MAX_RESULTS, "default": middleware.top_k},
             },
             "required": ["query"],
         }

@@ -38,6 +38,7 @@ from recalld.ipc.agent_ids import workspace_table
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.cli_args import Parser, count, whole_number
 from recalld.ipc.client import Client
+from recalld.ipc.protocol import MAX_DREAM_RUNS
 from recalld.ipc.render import (
     AnswerLost,
     JobWaiter,
@@ -56,8 +57,6 @@ from recalld.ipc.render import (
 from recalld.ipc.types import visible
 
 DEFAULT_AGENT = "default"
-#: The dream runs ``dream.runs`` lists at most.
-MAX_DREAM_RUNS = 200
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 

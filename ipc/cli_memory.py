@@ -30,6 +30,7 @@ from recalld.ipc.cli_ops import (
     add_command,
 )
 from recalld.ipc.client import Client
+from recalld.ipc.protocol import MAX_LISTED_CHANGES
 from recalld.ipc.render import at_most, print_json, render_read, say, table
 from recalld.ipc.request_parts import note_parts
 from recalld.ipc.shown import names_nothing
@@ -223,9 +224,6 @@ def _what(change: ChangeRecord) -> str:
         parts.append(f"{change['refused']} bullet(s) a refused rewrite would have dropped")
     return ", ".join(parts)
 
-
-#: The records ``memory.changes`` lists at most (auto_memory keeps 2,000 of its own).
-MAX_LISTED_CHANGES = 500
 #: The folder of each kind's records in the metadata directory.
 _RUNS_FOLDERS = {"auto_memory": "auto_memory/runs", "auto_dream": "dream/runs"}
 

@@ -12,6 +12,7 @@ import mcp.types as types
 from jsonschema import Draft202012Validator
 
 from recalld.ipc.answers import MESSAGE_ROLES, JsonObject
+from recalld.ipc.protocol import MAX_RESULTS
 from recalld.ipc.tool_args import schema_error
 
 #: One message of ``memory_add_turns``: a role and string, block or null content (or
@@ -44,7 +45,7 @@ TOOLS: list[types.Tool] = [
             "type": "object",
             "properties": {
                 "query": {"type": "string", "description": "What to look for."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 5},
+                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_RESULTS, "default": 5},
                 "agents": {"type": "array", "items": {"type": "string"},
                            "description": "Search these agents' workspaces instead of your "
                                           "own (each must be shared with you)."},
@@ -62,7 +63,7 @@ TOOLS: list[types.Tool] = [
             "type": "object",
             "properties": {
                 "query": {"type": "string", "description": "The request or topic."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 5},
+                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_RESULTS, "default": 5},
                 "budget_chars": {"type": "integer", "minimum": 1, "maximum": 200000,
                                  "default": 4000},
                 "include_index": {"type": "boolean", "default": False,

@@ -36,6 +36,10 @@ DEFAULT_MAX_BATCH = 100
 #: The most hits one ``memory.search`` hands back (the daemon's cap): a larger
 #: ``max_results`` asks no more.
 MAX_RESULTS = 100
+#: The most records one ``memory.changes`` lists (auto_memory keeps 2,000 of its own).
+MAX_LISTED_CHANGES = 500
+#: The most runs one ``dream.runs`` lists.
+MAX_DREAM_RUNS = 200
 _CR = ord("\r")
 
 Id = int | str | None

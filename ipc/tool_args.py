@@ -9,8 +9,8 @@ AgentScope tools, which take more shapes than their schemas say (one string for 
 ``"5"`` for a number, as models write them), read each argument with the
 ``*_argument`` functions, which raise :class:`ArgumentError` in the same words. Only
 :func:`schema_error` needs ``jsonschema`` (which both the ``mcp`` and the ``agentscope``
-extras bring) and imports it when called: the rest, :data:`MAX_HITS` among it, serves the
-command line of an install without extras.
+extras bring) and imports it when called: the rest serves the command line of an install
+without extras.
 """
 
 from __future__ import annotations
@@ -123,15 +123,13 @@ def whole_argument(name: str, value: object) -> int | None:
     raise ArgumentError(f"{name}: must be a whole number, not {_kind(value)}")
 
 
-#: The most hits one search hands back (the daemon's cap): a larger count asks no more.
-MAX_HITS = MAX_RESULTS
-
 
 def count_argument(name: str, value: object) -> int | None:
     """``value`` as a count of hits (None if not given), read as :func:`whole_argument`
     does: at least 1 (ArgumentError naming the argument below that, where the daemon
-    would name its own parameter), and above :data:`MAX_HITS` taken as that many."""
+    would name its own parameter), and above the daemon's cap (``MAX_RESULTS``) taken as
+    that many."""
     count = whole_argument(name, value)
     if count is not None and count < 1:
         raise ArgumentError(f"{name}: must be at least 1")
-    return None if count is None else min(count, MAX_HITS)
+    return None if count is None else min(count, MAX_RESULTS)

@@ -8,6 +8,7 @@ from typing import TypedDict
 from recalld.daemon.memory import dreamruns
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
 from recalld.ipc.answers import DreamRun, DreamUndone
+from recalld.ipc.protocol import MAX_DREAM_RUNS
 
 METHODS = Methods()
 
@@ -33,4 +34,4 @@ async def dream_runs(ctx: CallContext, params: JsonObject) -> DreamRuns:
     agent_id = p.agent_id()
     limit = p.integer("limit", 20, minimum=1)
     p.done()
-    return {"runs": await dreamruns.runs(ctx.workspace(agent_id), min(limit, 200))}
+    return {"runs": await dreamruns.runs(ctx.workspace(agent_id), min(limit, MAX_DREAM_RUNS))}

@@ -22,6 +22,7 @@ from recalld.daemon.rpc.echo import echoed
 from recalld.daemon.store.errors import StorageError
 from recalld.ipc.answers import InboxAcked, TurnsAdded
 from recalld.ipc.errors import InvalidParams
+from recalld.ipc.protocol import MAX_LISTED_CHANGES
 
 METHODS = Methods()
 log = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ async def memory_changes(ctx: CallContext, params: JsonObject) -> Changes:
     p = Params(params)
     agent_id = p.agent_id()
     kind = p.text("kind", None)
-    limit = min(p.integer("limit", 20, minimum=1), 500)
+    limit = min(p.integer("limit", 20, minimum=1), MAX_LISTED_CHANGES)
     p.done()
     if kind is not None and kind not in CHANGE_KINDS:
         raise InvalidParams(f"kind must be one of {', '.join(CHANGE_KINDS)}")
