@@ -313,7 +313,7 @@ def _verify(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) 
         out.write(f"{ns.agent}: {'ok' if result['ok'] else 'DIFFERENCES FOUND'} "
                   f"({result['files_on_disk']} files on disk, {result['files_indexed']} "
                   f"indexed, {result['chunks']['chunks']} chunks)\n")
-        said = _verify_lines(result)
+        said = verify_lines(result)
         if not result.get("ok") and not said:  # a check this client does not know yet
             said = ["  details: recalld --json verify"]
         out.write("".join(f"{line}\n" for line in said))
@@ -333,7 +333,7 @@ VERIFY_LISTS = (("not_indexed", "not indexed"), ("indexed_but_gone", "indexed bu
                                  "reads them again)"))
 
 
-def _verify_lines(result: JsonObject) -> list[str]:
+def verify_lines(result: JsonObject) -> list[str]:
     """A line for every check of ``result`` (an index.verify answer) that failed."""
     lines = []
     for key, what in VERIFY_LISTS:

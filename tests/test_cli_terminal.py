@@ -111,7 +111,7 @@ def test_a_file_name_with_a_line_break_stays_on_its_line_in_lists_of_files(
         daemon: DaemonHandle, tmp_path: Path) -> None:
     # A restore asks before removing the files it lists: a name holding a line break
     # showed as two lines, neither of them the file it removes, and could forge a third.
-    from recalld.ipc.cli_ops import _verify_lines
+    from recalld.ipc.cli_ops import verify_lines
 
     archive = tmp_path / "before.zip"
     assert recalld("backup", "create", "--out", str(archive), env=daemon.env).returncode == 0
@@ -123,7 +123,7 @@ def test_a_file_name_with_a_line_break_stays_on_its_line_in_lists_of_files(
     removes = [line for line in plan.stdout.splitlines() if line.startswith("  remove ")]
     assert removes == ["  remove memory/2026-12-01/otter\\n  remove kept.md"], removes
     # So in what verify lists (paths as index.verify answers them).
-    assert _verify_lines({"not_indexed": {"count": 1, "paths": ["memory/o\r\nx.md"]},
+    assert verify_lines({"not_indexed": {"count": 1, "paths": ["memory/o\r\nx.md"]},
                           "generation": {"ok": True}}) == ["  not indexed: 1: memory/o\\r\\nx.md"]
 
 

@@ -23,7 +23,7 @@ from recalld.daemon.index.tokenizer import tokenize_query
 from recalld.daemon.maintenance import Health, verify
 from recalld.daemon.watchrecords import WatcherConfig
 from recalld.daemon.workspaces import Workspace
-from recalld.ipc.cli_ops import _verify_lines
+from recalld.ipc.cli_ops import verify_lines
 from recalld.ipc.health import assess
 
 NOTE = "---\nname: zeppelin\n---\n# Airships\n\nThey flew over the lake.\n"
@@ -214,7 +214,7 @@ async def test_status_says_notes_are_read_again_under_these_rules_not_that_files
             # recalld verify lists them apart: their stat was cleared, not changed on disk.
             checked = await verify(ws, index, cpu)
             assert (checked["stat_differs"]["count"], checked["read_again"]["count"]) == (0, 3)
-            assert [line.split(":")[0] for line in _verify_lines(dict(checked))] == [
+            assert [line.split(":")[0] for line in verify_lines(dict(checked))] == [
                 "  left to read again under this version's rules (the saved index was made "
                 "under older ones)"]
             # recalld status and doctor say so too.

@@ -17,7 +17,7 @@ from waits import wait_for
 from recalld.daemon.index.links import Link
 from recalld.daemon.index.persist import IndexStore, snapshot
 from recalld.daemon.index.state import IndexState
-from recalld.ipc.cli_ops import _verify_lines
+from recalld.ipc.cli_ops import verify_lines
 from recalld.ipc.client import Client
 
 AGENT = "default"
@@ -93,7 +93,7 @@ def test_a_saved_graph_unlike_the_notes_is_found_and_mended_by_reindex(
                      (egret, heron, "missing"), (ghost, heron, "stale"),
                      (tokens, heron, "missing"), (tokens, "REDACTED", "missing")}, links
     assert TOKEN not in repr(report)  # the links as the index reads them: redacted
-    lines = _verify_lines(report)
+    lines = verify_lines(report)
     assert any("links in the index differ" in line and "reindex" in line and heron in line
                for line in lines), lines
     # Other checks see nothing wrong: only the graph differs.
