@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from datetime import datetime, timedelta
+import zlib
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -149,15 +150,23 @@ def test_dream_due_after_the_restart_fires_with_no_client(daemon_factory: Any) -
     entry = saved["entries"]["dreamer/auto_dream"]
     entry["last_fired"] = (datetime.fromisoformat(entry["last_fired"])
                            - timedelta(hours=1)).isoformat()
+    # Saved with its checksum, as the scheduler saves it (a file that does not verify is
+    # set aside and the entry starts afresh, from the next minute).
+    entries = orjson.dumps(saved["entries"], option=orjson.OPT_SORT_KEYS)
+    saved["crc32"] = f"{zlib.crc32(entries):08x}"
     schedule.write_bytes(orjson.dumps(saved))
     # The missed occurrence fires once, after the scheduler's jitter (0-60 s by default,
     # a few seconds here).
+    started = datetime.now(UTC)
     d2 = daemon_factory("[daemon]\nschedule_jitter_s = 3\n",
                         XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
     fired = wait_for(lambda: [j for j in d2.call("jobs.list", {"agent_id": "dreamer"})["jobs"]
                               if j["kind"] == "auto_dream"],
                      "a dream after the restart", deadline_s=120)
     assert fired[0]["params"].get("trigger") == "cron"
+    # The occurrence missed while down, not the first one after the start.
+    assert datetime.fromisoformat(fired[0]["params"]["occurrence"]) <= started, fired[0]
+    assert not list(schedule.parent.glob("scheduler.json.corrupt*"))
 
 
 def test_a_bare_open_keeps_the_settings_a_workspace_was_recorded_with(
