@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-from recalld.daemon import config_rules, qwenpaw, sharedplace
+from recalld.daemon import config_layout, config_rules, qwenpaw, sharedplace
 from recalld.daemon.config_search import SearchConfig as SearchConfig
 from recalld.daemon.dsn import mask_dsn
 from recalld.daemon.dsn import problem as dsn_problem
@@ -75,6 +75,10 @@ class ChatModelConfig:
     temperature: float = 0.2
     max_tokens: int = 2048
     timeout_s: float = 120.0
+    #: After 5 calls in a row fail for want of the provider, calls wait this long before
+    #: one probe is sent; each failed probe doubles the wait, up to ``breaker_open_max_s``.
+    breaker_open_s: float = 5.0
+    breaker_open_max_s: float = 300.0
     __repr__ = config_rules.masked_repr
 
 
@@ -339,8 +343,8 @@ def _workspace(table: object, base: WorkspaceSettings, where: str) -> WorkspaceS
     folders checked together (a step towards them, such as a QwenPaw ``agent.json`` under
     a ``[workspaces.X]`` table, is built with :func:`_build` and not checked alone)."""
     built = _build(WorkspaceSettings, table, base=base, where=where)
-    wrong = config_rules.layout_problem(
-        {name: getattr(built, name) for name in config_rules.LAYOUT_DIRS})
+    wrong = config_layout.layout_problem(
+        {name: getattr(built, name) for name in config_layout.LAYOUT_DIRS})
     if wrong is not None:
         raise ConfigError(f"{where} {wrong}")
     # Kept tidy (``./memory/`` is ``memory``): paths are matched against them as strings.

@@ -5,11 +5,11 @@ settings class and field name), so a value that would make the daemon misbehave
 (``cpu_threads = -1``, ``max_request_bytes = 0``, ``dream_cron = "0 25 * * *"``) is
 refused at load with one line naming the key, never accepted. Types are checked by
 ``config.py`` from the field defaults; this table says what a value of the right type may
-be. :func:`layout_problem` says which of a workspace's folders may lie in which, checked
-once per workspace's settings as built. The README's configuration section documents the
-same ranges and layouts. Also here: the message naming unknown keys with their likely
-intended names (:func:`unknown`), and the masking of credentials in settings shown
-(:func:`mask_url`, :func:`shown_setting`; a DSN's in ``daemon/dsn.py``).
+be (which of a workspace's folders may lie in which: ``daemon/config_layout.py``). The
+README's configuration section documents the same ranges and layouts. Also here: the
+message naming unknown keys with their likely intended names (:func:`unknown`), and the
+masking of credentials in settings shown (:func:`mask_url`, :func:`shown_setting`; a
+DSN's in ``daemon/dsn.py``).
 
 Nothing here imports the rest of the daemon (but the redaction rules, when a message
 shows a text or a name): the config module imports this one.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import unicodedata
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Final, TypeGuard
@@ -256,6 +256,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("ChatModelConfig", "temperature"): between(0.0, 2.0),
     ("ChatModelConfig", "max_tokens"): between(1, 10_000_000),
     ("ChatModelConfig", "timeout_s"): between(1.0, 3600.0),
+    ("ChatModelConfig", "breaker_open_s"): between(0.1, 3600.0),
+    ("ChatModelConfig", "breaker_open_max_s"): between(0.1, 86400.0),
     # search
     ("SearchConfig", "vector_weight"): between(0.0, 1.0, bad=1.5),
     ("SearchConfig", "keyword_weight"): between(0.0, 1.0, bad=1.5),
@@ -282,6 +284,11 @@ def record_problem(settings: str, values: dict[str, object]) -> str | None:
     if settings == "SearchConfig" and not (
             _positive(values.get("vector_weight")) or _positive(values.get("keyword_weight"))):
         return "vector_weight and keyword_weight must not both be 0"
+    first, longest = values.get("breaker_open_s"), values.get("breaker_open_max_s")
+    if (settings == "ChatModelConfig" and isinstance(first, int | float)
+            and isinstance(longest, int | float) and longest < first):
+        return (f"breaker_open_max_s = {_num(longest)} must not be below "
+                f"breaker_open_s = {_num(first)}")
     model = values.get("model_name")
     if (settings == "EmbeddingModelConfig" and values.get("backend") == "local"
             and isinstance(model, str) and not known_local_model(model)):
@@ -292,68 +299,6 @@ def record_problem(settings: str, values: dict[str, object]) -> str | None:
 
 def _positive(value: object) -> bool:
     return isinstance(value, int | float) and value > 0
-
-
-# -- the workspace layout: which folders may lie in which ------------------------------
-
-#: The folders the index watches: every ``.md`` file under them is a note.
-NOTE_DIRS = ("daily_dir", "digest_dir")
-_OTHER_DIRS = ("metadata_dir", "session_dir", "mem_session_dir", "resource_dir")
-#: Every folder setting of a workspace.
-LAYOUT_DIRS = NOTE_DIRS + _OTHER_DIRS
-
-#: What a folder's contents are taken for: why another folder cannot be in it.
-_TAKEN_FOR = {
-    "daily_dir": "every .md file under daily_dir is a daily note (the index watches it, "
-                 "the dream reads it)",
-    "digest_dir": "every .md file under digest_dir is a digest node (the index watches it, "
-                  "memory.index lists it)",
-    "metadata_dir": "metadata_dir holds the daemon's own state and nothing else",
-    "resource_dir": "every file under resource_dir is cataloged as a resource",
-    "session_dir": "session_dir holds session files (a restore puts back only those)",
-    "mem_session_dir": "mem_session_dir holds session files (a restore puts back only "
-                       "those)",
-}
-
-#: ``(inner, outer)``: the folder ``inner`` may be neither ``outer`` nor inside it.
-_REFUSED: tuple[tuple[str, str], ...] = (
-    # A note folder holds notes only.
-    *((other, notes) for notes in NOTE_DIRS for other in _OTHER_DIRS),
-    # Daily notes and digest nodes are told apart by their folder: the dream would read
-    # its own nodes, memory.index list daily notes as nodes.
-    ("digest_dir", "daily_dir"), ("daily_dir", "digest_dir"),
-    # The daemon's state, its own to write and rebuild: the watchers pass the default one
-    # by (a daily_dir of "mem_metadata/notes" would never be indexed).
-    *((other, "metadata_dir") for other in LAYOUT_DIRS if other != "metadata_dir"),
-    # The resource job takes every file it finds for a resource to turn into notes.
-    ("metadata_dir", "resource_dir"), ("session_dir", "resource_dir"),
-    ("mem_session_dir", "resource_dir"),
-    *((notes, other) for notes in NOTE_DIRS
-      for other in ("session_dir", "mem_session_dir", "resource_dir")),
-    # A restore removes from a session folder what the backup does not put back there:
-    # the daemon's state, most of it not in a backup.
-    ("metadata_dir", "session_dir"), ("metadata_dir", "mem_session_dir"),
-)
-
-
-def layout_problem(dirs: Mapping[str, str]) -> str | None:
-    """What is wrong with a workspace's folders (``dirs``: each of :data:`LAYOUT_DIRS`)
-    taken together: one that is or lies inside another where that cannot work (None:
-    nothing). Folders are compared by their parts, so ``memory2`` is not inside
-    ``memory`` and ``./memory/`` is ``memory``."""
-    parts = {name: dir_parts(dirs[name]) for name in LAYOUT_DIRS}
-    for inner, outer in _REFUSED:
-        held, holder = parts[inner], parts[outer]
-        if held[:len(holder)] != holder:
-            continue
-        how = "must not be the same folder as" if held == holder else "must not lie inside"
-        return (f"{inner} = {shown(dirs[inner])} {how} {outer} = {shown(dirs[outer])}: "
-                f"{_TAKEN_FOR[outer]}")
-    if len(parts["metadata_dir"]) == 1 and parts["metadata_dir"][0] in parts["resource_dir"]:
-        return (f"resource_dir = {shown(dirs['resource_dir'])} must not be in a folder named "
-                f"as metadata_dir = {shown(dirs['metadata_dir'])}: the resource watcher "
-                "passes folders of that name by")
-    return None
 
 
 #: The escapes a TOML basic string has for control characters; others are ``\\uXXXX``.

@@ -16,11 +16,12 @@ from waits import ACTIVE, wait_for, wait_job
 
 
 def config(root: Path, fake: FakeProvider | None, *, idle_s: float = 600.0,
-           interval: int = 5, graceful_s: float = 5.0) -> str:
+           interval: int = 5, graceful_s: float = 5.0, breaker_s: float = 5.0) -> str:
     chat = ""
     if fake is not None:
         chat = (f'chat_model_config = {{base_url = "{fake.url}/v1", api_key = "test-key", '
-                f'model_name = "fake-model", timeout_s = 60.0}}\n')
+                f'model_name = "fake-model", timeout_s = 60.0, '
+                f"breaker_open_s = {breaker_s}}}\n")
     return (f"[daemon]\ngraceful_timeout_s = {graceful_s}\n"
             f'[workspaces.w]\npath = "{root}"\nauto_memory_interval = {interval}\n'
             f"auto_memory_idle_s = {idle_s}\n{chat}")

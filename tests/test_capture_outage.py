@@ -8,6 +8,7 @@ refuses (503, 429 with Retry-After, a dropped connection) until the test lets it
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ def test_failed_runs_of_an_outage_do_not_stop_the_retries(daemon_factory: Any,
     # The runs during an outage are few (the breaker's probes): here the runs before
     # it failed on answers that count, one short of the limit.
     root = tmp_path / "ws"
-    d = daemon_factory(config(root, fake, idle_s=0.02))
+    d = daemon_factory(config(root, fake, idle_s=0.02, breaker_s=1.0))
     refusals = itertools.chain([Reply(status=400)] * (MAX_FAILED_RUNS - 1), itertools.cycle(
         [Reply(status=503), Reply(drop=True), Reply(status=429, headers={"Retry-After": "0"})]))
     fake.reply_for = lambda body: next(refusals)
@@ -69,7 +70,7 @@ def test_an_outage_leaves_no_refused_runs_and_ends_at_the_breakers_probe(
     # each one a failed job in the journal, refused without being sent, their delay
     # doubling as if the provider had been paid for them.
     root = tmp_path / "ws"
-    d = daemon_factory(config(root, fake, idle_s=0.02))
+    d = daemon_factory(config(root, fake, idle_s=0.02, breaker_s=1.0))
     fake.reply_for = lambda body: Reply(status=503)
     add(d, "s1", turn("Mi hermana enseña guaraní en Asunción."))
 
@@ -78,8 +79,10 @@ def test_an_outage_leaves_no_refused_runs_and_ends_at_the_breakers_probe(
         view: dict[str, Any] = next(w for w in listed if w["agent_id"] == "w")["chat"]
         return view
 
-    # Two half-open probes failed (the breaker's open time doubled twice).
-    wait_for(lambda: chat()["breaker"]["open_for_s"] >= 20, "two failed probes")
+    # Two half-open probes failed (the breaker's open time doubled twice from the
+    # configured second: the default's five would make it 20).
+    wait_for(lambda: chat()["breaker"]["open_for_s"] >= 4, "two failed probes")
+    assert math.log2(chat()["breaker"]["open_for_s"]).is_integer(), chat()["breaker"]
     failed = [j for j in memory_jobs(d) if j["state"] == "failed"]
     refused = [j["error"] for j in failed if "circuit open" in str(j["error"])]
     assert not refused, refused

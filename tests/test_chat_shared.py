@@ -27,7 +27,7 @@ def flushed(d: Any, i: int, text: str) -> str:
 
 
 def many(tmp_path: Path, fake: FakeProvider, keys: list[str], *, idle_s: float = 600.0,
-         timeout_s: float = 60.0, models: tuple[str, ...] = ()) -> str:
+         timeout_s: float = 60.0, models: tuple[str, ...] = (), breaker_s: float = 5.0) -> str:
     """A daemon config of one workspace ``w<i>`` per key, all on ``fake``'s URL, with
     model ``models[i]`` (``m`` past them)."""
     text = "[daemon]\ngraceful_timeout_s = 5\n"
@@ -35,7 +35,8 @@ def many(tmp_path: Path, fake: FakeProvider, keys: list[str], *, idle_s: float =
         text += (f'[workspaces.w{i}]\npath = "{tmp_path / f"ws{i}"}"\n'
                  f"auto_memory_interval = 50\nauto_memory_idle_s = {idle_s}\n"
                  f'chat_model_config = {{base_url = "{fake.url}/v1", api_key = "{key}", '
-                 f'model_name = "{(models[i:] or ("m",))[0]}", timeout_s = {timeout_s}}}\n')
+                 f'model_name = "{(models[i:] or ("m",))[0]}", timeout_s = {timeout_s}, '
+                 f"breaker_open_s = {breaker_s}}}\n")
     return text
 
 
@@ -117,7 +118,7 @@ def test_the_provider_answering_again_wakes_every_workspace_waiting_on_it(
     # After an outage each session waited out its own retry delay (here ten minutes, up
     # to an hour): turns were written long after the provider answered again.
     n = 4
-    d = daemon_factory(many(tmp_path, fake, ["k"] * n))
+    d = daemon_factory(many(tmp_path, fake, ["k"] * n, breaker_s=1.0))
     fake.reply_for = lambda body: Reply(status=503)
     jobs = [flushed(d, i, f"Vivo en Montevideo desde {2000 + i}.") for i in range(n)]
     for i, job_id in enumerate(jobs):
@@ -149,7 +150,7 @@ def test_workspaces_held_by_one_outage_do_not_all_queue_a_run_for_its_probe(
     # other one failed at once, refused unsent (one more failed job per workspace and
     # probe).
     n = 4
-    d = daemon_factory(many(tmp_path, fake, ["k"] * n, idle_s=0.02))
+    d = daemon_factory(many(tmp_path, fake, ["k"] * n, idle_s=0.02, breaker_s=1.0))
     fake.reply_for = lambda body: Reply(status=503)
     for i in range(n):
         d.call("memory.add_turns", {"agent_id": f"w{i}", "session_id": "s1",
@@ -165,7 +166,7 @@ def test_workspaces_held_by_one_outage_do_not_all_queue_a_run_for_its_probe(
                 for j in d.call("jobs.list", {"agent_id": f"w{i}"})["jobs"]
                 if j["kind"] == "auto_memory" and j["state"] == "failed"]
 
-    wait_for(lambda: breaker()["open_for_s"] >= 20, "two failed probes")
+    wait_for(lambda: breaker()["open_for_s"] >= 4, "two failed probes")
     refused = [e for e in failed() if "circuit open" in e]
     # At most the runs already queued when the breaker first opened.
     assert len(refused) <= n - 1, refused

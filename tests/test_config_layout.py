@@ -1,6 +1,6 @@
 """A workspace's folders that are or lie inside one another where that cannot work are refused.
 
-- ``config_rules.layout_problem`` over a table of layouts, refused and accepted, compared
+- ``config_layout.layout_problem`` over a table of layouts, refused and accepted, compared
   by path parts (``memory2`` is not inside ``memory``, ``./memory/`` is ``memory``);
 - every way settings are built runs it once on the whole: ``[workspace_defaults]``, each
   ``[workspaces.X]`` (over its ``qwenpaw_agent_json``) and ``workspace.open``'s ``config``;
@@ -20,7 +20,7 @@ import pytest
 from conftest import DaemonFactory
 from test_qwenpaw_config import qwenpaw_memory_config
 
-from recalld.daemon import config, config_rules, watchpaths
+from recalld.daemon import config, config_layout, config_rules, watchpaths
 from recalld.daemon import main as daemon_main
 from recalld.ipc import errors
 from recalld.ipc.errors import InvalidParams
@@ -79,7 +79,7 @@ ACCEPTED = [
 
 def _layout(overrides: dict[str, str]) -> dict[str, str]:
     return {name: overrides.get(name, getattr(DEFAULTS, name))
-            for name in config_rules.LAYOUT_DIRS}
+            for name in config_layout.LAYOUT_DIRS}
 
 
 @pytest.mark.parametrize(("overrides", "inner", "outer"), REFUSED,
@@ -87,7 +87,7 @@ def _layout(overrides: dict[str, str]) -> dict[str, str]:
 def test_a_folder_where_it_cannot_work_is_refused_naming_both(
         overrides: dict[str, str], inner: str, outer: str) -> None:
     dirs = _layout(overrides)
-    problem = config_rules.layout_problem(dirs)
+    problem = config_layout.layout_problem(dirs)
     assert problem is not None
     named = (f"{inner} = {config_rules.shown(dirs[inner])} ",
              f"{outer} = {config_rules.shown(dirs[outer])}: ")
@@ -100,7 +100,7 @@ def test_a_folder_where_it_cannot_work_is_refused_naming_both(
 
 @pytest.mark.parametrize("overrides", ACCEPTED, ids=[json.dumps(o) for o in ACCEPTED])
 def test_folders_apart_are_accepted(overrides: dict[str, str]) -> None:
-    assert config_rules.layout_problem(_layout(overrides)) is None
+    assert config_layout.layout_problem(_layout(overrides)) is None
     settings = DEFAULTS.merged(overrides)
     assert all(getattr(settings, k) == v for k, v in overrides.items())
 
@@ -111,7 +111,7 @@ def test_folders_apart_are_accepted(overrides: dict[str, str]) -> None:
 def test_folders_are_kept_tidy(given: str, kept: str, tmp_path: Path) -> None:
     # Notes are matched against the folders as strings (``daily_dir + "/"``): a folder
     # written untidily is kept as its parts.
-    for key in config_rules.LAYOUT_DIRS:
+    for key in config_layout.LAYOUT_DIRS:
         name = f"the_{key}"
         assert getattr(DEFAULTS.merged({key: given.format(name)}), key) == kept.format(name)
     path = tmp_path / "c.toml"
@@ -129,7 +129,7 @@ def test_folders_are_kept_tidy(given: str, kept: str, tmp_path: Path) -> None:
     ("mem_metadata/notes", "folder named mem_metadata"),
     ("notes/mem_metadata", "folder named mem_metadata"),
 ])
-@pytest.mark.parametrize("key", config_rules.NOTE_DIRS)
+@pytest.mark.parametrize("key", config_layout.NOTE_DIRS)
 def test_a_note_folder_the_index_could_not_watch_is_a_field_error(
         key: str, value: str, why: str) -> None:
     with pytest.raises(config.ConfigError) as info:
@@ -139,7 +139,7 @@ def test_a_note_folder_the_index_could_not_watch_is_a_field_error(
 
 
 @pytest.mark.parametrize("value", ["memory\n", "notes\tdaily", "mem\x1bory", "a/b\x7f"])
-@pytest.mark.parametrize("key", [*config_rules.NOTE_DIRS, "metadata_dir", "resource_dir"])
+@pytest.mark.parametrize("key", [*config_layout.NOTE_DIRS, "metadata_dir", "resource_dir"])
 def test_a_folder_setting_with_a_control_character_is_a_field_error(key: str,
                                                                    value: str) -> None:
     with pytest.raises(config.ConfigError) as info:
@@ -171,7 +171,7 @@ def test_a_resource_folder_the_watcher_could_not_watch_is_a_field_error(
 def test_a_resource_folder_named_as_metadata_dir_is_refused(
         overrides: dict[str, str], accepted: bool) -> None:
     # The resource watcher passes folders named as metadata_dir (one part) by.
-    problem = config_rules.layout_problem(_layout(overrides))
+    problem = config_layout.layout_problem(_layout(overrides))
     if accepted:
         assert problem is None
     else:
@@ -183,7 +183,7 @@ def test_a_resource_folder_named_as_metadata_dir_is_refused(
 def test_the_names_passed_by_are_the_watchers() -> None:
     # Every folder name the watchers pass by, wherever it is, is refused in a note folder.
     for name in watchpaths.IGNORE_DIRS:
-        for key in config_rules.NOTE_DIRS:
+        for key in config_layout.NOTE_DIRS:
             with pytest.raises(config.ConfigError, match=f"folder named {name}"):
                 DEFAULTS.merged({key: f"notes/{name}/more", "metadata_dir": "state"})
 
@@ -234,13 +234,13 @@ def test_a_qwenpaw_agent_json_is_checked_with_its_table_not_alone(tmp_path: Path
 def test_each_workspace_is_checked_once(tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     checked: list[dict[str, str]] = []
-    real = config_rules.layout_problem
+    real = config_layout.layout_problem
 
     def counting(dirs: Mapping[str, str]) -> str | None:
         checked.append(dict(dirs))
         return real(dirs)
 
-    monkeypatch.setattr(config_rules, "layout_problem", counting)
+    monkeypatch.setattr(config_layout, "layout_problem", counting)
     (tmp_path / "agent.json").write_text(json.dumps(
         {"reme_light_memory_config": {"daily_dir": "daily"}}), encoding="utf-8")
     cfg = _load(tmp_path, '[workspace_defaults]\ndigest_dir = "nodes"\n'
@@ -278,10 +278,10 @@ def test_the_defaults_and_every_layout_in_the_docs_and_tests_pass(tmp_path: Path
     # Folder settings the tests open workspaces with (test_api.py).
     built += [DEFAULTS.merged({"daily_dir": d}) for d in ("daily", "days")]
     for settings in built:
-        dirs = {name: getattr(settings, name) for name in config_rules.LAYOUT_DIRS}
-        assert config_rules.layout_problem(dirs) is None, dirs
+        dirs = {name: getattr(settings, name) for name in config_layout.LAYOUT_DIRS}
+        assert config_layout.layout_problem(dirs) is None, dirs
     # The defaults are QwenPaw's (ReMe's) folder names, as its workspaces have them.
-    assert {n: getattr(DEFAULTS, n) for n in config_rules.LAYOUT_DIRS} == {
+    assert {n: getattr(DEFAULTS, n) for n in config_layout.LAYOUT_DIRS} == {
         "daily_dir": "memory", "digest_dir": "digest", "metadata_dir": "mem_metadata",
         "session_dir": "mem_session", "mem_session_dir": "mem_agent",
         "resource_dir": "resource"}

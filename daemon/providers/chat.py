@@ -31,7 +31,7 @@ from recalld.daemon import metrics
 from recalld.daemon.config import ChatModelConfig
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.redact import redact_messages_async
-from recalld.daemon.providers.breaker import BreakerState, CircuitBreaker
+from recalld.daemon.providers.breaker import BreakerConfig, BreakerState, CircuitBreaker
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.chat_lines import ChatLine, ChatLines
 from recalld.daemon.providers.embedding_keys import first_key
@@ -348,11 +348,15 @@ class ChatClient:
             deadline_s=self.config.timeout_s * 2, attempt_timeout_s=self.config.timeout_s,
         )
         #: The breaker and Retry-After wait, shared through ``lines`` with every client
-        #: of the same endpoint, key, backend and model (else this client's own).
+        #: of the same endpoint, key, backend, model and breaker settings (else this
+        #: client's own).
+        settings = BreakerConfig(open_base_s=self.config.breaker_open_s,
+                                 open_max_s=self.config.breaker_open_max_s)
         self.line = (lines.line(self.config.backend, self.endpoint, self._api_key,
-                                self.config.model_name)
+                                self.config.model_name, settings)
                      if lines is not None and breaker is None else ChatLine(
-                         breaker or CircuitBreaker(name=f"chat provider {self.config.backend}")))
+                         breaker or CircuitBreaker(settings,
+                                                   name=f"chat provider {self.config.backend}")))
         self.breaker = self.line.breaker
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
         self.last_error: str | None = None

@@ -110,20 +110,19 @@ class ChatLines:
     """Every :class:`ChatLine` in use, by backend, endpoint, a digest of the key and
     model."""
 
-    def __init__(self, breaker_config: BreakerConfig | None = None) -> None:
-        self._breaker_config = breaker_config
-        self._lines: weakref.WeakValueDictionary[tuple[str, str, str, str], ChatLine] = (
-            weakref.WeakValueDictionary())
+    def __init__(self) -> None:
+        self._lines: weakref.WeakValueDictionary[
+            tuple[str, str, str, str, BreakerConfig], ChatLine] = weakref.WeakValueDictionary()
 
-    def line(self, backend: str, endpoint: str, api_key: str, model: str) -> ChatLine:
+    def line(self, backend: str, endpoint: str, api_key: str, model: str,
+             breaker: BreakerConfig) -> ChatLine:
         """The line of clients sending to ``endpoint`` as ``backend`` with ``api_key``
-        for ``model``."""
+        for ``model``, their breaker set as ``breaker``."""
         digest = hashlib.sha256(api_key.encode("utf-8", "surrogatepass")).hexdigest()
-        key = (backend, endpoint, digest, model)
+        key = (backend, endpoint, digest, model, breaker)
         found = self._lines.get(key)
         if found is None:
-            found = ChatLine(CircuitBreaker(self._breaker_config,
-                                            name=f"chat provider {backend}"))
+            found = ChatLine(CircuitBreaker(breaker, name=f"chat provider {backend}"))
             self._lines[key] = found
         return found
 
