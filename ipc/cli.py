@@ -121,17 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     ws = add("workspace", "open, list or close workspaces")
     ws_sub = ws.add_subparsers(dest="ws_command", required=True, metavar="ACTION")
-    ws_open = ws_sub.add_parser("open", help="open (or create) an agent's workspace",
-                                parents=[common])
+    ws_open = cli_ops.add_command(ws_sub, common, "open", "open (or create) an agent's workspace")
     ws_open.add_argument("agent")
     ws_open.add_argument("--path", help="workspace directory (default: where it is open, else "
                          "its config [workspaces.AGENT] path, its recorded one, <data>/workspaces/"
                          "AGENT)")
     ws_open.add_argument("--config-json", metavar="JSON",
                          help='workspace settings, e.g. \'{"auto_memory_interval": 10}\'')
-    ws_sub.add_parser("list", help="open workspaces, and recorded or configured ones not open",
-                      parents=[common])
-    ws_close = ws_sub.add_parser("close", help="stop serving a workspace", parents=[common])
+    cli_ops.add_command(ws_sub, common, "list",
+                        "open workspaces, and recorded or configured ones not open")
+    ws_close = cli_ops.add_command(ws_sub, common, "close", "stop serving a workspace")
     ws_close.add_argument("agent")
     ws_close.add_argument("--forget", action="store_true",
                           help="also stop reopening it at start (a configured one still opens)")

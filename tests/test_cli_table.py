@@ -95,6 +95,20 @@ def test_the_table_covers_every_subcommand() -> None:
     assert _commands() <= covered, sorted(_commands() - covered)
 
 
+def test_every_command_s_help_says_what_it_does() -> None:
+    # `recalld workspace open --help` showed its usage and options but no line saying
+    # what the command does, which every other command's help had.
+    def undescribed(parser: argparse.ArgumentParser, path: str) -> list[str]:
+        found = []
+        for name, child in _subcommands(parser).items():
+            if not child.description:
+                found.append(f"{path}{name}")
+            found += undescribed(child, f"{path}{name} ")
+        return found
+
+    assert undescribed(build_parser(), "") == []
+
+
 def _fill(args: list[str], **values: str) -> list[str]:
     return [values.get(a, a) for a in args]
 
