@@ -39,6 +39,9 @@ def _cut_model(calls: list[str]) -> Any:
         new = [f"- {f.strip()}" for f in _FACT.findall(said)
                if not any(f.strip() in ln for ln in held) and f.strip() not in sent]
         offered = {t["function"]["name"] for t in body["tools"]}
+        system = next(m["content"] for m in messages if m["role"] == "system")
+        calls.extend(f"named, not offered: {n}"
+                     for n in set(re.findall(r"\bdaily_\w+", system)) - offered)
         if not new or (messages[-1]["role"] == "tool" and "daily_write" in offered):
             return chat_answer("saved")
         if "daily_write" in offered:
@@ -86,6 +89,8 @@ def test_a_note_many_times_max_tokens_keeps_being_captured(
     for fact in facts:
         assert body.count(fact) == 1, fact
     assert "daily_write" in calls and "daily_append" in calls
+    # The system prompt names only the note tools offered with it.
+    assert not [c for c in calls if c.startswith("named")], sorted(set(calls))
     assert add(d, "day", [])["pending_turns"] == 0
 
 

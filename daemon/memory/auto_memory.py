@@ -116,7 +116,7 @@ people or agents may share one conversation: write each fact with the name of th
 it is about or who said it (`Alice lives in Oslo`, not `The user lives in Oslo`), and never \
 take one speaker's claim for another's.
 
-Write them with the daily_write tool as this conversation's note for the day: a short \
+Write them as this conversation's note for the day: a short \
 `name` (a few words, lowercase, dashes), a one-line `description`, and a Markdown body of \
 concise bullet points. {rules} If nothing is worth remembering, do not call any tool and \
 answer "nothing to save"."""

@@ -53,9 +53,9 @@ REWRITE_TOOLS = ("daily_write", "read", "edit", "frontmatter_update")
 APPEND_TOOLS = ("daily_append", "read", "edit", "frontmatter_update")
 
 WRITE_RULES = (
-    "If the note already exists (it is shown below), write the whole merged note again: "
-    "keep what it says, add what is new, correct what changed. Do not create a second "
-    "note.")
+    "Write the note with daily_write. If the note already exists (it is shown below), "
+    "write the whole merged note again: keep what it says, add what is new, correct what "
+    "changed. Do not create a second note.")
 APPEND_RULES = (
     "The note is too long to write again whole (or, when none is shown, what is new is "
     "too much for one answer): do not write it whole. Call daily_append with only the "
