@@ -37,7 +37,10 @@ Turns found on disk when the workspace opens (a crash between a turn's acknowled
 and its note, a session idle while the daemon was down) count as idle since the time
 recorded with the session's last turn, so a session idle for ``auto_memory_idle_s``
 already is written at once; one with no time recorded, or one ahead of the clock (set
-back since), counts as active at the opening. Without a chat model nothing is
+back since), counts as active at the opening. A session whose run was owed before the
+opening (its ``auto_memory_interval`` user turns reached with no job queued: killed in
+between; or a job queued for its turns that ended leaving them pending) is submitted
+at the opening, once, whatever the idle setting. Without a chat model nothing is
 submitted: the turns stay on disk and :meth:`SessionFlusher.waiting` says how many
 wait and why (``health``).
 
@@ -219,9 +222,13 @@ class SessionFlusher:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Flush sessions idle for ``auto_memory_idle_s`` until cancelled."""
         now, wall = trio.current_time(), time.time()
+        owed: list[tuple[str, str]] = []
         for session_id in self.store.sessions_pending():
             self._active[session_id] = now - self._idle_before(session_id, wall)
+            if (trigger := self._owed(session_id)) is not None:
+                owed.append((session_id, trigger))
         task_status.started()
+        await self._submit_owed(owed)
         while True:
             self._wake = trio.Event()
             idle_s = self._idle_s()
@@ -242,6 +249,32 @@ class SessionFlusher:
                 elif job_id is not None:
                     self.idle_covered += 1
             await self._retry_failed(trio.current_time())
+
+    def _owed(self, session_id: str) -> str | None:
+        """The trigger of the run that session ``session_id``, found pending at the
+        opening, was owed before it and has no job for: ``interval`` (its user turns
+        reached ``auto_memory_interval``, the daemon stopped before the job was queued),
+        ``retry`` (a job was queued for its turns and ended, or was lost, leaving them
+        pending); None if no run was owed (the turns wait for their triggers)."""
+        added = self.store.info(session_id)
+        if self.job_active(added.last_job_id):
+            return None
+        interval = self.ws.settings.auto_memory_interval
+        if (interval is not None and interval > 0 and added.since_submit >= interval
+                and not self.store.half_said(session_id)):
+            return "interval"
+        return "retry" if added.since_submit < added.pending_turns else None
+
+    async def _submit_owed(self, owed: list[tuple[str, str]]) -> None:
+        """Queue the runs owed at the opening, once each (one job per session, run at the
+        job queue's pace): without them the turns would wait for a new turn or the idle
+        flush, which may be off or hours away, and a session that ended gets neither."""
+        for session_id, trigger in owed:
+            if not self._has_chat_model():
+                return  # they wait, and ``waiting`` says why
+            _, submitted = await self._flush_quietly(session_id, trigger)
+            if submitted:
+                self._active.pop(session_id, None)
 
     def _idle_before(self, session_id: str, wall: float) -> float:
         """How long the session found pending at the opening had been idle by its last

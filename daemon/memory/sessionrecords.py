@@ -3,12 +3,20 @@ and the store's status, as typed records. No state, no task."""
 
 from __future__ import annotations
 
+import math
 from typing import Literal, NotRequired, TypedDict
 
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.turns import Turn
 
 _COUNTS = ("upto", "user_turns", "committed", "submitted", "user_turns_total", "seq")
+
+
+def recorded_time(value: object) -> float | None:
+    """A Unix time as a log record holds it, None if it holds none (or no number)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def shape_error(rec: JsonObject) -> str | None:

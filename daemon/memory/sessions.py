@@ -33,7 +33,6 @@ serve until cancelled, close. Log writes are shielded under a deadline.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from array import array
 from bisect import bisect_right
@@ -53,10 +52,12 @@ from recalld.daemon.memory.sessionrecords import (
     StateRecord,
     SubmitRecord,
     TurnsRecord,
+    recorded_time,
     shape_error,
 )
 from recalld.daemon.memory.turns import (
     Tail,
+    continued,
     count_user_turns,
     sanitize_turns,
     text_chars,
@@ -74,13 +75,6 @@ MAX_REQUEST_IDS = 1024
 #: again starts its counters afresh).
 MAX_DONE_SESSIONS = 10_000
 WRITE_TIMEOUT_S = 10.0
-
-
-def _recorded_time(value: object) -> float | None:
-    """A Unix time as a log record holds it, None if it holds none (or no number)."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
 
 
 def _seqs() -> array[int]:
@@ -104,6 +98,9 @@ class _Session:
     #: found with the start of that speaker's next (``turns.sanitize_messages``'s
     #: ``before``). Not logged.
     tail: Tail | None = None
+    #: Whether its last message kept is a piece the next request goes on with
+    #: (``turns.continued``): a run now would cut the message in two.
+    half_said: bool = False
 
     def drop_upto(self, upto: int) -> None:
         del self.seqs[:bisect_right(self.seqs, upto)]
@@ -211,14 +208,15 @@ class SessionStore:
             return
         s = self._sessions.setdefault(sid, _Session())
         if op == "turns":
-            s.last_at = _recorded_time(rec.get("at"))
+            s.last_at = recorded_time(rec.get("at"))
             for msg in rec.get("messages") or []:
                 if isinstance(msg, dict) and isinstance(msg.get("seq"), int):
                     self._seq = max(self._seq, msg["seq"])
                     if msg["seq"] > s.committed:
                         s.seqs.append(msg["seq"])
                     if "at" not in rec:  # a record written before it carried the time
-                        s.last_at = _recorded_time(msg.get("at"))
+                        s.last_at = recorded_time(msg.get("at"))
+                    s.half_said = continued(msg)
             self._seq = max(self._seq, int(rec.get("upto") or 0))
             s.user_turns_total += int(rec.get("user_turns") or 0)
             s.user_seqs.extend(int(x) for x in rec.get("user_seqs") or [] if x > s.committed)
@@ -235,7 +233,7 @@ class SessionStore:
             s.submitted = int(rec.get("submitted") or 0)
             s.last_job_id = rec.get("last_job_id")
             s.user_turns_total = int(rec.get("user_turns_total") or 0)
-            s.last_at = _recorded_time(rec.get("at"))
+            s.last_at = recorded_time(rec.get("at"))
             self._seq = max(self._seq, int(rec.get("seq") or 0))
             for rid, answer in (rec.get("answers") or {}).items():
                 self._remember(rid, answer)
@@ -470,6 +468,11 @@ class SessionStore:
         set back may have put in the future), None if that was not recorded."""
         s = self._sessions.get(session_id)
         return s.last_at if s is not None else None
+
+    def half_said(self, session_id: str) -> bool:
+        """Whether the session's last message kept is cut, its rest still to come."""
+        s = self._sessions.get(session_id)
+        return s is not None and s.half_said
 
     def sessions_pending(self) -> list[str]:
         """The sessions with turns not yet committed by auto_memory."""
