@@ -70,6 +70,19 @@ _ARABIC_LETTERS: Final = {"ی": "ي", "ى": "ي", "ک": "ك", "أ": "ا", "إ": 
 # The small kana ヵ and ヶ (and hiragana's ゕ ゖ) write a counter or the "ga" of a place
 # name (一ヵ月, 霞ヶ関) as often as the full-size letters do (一カ月, 霞ケ関): one spelling.
 SMALL_KANA: Final = {"ヵ": "カ", "ヶ": "ケ", "ゕ": "か", "ゖ": "け"}
+# The zeros of the decimal digits of other scripts (Unicode's ``Nd``, ten in a row from
+# zero): Arabic-Indic ``٠``, Persian ``۰``, Devanagari ``०``, Bengali ``০``, Thai ``๐`` and
+# the rest, each folded to its ASCII digit, as search engines do (Lucene's
+# DecimalDigitFilter, ICU's folding): ``2026`` finds ``۲۰۲۶`` and the other way round.
+# (Full-width and mathematical digits are NFKC's.) Every ``Nd`` digit of Unicode 14.
+_DIGIT_ZEROS: Final = (
+    0x660, 0x6F0, 0x7C0, 0x966, 0x9E6, 0xA66, 0xAE6, 0xB66, 0xBE6, 0xC66, 0xCE6, 0xD66,
+    0xDE6, 0xE50, 0xED0, 0xF20, 0x1040, 0x1090, 0x17E0, 0x1810, 0x1946, 0x19D0, 0x1A80,
+    0x1A90, 0x1B50, 0x1BB0, 0x1C40, 0x1C50, 0xA620, 0xA8D0, 0xA900, 0xA9D0, 0xA9F0, 0xAA50,
+    0xABF0, 0xFF10, 0x104A0, 0x10D30, 0x11066, 0x110F0, 0x11136, 0x111D0, 0x112F0, 0x11450,
+    0x114D0, 0x11650, 0x116C0, 0x11730, 0x118E0, 0x11950, 0x11C50, 0x11D50, 0x11DA0,
+    0x16A60, 0x16AC0, 0x16B50, 0x1D7CE, 0x1D7D8, 0x1D7E2, 0x1D7EC, 0x1D7F6, 0x1E140,
+    0x1E2F0, 0x1E950, 0x1FBF0)
 _STROKED_NAME: Final = re.compile(
     r"LATIN (SMALL|CAPITAL) LETTER (?:DOTLESS ([A-Z])|([A-Z]) WITH (?:[A-Z ]*STROKE[A-Z ]*|"
     r"BAR|DOUBLE BAR))")
@@ -102,6 +115,7 @@ def _fold_table() -> dict[int, str | None]:
     table.update({ord(lig): pair for lig, pair in _LIGATURES.items()})
     table.update({ord(small): full for small, full in SMALL_KANA.items()})
     table.update({ord(letter): to for letter, to in _ARABIC_LETTERS.items()})
+    table.update({zero + n: str(n) for zero in _DIGIT_ZEROS for n in range(10)})
     return table
 
 
@@ -112,8 +126,8 @@ def fold(text: str) -> str:
     the ligatures ``æ`` → ``ae``, ``œ`` → ``oe``),
     ``ё`` → ``е``, ``ヶ`` → ``ケ``, Hebrew and Arabic points dropped, Arabic-script
     letters written one for another as one (``_ARABIC_LETTERS``: ``ی`` → ``ي``, ``أ`` →
-    ``ا``), and the characters that only join or hyphenate words (``INVISIBLE``) taken
-    out."""
+    ``ا``), digits of every script as ASCII ones (``۲۰۲۶`` → ``2026``), and the
+    characters that only join or hyphenate words (``INVISIBLE``) taken out."""
     return text if text.isascii() else text.translate(_fold_table())
 
 

@@ -190,9 +190,9 @@ def test_scripts_without_spaces_between_words_are_paired_like_chinese() -> None:
                          ("ខ្ញុំទៅផ្សារ", "ផ្សារ"), ("ကျွန်တော်ဈေးသွားတယ်", "ဈေး")):
         assert set(tokenize_query(word)) <= set(tokenize(phrase)), (phrase, word)
     assert tokenize_query("ตลาด") == ["ตล", "ลา", "าด"]
-    # Their digits and punctuation are no part of a run.
+    # Their digits (the number as ASCII digits) and punctuation are no part of a run.
     assert sorted(tokenize("ราคา ๑๒๓ บาท ฿")) == sorted(
-        ["๑๒๓", "รา", "าค", "คา", "ร", "า", "ค", "า", "บา", "าท", "บ", "า", "ท"])
+        ["123", "รา", "าค", "คา", "ร", "า", "ค", "า", "บา", "าท", "บ", "า", "ท"])
 
 
 def test_namespace_paths_and_dunder_file_names_are_whole() -> None:
@@ -279,3 +279,14 @@ def test_middle_dots_join_the_parts_of_cjk_names_and_are_no_terms() -> None:
 def test_small_ke_and_ka_are_their_full_size_kana() -> None:
     assert tokenize("霞ヶ関 一ヵ月 ゖ") == tokenize("霞ケ関 一カ月 け")
     assert tokenize_query("霞ヶ関") == ["霞ケ", "ケ関"]
+
+
+def test_digits_of_every_script_are_ascii_digits() -> None:
+    # Unicode's decimal digits (Arabic-Indic, Persian, Devanagari, Thai, ...) are the
+    # number typed in ASCII digits; every one of the Unicode database in use.
+    digits = [chr(c) for c in range(0x80, 0x110000)
+              if unicodedata.decimal(chr(c), None) is not None]
+    assert digits and all(fold(d) == str(unicodedata.decimal(d)) for d in digits), [
+        d for d in digits if fold(d) != str(unicodedata.decimal(d))]
+    assert tokenize("۱۴۰۵/۰۳/۱۲ ٢٠٢٦ २०२६ ๒๐๒๖") == tokenize("1405/03/12 2026 2026 2026")
+    assert tokenize_query("v٢.٣") == tokenize_query("v2.3")

@@ -82,9 +82,10 @@ from __future__ import annotations
 # inside a comment of the body (``<!-- -->``, ``%% %%``) is no heading and opens no code
 # block; 48: a heading's text in the heading path is at most the chunk cap
 # (``chunker._title``); 49: a chunk that continues a table ends its heading path with
-# the table's header row (``chunker._table_row``).
+# the table's header row (``chunker._table_row``); 51: the decimal digits of every script
+# are their ASCII digits (``textfold._DIGIT_ZEROS``: ``۲۰۲۶`` is ``2026``).
 # Raise it with any change of these rules (redact.py's included).
-CHUNKING = 49
+CHUNKING = 51
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
 # generation saved under other rules has its graph's edges to no note resolved again after
 # a load, and every note read again by the startup reconcile (2 on). 1: as Obsidian

@@ -7,7 +7,7 @@ bounded stem cache, whose races can at worst compute a stem twice).
 What it emits, after NFKC normalization, case folding and ``fold``ing (accents, strokes and
 bars off Latin and Greek letters, ``æ`` and ``œ`` as ``ae`` and ``oe``, Hebrew and Arabic
 points off their letters, an alef's hamza or madda too, soft hyphens and joiners out of
-words: ``café`` meets ``cafe``,
+words, digits of every script as ASCII digits: ``café`` meets ``cafe``, ``۲۰۲۶`` ``2026``,
 ``İstanbul`` meets ``istanbul``, ``Łódź`` ``lodz``, ``DIYARBAKIR`` ``diyarbakır``,
 ``Œuvre`` ``oeuvre``, a word hyphenated for display is one word; ``recalld.ipc.textfold``,
 which the clients read lines by too):

@@ -1,0 +1,42 @@
+"""Keyword search over a real daemon across the ways other scripts write one word: digits
+of every script as ASCII ones, letters a keyboard writes with or without a mark; found by
+``memory.search`` and shown around the matched line by ``memory.recall``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import DaemonHandle
+from test_index_daemon import open_ws, paths, search, write
+
+
+def test_digits_of_other_scripts_are_found_as_ascii_digits(daemon: DaemonHandle,
+                                                           tmp_path: Path) -> None:
+    # A date or a number written in Persian, Arabic-Indic, Devanagari, Bengali or Thai
+    # digits is the number a user types in ASCII digits, and the other way round.
+    root = tmp_path / "ws"
+    notes = {
+        "fa": "# جلسه\n\nقرارداد تا ۱۴۰۵/۰۳/۱۲ تمدید شد، شماره ۸۸۳۱۲.\n",
+        "ar": "# اجتماع\n\nرقم الفاتورة ٤٧٢٩١ بتاريخ ٢٠٢٦.\n",
+        "hi": "# बैठक\n\nअनुबंध संख्या ५५१०७ है।\n",
+        "bn": "# সভা\n\nচুক্তি নম্বর ৬৬২০৪।\n",
+        "th": "# ประชุม\n\nสัญญาเลขที่ ๙๓๑๕๗ ครับ\n",
+        "en": "# Meeting\n\nThe invoice 31337 is paid; the ticket ٥١٩٠٨ too.\n",
+    }
+    for name, text in notes.items():
+        write(root, f"memory/2026-08-01/{name}.md", text)
+    open_ws(daemon, root)
+    for query, name in (("88312", "fa"), ("1405", "fa"), ("47291", "ar"), ("55107", "hi"),
+                        ("66204", "bn"), ("93157", "th"), ("٣١٣٣٧", "en"),
+                        ("۳۱۳۳۷", "en"), ("51908", "en"), ("١٤٠٥", "fa")):
+        assert paths(search(daemon, query)) == [f"memory/2026-08-01/{name}.md"], query
+    # The part shown of a long hit is cut around the line holding the number as typed.
+    filler = "یک خط دیگر بدون عدد.\n" * 120
+    write(root, "memory/2026-08-02/long.md",
+          f"# گزارش\n\n{filler}کد پیگیری ۷۷۴۰۲ ثبت شد.\n{filler}")
+    daemon.call("index.sync", {"agent_id": "w"})
+    answer = daemon.call("memory.recall", {"agent_id": "w", "query": "77402",
+                                           "budget_chars": 300, "max_results": 1})
+    item = answer["items"][0]
+    assert item["path"] == "memory/2026-08-02/long.md", answer
+    assert "۷۷۴۰۲" in item["text"], item["text"]
