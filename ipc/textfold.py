@@ -46,9 +46,11 @@ _DROPPED_MARKS: Final = ((0x300, 0x36F), (0x591, 0x5BD), (0x5BF, 0x5BF), (0x5C1,
                          (0x5C4, 0x5C5), (0x5C7, 0x5C7), (0x610, 0x61A), (0x64B, 0x65F),
                          (0x670, 0x670))
 # The precomposed letters ``fold`` takes to their base letter: Latin (with its extended
-# blocks) and Greek. Cyrillic is left alone but for ё (й is a letter of its own).
-_FOLDED_LETTERS: Final = ((0xC0, 0x24F), (0x370, 0x3FF), (0x1E00, 0x1FFF), (0x401, 0x401),
-                          (0x451, 0x451))
+# blocks) and Greek. Cyrillic is left alone but for ё and the accented ѐ and ѝ, which
+# Bulgarian and Macedonian write to tell one word from another (ѝ "her", и "and") and
+# most text writes as е and и (й, ї, ў, ѓ, ќ are letters of their own).
+_FOLDED_LETTERS: Final = ((0xC0, 0x24F), (0x370, 0x3FF), (0x1E00, 0x1FFF), (0x400, 0x401),
+                          (0x40D, 0x40D), (0x450, 0x451), (0x45D, 0x45D))
 # Latin letters whose mark Unicode does not decompose: a stroke or bar drawn through the
 # letter (``ø``, ``ł``, ``đ``, ``ħ``) and the dotless ``ı`` and ``ȷ``.
 # They fold to their base letter too, so that ``lodz`` meets ``Łódź``, and Turkish text in
@@ -124,7 +126,7 @@ def fold(text: str) -> str:
     Latin and Greek letters (``é`` → ``e``, ``ά`` → ``α``, the ``i`` and dot that ``İ``
     folds to → ``i``, strokes too: ``ł`` → ``l``, ``ø`` → ``o``, dotless ``ı`` → ``i``;
     the ligatures ``æ`` → ``ae``, ``œ`` → ``oe``),
-    ``ё`` → ``е``, ``ヶ`` → ``ケ``, Hebrew and Arabic points dropped, Arabic-script
+    ``ё`` → ``е``, ``ѝ`` → ``и``, ``ヶ`` → ``ケ``, Hebrew and Arabic points dropped, Arabic-script
     letters written one for another as one (``_ARABIC_LETTERS``: ``ی`` → ``ي``, ``أ`` →
     ``ا``), digits of every script as ASCII ones (``۲۰۲۶`` → ``2026``), and the
     characters that only join or hyphenate words (``INVISIBLE``) taken out."""

@@ -40,3 +40,18 @@ def test_digits_of_other_scripts_are_found_as_ascii_digits(daemon: DaemonHandle,
     item = answer["items"][0]
     assert item["path"] == "memory/2026-08-02/long.md", answer
     assert "۷۷۴۰۲" in item["text"], item["text"]
+
+
+def test_cyrillic_e_and_i_with_a_grave_accent_are_found_without_it(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # Bulgarian and Macedonian mark an е or и with a grave accent (ѐ, ѝ, composed or
+    # typed as a letter and a mark) to tell words apart or show the stress; a query typed
+    # without it finds the note, and the other way round.
+    root = tmp_path / "ws"
+    bg, mk = "memory/2026-08-03/bg.md", "memory/2026-08-03/mk.md"
+    write(root, bg, "# Среща\n\nСрещата е в Бѝстрица, при Пѐтровия склад.\n")
+    write(root, mk, "# Состанок\n\nКлучот е кај Свиленград, каде и\u0300 дадов сè.\n")
+    open_ws(daemon, root)
+    for query, note in (("бистрица", bg), ("Петровия", bg), ("БЍСТРИЦА", bg),
+                        ("Свѝленград", mk), ("свиленград", mk)):
+        assert paths(search(daemon, query)) == [note], query

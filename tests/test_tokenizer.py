@@ -220,6 +220,9 @@ def test_emoji_are_terms_of_their_own() -> None:
     ("İSTANBUL İzmir", "istanbul izmir"),
     ("Ελληνικά άνθρωπος", "ελληνικα ανθρωπος"),
     ("Ёлка", "елка"),
+    # Bulgarian and Macedonian accented е and и, composed or typed with the mark.
+    ("Ѐ ѝ Ѝ свѐт", "е и и свет"),
+    ("е\u0300 и\u0300", "е и"),
     ("naïve résumé, São Paulo, Łódź", "naive resume sao paulo lodz"),
     # Strokes and bars, which Unicode does not decompose, and Turkish's dotless i.
     ("København, Đakovo, Ħamrun", "kobenhavn dakovo hamrun"),
@@ -257,6 +260,8 @@ def test_folding_keeps_the_letters_of_scripts_whose_marks_are_vowels() -> None:
     assert tokenize_query("ไม้ ไม") == ["ไม", "ม้", "ไม"]
     # Cyrillic й is a letter of its own; ё is е.
     assert tokenize("йод иод ёж") == ["йод", "иод", "еж"]
+    assert fold("ї ў ѓ ќ й") == "ї ў ѓ ќ й"
+    assert tokenize("ї ў ѓ ќ") == ["ї", "ў", "ѓ", "ќ"]
     # The zero-width space and non-joiner still break words.
     assert tokenize("foo\u200bbar") == ["foo", "bar"]
     assert fold("ä Ä ÿ ø Ø ı") == "a A y o O i" and fold("plain") == "plain"
