@@ -12,7 +12,7 @@ import re
 import unicodedata
 from typing import Final
 
-__all__ = ["CJK_RANGES", "INVISIBLE", "SMALL_KANA", "fold", "read_places"]
+__all__ = ["CJK_RANGES", "INVISIBLE", "SMALL_KANA", "ZWNJ", "fold", "read_places"]
 
 # Han (incl. extension A, compatibility ideographs, and the supplementary planes), kana,
 # halfwidth forms are folded by NFKC, hangul syllables and jamo, CJK punctuation excluded;
@@ -35,8 +35,14 @@ CJK_RANGES: Final = (
 # joiner and the byte-order mark used as one, and Arabic's tatweel (kashida: a stroke that
 # stretches a word to justify a line, مرحـــبا for مرحبا). Taken out of the text before
 # words are found, so they do not cut a word in two or make another word of it. (The
-# zero-width space and non-joiner stay breaks.)
+# zero-width space stays a break.)
 INVISIBLE: Final = "\u00ad\u200d\u2060\ufeff\u0640"
+# The zero-width non-joiner: inside a Persian word it keeps its parts' letters apart
+# (می‌خواهم, کتاب‌ها), which writers as often glue (میخواهم) or part with a space (می
+# خواهم). ``fold`` takes it out: the word is its parts glued, as ICU's NFKC case folding
+# reads it; the keyword index also finds its parts, as Lucene's Persian analysis, which
+# reads it as a space, does (``recalld.daemon.index.tokenizer``).
+ZWNJ: Final = "\u200c"
 
 
 # The combining marks ``fold`` drops: the diacritics of Latin, Greek and Cyrillic letters,
@@ -96,7 +102,7 @@ def _fold_table() -> dict[int, str | None]:
     def dropped(c: str) -> bool:
         return any(a <= ord(c) <= z for a, z in _DROPPED_MARKS)
 
-    table: dict[int, str | None] = dict.fromkeys(map(ord, INVISIBLE))
+    table: dict[int, str | None] = dict.fromkeys(map(ord, INVISIBLE + ZWNJ))
     for a, z in _DROPPED_MARKS:
         table.update(dict.fromkeys(range(a, z + 1)))
     for a, z in _FOLDED_LETTERS:
@@ -129,7 +135,8 @@ def fold(text: str) -> str:
     ``ё`` → ``е``, ``ѝ`` → ``и``, ``ヶ`` → ``ケ``, Hebrew and Arabic points dropped, Arabic-script
     letters written one for another as one (``_ARABIC_LETTERS``: ``ی`` → ``ي``, ``أ`` →
     ``ا``), digits of every script as ASCII ones (``۲۰۲۶`` → ``2026``), and the
-    characters that only join or hyphenate words (``INVISIBLE``) taken out."""
+    characters that only join or hyphenate words (``INVISIBLE``) and the non-joiner
+    (``ZWNJ``) taken out."""
     return text if text.isascii() else text.translate(_fold_table())
 
 

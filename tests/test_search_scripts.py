@@ -55,3 +55,27 @@ def test_cyrillic_e_and_i_with_a_grave_accent_are_found_without_it(
     for query, note in (("бистрица", bg), ("Петровия", bg), ("БЍСТРИЦА", bg),
                         ("Свѝленград", mk), ("свиленград", mk)):
         assert paths(search(daemon, query)) == [note], query
+
+
+def test_persian_words_are_found_with_or_without_the_non_joiner(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # Persian parts a word's pieces with a zero-width non-joiner (کتاب‌فروشی), which
+    # writers as often glue (کتابفروشی) or part with a space: each form finds the others.
+    root = tmp_path / "ws"
+    zwnj, glued = "memory/2026-08-04/zwnj.md", "memory/2026-08-04/glued.md"
+    write(root, zwnj, "# سفر\n\nفردا می\u200cخواهم به کتاب\u200cفروشی بروم.\n")
+    write(root, glued, "# خرید\n\nدیروز دانشنامهها را خریدم.\n")
+    open_ws(daemon, root)
+    for query, note in (("کتابفروشی", zwnj), ("کتاب فروشی", zwnj), ("میخواهم", zwnj),
+                        ("می\u200cخواهم", zwnj), ("دانشنامه\u200cها", glued)):
+        assert paths(search(daemon, query)) == [note], query
+    # A long note is shown around the line holding the word, typed in either form.
+    filler = "یک خط دیگر بدون آن واژه.\n" * 120
+    write(root, "memory/2026-08-05/long.md",
+          f"# گزارش\n\n{filler}نامه را به فروشگاه نوشت\u200cافزار دادم.\n{filler}")
+    daemon.call("index.sync", {"agent_id": "w"})
+    answer = daemon.call("memory.recall", {"agent_id": "w", "query": "نوشتافزار",
+                                           "budget_chars": 300, "max_results": 1})
+    item = answer["items"][0]
+    assert item["path"] == "memory/2026-08-05/long.md", answer
+    assert "فروشگاه نوشت\u200cافزار دادم" in item["text"], item["text"]

@@ -262,8 +262,12 @@ def test_folding_keeps_the_letters_of_scripts_whose_marks_are_vowels() -> None:
     assert tokenize("йод иод ёж") == ["йод", "иод", "еж"]
     assert fold("ї ў ѓ ќ й") == "ї ў ѓ ќ й"
     assert tokenize("ї ў ѓ ќ") == ["ї", "ў", "ѓ", "ќ"]
-    # The zero-width space and non-joiner still break words.
+    # The zero-width space still breaks words; a non-joiner inside one (Persian's
+    # می‌خواهم) gives the word glued and its parts, as a hyphen gives a compound's.
     assert tokenize("foo\u200bbar") == ["foo", "bar"]
+    assert tokenize("می\u200cخواهم") == ["ميخواهم", "مي", "خواهم"]
+    assert tokenize_query("کتاب\u200cها") == tokenize_query("کتابها کتاب ها")
+    assert tokenize("\u200cfoo\u200c bar") == ["foo", "bar"]
     assert fold("ä Ä ÿ ø Ø ı") == "a A y o O i" and fold("plain") == "plain"
     # Hooks and tails make letters of their own (Hausa ƙ, Ewe ƒ).
     assert fold("ƙ ƒ ɓ") == "ƙ ƒ ɓ"

@@ -9,7 +9,8 @@ bars off Latin and Greek letters, ``æ`` and ``œ`` as ``ae`` and ``oe``, Hebrew
 points off their letters, an alef's hamza or madda too, soft hyphens and joiners out of
 words, digits of every script as ASCII digits: ``café`` meets ``cafe``, ``۲۰۲۶`` ``2026``,
 ``İstanbul`` meets ``istanbul``, ``Łódź`` ``lodz``, ``DIYARBAKIR`` ``diyarbakır``,
-``Œuvre`` ``oeuvre``, a word hyphenated for display is one word; ``recalld.ipc.textfold``,
+``Œuvre`` ``oeuvre``, a word hyphenated for display is one word, one a non-joiner parts
+is the word glued (and gives its parts, as a compound does); ``recalld.ipc.textfold``,
 which the clients read lines by too):
 - Words of alphabetic scripts, English stopwords dropped, lightly stemmed (``_stem``: plural,
   ``-ed``/``-ing`` and a few derivational suffixes), whatever their case, so that a query typed in
@@ -65,7 +66,7 @@ from recalld.daemon.index.marks import MARK_RUN
 from recalld.daemon.index.memo import Memo
 from recalld.ipc.textfold import CJK_RANGES as _CJK_RANGES
 from recalld.ipc.textfold import INVISIBLE as _INVISIBLE
-from recalld.ipc.textfold import SMALL_KANA, fold
+from recalld.ipc.textfold import SMALL_KANA, ZWNJ, fold
 
 __all__ = ["CJK_CHARS_PER_TERM", "STOPWORDS", "cjk_length", "cjk_re", "doc_length", "fold",
            "tokenize", "tokenize_query", "tokenize_split"]
@@ -88,14 +89,17 @@ _JOINING_DOTS: Final = "\u00b7\u2022\u2027\u30a0\u30fb"
 # matched wrongly (gh-106052). A word goes on through combining marks (the vowel signs of
 # Indic scripts and Thai, Arabic and Hebrew points), which ``\w`` does not hold.
 _ALNUM_RUN: Final = rf"[^\W_]+(?:{MARK_RUN}[^\W_]*)*"
-# The connectors: `.`, `-`, `/` (after underscores too: `__init__.py`), underscores, and
-# the `::` of a namespace path (`tokio::sync::mpsc`, `std::vector`).
-_JOIN: Final = r"(?:_*[.\-/]|_+|::)"
+# The connectors: `.`, `-`, `/` (after underscores too: `__init__.py`), underscores, the
+# `::` of a namespace path (`tokio::sync::mpsc`, `std::vector`), and the zero-width
+# non-joiner inside a word (Persian's می‌خواهم: the word glued, ``fold``, and its parts).
+_JOIN: Final = rf"(?:_*[.\-/{ZWNJ}]|_+|::)"
 _WORD_TOKEN: Final = rf"{_ALNUM_RUN}(?:{_JOIN}{_ALNUM_RUN})*(?:\+\+|[#+](?![^\W_]))?"
 _ASCII_TOKEN_RE: Final = re.compile(
     rf"[A-Za-z0-9]+(?:{_JOIN}[A-Za-z0-9]+)*(?:\+\+|[#+](?![A-Za-z0-9]))?"
 )
-_CONNECTOR_RE: Final = re.compile(r"[._\-/+#:]+")
+_CONNECTOR_RE: Final = re.compile(rf"[._\-/+#:{ZWNJ}]+")
+# A non-joiner as a connector the parts are found by, which ``fold`` would take out.
+_ZWNJ_AS_HYPHEN: Final = str.maketrans(ZWNJ, "-")
 # ``SMALL_KANA`` as ``str.translate`` takes it: 一ヵ月 is 一カ月, 霞ヶ関 霞ケ関.
 _SMALL_KANA: Final = str.maketrans(SMALL_KANA)
 # Emoji and pictographs, each a term of its own (``🚀``, ``✅``, ``■``): they are no
@@ -356,7 +360,7 @@ def _word_parts(word: str) -> tuple[str, ...]:
             return ()
         name = named.group(1).casefold()
         return () if name in STOPWORDS else (_stem(name),)
-    word = fold(word)
+    word = fold(word.translate(_ZWNJ_AS_HYPHEN))
     out: list[str] = []
     _parts(word, out)
     return tuple(out)
