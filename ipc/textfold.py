@@ -47,16 +47,22 @@ ZWNJ: Final = "\u200c"
 
 # The combining marks ``fold`` drops: the diacritics of Latin, Greek and Cyrillic letters,
 # Hebrew points and cantillation, Arabic harakat (vowels a reader supplies; most text
-# omits them). The vowel signs of Indic scripts and Thai are letters of their words: kept.
+# omits them), Devanagari's nukta (the dot of ज़ and फ़, the z and f of loanwords, which
+# Hindi text as often leaves off: ज़रूर is जरूर), as Lucene's HindiNormalizer drops it. The
+# vowel signs of Indic scripts and Thai are letters of their words: kept.
 _DROPPED_MARKS: Final = ((0x300, 0x36F), (0x591, 0x5BD), (0x5BF, 0x5BF), (0x5C1, 0x5C2),
                          (0x5C4, 0x5C5), (0x5C7, 0x5C7), (0x610, 0x61A), (0x64B, 0x65F),
-                         (0x670, 0x670))
+                         (0x670, 0x670), (0x93C, 0x93C))
 # The precomposed letters ``fold`` takes to their base letter: Latin (with its extended
-# blocks) and Greek. Cyrillic is left alone but for ё and the accented ѐ and ѝ, which
+# blocks), Greek, and Devanagari's letters with a nukta that NFKC keeps composed (``ऩ``,
+# ``ऱ``, ``ऴ``). Cyrillic is left alone but for ё and the accented ѐ and ѝ, which
 # Bulgarian and Macedonian write to tell one word from another (ѝ "her", и "and") and
 # most text writes as е and и (й, ї, ў, ѓ, ќ are letters of their own).
 _FOLDED_LETTERS: Final = ((0xC0, 0x24F), (0x370, 0x3FF), (0x1E00, 0x1FFF), (0x400, 0x401),
-                          (0x40D, 0x40D), (0x450, 0x451), (0x45D, 0x45D))
+                          (0x40D, 0x40D), (0x450, 0x451), (0x45D, 0x45D), (0x929, 0x934))
+# Devanagari's candrabindu (ँ, a nasal vowel), which Hindi text writes as often as the
+# anusvara (ं) it is folded to (हँसना, हंसना), as Lucene's HindiNormalizer folds it.
+_CANDRABINDU: Final = {"\u0901": "\u0902"}
 # Latin letters whose mark Unicode does not decompose: a stroke or bar drawn through the
 # letter (``ø``, ``ł``, ``đ``, ``ħ``) and the dotless ``ı`` and ``ȷ``.
 # They fold to their base letter too, so that ``lodz`` meets ``Łódź``, and Turkish text in
@@ -124,6 +130,7 @@ def _fold_table() -> dict[int, str | None]:
     table.update({ord(small): full for small, full in SMALL_KANA.items()})
     table.update({ord(letter): to for letter, to in _ARABIC_LETTERS.items()})
     table.update({zero + n: str(n) for zero in _DIGIT_ZEROS for n in range(10)})
+    table.update({ord(sign): to for sign, to in _CANDRABINDU.items()})
     return table
 
 
@@ -132,7 +139,8 @@ def fold(text: str) -> str:
     Latin and Greek letters (``é`` → ``e``, ``ά`` → ``α``, the ``i`` and dot that ``İ``
     folds to → ``i``, strokes too: ``ł`` → ``l``, ``ø`` → ``o``, dotless ``ı`` → ``i``;
     the ligatures ``æ`` → ``ae``, ``œ`` → ``oe``),
-    ``ё`` → ``е``, ``ѝ`` → ``и``, ``ヶ`` → ``ケ``, Hebrew and Arabic points dropped, Arabic-script
+    ``ё`` → ``е``, ``ѝ`` → ``и``, ``ヶ`` → ``ケ``, Hebrew and Arabic points and Devanagari's
+    nukta dropped (its candrabindu ``ँ`` → ``ं``), Arabic-script
     letters written one for another as one (``_ARABIC_LETTERS``: ``ی`` → ``ي``, ``أ`` →
     ``ا``), digits of every script as ASCII ones (``۲۰۲۶`` → ``2026``), and the
     characters that only join or hyphenate words (``INVISIBLE``) and the non-joiner

@@ -79,3 +79,25 @@ def test_persian_words_are_found_with_or_without_the_non_joiner(
     item = answer["items"][0]
     assert item["path"] == "memory/2026-08-05/long.md", answer
     assert "فروشگاه نوشت\u200cافزار دادم" in item["text"], item["text"]
+
+
+def test_hindi_words_are_found_with_or_without_nukta_and_candrabindu(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # Hindi text writes the nukta of loanwords' sounds (ज़, फ़) and the candrabindu (ँ)
+    # as often as it leaves them off or writes an anusvara (ं): each form finds the other.
+    root = tmp_path / "ws"
+    dot, plain = "memory/2026-08-06/dot.md", "memory/2026-08-06/plain.md"
+    write(root, dot, "# बैठक\n\nज़रूरी बैठक कल है, वह हँसते हुए आया।\n")
+    write(root, plain, "# सूचना\n\nफोन नंबर बदल गया, किला बंद है।\n")
+    open_ws(daemon, root)
+    for query, note in (("जरूरी", dot), ("हंसते", dot), ("ज\u093cरूरी", dot),
+                        ("फ़ोन", plain), ("क़िला", plain), ("क\u093cिला", plain)):
+        assert paths(search(daemon, query)) == [note], query
+    filler = "यह एक और पंक्ति है।\n" * 120
+    write(root, "memory/2026-08-07/long.md", f"# संगीत\n\n{filler}उसने ग़ज़ल गाई।\n{filler}")
+    daemon.call("index.sync", {"agent_id": "w"})
+    answer = daemon.call("memory.recall", {"agent_id": "w", "query": "गजल",
+                                           "budget_chars": 300, "max_results": 1})
+    item = answer["items"][0]
+    assert item["path"] == "memory/2026-08-07/long.md", answer
+    assert "उसने ग़ज़ल गाई" in item["text"], item["text"]

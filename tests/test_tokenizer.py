@@ -230,6 +230,8 @@ def test_emoji_are_terms_of_their_own() -> None:
     # The ligature letters are their two letters, accented or not.
     ("Œuvre, encyclopædia, Cæsar, Ǽsc", "oeuvre encyclopaedia caesar aesc"),
     ("Tiếng Việt", "tieng viet"),
+    # Devanagari's nukta, precomposed or not, and its candrabindu as anusvara.
+    ("ज़रूर क़िला फ़ोन ऩ हँसना", "जरूर किला फोन न हंसना"),
     ("שָׁלוֹם", "שלום"),
     ("crème-brûlée.md", "creme-brulee.md"),
     # A soft hyphen, a zero-width joiner or a word joiner inside a word leaves it whole.

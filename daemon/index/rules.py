@@ -85,7 +85,8 @@ from __future__ import annotations
 # the table's header row (``chunker._table_row``); 51: the decimal digits of every script
 # are their ASCII digits (``textfold._DIGIT_ZEROS``: ``۲۰۲۶`` is ``2026``), Cyrillic's
 # accented ``ѐ`` and ``ѝ`` are ``е`` and ``и`` (``textfold._FOLDED_LETTERS``), a word
-# holding a zero-width non-joiner is the word glued and its parts (``textfold.ZWNJ``).
+# holding a zero-width non-joiner is the word glued and its parts (``textfold.ZWNJ``),
+# Devanagari's nukta is dropped and its candrabindu is anusvara (``textfold``).
 # Raise it with any change of these rules (redact.py's included).
 CHUNKING = 51
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
