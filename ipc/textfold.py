@@ -88,8 +88,9 @@ SMALL_KANA: Final = {"ヵ": "カ", "ヶ": "ケ", "ゕ": "か", "ゖ": "け"}
 # zero): Arabic-Indic ``٠``, Persian ``۰``, Devanagari ``०``, Bengali ``০``, Thai ``๐`` and
 # the rest, each folded to its ASCII digit, as search engines do (Lucene's
 # DecimalDigitFilter, ICU's folding): ``2026`` finds ``۲۰۲۶`` and the other way round.
-# (Full-width and mathematical digits are NFKC's.) Every ``Nd`` digit of Unicode 14.
-_DIGIT_ZEROS: Final = (
+# (Full-width and mathematical digits are NFKC's.) Every ``Nd`` digit of Unicode 14,
+# Python 3.11's: the scripts a later Unicode adds are folded once named here.
+DIGIT_ZEROS: Final = (
     0x660, 0x6F0, 0x7C0, 0x966, 0x9E6, 0xA66, 0xAE6, 0xB66, 0xBE6, 0xC66, 0xCE6, 0xD66,
     0xDE6, 0xE50, 0xED0, 0xF20, 0x1040, 0x1090, 0x17E0, 0x1810, 0x1946, 0x19D0, 0x1A80,
     0x1A90, 0x1B50, 0x1BB0, 0x1C40, 0x1C50, 0xA620, 0xA8D0, 0xA900, 0xA9D0, 0xA9F0, 0xAA50,
@@ -129,7 +130,7 @@ def _fold_table() -> dict[int, str | None]:
     table.update({ord(lig): pair for lig, pair in _LIGATURES.items()})
     table.update({ord(small): full for small, full in SMALL_KANA.items()})
     table.update({ord(letter): to for letter, to in _ARABIC_LETTERS.items()})
-    table.update({zero + n: str(n) for zero in _DIGIT_ZEROS for n in range(10)})
+    table.update({zero + n: str(n) for zero in DIGIT_ZEROS for n in range(10)})
     table.update({ord(sign): to for sign, to in _CANDRABINDU.items()})
     return table
 

@@ -83,7 +83,7 @@ from __future__ import annotations
 # block; 48: a heading's text in the heading path is at most the chunk cap
 # (``chunker._title``); 49: a chunk that continues a table ends its heading path with
 # the table's header row (``chunker._table_row``); 51: the decimal digits of every script
-# are their ASCII digits (``textfold._DIGIT_ZEROS``: ``۲۰۲۶`` is ``2026``), Cyrillic's
+# are their ASCII digits (``textfold.DIGIT_ZEROS``: ``۲۰۲۶`` is ``2026``), Cyrillic's
 # accented ``ѐ`` and ``ѝ`` are ``е`` and ``и`` (``textfold._FOLDED_LETTERS``), a word
 # holding a zero-width non-joiner is the word glued and its parts (``textfold.ZWNJ``),
 # Devanagari's nukta is dropped and its candrabindu is anusvara (``textfold``).
