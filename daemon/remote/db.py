@@ -53,6 +53,7 @@ import psycopg
 from recalld.daemon import dsn
 from recalld.daemon.config import RemoteConfig
 from recalld.daemon.remote import chunks, passfile
+from recalld.daemon.remote.forms import server_path
 from recalld.daemon.remote.localfs import conflict_name
 from recalld.daemon.remote.outbox import Change
 from recalld.daemon.remote.schema import migrate
@@ -369,6 +370,7 @@ def _upload_one(conn: Conn, workspace_id: int, host: str, change: Change, target
     # A conflict copy is named at the server's time: a host's clock may be far off (1970
     # after a boot without a clock, a year past 9999 that no date can name).
     now = float(str(bumped[2]))
+    target = server_path(conn, workspace_id, target)  # one row per name in any form
     current = conn.execute(
         "SELECT version, content_hash, deleted FROM recalld_files "
         "WHERE workspace_id = %s AND path = %s FOR UPDATE", (workspace_id, target)
@@ -471,6 +473,8 @@ def left_after(conn: Conn, workspace_id: int, page: list[Row], limit: int = FEED
 
 
 def fetch(conn: Conn, workspace_id: int, path: str) -> Row | None:
+    """The row of the note a host names ``path`` (in any Unicode form: ``forms.py``)."""
+    path = server_path(conn, workspace_id, path)
     r = conn.execute(
         "SELECT path, content, content_hash, version, deleted, author_host FROM recalld_files"
         " WHERE workspace_id = %s AND path = %s", (workspace_id, path)).fetchone()

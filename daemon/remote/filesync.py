@@ -3,11 +3,10 @@
 Built on :class:`~recalld.daemon.remote.replicafiles.ReplicaFiles` (the outbox and
 replica state in ``<metadata_dir>/remote/``, the lock under which files are read, written
 and compared with them), it owns a :class:`~recalld.daemon.watcher.Watcher` of the
-workspace's Markdown folders (the same mechanism as
-the index: inotify plus reconcile scans). The replica (``remote/replica.py``) opens and
-closes them, runs the watcher, and while online runs :meth:`FileSync.upload_loop` on its
-writer connection and :meth:`FileSync.pull_loop` on its listener. :mod:`calls` is how
-the replica's modules run their blocking calls.
+workspace's Markdown folders (the same mechanism as the index: inotify plus reconcile
+scans). The replica (``remote/replica.py``) opens and closes them, runs the watcher, and
+while online runs :meth:`FileSync.upload_loop` on its writer connection and
+:meth:`FileSync.pull_loop` on its listener (:mod:`calls` runs their blocking calls).
 
 Local → remote: the watcher reports paths; each is read and hashed under the replica
 lock and compared with the last content the replica knows for it (the server's, or the
@@ -26,7 +25,8 @@ winning version: one that loses again is a conflict of its own, with a copy of i
 
 Remote → local: after every (re)connect, on each notification and every
 ``CATCH_UP_EVERY_S``, the feed is read from the last applied version on. A newer row is
-written into the directory atomically (confined to the watched folders) unless the path
+written into the directory atomically (confined to the watched folders; into the file
+this host's disk spells, whatever the Unicode form: ``forms.py``) unless the path
 has local changes not yet uploaded (those upload first, and conflict); the watcher then
 finds the file identical to what the replica knows, so nothing goes back up, and the index
 picks it up through its own watcher.
@@ -47,6 +47,7 @@ from recalld.daemon.config import RemoteConfig
 from recalld.daemon.remote import chunkplan, db, leftovers, refusals, writes
 from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.remote.conflicts import report_conflict, report_restored
+from recalld.daemon.remote.forms import spelt_rows, twins
 from recalld.daemon.remote.localfs import EditedMeanwhile, LocalFile
 from recalld.daemon.remote.outbox import Change
 from recalld.daemon.remote.replicafiles import ReplicaFiles
@@ -127,8 +128,7 @@ class FileSync(ReplicaFiles):
                 return
             log.warning("shared workspace %s: the server's workspace is not the one this "
                         "replica synced with; every local file goes up again (identical "
-                        "content is no change, different content a conflict copy)",
-                        self._cfg.name)
+                        "content is no change, different content a conflict copy)", self._cfg.name)
             self._last_local = {c.path: c.hash for c in self._outbox.pending()}
             self._known.clear()
         await self.watcher.reconcile("shared workspace changed")
@@ -409,13 +409,15 @@ class FileSync(ReplicaFiles):
                 after = rows[-1].version
             else:
                 break
+            exact = await on_conn(conn, twins, workspace_id, [r.path for r in rows])
             async with self._lock:
-                wanted = [r for r in rows if self._wanted(r)]
+                failed: dict[str, Exception] = {}  # each as this disk spells it:
+                rows = await in_thread(spelt_rows, self._ws.root, rows, failed, exact)
+                wanted = [r for r in rows if r.path not in failed and self._wanted(r)]
                 landing = [(r.path, r.hash) for r in wanted if r.hash is not None
                            and self.state.landing.get(r.path) != r.hash]
                 with trio.CancelScope(shield=True):
                     await in_thread(self.state.land, landing)
-                failed: dict[str, Exception] = {}
                 updates = await self._apply_remote(wanted, failed)
                 for row in rows:
                     if row.path in failed:
@@ -445,8 +447,7 @@ class FileSync(ReplicaFiles):
             self._passed_outside = True  # counted at the end of the catch-up
             return False
         base = self.state.bases.get(row.path)
-        if base is not None and (row.version <= base.version or base.redirect
-                                 or base.settle):
+        if base is not None and (row.version <= base.version or base.redirect or base.settle):
             return False  # already known, or the uploader settles the path
         # A path with local changes waiting uploads first; a conflict then settles it.
         return not self._outbox.pending_for(row.path)
@@ -479,8 +480,7 @@ class FileSync(ReplicaFiles):
             else:
                 install.append(row)
                 expect[row.path] = f.hash
-        # An editor's save between the read above and a file's rename is kept: that
-        # file is left as saved, and the save goes up (and conflicts) like any edit.
+        # A save between the read above and a file's rename is kept, and goes up.
         saved: list[LocalFile] = []
         stats = await in_thread(partial(self._fs.put, [(r.path, r.data) for r in install],
                                         failed, expect=expect, edited=saved))

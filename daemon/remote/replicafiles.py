@@ -15,9 +15,11 @@ builds the exchange with the server on it.
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from functools import partial
 
 import trio
@@ -26,6 +28,7 @@ from recalld.daemon.config import RemoteConfig
 from recalld.daemon.memory.dayindex import refresh_days
 from recalld.daemon.remote import db
 from recalld.daemon.remote.calls import in_thread
+from recalld.daemon.remote.forms import forms_of, renamed
 from recalld.daemon.remote.guard import SETTLE_MAX_S, SETTLE_S, DeletionGuard
 from recalld.daemon.remote.localfs import (
     ANY,
@@ -60,6 +63,8 @@ class ReplicaFiles:
         self.state = ReplicaState(meta / STATE_LOG)
         self._lock = trio.Lock()
         self._last_local: dict[str, str | None] = {}
+        #: New spelling -> the other Unicode form whose note it took over (_take_base).
+        self._respelt: dict[str, str] = {}
         self._known: dict[str, tuple[int, int]] = {}
         self._wake_uploader = trio.Event()
         #: Called after each local change queued (the replica, waiting long to reconnect
@@ -192,6 +197,9 @@ class ReplicaFiles:
                 # next catch-up records it; it is not a local edit.
                 self._last_local[f.path] = f.hash
                 continue
+            base = self.state.bases.get(f.path)
+            if last is None and (base is None or base.hash is None):
+                await self._take_base(f.path)  # no note of its own here yet
             changes.append(Change(str(uuid.uuid4()), f.path, f.data, f.hash, now))
         if back:
             await self._unhold(back)
@@ -203,6 +211,30 @@ class ReplicaFiles:
             self._last_local[c.path] = c.hash
         self._wake_uploader.set()
         self.on_queued()
+
+    async def _take_base(self, path: str) -> None:
+        """A new file ``path`` whose note the replica knows spelt in another Unicode form,
+        no longer on disk (renamed between forms), is based on that note's version (caller
+        holds the lock). Beside it, it is another file: its own change (a conflict)."""
+        for other in forms_of(path)[1:]:
+            base = self.state.bases.get(other)
+            if (base is not None and base.hash is not None and not base.redirect
+                    and not await in_thread(os.path.lexists, self._ws.root / other)):
+                with trio.CancelScope(shield=True):
+                    await in_thread(self.state.record, [(path, replace(base, stat=None))])
+                self._respelt[path] = other
+                return
+
+    def _twin(self, path: str, other: str) -> bool:
+        """``other`` (``path`` in another Unicode form) is a note of its own: the server
+        holds the name in both forms (shared before one row per name), each synced here
+        at its own version, so ``path`` gone is a deletion, no rename into ``other``.
+        ``other`` that took this note over (renamed into, since edited) is none."""
+        if self._respelt.get(other) == path:
+            return False
+        mine, theirs = self.state.bases.get(path), self.state.bases.get(other)
+        return (theirs is not None and theirs.hash is not None
+                and (mine is None or theirs.version != mine.version))
 
     async def _unhold(self, paths: list[str]) -> None:
         """End the hold of ``paths`` (restored, released; caller holds the lock)."""
@@ -255,6 +287,15 @@ class ReplicaFiles:
         await self._observe([f for f in files if f.exists], settled=True)
         gone = [f for f in files if not f.exists and f.path not in self.guard.held
                 and self._last_local.get(f.path) is not None]
+        moved = {p: o for p, o in (await in_thread(
+            renamed, self._ws.root, [f.path for f in gone])).items() if not self._twin(p, o)}
+        if moved:
+            # Renamed between Unicode forms: the same note, which the new spelling carries.
+            for path in moved:
+                self._last_local[path] = None
+            with trio.CancelScope(shield=True):
+                await in_thread(self.state.record, [(p, Base(0, None)) for p in moved])
+            gone = [f for f in gone if f.path not in moved]
         if not gone:
             return
         known = sum(1 for h in self._last_local.values() if h is not None)

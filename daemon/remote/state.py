@@ -35,6 +35,7 @@ Blocking file I/O: ``open``, ``record`` and ``close`` run in a worker thread.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,11 +247,12 @@ class ReplicaState:
         first whose path or target another one of the run already names (one transaction
         must not base a change on a version an earlier one of it is about to make)."""
         batch: list[tuple[Change, str, int]] = []
-        named: set[str] = set()
+        named: set[str] = set()  # in NFC form: two spellings of a name are one note
         for change in run:
             target, base_version = self.target(change.path)
-            if batch and (change.path in named or target in named):
+            names = {unicodedata.normalize("NFC", p) for p in (change.path, target)}
+            if batch and not names.isdisjoint(named):
                 break
             batch.append((change, target, base_version))
-            named.update((change.path, target))
+            named.update(names)
         return batch
