@@ -32,23 +32,28 @@ def test_sanitize_messages_keeps_only_what_was_said() -> None:
     ]
 
 
-async def test_session_store_counts_commits_and_compacts(tmp_path: Path) -> None:
+async def test_session_store_counts_commits_and_compacts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The store's sizes cut by ten (its rules unchanged): compaction past 200 lines of slack,
+    # 100 request ids remembered.
+    monkeypatch.setattr(sessions, "COMPACT_SLACK_LINES", 200)
+    monkeypatch.setattr(sessions, "MAX_REQUEST_IDS", 100)
     path = tmp_path / "pending.jsonl"
     store = sessions.SessionStore(path, "w")
     await store.open()
-    for i in range(1100):
+    for i in range(110):
         added = await store.add("s", turn(f"fact {i}"), f"r{i}", {"n": i})
         await store.commit("s", added.upto)
     a = await store.add("s", [{"role": "user", "content": [{"type": "image_url"}]}], None)
     assert a.pending_turns == 1 and a.pending_messages == 1  # "[image omitted]" is kept
-    assert a.user_turns_total == 1101
+    assert a.user_turns_total == 111
     store.close()
-    assert len(path.read_bytes().splitlines()) < 2200  # compacted along the way
+    assert len(path.read_bytes().splitlines()) < 220  # compacted along the way
     again = sessions.SessionStore(path, "w")
     await again.open()
     info = again.info("s")
-    assert (info.pending_turns, info.user_turns_total) == (1, 1101)
-    assert again.answer_for("r1099") == {"n": 1099} and again.answer_for("r0") is None
+    assert (info.pending_turns, info.user_turns_total) == (1, 111)
+    assert again.answer_for("r109") == {"n": 109} and again.answer_for("r0") is None
     assert [m["content"] for m in await again.pending("s", info.upto)] == ["[image omitted]"]
     again.close()
 
@@ -59,21 +64,22 @@ async def test_finished_sessions_do_not_pile_up(tmp_path: Path,
     finished conversation in memory and in the log forever; past MAX_DONE_SESSIONS the
     oldest finished ones are forgotten, unfinished ones never."""
     monkeypatch.setattr(sessions, "MAX_DONE_SESSIONS", 100, raising=False)
+    monkeypatch.setattr(sessions, "COMPACT_SLACK_LINES", 200)
     path = tmp_path / "pending.jsonl"
     store = sessions.SessionStore(path, "w")
     await store.open()
     await store.add("open-chat", turn("I keep bees."), None)
-    for i in range(3000):
+    for i in range(700):
         added = await store.add(f"chat-{i}", turn(f"fact {i}"), None)
         await store.commit(f"chat-{i}", added.upto)
-    assert store.status()["sessions"] < 2000, store.status()  # was 3001
-    assert len(path.read_bytes().splitlines()) < 4000
-    last = store.info("chat-2999").upto
+    assert store.status()["sessions"] < 400, store.status()  # was 701
+    assert len(path.read_bytes().splitlines()) < 900
+    last = store.info("chat-699").upto
     store.close()
     again = sessions.SessionStore(path, "w")
     await again.open()
-    assert again.status()["sessions"] < 2000 and again.sessions_pending() == ["open-chat"]
-    assert again.info("chat-2999").user_turns_total == 1  # recent ones are remembered
+    assert again.status()["sessions"] < 400 and again.sessions_pending() == ["open-chat"]
+    assert again.info("chat-699").user_turns_total == 1  # recent ones are remembered
     info = again.info("open-chat")
     assert [m["content"] for m in await again.pending("open-chat", info.upto)] == [
         "I keep bees.", "Noted."]

@@ -74,6 +74,8 @@ MAX_REQUEST_IDS = 1024
 #: first; older ones are forgotten when the log is compacted (a conversation id used
 #: again starts its counters afresh).
 MAX_DONE_SESSIONS = 10_000
+#: Lines the log may hold past four times its snapshot's before it is compacted.
+COMPACT_SLACK_LINES = 2000
 WRITE_TIMEOUT_S = 10.0
 
 
@@ -285,7 +287,7 @@ class SessionStore:
         The log is compacted when it holds four times the lines its snapshot would. Many
         conversations (a new id for each) leave many finished sessions: past
         ``MAX_DONE_SESSIONS`` the oldest are forgotten (looked for every 1,000 lines)."""
-        limit = 4 * (self._pending_count() + len(self._sessions)) + 2000
+        limit = 4 * (self._pending_count() + len(self._sessions)) + COMPACT_SLACK_LINES
         if self._lines <= limit and (len(self._sessions) <= MAX_DONE_SESSIONS
                                      or self._lines < self._prune_check):
             return None
