@@ -35,6 +35,9 @@ if os.environ.get("SEARCH_TIMEOUT_S"):
 if os.environ.get("PREPARE_TIMEOUT_S"):
     from recalld.daemon.remote import db
     db.PREPARE_TIMEOUT_S = float(os.environ["PREPARE_TIMEOUT_S"])
+if os.environ.get("MAX_NOTE_BYTES"):  # before any module takes the value in
+    from recalld.daemon.index import prepare
+    prepare.MAX_NOTE_BYTES = int(os.environ["MAX_NOTE_BYTES"])
 """
 
 

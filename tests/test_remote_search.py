@@ -21,6 +21,7 @@ import pytest
 from conftest import DaemonFactory, DaemonHandle
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from test_remote import cli
+from test_remote_hang import SITECUSTOMIZE
 from waits import wait_for
 
 WORDS = ("river", "garden", "invoice", "deploy", "kernel", "picnic", "budget", "tennis",
@@ -379,19 +380,25 @@ def test_a_note_with_nul_bytes_goes_up_and_is_found_in_the_server(
 
 
 def test_a_note_over_the_index_limit_is_searched_in_the_server_as_locally(
-        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+        daemon_factory: DaemonFactory, pg_server: PgServer,  # noqa: F811
+        tmp_path: Path) -> None:
     # The local index reads a note up to its first 8 MiB (partly_indexed); the server's
-    # chunks of it stop at the same byte, so both find the same notes.
-    from recalld.daemon.index.prepare import MAX_NOTE_BYTES
-
+    # chunks of it stop at the same byte, so both find the same notes. The limit is cut
+    # to 1 MiB here (the launcher hook of tests/test_remote_hang.py): the same rule on an
+    # eighth of the text to mask, chunk and upload.
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
+    max_note_bytes = 1 << 20
     name = "s" + uuid.uuid4().hex[:12]
     d = daemon_factory(f'[workspaces.srv]\nremote = {{ kind = "postgres", dsn = '
-                       f'"{pg_server.dsn}", name = "{name}", search_mode = "server" }}\n')
+                       f'"{pg_server.dsn}", name = "{name}", search_mode = "server" }}\n',
+                       PYTHONPATH=str(hooks), MAX_NOTE_BYTES=str(max_note_bytes))
     wait_for(lambda: ws_status(d, "srv")["remote"]["search"]["chunks_ready"],
              what="srv online")
     line = b"tern gull skua\n"
-    head = b"# Dump\nheadword\n" + line * (MAX_NOTE_BYTES // len(line))
-    assert len(head) >= MAX_NOTE_BYTES
+    head = b"# Dump\nheadword\n" + line * (max_note_bytes // len(line))
+    assert len(head) >= max_note_bytes
     (ws_root(d, "srv") / "digest/dump.md").write_bytes(head + b"tailword beyond the limit\n")
     wait_for(lambda: search(d, "srv", "headword", None)["results"], what="the note in the server")
     got = search(d, "srv", "tailword", None)
