@@ -158,3 +158,19 @@ def test_the_chunks_that_continue_a_table_carry_its_header_row_and_no_others() -
     for text in ("| a | b |\n| 1 | 2 |\n" * 40, "| a | b |\n|---|\n| 1 | 2 |\n" * 40,
                  "| a |\n|---|\nprose\n" + "| 1 |\n" * 80):
         assert {c.heading for c in chunk_markdown("n.md", text, max_chars=50)} == {""}, text
+
+
+def test_a_heading_of_no_text_names_no_section(daemon: DaemonHandle, tmp_path: Path) -> None:
+    # ``## `` alone, or closed by its marks only (``## ##``), as a note being written has:
+    # it opens a section, but the hit's heading path holds no empty step ("Trip > ").
+    root = tmp_path / "ws"
+    notes = root / "memory"
+    notes.mkdir(parents=True)
+    for name, mark in (("bare", "## "), ("closed", "### ###"), ("tabbed", "##\t")):
+        (notes / f"{name}.md").write_text(
+            f"# Trip {name}\n\n{mark}\n\nThe zqvleft ferry for {name}.\n", encoding="utf-8")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    answer = daemon.call("memory.search", {"agent_id": "w", "query": "zqvleft", "sync": True,
+                                           "max_results": 10})
+    hits = {r["path"]: r["heading"] for r in answer["results"]}
+    assert hits == {f"memory/{n}.md": f"Trip {n}" for n in ("bare", "closed", "tabbed")}, answer

@@ -29,7 +29,8 @@ Rules:
   runs to the end of the note, as ``codelines.visible_lines`` reads them) is no heading,
   nor opens a code block: no renderer shows it. A heading's text in the heading path (a hit's
   ``heading``, and the index text of every chunk of its section) is at most ``max_chars``,
-  cut at a space in its second half if there is one. Then
+  cut at a space in its second half if there is one; a heading of no text (``## `` alone)
+  opens a section but is left out of the path. Then
   sections into paragraphs at blank lines (a fenced code block is one paragraph; it ends at a
   line of its fence's character, at least as many, and nothing else, as in CommonMark). Adjacent
   paragraphs of one section merge while the chunk stays within ``max_chars``; chunks never cross
@@ -228,6 +229,8 @@ class _Builder:
         """Emit 0-based inclusive line range [start, end] (``text``: a piece of its last
         line, after the whole lines before it; ``headed``: those open with a heading)."""
         body = "\n".join(self.lines[start : end + 1]) if text is None else text
+        # A heading of no text (``## `` alone) opens a section but names none.
+        headings = [h for h in headings if h]
         meta: ChunkMeta = {"headings": list(headings)}
         head = self.table_rows.get(start, -1)
         if head >= 0:

@@ -82,11 +82,13 @@ from __future__ import annotations
 # inside a comment of the body (``<!-- -->``, ``%% %%``) is no heading and opens no code
 # block; 48: a heading's text in the heading path is at most the chunk cap
 # (``chunker._title``); 49: a chunk that continues a table ends its heading path with
-# the table's header row (``chunker._table_row``); 51: the decimal digits of every script
-# are their ASCII digits (``textfold.DIGIT_ZEROS``: ``۲۰۲۶`` is ``2026``), Cyrillic's
-# accented ``ѐ`` and ``ѝ`` are ``е`` and ``и`` (``textfold._FOLDED_LETTERS``), a word
-# holding a zero-width non-joiner is the word glued and its parts (``textfold.ZWNJ``),
-# Devanagari's nukta is dropped and its candrabindu is anusvara (``textfold``).
+# the table's header row (``chunker._table_row``); 50: a heading of no text (``## ``
+# alone) is no step of the heading path (``chunker._Builder.emit``); 51: the decimal
+# digits of every script are their ASCII digits (``textfold.DIGIT_ZEROS``: ``۲۰۲۶`` is
+# ``2026``), Cyrillic's accented ``ѐ`` and ``ѝ`` are ``е`` and ``и``
+# (``textfold._FOLDED_LETTERS``), a word holding a zero-width non-joiner is the word glued
+# and its parts (``textfold.ZWNJ``), Devanagari's nukta is dropped and its candrabindu is
+# anusvara (``textfold``).
 # Raise it with any change of these rules (redact.py's included).
 CHUNKING = 51
 # The rules by which wikilinks are read and name notes (``links.py``, ``codelines.py``): a
