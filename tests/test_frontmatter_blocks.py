@@ -1,5 +1,5 @@
 """Frontmatter blocks that recalld's YAML reader does not take (YAML it does not read, a
-long block, Hugo's TOML), as a daemon indexes and searches them: never a hit by
+long block, Hugo's TOML and JSON), as a daemon indexes and searches them: never a hit by
 themselves, always part of their note's first body chunk."""
 
 from __future__ import annotations
@@ -20,6 +20,10 @@ _BLOCKS = {
     "toml": '+++\ntitle = "quorvex toml"\nauthor = "hugo-writer"\ndate = 2024-05-01\n'
             'tags = ["a", "b"]\n[params]\nx = 1\n+++',
     "tomltwice": '+++\ntitle = "quorvex"\ntitle = "tomltwice"\n+++',
+    # JSON (Hugo), an object nested in it, and one after a byte order mark with CRLF.
+    "json": '{\n  "title": "quorvex json",\n  "author": "hugo-json",\n  "tags": ["a"],\n'
+            '  "params": {\n    "x": 1\n  }\n}',
+    "jsoncrlf": '\ufeff{\r\n"title": "quorvex crlf",\r\n"draft": false\r\n}\r',
 }
 
 
@@ -45,10 +49,14 @@ def test_a_block_the_reader_cannot_take_joins_the_first_body_chunk(
     answer = daemon.call("memory.search", {"agent_id": "fm", "query": "walk dawn",
                                            "filters": {"author": "hugo-writer"}})
     assert [r["path"] for r in answer["results"]] == ["memory/toml.md"], answer
+    answer = daemon.call("memory.search", {"agent_id": "fm", "query": "walk dawn",
+                                           "filters": {"author": "hugo-json"}})
+    assert [r["path"] for r in answer["results"]] == ["memory/json.md"], answer
     # The recall block shows the body, without the block.
     answer = daemon.call("memory.recall", {"agent_id": "fm", "query": "quorvex",
                                            "max_results": 20})
-    assert all(not item["text"].startswith(("---", "+++")) for item in answer["items"]), answer
+    assert all(not item["text"].lstrip("\ufeff").startswith(("---", "+++", "{"))
+               for item in answer["items"]), answer
 
 
 def test_a_block_is_looked_for_in_the_first_lines_only() -> None:

@@ -16,7 +16,8 @@ Rules:
   longer than the cap): then that chunk is over the cap by at most the block. A note that is
   only frontmatter is chunked like a body (one chunk at usual sizes). The block is the one
   ``frontmatter.recall_block`` finds: also a closed block of fields its reader cannot parse
-  (with no fields as metadata) and a TOML ``+++`` block, of any length.
+  (with no fields as metadata), a TOML ``+++`` block and a JSON object (a ``{`` line, then
+  up to a ``}`` line), of any length.
 - A heading is no chunk by itself either (a hit of one line, or of a frontmatter block and a
   heading): before a paragraph too long to join whole, it opens that paragraph's first
   chunk; before an overlong line, the line's first piece, cut shorter by the heading. Only

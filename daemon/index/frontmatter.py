@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from recalld.daemon.index.frontmatter_json import json_block
 from recalld.daemon.index.frontmatter_toml import toml_block
 from recalld.daemon.index.marks import MARKS
 from recalld.daemon.jsontypes import JsonObject
@@ -371,14 +372,15 @@ def recall_block(text: str) -> tuple[JsonObject, int]:
     its body starts, as search and recall take them: a block this reader parses; a closed
     block of field lines it cannot parse (YAML it does not take: deeper nesting, anchors,
     a key written twice), of no fields, as its keys are no body either; a TOML ``+++``
-    block (Hugo, Zola); ({}, 0) without one."""
+    block (Hugo, Zola); a JSON object (Hugo); ({}, 0) without one."""
     fields, start = parse_frontmatter(text)
     if start:
         return fields, start
     start = _fields_block_end(text)
     if start:
         return {}, start
-    return toml_block(text, _MAX_LINES)
+    fields, start = toml_block(text, _MAX_LINES)
+    return (fields, start) if start else json_block(text, _MAX_LINES)
 
 
 def body_of(text: str) -> tuple[str, int]:

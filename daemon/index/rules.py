@@ -82,10 +82,14 @@ from __future__ import annotations
 # inside a comment of the body (``<!-- -->``, ``%% %%``) is no heading and opens no code
 # block; 48: a heading's text in the heading path is at most the chunk cap
 # (``chunker._title``); 49: a chunk that continues a table ends its heading path with
-# the table's header row (``chunker._table_row``); 50: a heading of no text (``## ``
-# alone) is no step of the heading path (``chunker._Builder.emit``); 51: the decimal
-# digits of every script are their ASCII digits (``textfold.DIGIT_ZEROS``: ``۲۰۲۶`` is
-# ``2026``), Cyrillic's accented ``ѐ`` and ``ѝ`` are ``е`` and ``и``
+# the table's header row (``tablerows.table_row``); 50: a heading of no text (``## ``
+# alone) is no step of the heading path (``chunker._Builder.emit``), and a JSON object
+# at the top of a note (Hugo) is its frontmatter block (``frontmatter_json``), and a
+# block that would take the first chunk over the cap is in no chunk's text, its values
+# that chunk's index text (``chunker.chunk_markdown``), and a setext heading's text may
+# run over several lines, and follow a heading or a code block (``chunker._run``); 51:
+# the decimal digits of every script are their ASCII digits (``textfold.DIGIT_ZEROS``:
+# ``۲۰۲۶`` is ``2026``), Cyrillic's accented ``ѐ`` and ``ѝ`` are ``е`` and ``и``
 # (``textfold._FOLDED_LETTERS``), a word holding a zero-width non-joiner is the word glued
 # and its parts (``textfold.ZWNJ``), Devanagari's nukta is dropped and its candrabindu is
 # anusvara (``textfold``).
