@@ -65,7 +65,14 @@ def _check_invariants(text: str, chunks: list[Chunk], max_chars: int) -> None:
         last_end = c.end_line
         original = "\n".join(lines[c.start_line - 1 : c.end_line])
         assert ("frontmatter" in c.metadata) == (n == 0 and fm_end > 0)
-        if n == 0 and fm_end > 0 and body:
+        if n == 0 and fm_end > 0 and body and c.start_line > 1:
+            # A block larger than half the cap that would take the first chunk over it
+            # is in no chunk's text (a block of megabytes, a hit of megabytes).
+            before = "\n".join(lines[: body[0]])
+            assert c.start_line == body[0] + 1 and len(before) > max_chars // 2
+            assert len(before) + 1 + len(original) > max_chars
+            owner.update(dict.fromkeys(range(1, c.start_line), n))
+        if n == 0 and fm_end > 0 and body and c.start_line == 1:
             # The block joins the first body chunk: lines from 1, never a chunk of its own.
             block = "\n".join(lines[: body[0]])
             assert c.start_line == 1 and c.end_line >= body[0] + 1
@@ -121,14 +128,15 @@ def _check_invariants(text: str, chunks: list[Chunk], max_chars: int) -> None:
 def test_note_chunks_and_line_ranges() -> None:
     chunks = chunk_markdown("memory/2026-07-23/commute.md", NOTE, max_chars=60)
     fm = [c for c in chunks if "frontmatter" in c.metadata]
-    # The frontmatter block, fences included, is the start of the first body chunk, never
-    # a chunk of its own, nor one with a heading alone: under this small cap the heading
-    # takes the first line of its paragraph, and the chunk is over the cap by the block.
+    # The frontmatter block is never a chunk of its own, nor is a heading alone: under this
+    # small cap the heading takes the first line of its paragraph. The block, larger than
+    # the cap, is in no chunk's text (it would take the chunk over the cap): its fields are
+    # the first chunk's metadata, and its words that chunk's index text.
     assert len(fm) == 1 and fm[0] is chunks[0]
-    assert (fm[0].start_line, fm[0].end_line) == (1, 8)
-    assert fm[0].text.startswith("---\nname: commute notes\n") and fm[0].text.endswith(
-        "---\n# Commute\n\nI ride the bike to work.")
+    assert (fm[0].start_line, fm[0].end_line) == (6, 8)
+    assert fm[0].text == "# Commute\n\nI ride the bike to work."
     assert fm[0].metadata["frontmatter"]["name"] == "commute notes"
+    assert "how I get to the office" in fm[0].index_text and len(fm[0].text) <= 60
     assert fm[0].heading == "Commute" and chunks[1].start_line == 9
     _check_invariants(NOTE, chunks, 60)
     costs = [c for c in chunks if "49 euros" in c.text]

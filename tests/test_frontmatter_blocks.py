@@ -42,9 +42,11 @@ def test_a_block_the_reader_cannot_take_joins_the_first_body_chunk(
     assert set(hits) == {f"memory/{name}.md" for name in _BLOCKS}, answer
     for name, block in _BLOCKS.items():
         hit = hits[f"memory/{name}.md"]
-        # The block and the body after it, from line 1: no hit of keys alone.
-        assert hit["start_line"] == 1 and f"yak{name}" in hit["text"], hit
-        assert hit["end_line"] == block.count("\n") + 5, hit
+        # The block and the body after it, from line 1: no hit of keys alone. A block
+        # larger than the chunk cap is in no hit's text; its fields find the note.
+        assert f"yak{name}" in hit["text"] and hit["end_line"] == block.count("\n") + 5, hit
+        assert hit["start_line"] == (1 if len(block) < 2000 else block.count("\n") + 3), hit
+        assert len(hit["text"]) <= 2000, hit
     # The TOML block's fields are read: its author names the note.
     answer = daemon.call("memory.search", {"agent_id": "fm", "query": "walk dawn",
                                            "filters": {"author": "hugo-writer"}})
@@ -98,3 +100,26 @@ def test_fields_written_with_escapes_find_their_note_as_they_read(
     plain = "---\nname: 北京饭店\ndescription: >\n  a quiet\n  table\n---\n\nDinner.\n"
     first = chunk_markdown("memory/plain.md", plain)[0]
     assert first.index_text == first.text
+
+
+def test_a_block_of_many_long_lines_makes_no_chunk_over_the_cap(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # 300 fields of 600 characters (180 kB), the one word that names the note last of
+    # them: a hit is within the cap (2,000 characters), the block's fields still find the
+    # note, and no hit is of the block alone. So for a CRLF block and one after a BOM.
+    fields = "".join(f"k{i}: " + f"filler{i} " * 60 + "\n" for i in range(300))
+    root = tmp_path / "ws"
+    notes = root / "memory"
+    notes.mkdir(parents=True)
+    for name, lead, end in (("lf", "", "\n"), ("crlf", "", "\r\n"), ("bom", "\ufeff", "\n")):
+        text = (f"{lead}---\nname: {name}\n{fields}last: zqvtail{name}\n---\n\n# Plan\n\n"
+                f"Feed the zqvbody{name} goat.\n").replace("\n", end)
+        (notes / f"{name}.md").write_text(text, encoding="utf-8", newline="")
+    daemon.call("workspace.open", {"agent_id": "fm", "path": str(root)})
+    for name in ("lf", "crlf", "bom"):
+        for query in (f"zqvtail{name}", f"zqvbody{name}", f"filler299 zqvbody{name}"):
+            answer = daemon.call("memory.search", {"agent_id": "fm", "query": query,
+                                                   "sync": True, "max_results": 20})
+            hits = answer["results"]
+            assert [r["path"] for r in hits][:1] == [f"memory/{name}.md"], (query, answer)
+            assert all(len(r["text"]) <= 2000 and r["start_line"] == 306 for r in hits), hits

@@ -13,7 +13,10 @@ Rules:
   slot). The first chunk is built under the cap less the block's size, so together they stay
   within the cap, unless the block is larger than half the cap (the first chunk keeps half)
   or the first line alone is longer than what the block leaves (lines are split only when
-  longer than the cap): then that chunk is over the cap by at most the block. A note that is
+  longer than the cap): then that chunk is over the cap by at most the block. A block
+  larger than half the cap that would make the first chunk exceed the cap (a block of
+  megabytes would make a hit of megabytes) is in no chunk's text: its fields are still the
+  first chunk's metadata, and its values that chunk's index text. A note that is
   only frontmatter is chunked like a body (one chunk at usual sizes). The block is the one
   ``frontmatter.recall_block`` finds: also a closed block of fields its reader cannot parse
   (with no fields as metadata), a TOML ``+++`` block and a JSON object (a ``{`` line, then
@@ -371,12 +374,13 @@ def chunk_markdown(path: str, text: str, *, max_chars: int = DEFAULT_MAX_CHARS,
         if not builder.chunks:
             builder.section([(0, body_start - 1)], [])
         first = builder.chunks[0]
-        if first.start_line > 1:
-            joined = "\n".join(lines[: first.start_line - 1]) + "\n" + first.text
-        else:
-            joined = first.text
+        joined, start = first.text, first.start_line
+        if start > 1 and (builder.size(0, start - 2) <= max_chars // 2
+                          or builder.size(0, first.end_line - 1) <= max_chars):
+            joined, start = "\n".join(lines[: start - 1]) + "\n" + joined, 1
         meta: ChunkMeta = {**first.metadata, "frontmatter": scalars}
-        builder.chunks[0] = Chunk(first.path, 1, first.end_line, joined, first.heading, meta)
+        builder.chunks[0] = Chunk(first.path, start, first.end_line, joined, first.heading,
+                                  meta)
     return builder.chunks
 
 
