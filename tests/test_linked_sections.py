@@ -98,3 +98,24 @@ def test_a_linked_note_shows_its_first_chunk_saying_more_than_headings(
                      "digest/wiki/titles.md": (1, "# Only")}
     text = daemon.call("memory.recall", {"agent_id": "w", "query": "hubword"})["rendered"]
     assert "The keyed body text." in text and "The plain body text." in text
+
+
+def test_a_linked_note_is_shown_without_its_json_or_toml_block(daemon: DaemonHandle,
+                                                               tmp_path: Path) -> None:
+    # Hugo's JSON and TOML frontmatter, as a YAML block: left out of the linked note shown.
+    root = tmp_path / "ws"
+    blocks = {"Jnode": '{\n  "title": "jnode",\n  "draft": false\n}',
+              "Tnode": '+++\ntitle = "tnode"\n+++'}
+    for name, block in blocks.items():
+        write(root, f"digest/wiki/{name}.md", f"{block}\n\nThe {name} body says hello.\n")
+        write(root, f"memory/2026-12-05/{name}-ref.md", f"# {name}\n\n{name}word, see [[{name}]]\n")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    daemon.call("index.sync", {"agent_id": "w"})
+    for name, block in blocks.items():
+        answer = daemon.call("memory.search", {"agent_id": "w", "query": f"{name}word"})
+        assert len(answer["expanded"]) == 1, (name, answer)
+        (item,) = answer["expanded"]
+        assert item["path"] == f"digest/wiki/{name}.md", answer
+        # (From the blank line after the block, as after a YAML one.)
+        assert (item["start_line"], item["text"]) == (block.count("\n") + 2,
+                                                      f"\nThe {name} body says hello."), item

@@ -164,8 +164,8 @@ def _body_of(text: str) -> tuple[str, int]:
 def body_part(text: str) -> tuple[str, int] | None:
     """``text`` (a chunk's, from the note's first line) without a leading frontmatter
     block, and the lines that block took; None when nothing else is in it."""
-    if not text.lstrip("\ufeff").startswith(("---", "+++")):
-        # No fence on the first line: no frontmatter block to strip.
+    if not text.lstrip("\ufeff").startswith(("---", "+++", "{")):
+        # No fence (nor a JSON object's brace) on the first line: no block to strip.
         return (text, 0) if text.strip() else None
     body, skipped = _body_of(text)
     return (body, skipped) if body.strip() else None
