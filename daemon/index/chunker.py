@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, TypedDict
 
 from recalld.daemon.index.frontmatter import recall_block
+from recalld.daemon.index.tablerows import CELL_EDGE, TABLE_DELIMITER, table_row
 from recalld.daemon.index.tokenizer import EMOJI
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.slugs import shows_no_word
@@ -90,13 +91,6 @@ _NOT_TEXT_RE: Final = re.compile(r"^(?: {0,3}(?:[>|<]|(?:[-+*]|\d{1,9}[.)])(?:\s
 # (CommonMark), so a ```` block can show a ``` one and ```python does not close a block.
 _FENCE_RE: Final = re.compile(r"^ {0,3}(`{3,}(?=[^`]*\Z)|~{3,})")
 _CLOSING_RE: Final = re.compile(r"^\s*(`{3,}|~{3,})\s*\Z")
-# A table's delimiter row (GFM), for ``fullmatch``: cells of dashes, colons for alignment,
-# parted by ``|`` (one at least); a ``\r`` may end it.
-TABLE_DELIMITER: Final = re.compile(
-    r"[ \t]*\|?(?:[ \t]*:?-+:?[ \t]*\|)+(?:[ \t]*:?-+:?[ \t]*)?\r?"
-    r"|[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)+\r?")
-# A table cell's border: a ``|`` not escaped.
-CELL_EDGE: Final = re.compile(r"(?<!\\)\|")
 
 
 class ChunkMeta(TypedDict, total=False):
@@ -458,7 +452,7 @@ def _body(builder: _Builder, lines: list[str], body_start: int,
             para_start = -1 if skipping else start
             continue
         if "|" in line:
-            _table_row(builder, i, 0 <= para_start < i)
+            table_row(builder, i, 0 <= para_start < i)
         if not line.strip():
             if para_start >= 0:
                 paragraphs.append((para_start, i - 1))
@@ -472,29 +466,3 @@ def _body(builder: _Builder, lines: list[str], body_start: int,
         paragraphs.append((para_start, end))
     builder.section(paragraphs, headings)
 
-
-def _table_row(builder: _Builder, i: int, text_above: bool) -> None:
-    """Note line ``i``, one holding a ``|`` in a paragraph (``text_above``: not its first
-    line), in ``builder.table_rows`` if it is a table's delimiter or body row. A table
-    opens with a header row and a delimiter row of as many cells (GFM); it goes on through
-    the lines holding a ``|`` up to a blank line, a heading, a code fence or a line
-    without one."""
-    if i in builder.hidden:
-        return
-    head = builder.table_rows.get(i - 1, -1)
-    if head >= 0:
-        builder.table_rows[i] = head
-        return
-    if not text_above or (i - 1) in builder.hidden or builder.heading(i - 1):
-        return
-    line = builder.lines[i]
-    if TABLE_DELIMITER.fullmatch(line) and _cells(builder.lines[i - 1]) == _cells(line):
-        builder.table_rows[i] = i - 1
-
-
-def _cells(row: str) -> int:
-    """How many cells a table row holds (its outer ``|`` are optional)."""
-    row = row.strip()
-    row = row[1:] if row.startswith("|") else row
-    row = row[:-1] if row.endswith("|") and not row.endswith("\\|") else row
-    return len(CELL_EDGE.split(row))
