@@ -43,12 +43,13 @@ def _lines(text: str) -> list[str]:
 
 def _heading_lines(lines: list[str], chunk: Chunk) -> int:
     """How many of ``lines`` (a chunk's first) its opening heading takes: an ATX heading
-    one, a setext heading two (its text and underline); 0 if it opens with none."""
+    one, a setext heading its lines of text and its underline; 0 if it opens with none."""
     if not chunk.metadata.get("starts_with_heading"):
         return 0
     if lines[0].lstrip().startswith("#"):
         return 1
-    return 2 if len(lines) > 1 and re.fullmatch(r" {0,3}(=+|-+)[ \t]*", lines[1]) else 1
+    under = (j for j in range(1, len(lines)) if re.fullmatch(r" {0,3}(=+|-+)[ \t]*", lines[j]))
+    return next(under, 0) + 1
 
 
 def _check_invariants(text: str, chunks: list[Chunk], max_chars: int) -> None:

@@ -174,3 +174,26 @@ def test_a_heading_of_no_text_names_no_section(daemon: DaemonHandle, tmp_path: P
                                            "max_results": 10})
     hits = {r["path"]: r["heading"] for r in answer["results"]}
     assert hits == {f"memory/{n}.md": f"Trip {n}" for n in ("bare", "closed", "tabbed")}, answer
+
+
+def test_a_setext_heading_over_several_lines_is_one_heading(daemon: DaemonHandle,
+                                                             tmp_path: Path) -> None:
+    # CommonMark: every line of text above the underline is the heading's, also right
+    # below an ATX heading; below a list item the underline is a rule (no heading).
+    text = ("Winter release plan\nfor the north team\n===\n\n" + "\n\n".join([_PARA] * 4)
+            + "\n\n## Risks\nand open questions\n---\n\nThe qzvrisk of snow.\n\n"
+            + "- a list item\nrunning on\n---\n\nThe qzvlist after it.\n")
+    root = tmp_path / "ws"
+    (root / "memory").mkdir(parents=True)
+    (root / "memory" / "plan.md").write_text(text, encoding="utf-8")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    heads = {}
+    for word in ("qzvrisk", "qzvlist"):
+        answer = daemon.call("memory.search", {"agent_id": "w", "query": word, "sync": True})
+        (hit,) = answer["results"]
+        heads[word] = hit["heading"]
+    # (The underlined heading is of level 2, as ``## Risks``: it follows it, not under it.)
+    section = "Winter release plan for the north team > and open questions"
+    assert heads == {"qzvrisk": section, "qzvlist": section}, heads
+    first = chunk_markdown("plan.md", text)[0]
+    assert first.heading == "Winter release plan for the north team", first

@@ -26,9 +26,11 @@ Rules:
   chunk; before an overlong line, the line's first piece, cut shorter by the heading. Only
   before a line within the cap that does not fit with it does a heading stay alone.
 - The body is split at headings (not inside fenced code) into sections: ATX ones (``#`` ..
-  ``######``) and setext ones, one line of paragraph text (not a list item, quote, table
-  row, HTML or indented code) after a blank line or the body's start, underlined with ``=``
-  (level 1) or ``-`` (level 2); an underline below two or more lines of text is text. A
+  ``######``) and setext ones, lines of paragraph text (the first not a list item, quote,
+  table row, HTML or indented code, none of the others a list item, quote, table row or
+  HTML) after a blank line, a heading, a rule, a code block or the body's start,
+  underlined with ``=`` (level 1) or ``-`` (level 2), as CommonMark reads them: the lines
+  joined by spaces are the heading's text. A
   line inside a comment of the body (``<!-- -->``, Obsidian's ``%% %%``; one never closed
   runs to the end of the note, as ``codelines.visible_lines`` reads them) is no heading,
   nor opens a code block: no renderer shows it. A heading's text in the heading path (a hit's
@@ -85,6 +87,8 @@ _HEADING_RE: Final = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t#]*$")
 _UNDERLINE_RE: Final = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 # Lines that are no paragraph text, so no setext heading: a list item, a quote, a table
 # row, HTML, indented code (a ``---`` below them is a rule; a ``===``, text).
+# A thematic break (``***``, ``- - -``): no paragraph text.
+_RULE_RE: Final = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 _NOT_TEXT_RE: Final = re.compile(r"^(?: {0,3}(?:[>|<]|(?:[-+*]|\d{1,9}[.)])(?:\s|$))| {4}|\t)")
 # A code fence: three or more backticks (an info string without backticks may follow) or
 # tildes; it is closed by a line of the same character, at least as many, and nothing else
@@ -206,8 +210,8 @@ class _Builder:
         self.lines = lines
         self.max_chars = max_chars
         self.chunks: list[Chunk] = []
-        # 0-based lines of setext headings' text (their underline is the next line).
-        self.setext: set[int] = set()
+        # 0-based first lines of setext headings' text -> their underline's line.
+        self.setext: dict[int, int] = {}
         # 0-based lines of tables' delimiter and body rows -> their table's header row.
         self.table_rows: dict[int, int] = {}
         # 0-based lines inside a comment (``<!-- -->``, ``%% %%``): none is a heading.
@@ -318,7 +322,7 @@ class _Builder:
 
     def heading_end(self, i: int) -> int:
         """The last line of a heading starting at line ``i`` (a setext one: its underline)."""
-        return i + 1 if i in self.setext else i
+        return self.setext.get(i, i)
 
     def lone_heading(self, start: int, end: int) -> bool:
         """Whether lines ``start..end`` are a heading (all its lines) and blank lines only."""
@@ -378,6 +382,20 @@ def chunk_markdown(path: str, text: str, *, max_chars: int = DEFAULT_MAX_CHARS,
     return builder.chunks
 
 
+def _run(builder: _Builder, i: int, run: int, fence: str) -> int:
+    """The first line of the paragraph text that line ``i`` ends (``run``: the one the
+    line above ends; -1: none, -2: none until a blank line, as a line of other markup
+    ends a paragraph of text that an underline would make a heading)."""
+    line = builder.lines[i]
+    if (fence or i in builder.hidden or not line.strip() or _RULE_RE.match(line)
+            or _HEADING_RE.match(line)):
+        return -1
+    if run == -1:
+        return -2 if _NOT_TEXT_RE.match(line) else i
+    # (A line indented four spaces continues a paragraph: it is no code block.)
+    return -2 if run == -2 or _NOT_TEXT_RE.match(line.lstrip(" \t")) else run
+
+
 def _title(heading: str, max_chars: int) -> str:
     """A heading's text as the heading path holds it: at most ``max_chars``, cut at a space
     if one is in its second half (the path goes with every chunk of the section)."""
@@ -396,6 +414,9 @@ def _body(builder: _Builder, lines: list[str], body_start: int,
     levels: list[int] = []
     paragraphs: list[tuple[int, int]] = []
     para_start = -1
+    # The first of the lines of paragraph text just above (a setext heading's text), -1
+    # after a blank line, a heading or a code block, -2 after a line of other markup.
+    run = -1
     fence = ""
     skipping = False
     for i in range(body_start, len(lines)):
@@ -411,8 +432,10 @@ def _body(builder: _Builder, lines: list[str], body_start: int,
         if fence:
             if closes_fence(line, fence):
                 fence = ""
+            run = -1
             continue
         fence = opens_fence(line) if i not in builder.hidden else ""
+        above, run = run, _run(builder, i, run, fence)
         if fence:
             if para_start < 0 and not skipping:
                 para_start = i
@@ -420,17 +443,21 @@ def _body(builder: _Builder, lines: list[str], body_start: int,
         hm = _HEADING_RE.match(line) if i not in builder.hidden else None
         # (In a stretch chunked elsewhere no paragraph is followed: its text line is one
         # after a blank line or the body's start.)
-        text_above = 0 <= para_start == i - 1 or (
-            skipping and i - 1 >= body_start and i - 1 in skip and bool(lines[i - 1].strip())
-            and (i - 1 == body_start or not lines[i - 2].strip()))
-        um = (_UNDERLINE_RE.match(line) if hm is None and text_above
-              and i - 1 not in builder.hidden else None)
-        if (um is not None and not _NOT_TEXT_RE.match(lines[i - 1])
+        above = -1 if skipping or i - 1 in builder.hidden else above
+        if (skipping and i - 1 >= body_start and i - 1 in skip and lines[i - 1].strip()
+                and (i - 1 == body_start or not lines[i - 2].strip())
+                and i - 1 not in builder.hidden and not _NOT_TEXT_RE.match(lines[i - 1])
                 and _HEADING_RE.match(lines[i - 1]) is None):
-            # A setext heading: the one line of text just above opens its section.
-            para_start = -1
-            builder.setext.add(i - 1)
-            level, title, start = (1 if um.group(1)[0] == "=" else 2), lines[i - 1], i - 1
+            above = i - 1
+        um = _UNDERLINE_RE.match(line) if hm is None and above >= 0 else None
+        if um is not None:
+            # A setext heading: the lines of text just above open its section.
+            if 0 <= para_start < above:
+                paragraphs.append((para_start, above - 1))
+            para_start = run = -1
+            builder.setext[above] = i
+            title = " ".join(ln.strip() for ln in lines[above:i])
+            level, start = (1 if um.group(1)[0] == "=" else 2), above
         elif hm is not None:
             level, title, start = len(hm.group(1)), hm.group(2) or "", i
         elif skipping:
