@@ -123,3 +123,13 @@ def test_a_block_of_many_long_lines_makes_no_chunk_over_the_cap(
             hits = answer["results"]
             assert [r["path"] for r in hits][:1] == [f"memory/{name}.md"], (query, answer)
             assert all(len(r["text"]) <= 2000 and r["start_line"] == 306 for r in hits), hits
+
+
+def test_a_note_that_is_only_a_json_object_is_text() -> None:
+    # A JSON object with nothing after it is what the note says (a model may write one),
+    # not a frontmatter block of no body: it is saved, read and found as text.
+    from recalld.daemon.index.frontmatter import has_body, recall_block
+
+    only = '{\n  "city": "Lisbon",\n  "flight": "TP123"\n}\n'
+    assert has_body(only) and recall_block(only) == ({}, 0)
+    assert recall_block(only + "\nThe trip.\n") == ({"city": "Lisbon", "flight": "TP123"}, 4)

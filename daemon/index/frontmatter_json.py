@@ -20,14 +20,15 @@ _CLOSE: Final = "}"
 def json_block(text: str, max_lines: int) -> tuple[JsonObject, int]:
     """The fields of the JSON object ``text`` opens with (a ``{`` line first) and the
     0-based line after its closing ``}`` line, the first one at the margin; ({}, 0)
-    without one within its first ``max_lines`` lines, or when what lies between them is
-    no JSON object (code, a template): that is body."""
+    without one within its first ``max_lines`` lines, when what lies between them is no
+    JSON object (code, a template), or when no text follows it: that is body (a note
+    that is only a JSON object, as a model or a tool may write one, is its text)."""
     lines = [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")]
     if not lines or lines[0].lstrip("\ufeff").rstrip() != _OPEN:
         return {}, 0
     end = next((i for i in range(1, min(len(lines), max_lines))
                 if lines[i].rstrip() == _CLOSE), -1)
-    if end < 0:
+    if end < 0 or not any(ln.strip() for ln in lines[end + 1:]):
         return {}, 0
     try:
         data = json.loads("\n".join([_OPEN, *lines[1 : end + 1]]),
