@@ -27,9 +27,23 @@ from recalld.ipc.qwenpaw_places import held_agents, holds_refused, home_refused
 SYSTEM_TREES = tuple(Path(p) for p in (
     "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sys",
     "/dev", "/boot", "/run", "/var/log", "/var/spool", "/var/cache", "/var/mail"))
+#: Places in those trees that are users' own, with how deep their shared part goes: the
+#: tmpfs any user may write in (``/dev/shm/<folder>``) and each user's runtime folder
+#: (``/run/user/<uid>/<folder>``). Below that depth a workspace is the user's; at or
+#: above it the place is still the system's.
+USER_TREES = ((Path("/dev/shm"), 0), (Path("/run/user"), 1))  # noqa: S108 - not written to
 #: Folders whose own contents are the system's: a workspace may lie below, not at them.
 SYSTEM_FOLDERS = tuple(Path(p) for p in (
     "/", "/var", "/var/lib", "/home", "/tmp", "/opt", "/srv", "/mnt", "/media", "/root"))  # noqa: S108
+
+def in_system_tree(path: Path) -> bool:
+    """Whether ``path`` (absolute, normalised) lies in a system tree, not below one of the
+    user places in it (:data:`USER_TREES`)."""
+    for own, depth in USER_TREES:
+        if path.is_relative_to(own) and len(path.relative_to(own).parts) > depth:
+            return False
+    return any(path.is_relative_to(t) for t in SYSTEM_TREES)
+
 
 def resolved(root: Path) -> Path:
     """``root`` (absolute) with its symbolic links resolved (blocking).
@@ -44,7 +58,7 @@ def resolved(root: Path) -> Path:
     decomposed names the folder the disk spells in the other form, as a path in a
     workspace does (:func:`recalld.daemon.spelling.on_disk`), not a second one beside it."""
     given = Path(os.path.normpath(root))
-    if any(given.is_relative_to(t) for t in SYSTEM_TREES):
+    if in_system_tree(given):
         raise InvalidParams(f"{root} is a system folder; a workspace needs a folder of "
                             "its own")
     try:
@@ -71,7 +85,7 @@ def check_root(root: Path) -> None:
         # backups, none of which can hold it.
         raise InvalidParams(f"workspace {safepath.shown(str(root))} has a path that is not "
                             "valid UTF-8; rename the folder")
-    if root in SYSTEM_FOLDERS or any(root.is_relative_to(t) for t in SYSTEM_TREES):
+    if root in SYSTEM_FOLDERS or in_system_tree(root):
         raise InvalidParams(f"{root} is a system folder; a workspace needs a folder of "
                             "its own")
     try:
