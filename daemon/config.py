@@ -473,7 +473,9 @@ def _from_table(table: Mapping[str, object], daemon_table: dict[str, object], cf
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
             if agent_id not in workspace_paths:
-                folder = (cfg_path.parent / Path(str(json_path)).expanduser()).parent
+                folder = (cfg_path.parent / paths.expand_home(
+                    str(json_path), f"{cfg_path}: {where} qwenpaw_agent_json",
+                    env)).parent
                 qwenpaw_folders[agent_id] = Path(os.path.abspath(folder))
             base_ws = _build(WorkspaceSettings, agent, base=defaults,
                              where=f"{where} qwenpaw_agent_json")

@@ -16,7 +16,7 @@ from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
 from recalld.ipc.folders import make_dirs_private
-from recalld.ipc.paths import PathError, from_here
+from recalld.ipc.paths import expand_home, from_here
 
 LOG_FILE_BYTES = 10 << 20
 LOG_FILE_BACKUPS = 3
@@ -52,16 +52,11 @@ def log_path(value: str) -> Path:
     """``--log-file``'s file: ``~`` expanded, a relative one taken from the current
     directory; PathError for a ``~name`` of no user, or when that directory no longer
     exists (a relative name would then name no file)."""
-    try:
-        path = Path(value).expanduser()
-    except RuntimeError:
-        raise PathError(f"--log-file = {value}: {value.split('/')[0]} names no user's "
-                        "home directory") from None
-    return from_here(path, "--log-file", value)
+    return from_here(expand_home(value, "--log-file"), "--log-file", value)
 
 
 def rotating_log(path: str) -> logging.Handler:
-    target = Path(path).expanduser()
+    target = expand_home(path, "--log-file")
     make_dirs_private(target.parent)
     handler = PrivateRotatingFileHandler(target, maxBytes=LOG_FILE_BYTES,
                                          backupCount=LOG_FILE_BACKUPS, encoding="utf-8")

@@ -236,7 +236,7 @@ def read_agent_json(value: object, cfg_path: Path) -> Mapping[str, object]:
     file); ValueError saying what is wrong with it."""
     if not isinstance(value, str) or not value:
         raise ValueError(f"{cfg_path}: qwenpaw_agent_json must be a path")
-    path = cfg_path.parent / Path(value).expanduser()
+    path = cfg_path.parent / paths.expand_home(value, f"{cfg_path}: qwenpaw_agent_json")
     try:
         data = loads_qwenpaw_json(paths.read_regular_file(path))
     except (OSError, ValueError) as exc:

@@ -12,12 +12,11 @@ it after a restart; ``close(..., forget=True)`` drops the record.
 Closing a workspace first stops its running jobs (they wait, queued, until it opens
 again), then cancels its nursery and waits for the services to finish their shielded
 cleanup. Cancelling the registry closes every workspace (the daemon's stop has stopped
-the jobs before). A service that crashes, or a link in place of its folder (found at a
-use, or by a read or write below it: :func:`confine.told`), marks its workspace
-``failed`` (visible in ``daemon.status``) without taking the daemon down, and stops its
-running jobs at once (held, queued, as a close holds them); ``workspace.open`` on a
-failed workspace starts it again once its services stopped (they hold its lock), and
-lets them run.
+the jobs before). A service that crashes, or a link in place of its folder (found at a use, or by a
+read or write below it: :func:`confine.told`), marks its workspace ``failed`` (visible in
+``daemon.status``) without taking the daemon down, and stops its running jobs at once (held,
+queued, as a close holds them); ``workspace.open`` on a failed workspace starts it again once its
+services stopped (they hold its lock), and lets them run.
 """
 
 from __future__ import annotations
@@ -51,6 +50,7 @@ from recalld.daemon.workspaces import Workspace, WorkspaceStarter, check_agent_i
 from recalld.daemon.writegate import WriteGates
 from recalld.ipc.agent_ids import workspace_table
 from recalld.ipc.errors import InvalidParams, RecalldError, UnknownWorkspace
+from recalld.ipc.paths import expand_param
 
 if TYPE_CHECKING:
     from recalld.daemon.jobs import JobManager
@@ -285,7 +285,7 @@ class WorkspaceRegistry(KnownPlaces):
                                 ) -> Workspace | None:
         """:meth:`open`, or None if a restore took hold of the workspace meanwhile."""
         config = self._get_config()
-        root = (path if path is not None else self.home(agent_id)).expanduser()
+        root = expand_param(str(path), "path") if path is not None else self.home(agent_id)
         if not root.is_absolute():
             raise InvalidParams("workspace path must be absolute")
         # Resolving symlinks stats every component: on a slow or hung mount that takes
@@ -331,7 +331,7 @@ class WorkspaceRegistry(KnownPlaces):
                 # Served elsewhere, it would move back to its configured place at the next
                 # start, its notes written meanwhile left behind unserved.
                 place = await trio.to_thread.run_sync(
-                    resolved, config.workspace_path(agent_id).expanduser())
+                    resolved, config.workspace_path(agent_id))
                 if place != root:
                     raise InvalidParams(
                         f"the config file puts workspace {agent_id!r} at {place}: open it "

@@ -137,7 +137,7 @@ class KnownPlaces:
                 or (record is not None and record["path"] == str(root))
                 or agent_id in config.workspace_paths):
             return
-        place = config.workspace_path(other).expanduser()
+        place = config.workspace_path(other)
         if await trio.to_thread.run_sync(resolved, place) == root:
             raise InvalidParams(f"{root} is where the workspace of agent {other!r} opens "
                                 "when it names no path; choose a folder of its own")

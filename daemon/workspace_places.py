@@ -235,5 +235,5 @@ def unnamed_places(config: DaemonConfig) -> dict[str, Path]:
     for agent_id in config.configured_agents():
         if agent_id not in config.workspace_paths:
             with contextlib.suppress(InvalidParams):  # its own opening says why
-                places[agent_id] = resolved(config.workspace_path(agent_id).expanduser())
+                places[agent_id] = resolved(config.workspace_path(agent_id))
     return places

@@ -23,7 +23,6 @@ since the daemon and its clients need not share a working directory. A relative
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
 import os
@@ -37,6 +36,8 @@ from pathlib import Path
 
 from recalld.ipc import errors
 from recalld.ipc.protocol import MAX_REQUEST_BYTES_RANGE
+from recalld.ipc.regular_files import NotRegularFile as NotRegularFile
+from recalld.ipc.regular_files import read_regular_file as read_regular_file
 
 #: sun_path holds 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
@@ -75,10 +76,29 @@ def home_dir(env: Mapping[str, str]) -> Path:
                         "to your home folder") from None
 
 
-def _expand(value: str, env: Mapping[str, str]) -> Path:
-    if value == "~" or value.startswith("~/"):
-        return Path(str(home_dir(env)) + value[1:])
-    return Path(value).expanduser()
+def expand_home(value: str | os.PathLike[str], where: str,
+                environ: Mapping[str, str] | None = None) -> Path:
+    """``value`` with a leading ``~`` or ``~name`` expanded, the one rule for every path
+    recalld is given: ``~`` is :func:`home_dir` (an empty or relative ``HOME`` is not
+    taken, so ``~/x`` never becomes ``/x`` or a folder of the working directory);
+    PathError naming ``where`` when there is no home to expand to."""
+    text = os.fspath(value)
+    try:
+        if text == "~" or text.startswith("~/"):
+            return Path(str(home_dir(_env(environ))) + text[1:])
+        return Path(text).expanduser()
+    except RuntimeError:  # ``~name`` of no user
+        raise PathError(f"{where} = {_shown(text)}: {text.split('/')[0]} names no "
+                        "user's home directory") from None
+
+
+def expand_param(value: str, name: str) -> Path:
+    """:func:`expand_home` for a path a client sent as param ``name`` (the daemon's home
+    is the one ``~`` names): InvalidParams where that has no home."""
+    try:
+        return expand_home(value, f"param {name!r}")
+    except PathError as exc:
+        raise errors.InvalidParams(str(exc)) from None
 
 
 def checked_path(value: object, where: str, *, from_cli: bool = False,
@@ -88,11 +108,7 @@ def checked_path(value: object, where: str, *, from_cli: bool = False,
         value = os.fspath(value)
     if not isinstance(value, str) or not value.strip() or "\x00" in value:
         raise PathError(f"{where} = {_shown(value)}: must be a non-empty path string")
-    try:
-        path = _expand(value, _env(environ))
-    except RuntimeError:  # ``~name`` of no user (or ``~`` with no home to be found)
-        raise PathError(f"{where} = {_shown(value)}: {value.split('/')[0]} names no "
-                        "user's home directory") from None
+    path = expand_home(value, where, environ)
     if not path.is_absolute():
         if not from_cli:
             raise PathError(f"{where} = {_shown(value)}: must be an absolute path "
@@ -158,40 +174,6 @@ def config_path(explicit: str | os.PathLike[str] | None = None,
     return utf8_path(Path(base).expanduser() / "recalld" / "config.toml",
                      "$XDG_CONFIG_HOME/recalld/config.toml" if xdg_dir(env, "XDG_CONFIG_HOME")
                      else "~/.config/recalld/config.toml")
-
-
-class NotRegularFile(OSError):
-    """A FIFO, device, socket or directory where a file to read was named."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-def read_regular_file(path: Path) -> bytes:
-    """All bytes of the regular file at ``path`` (a link to one is followed).
-
-    Anything else raises NotRegularFile saying what it is: opening a FIFO for reading
-    would wait for a writer that may never come, a device may never end. Other OSErrors
-    (FileNotFoundError, ...) are the caller's.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ENXIO:  # a socket
-            raise NotRegularFile("not a regular file (a socket)") from None
-        raise
-    try:  # asked before fdopen, which refuses a directory with the descriptor's number
-        mode = os.fstat(fd).st_mode
-    except BaseException:
-        os.close(fd)
-        raise
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-                else "a device or socket")
-        raise NotRegularFile(f"not a regular file ({kind})")
-    with os.fdopen(fd, "rb") as f:
-        return f.read()
 
 
 def read_config(path: Path, *, required: bool = False) -> dict[str, object]:

@@ -1,9 +1,15 @@
-"""Places a user may choose that lie in system trees, seen from outside: a data folder or a
-workspace on the tmpfs every user may write in (``/dev/shm``) is the user's own, while
-the shared folder itself, like ``/tmp``, is not a workspace."""
+"""The daemon's places in unusual environments, seen from outside.
+
+- A data folder or a workspace on the tmpfs every user may write in (``/dev/shm``) is the
+  user's own, while the shared folder itself, like ``/tmp``, is not a workspace.
+- ``~`` in a path a client sends is the home of the user the daemon runs as, by the rule
+  the config file's paths follow: an empty or relative ``HOME`` is not taken for it.
+"""
 
 from __future__ import annotations
 
+import os
+import pwd
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -14,6 +20,7 @@ from conftest import DaemonFactory
 
 from recalld.ipc import errors
 from recalld.ipc.client import Client
+from recalld.ipc.errors import RecalldError
 
 SHM = Path("/dev/shm")
 
@@ -42,3 +49,27 @@ def test_a_data_folder_and_workspaces_on_dev_shm_are_served(daemon_factory: Daem
             with pytest.raises(errors.InvalidParams, match="system folder"):
                 c.call("workspace.open", {"agent_id": "other", "path": str(place)})
     assert (shm_dir / "data" / "workspaces" / "default" / "memory").is_dir()
+
+
+@pytest.mark.parametrize("home", ["", "relative-home"])
+def test_a_tilde_under_an_unusable_home_is_the_users_home(
+        daemon_factory: DaemonFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        home: str) -> None:
+    own = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    if own == Path("/"):
+        pytest.skip("this user's home is /, where ~/x and /x are one")
+    monkeypatch.chdir(tmp_path)  # the daemon's log, under a relative HOME
+    daemon = daemon_factory(HOME=home)
+    up = "../" * (len(own.parts) - 1)
+    asked = {  # each refused before anything is written: a place that is not there
+        ("workspace.open", "path"): {"agent_id": "elsewhere", "path": f"~/{up}etc"},
+        ("backup.restore", "file"): {"file": "~/recalld-no-such-backup.zip"},
+        ("backup.create", "out"): {"out": "~/recalld-no-such-folder/b.zip"},
+    }
+    with Client(daemon.socket_path) as c:
+        for (method, key), params in asked.items():
+            with pytest.raises(RecalldError) as caught:
+                c.call(method, params)
+            expanded = f"{own}{str(params[key])[1:]}"
+            assert expanded in caught.value.message, (method, caught.value.message)
+    assert not (own / "recalld-no-such-folder").exists()

@@ -29,6 +29,7 @@ from recalld.daemon.store import errors as store_errors
 from recalld.daemon.workspace_places import resolved
 from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.errors import DiskFull, InvalidParams
+from recalld.ipc.paths import expand_param
 
 
 def stamp() -> str:
@@ -89,7 +90,7 @@ async def _closed_source(state: DaemonState, agent_id: str) -> bk.AgentSource | 
             known is None and agent_id not in cfg.configured_agents()):
         return None
     where, overrides = closed_home(cfg, agent_id, known, None)
-    root = await trio.to_thread.run_sync(resolved, where.expanduser())
+    root = await trio.to_thread.run_sync(resolved, where)
     if not await trio.to_thread.run_sync(root.is_dir):
         what = "is not a folder" if await trio.to_thread.run_sync(root.exists) else "is gone"
         raise InvalidParams(f"workspace {agent_id!r} is closed and its folder {root} "
@@ -219,7 +220,7 @@ async def create_backup(ctx: CallContext, agents: list[str] | None, out: str | N
     if not workspaces and not closed:
         raise InvalidParams("no workspace to back up")
     if out is not None:
-        path = Path(out).expanduser()  # noqa: ASYNC240 - no I/O: expands ~ only
+        path = expand_param(out, "out")
         if "\x00" in out or not path.is_absolute():
             raise InvalidParams("param 'out' must be an absolute path")
         await trio.to_thread.run_sync(_check_out_place, path, out.endswith("/"))

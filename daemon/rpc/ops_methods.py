@@ -68,6 +68,7 @@ from recalld.daemon.store import errors as store_errors
 from recalld.daemon.workspace_places import resolved
 from recalld.daemon.workspaces import Workspace, check_agent_id
 from recalld.ipc.errors import DiskFull, InvalidParams, NotAllowed, NotFound
+from recalld.ipc.paths import expand_param
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ def _resolve_file(state: DaemonState, name: str) -> Path:
     """A backup named by the client: an absolute path, or a file in the backups dir."""
     if "\x00" in name or not name.strip():
         raise InvalidParams("param 'file' must be a path")
-    path = Path(name).expanduser()
+    path = expand_param(name, "file")
     if not path.is_absolute():
         if "/" in name:
             raise InvalidParams("param 'file' must be absolute or a name in the backups dir")

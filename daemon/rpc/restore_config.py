@@ -116,7 +116,7 @@ def moved_by(new: DaemonConfig, old: DaemonConfig,
     the next start (a configured one opens at its configured place), and where."""
     out = []
     for agent_id, ws in sorted(open_ws.items()):
-        where = new.workspace_path(agent_id).expanduser()
+        where = new.workspace_path(agent_id)
         # realpath: a loop of links is a place of its own, never RuntimeError (resolve)
         elsewhere = os.path.realpath(where) != os.path.realpath(ws.root)
         if agent_id in new.configured_agents() and elsewhere and (

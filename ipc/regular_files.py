@@ -1,0 +1,43 @@
+"""Reading a file that must be a regular one: a FIFO, device, socket or folder named where
+a file was meant is refused at once, never waited on."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+
+class NotRegularFile(OSError):
+    """A FIFO, device, socket or directory where a file to read was named."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def read_regular_file(path: Path) -> bytes:
+    """All bytes of the regular file at ``path`` (a link to one is followed).
+
+    Anything else raises NotRegularFile saying what it is: opening a FIFO for reading
+    would wait for a writer that may never come, a device may never end. Other OSErrors
+    (FileNotFoundError, ...) are the caller's.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a socket
+            raise NotRegularFile("not a regular file (a socket)") from None
+        raise
+    try:  # asked before fdopen, which refuses a directory with the descriptor's number
+        mode = os.fstat(fd).st_mode
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                else "a device or socket")
+        raise NotRegularFile(f"not a regular file ({kind})")
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
