@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from recalld.daemon import logfile
 from recalld.ipc.paths import PathError
+from recalld.ipc.utf8mode import run_in_utf8_mode
 
 if TYPE_CHECKING:
     from recalld.daemon.config import DaemonConfig
@@ -197,6 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the daemon to its end and return the exit status. A process's entry point:
     once the daemon has started, it keeps SIGTERM, SIGHUP and SIGINT for good (ignored
     after it returns), so that no signal cuts a stop short."""
+    if argv is None:  # the process's entry point
+        run_in_utf8_mode()
     hangup = HeldHangup.install()
     try:
         return _main(argv, hangup)

@@ -55,6 +55,7 @@ from recalld.ipc.render import (
     table,
 )
 from recalld.ipc.types import visible
+from recalld.ipc.utf8mode import run_in_utf8_mode
 
 DEFAULT_AGENT = "default"
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -179,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # the process's entry point
+        run_in_utf8_mode()
     open_closed_streams()
     args = list(sys.argv[1:] if argv is None else argv)
     serve_at = _serve_index(args)
