@@ -7,6 +7,8 @@ other roles stay trusted); the rule is removed again after the test.
 
 from __future__ import annotations
 
+import os
+import pwd
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -165,3 +167,18 @@ def test_a_password_the_server_rejects_is_a_refused_login_not_offline(
         assert "the server refused the login" in proc.stdout, proc.stdout
         assert wrong not in d.log() and wrong not in proc.stdout
         d.stop()
+
+
+def test_a_table_passfile_under_an_empty_home_is_the_users_home(
+        daemon_factory: DaemonFactory, password_role: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # An empty HOME is no home: "~/x" was "/x"; it is the user's home, as libpq finds it.
+    own = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    if own == Path("/"):
+        pytest.skip("this user's home is /, where ~/x and /x are one")
+    monkeypatch.chdir(tmp_path)  # the daemon's log, under an empty HOME
+    name = "t" + uuid.uuid4().hex[:12]
+    d = shared(daemon_factory, password_role, name,
+               ', passfile = "~/recalld-no-such-pgpass"', HOME="")
+    assert f"passfile {own}/recalld-no-such-pgpass does not exist" in str(
+        settled(d)["last_error"])

@@ -166,7 +166,7 @@ def connect(cfg: RemoteConfig, *, environ: dict[str, str] | None = None,
     env = os.environ if environ is None else environ
     extra: dict[str, str] = {}
     if cfg.passfile:
-        extra["passfile"] = os.path.expanduser(cfg.passfile)
+        extra["passfile"] = passfile.expanded(cfg.passfile, env)
     if cfg.password_env and env.get(cfg.password_env):
         extra["password"] = env[cfg.password_env]
     try:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from recalld.daemon import dsn
 from recalld.daemon.config import RemoteConfig
+from recalld.ipc import paths
 
 
 def unusable_password_sources(cfg: RemoteConfig, environ: Mapping[str, str]) -> list[str]:
@@ -24,17 +25,27 @@ def unusable_password_sources(cfg: RemoteConfig, environ: Mapping[str, str]) -> 
     out: list[str] = []
     given = dsn.params(cfg.dsn)  # connect() parsed it first
     if cfg.passfile:  # handed to libpq with its ~ expanded (db.connect)
-        out += _passfile_unusable(os.path.expanduser(cfg.passfile), must_exist=True)
+        out += _passfile_unusable(expanded(cfg.passfile, environ), must_exist=True)
     elif given.get("passfile"):  # read by libpq as written: a ~ in it is no home
         out += _passfile_unusable(given["passfile"], must_exist=True)
     elif not (given.get("password") or environ.get("PGPASSWORD")
               or (cfg.password_env and environ.get(cfg.password_env))):
-        default = environ.get("PGPASSFILE") or os.path.expanduser("~/.pgpass")
+        default = environ.get("PGPASSFILE") or expanded("~/.pgpass", environ)
         out += _passfile_unusable(default, must_exist=False)
     if cfg.password_env and not environ.get(cfg.password_env):
         out.append(f"password_env names {cfg.password_env}, which is not set in the "
                    "daemon's environment")
     return out
+
+
+def expanded(passfile: str, environ: Mapping[str, str]) -> str:
+    """The table's ``passfile`` as handed to libpq: its ``~`` expanded by recalld's rule
+    for every path (an empty ``HOME`` is no home: libpq too then looks up the user's);
+    a ``~name`` of no user is left as written."""
+    try:
+        return str(paths.expand_home(passfile, "passfile", environ))
+    except paths.PathError:
+        return passfile
 
 
 def _passfile_unusable(path: str, *, must_exist: bool) -> list[str]:
