@@ -49,6 +49,7 @@ def test_a_data_folder_and_workspaces_on_dev_shm_are_served(daemon_factory: Daem
             with pytest.raises(errors.InvalidParams, match="system folder"):
                 c.call("workspace.open", {"agent_id": "other", "path": str(place)})
     assert (shm_dir / "data" / "workspaces" / "default" / "memory").is_dir()
+    assert daemon.stop() == 0  # before the folder goes
 
 
 @pytest.mark.parametrize("home", ["", "relative-home"])
