@@ -11,12 +11,13 @@ import contextlib
 import os
 import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from recalld.daemon import safepath
 from recalld.daemon.store.errors import translate_os_error
 from recalld.daemon.store.fsio import NOTE_DIR_MODE, REAL, ensure_root
+from recalld.daemon.store.tempnames import TEMP_RE
 from recalld.ipc.errors import NotFound, PathOutsideWorkspace
 
 
@@ -88,3 +89,32 @@ def unlink_at(folder: int, name: str) -> None:
 
 def rmdir_at(folder: int, name: str) -> None:
     os.rmdir(name, dir_fd=folder)
+
+
+def remove_leftovers(root: Path, targets: Iterable[str]) -> int:
+    """Remove what a restore killed while it wrote ``targets`` (workspace-relative) left
+    beside them or their folders: the temp files (``.<name>.tmp-<hex>``, :data:`TEMP_RE`)
+    of files written and of what it moved out of the way alike. Only while the
+    workspace's writes wait for the restore (no other writer's temp file is there).
+    Returns how many went."""
+    by_folder: dict[str, set[str]] = {}
+    for rel in targets:
+        parts = rel.split("/")
+        for depth in range(1, len(parts) + 1):
+            by_folder.setdefault("/".join(parts[:depth - 1]), set()).add(parts[depth - 1])
+    removed = 0
+    for folder, names in sorted(by_folder.items()):
+        try:
+            fd = open_folder(root, folder, folder or ".")
+        except (NotFound, PathOutsideWorkspace):
+            continue
+        try:
+            for entry in os.listdir(fd):
+                base = entry[1:entry.rfind(".tmp-")]
+                if TEMP_RE.match(entry) and base and any(n.startswith(base) for n in names):
+                    with contextlib.suppress(FileNotFoundError):
+                        remove_entry(fd, entry)
+                        removed += 1
+        finally:
+            os.close(fd)
+    return removed

@@ -50,6 +50,7 @@ from recalld.daemon.datadirs import owning_data_dir
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.lock import socket_note
 from recalld.daemon.refusals import refused_for
+from recalld.daemon.rpc import restore_journal
 from recalld.daemon.rpc.dispatch import DaemonState, Dispatcher, Methods
 from recalld.daemon.rpc.listener import BoundSocket, bind_listener
 from recalld.daemon.rpc.server import RpcServer
@@ -205,6 +206,10 @@ class Supervisor:
             await root.start(service.run)
         root.start_soon(self._reload_loop, reloads)
         await trio.to_thread.run_sync(config_left_out.refresh, self.services.config)
+        # A restore this daemon was killed in is finished (or rolled back) before any of
+        # its workspaces serves the files it left half replaced.
+        self.notifier.status("finishing an interrupted restore")
+        await restore_journal.recover(self.state)
         self.notifier.status("opening workspaces")
         # Concurrently, each loading its saved index in a worker thread: the configured
         # workspaces, and every workspace served before (by RPC, a middleware, an MCP

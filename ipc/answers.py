@@ -92,6 +92,9 @@ class DaemonStatus(TypedDict):
     config_path: str
     workspaces: list[WorkspaceInfo]  # without ``settings``
     queues: dict[str, JsonObject]  # statistics by component (server, events, jobs, ...)
+    # A restore the daemon was stopped in, finished or rolled back at this start
+    # (``outcome``: finished, rolled_back or unresolved).
+    restore_recovery: NotRequired[JsonObject]
 
 
 class WorkspaceClosed(TypedDict):

@@ -113,7 +113,7 @@ async def status(ctx: CallContext, params: JsonObject) -> DaemonStatus:
     for name, provider in state.stats.items():
         queues[name] = dict(provider())
     state.registry.look_at_roots()
-    return {
+    answer: DaemonStatus = {
         "version": state.version,
         "pid": os.getpid(),
         "started_at": state.started_at,
@@ -126,6 +126,9 @@ async def status(ctx: CallContext, params: JsonObject) -> DaemonStatus:
                        for ws in state.registry.list()],
         "queues": queues,
     }
+    if state.restore_recovery is not None:
+        answer["restore_recovery"] = state.restore_recovery
+    return answer
 
 
 @METHODS.add("workspace.open")

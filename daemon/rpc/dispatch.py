@@ -93,6 +93,8 @@ class DaemonState:
     version: str = __version__
     # Named statistics merged into daemon.status "queues" (server, event bus, jobs...).
     stats: dict[str, StatsProvider] = field(default_factory=dict)
+    # What this start did with a restore the daemon stopped in (restore_journal.recover).
+    restore_recovery: JsonObject | None = None
 
     @property
     def config(self) -> DaemonConfig:

@@ -1,0 +1,119 @@
+"""A restore the daemon is SIGKILLed in: the next start finishes it from the archive, or
+puts the state from before back when the archive is gone, and says which; never a
+workspace of files from both."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import DaemonFactory, DaemonHandle
+from test_cli import recalld
+from waits import wait_for
+
+from recalld.ipc.errors import RecalldError
+
+# The daemon kills itself (SIGKILL) at the KILL_AT-th call of KILL_STEP of the restore's
+# file work: _stage (a file written under its temp name), in_folder (a rename into place,
+# a folder's fsync, a removal), unlink_at (a file the backup lacks removed).
+KILLING = (
+    sys.executable, "-c",
+    "import os, signal, sys\n"
+    "from recalld.daemon import backup_restore\n"
+    "step, at, calls = os.environ['KILL_STEP'], int(os.environ['KILL_AT']), []\n"
+    "real = getattr(backup_restore, step)\n"
+    "def counted(*args, **kwargs):\n"
+    "    calls.append(1)\n"
+    "    if len(calls) == at:\n"
+    "        os.kill(os.getpid(), signal.SIGKILL)\n"
+    "    return real(*args, **kwargs)\n"
+    "setattr(backup_restore, step, counted)\n"
+    "from recalld.daemon.main import main\n"
+    "sys.exit(main(sys.argv[1:]))\n",
+)
+
+
+def notes(root: Path) -> dict[str, str]:
+    """Every file of the notes folder (temp files included) and its SHA-256."""
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted((root / "memory").rglob("*")) if p.is_file()}
+
+
+def killed_restore(daemon_factory: DaemonFactory, tmp_path: Path, step: str, at: int,
+                   ) -> tuple[DaemonHandle, Path, str, dict[str, str], dict[str, str]]:
+    """A workspace of 200 notes backed up, then changed (half edited, 90 added, in
+    another script), and a restore of it killed at ``step``: the daemon, the workspace,
+    the archive, the notes as backed up and as they were before the restore."""
+    d = daemon_factory(launcher=KILLING, KILL_STEP=step, KILL_AT=str(at))
+    root = tmp_path / "ws"
+    (root / "memory" / "deep").mkdir(parents=True)
+    for i in range(200):
+        folder = "memory/deep" if i % 3 else "memory"
+        (root / folder / f"n{i}.md").write_text(f"Le héron {i} attend au bord.\n")
+    d.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    d.call("memory.add_turns", {"agent_id": "w", "session_id": "s1", "messages": [
+        {"role": "user", "content": "backed up: a curlew"}]})
+    archive = d.call("backup.create", {"agents": ["w"]})["file"]
+    backed_up = notes(root)
+    for i in range(0, 200, 2):
+        folder = "memory/deep" if i % 3 else "memory"
+        (root / folder / f"n{i}.md").write_text(f"Цапля {i} ждёт у воды.\n")
+    for i in range(90):
+        (root / "memory" / f"новая-{i}.md").write_text(f"Новая заметка {i}.\n")
+    d.call("memory.add_turns", {"agent_id": "w", "session_id": "s1", "messages": [
+        {"role": "user", "content": "since: a dunlin"}]})
+    d.call("index.sync", {"agent_id": "w"})
+    before = notes(root)
+    with pytest.raises((RecalldError, OSError, EOFError)):
+        d.call("backup.restore", {"file": archive, "agents": ["w"]})
+    d.proc.wait(timeout=60)
+    assert notes(root) not in (backed_up, before)  # killed halfway: files of both
+    return d, root, archive, backed_up, before
+
+
+def check_whole(d: DaemonHandle, root: Path, expected: dict[str, str], outcome: str) -> None:
+    """Once restarted: the notes are ``expected`` (no temp file left), status and the
+    log say ``outcome``, and the index matches the files."""
+    assert notes(root) == expected
+    recovery = d.call("daemon.status")["restore_recovery"]
+    assert recovery["outcome"] == outcome and recovery["agents"] == ["w"]
+    assert f"was {outcome.replace('_', ' ')}" in d.log()
+    wait_for(lambda: d.call("index.verify", {"agent_id": "w"})["ok"], "the index verified")
+
+
+@pytest.mark.parametrize(("step", "at"), [
+    ("_stage", 40),  # files written under temp names, none in place yet
+    ("in_folder", 30),  # some renamed into place
+    ("in_folder", 140),  # renamed, folders being synced
+    ("unlink_at", 45),  # half of the files the backup lacks removed
+])
+def test_a_restore_killed_partway_is_finished_at_the_next_start(
+        daemon_factory: DaemonFactory, tmp_path: Path, step: str, at: int) -> None:
+    # The workspace held files of the archive and of before, and nothing said so.
+    d, root, _, backed_up, _ = killed_restore(daemon_factory, tmp_path, step, at)
+    d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    check_whole(d2, root, backed_up, "finished")
+    pending = (root / "mem_metadata" / "sessions" / "pending.jsonl").read_text()
+    assert "a curlew" in pending and "a dunlin" not in pending
+    # The rollback point stays: it takes the whole restore back.
+    d2.call("backup.rollback")
+    assert "a dunlin" in (root / "mem_metadata" / "sessions" / "pending.jsonl").read_text()
+    d2.stop()
+    d3 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    assert "restore_recovery" not in d3.call("daemon.status")  # once only
+
+
+def test_a_restore_killed_partway_without_its_archive_is_rolled_back(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    d, root, archive, _, before = killed_restore(daemon_factory, tmp_path, "in_folder", 60)
+    Path(archive).unlink()
+    d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    check_whole(d2, root, before, "rolled_back")
+    assert d2.call("backup.list")["rollback"] is None  # already rolled back
+    checks = json.loads(recalld("doctor", "--json", env=d2.env).stdout)["checks"]
+    said = [c for c in checks if c["name"] == "restore"]
+    assert [c["status"] for c in said] == ["warn"]
+    assert "put back the state from before" in said[0]["detail"]
