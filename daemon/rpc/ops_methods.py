@@ -393,6 +393,17 @@ async def restore(state: DaemonState, path: Path, agents: list[str] | None,
         return result
 
 
+async def drop_added_config(state: DaemonState, record: JsonObject) -> bool:
+    """Remove the config file the restore rolled back (``record``: its rollback point)
+    put where there was none; whether it did."""
+    if record.get("config") != "added":
+        return False
+    cfg = await trio.to_thread.run_sync(drop_config, state)
+    state.services.config.replace(cfg)
+    await trio.to_thread.run_sync(config_left_out.note, state.services.config, [])
+    return True
+
+
 def ops_methods() -> Methods:
     """The operations methods (one restore or rollback at a time per table); the
     daemon's CPU limiter bounds compression and checksum work."""
@@ -470,10 +481,7 @@ def ops_methods() -> Methods:
             result = await restore(ctx.state, Path(record["snapshot"]),
                                    list(record["agents"]), snapshot=False, progress=progress,
                                    rolling_back=True, overwrite_shared=overwrite_shared)
-            if record.get("config") == "added":  # the restore put the only config file
-                cfg = await trio.to_thread.run_sync(drop_config, ctx.state)
-                ctx.state.services.config.replace(cfg)
-                await trio.to_thread.run_sync(config_left_out.note, ctx.state.services.config, [])
+            if await drop_added_config(ctx.state, record):
                 result["config_restored"] = True
             # Undone: a second rollback would put the snapshot back over everything done
             # since. The snapshot stays in the backups folder, restorable by name.

@@ -22,7 +22,7 @@ import orjson
 import trio
 
 from recalld.daemon.rpc.dispatch import DaemonState, JsonObject
-from recalld.daemon.rpc.restore_record import backups_dir, drop_record
+from recalld.daemon.rpc.restore_record import backups_dir, drop_record, read_record
 from recalld.daemon.store.errors import StorageError
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, read_verified
 
@@ -69,7 +69,7 @@ async def recover(state: DaemonState) -> JsonObject | None:
     entry = await trio.to_thread.run_sync(read_journal, state)
     if entry is None:
         return None
-    from recalld.daemon.rpc.ops_methods import restore  # the backup methods' own imports
+    from recalld.daemon.rpc.ops_methods import drop_added_config, restore  # its imports
 
     archive, agents = Path(entry["archive"]), list(entry["agents"])
     snapshot = entry.get("snapshot") if isinstance(entry.get("snapshot"), str) else None
@@ -82,7 +82,10 @@ async def recover(state: DaemonState) -> JsonObject | None:
         await restore(state, archive, agents, snapshot=False, resuming=True,
                       overwrite_shared=True)
         outcome["outcome"] = "finished"
-        if entry.get("rolling_back"):  # done: a second rollback would undo what came since
+        record = await trio.to_thread.run_sync(read_record, state)
+        if entry.get("rolling_back") and record is not None:  # done as a rollback ends
+            await drop_added_config(state, record)
+            # A second rollback would undo what came since.
             await trio.to_thread.run_sync(drop_record, state)
     except Exception as exc:
         outcome["finish_error"] = str(exc)
