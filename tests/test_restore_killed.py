@@ -151,3 +151,18 @@ def test_a_rollback_killed_partway_is_finished_with_the_config_file_it_removes(
     assert d4.call("daemon.status")["restore_recovery"]["interrupted"] == "rollback"
     assert not d4.config_path.exists()
     assert d4.call("backup.list")["rollback"] is None
+
+
+def test_a_restore_killed_with_neither_archive_nor_snapshot_is_said_unresolved(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    d, _, archive, _, _ = killed_restore(daemon_factory, tmp_path, "in_folder", 60)
+    for made in (Path(archive), *(d.data_dir / "backups").glob("pre-restore-*.zip")):
+        made.unlink()
+    d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    recovery = d2.call("daemon.status")["restore_recovery"]
+    assert recovery["outcome"] == "unresolved" and recovery["rollback_error"]
+    checks = json.loads(recalld("doctor", "--json", env=d2.env).stdout)["checks"]
+    assert [c["status"] for c in checks if c["name"] == "restore"] == ["fail"]
+    d2.stop()  # the journal is gone: the next start says nothing of it
+    d3 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    assert "restore_recovery" not in d3.call("daemon.status")
