@@ -15,7 +15,10 @@ a launcher or inherited descriptors, and a ``backfill_threads`` setting (OpenBLA
 its pool when numpy is imported). The variables read when an interpreter starts
 (``PYTHON*``, allocator, BLAS or loader ones) choose the server: a daemon whose values
 differ from the first server's is forked from a server started with them, kept for the
-rest of the session (:class:`ForkServers`). The server preloads what a daemon imports
+rest of the session (:class:`ForkServers`). A ``PYTHONPATH`` folder that holds only a
+``sitecustomize.py`` (a test's hook) is no such difference: the server starts without it and
+the child runs the hook as ``site`` would (:func:`_run_site_hooks`), with ``PYTHONPATH``
+left whole for the processes the daemon spawns. The server preloads what a daemon imports
 before it serves and the pure modules it imports at their first use (``_preload``), but
 not the libraries a test looks for in a daemon's maps (hnswlib, the database driver):
 those stay the daemon's own choice. What a daemon imports when is checked on a real
@@ -65,9 +68,38 @@ def pidfds_work() -> bool:
     return hasattr(signal, "pidfd_send_signal")
 
 
+def _hook_folder(entry: str) -> bool:
+    """Whether the ``PYTHONPATH`` folder ``entry`` holds only a ``sitecustomize.py`` (and
+    its bytecode): a test's hook, which a forked child runs (:func:`_run_site_hooks`)."""
+    try:
+        names = set(os.listdir(entry))
+    except OSError:
+        return False
+    return "sitecustomize.py" in names and names <= {"sitecustomize.py", "__pycache__"}
+
+
+def _hook_folders(env: Mapping[str, str]) -> list[str]:
+    return [e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e and _hook_folder(e)]
+
+
+def server_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for a fork server: without the hook folders of its ``PYTHONPATH``, which
+    the server must not run (they are a daemon's own) and which choose no server."""
+    hooks = _hook_folders(env)
+    if not hooks:
+        return dict(env)
+    out = dict(env)
+    rest = [e for e in env["PYTHONPATH"].split(os.pathsep) if e not in hooks]
+    if rest:
+        out["PYTHONPATH"] = os.pathsep.join(rest)
+    else:
+        del out["PYTHONPATH"]
+    return out
+
+
 def startup_environment(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """The part of ``env`` a forked daemon cannot change: the server is chosen by it."""
-    return tuple(sorted((k, v) for k, v in env.items()
+    return tuple(sorted((k, v) for k, v in server_environment(env).items()
                         if k.startswith(_STARTUP_PREFIXES) and k != "PYTHONUNBUFFERED"))
 
 
@@ -183,7 +215,7 @@ class ForkServers:
         key = startup_environment(env)
         server = self._servers.get(key)
         if server is None or server.proc.poll() is not None:
-            server = self._servers[key] = ForkServer(env)
+            server = self._servers[key] = ForkServer(server_environment(env))
         return server.spawn(argv, env, log_path)
 
     def running(self, env: Mapping[str, str]) -> ForkServer | None:
@@ -261,6 +293,7 @@ def _child(main_mod: Any, request: dict[str, Any], log_fd: int, keep_closed: lis
         # The C library read TZ once, in the server (its logging did): the daemon's own
         # TZ dates its notes, as in a daemon started afresh.
         time.tzset()
+        _run_site_hooks()
         argv = request["argv"]
         args = argv[argv.index("serve"):]
         sys.argv = [main_mod.__file__, *args]
@@ -304,12 +337,33 @@ def _cli_child(request: dict[str, Any], stdio: list[int], keep_closed: list[int]
         os.environ.update(request["env"])
         time.tzset()  # the command's own TZ shows its times (see the daemon's above)
         _new_stdio()
+        _run_site_hooks()
         sys.argv = [str(Path(sys.executable).parent / "recalld"), *request["argv"]]
         from recalld.ipc.cli import main
 
         return main()
 
     _run_and_exit(command)
+
+
+def _run_site_hooks() -> None:
+    """In a forked child, with its environment: what ``site`` does at an interpreter's
+    start for the hook folders of ``PYTHONPATH`` (which chose no server): each put on
+    ``sys.path`` where ``PYTHONPATH`` goes, the first one's ``sitecustomize`` run. The
+    modules the server preloaded are already imported: a hook sets what they read at
+    their use (a module that copied a value at its import keeps the server's)."""
+    import importlib.util
+
+    hooks = [e for e in _hook_folders(os.environ) if e not in sys.path]
+    if not hooks:
+        return
+    sys.path[1:1] = hooks
+    spec = importlib.util.spec_from_file_location(
+        "sitecustomize", os.path.join(hooks[0], "sitecustomize.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
+    spec.loader.exec_module(module)
 
 
 def _leave_server(keep_closed: list[int]) -> None:
