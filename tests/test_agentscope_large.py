@@ -24,7 +24,7 @@ from agentscope.credential import OpenAICredential
 from agentscope.message import UserMsg
 from agentscope.model import OpenAIChatModel
 from agentscope.tool import Toolkit
-from conftest import DaemonHandle
+from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider
 from test_agentscope import NOTE, _chat_requests, _non_system, _open, _reply, scripted
 
@@ -147,6 +147,9 @@ def test_facts_longer_than_one_note_takes_are_recorded_by_add_memory(
 
 # About 2.6 MB of JSON: a pasted build log of CJK, emoji, quotes and escapes.
 LOG = "".join(f'步骤{i}: 构建 "wren-{i}" 🔧 失败\t退出码 {i % 7}\n' for i in range(45_000))
+#: ``[daemon] max_request_bytes`` at its lowest: a message over it takes the path one over
+#: the default 1 MiB takes, for a sixteenth of the bytes.
+SMALL_LIMIT = 64 << 10
 
 
 @pytest.mark.parametrize("question_first", [False, True])
@@ -173,19 +176,26 @@ def test_a_message_larger_than_a_request_gets_its_recall(
 
 
 def test_a_mem0_message_larger_than_a_request_gets_its_recall(
-        daemon: DaemonHandle, fake: FakeProvider) -> None:
+        daemon_factory: DaemonFactory, fake: FakeProvider,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The daemon takes requests of SMALL_LIMIT; the middleware's client reads that from the
+    # daemon's configuration, as a client on the same account does.
+    daemon = daemon_factory(f"[daemon]\nmax_request_bytes = {SMALL_LIMIT}\n")
+    for key in ("XDG_CONFIG_HOME", "XDG_RUNTIME_DIR", "HOME"):
+        monkeypatch.setenv(key, daemon.env[key])
     with Client(daemon.socket_path) as c:
         c.workspace_open("user-ines")
         c.add_note("user-ines", "Ines keeps her kayak at the boathouse on pier 9.",
                    session_id="mem0-guide", name="mem0-guide", author="guide")
     fake.chat_default = scripted()
-    log = LOG[:LOG.index("步骤20000:")]  # over one request (1 MiB), no larger
-    assert len(orjson.dumps(log)) > 1 << 20
+    log = LOG[:LOG.index("步骤1300:")]  # over one request, no larger
+    assert SMALL_LIMIT < len(orjson.dumps(log)) < 2 * SMALL_LIMIT
 
     async def main() -> None:
         mw = RecalldMem0Middleware(user_id="user-ines", agent_id="guide",
                                    mode="static_control", socket_path=daemon.socket_path)
         try:
+            assert mw.client.request_limit == SMALL_LIMIT
             await _reply(fake, mw, "guide", f"where is my kayak kept?\n{log}")
         finally:
             await mw.close()
