@@ -25,7 +25,6 @@ conversation id for every chat does not grow the store and its log for ever.
 
 Idempotency: the answer to each ``request_id`` is kept in a bounded LRU (persisted in the
 same log), so a retried ``memory.add_turns`` returns the first answer and adds nothing.
-
 Each open workspace runs a store (``WorkspaceServices.sessions``): open,
 serve until cancelled, close. Log writes are shielded under a deadline.
 """
