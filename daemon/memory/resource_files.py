@@ -22,7 +22,6 @@ from urllib.parse import quote
 from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import body_of, parse_frontmatter
 from recalld.daemon.index.frontmatter_edit import render_frontmatter
-from recalld.daemon.memory.resource_html import declared_charset, html_text
 from recalld.daemon.memory.slugs import names_nothing, slugify
 from recalld.daemon.notetext import decode_note
 from recalld.daemon.store.fsio import fit_name
@@ -143,6 +142,8 @@ def read_head(root: Path, rel: str, limit_chars: int) -> tuple[str, bool]:
     from recalld.daemon.memory.redact import redact_prefix  # imported with its first use
 
     page = rel.lower().endswith(HTML_SUFFIXES)
+    if page:  # the HTML parser and its patterns: with the first page read
+        from recalld.daemon.memory.resource_html import declared_charset, html_text
     most = HTML_READ_BYTES if page else limit_chars * 4
     with os.fdopen(safepath.open_inside(root, rel), "rb") as fh:
         if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):  # replaced since cataloged
