@@ -12,6 +12,7 @@ its pairs.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections import Counter
@@ -22,7 +23,16 @@ from recalld.ipc.textfold import CJK_RANGES, read_places
 
 __all__ = ["QueryWords", "match_span", "matched_line", "query_words"]
 
-_CJK = re.compile(f"[{CJK_RANGES}]")
+
+@functools.cache
+def _cjk() -> re.Pattern[str]:
+    """The class of :data:`CJK_RANGES` (several hundred ranges: compiled with the first
+    word beyond ASCII, which holds none of them)."""
+    return re.compile(f"[{CJK_RANGES}]")
+
+
+def _in_cjk(word: str) -> bool:
+    return not word.isascii() and _cjk().search(word) is not None
 
 
 class QueryWords(NamedTuple):
@@ -58,9 +68,10 @@ def query_words(query: str) -> QueryWords:
     words: set[str] = set()
     phrases: set[str] = set()
     for word in _words(unicodedata.normalize("NFKC", query)):
-        if _CJK.search(word) and len(word) > 1 and (read := read_places(word)[0]):
+        cjk = _in_cjk(word)
+        if cjk and len(word) > 1 and (read := read_places(word)[0]):
             phrases.add(read)
-        if _CJK.search(word) and len(word) > 2:
+        if cjk and len(word) > 2:
             pairs: Iterable[str] = (word[i:i + 2] for i in range(len(word) - 1))
         else:
             pairs = (word,)

@@ -234,14 +234,17 @@ def test_a_warm_start_imports_no_pool_date_hint_or_archive_modules(
     assert warm.stop() == 0
 
 
-#: In a fresh interpreter: the tokenizer and the exact-term check read an ASCII query and
-#: note; print the patterns ``re`` compiled meanwhile (its cache holds every one).
+#: In a fresh interpreter: the tokenizer, the exact-term check and the query's words for
+#: the matched line read an ASCII query and note; print the patterns ``re`` compiled
+#: meanwhile (its cache holds every one).
 ASCII_ONLY = (
     "import re, sys\n"
     "from recalld.daemon.index import exact, tokenizer\n"
     "tokenizer.tokenize('# Deploy\\n\\nhandleWebSocketReconnect failed: ERR_X42 in v8.6.1')\n"
     "exact.identifier_terms('why did handleWebSocket fail with ERR_X42?')\n"
     "tokenizer.tokenize_query('why did handleWebSocket fail with ERR_X42?')\n"
+    "from recalld.ipc import textmatch\n"
+    "textmatch.query_words('why did handleWebSocket fail with ERR_X42?')\n"
     "print('\\n'.join(key[1] for key in re._cache if isinstance(key[1], str)))\n"
 )
 
@@ -256,6 +259,9 @@ def test_ascii_text_compiles_none_of_the_patterns_only_other_scripts_need() -> N
     # ...and the first text beyond ASCII compiles them.
     from recalld.daemon.index import tokenizer
     assert tokenizer.tokenize("慕容 🚀") == ["🚀", "慕容", "慕", "容"]
+    from recalld.ipc import textmatch
+    assert textmatch.query_words("慕容复 Café") == (
+        frozenset({"慕容", "容复", "cafe"}), frozenset({"慕容复"}))
 
 
 @pytest.mark.parametrize(("threads", "environ", "expected"), [
