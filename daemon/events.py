@@ -55,6 +55,8 @@ def topic_matches(pattern: str, topic: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Event:
+    """One published event: its topic and payload."""
+
     topic: str
     payload: Mapping[str, object]
 
@@ -116,6 +118,8 @@ class Subscription:
 
 @dataclass(frozen=True, slots=True)
 class EventBusStatistics:
+    """The event bus's counters, for ``daemon.status``."""
+
     subscriptions: int
     published_total: int
     delivered_total: int

@@ -17,6 +17,8 @@ log = logging.getLogger("recalld.daemon.jobs")
 
 @dataclass(frozen=True, slots=True)
 class JobEnd:
+    """How a job ended: its state, and its result or error."""
+
     state: str  # succeeded | failed
     result: JsonObject | None = None
     error: str | None = None

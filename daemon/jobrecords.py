@@ -35,6 +35,8 @@ class JobStatistics(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class JobKind:
+    """A registered kind of job: its handler and how its jobs run."""
+
     name: str
     handler: Handler
     exclusive: bool = False  # one queued-or-running job of this kind per workspace
@@ -47,6 +49,8 @@ class JobKind:
 
 @dataclass(frozen=True, slots=True)
 class JobsConfig:
+    """The job manager's limits and timeouts."""
+
     max_running: int = 4
     max_running_per_workspace: int = 2
     history_per_workspace: int = 200
@@ -57,6 +61,8 @@ class JobsConfig:
 
 @dataclass(slots=True)
 class JobRecord:
+    """One job as the manager keeps and journals it."""
+
     job_id: str
     agent_id: str
     kind: str

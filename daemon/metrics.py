@@ -57,6 +57,8 @@ def _labels(labels: Mapping[str, str] | None) -> Labels:
 
 @dataclass(slots=True)
 class _Histogram:
+    """The latency buckets, sum and count of one labelled histogram."""
+
     counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
     total: float = 0.0
     n: int = 0

@@ -187,6 +187,8 @@ class CronSchedule:
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
+    """The scheduler's jitter, steps and state-write timeout."""
+
     jitter_max_s: float = 60.0
     min_step_s: float = 60.0
     max_step_s: float = 3600.0
@@ -195,6 +197,8 @@ class SchedulerConfig:
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
+    """One scheduled kind of job of a workspace."""
+
     agent_id: str
     kind: str
     schedule: CronSchedule

@@ -26,6 +26,8 @@ log = logging.getLogger("recalld.daemon.watcher")
 
 @dataclass(frozen=True, slots=True)
 class WatcherConfig:
+    """The watcher's intervals and limits."""
+
     reconcile_interval_s: float = 300.0
     max_pending: int = 10_000
     sync_timeout_s: float = 2.0
@@ -88,6 +90,8 @@ class WatcherStatus(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class ReconcileResult:
+    """What one reconcile of the folder with the index found."""
+
     reason: str
     time: float
     added: int

@@ -43,6 +43,8 @@ Events = collections.deque[Event | Lost]
 
 @dataclass(eq=False)
 class Connection:
+    """One open connection of the async client."""
+
     stream: SocketStream
     #: The stream's non-blocking socket, for the send that needs no wait (see ``_send``).
     sock: socket.socket

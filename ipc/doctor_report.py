@@ -13,6 +13,8 @@ from recalld.ipc.types import visible
 
 @dataclass(frozen=True, slots=True)
 class Check:
+    """One check of ``recalld doctor``: its name, status and detail."""
+
     name: str
     status: str  # ok | note | warn | fail | skip
     detail: str

@@ -25,6 +25,8 @@ class Problem:
 
 @dataclass(slots=True)
 class Assessment:
+    """What is known of one workspace: its facts and problems."""
+
     agent_id: str
     facts: list[tuple[str, str]] = field(default_factory=list)  # (label, text)
     problems: list[Problem] = field(default_factory=list)

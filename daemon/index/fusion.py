@@ -37,6 +37,8 @@ PENALTY_CHARS = 2000
 
 @dataclass(frozen=True, slots=True)
 class Fused:
+    """One chunk's fused score, with the keyword and vector scores it came from."""
+
     key: int
     score: float
     keyword: float | None

@@ -136,6 +136,8 @@ _REPAIRED = {
 
 @dataclass(slots=True)
 class LoadReport:
+    """What loading the saved index found: its generation, and what was rebuilt or corrupt."""
+
     generation: int | None = None
     rebuilt: list[str] = field(default_factory=list)
     corrupt: dict[str, str] = field(default_factory=dict)

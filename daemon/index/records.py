@@ -95,6 +95,8 @@ def compact_keys(keys: list[int]) -> Sequence[int]:
 
 @dataclass(frozen=True, slots=True)
 class ApplyStats:
+    """How many records one applied batch added, updated and deleted."""
+
     added: int = 0
     updated: int = 0
     deleted: int = 0

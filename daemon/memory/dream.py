@@ -96,6 +96,8 @@ WRITE_ATTEMPTS: Final = 3
 
 @dataclass(frozen=True, slots=True)
 class DreamConfig:
+    """The limits of one dream run."""
+
     max_note_chars: int = 12_000
     max_notes_per_run: int = 200
     max_steps_per_note: int = 12

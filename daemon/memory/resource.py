@@ -84,7 +84,6 @@ if TYPE_CHECKING:
     from recalld.daemon.providers.chat import ChatClient
 
 log = logging.getLogger(__name__)
-
 #: Text formats, each by the suffixes it is saved with (``.yml`` is YAML as ``.yaml`` is).
 ALLOWED_SUFFIXES: Final = (".md", ".markdown", ".txt", ".json", ".jsonl", ".csv", ".yaml",
                            ".yml", ".html", ".htm")
@@ -93,6 +92,7 @@ RequestJob = Callable[[], Awaitable[None]]
 
 @dataclass(frozen=True, slots=True)
 class ResourceConfig:
+    """The limits of reading and summarising resource files."""
     max_input_chars: int = 16_000
     summary_max_tokens: int = 1024
     max_summary_chars: int = 32_000

@@ -84,14 +84,15 @@ def _seqs() -> array[int]:
 
 @dataclass
 class _Session:
+    """One session's pending turns: what is uncommitted, submitted and said last."""
+
     #: Seq of each uncommitted message, ascending (the texts stay in the log).
     seqs: array[int] = field(default_factory=_seqs)
     committed: int = 0  # every seq <= this one is done
     submitted: int = 0  # the last upto a job was submitted for
     last_job_id: str | None = None
     user_turns_total: int = 0
-    #: Seq of each uncommitted user turn, ascending.
-    user_seqs: array[int] = field(default_factory=_seqs)
+    user_seqs: array[int] = field(default_factory=_seqs)  # of the user turns among them
     #: When its last turn was added (Unix time, as recorded with it; None: not recorded,
     #: a log from before it was).
     last_at: float | None = None
@@ -99,8 +100,7 @@ class _Session:
     #: found with the start of that speaker's next (``turns.sanitize_messages``'s
     #: ``before``). Not logged.
     tail: Tail | None = None
-    #: Whether its last message kept is a piece the next request goes on with
-    #: (``turns.continued``): a run now would cut the message in two.
+    #: Its last message kept goes on in the next request (``turns.continued``): no run now.
     half_said: bool = False
 
     def drop_upto(self, upto: int) -> None:

@@ -21,6 +21,8 @@ State = Literal["closed", "open", "half_open"]
 
 @dataclass(frozen=True, slots=True)
 class BreakerConfig:
+    """When a circuit breaker opens, and for how long."""
+
     failure_threshold: int = 5
     open_base_s: float = 5.0
     open_max_s: float = 300.0

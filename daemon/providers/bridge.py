@@ -62,6 +62,8 @@ class HttpResult:
 
 @dataclass(frozen=True, slots=True)
 class BridgeStatistics:
+    """The provider bridge's counters, for ``daemon.status``."""
+
     running: bool
     in_flight: int
     requests_total: int

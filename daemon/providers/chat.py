@@ -124,6 +124,8 @@ class ChatStatus(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
+    """One tool call of a chat model's answer."""
+
     id: str
     name: str
     arguments: JsonObject  # as the model wrote them: the tool checks them
@@ -134,6 +136,8 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class ChatResult:
+    """A chat model's answer: its text, tool calls and why it ended."""
+
     content: str | None
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str | None = None

@@ -111,6 +111,8 @@ EmbeddingRequest = OpenAIEmbeddingRequest | DashScopeRequest | GeminiBatchReques
 
 @dataclass(frozen=True, slots=True)
 class WireRequest:
+    """One embedding request as sent: its URL, headers and body."""
+
     url: str
     headers: dict[str, str]
     body: EmbeddingRequest

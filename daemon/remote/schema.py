@@ -30,6 +30,8 @@ MIGRATION_LOCK = (0x7265_6361, 0x7263_0000)
 
 @dataclass(frozen=True, slots=True)
 class Migration:
+    """One numbered step of the shared database's schema."""
+
     version: int
     name: str
     sql: str

@@ -68,6 +68,8 @@ class BaseRecord(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class Base:
+    """The version of a note both sides last agreed on."""
+
     version: int
     hash: str | None
     stat: tuple[int, int] | None = None

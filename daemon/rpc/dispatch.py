@@ -175,6 +175,8 @@ H = TypeVar("H", bound=Handler)
 
 @dataclass(frozen=True, slots=True)
 class Method:
+    """One RPC method: its handler and how its params are read."""
+
     name: str
     handler: Handler
     # Names for positional (array) params, in order; None refuses arrays.

@@ -57,6 +57,8 @@ def _never_immediate(request: Request) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class PeerCredentials:
+    """The process, user and group of a connected client."""
+
     pid: int
     uid: int
     gid: int
@@ -87,6 +89,8 @@ def peer_allowed(cred: PeerCredentials | None, own_uid: int) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class ServerStatistics:
+    """The server's counters, for ``daemon.status``."""
+
     connections_open: int
     connections_total: int
     calls_in_flight: int

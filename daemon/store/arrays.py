@@ -107,6 +107,8 @@ class TocEntry(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class _Stored:
+    """One array as its file is recorded: name, type, shape and checksum."""
+
     name: str
     dtype: str
     shape: tuple[int, ...]
