@@ -204,11 +204,12 @@ def test_a_keyword_search_after_a_warm_start_does_not_import_the_redaction_rules
 #: Standard library modules only other work needs: the worker process pool of a large
 #: indexing pass, the HTTP date of a provider's Retry-After, the typo hints of a
 #: configuration error, the archives of a ReMe import, the HTML parser of a web page
-#: among the resources (and its dozen patterns).
+#: among the resources (and its dozen patterns), the character references of a ReMe chunk.
 NOT_FOR_A_WARM_START = (
     "concurrent.futures.process",
     "difflib",
     "email.utils",
+    "html",
     "html.parser",
     "multiprocessing",
     "recalld.daemon.memory.resource_html",

@@ -12,7 +12,6 @@ worker processes.
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +51,8 @@ def _said(text: str) -> str:
     references are read as their characters, on either side: the renderer writes
     ``&amp;`` or ``&copy;`` as the character outside code and as written inside it."""
     if "&" in text:
+        import html  # with the first character reference: a start reads none
+
         text = html.unescape(text)
     last = len(text) - 1
     return "".join(
