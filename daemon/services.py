@@ -55,6 +55,7 @@ from recalld.daemon.providers.local import PassageLane
 from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.remote.hook import RemoteService
 from recalld.daemon.scheduler import CronScheduler, SchedulerConfig
+from recalld.daemon.systemd import StartProgress
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import ShuttingDown
 
@@ -111,6 +112,8 @@ class DaemonStart:
         self._serving = trio.Event()
         self._started = trio.Event()
         self._released = trio.Event()  # calls waiting for the start go on: finished or stopping
+        #: The steps the start makes, which systemd hears of until READY=1.
+        self.progress = StartProgress()
 
     def begin(self, agent_ids: Iterable[str]) -> None:
         self._under_way = True
@@ -399,6 +402,7 @@ async def start_workspace(ws: Workspace, nursery: trio.Nursery,
             daemon.start.reached(ws.agent_id)
             await daemon.start.wait_serving(ws.agent_id)
         log.debug("starting %s for workspace %s", name, ws.agent_id)
+        daemon.start.progress.step(f"opening workspace {ws.agent_id}: {name}")
         await nursery.start(service.run)
         ws.changed()  # a job waiting for this service (its inbox, say) looks again
 

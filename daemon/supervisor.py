@@ -124,6 +124,8 @@ class Supervisor:
         self._opening_scope: trio.CancelScope | None = None
         # Around the reloads: a stop cancels the one under way and any that waits.
         self._reloads_scope = trio.CancelScope()
+        # Around keep_start_told: READY=1 or a stop ends what systemd hears of the start.
+        self._start_told = trio.CancelScope()
         # The configured socket when systemd passed another (a reload compares with it).
         self._configured_socket: Path | None = None
         #: Stop signals have gone to :meth:`run`'s receiver: one that comes outside it now
@@ -201,16 +203,18 @@ class Supervisor:
         bound: BoundSocket | None,
         reloads: trio.MemoryReceiveChannel[None],
     ) -> None:
+        root.start_soon(self.notifier.tell_start, self.services.start.progress,
+                        self._start_told)
         for name, service in self.services.in_start_order():
-            self.notifier.status(f"starting {name}")
+            self._start_step(f"starting {name}")
             await root.start(service.run)
         root.start_soon(self._reload_loop, reloads)
         await trio.to_thread.run_sync(config_left_out.refresh, self.services.config)
         # A restore this daemon was killed in is finished (or rolled back) before any of
         # its workspaces serves the files it left half replaced.
-        self.notifier.status("finishing an interrupted restore")
-        await restore_journal.recover(self.state)
-        self.notifier.status("opening workspaces")
+        self._start_step("finishing an interrupted restore")
+        await restore_journal.recover(self.state, self.services.start.progress)
+        self._start_step("opening workspaces")
         # Concurrently, each loading its saved index in a worker thread: the configured
         # workspaces, and every workspace served before (by RPC, a middleware, an MCP
         # bridge), so its watcher, resource catalog and dream cron run with no client
@@ -242,6 +246,7 @@ class Supervisor:
                     await front.start(run_watchdog, self.notifier,
                                       self._systemd.watchdog_interval_s)
                 self._ready = True
+                self._start_told.cancel()
                 self.notifier.ready(self._status_line())
                 front.start_soon(self.notifier.keep_status, self.events, self._status_line)
                 log.info("recalld serving on %s (%s)", self.config.socket_path,
@@ -284,6 +289,7 @@ class Supervisor:
             self.registry.record_refused(agent_id, root, message, refused_for(exc))
         finally:
             self.services.start.reached(agent_id)
+            self.services.start.progress.step(f"opened workspace {agent_id}")
 
     async def _flush_sessions(self, deadline_s: float) -> None:
         """Queue auto_memory for every open workspace's uncovered turns and give the jobs
@@ -306,7 +312,12 @@ class Supervisor:
             if failed else ""
         return f"serving {ready} workspace(s) on {self.config.socket_path}{problems}"
 
+    def _start_step(self, stage: str) -> None:
+        self.services.start.progress.step(stage)
+        self.notifier.status(stage)
+
     def request_stop(self) -> None:
+        self._start_told.cancel()
         self._stop_requested.set()
         self._stopping.set()
         self._reloads_scope.cancel()

@@ -10,6 +10,13 @@ error. Everything is a no-op outside systemd.
 The watchdog task (:func:`run_watchdog`) is an ordinary trio task that pets the watchdog
 and sleeps half the interval: it only runs when the event loop is alive, which is exactly
 what the watchdog must observe. It is not started at all when no watchdog is configured.
+
+Before ``READY=1`` (the watchdog is not armed yet) :meth:`Notifier.tell_start` tells systemd
+that a long start makes progress (``EXTEND_TIMEOUT_USEC`` and ``STATUS=``): the finishing
+of a restore the daemon was killed in, a large index loaded, a replica caught up. The
+start's steps count in :class:`StartProgress`; a start whose count stays still for
+``START_STUCK_AFTER_S`` is no longer extended, so systemd ends it past the unit's
+``TimeoutStartSec`` as a stuck one.
 """
 
 from __future__ import annotations
@@ -39,6 +46,11 @@ MIN_WATCHDOG_PERIOD_S = 0.01
 #: longer datagram whole, with the READY=1 or STOPPING=1 in it.
 MAX_NOTIFY_BYTES = 4096
 _ELLIPSIS = "\u2026".encode()
+#: How often a start not yet READY tells systemd it goes on; each time it extends the
+#: start timeout to three times this from then.
+START_EXTEND_PERIOD_S = 10.0
+#: A start whose steps have not moved for this long is stuck: it is no longer extended.
+START_STUCK_AFTER_S = 300.0
 _VARIABLES = (
     "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID",
     "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES",
@@ -209,6 +221,16 @@ class Notifier:
         extend = () if extend_s is None else (f"EXTEND_TIMEOUT_USEC={int(extend_s * 1e6)}",)
         return self.notify("STOPPING=1", f"STATUS={_one_line(status)}", *extend)
 
+    async def tell_start(self, progress: StartProgress, scope: trio.CancelScope) -> None:
+        """Until ``scope`` is cancelled (at ``READY=1`` or a stop): every
+        ``START_EXTEND_PERIOD_S``, while the start has made a step in the last
+        ``START_STUCK_AFTER_S``, extend systemd's start timeout (``EXTEND_TIMEOUT_USEC``,
+        three periods) and say what it does (``STATUS=``). A start that made none is left
+        to the timeout; the log and STATUS= say where it stands."""
+        if self.enabled:
+            with scope:
+                await _tell_start(self, progress)
+
     def watchdog(self) -> bool:
         return self.notify("WATCHDOG=1")
 
@@ -234,6 +256,61 @@ def _datagram(assignments: tuple[str, ...]) -> bytes:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+class StartProgress:
+    """What the start does now and how many steps it has made: a stage (a service
+    started, a workspace opened), and the phases and counts of a long one (it is a
+    :class:`~recalld.daemon.backup.ProgressSink`, fed from worker threads: a lost
+    increment between two threads still moves the count)."""
+
+    def __init__(self) -> None:
+        self.stage = "starting"
+        self.phase_name: str | None = None
+        self.done = 0
+        self.total: int | None = None
+        #: Moves with every step: what :meth:`Notifier.tell_start` watches.
+        self.steps = 0
+
+    def step(self, stage: str) -> None:
+        self.stage, self.phase_name, self.done, self.total = stage, None, 0, None
+        self.steps += 1
+
+    def phase(self, name: str, total: int | None = None,
+              bytes_total: int | None = None) -> None:
+        self.phase_name, self.done, self.total = name, 0, total
+        self.steps += 1
+
+    def advance(self, n: int = 1, nbytes: int = 0) -> None:
+        self.done += n
+        self.steps += 1
+
+    def line(self) -> str:
+        if self.phase_name is None:
+            return self.stage
+        count = f" {self.done}/{self.total}" if self.total else \
+            f" {self.done}" if self.done else ""
+        return f"{self.stage}: {self.phase_name}{count}"
+
+
+async def _tell_start(notifier: Notifier, progress: StartProgress) -> None:
+    period, stuck_after = START_EXTEND_PERIOD_S, START_STUCK_AFTER_S
+    seen, moved = progress.steps, trio.current_time()
+    said_stuck = False
+    while True:
+        await trio.sleep(period)
+        now = trio.current_time()
+        if progress.steps != seen:
+            seen, moved, said_stuck = progress.steps, now, False
+        if now - moved < stuck_after:
+            notifier.notify(f"EXTEND_TIMEOUT_USEC={int(3 * period * 1e6)}",
+                            f"STATUS={_one_line(progress.line())}")
+            continue
+        if not said_stuck:
+            log.error("the start has made no progress for %.0f s (%s): systemd is no longer "
+                      "asked to wait for it", now - moved, progress.line())
+            said_stuck = True
+        notifier.status(f"no progress for {now - moved:.0f} s: {progress.line()}")
 
 
 async def run_watchdog(

@@ -178,7 +178,7 @@ def _progress(ctx: CallContext, p: Params, method: str) -> CallProgress:
 
 async def restore(state: DaemonState, path: Path, agents: list[str] | None,
                   snapshot: bool, dry_run: bool = False,
-                  progress: CallProgress | None = None,
+                  progress: bk.ProgressSink | None = None,
                   rolling_back: bool = False,
                   overwrite_shared: bool = False, resuming: bool = False) -> JsonObject:
     """Restore ``agents`` (every one when None) from the archive at ``path`` (see the

@@ -21,6 +21,7 @@ from pathlib import Path
 import orjson
 import trio
 
+from recalld.daemon.backup import NO_PROGRESS, ProgressSink
 from recalld.daemon.rpc.dispatch import DaemonState, JsonObject
 from recalld.daemon.rpc.restore_record import backups_dir, drop_record, read_record
 from recalld.daemon.store.errors import StorageError
@@ -62,9 +63,11 @@ def drop_journal(state: DaemonState) -> None:
         REAL.fsync_dir(path.parent)
 
 
-async def recover(state: DaemonState) -> JsonObject | None:
-    """Finish or roll back the restore a journal says did not end (see the module);
-    returns what was done (also kept as ``state.restore_recovery``), None if no journal.
+async def recover(state: DaemonState, progress: ProgressSink = NO_PROGRESS,
+                  ) -> JsonObject | None:
+    """Finish or roll back the restore a journal says did not end (see the module),
+    reporting its steps to ``progress``; returns what was done (also kept as
+    ``state.restore_recovery``), None if no journal.
     The journal stays until one of the two succeeds: a stop meanwhile tries again."""
     entry = await trio.to_thread.run_sync(read_journal, state)
     if entry is None:
@@ -80,7 +83,7 @@ async def recover(state: DaemonState) -> JsonObject | None:
                 ", ".join(agents), archive)
     try:
         await restore(state, archive, agents, snapshot=False, resuming=True,
-                      overwrite_shared=True)
+                      overwrite_shared=True, progress=progress)
         outcome["outcome"] = "finished"
         record = await trio.to_thread.run_sync(read_record, state)
         if entry.get("rolling_back") and record is not None:  # done as a rollback ends
@@ -100,7 +103,8 @@ async def recover(state: DaemonState) -> JsonObject | None:
                         snapshot)
             try:
                 await restore(state, Path(snapshot), agents, snapshot=False,
-                              rolling_back=True, resuming=True, overwrite_shared=True)
+                              rolling_back=True, resuming=True, overwrite_shared=True,
+                              progress=progress)
             except Exception as again:
                 outcome["outcome"] = "unresolved"
                 outcome["rollback_error"] = str(again)
