@@ -147,7 +147,8 @@ class Doctor:
                           "before it", "restore again if you still want the backup's state")]
         return [Check("restore", "fail", f"{what}; it could neither be finished nor rolled "
                       "back: the workspaces may hold files of both",
-                      "restore a backup of them (recalld backup list)")]
+                      "restore a backup of them (recalld backup list)"
+                      + (f"; or {r['acknowledge']}" if r.get("acknowledge") else ""))]
 
     def config_file(self) -> Check:
         """The configuration file on disk as the next restart or reload would read it (the

@@ -163,6 +163,31 @@ def test_a_restore_killed_with_neither_archive_nor_snapshot_is_said_unresolved(
     assert recovery["outcome"] == "unresolved" and recovery["rollback_error"]
     checks = json.loads(recalld("doctor", "--json", env=d2.env).stdout)["checks"]
     assert [c["status"] for c in checks if c["name"] == "restore"] == ["fail"]
-    d2.stop()  # the journal is gone: the next start says nothing of it
-    d3 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
-    assert "restore_recovery" not in d3.call("daemon.status")
+    d2.stop()
+    kept = (d2.data_dir / "backups" / "restore-unresolved.json").read_bytes()
+    # Said at every start (it was said once, then forgotten) until it is resolved: by
+    # a restore of those workspaces that ends, or by the operator removing its record.
+    for end in ("a restore", "the record removed"):
+        d3 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+        recovery = d3.call("daemon.status")["restore_recovery"]
+        assert recovery["outcome"] == "unresolved" and recovery["agents"] == ["w"]
+        record = d3.data_dir / "backups" / "restore-unresolved.json"
+        assert str(record) in recovery["acknowledge"]
+        checks = json.loads(recalld("doctor", "--json", env=d3.env).stdout)["checks"]
+        said = [c for c in checks if c["name"] == "restore"]
+        assert [c["status"] for c in said] == ["fail"] and str(record) in said[0]["fix"]
+        if end == "a restore":
+            made = d3.call("backup.create", {"agents": ["w"]})["file"]
+            d3.call("backup.restore", {"file": made, "agents": ["w"], "snapshot": False})
+            assert "restore_recovery" not in d3.call("daemon.status")
+            d3.stop()
+            d4 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+            assert "restore_recovery" not in d4.call("daemon.status")
+            d4.stop()
+            record.write_bytes(kept)  # unresolved again, for the other way
+        else:
+            record.unlink()
+            assert "restore_recovery" not in d3.call("daemon.status")  # at once
+            d3.stop()
+    d5 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    assert "restore_recovery" not in d5.call("daemon.status")

@@ -21,6 +21,7 @@ from recalld.daemon.providers.errors import mask_model
 from recalld.daemon.registry import WorkspaceRegistry
 from recalld.daemon.rpc.call_progress import CallProgress, check_token
 from recalld.daemon.rpc.dispatch import CallContext, JsonObject, Methods, Params
+from recalld.daemon.rpc.restore_journal import unresolved_shown
 from recalld.daemon.settings_diff import not_applied
 from recalld.daemon.spelling import spelled
 from recalld.daemon.workspaces import Workspace, check_agent_id
@@ -126,7 +127,8 @@ async def status(ctx: CallContext, params: JsonObject) -> DaemonStatus:
                        for ws in state.registry.list()],
         "queues": queues,
     }
-    if state.restore_recovery is not None:
+    if state.restore_recovery is not None and await trio.to_thread.run_sync(
+            unresolved_shown, state):
         answer["restore_recovery"] = state.restore_recovery
     return answer
 

@@ -59,7 +59,7 @@ from recalld.daemon.rpc.restore_config import (
     recorded_in,
     restore_config,
 )
-from recalld.daemon.rpc.restore_journal import drop_journal, write_journal
+from recalld.daemon.rpc.restore_journal import drop_journal, restore_ended, write_journal
 from recalld.daemon.rpc.restore_record import (
     backups_dir,
     drop_record,
@@ -379,7 +379,7 @@ async def restore(state: DaemonState, path: Path, agents: list[str] | None,
                 await services.health.scan()
             results.append(done)
         if not resuming:
-            await trio.to_thread.run_sync(drop_journal, state)
+            await trio.to_thread.run_sync(restore_ended, state, chosen)
         metrics.count("recalld_restores_total")
         result: JsonObject = {
             "file": echoed_path(str(path)), "restored": results,

@@ -7,7 +7,10 @@ a restore changed files: some workspaces, or some files of one, from the archive
 rest as they were. Before any workspace opens, :func:`recover` finishes that restore from
 the archive if it is still there and whole, else puts the snapshot back (the state from
 before); ``daemon.status`` says which (``restore_recovery``), as the log and ``recalld
-doctor`` do, so a client whose restore call got no answer learns the outcome.
+doctor`` do, so a client whose restore call got no answer learns the outcome. One that
+could do neither (``unresolved``) is kept in ``backups/restore-unresolved.json`` and
+said again at every start, until a restore of those workspaces ends or an operator
+removes the file.
 
 Reading and writing block on the file system; the RPC layer runs them in worker threads.
 """
@@ -30,6 +33,8 @@ from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, read_verif
 log = logging.getLogger(__name__)
 
 JOURNAL = "restore-journal.json"
+#: An interrupted restore a start could neither finish nor roll back, until resolved.
+UNRESOLVED = "restore-unresolved.json"
 
 
 def write_journal(state: DaemonState, archive: Path, agents: list[str],
@@ -42,10 +47,11 @@ def write_journal(state: DaemonState, archive: Path, agents: list[str],
     atomic_write(REAL, folder / JOURNAL, orjson.dumps(entry, option=orjson.OPT_INDENT_2))
 
 
-def read_journal(state: DaemonState) -> JsonObject | None:
-    """The journal of a restore that did not end, or None (none, or unreadable)."""
+def read_journal(state: DaemonState, name: str = JOURNAL) -> JsonObject | None:
+    """The journal of a restore that did not end (or, ``name`` UNRESOLVED, the outcome
+    of one no start could resolve), or None (none, or unreadable)."""
     try:  # a FIFO or device in its place must not stall the start
-        entry = orjson.loads(read_verified(backups_dir(state) / JOURNAL, None))
+        entry = orjson.loads(read_verified(backups_dir(state) / name, None))
     except (StorageError, orjson.JSONDecodeError):
         return None
     agents = entry.get("agents") if isinstance(entry, dict) else None
@@ -55,12 +61,40 @@ def read_journal(state: DaemonState) -> JsonObject | None:
     return entry
 
 
-def drop_journal(state: DaemonState) -> None:
+def drop_journal(state: DaemonState, name: str = JOURNAL) -> None:
     """The restore ended (or failed while the daemon ran, which said so): no journal."""
-    path = backups_dir(state) / JOURNAL
+    path = backups_dir(state) / name
     if path.is_file() and not path.is_symlink():
         path.unlink(missing_ok=True)
         REAL.fsync_dir(path.parent)
+
+
+def restore_ended(state: DaemonState, agents: list[str]) -> None:
+    """A restore of ``agents`` ended: its journal goes, and so does an unresolved
+    outcome of an interrupted one whose workspaces it all put in place again."""
+    drop_journal(state)
+    kept = read_journal(state, UNRESOLVED)
+    if kept is not None and set(kept["agents"]) <= set(agents):
+        drop_journal(state, UNRESOLVED)
+
+
+def _keep_unresolved(state: DaemonState, outcome: JsonObject) -> None:
+    """Record ``outcome`` for the starts to come (logged if it cannot be written)."""
+    path = backups_dir(state) / UNRESOLVED
+    outcome["acknowledge"] = f"remove {path} once the workspaces are whole again"
+    try:
+        atomic_write(REAL, path, orjson.dumps(outcome, option=orjson.OPT_INDENT_2))
+    except (OSError, StorageError) as exc:
+        del outcome["acknowledge"]
+        log.error("could not record the unresolved restore in %s: %s", path, exc)
+
+
+def unresolved_shown(state: DaemonState) -> bool:
+    """Whether ``state.restore_recovery`` is still to be shown: not an unresolved one
+    whose record was removed (acknowledged, or resolved by a restore)."""
+    r = state.restore_recovery
+    return r is not None and (r.get("outcome") != "unresolved" or "acknowledge" not in r
+                              or (backups_dir(state) / UNRESOLVED).exists())
 
 
 async def recover(state: DaemonState, progress: ProgressSink = NO_PROGRESS,
@@ -71,7 +105,13 @@ async def recover(state: DaemonState, progress: ProgressSink = NO_PROGRESS,
     The journal stays until one of the two succeeds: a stop meanwhile tries again."""
     entry = await trio.to_thread.run_sync(read_journal, state)
     if entry is None:
-        return None
+        kept = await trio.to_thread.run_sync(read_journal, state, UNRESOLVED)
+        if kept is not None:
+            state.restore_recovery = kept
+            log.error("the interrupted restore of %s from %s is still unresolved: the "
+                      "workspaces may hold files of both; %s", ", ".join(kept["agents"]),
+                      kept["archive"], kept.get("acknowledge"))
+        return kept
     from recalld.daemon.rpc.ops_methods import drop_added_config, restore  # its imports
 
     archive, agents = Path(entry["archive"]), list(entry["agents"])
@@ -119,5 +159,8 @@ async def recover(state: DaemonState, progress: ProgressSink = NO_PROGRESS,
     if outcome["outcome"] != "unresolved":
         log.warning("the interrupted %s of %s was %s", what, ", ".join(agents),
                     str(outcome["outcome"]).replace("_", " "))
-    await trio.to_thread.run_sync(drop_journal, state)
+        await trio.to_thread.run_sync(restore_ended, state, agents)
+    else:  # said at every start until resolved: before the journal goes
+        await trio.to_thread.run_sync(_keep_unresolved, state, outcome)
+        await trio.to_thread.run_sync(drop_journal, state)
     return outcome
