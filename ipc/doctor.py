@@ -60,7 +60,7 @@ class Doctor:
             return paths.choose_data_dir(self.env, None, Path())
 
     def checks(self) -> list[Check]:
-        out = [self.socket_dir(), self.socket(), self.daemon(), *self.interrupted_restore(),
+        out = [self.socket_dir(), self.socket(), self.daemon(),
                self.config_file(), *self.shell_config()]
         out += self.health(" ".join(c.detail for c in out))
         out += [self.inotify(), self.inotify_instances(), *self.disks(), *self.providers(),
@@ -131,24 +131,6 @@ class Doctor:
         more = f" (and {away} not open: recalld workspace list)" if away else ""
         return Check("daemon", "ok", f"recalld {s.get('version')} pid {s.get('pid')}, "
                                      f"{len(served)} workspace(s){more}")
-
-    def interrupted_restore(self) -> list[Check]:
-        """A restore the daemon was stopped in, and what its start did with it."""
-        r = self.status.get("restore_recovery") if self.status is not None else None
-        if not isinstance(r, dict):
-            return []
-        what = (f"the {r.get('interrupted')} of {', '.join(map(str, r.get('agents') or []))} "
-                f"from {r.get('archive')} was interrupted (the daemon stopped)")
-        if r.get("outcome") == "finished":
-            return [Check("restore", "warn", f"{what}; this start finished it")]
-        if r.get("outcome") == "rolled_back":
-            return [Check("restore", "warn", f"{what}; it could not be finished "
-                          f"({r.get('finish_error')}), so this start put back the state from "
-                          "before it", "restore again if you still want the backup's state")]
-        return [Check("restore", "fail", f"{what}; it could neither be finished nor rolled "
-                      "back: the workspaces may hold files of both",
-                      "restore a backup of them (recalld backup list)"
-                      + (f"; or {r['acknowledge']}" if r.get("acknowledge") else ""))]
 
     def config_file(self) -> Check:
         """The configuration file on disk as the next restart or reload would read it (the

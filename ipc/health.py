@@ -26,7 +26,7 @@ from recalld.ipc.health_fixes import (
     set_aside_problem,
 )
 from recalld.ipc.health_remote import remote_facts
-from recalld.ipc.problems import Assessment, Problem
+from recalld.ipc.problems import Assessment, Problem, restore_problems
 from recalld.ipc.render import _uptime
 from recalld.ipc.types import visible
 
@@ -366,7 +366,7 @@ def _failed_jobs(a: Assessment, jobs: Sequence[JobInfo],
 
 def daemon_problems(status: DaemonStatus) -> list[Problem]:
     """Problems of the daemon itself (not of one workspace)."""
-    out = []
+    out = restore_problems(status)
     cfg = (status.get("queues") or {}).get("config") or {}
     if cfg.get("reload_error"):
         out.append(Problem(

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from recalld.ipc.answers import DaemonStatus
+
 Severity = Literal["fail", "warn", "info"]
 
 
@@ -35,3 +37,23 @@ class Assessment:
     def worst(self) -> str:
         kinds = {p.severity for p in self.problems}
         return "fail" if "fail" in kinds else "warn" if "warn" in kinds else "ok"
+
+
+def restore_problems(status: DaemonStatus) -> list[Problem]:
+    """A restore the daemon was stopped in, and what a start did with it (one no start
+    could resolve is said at every start until it is resolved or acknowledged)."""
+    r = status.get("restore_recovery")
+    if not isinstance(r, dict):
+        return []
+    what = (f"the {r.get('interrupted')} of {', '.join(map(str, r.get('agents') or []))} "
+            f"from {r.get('archive')} was interrupted (the daemon stopped)")
+    if r.get("outcome") == "finished":
+        return [Problem("warn", f"{what}; a start finished it", "nothing to do", "restore")]
+    if r.get("outcome") == "rolled_back":
+        return [Problem("warn", f"{what}; it could not be finished ({r.get('finish_error')}), "
+                        "so a start put back the state from before it",
+                        "restore again if you still want the backup's state", "restore")]
+    return [Problem("fail", f"{what}; it could neither be finished nor rolled back: the "
+                    "workspaces may hold files of both",
+                    "restore a backup of them (recalld backup list)"
+                    + (f"; or {r['acknowledge']}" if r.get("acknowledge") else ""), "restore")]

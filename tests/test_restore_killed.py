@@ -176,6 +176,8 @@ def test_a_restore_killed_with_neither_archive_nor_snapshot_is_said_unresolved(
         checks = json.loads(recalld("doctor", "--json", env=d3.env).stdout)["checks"]
         said = [c for c in checks if c["name"] == "restore"]
         assert [c["status"] for c in said] == ["fail"] and str(record) in said[0]["fix"]
+        shown = recalld("status", env=d3.env).stdout
+        assert "[FAIL] the restore of w from" in shown and str(record) in shown
         if end == "a restore":
             made = d3.call("backup.create", {"agents": ["w"]})["file"]
             d3.call("backup.restore", {"file": made, "agents": ["w"], "snapshot": False})
