@@ -297,20 +297,20 @@ async def _tell_start(notifier: Notifier, progress: StartProgress) -> None:
     period, stuck_after = START_EXTEND_PERIOD_S, START_STUCK_AFTER_S
     seen, moved = progress.steps, trio.current_time()
     said_stuck = False
-    while True:
-        await trio.sleep(period)
+    while True:  # at once too: a unit's TimeoutStartSec may be shorter than a period
         now = trio.current_time()
         if progress.steps != seen:
             seen, moved, said_stuck = progress.steps, now, False
         if now - moved < stuck_after:
             notifier.notify(f"EXTEND_TIMEOUT_USEC={int(3 * period * 1e6)}",
                             f"STATUS={_one_line(progress.line())}")
-            continue
-        if not said_stuck:
-            log.error("the start has made no progress for %.0f s (%s): systemd is no longer "
-                      "asked to wait for it", now - moved, progress.line())
-            said_stuck = True
-        notifier.status(f"no progress for {now - moved:.0f} s: {progress.line()}")
+        else:
+            if not said_stuck:
+                log.error("the start has made no progress for %.0f s (%s): systemd is no "
+                          "longer asked to wait for it", now - moved, progress.line())
+                said_stuck = True
+            notifier.status(f"no progress for {now - moved:.0f} s: {progress.line()}")
+        await trio.sleep(period)
 
 
 async def run_watchdog(
