@@ -219,6 +219,10 @@ class Passes:
         window = 2 * pool.workers if pool is not None else 1
         results: list[PreparedBatch | None] = [None] * len(batches)
         ready = [trio.Event() for _ in batches]
+        # A worker's vocabulary grows by its batches in the order it gets them, and the
+        # applies look them up in batch order: so batches go to the pool in batch order,
+        # whatever order their tasks run in and however long ReMe's lookups take.
+        turns = [trio.Event() for _ in batches]
         slots = trio.Semaphore(window)
         left = len(ordered)  # of this pass, not prepared yet (counted in self.preparing)
 
@@ -239,6 +243,11 @@ class Passes:
             job = partial(prepare_files, self.root, paths, max_chars=self._max_chars,
                           digests=digests, reme=reme or None, moved=moved or None)
             if pool is not None:
+                if i:
+                    await turns[i - 1].wait()
+                # Set before the call: it hands the batch to the pool before it first
+                # waits, so the next batch, woken by this, comes after it.
+                turns[i].set()
                 with contextlib.suppress(PoolUnavailable):  # else: in a thread after all
                     results[i] = await pool.call(partial(job, vocab=vocab))
             if results[i] is None:
