@@ -10,14 +10,17 @@ tests/test_remote.py.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import signal
+import threading
 import unicodedata
+from collections.abc import Iterator
 
 import psycopg
 from conftest import DaemonFactory, DaemonHandle
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
-from test_remote import notes, pair, remote_status, root, search_paths, write
+from test_remote import config, notes, pair, remote_status, root, search_paths, write
 from waits import wait_for
 
 from recalld.daemon.remote.db import channel
@@ -33,6 +36,39 @@ def rows(pg: PgServer, name: str) -> dict[str, bool]:
             "SELECT f.path, f.deleted FROM recalld_files f JOIN recalld_workspaces w"
             " ON w.workspace_id = f.workspace_id WHERE w.name = %s", (name,)).fetchall()
     return {str(p): bool(d) for p, d in got}
+
+
+def content(pg: PgServer, name: str, path: str) -> bytes | None:
+    """The content of the shared workspace's row ``path`` on the server (None: none)."""
+    with psycopg.connect(pg.dsn) as conn:
+        got = conn.execute(
+            "SELECT f.content FROM recalld_files f JOIN recalld_workspaces w"
+            " ON w.workspace_id = f.workspace_id WHERE w.name = %s AND f.path = %s",
+            (name, path)).fetchone()
+    return None if got is None or got[0] is None else bytes(got[0])
+
+
+@contextlib.contextmanager
+def guard_kept_busy(d: DaemonHandle, rel: str) -> Iterator[None]:
+    """Keep ``d``'s deletion guard from judging notes found gone (for up to its longest
+    settle window): an empty note at ``rel`` is written again and again meanwhile."""
+    done = threading.Event()
+
+    def churn() -> None:
+        p = root(d) / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            p.write_bytes(b"")
+            if done.wait(0.2):
+                return
+
+    thread = threading.Thread(target=churn, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def settled(pg: PgServer, name: str, *hosts: DaemonHandle) -> bool:
@@ -187,3 +223,37 @@ def test_a_name_the_server_holds_in_two_forms_stays_two_notes(
     wait_for(lambda: rows(pg_server, name) == {NFC: False, NFD: True}, what="the deletion")
     wait_for(lambda: settled(pg_server, name, a, b), what="settled")
     assert sorted(notes(a)) == sorted(notes(b)) == [NFC]
+
+
+def test_a_rename_between_forms_survives_a_kill_before_the_old_name_is_found_gone(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a, b, name = pair(daemon_factory, pg_server)
+    other = "memory/2026-07-26/other.md"
+    write(a, other, "# Other\nto be deleted\n")
+    write(a, NFC, "# Naive\nfirst text\n")
+    wait_for(lambda: settled(pg_server, name, a, b) and NFC in notes(b), what="note on b")
+
+    # a renames the note between forms and edits it; the edit goes up, and a is killed
+    # before it has found the old spelling gone (its deletion guard kept waiting).
+    edited = "# Naive\nrenamed, edited, then killed\n"
+    with guard_kept_busy(a, "memory/2026-07-26/scratch.md"):
+        a.signal(signal.SIGSTOP)
+        try:
+            write(a, NFD, edited)
+            (root(a) / NFC).unlink()
+        finally:
+            a.signal(signal.SIGCONT)
+        wait_for(lambda: content(pg_server, name, NFC) == edited.encode()
+                 and remote_status(a)["outbox"] == 0, what="the edit up", poll_s=0.01)
+        a.kill()
+    # Started again, a finds the old spelling gone: the same note, no deletion. A
+    # deletion after the restart is judged with it or later: once it is on the server,
+    # so is whatever the old spelling's absence became.
+    a = daemon_factory(config(pg_server.dsn, name, "hosta"), RECALLD_DATA_DIR=str(a.data_dir))
+    (root(a) / other).unlink()
+    wait_for(lambda: rows(pg_server, name).get(other), what="the later deletion")
+    wait_for(lambda: settled(pg_server, name, a, b), what="settled after the restart")
+    assert rows(pg_server, name)[NFC] is False
+    assert (root(b) / NFC).read_text() == edited
+    assert NFD in notes(a) and NFC not in notes(a)
+    assert remote_status(a)["conflicts"] == remote_status(b)["conflicts"] == 0

@@ -63,8 +63,6 @@ class ReplicaFiles:
         self.state = ReplicaState(meta / STATE_LOG)
         self._lock = trio.Lock()
         self._last_local: dict[str, str | None] = {}
-        #: New spelling -> the other Unicode form whose note it took over (_take_base).
-        self._respelt: dict[str, str] = {}
         self._known: dict[str, tuple[int, int]] = {}
         self._wake_uploader = trio.Event()
         #: Called after each local change queued (the replica, waiting long to reconnect
@@ -221,8 +219,8 @@ class ReplicaFiles:
             if (base is not None and base.hash is not None and not base.redirect
                     and not await in_thread(os.path.lexists, self._ws.root / other)):
                 with trio.CancelScope(shield=True):
-                    await in_thread(self.state.record, [(path, replace(base, stat=None))])
-                self._respelt[path] = other
+                    await in_thread(partial(self.state.record, [(path, replace(
+                        base, stat=None))], respelt=[(path, other)]))
                 return
 
     def _twin(self, path: str, other: str) -> bool:
@@ -230,7 +228,7 @@ class ReplicaFiles:
         holds the name in both forms (shared before one row per name), each synced here
         at its own version, so ``path`` gone is a deletion, no rename into ``other``.
         ``other`` that took this note over (renamed into, since edited) is none."""
-        if self._respelt.get(other) == path:
+        if self.state.respelt.get(other) == path:
             return False
         mine, theirs = self.state.bases.get(path), self.state.bases.get(other)
         return (theirs is not None and theirs.hash is not None
@@ -293,8 +291,10 @@ class ReplicaFiles:
             # Renamed between Unicode forms: the same note, which the new spelling carries.
             for path in moved:
                 self._last_local[path] = None
+            ended = [(new, None) for new, old in self.state.respelt.items() if old in moved]
             with trio.CancelScope(shield=True):
-                await in_thread(self.state.record, [(p, Base(0, None)) for p in moved])
+                await in_thread(partial(self.state.record, [(p, Base(0, None)) for p in moved],
+                                        respelt=ended))
             gone = [f for f in gone if f.path not in moved]
         if not gone:
             return

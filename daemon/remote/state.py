@@ -17,6 +17,11 @@ Before the replica writes server content into a file it records a *landing*
 (``{"w": path, "h": hash}``): content that, found on disk after a crash, came from the
 server and is not a local edit. A landing ends with the next base recorded for its path.
 
+``{"t": path, "o": other}`` says that the new file ``path`` took over the note the replica
+knew spelt ``other``, its name in another Unicode form (renamed between forms), until the
+old spelling is found gone (``"o": null`` ends it): ``other`` gone is then no deletion,
+after a restart too.
+
 ``{"x": path, "why": reason}`` holds a local deletion of ``path`` back (``remote/guard.py``);
 ``"why": null`` ends the hold.
 
@@ -103,6 +108,9 @@ class ReplicaState:
         #: Shared workspaces this state was agreed with before, whose rows on the server
         #: are to be deleted if their workspace row was removed (``leftovers.py``).
         self.forget: set[str] = set()
+        #: New spelling -> the other Unicode form whose note it took over (see the
+        #: docstring).
+        self.respelt: dict[str, str] = {}
         #: Local deletions held back (``remote/guard.py``): path to why.
         self.held: dict[str, str] = {}
         #: The replicated folders the cursor was read under (None: not recorded yet).
@@ -125,6 +133,11 @@ class ReplicaState:
             elif "p" in rec:
                 self.bases[str(rec["p"])] = Base.from_record(rec)
                 self.landing.pop(str(rec["p"]), None)
+            elif "t" in rec:
+                if rec.get("o") is None:
+                    self.respelt.pop(str(rec["t"]), None)
+                else:
+                    self.respelt[str(rec["t"])] = str(rec["o"])
             elif "w" in rec:
                 self.landing[str(rec["w"])] = str(rec["h"])
             elif "x" in rec:
@@ -149,6 +162,7 @@ class ReplicaState:
             self.bases.clear()
             self.landing.clear()
             self.held.clear()
+            self.respelt.clear()
             self.cursor = 0
             self.ident = ident
             self._rewrite()
@@ -187,10 +201,14 @@ class ReplicaState:
                 self.held[path] = why
         self._lines += len(batch)
 
-    def record(self, bases: Iterable[tuple[str, Base]], cursor: int | None = None) -> None:
-        """Persist new bases (and the cursor) in one append, then apply them."""
+    def record(self, bases: Iterable[tuple[str, Base]], cursor: int | None = None,
+               respelt: Iterable[tuple[str, str | None]] = ()) -> None:
+        """Persist new bases (and the cursor, and which new spelling took over which
+        note: ``respelt``, None ends it) in one append, then apply them."""
         batch = list(bases)
+        taken = list(respelt)
         records: list[Mapping[str, object]] = [b.to_record(p) for p, b in batch]
+        records += [{"t": p, "o": o} for p, o in taken]
         if cursor is not None and cursor > self.cursor:
             records.append({"cursor": cursor})
         if not records:
@@ -199,16 +217,22 @@ class ReplicaState:
         for path, base in batch:
             self.bases[path] = base
             self.landing.pop(path, None)
+        for path, other in taken:
+            if other is None:
+                self.respelt.pop(path, None)
+            else:
+                self.respelt[path] = other
         if cursor is not None:
             self.cursor = max(self.cursor, cursor)
         self._lines += len(records)
-        if self._lines > 2 * len(self.bases) + len(self.held) + 1_000:
+        if self._lines > 2 * len(self.bases) + len(self.held) + len(self.respelt) + 1_000:
             self._rewrite()
 
     def _rewrite(self) -> None:
         snapshot: list[Mapping[str, object]] = [b.to_record(p) for p, b in self.bases.items()]
         snapshot += [{"w": p, "h": h} for p, h in self.landing.items()]
         snapshot += [{"x": p, "why": why} for p, why in self.held.items()]
+        snapshot += [{"t": p, "o": o} for p, o in self.respelt.items()]
         snapshot += [{"forget": ident} for ident in sorted(self.forget)]
         snapshot.append({"cursor": self.cursor})
         if self.folders is not None:
