@@ -53,7 +53,7 @@ import psycopg
 from recalld.daemon import dsn
 from recalld.daemon.config import RemoteConfig
 from recalld.daemon.remote import chunks, passfile
-from recalld.daemon.remote.forms import server_path
+from recalld.daemon.remote.forms import forms_of, server_path
 from recalld.daemon.remote.localfs import conflict_name
 from recalld.daemon.remote.outbox import Change
 from recalld.daemon.remote.schema import migrate
@@ -370,6 +370,7 @@ def _upload_one(conn: Conn, workspace_id: int, host: str, change: Change, target
     # A conflict copy is named at the server's time: a host's clock may be far off (1970
     # after a boot without a clock, a year past 9999 that no date can name).
     now = float(str(bumped[2]))
+    asked = target  # as this host's disk spells it
     target = server_path(conn, workspace_id, target)  # one row per name in any form
     current = conn.execute(
         "SELECT version, content_hash, deleted FROM recalld_files "
@@ -394,7 +395,9 @@ def _upload_one(conn: Conn, workspace_id: int, host: str, change: Change, target
             outcome = "kept"
         else:
             outcome = "conflict"
-            stored = _free_conflict_name(conn, workspace_id, target, now, host)
+            # A new note, spelt as the host spells the name it conflicts on: its copy
+            # lands beside that host's file, in the folder as its disk spells it.
+            stored = _free_conflict_name(conn, workspace_id, asked, now, host)
     if outcome in ("applied", "conflict"):
         _write_row(conn, workspace_id, stored, change, version, host, cid)
         if search_chunked:
@@ -414,8 +417,8 @@ def _free_conflict_name(conn: Conn, workspace_id: int, path: str, when: float,
     for attempt in range(1000):
         name = conflict_name(path, when, host, attempt)
         taken = conn.execute(
-            "SELECT 1 FROM recalld_files WHERE workspace_id = %s AND path = %s "
-            "AND NOT deleted", (workspace_id, name)).fetchone()
+            "SELECT 1 FROM recalld_files WHERE workspace_id = %s AND path = ANY(%s) "
+            "AND NOT deleted", (workspace_id, forms_of(name))).fetchone()
         if taken is None:
             return name
     raise RuntimeError(f"no free conflict copy name for {path}")

@@ -1,0 +1,55 @@
+"""Shared workspaces: one note per name across Unicode forms, in other shapes than
+tests/test_remote_forms.py: a folder spelt in another form on each host, a conflict on
+such a name. Two daemons ("two hosts") share one workspace on the server of
+``pg_server``, as in tests/test_remote.py.
+"""
+
+from __future__ import annotations
+
+import os
+import unicodedata
+
+from conftest import DaemonFactory
+from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
+from test_remote import config, notes, pair, remote_status, root, write
+from test_remote_forms import rows, settled
+from waits import wait_for
+
+FOLDER = unicodedata.normalize("NFC", "memory/2026-07-26/Öffentliche Räume")
+NOTE = FOLDER + "/Übersicht.md"
+
+
+def nfd(path: str) -> str:
+    return unicodedata.normalize("NFD", path)
+
+
+def test_a_conflict_copy_lands_in_the_folder_as_each_host_spells_it(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a, b, name = pair(daemon_factory, pg_server)
+    write(a, NOTE, "# Räume\nfirst text\n")
+    wait_for(lambda: settled(pg_server, name, a, b) and NOTE in notes(b), what="note on b")
+
+    # b, stopped, has its folder respelt decomposed (a sync tool) and the note edited in
+    # it; a edits the note meanwhile: b's edit conflicts when b starts again.
+    b.stop()
+    (root(b) / FOLDER).rename(root(b) / nfd(FOLDER))
+    (root(b) / nfd(FOLDER) / "Übersicht.md").rename(root(b) / nfd(NOTE))
+    write(b, nfd(NOTE), "# Räume\nedited on b\n")
+    write(a, NOTE, "# Räume\nedited on a\n")
+    wait_for(lambda: remote_status(a)["outbox"] == 0, what="a's edit up")
+    b = daemon_factory(config(pg_server.dsn, name, "hostb"), RECALLD_DATA_DIR=str(b.data_dir))
+    wait_for(lambda: remote_status(b)["conflicts"] == 1
+             and settled(pg_server, name, a, b), what="the conflict settled")
+
+    # b's copy sits beside its note, in the folder as b's disk spells it: no second
+    # folder alike but for the form; a's copy is in a's folder.
+    day_b = sorted(os.listdir(root(b) / "memory/2026-07-26"))
+    assert day_b == [nfd("Öffentliche Räume")]
+    assert (root(b) / nfd(NOTE)).read_text() == "# Räume\nedited on a\n"
+    copies_b = [p for p in notes(b) if ".sync-conflict-" in p]
+    assert len(copies_b) == 1 and copies_b[0].startswith(nfd(FOLDER) + "/")
+    assert sorted(os.listdir(root(a) / "memory/2026-07-26")) == ["Öffentliche Räume"]
+    copies_a = [p for p in notes(a) if ".sync-conflict-" in p]
+    assert len(copies_a) == 1 and copies_a[0].startswith(FOLDER + "/")
+    assert (root(a) / copies_a[0]).read_text() == "# Räume\nedited on b\n"
+    assert sorted(rows(pg_server, name).values()) == [False, False]
