@@ -53,3 +53,24 @@ def test_a_conflict_copy_lands_in_the_folder_as_each_host_spells_it(
     assert len(copies_a) == 1 and copies_a[0].startswith(FOLDER + "/")
     assert (root(a) / copies_a[0]).read_text() == "# Räume\nedited on b\n"
     assert sorted(rows(pg_server, name).values()) == [False, False]
+
+
+def test_a_rename_between_forms_alone_is_no_edit_against_another_hosts(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a, b, name = pair(daemon_factory, pg_server)
+    write(a, NOTE, "# Räume\nfirst text\n")
+    wait_for(lambda: settled(pg_server, name, a, b) and NOTE in notes(b), what="note on b")
+
+    # b, stopped, has the note respelt decomposed, unchanged; a edits it meanwhile. The
+    # rename sends nothing: a's edit reaches b's file, no conflict copy.
+    b.stop()
+    (root(b) / FOLDER).rename(root(b) / nfd(FOLDER))
+    (root(b) / nfd(FOLDER) / "Übersicht.md").rename(root(b) / nfd(NOTE))
+    write(a, NOTE, "# Räume\nedited on a\n")
+    wait_for(lambda: remote_status(a)["outbox"] == 0, what="a's edit up")
+    b = daemon_factory(config(pg_server.dsn, name, "hostb"), RECALLD_DATA_DIR=str(b.data_dir))
+    wait_for(lambda: (root(b) / nfd(NOTE)).read_text() == "# Räume\nedited on a\n"
+             and settled(pg_server, name, a, b), what="a's edit on b")
+    assert list(notes(b)) == [nfd(NOTE)] and list(notes(a)) == [NOTE]
+    assert rows(pg_server, name) == {NOTE: False}
+    assert remote_status(a)["conflicts"] == remote_status(b)["conflicts"] == 0

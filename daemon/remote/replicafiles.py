@@ -196,8 +196,12 @@ class ReplicaFiles:
                 self._last_local[f.path] = f.hash
                 continue
             base = self.state.bases.get(f.path)
-            if last is None and (base is None or base.hash is None):
-                await self._take_base(f.path)  # no note of its own here yet
+            if (last is None and (base is None or base.hash is None)  # none here yet
+                    and await self._take_base(f.path) == f.hash):
+                # Renamed between forms, unchanged: no edit, nothing to send (sent, it
+                # would conflict with an edit another host made meanwhile).
+                self._last_local[f.path] = f.hash
+                continue
             changes.append(Change(str(uuid.uuid4()), f.path, f.data, f.hash, now))
         if back:
             await self._unhold(back)
@@ -210,10 +214,11 @@ class ReplicaFiles:
         self._wake_uploader.set()
         self.on_queued()
 
-    async def _take_base(self, path: str) -> None:
+    async def _take_base(self, path: str) -> str | None:
         """A new file ``path`` whose note the replica knows spelt in another Unicode form,
         no longer on disk (renamed between forms), is based on that note's version (caller
-        holds the lock). Beside it, it is another file: its own change (a conflict)."""
+        holds the lock); returns that version's hash. Beside it, it is another file: its
+        own change (a conflict)."""
         for other in forms_of(path)[1:]:
             base = self.state.bases.get(other)
             if (base is not None and base.hash is not None and not base.redirect
@@ -221,7 +226,8 @@ class ReplicaFiles:
                 with trio.CancelScope(shield=True):
                     await in_thread(partial(self.state.record, [(path, replace(
                         base, stat=None))], respelt=[(path, other)]))
-                return
+                return base.hash
+        return None
 
     def _twin(self, path: str, other: str) -> bool:
         """``other`` (``path`` in another Unicode form) is a note of its own: the server
