@@ -74,3 +74,29 @@ def test_a_rename_between_forms_alone_is_no_edit_against_another_hosts(
     assert list(notes(b)) == [nfd(NOTE)] and list(notes(a)) == [NOTE]
     assert rows(pg_server, name) == {NOTE: False}
     assert remote_status(a)["conflicts"] == remote_status(b)["conflicts"] == 0
+
+
+def test_a_folder_of_many_notes_respelt_between_forms_deletes_nothing(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a, b, name = pair(daemon_factory, pg_server)
+    other = "memory/2026-07-26/other.md"
+    write(a, other, "# Other\nto be deleted\n")
+    inside = [f"{FOLDER}/n{i}.md" for i in range(14)]  # more than a mass deletion's least
+    for i, path in enumerate(inside):
+        write(a, path, f"# N{i}\nnote {i} of the folder\n")
+    wait_for(lambda: settled(pg_server, name, a, b) and len(notes(b)) == 15, what="on b")
+
+    # A sync tool on b respells the folder decomposed, with every note in it.
+    (root(b) / FOLDER).rename(root(b) / nfd(FOLDER))
+    (root(b) / other).unlink()  # judged with the rename or later
+    wait_for(lambda: rows(pg_server, name).get(other), what="the later deletion")
+    wait_for(lambda: settled(pg_server, name, a, b), what="settled")
+    assert remote_status(b)["held"]["deletions"] == 0
+    assert [p for p, gone in rows(pg_server, name).items() if gone] == [other]
+    assert sorted(notes(b)) == sorted(nfd(p) for p in inside)
+    write(b, nfd(inside[3]), "# N3\nedited on b in the respelt folder\n")
+    wait_for(lambda: (root(a) / inside[3]).read_text()
+             == "# N3\nedited on b in the respelt folder\n", what="b's edit on a")
+    wait_for(lambda: settled(pg_server, name, a, b), what="settled")
+    assert sorted(os.listdir(root(a) / "memory/2026-07-26")) == ["Öffentliche Räume"]
+    assert remote_status(a)["conflicts"] == remote_status(b)["conflicts"] == 0
