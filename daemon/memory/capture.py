@@ -39,10 +39,10 @@ recorded with the session's last turn, so a session idle for ``auto_memory_idle_
 already is written at once; one with no time recorded, or one ahead of the clock (set
 back since), counts as active at the opening. A session whose run was owed before the
 opening (its ``auto_memory_interval`` user turns reached with no job queued: killed in
-between; or a job queued for its turns that ended leaving them pending) is submitted
-at the opening, once, whatever the idle setting. Without a chat model nothing is
-submitted: the turns stay on disk and :meth:`SessionFlusher.waiting` says how many
-wait and why (``health``).
+between; or a job queued for its turns that failed leaving them pending, not one
+cancelled) is submitted at the opening, once, whatever the idle setting.
+Without a chat model nothing is submitted: the turns stay on disk and
+:meth:`SessionFlusher.waiting` says how many wait and why (``health``).
 
 Run by each open workspace (``WorkspaceServices.capture``); it stops by cancellation
 and needs no cleanup.
@@ -126,13 +126,16 @@ class SessionFlusher:
 
     # -- the decision ----------------------------------------------------------------
 
-    def job_active(self, job_id: str | None) -> bool:
+    def _job_state(self, job_id: str | None) -> str | None:
         if job_id is None:
-            return False
+            return None
         try:
-            return self.jobs.get(self.ws.agent_id, job_id)["state"] in ACTIVE
+            return self.jobs.get(self.ws.agent_id, job_id)["state"]
         except NotFound:
-            return False
+            return None
+
+    def job_active(self, job_id: str | None) -> bool:
+        return self._job_state(job_id) in ACTIVE
 
     def covered(self, added: Added) -> bool:
         """True if a queued or running job already covers every pending turn."""
@@ -254,16 +257,21 @@ class SessionFlusher:
         """The trigger of the run that session ``session_id``, found pending at the
         opening, was owed before it and has no job for: ``interval`` (its user turns
         reached ``auto_memory_interval``, the daemon stopped before the job was queued),
-        ``retry`` (a job was queued for its turns and ended, or was lost, leaving them
-        pending); None if no run was owed (the turns wait for their triggers)."""
+        ``retry`` (a job was queued for its turns and failed leaving them pending); None
+        if no run was owed (the turns wait for their triggers, as those of a job someone
+        cancelled do)."""
         added = self.store.info(session_id)
-        if self.job_active(added.last_job_id):
+        state = self._job_state(added.last_job_id)
+        if state in ACTIVE:
             return None
         interval = self.ws.settings.auto_memory_interval
         if (interval is not None and interval > 0 and added.since_submit >= interval
                 and not self.store.half_said(session_id)):
             return "interval"
-        return "retry" if added.since_submit < added.pending_turns else None
+        # Only a run that failed is owed again: one cancelled (or dropped with its
+        # workspace's forget) was stopped by someone, and its turns wait for a trigger.
+        return ("retry" if state == "failed" and added.since_submit < added.pending_turns
+                else None)
 
     async def _submit_owed(self, owed: list[tuple[str, str]]) -> None:
         """Queue the runs owed at the opening, once each (one job per session, run at the
