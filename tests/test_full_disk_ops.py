@@ -116,6 +116,15 @@ def test_a_restore_whose_snapshot_finds_no_room_says_what_to_do(
     assert refused.returncode == 1 and line.endswith("(code -32011)"), refused
     assert "nothing was restored" in line and f"free space in {data / 'backups'}" in line, line
     assert "--no-snapshot" in line and later.exists(), line
+    # Without a snapshot the restore still writes its journal first (a start after a kill
+    # finishes it): with no room for that either, it says so, and restores nothing.
+    refused = recalld("backup", "restore", str(archive), "--yes", "--no-snapshot", env=d.env)
+    line = refused.stderr.splitlines()[-1]
+    assert refused.returncode == 1 and line.endswith("(code -32011)"), refused
+    assert "no room for the restore's journal" in line, line
+    assert f"nothing was restored: free space in {data / 'backups'}" in line, line
+    assert later.exists()
+    (small_fs / "filler").unlink()
     done = recalld("backup", "restore", str(archive), "--yes", "--no-snapshot", env=d.env)
     assert done.returncode == 0 and not later.exists(), done.stderr
     assert d.stop() == 0

@@ -315,9 +315,14 @@ async def restore(state: DaemonState, path: Path, agents: list[str] | None,
             # would now throw away everything since, this restore included.
             await trio.to_thread.run_sync(drop_record, state)
         if not resuming:  # from here on files change: a start after a kill finishes it
-            await trio.to_thread.run_sync(
-                write_journal, state, path, chosen, None if snap is None else str(snap["file"]),
-                rolling_back)
+            try:
+                await trio.to_thread.run_sync(
+                    write_journal, state, path, chosen,
+                    None if snap is None else str(snap["file"]), rolling_back)
+            except store_errors.DiskFull as exc:  # a restore needs its journal's bytes
+                raise DiskFull(f"no room for the restore's journal: {exc.message}; nothing "
+                               f"was restored: free space in {backups_dir(state)}",
+                               exc.data) from None
         config_left: list[str] = []
         if config_data is not None:
             await trio.to_thread.run_sync(restore_config, state, config_data)
