@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from recalld.daemon import config
+from recalld.daemon import config, config_rules
 from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,3 +71,56 @@ def test_the_readme_example_configuration_shows_the_defaults() -> None:
     elsewhere = {"socket_path", "data_dir", "max_request_bytes", "max_batch",
                  "max_concurrent_calls_per_connection"}
     assert _file_keys(config.DaemonConfig) - elsewhere - set(shown["daemon"]) == set()
+
+
+_UNITS = {"": 1.0, "s": 1.0, "days": 86400.0, "KiB": 1024.0, "GiB": float(1 << 30)}
+_NUMBER = r"(-?\d[\d,]*(?:\.\d+)?)(?: (s|days|KiB|GiB)\b)?"
+
+
+def _readme_ranges() -> list[tuple[list[str], str]]:
+    """The README's table of ranges: each row's backticked names and what it allows."""
+    table = _readme().split("The ranges (`daemon/config_rules.py` has the one table):", 1)[1]
+    rows = re.findall(r"^\| (.+?) \| (.+) \|$", table.split("\n\n", 2)[1], flags=re.M)
+    return [(re.findall(r"`([a-z_*]+)`", names), allowed) for names, allowed in rows[2:]]
+
+
+def _ranges_in(allowed: str) -> list[tuple[float, float]]:
+    found = []
+    for low, low_unit, high, high_unit in re.findall(f"{_NUMBER}–{_NUMBER}", allowed):
+        scale = _UNITS[high_unit or ""]
+        found.append((float(low.replace(",", "")) * _UNITS[low_unit or high_unit or ""],
+                      float(high.replace(",", "")) * scale))
+    return found
+
+
+def test_the_readme_table_of_ranges_is_config_rules() -> None:
+    """Every key with a rule is in the README's table, each range and list of choices
+    there the one the rule checks (its message when refusing a value says it)."""
+    messages = {(cls, key): rule.check(rule.bad) or ""
+                for (cls, key), rule in config_rules.RULES.items()}
+    named: set[str] = set()
+    choices = {rule: m.removeprefix("must be one of ") for rule, m in messages.items()
+               if m.startswith("must be one of ")}
+    choices_shown = set()
+    for names, allowed in _readme_ranges():
+        named.update(names)
+        keys = [n for n in names if any(k == n for _, k in messages)]
+        ranged = [n for n in keys
+                  if any(k == n and " from " in m for (_, k), m in messages.items())]
+        shown_ranges = _ranges_in(allowed) if ranged else []  # agent ids' 1-64: no key's
+        if len(shown_ranges) == 1:  # one range for them all ("0–1, not both 0")
+            shown_ranges *= len(ranged)
+        assert len(ranged) == len(shown_ranges), (names, allowed)
+        for key, shown in zip(ranged, shown_ranges, strict=True):
+            rules = {m for (_, k), m in messages.items() if k == key}
+            want = {(float(lo), float(hi)) for m in rules
+                    for lo, hi in re.findall(r"from (\S+) to (\S+)$", m)}
+            assert want == {shown}, (key, allowed)
+            if any(m.startswith("must be 0 ") for m in rules):
+                assert re.search(r"\b0 (\(|or )", allowed), (key, allowed)
+        choices_shown.update(rule for rule, listed in choices.items()
+                             if rule[1] in keys and allowed.startswith(listed))
+    unnamed = sorted(f"{cls}.{key}" for cls, key in messages
+                     if key not in named and not (key.endswith("_dir") and "*_dir" in named))
+    assert unnamed == []
+    assert sorted(set(choices) - choices_shown) == []
