@@ -68,6 +68,14 @@ def test_documented_methods_exist_and_served_ones_are_documented(daemon: DaemonH
     assert not missing, f"served (and in the client) but not documented: {missing}"
 
 
+
+def test_every_method_of_the_daemons_table_is_documented() -> None:
+    """The daemon's method table, its handler modules imported on first use included, is
+    the doc's list: a method no client names is documented too."""
+    from recalld.daemon.rpc.methods import all_methods
+
+    assert sorted(documented_methods()) == all_methods().names()
+
 def documented_positional() -> dict[str, int]:
     """Methods the doc says take params by position, with how many: the bullet that
     lists them in groups, each group of methods followed by its params in brackets."""
