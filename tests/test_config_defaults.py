@@ -71,6 +71,16 @@ def test_the_readme_example_configuration_shows_the_defaults() -> None:
     elsewhere = {"socket_path", "data_dir", "max_request_bytes", "max_batch",
                  "max_concurrent_calls_per_connection"}
     assert _file_keys(config.DaemonConfig) - elsewhere - set(shown["daemon"]) == set()
+    # So does every workspace key, but the credentials and a shared workspace's `remote`
+    # (docs/remote.md).
+    defaults = tomllib.loads(block.group(1))["workspace_defaults"]  # "not a default" too
+    unshown = {f"{cls.__name__}.{key}" for cls, table in [
+        (config.WorkspaceSettings, defaults),
+        (config.EmbeddingModelConfig, defaults["embedding_model_config"]),
+        (config.ChatModelConfig, defaults["chat_model_config"]),
+        (config.SearchConfig, defaults["search"])] for key in _file_keys(cls) - set(table)}
+    assert unshown == {"WorkspaceSettings.remote", "EmbeddingModelConfig.api_key",
+                       "ChatModelConfig.api_key"}
 
 
 _UNITS = {"": 1.0, "s": 1.0, "days": 86400.0, "KiB": 1024.0, "GiB": float(1 << 30)}
