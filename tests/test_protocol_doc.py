@@ -337,3 +337,16 @@ def test_the_fields_of_recall_note_and_topic_answers_are_named_in_their_sections
     assert answers["memory.recall"]["items"]
     for method, answer in answers.items():
         assert _undocumented_keys(answer, "", _section(method)) == [], method
+
+
+def test_the_docs_name_the_sockets_clients_look_for_in_one_order() -> None:
+    """docs/protocol.md's transport table and the README's table of paths name the places
+    a client looks for the socket (ipc/paths.py), all of them and in the same order."""
+    order = ("--socket", "RECALLD_SOCKET", "socket_path", "XDG_RUNTIME_DIR", "/run/user/",
+             "/tmp/recalld-")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for row in (re.search(r"^\| socket \| (.+) \|$", text, flags=re.M)
+                for text in (doc_text(), readme)):
+        assert row is not None
+        places = [row.group(1).find(name) for name in order]
+        assert -1 not in places and places == sorted(places), row.group(1)
