@@ -4,6 +4,7 @@ methods against a real daemon (a method is there unless it answers MethodNotFoun
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 from pathlib import Path
 
@@ -350,3 +351,22 @@ def test_the_docs_name_the_sockets_clients_look_for_in_one_order() -> None:
         assert row is not None
         places = [row.group(1).find(name) for name in order]
         assert -1 not in places and places == sorted(places), row.group(1)
+
+
+def test_the_table_of_limits_gives_the_defaults_of_the_settings_it_names() -> None:
+    """Each row of the Limits table that names a [daemon] setting gives its default."""
+    from recalld.daemon import config
+
+    daemon = config.DaemonConfig(socket_path=Path("/s"), data_dir=Path("/d"),
+                                 config_path=Path("/c"))
+    keys = {f.name for f in dataclasses.fields(daemon)}
+    table = doc_text().split("\n## Limits\n", 1)[1].split("\n## ", 1)[0]
+    checked = {}
+    for cell in re.findall(r"^\| [^|]+ \| ([^|]+) \|", table, flags=re.M):
+        named = [k for k in re.findall(r"`(?:\[daemon\] )?(\w+)`", cell) if k in keys]
+        number = re.search(r"(\d+(?:\.\d+)?) ?(MiB)?", cell)
+        if named and number:
+            scale = 1 << 20 if number.group(2) else 1
+            checked[named[0]] = float(number.group(1)) * scale
+    assert {k: float(getattr(daemon, k)) for k in checked} == checked
+    assert len(checked) >= 7
