@@ -134,3 +134,10 @@ def test_the_readme_table_of_ranges_is_config_rules() -> None:
                      if key not in named and not (key.endswith("_dir") and "*_dir" in named))
     assert unnamed == []
     assert sorted(set(choices) - choices_shown) == []
+
+
+def test_docs_remote_md_lists_every_field_of_a_remote_table() -> None:
+    remote = (ROOT / "docs" / "remote.md").read_text(encoding="utf-8")
+    table = remote.split("| field | meaning |", 1)[1].split("\n\n", 1)[0]
+    listed = re.findall(r"^\| `(\w+)` \|", table, flags=re.M)
+    assert sorted(listed) == sorted(_file_keys(config.RemoteConfig))
