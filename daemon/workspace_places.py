@@ -27,22 +27,34 @@ from recalld.ipc.qwenpaw_places import held_agents, holds_refused, home_refused
 SYSTEM_TREES = tuple(Path(p) for p in (
     "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sys",
     "/dev", "/boot", "/run", "/var/log", "/var/spool", "/var/cache", "/var/mail"))
-#: Places in those trees that are users' own, with how deep their shared part goes: the
-#: tmpfs any user may write in (``/dev/shm/<folder>``) and each user's runtime folder
-#: (``/run/user/<uid>/<folder>``). Below that depth a workspace is the user's; at or
-#: above it the place is still the system's.
-USER_TREES = ((Path("/dev/shm"), 0), (Path("/run/user"), 1))  # noqa: S108 - not written to
+#: The places in the system trees that are a user's to choose: the tmpfs any user may
+#: write in (``/dev/shm/<folder>``). Below them a workspace is the user's; at them the
+#: place is still the system's. The user's own runtime folder (``/run/user/<uid>``, made
+#: by the login manager) is one too when it is there and the user's: :func:`_own_places`.
+USER_TREES = (Path("/dev/shm"),)  # noqa: S108 - not written to
+RUNTIME_FOLDERS = Path("/run/user")
 #: Folders whose own contents are the system's: a workspace may lie below, not at them.
 SYSTEM_FOLDERS = tuple(Path(p) for p in (
     "/", "/var", "/var/lib", "/home", "/tmp", "/opt", "/srv", "/mnt", "/media", "/root"))  # noqa: S108
 
+def _own_places() -> tuple[Path, ...]:
+    """:data:`USER_TREES`, and this user's runtime folder if it exists and is theirs
+    (never another uid's, never one the daemon would make: a folder missing there is the
+    login manager's to make, with its own mode)."""
+    runtime = RUNTIME_FOLDERS / str(os.getuid())
+    try:
+        mine = runtime.lstat().st_uid == os.getuid() and runtime.is_dir()
+    except OSError:
+        mine = False
+    return (*USER_TREES, runtime) if mine else USER_TREES
+
+
 def in_system_tree(path: Path) -> bool:
     """Whether ``path`` (absolute, normalised) lies in a system tree, not below one of the
-    user places in it (:data:`USER_TREES`)."""
-    for own, depth in USER_TREES:
-        if path.is_relative_to(own) and len(path.relative_to(own).parts) > depth:
-            return False
-    return any(path.is_relative_to(t) for t in SYSTEM_TREES)
+    user's places in it (:func:`_own_places`)."""
+    if not any(path.is_relative_to(t) for t in SYSTEM_TREES):
+        return False
+    return not any(path.is_relative_to(own) and path != own for own in _own_places())
 
 
 def resolved(root: Path) -> Path:

@@ -52,6 +52,28 @@ def test_a_data_folder_and_workspaces_on_dev_shm_are_served(daemon_factory: Daem
     assert daemon.stop() == 0  # before the folder goes
 
 
+def test_a_runtime_folder_is_a_place_only_for_its_own_user_and_only_where_it_is(
+        daemon_factory: DaemonFactory) -> None:
+    # Any folder below /run/user was taken for a user's: another uid's, or a runtime
+    # folder that did not exist, which the open then made (as root, /run/user/0, 0755).
+    others = [u for u in range(60000, 60100) if not Path(f"/run/user/{u}").exists()]
+    missing = Path(f"/run/user/{others[0]}")
+    assert not os.path.lexists(missing)
+    daemon = daemon_factory()
+    with Client(daemon.socket_path) as c:
+        for place in (missing / "notes", Path("/run/user/../user") / str(others[1]) / "x"):
+            with pytest.raises(errors.InvalidParams, match="system folder"):
+                c.call("workspace.open", {"agent_id": "other", "path": str(place)})
+    assert not os.path.lexists(missing)
+    # The user's own runtime folder, where the login manager made it, is the user's.
+    own = Path(f"/run/user/{os.getuid()}")
+    if own.is_dir() and own.lstat().st_uid == os.getuid():
+        with Client(daemon.socket_path) as c, tempfile.TemporaryDirectory(dir=own) as mine:
+            c.call("workspace.open", {"agent_id": "mine", "path": mine})
+            c.call("workspace.close", {"agent_id": "mine", "forget": True})
+    assert daemon.stop() == 0
+
+
 @pytest.mark.parametrize("home", ["", "relative-home"])
 def test_a_tilde_under_an_unusable_home_is_the_users_home(
         daemon_factory: DaemonFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
