@@ -5,10 +5,12 @@ exact topics and prefix patterns ending in ``*`` (``job.*``, or ``*`` for everyt
 
 Slow subscribers never block publishers. Each subscription has a bounded queue
 (``max_queued`` events). When a publish finds it full, the subscription is *dropped*:
-it is removed from the bus, its queue is closed after the events already queued, and
-the connection delivering it sends one last event with topic ``events.dropped``; the
-client may subscribe again. Dropping (rather than disconnecting) keeps the client's
-calls working, and it tells the client exactly which guarantee it lost.
+its queue is closed after the events already queued, and the connection delivering it
+sends one last event with topic ``events.dropped``, which says how many events the
+subscription missed (``missed``: it counts them until then, so the count covers every
+event from the first one lost to the notice); the client may subscribe again. Dropping
+(rather than disconnecting) keeps the client's calls working, and it tells the client
+exactly which guarantee it lost, and how much of it.
 
 The bus owns no task: delivery happens in the connection's event pump (server.py).
 """
@@ -79,6 +81,8 @@ class Subscription:
         self.dropped = False
         self.closed = False
         self.delivered = 0
+        #: Events lost since the queue overflowed (counted until :meth:`close`).
+        self.missed = 0
 
     def matches(self, topic: str) -> bool:
         return any(topic_matches(p, topic) for p in self.patterns)
@@ -97,11 +101,17 @@ class Subscription:
         return sorted(self.patterns)
 
     def _offer(self, event: Event) -> bool:
+        if self.dropped:
+            self.missed += 1
+            return False
         try:
             self._send.send_nowait(event)
         except trio.WouldBlock:
-            self.dropped = True
-            self.close()
+            # Dropped: nothing more is queued, but it stays on the bus to count what it
+            # misses until its consumer has read the queue and closes it.
+            self.dropped = self.closed = True
+            self.missed = 1
+            self._send.close()
             return False
         except trio.ClosedResourceError:
             self.close()
@@ -118,7 +128,8 @@ class Subscription:
 
 @dataclass(frozen=True, slots=True)
 class EventBusStatistics:
-    """The event bus's counters, for ``daemon.status``."""
+    """The event bus's counters, for ``daemon.status``: ``subscriptions`` are those
+    still receiving (not one dropped whose queue is still being sent)."""
 
     subscriptions: int
     published_total: int
@@ -159,9 +170,10 @@ class EventBus:
         for sub in list(self._subscriptions):
             shown = sub.shown(event) if sub.matches(topic) else None
             if shown is not None:
+                was_dropped = sub.dropped
                 if sub._offer(shown):
                     sent += 1
-                elif sub.dropped:
+                elif sub.dropped and not was_dropped:
                     self._dropped += 1
         self._delivered += sent
         return sent
@@ -171,7 +183,7 @@ class EventBus:
 
     def statistics(self) -> EventBusStatistics:
         return EventBusStatistics(
-            subscriptions=len(self._subscriptions),
+            subscriptions=sum(not sub.dropped for sub in self._subscriptions),
             published_total=self._published,
             delivered_total=self._delivered,
             dropped_subscriptions_total=self._dropped,

@@ -45,3 +45,32 @@ async def test_a_new_subscriptions_events_follow_the_dropped_ones_notice(
         assert seen[-2:] == [DROPPED_TOPIC, "job.state"], seen[-3:]
         # (one more when the pump already waited for the first: it took it unqueued)
         assert seen.count("job.progress") in (EVENT_QUEUE_SIZE, EVENT_QUEUE_SIZE + 1)
+
+
+async def test_the_drop_notice_counts_every_event_the_subscriber_missed(
+        short_dir: Path) -> None:
+    # The events lost when the queue overflowed, and those published while the queue
+    # was still being sent, are all counted: what was read plus what was missed is what
+    # was published.
+    app = InProcess(short_dir)
+    bus = app.state.events
+    async with app.serving() as (client, _served):
+        await client.send({"jsonrpc": "2.0", "method": "events.subscribe",
+                           "params": {"topics": ["job.*"]}, "id": 1})
+        assert (await client.recv())["id"] == 1
+        published = EVENT_QUEUE_SIZE + 100
+        for i in range(published):  # at once: the queue overflows
+            bus.publish("job.progress", {"i": i, "filler": FILLER})
+        first: dict[str, Any] = await client.recv()
+        # Its queue is far from sent (the socket holds a few of them): still missing.
+        for i in range(7):
+            bus.publish("job.state", {"i": i})
+            bus.publish("workspace.opened", {"agent_id": "default"})  # not subscribed
+        published += 7
+        read = [first]
+        while read[-1]["params"]["topic"] != DROPPED_TOPIC:
+            read.append(await client.recv())
+        notice = read.pop()["params"]
+        assert notice["missed"] == published - len(read) >= 100, (notice, len(read))
+        assert [m["params"]["i"] for m in read] == list(range(len(read)))
+        assert bus.statistics().subscriptions == 0

@@ -47,9 +47,11 @@ async def pump_events(sub: Subscription, send: Callable[[bytes], Awaitable[bool]
             if not await send(event_notification(event.topic, payload)):
                 return
         if sub.dropped:
+            sub.close()  # counted up to here: the notice's count is the whole gap
             await send(event_notification(DROPPED_TOPIC, {
                 "reason": "subscriber too slow: event queue overflowed",
                 "topics": sorted(sub.patterns),
+                "missed": sub.missed,
             }))
     finally:
         sub.close()
