@@ -15,7 +15,7 @@ import anyio
 import sniffio
 
 from recalld.ipc import _core, errors
-from recalld.ipc._core import Lost
+from recalld.ipc._core import Lost, Missed
 from recalld.ipc.protocol import LineFramer, Response
 from recalld.ipc.types import Event
 
@@ -38,7 +38,7 @@ class Waiter:
         return self.response is not None or self.error is not None
 
 
-Events = collections.deque[Event | Lost]
+Events = collections.deque[Event | Lost | Missed]
 
 
 @dataclass(eq=False)

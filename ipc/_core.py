@@ -69,7 +69,35 @@ class Lost:
     why: str = "the daemon closed the connection"
 
 
-def mark_lost(events: collections.deque[T | Lost], lost: Lost) -> None:
+@dataclass(eq=False)
+class Missed:
+    """Marker put in a client's event buffer where events came that it had no room for
+    (``max_events``), counting them: the subscriber is told
+    (:class:`~recalld.ipc.errors.EventsMissed`) before it reads the events after them."""
+
+    count: int = 0
+
+
+def mark_missed(events: collections.deque[T | Lost | Missed]) -> None:
+    """Count one event left out at the end of ``events``: in the marker there, or in a new
+    one (a full buffer still tells of the gap, as :func:`mark_lost` does)."""
+    if events and isinstance(last := events[-1], Missed):
+        last.count += 1
+    else:
+        events.append(Missed(1))
+
+
+def unmarked(item: T | Lost | Missed) -> T:
+    """``item``, taken from a client's event buffer, unless it is a marker of a gap: then
+    the error that tells the subscriber of it (ConnectionLost, or EventsMissed)."""
+    if isinstance(item, Lost):
+        raise errors.ConnectionLost(item.why)
+    if isinstance(item, Missed):
+        raise errors.EventsMissed(item.count)
+    return item
+
+
+def mark_lost(events: collections.deque[T | Lost | Missed], lost: Lost) -> None:
     """Put ``lost`` at the end of ``events`` unless a loss is already the last thing
     there: a full buffer still tells of the gap, and many losses in a row are one."""
     if not events or not isinstance(events[-1], Lost):

@@ -69,7 +69,8 @@ class AsyncClient(_flavours.AsyncMethods):
     ``timeout_s`` bounds each call (raising :class:`TimeoutError`), ``connect_timeout_s``
     each connect. With ``autostart=True`` a missing daemon is started with
     ``recalld serve`` in the background and waited for. At most ``max_events`` events
-    wait to be read; more are dropped and counted in ``events_dropped``.
+    wait to be read; more are dropped and counted in ``events_dropped``, and
+    :meth:`next_event` raises :class:`EventsMissed` (how many) where they would have come.
     """
 
     #: Every client of this process, for a child forked from it (:meth:`_forget_inherited`).
@@ -281,6 +282,8 @@ class AsyncClient(_flavours.AsyncMethods):
             if message.method == "event":
                 if len(conn.events) >= self._max_events:
                     self.events_dropped += 1
+                    if self._max_events:
+                        _core.mark_missed(conn.events)
                     return
                 conn.events.append(Event.from_params(message.params))
                 for idle in conn.idle:
@@ -409,8 +412,11 @@ class AsyncClient(_flavours.AsyncMethods):
         """The next event, or None after ``timeout_s`` without one.
 
         Raises :class:`ConnectionLost` when the subscribed connection dies; the next call,
-        or the next ``next_event``, reconnects and subscribes again. Cancelled, it takes
-        no event. ValueError unless ``timeout_s`` is None or seconds, 0 or more.
+        or the next ``next_event``, reconnects and subscribes again. Raises
+        :class:`EventsMissed` (a ConnectionLost) once where events were left out of a
+        full buffer (``max_events``), saying how many; the connection goes on.
+        Cancelled, it takes no event. ValueError unless ``timeout_s`` is None or seconds,
+        0 or more.
         """
         timeout_s = _core.checked_wait(timeout_s, "timeout_s")
         with anyio.move_on_after(math.inf if timeout_s is None else timeout_s):
@@ -428,10 +434,7 @@ class AsyncClient(_flavours.AsyncMethods):
                     await run.opened.wait()  # nothing arrives until a call connects
                 else:
                     await self._wait(conn, waiter, lambda: bool(events))
-            item = events.popleft()
-            if isinstance(item, Lost):
-                raise errors.ConnectionLost(item.why)
-            return item
+            return _core.unmarked(events.popleft())
         return None
 
     def events(self, timeout_s: float | None = None) -> AsyncIterator[Event]:

@@ -35,7 +35,7 @@ from typing import Any, ClassVar, TypeVar
 
 from recalld.ipc import _call, _core, _flavours, _methods, errors, paths
 from recalld.ipc._call import Call
-from recalld.ipc._core import Lost
+from recalld.ipc._core import Lost, Missed
 from recalld.ipc.answers import JobInfo, JsonObject, Subscribed
 from recalld.ipc.protocol import (
     ClientProtocol,
@@ -58,7 +58,8 @@ class Client(_flavours.SyncMethods):
     each connect. With ``autostart=True`` a missing daemon is started with
     ``recalld serve`` in the background and waited for. At most ``max_events`` events
     wait to be read (those that came first); more are dropped and counted in
-    ``events_dropped``.
+    ``events_dropped``, and :meth:`events` raises :class:`EventsMissed` (how many) where
+    they would have come.
     """
 
     #: Every client of this process, for a child forked from it (:meth:`_forget_inherited`).
@@ -89,7 +90,7 @@ class Client(_flavours.SyncMethods):
         self._max_events = _core.checked_max_events(max_events)
         #: Events dropped because nobody read them fast enough.
         self.events_dropped = 0
-        self._events: collections.deque[Event | Lost] = collections.deque()
+        self._events: collections.deque[Event | Lost | Missed] = collections.deque()
         self._topics: list[str] = []
         #: token -> handler of the ``call.progress`` events of a call being waited for.
         self._progress: dict[str, Callable[[JsonObject], None]] = {}
@@ -347,6 +348,8 @@ class Client(_flavours.SyncMethods):
                             handler(event.data)
                         elif len(self._events) >= self._max_events:
                             self.events_dropped += 1
+                            if self._max_events:
+                                _core.mark_missed(self._events)
                         else:
                             self._events.append(event)
                 elif message.id == want or (message.id is None and message.error is not None
@@ -403,8 +406,10 @@ class Client(_flavours.SyncMethods):
         Raises :class:`ConnectionLost` if the daemon goes away while waiting, or once
         after the events read before, when the subscribed connection was lost meanwhile
         (found dead by a call, which reconnected): events sent in between are missed. The
-        next call (or ``events()``) reconnects and subscribes again. ValueError at once unless
-        ``timeout_s`` is None or seconds, 0 or more.
+        next call (or ``events()``) reconnects and subscribes again. Raises
+        :class:`EventsMissed` (a ConnectionLost) once where events were left out of a
+        full buffer (``max_events``), saying how many; the connection goes on.
+        ValueError at once unless ``timeout_s`` is None or seconds, 0 or more.
         """
         return self._yield_events(_core.checked_wait(timeout_s, "timeout_s"))
 
@@ -416,9 +421,7 @@ class Client(_flavours.SyncMethods):
                 if not self._events:
                     return
                 event = self._events.popleft()
-            if isinstance(event, Lost):
-                raise errors.ConnectionLost(event.why)
-            yield event
+            yield _core.unmarked(event)
 
     def _wait_event(self, timeout_s: float | None) -> None:
         if self._sock is None:

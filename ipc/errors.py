@@ -71,6 +71,18 @@ class ConnectionLost(RecalldError):
     """The connection closed before the answer arrived (client side only)."""
 
 
+class EventsMissed(ConnectionLost):
+    """Events came faster than the subscriber read them: ``missed`` of them found the
+    client's event buffer (``max_events``) full and were left out, here in the order of
+    events (client side only). The connection and its subscription go on; a ConnectionLost,
+    so that a subscriber that handles a gap in its events handles this one too."""
+
+    def __init__(self, missed: int) -> None:
+        super().__init__(f"{missed} event(s) left out: the client's event buffer was full "
+                         "(read events sooner, or make max_events larger)")
+        self.missed = missed
+
+
 class ParseError(RecalldError):
     code = PARSE_ERROR
 

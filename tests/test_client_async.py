@@ -166,8 +166,13 @@ async def test_async_event_buffer_is_bounded(fake: FakeDaemon) -> None:
     async with AsyncClient(fake.path, max_events=2) as client:
         await client.subscribe(["job.*"])
         assert await client.call("test.emit", {"count": 5}) == {"sent": 5}
-        assert [e.data async for e in client.events(timeout_s=0.2)] == [{"i": 0}, {"i": 1}]
-        assert client.events_dropped == 3
+        kept: list[Any] = []
+        with pytest.raises(errors.EventsMissed) as missed:  # told, after the events kept
+            async for event in client.events(timeout_s=0.2):
+                kept.append(event.data)
+        assert kept == [{"i": 0}, {"i": 1}]
+        assert missed.value.missed == client.events_dropped == 3
+        assert await client.next_event(timeout_s=0) is None  # told once
 
 
 @each_loop

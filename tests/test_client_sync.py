@@ -278,8 +278,11 @@ def test_sync_events_past_max_events_are_counted_not_lost_silently(daemon: Any) 
                                                   "job_id": job_id})["state"] == "succeeded")
         # Calls read what has arrived; the job's last state is the third event at least.
         wait_for(lambda: client.ping() and client.events_dropped >= 1, "an event dropped")
-        kept = [e.data["state"] for e in client.events(timeout_s=0)]
+        kept: list[str] = []
+        with pytest.raises(errors.EventsMissed) as missed:  # told, after the events kept
+            kept.extend(e.data["state"] for e in client.events(timeout_s=0))
         assert kept == ["queued", "running"]
+        assert missed.value.missed == client.events_dropped >= 1
     for bad in (-1, 1.5, True, "3"):
         with pytest.raises(ValueError, match=r"^max_events must be a whole number"):
             Client(daemon.socket_path, max_events=bad)  # type: ignore[arg-type]
