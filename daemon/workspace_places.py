@@ -12,6 +12,7 @@ import contextlib
 import errno
 import os
 import stat
+import unicodedata
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -68,7 +69,9 @@ def resolved(root: Path) -> Path:
     path it cannot stat: ``resolve`` raises RuntimeError or OSError there, which would
     fail a start or a reload, not this one workspace. A name typed composed (NFC) or
     decomposed names the folder the disk spells in the other form, as a path in a
-    workspace does (:func:`recalld.daemon.spelling.on_disk`), not a second one beside it."""
+    workspace does (:func:`recalld.daemon.spelling.on_disk`), not a second one beside it;
+    the names of folders not there yet are composed, so that two forms of one folder to
+    make are one place (two opens at once would otherwise each make its own)."""
     given = Path(os.path.normpath(root))
     if in_system_tree(given):
         raise InvalidParams(f"{root} is a system folder; a workspace needs a folder of "
@@ -79,6 +82,7 @@ def resolved(root: Path) -> Path:
             spelled = Path("/", on_disk(Path("/"), str(real).lstrip("/")))
             if spelled != real:
                 real = spelled.resolve()
+            real = _composed_beyond_disk(real)
         return real
     except RuntimeError:
         raise InvalidParams(f"workspace {root} is not available: "
@@ -86,6 +90,17 @@ def resolved(root: Path) -> Path:
     except OSError as exc:
         raise InvalidParams(f"workspace {root} is not available: "
                             f"{exc.strerror or type(exc).__name__}") from None
+
+
+def _composed_beyond_disk(path: Path) -> Path:
+    """``path`` (absolute) with the names past the last one on disk composed (NFC):
+    the one spelling of a folder still to be made (blocking)."""
+    there = path
+    while not os.path.lexists(there) and there != there.parent:
+        there = there.parent
+    if there == path:
+        return path
+    return there / unicodedata.normalize("NFC", str(path.relative_to(there)))
 
 
 def check_root(root: Path) -> None:
