@@ -169,17 +169,17 @@ class WorkspaceRegistry(KnownPlaces):
             return ws
         return None
 
-    def reloaded(self, old: DaemonConfig, new: DaemonConfig) -> builtins.list[str]:
-        """Apply a reload to the open workspaces (:func:`reload_sharing.reloaded`), and
-        stop those that now hold or lie in another's folder without each being shared
-        with the other's agent: a start would refuse both (:func:`check_overlap`), and
-        served on, each agent would read the other's memory."""
-        changed = reload_sharing.reloaded(self.list(), old, new, self._records.config_at)
+    async def reloaded(self, old: DaemonConfig, new: DaemonConfig) -> builtins.list[str]:
+        """Apply a reload to the open workspaces (:func:`reload_sharing.reloaded`); stop
+        those that now hold or lie in another's folder, the two not shared with each
+        other: a start would refuse both (:func:`check_overlap`)."""
+        moved = await self.moved_by(new)
+        changed = reload_sharing.reloaded(self.list(), old, new, self._records.config_at, moved)
         for ws in self.list():
             if ws.state not in ("opening", "ready"):
                 continue
             self.waiting[ws.agent_id] = reload_sharing.waiting(
-                ws, new, self._records.config_at, self._opened.get(ws.agent_id))
+                ws, new, self._records.config_at, self._opened.get(ws.agent_id), moved)
             try:
                 self._check_overlap(ws.agent_id, ws.root, ws.settings)
             except InvalidParams as exc:

@@ -17,6 +17,7 @@ from recalld.daemon.config import DaemonConfig, WorkspaceSettings, workspace_set
 from recalld.daemon.config_rules import valid_agent_id
 from recalld.daemon.recordbook import RecordBook
 from recalld.daemon.refusals import ReplicaTaken
+from recalld.daemon.reload_sharing import Opened
 from recalld.daemon.sharedplace import shared_twice
 from recalld.daemon.workspace_places import (
     Place,
@@ -36,6 +37,7 @@ class KnownPlaces:
     _get_config: Callable[[], DaemonConfig]
     _records: RecordBook
     _workspaces: dict[str, Workspace]
+    _opened: dict[str, Opened]
     #: By agent: the folder it served before the configuration moved it (:meth:`moved`).
     _left_behind: dict[str, str]
 
@@ -63,6 +65,31 @@ class KnownPlaces:
             "serves %s, where it was before and whose files stay there; if the path was "
             "changed by mistake, put it back in the config file, then: recalld workspace "
             "close %s, and reload", agent_id, root, before, agent_id)
+
+    async def moved_by(self, config: DaemonConfig) -> set[str]:
+        """The open workspaces ``config`` puts in another folder than they opened in:
+        one it names at another path than the configuration named when it opened, or
+        one no configuration named then (opened at a path of its own) that ``config``
+        names at another folder than its own (resolved, as an open resolves it). Each
+        keeps its folder until it is opened again, then moves there."""
+        moved = set()
+        for ws in list(self._workspaces.values()):
+            if (ws.state not in ("opening", "ready")
+                    or ws.agent_id not in config.configured_agents()):
+                continue
+            place = config.workspace_path(ws.agent_id)
+            opened = self._opened.get(ws.agent_id)
+            if opened is not None and opened.place is not None:
+                if place != opened.place:
+                    moved.add(ws.agent_id)
+                continue
+            try:
+                folder: Path | None = await trio.to_thread.run_sync(resolved, place)
+            except InvalidParams:
+                folder = None  # refused there: still not where it is
+            if folder != ws.root:
+                moved.add(ws.agent_id)
+        return moved
 
     def settings_of(self, agent_id: str) -> WorkspaceSettings | None:
         """The settings of ``agent_id``'s workspace: its own while the registry has it

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -29,12 +29,12 @@ RecordedConfig = Callable[[str, Path], JsonObject | None]
 
 
 def reloaded(workspaces: Iterable[Workspace], old: DaemonConfig, new: DaemonConfig,
-             recorded_config: RecordedConfig) -> list[str]:
+             recorded_config: RecordedConfig, moved: Collection[str]) -> list[str]:
     """Give the open (and failed) ``workspaces`` the sharing ``new`` opens them with, at
     once (a revoked reader is refused from its next call on, not from the next open); return
-    the ready ones whose other settings or path differ in ``new``, which keep what
-    they were opened with until they are opened again (not those ``new`` no longer names:
-    :func:`unnamed`)."""
+    the ready ones whose other settings differ in ``new``, or that ``new`` puts in
+    another folder (``moved``), which keep what they were opened with until they are
+    opened again (not those ``new`` no longer names: :func:`unnamed`)."""
     changed = []
     gone = set(unnamed(workspaces, old, new))
     for ws in workspaces:
@@ -45,7 +45,7 @@ def reloaded(workspaces: Iterable[Workspace], old: DaemonConfig, new: DaemonConf
         if ws.state == "ready" and ws.agent_id not in gone and (
                 unshared(old.workspace_settings(ws.agent_id))
                 != unshared(new.workspace_settings(ws.agent_id))
-                or old.workspace_path(ws.agent_id) != new.workspace_path(ws.agent_id)):
+                or ws.agent_id in moved):
             changed.append(ws.agent_id)
     return changed
 
@@ -97,11 +97,11 @@ def opened(agent_id: str, config: DaemonConfig, in_force: DaemonConfig) -> Opene
 
 
 def waiting(ws: Workspace, config: DaemonConfig, recorded_config: RecordedConfig,
-            opened: Opened | None) -> list[str]:
+            opened: Opened | None, moved: Collection[str]) -> list[str]:
     """The settings of the open ``ws`` that differ from those an open under ``config``
-    would give it (``path``: the configured place differs from where the configuration
-    put it when it opened; the daemon's :data:`AT_OPEN` ones: differ from those it took),
-    which it keeps until it is opened again."""
+    would give it (``path``: ``config`` puts it in another folder, its agent in ``moved``; the
+    daemon's :data:`AT_OPEN` ones: differ from those it took), which it keeps until it
+    is opened again."""
     try:
         would = workspace_settings_from_params(
             config.workspace_settings(ws.agent_id), recorded_config(ws.agent_id, ws.root))
@@ -110,12 +110,9 @@ def waiting(ws: Workspace, config: DaemonConfig, recorded_config: RecordedConfig
     names = [f.name for f in dataclasses.fields(WorkspaceSettings)
              if f.name not in (*SHARING, "ignored_fields")
              and getattr(ws.settings, f.name) != getattr(would, f.name)]
-    if opened is None:
-        return names
-    names += [name for name, value in opened.daemon_settings.items()
-              if getattr(config, name) != value]
-    # One the file no longer names opens again where it is recorded: its folder.
-    if (opened.place is not None and ws.agent_id in config.configured_agents()
-            and config.workspace_path(ws.agent_id) != opened.place):
+    if opened is not None:
+        names += [name for name, value in opened.daemon_settings.items()
+                  if getattr(config, name) != value]
+    if ws.agent_id in moved:
         names.append("path")
     return names

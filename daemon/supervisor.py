@@ -422,7 +422,7 @@ class Supervisor:
         # not those this reload stops (their sharing ended): opened, they would fail again.
         failed = {w.agent_id for w in self.registry.list() if w.state == "failed"}
         unnamed = reload_sharing.unnamed(self.registry.list(), old, new)
-        changed = self.registry.reloaded(old, new)
+        changed = await self.registry.reloaded(old, new)
         dropped = self.registry.drop_unopened(new.configured_agents())
         if dropped:
             log.info("reload: workspace(s) %s, which did not open and which neither the "

@@ -292,3 +292,28 @@ def test_status_lists_the_daemon_settings_a_workspace_takes_when_it_opens(
     _reload(d, text("chunk_max_chars = 900\nreconcile_interval_s = 45"))
     assert waiting("w") is None
     assert d.stop() == 0
+
+
+def test_a_reload_naming_an_open_workspace_elsewhere_says_it_moves_when_reopened(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Opened at a folder of its own, then named by the file at another: it opens there
+    # at the next start, leaving what it writes meanwhile behind, but status showed no
+    # path waiting for a reopen. Named at its own folder (through a link), nothing waits
+    # and the log tells of no change.
+    own, other = tmp_path / "own", tmp_path / "other"
+    (tmp_path / "link").symlink_to(tmp_path)
+    d = daemon_factory()
+    d.call("workspace.open", {"agent_id": "w", "path": str(own)})
+
+    def waiting() -> object:
+        shown = next(w for w in d.call("daemon.status")["workspaces"] if w["agent_id"] == "w")
+        return shown.get("waiting_for_reopen")
+
+    d.config_path.parent.mkdir(parents=True, exist_ok=True)
+    _reload(d, f'[workspaces.w]\npath = "{other}"\n')
+    assert waiting() == ["path"]
+    assert "the configuration changed the settings or path of open workspace(s) w" in d.log()
+    _reload(d, f'[workspaces.w]\npath = "{tmp_path / "link" / "own"}"\n')
+    assert waiting() is None
+    assert d.log().count("changed the settings or path of open workspace(s) w") == 1
+    assert d.stop() == 0
