@@ -24,7 +24,7 @@ import trio
 
 from recalld.daemon import qwenpaw, safepath
 from recalld.daemon.config import ConfigError
-from recalld.daemon.index import reme_import
+from recalld.daemon.index import reme_unread
 from recalld.daemon.index.embedcache import text_hash
 from recalld.daemon.index.encodings import NotUtf8Notes, not_utf8_notes
 from recalld.daemon.jsontypes import JsonObject
@@ -85,6 +85,9 @@ class ImportReport(TypedDict):
     reme_store: dict[str, int | str] | None
     #: ReMe chunk stores under other names or versions, not read (metadata_dir-relative).
     reme_stores_not_read: NotRequired[list[str]]
+    #: Every store of ReMe found and not read (those of an older ReMe too), by
+    #: workspace-relative path: its size and why it is not read.
+    reme_stores_unread: NotRequired[dict[str, reme_unread.StoreNotRead]]
     #: Notes ReMe indexed that are there but recalld does not index (behind a link).
     reme_notes_not_indexed: NotRequired[NotIndexed]
     #: Notes ReMe indexed outside the note folders (a QwenPaw knowledge base, say),
@@ -126,7 +129,7 @@ async def import_report(ws: Workspace, given: Mapping[str, object] | None, *,
     vectors = await trio.to_thread.run_sync(_vectors, worker, chunks["texts"])
     dream = await trio.to_thread.run_sync(_dream, ws)
     unread = await trio.to_thread.run_sync(
-        reme_import.other_chunk_stores, ws.root / ws.settings.metadata_dir)
+        reme_unread.stores_not_read, ws.root, ws.settings.metadata_dir)
     reme_paths = index.reme.paths
     absent = await index.locked(lambda state: sorted(reme_paths - state.files.keys()))
     folders = (ws.settings.daily_dir, ws.settings.digest_dir)
@@ -145,7 +148,9 @@ async def import_report(ws: Workspace, given: Mapping[str, object] | None, *,
         "settings": _settings(ws, given),
     }
     if unread:
-        out["reme_stores_not_read"] = unread
+        out["reme_stores_unread"] = unread
+        if others := reme_unread.other_chunk_stores(unread, ws.settings.metadata_dir):
+            out["reme_stores_not_read"] = others
     if folders_out:
         out["folders_not_indexed"] = folders_out
     if elsewhere := await trio.to_thread.run_sync(_elsewhere, ws.root, absent, folders):

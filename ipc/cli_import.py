@@ -227,11 +227,12 @@ def render_report(agent: str, path: str, rep: JsonObject,
         if store.get("damaged"):
             lines.append(f"          ReMe's chunk store is damaged ({store['damaged']}): the "
                          "notes it lost are chunked and embedded anew")
-    unread = rep.get("reme_stores_not_read") or []
+    unread = rep.get("reme_stores_unread") or {}
     if unread:
-        lines.append(f"          ReMe's chunk stores not read: {', '.join(unread)} (only "
-                     "file_store/file_chunks_default_v1.jsonl.zst, ReMe 0.4.2's, is read: "
-                     "the notes only those hold are chunked and embedded anew)")
+        lines.append("          ReMe's stores not read (only ReMe 0.4.2's chunk store "
+                     "file_store/file_chunks_default_v1.jsonl.zst and embedding cache are):")
+        lines.extend(f"            {path} ({found.get('bytes', 0)} bytes): {found.get('why')}"
+                     for path, found in unread.items())
     skipped = rep.get("reme_notes_not_indexed") or {}
     if skipped.get("count"):
         lines.append(f"          {skipped['count']} notes ReMe indexed are not indexed:")

@@ -67,10 +67,12 @@ def test_reme_chunk_stores_not_read_are_reported(daemon: DaemonHandle, tmp_path:
         rep = json.loads(proc.stdout)["import"]
         assert rep["reme_stores_not_read"] == [f"file_store/{name}"], rep
         assert (rep["reme_store"] is not None) is read
+        assert list(rep["reme_stores_unread"]) == [f"mem_metadata/file_store/{name}"], rep
         text = cli(daemon, "import-qwenpaw", str(ws)).stdout
-        assert f"not read: file_store/{name}" in text, text
+        assert f"mem_metadata/file_store/{name} (" in text, text
     proc = cli(daemon, "--json", "import-qwenpaw", str(copy_fixture(tmp_path / "plain")))
     assert "reme_stores_not_read" not in json.loads(proc.stdout)["import"]
+    assert "reme_stores_unread" not in json.loads(proc.stdout)["import"]
 
 
 def test_stored_vectors_of_other_dimensions_are_reported(daemon: DaemonHandle,
@@ -90,3 +92,52 @@ def test_stored_vectors_of_other_dimensions_are_reported(daemon: DaemonHandle,
     assert vec["reme"]["store_vectors_other_dims"] == vec["reme"]["store_vectors"] > 0
     text = cli(daemon, "import-qwenpaw", str(ws)).stdout
     assert "of ReMe's stored vectors have other dimensions than configured" in text, text
+
+
+def test_an_older_remes_stores_are_named_with_their_size(daemon: DaemonHandle,
+                                                         tmp_path: Path) -> None:
+    # CoPaw 1.0 ran ReMe 0.3 in the workspace folder itself: its chunk store (local
+    # backend: <store>_chunks.jsonl, chroma: chroma.sqlite3, zvec: a folder) and its
+    # embedding cache are not read, so their vectors are paid for again: the report
+    # names each with its size and why rather than saying nothing.
+    ws = copy_fixture(tmp_path / "older")
+    chunk = {"id": "c1", "path": "memory/2026-03-01.md", "source": "memory",
+             "start_line": 1, "end_line": 2, "text": "Ärger über den Zug\n火车晚点",
+             "hash": "h", "embedding": [0.25] * 8, "metadata": {}}
+    stores = {"file_store/copaw_chunks.jsonl": json.dumps(chunk, ensure_ascii=False),
+              "file_store/chroma.sqlite3": "x" * 1000,
+              "file_store/chunks_copaw/data.bin": "y" * 300,
+              "embedding_cache/embedding_cache.jsonl": json.dumps({"k" * 64: [0.5] * 8})}
+    for rel, body in stores.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(body, "utf-8")
+    (ws / "file_store/copaw_file_metadata.json").write_text("{}", "utf-8")  # no store
+    proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)["import"]
+    unread = rep["reme_stores_unread"]
+    sizes = {rel: len(body.encode()) for rel, body in stores.items()}
+    sizes["file_store/chunks_copaw"] = sizes.pop("file_store/chunks_copaw/data.bin")
+    assert {rel: found["bytes"] for rel, found in unread.items()} == sizes, unread
+    assert all("ReMe 0.3" in found["why"] and "embedded anew" in found["why"]
+               for found in unread.values()), unread
+    assert "reme_stores_not_read" not in rep  # those are ReMe 0.4's only
+    text = cli(daemon, "import-qwenpaw", str(ws)).stdout
+    assert f"file_store/copaw_chunks.jsonl ({sizes['file_store/copaw_chunks.jsonl']} bytes)" \
+        in text, text
+
+
+def test_a_link_in_place_of_an_older_remes_folder_is_passed_by(daemon: DaemonHandle,
+                                                              tmp_path: Path) -> None:
+    # Only names and sizes are read, never through a link: a file_store folder that is a
+    # link to another folder is not listed, and the workspace stays open.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "copaw_chunks.jsonl").write_text("{}", "utf-8")
+    ws = copy_fixture(tmp_path / "linked")
+    (ws / "file_store").symlink_to(elsewhere)
+    proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+    assert proc.returncode == 0, proc.stderr
+    assert "reme_stores_unread" not in json.loads(proc.stdout)["import"]
+    again = cli(daemon, "--json", "import-qwenpaw", str(ws))
+    assert again.returncode == 0, again.stderr

@@ -168,17 +168,6 @@ def _last_of_each(records: Sequence[JsonObject]) -> list[JsonObject]:
     return out
 
 
-def other_chunk_stores(metadata_dir: Path) -> list[str]:
-    """ReMe chunk stores under ``metadata_dir`` other than the one read (``CHUNK_STORE``),
-    relative to it: those of a ReMe configured with another ``store_version`` or file
-    store name, or of a later release. They are not read (their format is not known to
-    be 0.4.2's, nor whether ReMe still uses them); the import report names them."""
-    folder = (metadata_dir / CHUNK_STORE).parent
-    return sorted(f"{folder.name}/{name}" for name in _names(folder)
-                  if name.startswith("file_chunks_") and name.endswith(".jsonl.zst")
-                  and f"{folder.name}/{name}" != CHUNK_STORE)
-
-
 def _names(folder: Path) -> list[str]:
     """The names in ReMe's ``folder`` (none when it cannot be listed), listed through
     the workspace folder's handles."""
@@ -487,6 +476,6 @@ def _same(vec: F32, row: F16) -> bool:
 
 
 __all__ = ["CHUNK_STORE", "OWN_MIRRORS", "ReMeChunk", "ReMeEmbeddings", "ReMeStore",
-           "first_record", "load_npz", "mostly_embedded", "other_chunk_stores",
+           "first_record", "load_npz", "mostly_embedded",
            "read_embeddings", "read_store",
            "remove_own_mirrors", "seed_key", "space_id", "stored_vectors", "text_key"]
