@@ -9,10 +9,12 @@ from pathlib import Path
 
 import zstandard
 from conftest import DaemonHandle
-from reme_fixture_util import DIMS, copy_fixture
+from reme_fixture_util import DIMS, copy_fixture, fixture_provider, passage_texts
 from test_import_qwenpaw import agent_json, cli
 
 from recalld.daemon.index import reme_import
+from recalld.daemon.index.embedcache import decode_f16
+from recalld.daemon.store.records import read_foreign_records
 
 
 def test_a_damaged_reme_dream_record_is_reported(daemon: DaemonHandle, tmp_path: Path) -> None:
@@ -141,3 +143,34 @@ def test_a_link_in_place_of_an_older_remes_folder_is_passed_by(daemon: DaemonHan
     assert "reme_stores_unread" not in json.loads(proc.stdout)["import"]
     again = cli(daemon, "--json", "import-qwenpaw", str(ws))
     assert again.returncode == 0, again.stderr
+
+
+def test_vectors_reme_0_4_0_stored_as_lists_are_reused(daemon: DaemonHandle,
+                                                       tmp_path: Path) -> None:
+    # ReMe 0.4.0 and 0.4.1 wrote each chunk's vector as "embedding", a list of numbers,
+    # in the same chunk store (ReMe still reads those): they were not read, and every
+    # chunk was paid for again. Its embedding cache has no vector space in its name, and
+    # is not read: the store's vectors are reused as 0.4.2's are without a cache.
+    ws = copy_fixture(tmp_path / "older")
+    store = ws / "mem_metadata" / reme_import.CHUNK_STORE
+    lines = []
+    for rec in read_foreign_records(store).records:
+        old = {k: v for k, v in rec.items() if k != "_embedding_f16_b64"}
+        old["embedding"] = decode_f16(str(rec["_embedding_f16_b64"])).tolist()
+        lines.append(json.dumps(old, ensure_ascii=False))
+    zero = {**json.loads(lines[0]), "id": "zero", "embedding": [0.0] * DIMS}
+    store.write_bytes(zstandard.compress("\n".join(lines).encode() + b"\n"))
+    shutil.rmtree(ws / "mem_metadata" / reme_import.EMBEDDING_DIR)
+    found = reme_import.read_store(ws / "mem_metadata")
+    assert found is not None and len(found.vectors) == len(lines) == len(found)
+    (ws / "agent.json").write_text(json.dumps(agent_json()), "utf-8")
+    with fixture_provider() as fake:
+        proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+        assert proc.returncode == 0, proc.stderr
+        vec = json.loads(proc.stdout)["import"]["vectors"]
+        assert vec["reused_from_reme"] == len(found) and vec["to_embed"] == 0, vec
+        assert passage_texts(fake) == []
+    # All zeros is what ReMe stores with its embedding off: no vector.
+    store.write_bytes(zstandard.compress(json.dumps(zero).encode() + b"\n"))
+    again = reme_import.read_store(ws / "mem_metadata")
+    assert again is not None and again.vectors == [] and len(again) == 1

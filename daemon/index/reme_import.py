@@ -4,7 +4,8 @@ ReMe 0.4.2 keeps, beside the Markdown:
 
 - its chunk store ``file_store/file_chunks_default_v1.jsonl.zst``: one JSON object per
   chunk (``path``, 1-based inclusive ``start_line``/``end_line``, ``text``, ``metadata``,
-  the vector as ``_embedding_f16_b64``). Its chunk text is Markdown *rendered* by its own
+  the vector as ``_embedding_f16_b64``; ReMe 0.4.0 and 0.4.1 wrote it as ``embedding``,
+  a list of numbers, in the same file). Its chunk text is Markdown *rendered* by its own
   chunker (heading breadcrumb, ``[Part X/N]``), so recalld's chunker never produces the
   same texts and no vector could be reused by text: ReMe's boundaries and texts are kept
   for a note as long as the note still says what those chunks say (``reme_chunks.py``);
@@ -49,7 +50,7 @@ import zstandard
 from recalld.daemon import safepath
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import EmbeddingModelConfig
-from recalld.daemon.index.embedcache import decode_f16
+from recalld.daemon.index.embedcache import decode_f16, encode_f16
 from recalld.daemon.index.reme_chunks import ReMeChunk
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.providers.embedding_formats import DEFAULT_BASE_URLS
@@ -133,8 +134,8 @@ def read_store(metadata_dir: Path) -> ReMeStore | None:
     records = _last_of_each(found.records)
     store.skipped = len(found.records) - len(records)
     for rec in records:
-        text, emb = rec.get("text"), rec.get("_embedding_f16_b64")
-        if isinstance(text, str) and isinstance(emb, str):
+        text, emb = rec.get("text"), _vector_of(rec)
+        if isinstance(text, str) and emb is not None:
             store.vectors.append((text, emb))
         chunk = _chunk_of(rec)
         if chunk is None:
@@ -189,8 +190,25 @@ def _chunk_of(rec: Mapping[str, object]) -> tuple[str, ReMeChunk] | None:
         safepath.split_relative(path)
     except RecalldError:  # a NUL byte, absolute, ``..``, a name too long: no note's chunk
         return None
-    emb = rec.get("_embedding_f16_b64")
-    return path, ReMeChunk(start, end, text, emb if isinstance(emb, str) else None)
+    return path, ReMeChunk(start, end, text, _vector_of(rec))
+
+
+def _vector_of(rec: Mapping[str, object]) -> str | None:
+    """A record's vector as ``_embedding_f16_b64`` (ReMe 0.4.2's); ReMe 0.4.0 and 0.4.1
+    wrote ``embedding``, a list of numbers, which ReMe still reads. None: no vector, or one
+    with a value that is no number, out of float16's range, or all zeros."""
+    value = rec.get("_embedding_f16_b64")
+    if isinstance(value, str):
+        return value
+    value = rec.get("embedding")
+    if not (isinstance(value, list) and value
+            and all(type(v) in (int, float) for v in value)):
+        return None
+    with np.errstate(over="ignore"):
+        row = np.asarray(value, dtype="<f2")
+    if not np.isfinite(row).all() or not row.any():
+        return None
+    return encode_f16(row)
 
 
 # ------------------------------------------------------ what older recalld versions wrote
