@@ -160,7 +160,8 @@ def test_vectors_reme_0_4_0_stored_as_lists_are_reused(daemon: DaemonHandle,
         lines.append(json.dumps(old, ensure_ascii=False))
     zero = {**json.loads(lines[0]), "id": "zero", "embedding": [0.0] * DIMS}
     store.write_bytes(zstandard.compress("\n".join(lines).encode() + b"\n"))
-    shutil.rmtree(ws / "mem_metadata" / reme_import.EMBEDDING_DIR)
+    for npz in (ws / "mem_metadata" / reme_import.EMBEDDING_DIR).iterdir():
+        npz.rename(npz.with_name("default_v1.npz"))  # 0.4.0's name: no vector space
     found = reme_import.read_store(ws / "mem_metadata")
     assert found is not None and len(found.vectors) == len(lines) == len(found)
     (ws / "agent.json").write_text(json.dumps(agent_json()), "utf-8")
@@ -170,6 +171,10 @@ def test_vectors_reme_0_4_0_stored_as_lists_are_reused(daemon: DaemonHandle,
         vec = json.loads(proc.stdout)["import"]["vectors"]
         assert vec["reused_from_reme"] == len(found) and vec["to_embed"] == 0, vec
         assert passage_texts(fake) == []
+        unread = json.loads(proc.stdout)["import"]["reme_stores_unread"]
+        cache = "mem_metadata/embedding_store/default_v1.npz"
+        assert list(unread) == [cache] and "0.4.0" in unread[cache]["why"], unread
+        assert unread[cache]["bytes"] == (ws / cache).stat().st_size
     # All zeros is what ReMe stores with its embedding off: no vector.
     store.write_bytes(zstandard.compress(json.dumps(zero).encode() + b"\n"))
     again = reme_import.read_store(ws / "mem_metadata")

@@ -12,7 +12,10 @@ ran ReMe 0.3 with the workspace folder as ReMe's working folder, store name ``co
 - ``embedding_cache/embedding_cache.jsonl``: ReMe 0.3's embedding cache;
 - ``<metadata_dir>/file_store/file_chunks_<name>_<version>.jsonl.zst`` other than the one
   read: a ReMe 0.4 configured with another store name or ``store_version``, or a later
-  release.
+  release;
+- ``<metadata_dir>/embedding_store/<name>_<version>.npz``: the embedding cache of ReMe
+  0.4.0 and 0.4.1, whose name (and keys) give no vector space, so which model made its
+  vectors is not known (0.4.2 adds the space to the name; those are read).
 
 None of them is read: their notes are chunked and embedded anew, and the provider is paid
 for their vectors again. The report names each with its size and why, so that cost is
@@ -28,7 +31,7 @@ import stat
 from pathlib import Path
 from typing import Final, TypedDict
 
-from recalld.daemon.index.reme_import import CHUNK_STORE
+from recalld.daemon.index.reme_import import CHUNK_STORE, EMBEDDING_DIR
 from recalld.daemon.store import confine
 
 
@@ -49,6 +52,11 @@ _OLDER_FILE_STORE: Final = (
     (re.compile(r"^chunks_[A-Za-z0-9_]+$"), "chunk store of its zvec backend"),
 )
 _OLDER_CACHE: Final = "embedding_cache/embedding_cache.jsonl"
+#: ReMe 0.4.0's and 0.4.1's embedding cache (0.4.2's name ends with the space id).
+_NO_SPACE_NPZ: Final = re.compile(r"^[^/]+_v\d+\.npz$")
+_NO_SPACE_WHY: Final = ("the embedding cache of ReMe 0.4.0 or 0.4.1, which names no vector "
+                        "space: which model made its vectors is not known, so none is used "
+                        "(the chunk store's vectors are)")
 #: A folder store's size counts at most this many of its entries.
 _MAX_ENTRIES: Final = 10_000
 
@@ -74,6 +82,9 @@ def stores_not_read(root: Path, metadata_dir: str) -> dict[str, StoreNotRead]:
         if (name.startswith("file_chunks_") and name.endswith(".jsonl.zst")
                 and name != store.name):
             _add(out, root, f"{metadata_dir.strip('/')}/{store.parent}/{name}", _OTHER_V04)
+    for name in _folder_names(root / metadata_dir / EMBEDDING_DIR):
+        if _NO_SPACE_NPZ.match(name):
+            _add(out, root, f"{metadata_dir.strip('/')}/{EMBEDDING_DIR}/{name}", _NO_SPACE_WHY)
     return dict(sorted(out.items()))
 
 
