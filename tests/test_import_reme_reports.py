@@ -4,6 +4,7 @@ store, chunk stores it does not read, stored vectors of other dimensions, each r
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -179,3 +180,25 @@ def test_vectors_reme_0_4_0_stored_as_lists_are_reused(daemon: DaemonHandle,
     store.write_bytes(zstandard.compress(json.dumps(zero).encode() + b"\n"))
     again = reme_import.read_store(ws / "mem_metadata")
     assert again is not None and again.vectors == [] and len(again) == 1
+
+
+def test_stores_not_read_with_odd_names_are_shown_as_paths_are(daemon: DaemonHandle,
+                                                               tmp_path: Path) -> None:
+    # A store named in bytes that are not UTF-8 failed the whole import with an internal
+    # error; one whose name holds what looks like a key would have shown it. They are
+    # named as the report shows paths: \xNN for such bytes, a credential masked.
+    ws = copy_fixture(tmp_path / "odd")
+    folder = os.fsencode(ws / "mem_metadata" / "file_store")
+    key = "sk-" + "q7" * 16
+    for name in (b"file_chunks_\xff\xfe_v2.jsonl.zst",
+                 f"file_chunks_api_key={key}_v3.jsonl.zst".encode()):
+        Path(os.fsdecode(folder + b"/" + name)).write_bytes(b"x" * 7)
+    proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)["import"]
+    unread = rep["reme_stores_unread"]
+    assert "mem_metadata/file_store/file_chunks_\\xff\\xfe_v2.jsonl.zst" in unread, unread
+    assert len(unread) == 2 and all(v["bytes"] == 7 for v in unread.values()), unread
+    assert key not in proc.stdout and "[REDACTED]" in json.dumps(unread)
+    text = cli(daemon, "import-qwenpaw", str(ws))
+    assert text.returncode == 0 and key not in text.stdout, text.stdout

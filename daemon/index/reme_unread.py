@@ -31,6 +31,7 @@ import stat
 from pathlib import Path
 from typing import Final, TypedDict
 
+from recalld.daemon import safepath
 from recalld.daemon.index.reme_import import CHUNK_STORE, EMBEDDING_DIR
 from recalld.daemon.store import confine
 
@@ -97,9 +98,11 @@ def other_chunk_stores(found: dict[str, StoreNotRead], metadata_dir: str) -> lis
 
 
 def _add(out: dict[str, StoreNotRead], root: Path, rel: str, why: str) -> None:
+    """``rel`` with its size and ``why``, named as a report shows a path: bytes that are
+    not UTF-8 as ``\\xNN``, a name that looks like a credential masked."""
     size = _size(root / rel)
     if size is not None:
-        out[rel] = {"bytes": size, "why": why}
+        out[safepath.shown_masked(rel)] = {"bytes": size, "why": why}
 
 
 def _lstat(path: Path) -> os.stat_result | None:
