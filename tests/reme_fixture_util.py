@@ -59,3 +59,21 @@ def passage_texts(fake: FakeProvider) -> list[str]:
         if r.path.endswith("/embeddings") and r.json["input"] != ["ping"]:
             out.extend(r.json["input"])
     return out
+
+
+def with_list_vectors(ws: Path) -> int:
+    """Rewrite the chunk store of the fixture copy ``ws`` as ReMe 0.4.0 and 0.4.1 wrote
+    it: each vector as ``embedding``, a list of numbers. Returns how many records."""
+    from recalld.daemon.index.embedcache import decode_f16
+    from recalld.daemon.index.reme_import import CHUNK_STORE
+    from recalld.daemon.store.fsio import REAL
+    from recalld.daemon.store.records import read_foreign_records, write_records
+
+    store = ws / "mem_metadata" / CHUNK_STORE
+    records = []
+    for rec in read_foreign_records(store).records:
+        old = {k: v for k, v in rec.items() if k != "_embedding_f16_b64"}
+        old["embedding"] = decode_f16(str(rec["_embedding_f16_b64"])).tolist()
+        records.append(old)
+    write_records(REAL, store, records)
+    return len(records)

@@ -10,11 +10,16 @@ from pathlib import Path
 
 import zstandard
 from conftest import DaemonHandle
-from reme_fixture_util import DIMS, copy_fixture, fixture_provider, passage_texts
+from reme_fixture_util import (
+    DIMS,
+    copy_fixture,
+    fixture_provider,
+    passage_texts,
+    with_list_vectors,
+)
 from test_import_qwenpaw import agent_json, cli
 
 from recalld.daemon.index import reme_import
-from recalld.daemon.index.embedcache import decode_f16
 from recalld.daemon.store.records import read_foreign_records
 
 
@@ -154,17 +159,12 @@ def test_vectors_reme_0_4_0_stored_as_lists_are_reused(daemon: DaemonHandle,
     # is not read: the store's vectors are reused as 0.4.2's are without a cache.
     ws = copy_fixture(tmp_path / "older")
     store = ws / "mem_metadata" / reme_import.CHUNK_STORE
-    lines = []
-    for rec in read_foreign_records(store).records:
-        old = {k: v for k, v in rec.items() if k != "_embedding_f16_b64"}
-        old["embedding"] = decode_f16(str(rec["_embedding_f16_b64"])).tolist()
-        lines.append(json.dumps(old, ensure_ascii=False))
-    zero = {**json.loads(lines[0]), "id": "zero", "embedding": [0.0] * DIMS}
-    store.write_bytes(zstandard.compress("\n".join(lines).encode() + b"\n"))
+    count = with_list_vectors(ws)
+    zero = {**read_foreign_records(store).records[0], "id": "zero", "embedding": [0.0] * DIMS}
     for npz in (ws / "mem_metadata" / reme_import.EMBEDDING_DIR).iterdir():
         npz.rename(npz.with_name("default_v1.npz"))  # 0.4.0's name: no vector space
     found = reme_import.read_store(ws / "mem_metadata")
-    assert found is not None and len(found.vectors) == len(lines) == len(found)
+    assert found is not None and len(found.vectors) == count == len(found)
     (ws / "agent.json").write_text(json.dumps(agent_json()), "utf-8")
     with fixture_provider() as fake:
         proc = cli(daemon, "--json", "import-qwenpaw", str(ws))

@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from fakes.provider_server import fake_vector, unit
-from reme_fixture_util import DIMS, copy_fixture, embedding_toml, fixture_provider, passage_texts
+from reme_fixture_util import (
+    DIMS,
+    copy_fixture,
+    embedding_toml,
+    fixture_provider,
+    passage_texts,
+    with_list_vectors,
+)
 from test_reme_import import vectors_status, wait_full
 from waits import wait_for
 
@@ -18,7 +25,7 @@ from recalld.daemon.index import reme_import
 from recalld.daemon.index.embedcache import encode_f16
 from recalld.daemon.index.reme_source import SEEN
 from recalld.daemon.store.fsio import REAL
-from recalld.daemon.store.records import read_foreign_records, write_records
+from recalld.daemon.store.records import read_foreign_records, read_records, write_records
 
 READ = "ReMe's chunk store holds"
 
@@ -138,5 +145,29 @@ def test_a_store_reme_changed_between_starts_is_read_at_the_start(
         st = wait_full(d2)
         assert st["total"] == before["chunks"]["total"] + 1
         assert report(d2, ws)["reme_store"]["chunks"] == before["reme_store"]["chunks"] + 1
+        assert passage_texts(fake) == []
+        assert d2.stop() == 0
+
+
+def test_a_record_of_an_older_reader_is_not_trusted(daemon_factory: Any,
+                                                    tmp_path: Path) -> None:
+    # recalld once read no vector from a store ReMe 0.4.0 or 0.4.1 wrote (lists of
+    # numbers) and recorded "no vectors" for it. That record is not trusted: the store is
+    # read again, and its vectors are reused rather than paid for again.
+    ws, config = reme_workspace(tmp_path)
+    with_list_vectors(ws)
+    with fixture_provider() as fake:
+        d, before = first_import(daemon_factory, ws, config)
+        assert before["vectors"]["reused_from_reme"] == before["chunks"]["total"]
+        seen = ws / "mem_metadata" / SEEN
+        rec = read_records(seen)[0]
+        old = {**rec, "version": 1, "summary": {**rec["summary"], "vectors": 0},
+               "seed": {**rec["seed"], "hashes": []}}
+        write_records(REAL, seen, [old])
+        shutil.rmtree(ws / "mem_metadata" / "index")
+        shutil.rmtree(d.data_dir / "state" / "embeddings")
+        d2, st = restarted(daemon_factory, d, config)
+        assert READ in d2.log()
+        assert st["reused_vectors"] == st["total"] == before["chunks"]["total"], st
         assert passage_texts(fake) == []
         assert d2.stop() == 0

@@ -61,7 +61,9 @@ class Seeding:
 
 #: Beside ``recalld.lock``: recalld's own, and in no folder whose temp files a commit sweeps.
 SEEN: Final = "recalld-reme-store.jsonl.zst"
-SEEN_VERSION: Final = 1
+#: 2: vectors stored as lists of numbers (ReMe 0.4.0, 0.4.1) are read; a record of 1 may
+#: say such a store has none.
+SEEN_VERSION: Final = 2
 
 
 def _identity(path: Path) -> list[int] | None:
