@@ -144,6 +144,8 @@ def test_a_link_in_place_of_an_older_remes_folder_is_passed_by(daemon: DaemonHan
     (elsewhere / "copaw_chunks.jsonl").write_text("{}", "utf-8")
     ws = copy_fixture(tmp_path / "linked")
     (ws / "file_store").symlink_to(elsewhere)
+    (ws / "embedding_cache").symlink_to(elsewhere)
+    (elsewhere / "embedding_cache.jsonl").write_text("{}", "utf-8")
     proc = cli(daemon, "--json", "import-qwenpaw", str(ws))
     assert proc.returncode == 0, proc.stderr
     assert "reme_stores_unread" not in json.loads(proc.stdout)["import"]

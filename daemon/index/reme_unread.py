@@ -75,8 +75,8 @@ def stores_not_read(root: Path, metadata_dir: str) -> dict[str, StoreNotRead]:
             for pattern, what in _OLDER_FILE_STORE:
                 if pattern.match(name):
                     _add(out, root, f"{prefix}file_store/{name}", _OLDER.format(what))
-        cache = folder / _OLDER_CACHE
-        if _lstat(cache) is not None:
+        cache = Path(_OLDER_CACHE)
+        if cache.name in _folder_names(folder / cache.parent):
             _add(out, root, f"{prefix}{_OLDER_CACHE}", _OLDER.format("embedding cache"))
     store = Path(CHUNK_STORE)
     for name in _folder_names(root / metadata_dir / store.parent):
