@@ -131,6 +131,8 @@ class Watcher(CookieSync):
         self._watch_state = "starting"
         self._why: str | None = None
         self._rescanning = False
+        #: The notes a reconcile's scan under way has listed so far (None: none scans).
+        self._listing: dict[str, tuple[int, int]] | None = None
         self._unlisted: dict[str, str] = {}  # roots the last scan could not list, and why
         self._unlisted_found = trio.Event()
         self._moved_away: set[str] = set()  # lost roots not to recreate
@@ -269,9 +271,16 @@ class Watcher(CookieSync):
         self._rescanning = True
         start = trio.current_time()
         try:
-            async with token:
-                disk, unlisted = await self._run_sync(
-                    partial(self._paths.scan_roots, self.scan_reached), limiter=self._limiter)
+            # Listing from now (while waiting for a token too): what the disk holds is
+            # unknown until the scan ends.
+            self._listing = {}
+            try:
+                async with token:
+                    disk, unlisted = await self._run_sync(
+                        partial(self._paths.scan_roots, self.scan_reached, self._listing),
+                        limiter=self._limiter)
+            finally:
+                self._listing = None
             known = self._known_here()
             for listener in self.scan_listeners:
                 listener(disk, known)
@@ -469,6 +478,7 @@ class Watcher(CookieSync):
             "roots": list(self._root_rels),
             "last_change_applied": self._last_change_applied,
             "pending": self.pending_count(),
+            "listed": None if self._listing is None else len(self._listing),
             "rescan_owed": self._rescan,
             "last_reconcile": None if last is None else last.as_dict(),
             "errors": self._errors.count,

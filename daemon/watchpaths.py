@@ -289,11 +289,13 @@ class WatchedRoots:
         return self.scan_roots(reached)[0]
 
     def scan_roots(self, reached: tuple[int, Callable[[], None]] | None = None,
+                   out: dict[str, tuple[int, int]] | None = None,
                    ) -> tuple[dict[str, tuple[int, int]], dict[str, str]]:
         """As :meth:`scan`, and the roots, or folders below them, that could not be
         listed (gone, not a folder, no permission) with why: what they hold is unknown,
-        not gone."""
-        out: dict[str, tuple[int, int]] = {}
+        not gone. ``out``: the (empty) mapping the notes are listed into, which another
+        thread may count while the scan goes on."""
+        out = {} if out is None else out
         unlisted: dict[str, str] = {}
         links: dict[str, Inode] = {}
         misnamed: set[str] = set()

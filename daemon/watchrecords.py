@@ -76,6 +76,8 @@ class WatcherStatus(TypedDict):
     roots: list[str]
     last_change_applied: float | None
     pending: int
+    #: While a reconcile lists the notes on disk: how many it has found so far.
+    listed: int | None
     rescan_owed: str | None
     last_reconcile: ReconcileRecord | None
     errors: int

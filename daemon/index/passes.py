@@ -105,6 +105,12 @@ class Passes:
         self.reme: ReMeSource | None = None
         #: Notes of the passes under way not prepared yet (read, chunked, tokenized).
         self.preparing = 0
+        #: Notes of the passes under way new to the index and not applied yet: how many
+        #: more ``files`` counts once they end (less those that cannot be read).
+        self.adding = 0
+        #: Applies under way: while one runs (in a worker thread) ``files`` of the state
+        #: grows before ``adding`` shrinks, so counts read meanwhile do not add up.
+        self.applying = 0
 
     async def apply_paths(self, paths: set[str]) -> None:
         """Re-read ``paths`` (workspace-relative) and update the index to match the disk.
@@ -135,9 +141,12 @@ class Passes:
 
     async def _apply_sorted(self, ordered: list[str], big: bool) -> None:
         started = time.monotonic()
+        known = self._state().files
+        adding = sum(1 for p in ordered if p not in known)
+        self.adding += adding
 
         async def apply(batches: list[PreparedBatch], last: bool) -> None:
-            nonlocal started
+            nonlocal started, adding
             # A keyword delta still as loaded gets its dicts first, off the lock (else
             # the apply makes them under it: 0.35 s at 110k chunks, searches waiting).
             await self._access.thaw_delta()
@@ -146,8 +155,15 @@ class Passes:
             told = self._state().secret_named
             # Outside large passes the keyword index compacts off the lock (StateAccess);
             # a large pass merges in bulk, as it always has.
-            stats: ApplyStats = await self._access.run_locked(
-                partial(self._state().apply, batches, stage=not last, compact=big))
+            self.applying += 1
+            try:
+                stats: ApplyStats = await self._access.run_locked(
+                    partial(self._state().apply, batches, stage=not last, compact=big))
+            finally:
+                self.applying -= 1
+            added = min(stats.added, adding)
+            adding -= added
+            self.adding -= added
             metrics.observe("recalld_index_apply_seconds", time.monotonic() - started)
             metrics.count("recalld_index_apply_files_total", sum(len(b.files) for b in batches))
             started = time.monotonic()
@@ -183,6 +199,8 @@ class Passes:
                             "within %.0f s; the next write or commit merges it",
                             self._agent_id, PASS_END_MAX_S)
             raise
+        finally:
+            self.adding -= adding  # unreadable, or not reached: not to be added now
 
     async def _end_pass(self) -> None:
         dropped = await self._access.run_locked(self._state().end_pass)

@@ -34,6 +34,8 @@ class IndexStatus(TypedDict):
     links: int
     pending_changes: int
     preparing: int
+    adding: int
+    applying: bool
     uncommitted_changes: int
     rebuilding: bool
     watcher: WatcherStatus
@@ -123,6 +125,8 @@ class IndexReport:
             "links": len(self.state.graph),
             "pending_changes": watcher.get("pending", 0),
             "preparing": self._passes.preparing,
+            "adding": self._passes.adding,
+            "applying": self._passes.applying > 0,
             "uncommitted_changes": commits.unsaved,
             "rebuilding": self._rebuilding,
             "watcher": watcher,

@@ -29,7 +29,9 @@ from recalld.ipc.errors import InvalidParams
 TOPIC: Final = "call.progress"
 MAX_TOKEN_CHARS: Final = 64
 Notify = Callable[[str, Mapping[str, object]], Awaitable[bool]]
-Sample = Callable[[], tuple[int, int | None]]
+#: A phase's counts read when sent: ``(shown, done, total)``, ``shown`` the name to show
+#: for where the phase is now (a step of it whose total is unknown, or its own name).
+Sample = Callable[[], tuple[str, int, int | None]]
 
 
 class Reading(TypedDict):
@@ -74,16 +76,18 @@ class CallProgress:
         return self._notify is not None
 
     def _reading(self) -> Reading:
+        phase = self._phase
         if self._sample is not None:
-            self._done, self._total = self._sample()
-        return {"token": self._token, "method": self._method, "phase": self._phase,
+            phase, self._done, self._total = self._sample()
+        return {"token": self._token, "method": self._method, "phase": phase,
                 "done": self._done, "total": self._total, "bytes_done": self._bytes_done,
                 "bytes_total": self._bytes_total}
 
     def phase(self, name: str, total: int | None = None, bytes_total: int | None = None,
               sample: Sample | None = None) -> None:
         """Start phase ``name`` (ending the one before); ``sample`` reads the counts
-        when they are not reported with :meth:`advance`. Safe from any thread."""
+        (and the name to show) when they are not reported with :meth:`advance`. Safe
+        from any thread."""
         if not self.enabled:
             return
         with self._lock:

@@ -169,10 +169,23 @@ async def workspace_open(ctx: CallContext,
         if report:
             index = ws.services.index
 
-            def indexed() -> tuple[int, int | None]:
+            shown: tuple[str, int, int | None] = ("listing notes", 0, None)
+
+            def indexed() -> tuple[str, int, int | None]:
+                # How many notes there are is unknown until the disk is listed; then it
+                # is the indexed ones and those still to come: new notes of the passes
+                # under way and changes not handed to a pass yet. While a batch is being
+                # applied the two do not add up yet: what was read before is shown.
+                nonlocal shown
                 status = index.status()
-                files = int(status.get("files") or 0)
-                return files, files + int(status.get("pending_changes") or 0)
+                watcher = status["watcher"]
+                if watcher["listed"] is not None or watcher["rescan_owed"] is not None:
+                    shown = ("listing notes", watcher["listed"] or 0, None)
+                elif not status["applying"]:
+                    files = status["files"]
+                    shown = ("indexing", files,
+                             files + status["adding"] + status["pending_changes"])
+                return shown
 
             progress.phase("indexing", sample=indexed)
             # What was found and reused of a QwenPaw workspace, once indexed (the
