@@ -33,6 +33,10 @@ Mode = Literal["bar", "lines", "json"]
 BAR_WIDTH = 24
 MIN_BAR_WIDTH = 8  # narrower, the drawn bar is left out
 LINE_INTERVAL_S = 5.0
+#: A rate (and so an ETA) is measured over at least this long since its phase's first
+#: reading: readings sent together (a phase's start and its first counts) arrive within
+#: microseconds, and a rate over that says millions a second and "ETA 0:00" at 0%.
+MIN_RATE_SPAN_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +117,7 @@ class Progress:
             self._phase_start = (now, done or 0)
         start_t, start_done = self._phase_start
         rate = eta = None
-        if done is not None and now > start_t and done > start_done:
+        if done is not None and now - start_t >= MIN_RATE_SPAN_S and done > start_done:
             rate = (done - start_done) / (now - start_t)
             if total is not None and total >= done:
                 eta = (total - done) / rate

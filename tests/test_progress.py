@@ -41,6 +41,22 @@ def test_bar_shows_counts_phase_rate_and_eta() -> None:
     assert "200.0/s" in last and "ETA 0:03" in last and last.endswith("\n")
 
 
+def test_no_rate_or_eta_from_readings_that_arrive_together() -> None:
+    # A phase's start and its first counts come in one burst: no rate of millions a
+    # second, no "ETA 0:00" at 1%; once a second has passed, both are measured.
+    out, clock = io.StringIO(), Clock()
+    p = Progress(out, "backup create", None, mode="json", clock=clock)
+    p.update("running", {"done": 0, "total": 30_012, "message": "writing the archive"})
+    p.update("running", {"done": 93, "total": 30_012, "message": "writing the archive"})
+    clock.now += 0.5
+    p.update("running", {"done": 700, "total": 30_012, "message": "writing the archive"})
+    clock.now += 1.5
+    p.update("running", {"done": 3_000, "total": 30_012, "message": "writing the archive"})
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(r["rate_per_s"], r["eta_s"]) for r in records[:3]] == [(None, None)] * 3
+    assert records[3]["rate_per_s"] == 1_500.0 and records[3]["eta_s"] == 18.0
+
+
 def test_lines_when_not_a_terminal_every_few_seconds_and_at_phase_changes() -> None:
     out, clock = io.StringIO(), Clock()
     p = Progress(out, "reindex", "j1", mode="lines", clock=clock)
