@@ -104,6 +104,19 @@ class JobRecord:
             "finished_at": self.finished_at, "resumed": self.resumed, "held": self.held,
         }
 
+    def take_progress(self, progress: JobProgress, now: float, interval_s: float) -> bool:
+        """Take ``progress``; whether to publish it now: at most every ``interval_s``, and
+        at once when its count completes or its total changes (a new phase, maybe of
+        nothing to count: else followers show the last phase's figures meanwhile)."""
+        new_total = self.progress["total"] != progress["total"]
+        self.progress = progress
+        total = progress["total"]
+        if (now - self.last_progress_publish >= interval_s or new_total
+                or (total is not None and progress["done"] >= total)):
+            self.last_progress_publish = now
+            return True
+        return False
+
     def ended(self, state: str, result: JsonObject | None, error: str | None,
               code: int | None, at: float) -> JobInfo:
         """This job's record once it ended so (journaled before the job shows it)."""

@@ -347,11 +347,8 @@ class JobManager:
             log.exception("publishing %s failed", topic)
 
     def _progress(self, job: JobRecord, done: int, total: int | None, message: str) -> None:
-        job.progress = JobProgress(done=done, total=total, message=json_safe(message))
-        now = trio.current_time()
-        if (now - job.last_progress_publish >= self._config.progress_interval_s
-                or (total is not None and done >= total)):
-            job.last_progress_publish = now
+        if job.take_progress(JobProgress(done=done, total=total, message=json_safe(message)),
+                             trio.current_time(), self._config.progress_interval_s):
             self._publish("job.progress", {"job_id": job.job_id, "agent_id": job.agent_id,
                                            "kind": job.kind, "progress": job.progress.copy()})
 

@@ -126,6 +126,9 @@ def test_reindex_piped_and_json_show_progress(daemon: DaemonHandle) -> None:
     records = [json.loads(line) for line in err.splitlines()]
     assert records and all(r["event"] == "progress" and r["kind"] == "reindex" for r in records)
     assert records[-1]["done"] == records[-1]["total"] == 50
+    # Saving the new index has nothing to count: no bar at 100% while it goes on.
+    saving = [r for r in records if r["phase"] == "saving"]
+    assert saving and all(r["total"] is None and r["eta_s"] is None for r in saving), records
 
 
 def test_ctrl_c_says_the_job_goes_on_and_how_to_follow_it(

@@ -348,7 +348,7 @@ class WorkspaceIndex(IndexReport):
 
     # -- rebuild ---------------------------------------------------------------------
 
-    async def rebuild(self, progress: Callable[[int, int, str], None]) -> Rebuilt:
+    async def rebuild(self, progress: Callable[[int, int | None, str], None]) -> Rebuilt:
         """Build a fresh index from the Markdown beside the live one, then swap it in.
 
         Searches keep answering from the old state until the swap. Cancellation leaves the
@@ -371,6 +371,9 @@ class WorkspaceIndex(IndexReport):
 
             await self._passes.prepare_each(paths, lambda _: None, apply,
                                             lambda done: progress(done, total, "indexing"))
+            # What follows (vectors carried over, the swap, changes made meanwhile, the
+            # commit) has no count of its own: no 100% while it goes on.
+            progress(0, None, "saving")
             # Vectors of unchanged texts move over, so search stays hybrid after the swap.
             old = await self.locked(lambda st: (
                 {st.chunks.text(k): v for k, v in st.chunks.embeddings().items()},
@@ -385,7 +388,6 @@ class WorkspaceIndex(IndexReport):
             await self.watcher.reconcile("after rebuild")
             self._commits.changes += 1
             self._commits.reload = True
-            progress(total, total, "saving")
             await self._commits.commit()
             progress(total, total, "done")
             return {"files": len(fresh.files), "chunks": len(fresh.chunks),
