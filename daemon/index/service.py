@@ -257,6 +257,11 @@ class WorkspaceIndex(IndexReport):
             known[path] = NO_STAT
         return known
 
+    @property
+    def large_pass_running(self) -> bool:
+        """Whether a large pass (a first build, a large reconcile) is under way."""
+        return self._passes.running > 0
+
     async def passes_ended(self) -> None:
         """Return once no large pass (a first build, a large reconcile) is under way."""
         await self._passes.wait_ended()

@@ -104,7 +104,9 @@ class VectorServing:
     def counted(self) -> bool:
         """Whether the coverage counts are known: taken from the index after its first
         look at the disk (before, a workspace full of notes counts 0 of 0)."""
-        return self._counted and self.index.watcher.status()["last_reconcile"] is not None
+        # While a large pass adds notes, their chunks (and so the total) are not known.
+        return (self._counted and self.index.watcher.status()["last_reconcile"] is not None
+                and not self.index.large_pass_running)
 
     def _wait_state(self) -> tuple[str, float | None, str | None]:
         """The state, the seconds until the next try while the backfill waits for the
