@@ -20,15 +20,18 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 import trio
 
-from recalld.daemon.backup import NO_PROGRESS, ProgressSink
 from recalld.daemon.rpc.dispatch import DaemonState, JsonObject
 from recalld.daemon.rpc.restore_record import backups_dir, drop_record, read_record
 from recalld.daemon.store.errors import StorageError
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, read_verified
+
+if TYPE_CHECKING:  # the archive modules load only when a journal is found
+    from recalld.daemon.backup import ProgressSink
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +100,7 @@ def unresolved_shown(state: DaemonState) -> bool:
                               or (backups_dir(state) / UNRESOLVED).exists())
 
 
-async def recover(state: DaemonState, progress: ProgressSink = NO_PROGRESS,
-                  ) -> JsonObject | None:
+async def recover(state: DaemonState, progress: ProgressSink) -> JsonObject | None:
     """Finish or roll back the restore a journal says did not end (see the module),
     reporting its steps to ``progress``; returns what was done (also kept as
     ``state.restore_recovery``), None if no journal.
