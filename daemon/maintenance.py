@@ -18,7 +18,11 @@ is saved from memory), or ``verify`` found the index in memory damaged. It scans
 in a worker thread once the workspace is open (not before: a large workspace would wait for
 it), ``HEALTH_MIN_RESCAN_S`` (on trio's clock) after the index applied changes, every
 ``HEALTH_SCAN_INTERVAL_S`` otherwise, after every ``verify`` and restore; between scans it
-sleeps on the index's change event (no wake-ups when idle), and stops by cancellation.
+sleeps on the index's change event (no wake-ups when idle), and stops by cancellation. A
+watcher that reconciles at least as often does the periodic scans for it: each of its
+scans moves health's next one on, so an idle workspace's folders are walked once a period,
+and health scans itself only when that reconcile is ``HEALTH_SCAN_GRACE_S`` late (beside
+one a period after the last, it measures ``derived_bytes`` only).
 """
 
 from __future__ import annotations
@@ -56,6 +60,9 @@ log = logging.getLogger(__name__)
 # Missed watcher events are what a scan finds; the watcher's own reconcile (every
 # reconcile_interval_s, 5 min by default) repairs them, so health looks as often.
 HEALTH_SCAN_INTERVAL_S = 300.0
+#: How late the watcher's periodic reconcile may be (queued behind other workspaces' scans)
+#: before health scans itself.
+HEALTH_SCAN_GRACE_S = HEALTH_SCAN_INTERVAL_S / 2
 HEALTH_MIN_RESCAN_S = 2.0  # after a change, let a burst of edits settle first
 HEALTH_FIRST_SCAN_WAIT_S = 30.0  # for the watcher's startup reconcile, then scan ourselves
 MAX_READ_ERRORS = 3  # notes that could not be read, in last_errors
@@ -89,6 +96,9 @@ class Health:
         self._background = background or trio.CapacityLimiter(1)
         self.scanned_at: float | None = None  # wall time, as status shows it
         self._scanned_clock: float | None = None  # on trio's clock: freshness reads it
+        self._began = 0.0  # on trio's clock: when health's own last scan (or try) began
+        self._pause: trio.CancelScope | None = None  # health's wait for its next scan
+        self._measured: float | None = None  # on trio's clock: derived_bytes measured
         self.disk_files: int | None = None
         self.derived_bytes: int | None = None
         # Paths whose disk stat differed from the index at the last scan, with that stat
@@ -128,6 +138,7 @@ class Health:
     async def _measure_derived(self) -> None:
         meta = self.ws.root / self.ws.settings.metadata_dir
         self.derived_bytes = await trio.to_thread.run_sync(dir_bytes, meta, limiter=self._cpu)
+        self._measured = trio.current_time()
 
     def _adopt(self, disk: Mapping[str, tuple[int, int]],
                known: Mapping[str, tuple[int, int]]) -> None:
@@ -140,6 +151,24 @@ class Health:
         self.scanned_at = time.time()
         self._scanned_clock = trio.current_time()
         self.first_scan.set()
+        if self._pause is not None:
+            # Once a period, derived_bytes is measured beside the watcher's scan.
+            stale = self._measured is None or (
+                self._scanned_clock - self._measured >= HEALTH_SCAN_INTERVAL_S)
+            self._pause.deadline = self._scanned_clock if stale else self._due()
+
+    def _due(self) -> float:
+        """When the next periodic scan is due: ``HEALTH_SCAN_INTERVAL_S`` after health's
+        own last one began (a failing scan does not loop) and after the last scan of the
+        disk, ours or the watcher's; a watcher that reconciles at least as often is waited
+        for, up to ``HEALTH_SCAN_GRACE_S`` after its next reconcile should have scanned."""
+        due = self._began + HEALTH_SCAN_INTERVAL_S
+        if self._scanned_clock is None:
+            return due
+        every = self.index.watcher.reconcile_interval_s
+        after = (every + HEALTH_SCAN_GRACE_S if every <= HEALTH_SCAN_INTERVAL_S
+                 else HEALTH_SCAN_INTERVAL_S)
+        return max(due, self._scanned_clock + after)
 
     def unindexed(self) -> tuple[list[str], int]:
         """Paths that still differ from the index (as of the last scan), and how many
@@ -284,6 +313,7 @@ class Health:
         while True:
             self.index.check_files()
             changed = self.index.changed  # taken before the scan: no change slips between
+            self._began = trio.current_time()
             fresh = self._scanned_clock is not None and (
                 trio.current_time() - self._scanned_clock < HEALTH_MIN_RESCAN_S)
             try:
@@ -295,13 +325,15 @@ class Health:
             except OSError as exc:
                 self.errors = [*self.errors[1 - MAX_LISTED:],
                                {"what": "health scan", "error": str(exc), "time": time.time()}]
-            with trio.move_on_after(HEALTH_SCAN_INTERVAL_S):
+            # Its deadline moves on with every scan of the disk (see _adopt).
+            with trio.CancelScope(deadline=self._due()) as self._pause:
                 await changed.wait()
                 # A first build or a large reconcile changes the index at every apply of
                 # its pass, and its files differ from the disk until it ends: scanning
                 # meanwhile would list all of them again, on the CPU the pass needs.
                 await self.index.passes_ended()
                 await trio.sleep(HEALTH_MIN_RESCAN_S)
+            self._pause = None
 
 
 # -------------------------------------------------------------------------------- verify

@@ -464,6 +464,11 @@ class Watcher(CookieSync):
     # -- status ------------------------------------------------------------------------------
 
     @property
+    def reconcile_interval_s(self) -> float:
+        """How long the periodic reconcile waits after one ends before it scans again."""
+        return self._config.reconcile_interval_s
+
+    @property
     def state(self) -> str:
         if self._watch_state == "failed" or self._unlisted:
             return "failed"

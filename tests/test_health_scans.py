@@ -185,3 +185,99 @@ async def test_a_wall_clock_set_back_does_not_keep_an_old_health_scan_fresh(
             while health.status()["unindexed_paths"] != ["memory/2026-07-01/missed.md"]:
                 await trio.sleep(0.02)
         nursery.cancel_scope.cancel()
+
+
+async def test_the_watcher_s_periodic_reconciles_stand_for_health_s_own_scans(
+        tmp_path: Path, mock_clock: trio.testing.MockClock) -> None:
+    # Health scanned the disk HEALTH_SCAN_INTERVAL_S after its own last scan, whatever the
+    # watcher's periodic reconcile (as often) had scanned meanwhile: out of step, both
+    # walked an idle workspace's folders every period. The clock stands still unless
+    # jumped, so a scan running in a worker thread takes no time.
+    period = maintenance.HEALTH_SCAN_INTERVAL_S
+    ws, index, cpu = indexed_workspace(tmp_path, "a.md", ScriptedChangeSource(),
+                                       WatcherConfig(reconcile_interval_s=period))
+    own: list[float] = []
+    reconciled: list[float] = []
+    scanned = trio.Event()
+
+    def seen(_disk: object, _known: object) -> None:
+        nonlocal scanned
+        reconciled.append(trio.current_time())
+        scanned.set()
+        scanned = trio.Event()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)  # its periodic reconciles: one period apart
+        start = trio.current_time()
+        index.watcher.scan_listeners.append(seen)
+        mock_clock.jump(period / 2)  # health starts out of step with the watcher
+        health = Health(ws, index, cpu)
+        scan = health.scan
+        own_done = trio.Event()
+
+        async def counted(*, unattended: bool = False) -> None:
+            own.append(trio.current_time())
+            await scan(unattended=unattended)
+            own_done.set()
+
+        health.scan = counted  # type: ignore[method-assign]
+        await nursery.start(health.run)
+        with trio.fail_after(60):
+            await own_done.wait()  # its first scan is its own, the startup one unseen
+        assert own == [start + period / 2]
+        meta = ws.root / ws.settings.metadata_dir
+        for n in range(1, 4):  # three periods: the watcher scans, health need not
+            waiting = scanned
+            measured = health.derived_bytes or 0
+            (meta / f"grown-{n}").write_bytes(b"x" * 100_000)
+            mock_clock.jump(start + n * period - trio.current_time())
+            with trio.fail_after(60):
+                await waiting.wait()
+            assert reconciled[-1] == start + n * period
+            # ... and health measures what the index takes on disk beside it, once a
+            # period (its own scan measured it half a period ago).
+            limit = time.monotonic() + 60
+            while n > 1 and (health.derived_bytes or 0) < measured + 100_000:
+                assert time.monotonic() < limit, "derived_bytes not measured again"
+                await trio.testing.wait_all_tasks_blocked()
+            mock_clock.jump(period / 2 + 1)  # a period after health's own last scan
+            await trio.testing.wait_all_tasks_blocked()
+            assert own == [start + period / 2], f"health scanned again after {n} periods"
+        nursery.cancel_scope.cancel()
+
+
+async def test_health_scans_itself_a_period_after_the_last_scan_of_anyone(
+        tmp_path: Path, mock_clock: trio.testing.MockClock) -> None:
+    # A watcher that reconciles less often than health scans leaves the periodic scans to
+    # health; a reconcile meanwhile (a requested one) still moves health's next one on.
+    period = maintenance.HEALTH_SCAN_INTERVAL_S
+    ws, index, cpu = indexed_workspace(tmp_path, "a.md", ScriptedChangeSource(),
+                                       WatcherConfig(reconcile_interval_s=10 * period))
+    own: list[float] = []
+    done = [trio.Event()]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(index.run)
+        start = trio.current_time()
+        health = Health(ws, index, cpu)
+        scan = health.scan
+
+        async def counted(*, unattended: bool = False) -> None:
+            own.append(trio.current_time())
+            await scan(unattended=unattended)
+            done[-1].set()
+            done.append(trio.Event())
+
+        health.scan = counted  # type: ignore[method-assign]
+        await nursery.start(health.run)
+        with trio.fail_after(60):
+            await done[0].wait()
+        mock_clock.jump(period / 2)
+        await index.watcher.reconcile("requested")
+        mock_clock.jump(period / 2 + 1)  # a period after health's own scan
+        await trio.testing.wait_all_tasks_blocked()
+        assert own == [start]
+        mock_clock.jump(period / 2 - 1)  # a period after the reconcile's
+        with trio.fail_after(60):
+            await done[1].wait()
+        assert own == [start, start + 1.5 * period]
+        nursery.cancel_scope.cancel()
