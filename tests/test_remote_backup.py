@@ -8,11 +8,14 @@ answer say what it does.
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 from clirun import run_recalld
 from conftest import DaemonFactory
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
-from test_remote import converged, notes, pair, write
+from test_remote import converged, notes, pair, remote_status, root, write
+from test_remote_forms import content, guard_kept_busy, rows, settled
 from waits import wait_for
 
 from recalld.ipc.errors import NotAllowed
@@ -63,3 +66,41 @@ def test_a_restore_on_one_host_does_not_silently_undo_the_others(
     back = a.call("backup.rollback", {"overwrite_shared": True})
     assert back["shared"] == plan["shared"]
     wait_for(lambda: converged(a, b) and notes(b) == after, what="the rollback on b")
+
+
+@pytest.mark.parametrize("form", ["NFC", "NFD"])
+def test_a_restore_over_names_a_sync_tool_respelt_puts_the_backup_on_every_host(
+        daemon_factory: DaemonFactory, pg_server: PgServer, form: str) -> None:  # noqa: F811
+    # b backs up a note spelt in ``form``; a sync tool on b then spells its name in the
+    # other form, and a edits it; b restores its backup. The restore puts the old
+    # spelling back and removes the new one before b has found the old one gone: the
+    # backup's text goes to every host, nothing is deleted.
+    a, b, name = pair(daemon_factory, pg_server)
+    other_form = "NFD" if form == "NFC" else "NFC"
+    named = unicodedata.normalize(form, "memory/2026-07-26/naïve café.md")
+    spelt = {named: unicodedata.normalize(other_form, named)}
+    kept = "memory/2026-07-26/kept.md"
+    for p in (*spelt, kept):
+        write(b, p, f"# {p[-12:]}\nbacked up\n")
+    wait_for(lambda: settled(pg_server, name, a, b) and len(notes(a)) == 2, what="on a")
+    made = b.call("backup.create", {})
+
+    with guard_kept_busy(b, "memory/2026-07-26/scratch.md"):
+        (root(b) / named).rename(root(b) / spelt[named])
+        for p in spelt:
+            write(a, p, "# edited on a\nafter the backup\n")
+        wait_for(lambda: all((root(b) / now).read_text() == "# edited on a\nafter the backup\n"
+                             for now in spelt.values()), what="a's edits on b")
+        b.call("backup.restore", {"file": made["file"], "overwrite_shared": True})
+    # A deletion made after the restore is judged with the new spellings' absence or
+    # later: once it is on the server, so is whatever that absence became.
+    (root(b) / kept).unlink()
+    wait_for(lambda: rows(pg_server, name).get(kept), what="the later deletion")
+    wait_for(lambda: settled(pg_server, name, a, b), what="settled", deadline_s=40)
+    for p in spelt:
+        backed = f"# {p[-12:]}\nbacked up\n"
+        assert content(pg_server, name, p) == backed.encode()
+        assert rows(pg_server, name)[p] is False
+        assert (root(a) / p).read_text() == (root(b) / p).read_text() == backed
+    assert not any((root(b) / now).exists() for now in spelt.values())
+    assert remote_status(a)["conflicts"] == remote_status(b)["conflicts"] == 0

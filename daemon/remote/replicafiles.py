@@ -218,14 +218,27 @@ class ReplicaFiles:
         """A new file ``path`` whose note the replica knows spelt in another Unicode form,
         no longer on disk (renamed between forms), is based on that note's version (caller
         holds the lock); returns that version's hash. Beside it, it is another file: its
-        own change (a conflict)."""
+        own change (a conflict).
+
+        The old spelling is no note of its own from then on (unless a change of it still
+        waits to go up: the guard judges it once it has): were the files put back as
+        they were before the rename (a backup restored, a sync tool spelling the name
+        back) before the guard found it gone, its outdated version would be taken for a
+        twin's, and the new spelling's absence for a deletion of the note."""
         for other in forms_of(path)[1:]:
             base = self.state.bases.get(other)
             if (base is not None and base.hash is not None and not base.redirect
                     and not await in_thread(os.path.lexists, self._ws.root / other)):
+                took = [(path, replace(base, stat=None))]
+                ended: list[tuple[str, str | None]] = []
+                if not self._outbox.pending_for(other):
+                    took.append((other, Base(0, None)))
+                    ended.append((other, None))  # its own take-over, if any, is over
                 with trio.CancelScope(shield=True):
-                    await in_thread(partial(self.state.record, [(path, replace(
-                        base, stat=None))], respelt=[(path, other)]))
+                    await in_thread(partial(self.state.record, took,
+                                            respelt=[*ended, (path, other)]))
+                if ended:
+                    self._last_local[other] = None
                 return base.hash
         return None
 
