@@ -16,6 +16,7 @@ from conftest import DaemonFactory
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from test_remote import converged, notes, pair, remote_status, root, write
 from test_remote_forms import content, guard_kept_busy, rows, settled
+from test_remote_forms_shapes import FOLDER
 from waits import wait_for
 
 from recalld.ipc.errors import NotAllowed
@@ -71,22 +72,25 @@ def test_a_restore_on_one_host_does_not_silently_undo_the_others(
 @pytest.mark.parametrize("form", ["NFC", "NFD"])
 def test_a_restore_over_names_a_sync_tool_respelt_puts_the_backup_on_every_host(
         daemon_factory: DaemonFactory, pg_server: PgServer, form: str) -> None:  # noqa: F811
-    # b backs up a note spelt in ``form``; a sync tool on b then spells its name in the
-    # other form, and a edits it; b restores its backup. The restore puts the old
-    # spelling back and removes the new one before b has found the old one gone: the
-    # backup's text goes to every host, nothing is deleted.
+    # b backs up notes spelt in ``form``; a sync tool on b then spells a note's name,
+    # and a folder's, in the other form, and a edits them; b restores its backup. The
+    # restore puts the old spellings back and removes the new ones before b has found
+    # the old ones gone: the backup's text goes to every host, nothing is deleted.
     a, b, name = pair(daemon_factory, pg_server)
     other_form = "NFD" if form == "NFC" else "NFC"
+    folder, folder_now = (unicodedata.normalize(f, FOLDER) for f in (form, other_form))
     named = unicodedata.normalize(form, "memory/2026-07-26/naïve café.md")
-    spelt = {named: unicodedata.normalize(other_form, named)}
+    spelt = {named: unicodedata.normalize(other_form, named),
+             f"{folder}/Übersicht.md": f"{folder_now}/Übersicht.md"}
     kept = "memory/2026-07-26/kept.md"
     for p in (*spelt, kept):
         write(b, p, f"# {p[-12:]}\nbacked up\n")
-    wait_for(lambda: settled(pg_server, name, a, b) and len(notes(a)) == 2, what="on a")
+    wait_for(lambda: settled(pg_server, name, a, b) and len(notes(a)) == 3, what="on a")
     made = b.call("backup.create", {})
 
     with guard_kept_busy(b, "memory/2026-07-26/scratch.md"):
         (root(b) / named).rename(root(b) / spelt[named])
+        (root(b) / folder).rename(root(b) / folder_now)
         for p in spelt:
             write(a, p, "# edited on a\nafter the backup\n")
         wait_for(lambda: all((root(b) / now).read_text() == "# edited on a\nafter the backup\n"

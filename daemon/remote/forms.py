@@ -13,6 +13,7 @@ as two notes: each is found by its exact spelling first.
 
 from __future__ import annotations
 
+import itertools
 import unicodedata
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +25,11 @@ from recalld.ipc.errors import RecalldError
 if TYPE_CHECKING:
     from recalld.daemon.remote.db import Conn, Row
 
-__all__ = ["forms_of", "renamed", "server_path", "spelt_rows", "twins"]
+__all__ = ["forms_of", "renamed", "server_path", "spellings", "spelt_rows", "twins"]
+
+#: At most this many names of a path with other forms are spelt each way by
+#: :func:`spellings` (2 ** it spellings); a deeper one gets :func:`forms_of`'s.
+_SPELT_NAMES_MAX = 6
 
 
 def forms_of(path: str) -> list[str]:
@@ -35,6 +40,17 @@ def forms_of(path: str) -> list[str]:
         if other not in out:
             out.append(other)
     return out
+
+
+def spellings(path: str) -> list[str]:
+    """``path`` as given, then each other spelling with every folder's name and the file
+    name in its own form, NFC or NFD (each once): a sync tool respells one folder's name
+    whole and leaves the rest as it was, as the disk then spells it
+    (:func:`recalld.daemon.spelling.on_disk` matches name by name)."""
+    names = [forms_of(name) for name in path.split("/")]
+    if sum(len(forms) > 1 for forms in names) > _SPELT_NAMES_MAX:
+        return forms_of(path)
+    return list(dict.fromkeys("/".join(spelt) for spelt in itertools.product(*names)))
 
 
 def server_path(conn: Conn, workspace_id: int, path: str) -> str:

@@ -28,7 +28,7 @@ from recalld.daemon.config import RemoteConfig
 from recalld.daemon.memory.dayindex import refresh_days
 from recalld.daemon.remote import db
 from recalld.daemon.remote.calls import in_thread
-from recalld.daemon.remote.forms import forms_of, renamed
+from recalld.daemon.remote.forms import renamed, spellings
 from recalld.daemon.remote.guard import SETTLE_MAX_S, SETTLE_S, DeletionGuard
 from recalld.daemon.remote.localfs import (
     ANY,
@@ -215,9 +215,10 @@ class ReplicaFiles:
         self.on_queued()
 
     async def _take_base(self, path: str) -> str | None:
-        """A new file ``path`` whose note the replica knows spelt in another Unicode form,
-        no longer on disk (renamed between forms), is based on that note's version (caller
-        holds the lock); returns that version's hash. Beside it, it is another file: its
+        """A new file ``path`` whose note the replica knows spelt in another Unicode form
+        (the whole path, or a folder's name or the file name alone), no longer on disk
+        (renamed between forms), is based on that note's version (caller holds the lock);
+        returns that version's hash. Beside it, it is another file: its
         own change (a conflict).
 
         The old spelling is no note of its own from then on (unless a change of it still
@@ -225,7 +226,7 @@ class ReplicaFiles:
         they were before the rename (a backup restored, a sync tool spelling the name
         back) before the guard found it gone, its outdated version would be taken for a
         twin's, and the new spelling's absence for a deletion of the note."""
-        for other in forms_of(path)[1:]:
+        for other in spellings(path)[1:]:
             base = self.state.bases.get(other)
             if (base is not None and base.hash is not None and not base.redirect
                     and not await in_thread(os.path.lexists, self._ws.root / other)):
