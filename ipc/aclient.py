@@ -85,7 +85,7 @@ class AsyncClient(_flavours.AsyncMethods):
         autostart: bool = False,
         max_events: int = DEFAULT_MAX_EVENTS,
     ) -> None:
-        self.socket_path = paths.socket_path(socket_path, lenient=True)
+        self.socket_path = paths.socket_path(socket_path, lenient=True, named=paths.ARG_SOCKET)
         self._request_limit = _core.request_limit()
         self.timeout_s = _core.checked_timeout(timeout_s, "timeout_s")
         self.connect_timeout_s = _core.checked_timeout(connect_timeout_s, "connect_timeout_s")

@@ -74,7 +74,7 @@ class Client(_flavours.SyncMethods):
         autostart: bool = False,
         max_events: int = MAX_QUEUED_EVENTS,
     ) -> None:
-        self.socket_path = paths.socket_path(socket_path, lenient=True)
+        self.socket_path = paths.socket_path(socket_path, lenient=True, named=paths.ARG_SOCKET)
         self._request_limit = _core.request_limit()
         # Socket and lock waits end at threading.TIMEOUT_MAX (~292 years); a longer
         # timeout (1e300, "forever") is that one rather than an OverflowError.

@@ -13,10 +13,11 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from recalld.ipc import paths
 from recalld.ipc.cli_args import Parser, agent_name
 
 DEFAULT_AGENT = "default"
-EXIT_OK, EXIT_ERROR = 0, 1
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(ns: argparse.Namespace, err: TextIO) -> int:
-    """Serve MCP on stdio for the parsed arguments ``ns`` until stdin closes."""
+    """Serve MCP on stdio for the parsed arguments ``ns`` until stdin closes. An unusable
+    socket (``--socket``, ``RECALLD_SOCKET``) is one line naming it, exit status 2."""
+    try:
+        # Found here, not by the bridge's client: its errors name the library's argument.
+        socket = paths.socket_path(getattr(ns, "socket", None), lenient=True)
+    except paths.PathError as exc:
+        print(f"recalld: configuration error: {exc}", file=err)
+        return EXIT_USAGE
     try:
         bridge = importlib.import_module("recalld.ipc.mcp_bridge")
     except ImportError as exc:
@@ -37,7 +45,7 @@ def run(ns: argparse.Namespace, err: TextIO) -> int:
         return EXIT_ERROR
     import asyncio  # only this command runs an event loop
 
-    asyncio.run(bridge.serve(ns.agent, getattr(ns, "socket", None), autostart=ns.autostart))
+    asyncio.run(bridge.serve(ns.agent, socket, autostart=ns.autostart))
     return EXIT_OK
 
 

@@ -46,6 +46,10 @@ MAX_SOCKET_PATH_BYTES = 107
 SYSTEMD_RUNTIME_ROOT = Path("/run/user")
 
 
+#: What the command line calls the socket it is given, and what the client library calls it.
+CLI_SOCKET, ARG_SOCKET = "--socket", "socket_path"
+
+
 class PathError(ValueError):
     """A configured path is unusable or the config file unreadable; the message says where."""
 
@@ -152,13 +156,13 @@ def _shown(value: object) -> str:
     return json.dumps(value, default=str, ensure_ascii=False)
 
 
-def _socket_checked(path: Path, where: str) -> Path:
+def _socket_checked(path: Path, where: str, named: str) -> Path:
     size = len(os.fsencode(path))
     if size > MAX_SOCKET_PATH_BYTES:
+        own = named if named.startswith("-") else f"the {named} argument"
         raise PathError(f"{where} = {_shown(str(path))}: {size} bytes, longer than the "
                         f"{MAX_SOCKET_PATH_BYTES} bytes a Unix socket path may have; name "
-                        "a shorter one with --socket, RECALLD_SOCKET or [daemon] "
-                        "socket_path")
+                        f"a shorter one with {own}, RECALLD_SOCKET or [daemon] socket_path")
     return path
 
 
@@ -205,22 +209,24 @@ def daemon_table(path: Path, table: Mapping[str, object]) -> Mapping[str, object
 
 
 def choose_socket(explicit: str | os.PathLike[str] | None, env: Mapping[str, str],
-                  configured: object, config_file: Path) -> Path:
-    """The socket by the precedence above; ``configured`` is ``[daemon] socket_path``."""
+                  configured: object, config_file: Path, *, named: str = CLI_SOCKET) -> Path:
+    """The socket by the precedence above; ``configured`` is ``[daemon] socket_path``.
+    ``named`` is what the caller calls ``explicit`` (:data:`CLI_SOCKET` on the command
+    line, :data:`ARG_SOCKET` in the client library): errors name what the user set."""
     if explicit is not None:  # an empty one is refused, not taken as unset
-        path = checked_path(explicit, "--socket", from_cli=True, environ=env)
-        return _socket_checked(path, "--socket")
+        path = checked_path(explicit, named, from_cli=True, environ=env)
+        return _socket_checked(path, named, named)
     if env.get("RECALLD_SOCKET"):
         path = checked_path(env["RECALLD_SOCKET"], "RECALLD_SOCKET", environ=env)
-        return _socket_checked(path, "RECALLD_SOCKET")
+        return _socket_checked(path, "RECALLD_SOCKET", named)
     if configured is not None:
         where = f"{config_file}: [daemon] socket_path"
-        return _socket_checked(checked_path(configured, where, environ=env), where)
+        return _socket_checked(checked_path(configured, where, environ=env), where, named)
     runtime = xdg_dir(env, "XDG_RUNTIME_DIR")
     if runtime:
         where = "$XDG_RUNTIME_DIR/recalld/recalld.sock"
         return _socket_checked(utf8_path(Path(runtime) / "recalld" / "recalld.sock", where),
-                               where)
+                               where, named)
     login_runtime = SYSTEMD_RUNTIME_ROOT / str(os.getuid())
     if _own_private_dir(login_runtime):
         return login_runtime / "recalld" / "recalld.sock"
@@ -261,7 +267,8 @@ def _configured(key: str, config: str | os.PathLike[str] | None,
 def socket_path(explicit: str | os.PathLike[str] | None = None,
                 environ: Mapping[str, str] | None = None,
                 *, config: str | os.PathLike[str] | None = None,
-                lenient: bool = False, running: bool = True) -> Path:
+                lenient: bool = False, running: bool = True,
+                named: str = CLI_SOCKET) -> Path:
     """The daemon's socket, found as the daemon finds it (the config file is read only
     when neither ``explicit`` nor ``RECALLD_SOCKET`` decides); ``running`` (not for
     where a daemon is to listen): or where the daemon that runs on the data directory
@@ -269,10 +276,11 @@ def socket_path(explicit: str | os.PathLike[str] | None = None,
     library): a config file that cannot be read or parsed, or whose ``socket_path`` is
     unusable, is passed by with a warning and the default socket taken, so a typo in the
     file does not cut every agent off a daemon that still runs on the settings it read;
-    the command line reports it instead (PathError)."""
+    the command line reports it instead (PathError). ``named``: as for :func:`choose_socket`."""
     if not lenient:
-        return _socket_from_file(explicit, _env(environ), config, running=running)
-    found, refused = socket_despite_file(explicit, environ, config=config)
+        return _socket_from_file(explicit, _env(environ), config, running=running,
+                                 named=named)
+    found, refused = socket_despite_file(explicit, environ, config=config, named=named)
     if refused is not None:
         logging.getLogger("recalld.ipc").warning(
             "recalld: configuration error: %s; looking for the daemon at %s", refused, found)
@@ -280,16 +288,17 @@ def socket_path(explicit: str | os.PathLike[str] | None = None,
 
 
 def _socket_from_file(explicit: str | os.PathLike[str] | None, env: Mapping[str, str],
-                      config: str | os.PathLike[str] | None, *, running: bool = True) -> Path:
+                      config: str | os.PathLike[str] | None, *, running: bool = True,
+                      named: str = CLI_SOCKET) -> Path:
     """The socket by the precedence above. ``running``: where no daemon answers at the
     socket the file names (or the default one), the socket the daemon of the data
     directory recorded, if one answers there: a daemon keeps the socket it started on
     until it is restarted, so a ``socket_path`` changed in the file since (reloaded or
     not) must not hide it."""
     if explicit is not None or env.get("RECALLD_SOCKET"):
-        return choose_socket(explicit, env, None, Path())
+        return choose_socket(explicit, env, None, Path(), named=named)
     configured, cfg = _configured("socket_path", config, env)
-    found = choose_socket(None, env, configured, cfg)
+    found = choose_socket(None, env, configured, cfg, named=named)
     if running and not _socket_file(found):  # a daemon there (or a stale socket) wins
         recorded = _recorded_socket(env, cfg)
         if recorded is not None and recorded != found and answers(recorded):
@@ -319,7 +328,7 @@ def socket_chosen(explicit: str | os.PathLike[str] | None = None,
 def socket_despite_file(explicit: str | os.PathLike[str] | None = None,
                         environ: Mapping[str, str] | None = None,
                         *, config: str | os.PathLike[str] | None = None,
-                        ) -> tuple[Path, PathError | None]:
+                        named: str = CLI_SOCKET) -> tuple[Path, PathError | None]:
     """The socket as :func:`socket_path` finds it, and None; when the config file cannot
     be read or parsed, or names a socket no daemon could use: the first of these places
     where a daemon answers, and why the file is refused: the socket its own
@@ -331,9 +340,9 @@ def socket_despite_file(explicit: str | os.PathLike[str] | None = None,
     PathError."""
     env = _env(environ)
     if explicit is not None or env.get("RECALLD_SOCKET"):
-        return choose_socket(explicit, env, None, Path()), None
+        return choose_socket(explicit, env, None, Path(), named=named), None
     try:
-        return _socket_from_file(None, env, config), None
+        return _socket_from_file(None, env, config, named=named), None
     except PathError as exc:
         refused = exc
     places: list[Path] = []
@@ -342,13 +351,13 @@ def socket_despite_file(explicit: str | os.PathLike[str] | None = None,
     except PathError:
         cfg = Path()
     with contextlib.suppress(PathError):  # the line is as unusable as the file
-        named = _salvaged(cfg, "socket_path")
-        if named is not None:
-            places.append(choose_socket(None, env, named, cfg))
+        line = _salvaged(cfg, "socket_path")
+        if line is not None:
+            places.append(choose_socket(None, env, line, cfg, named=named))
     recorded = _recorded_socket(env, cfg)
     if recorded is not None:
         places.append(recorded)
-    places.append(choose_socket(None, env, None, Path()))
+    places.append(choose_socket(None, env, None, Path(), named=named))
     return next((p for p in places if answers(p)), places[0]), refused
 
 

@@ -412,3 +412,45 @@ def test_a_home_that_is_empty_or_relative_is_not_taken_from_the_current_director
     assert str(own / ".config" / "systemd" / "user") in checks["unit"]["detail"] + checks[
         "unit"]["fix"], checks["unit"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_an_unusable_socket_is_refused_naming_what_each_caller_set(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client library, its AgentScope middleware, the command line and the MCP
+    bridge each name the socket setting their own user set: a Python caller's error
+    said ``--socket``, a flag it never passed, and the bridge run as a module ended in
+    a traceback."""
+    from recalld.ipc.aclient import AsyncClient
+    from recalld.ipc.client import Client
+
+    too_long = str(tmp_path / ("s" * 110))
+    for value in ("", too_long):
+        for library in (Client, AsyncClient):
+            with pytest.raises(ValueError) as raised:
+                library(value)
+            said = str(raised.value)
+            assert said.startswith("socket_path = "), said
+            assert "--socket" not in said, said
+        if value:
+            assert "a shorter one with the socket_path argument, RECALLD_SOCKET" in said
+    agentscope = pytest.importorskip("recalld.ipc.agentscope")
+    with pytest.raises(ValueError, match=r"^socket_path = .* bytes, longer than"):
+        agentscope.RecalldMemoryMiddleware(socket_path=too_long)
+    monkeypatch.setenv("RECALLD_SOCKET", too_long)
+    with pytest.raises(ValueError) as raised:
+        Client()
+    assert str(raised.value).startswith("RECALLD_SOCKET = "), raised.value
+    assert "with the socket_path argument, RECALLD_SOCKET" in str(raised.value)
+    monkeypatch.delenv("RECALLD_SOCKET")
+    env = dict(os.environ)
+    # The command line, and the MCP bridge however it is started, name --socket.
+    for argv in (["ping", "--socket", too_long], ["mcp", "--socket", too_long]):
+        line = assert_one_line_error(recalld(*argv, env=env), 2)
+        assert line.startswith(f'recalld: configuration error: --socket = "{too_long}"'), line
+        assert "a shorter one with --socket, RECALLD_SOCKET" in line, line
+    bridge = subprocess.run([sys.executable, "-m", "recalld.ipc.mcp", "--socket", too_long],
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                            timeout=120, check=False, env=env)
+    line = assert_one_line_error(bridge, 2)
+    assert line.startswith(f'recalld: configuration error: --socket = "{too_long}"'), line
+    assert bridge.stdout == "", bridge.stdout
