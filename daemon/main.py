@@ -89,10 +89,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--check-config", action="store_true",
                         help="only read the configuration as a start would: exit 0 if it "
                         "is valid, else 2 with the error")
-    # Global client options that may ride along from `recalld --json serve`.
-    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--timeout", help=argparse.SUPPRESS)
+    # Options of the client commands, which may ride along from `recalld --json serve`:
+    # refused after parsing (CLIENT_ONLY), not read as a daemon option or a typo.
+    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--timeout", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
+
+
+#: The client commands' options serve does not take: it prints no answer, and waits for none.
+CLIENT_ONLY = ("--json", "--timeout")
 
 
 def _check_workspace_places(cfg: DaemonConfig) -> int:
@@ -218,8 +224,13 @@ def _main(argv: Sequence[str] | None, hangup: HeldHangup | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["serve"]:
         args = args[1:]
+    from recalld.ipc.cli_args import refuse_not_taken
+
+    parser = build_parser()
     try:
-        ns = build_parser().parse_args(args)
+        ns = parser.parse_args(args)
+        refuse_not_taken(parser, ns, CLIENT_ONLY, "serve",
+                         "an option of the client commands; the daemon writes only its log")
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_CONFIG
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from recalld.ipc.agent_ids import workspace_id
@@ -22,6 +23,17 @@ if TYPE_CHECKING:
 NOT_UTF8 = "is not valid UTF-8 text"
 #: What a number no request can carry is told (on one line too).
 OUT_OF_RANGE = "numbers must lie within -2**63 to 2**63-1"
+
+
+def refuse_not_taken(parser: argparse.ArgumentParser, ns: argparse.Namespace,
+                     options: Iterable[str], command: str, why: str) -> None:
+    """A usage error (exit status 2) naming the first of ``options`` (``--json``; each
+    declared with ``default=argparse.SUPPRESS``, so only one given is in ``ns``) that
+    ``command`` accepts with the others but has no use for: passed by, it would look
+    taken while nothing changes."""
+    for option in options:
+        if option.lstrip("-").replace("-", "_") in vars(ns):
+            parser.error(f"argument {option}: {command} does not take it ({why})")
 
 
 def local_file(value: str) -> str:
