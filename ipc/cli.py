@@ -36,7 +36,7 @@ from recalld.ipc import (
 from recalld.ipc import mcp as mcp_command
 from recalld.ipc.agent_ids import workspace_table
 from recalld.ipc.answers import JsonObject
-from recalld.ipc.cli_args import Parser, count, whole_number
+from recalld.ipc.cli_args import Parser, count, refuse_not_taken, whole_number
 from recalld.ipc.client import Client
 from recalld.ipc.protocol import MAX_DREAM_RUNS
 from recalld.ipc.render import (
@@ -59,6 +59,17 @@ from recalld.ipc.utf8mode import run_in_utf8_mode
 
 DEFAULT_AGENT = "default"
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_RUNNING, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+#: The options every command takes (:func:`_common`) that these commands have no use for,
+#: and why: refused as usage errors, since passed by they would look taken.
+NOT_TAKEN: dict[str, tuple[tuple[str, ...], str]] = {
+    "mcp": (("--json", "--timeout"), "the bridge answers its MCP client on stdout, and "
+            "waits for the daemon as long as a library client does"),
+    "install-service": (("--timeout",), "it asks the daemon nothing; systemctl is waited "
+                        "for by itself"),
+    "uninstall-service": (("--socket", "--timeout"), "it asks the daemon nothing, and "
+                          "removes the units wherever they listen"),
+}
 
 
 def _common(timeout_help: str = "seconds to wait for an answer (default 30)",
@@ -191,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         ns = parser.parse_args(args)
+        options, why = NOT_TAKEN.get(ns.command, ((), ""))
+        refuse_not_taken(parser, ns, options, ns.command, why)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     if ns.command != "mcp":  # mcp: stdout is its wire
