@@ -49,6 +49,7 @@ from recalld.ipc.agentscope_tools import (
 from recalld.ipc.agentscope_workspace import (
     _DAEMON_ERRORS,
     Mode,
+    _check_count,
     _check_mode,
     _open_workspace,
     model_overrides,
@@ -94,6 +95,11 @@ class RecalldMemoryMiddleware(WriteBacks, MiddlewareBase):
         select: bool = False,
     ) -> None:
         _check_mode(mode, top_k)
+        _check_count(index_max_entries, "index_max_entries")
+        if (isinstance(index_ttl_s, bool) or not isinstance(index_ttl_s, int | float)
+                or not index_ttl_s >= 0):
+            raise ValueError(f"index_ttl_s must be a number of seconds, 0 or more, not "
+                             f"{index_ttl_s!r}")
         #: ``workspace.open``'s config: the agent's own models for its workspaces' jobs.
         self.models = model_overrides(chat_model, embedding_model)
         self.select = select

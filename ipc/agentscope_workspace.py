@@ -187,6 +187,13 @@ def _check_mode(mode: str, top_k: int) -> None:
     """Refuse the constructor arguments both middlewares take, when out of range."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-    if top_k < 1:
-        raise ValueError("top_k must be at least 1")
+    _check_count(top_k, "top_k")
+
+
+def _check_count(value: int, name: str) -> None:
+    """Refuse a constructor argument that is a count (``top_k``, ``index_max_entries``)
+    unless it is a whole number, 1 or more, naming it: else the daemon refused each
+    request made of it later, naming its own parameter, which the caller never set."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a whole number, 1 or more, not {value!r}")
 

@@ -161,3 +161,27 @@ def test_a_count_of_hits_out_of_range_is_told_by_the_tools_own_name(
     assert answers[5:] == [("Error retrieving memory: limit: must be at least 1", True)] * 2
     for text, error in answers[3:5]:  # as many as there are
         assert not error and "glaze one" in text and "glaze two" in text, text
+
+
+def test_counts_and_waits_out_of_range_are_refused_at_construction_by_their_names(
+        daemon: DaemonHandle) -> None:
+    # index_max_entries=0 was taken, and each system prompt then lost its index to the
+    # daemon's "param 'max_entries' must be at least 1" in a log warning: a name the
+    # caller never set. top_k=2.5 or True was taken too; a negative index_ttl_s as well.
+    sock = daemon.socket_path
+    for kwargs, name in (({"index_max_entries": 0}, "index_max_entries"),
+                         ({"index_max_entries": -3}, "index_max_entries"),
+                         ({"index_max_entries": 2.5}, "index_max_entries"),
+                         ({"top_k": 2.5}, "top_k"), ({"top_k": True}, "top_k"),
+                         ({"index_ttl_s": -1}, "index_ttl_s"),
+                         ({"index_ttl_s": float("nan")}, "index_ttl_s")):
+        with pytest.raises(ValueError, match=rf"^{name} must be a") as raised:
+            RecalldMemoryMiddleware(agent_id="potter", socket_path=sock, **kwargs)
+        assert "max_entries'" not in str(raised.value), raised.value
+    with pytest.raises(ValueError, match=r"^top_k must be a whole number, 1 or more"):
+        RecalldMem0Middleware(user_id="potter", socket_path=sock, top_k=1.5)
+    # The edges themselves are taken.
+    mw = RecalldMemoryMiddleware(agent_id="potter", socket_path=sock, top_k=1,
+                                 index_max_entries=1, index_ttl_s=0)
+    assert (mw.top_k, mw.index_max_entries, mw.index_ttl_s) == (1, 1, 0)
+    asyncio.run(mw.close())
