@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import uuid
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
@@ -129,6 +130,10 @@ class RecalldMem0Middleware(MiddlewareBase):
         if not isinstance(user_id, str) or not user_id.strip():
             raise ValueError("RecalldMem0Middleware requires a non-empty `user_id`.")
         _check_mode(mode, top_k)
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(
+                threshold, int | float) or not math.isfinite(threshold)):
+            # Else each search failed naming the daemon's min_score, a name never set.
+            raise ValueError(f"threshold must be a finite number or None, not {threshold!r}")
         unused = [name for name, value in (("client", client), ("mem0_config", mem0_config))
                   if value is not None]
         if unused:

@@ -180,8 +180,15 @@ def test_counts_and_waits_out_of_range_are_refused_at_construction_by_their_name
         assert "max_entries'" not in str(raised.value), raised.value
     with pytest.raises(ValueError, match=r"^top_k must be a whole number, 1 or more"):
         RecalldMem0Middleware(user_id="potter", socket_path=sock, top_k=1.5)
+    # A threshold of NaN or text failed each search naming the daemon's min_score.
+    for threshold in (float("nan"), float("inf"), "0.5", True):
+        with pytest.raises(ValueError, match=r"^threshold must be a finite number or None"):
+            RecalldMem0Middleware(user_id="potter", socket_path=sock, threshold=threshold)
     # The edges themselves are taken.
     mw = RecalldMemoryMiddleware(agent_id="potter", socket_path=sock, top_k=1,
                                  index_max_entries=1, index_ttl_s=0)
     assert (mw.top_k, mw.index_max_entries, mw.index_ttl_s) == (1, 1, 0)
     asyncio.run(mw.close())
+    mem0 = RecalldMem0Middleware(user_id="potter", socket_path=sock, threshold=-1)
+    assert mem0.threshold == -1
+    asyncio.run(mem0.close())
