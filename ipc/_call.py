@@ -9,7 +9,7 @@ one of ``client.call``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
@@ -31,6 +31,24 @@ class Call(Generic[T_co]):
 def _params(**values: object) -> JsonObject:
     # Optional arguments left at None are not sent, so the daemon's defaults apply.
     return {k: v for k, v in values.items() if v is not None}
+
+
+def _listed(value: Iterable[T], name: str) -> list[T]:
+    """The list of a method's sequence argument ``name`` (``ids``, ``agents``,
+    ``topics``, ``messages``); TypeError for one string, which ``list()`` would split into
+    its characters: ``inbox_ack(agent, "12")`` marked items 1 and 2 seen, not item 12."""
+    if isinstance(value, str | bytes):
+        raise TypeError(f"{name} must be a list, not one string {value!r}")
+    return list(value)
+
+
+def _mapped(value: Mapping[str, object], name: str) -> dict[str, object]:
+    """A method's mapping argument ``name`` (``config``, ``filters``, ``params``, each of
+    ``messages``) as a dict; TypeError naming it for anything else, not ``dict()``'s
+    "dictionary update sequence element #0 ..." naming nothing the caller set."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a mapping (a dict), not {type(value).__name__}")
+    return dict(value)
 
 
 def _identity(value: T) -> T:

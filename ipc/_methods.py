@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from recalld.ipc._call import Call, _answer, _as_dict, _as_list, _params
+from recalld.ipc._call import Call, _answer, _as_dict, _as_list, _listed, _mapped, _params
 from recalld.ipc.answers import (
     BackupList,
     BackupSummary,
@@ -48,6 +48,10 @@ from recalld.ipc.types import SearchResponse
 # ---------------------------------------------------------------------------- the table
 
 
+def _messages(messages: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
+    return [_mapped(m, f"messages[{i}]") for i, m in enumerate(_listed(messages, "messages"))]
+
+
 def ping() -> Call[Pong]:
     """``daemon.ping``: a round trip that touches no workspace."""
     return Call("daemon.ping", {}, _answer(Pong))
@@ -72,7 +76,7 @@ def workspace_open(
     return Call(
         "workspace.open",
         _params(agent_id=agent_id, path=path, name=name,
-                config=dict(config) if config is not None else None,
+                config=_mapped(config, "config") if config is not None else None,
                 import_report=import_report or None, progress_token=progress_token),
         _answer(WorkspaceOpened),
     )
@@ -124,8 +128,8 @@ def search(
         "memory.search",
         _params(
             agent_id=agent_id, query=query, max_results=max_results, min_score=min_score,
-            filters=dict(filters) if filters else None, sync=sync or None,
-            agents=list(agents) if agents is not None else None,
+            filters=_mapped(filters, "filters") if filters else None, sync=sync or None,
+            agents=_listed(agents, "agents") if agents is not None else None,
         ),
         SearchResponse.from_wire,
     )
@@ -142,7 +146,7 @@ def jobs_submit(
     """``jobs.submit``: start a job (reindex, auto_dream, ...); the result has ``job_id``."""
     return Call(
         "jobs.submit",
-        _params(agent_id=agent_id, kind=kind, params=dict(params) if params else None),
+        _params(agent_id=agent_id, kind=kind, params=_mapped(params, "params") if params else None),
         _answer(JobSubmitted),
     )
 
@@ -182,7 +186,7 @@ def add_turns(
     return Call(
         "memory.add_turns",
         _params(agent_id=agent_id, session_id=session_id,
-                messages=[dict(m) for m in messages], flush=flush or None,
+                messages=_messages(messages), flush=flush or None,
                 request_id=request_id),
         _answer(TurnsAdded),
     )
@@ -249,7 +253,7 @@ def recall(
     path and lines, in at most ``budget_chars`` (``rendered``)."""
     return Call("memory.recall",
                 _params(agent_id=agent_id, query=query,
-                        messages=[dict(m) for m in messages] if messages is not None else None,
+                        messages=_messages(messages) if messages is not None else None,
                         max_results=max_results, budget_chars=budget_chars,
                         include_index=include_index or None,
                         include_interests=include_interests or None),
@@ -298,7 +302,8 @@ def inbox_list(
 
 def inbox_ack(agent_id: str, ids: Sequence[str]) -> Call[InboxAcked]:
     """``inbox.ack``: mark inbox items as seen."""
-    return Call("inbox.ack", _params(agent_id=agent_id, ids=list(ids)), _answer(InboxAcked))
+    return Call("inbox.ack", _params(agent_id=agent_id, ids=_listed(ids, "ids")),
+                _answer(InboxAcked))
 
 
 def dream_runs(agent_id: str, limit: int | None = None) -> Call[list[DreamRun]]:
@@ -329,7 +334,7 @@ def dream_undo(agent_id: str, run_id: str, force: bool = False) -> Call[DreamUnd
 def subscribe(topics: Sequence[str], agent_id: str | None = None) -> Call[Subscribed]:
     """``events.subscribe``: receive ``event`` notifications for these topics, of the
     workspaces ``agent_id`` may read (its own and those shared with it)."""
-    return Call("events.subscribe", _params(topics=list(topics), agent_id=agent_id),
+    return Call("events.subscribe", _params(topics=_listed(topics, "topics"), agent_id=agent_id),
                 _answer(Subscribed))
 
 
@@ -342,7 +347,7 @@ def backup_create(
     daemon's config (secrets masked unless ``include_secrets``) and workspace record into
     ``out`` or ``<data_dir>/backups/``."""
     # An empty list goes as it is: the daemon refuses it (it selects no agent).
-    selected = None if agents is None else list(agents)
+    selected = None if agents is None else _listed(agents, "agents")
     return Call("backup.create", _params(agents=selected, out=out,
                                          include_derived=include_derived or None,
                                          include_secrets=include_secrets or None,
@@ -370,7 +375,7 @@ def backup_restore(
     ``dry_run``: only validate and say what it would write and remove). A workspace
     shared with other hosts is restored only with ``overwrite_shared`` (the restore
     reaches every host)."""
-    selected = None if agents is None else list(agents)  # empty: refused by the daemon
+    selected = None if agents is None else _listed(agents, "agents")  # empty: refused by the daemon
     return Call("backup.restore", _params(file=file, agents=selected,
                                           snapshot=None if snapshot else False,
                                           dry_run=True if dry_run else None,

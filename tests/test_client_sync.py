@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import socket
 import threading
 import time
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+from conftest import DaemonHandle
 from fakes.rpc_daemon import FakeDaemon, fake, sockdir
 from waits import wait_for
 
@@ -286,3 +289,38 @@ def test_sync_events_past_max_events_are_counted_not_lost_silently(daemon: Any) 
     for bad in (-1, 1.5, True, "3"):
         with pytest.raises(ValueError, match=r"^max_events must be a whole number"):
             Client(daemon.socket_path, max_events=bad)  # type: ignore[arg-type]
+
+
+def test_one_string_or_a_non_mapping_for_a_list_or_mapping_argument_is_refused(
+        daemon: DaemonHandle) -> None:
+    """``inbox_ack(agent, "12")`` marked items 1 and 2 seen, not item 12, and
+    ``search(..., agents="ab")`` searched workspaces a and b: one string went as its
+    characters. A list, tuple or other mapping argument of the wrong kind failed in
+    ``dict()`` naming nothing the caller set."""
+    with Client(daemon.socket_path) as c:
+        c.workspace_open("default")
+        calls: list[tuple[str, Any]] = [
+            ("ids", lambda: c.inbox_ack("default", "12")),
+            ("agents", lambda: c.search("default", "x", agents="ab")),
+            ("topics", lambda: c.subscribe("job.*")),
+            ("agents", lambda: c.backup_create(agents="default")),
+            ("messages", lambda: c.add_turns("default", "s", "hello")),
+            ("messages[0]", lambda: c.add_turns("default", "s", [("role", "user")])),
+            ("config", lambda: c.workspace_open("default", config=[("a", 1)])),
+            ("filters", lambda: c.search("default", "x", filters=["path"])),
+            ("params", lambda: c.jobs_submit("default", "reindex", params="full")),
+        ]
+        for name, call in calls:
+            with pytest.raises(TypeError, match=rf"^{re.escape(name)} must be a "):
+                call()
+        # The same as lists and mappings are sent as they are.
+        assert c.inbox_ack("default", ("12",))["unknown"] == ["12"]
+        assert c.subscribe(["job.*"]) is not None
+        assert list(c.search("default", "x", agents=["default"])) == []
+
+    async def main() -> None:
+        async with AsyncClient(daemon.socket_path) as ac:
+            with pytest.raises(TypeError, match=r"^ids must be a list, not one string"):
+                await ac.inbox_ack("default", "12")
+
+    trio.run(main)
