@@ -104,8 +104,13 @@ class RecalldMemoryMiddleware(WriteBacks, MiddlewareBase):
         self.models = model_overrides(chat_model, embedding_model)
         self.select = select
         # Named in any script, as agents are; the daemon's id of it is known at first use.
-        self.agent_id = provisional_id(agent_id) if agent_id else agent_id
-        self._pinned = agent_id or None
+        # An empty one is refused, not taken as None: its tools then wrote to workspace
+        # "" while its replies used each agent's own.
+        try:
+            self.agent_id = provisional_id(agent_id) if agent_id is not None else None
+        except ValueError as exc:
+            raise ValueError(f"agent_id: {exc}") from None
+        self._pinned = agent_id
         #: The name each workspace's id was made of (given to the daemon with each open):
         #: the first agent of this middleware to use it; another whose name makes the same
         #: id is refused (:meth:`workspace_of`), as the daemon refuses one of another process.

@@ -192,3 +192,14 @@ def test_counts_and_waits_out_of_range_are_refused_at_construction_by_their_name
     mem0 = RecalldMem0Middleware(user_id="potter", socket_path=sock, threshold=-1)
     assert mem0.threshold == -1
     asyncio.run(mem0.close())
+
+
+def test_an_empty_agent_id_is_refused_not_taken_as_none(daemon: DaemonHandle) -> None:
+    # agent_id="" (a variable left unset) was taken: replies then used each agent's own
+    # workspace while the topic tools wrote to the workspace "".
+    with pytest.raises(ValueError, match=r"^agent_id: the agent name '' makes no workspace"):
+        RecalldMemoryMiddleware(agent_id="", socket_path=daemon.socket_path)
+    for agent_id, pinned in ((None, None), ("potter", "potter")):
+        mw = RecalldMemoryMiddleware(agent_id=agent_id, socket_path=daemon.socket_path)
+        assert mw.agent_id == pinned and mw.workspace_for_session("s") == pinned
+        asyncio.run(mw.close())
