@@ -250,7 +250,7 @@ def renew_identity(conn: Conn, name: str, workspace_id: int, ident: str) -> str:
     return f"{name}/{workspace_id}/{row[0]}"
 
 
-def channel(workspace_id: int) -> str:
+def channel(workspace_id: int) -> str:  # schema migration 4's trigger spells it too
     return f"recalld_ws_{workspace_id}"
 
 

@@ -24,13 +24,12 @@ winning version: one that loses again is a conflict of its own, with a copy of i
 (it holds text the first copy lacks, so it never overwrites it).
 
 Remote → local: after every (re)connect, on each notification and every
-``CATCH_UP_EVERY_S``, the feed is read from the last applied version on. A newer row is
-written into the directory atomically (confined to the watched folders; into the file
-this host's disk spells, whatever the Unicode form: ``forms.py``) unless the path
-has local changes not yet uploaded (those upload first, and conflict); the watcher then
-finds the file identical to what the replica knows, so nothing goes back up, and the index
-picks it up through its own watcher.
-"""
+``CATCH_UP_EVERY_S`` (every reconcile interval while notified), the feed is read from the
+last applied version on. A newer row is written into the directory atomically (confined
+to the watched folders; into the file this host's disk spells, whatever the Unicode
+form: ``forms.py``) unless the path has local changes not yet uploaded (those upload
+first, and conflict); the watcher then finds the file identical to what the replica
+knows, so nothing goes back up, and the index picks it up through its own watcher."""
 
 from __future__ import annotations
 
@@ -61,6 +60,7 @@ from recalld.ipc.errors import RecalldError
 log = logging.getLogger(__name__)
 
 
+#: How often the feed is read while the server refuses LISTEN (no notification says when).
 CATCH_UP_EVERY_S = 30.0
 #: How soon a row this host could not write is tried again.
 BLOCKED_RETRY_S = 5.0
@@ -370,9 +370,9 @@ class FileSync(ReplicaFiles):
 
     # -- pulling ---------------------------------------------------------------------
 
-    async def pull_loop(self, conn: db.Conn, workspace_id: int) -> None:
+    async def pull_loop(self, conn: db.Conn, workspace_id: int, *, every_s: float) -> None:
         """Apply the change feed read on ``conn`` (the listener) at the start, when
-        notified and every ``CATCH_UP_EVERY_S``, until cancelled, when the session ends.
+        notified and every ``every_s``, until cancelled, when the session ends.
         Cancellation waits for the call in flight; the cursor moves past a page of the
         feed only once all of it is applied. A notification that came while the feed was
         read is kept by the driver for the next drain, so none is missed."""
@@ -385,7 +385,7 @@ class FileSync(ReplicaFiles):
                 await self._fetch_and_settle(conn, workspace_id, path)
             if await on_conn(conn, db.drain_notifies):
                 continue
-            with trio.move_on_after(BLOCKED_RETRY_S if self.blocked else CATCH_UP_EVERY_S):
+            with trio.move_on_after(BLOCKED_RETRY_S if self.blocked else every_s):
                 await trio.lowlevel.wait_readable(fd)
 
     async def _catch_up(self, conn: db.Conn, workspace_id: int, read_upto: int) -> int:

@@ -1,6 +1,7 @@
 """Why the password sources a shared workspace's configuration names give libpq no
 password: libpq passes over such a source without a word (``db.connect`` adds these
-texts to the server's "no password supplied")."""
+texts to the server's "no password supplied"); and the passwords a configuration gives,
+which no logged or reported error may show (:func:`secrets`)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,18 @@ def _passfile_unusable(path: str, *, must_exist: bool) -> list[str]:
     if not os.access(path, os.R_OK):
         return [f"passfile {path} cannot be read: permission denied"]
     return []
+
+
+def secrets(cfg: RemoteConfig) -> list[str]:
+    """Passwords that must never appear in a logged or reported error (a DSN that cannot
+    be used never reaches an error: :class:`db.BadDsn`)."""
+    out: list[str] = []
+    try:
+        password = dsn.params(cfg.dsn).get("password")
+    except dsn.UnusableDsn:
+        password = None
+    if password:
+        out.append(str(password))
+    if cfg.password_env and os.environ.get(cfg.password_env):
+        out.append(os.environ[cfg.password_env])
+    return out

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -33,7 +32,6 @@ from typing import TypeVar, TypeVarTuple
 
 import trio
 
-from recalld.daemon import dsn
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.config import RemoteConfig
 from recalld.daemon.dsn import mask_dsn
@@ -41,10 +39,11 @@ from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS
 from recalld.daemon.index.filters import Filters
 from recalld.daemon.index.reads import Candidates
 from recalld.daemon.providers.retry import RetryPolicy
-from recalld.daemon.remote import db, handover, locks
+from recalld.daemon.remote import db, filesync, handover, locks
 from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.remote.catalog import JobCatalog
 from recalld.daemon.remote.filesync import FileSync
+from recalld.daemon.remote.passfile import secrets
 from recalld.daemon.remote.replicastatus import ReplicaStatus
 from recalld.daemon.remote.schema import SchemaTooNew
 from recalld.daemon.remote.searcher import SearchUnavailable, ServerSearcher, one_line
@@ -85,6 +84,7 @@ class Replica:
         self._writer_lock = trio.Lock()
         self._files = FileSync(ws, cfg, host=self.host, writer_lock=self._writer_lock,
                                reconcile_interval_s=reconcile_interval_s, cpu=cpu)
+        self._reconcile_interval_s = reconcile_interval_s
         self._rng = random.Random()  # noqa: S311 (backoff jitter)
         self._workspace_id: int | None = None
         self._conn_state = "connecting"
@@ -94,7 +94,7 @@ class Replica:
         # changes with the other daemon's session, or with offline spells between).
         self._refusal_logged: str | None = None
         self._online_since: float | None = None
-        self._secrets = _secrets(cfg)
+        self._secrets = secrets(cfg)
         self._first_attempt = trio.Event()
         # Since when no session has been up (None while one is), and what cuts a long
         # wait for the next attempt short.
@@ -285,7 +285,13 @@ class Replica:
                      self._cfg.name, mask_dsn(self._cfg.dsn), self._files.queued)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._files.upload_loop, writer, workspace_id)
-                nursery.start_soon(self._files.pull_loop, listener, workspace_id)
+                # Notified, the feed is read at the reconcile interval only in case a
+                # notification was missed (a server without the removal trigger).
+                every = filesync.CATCH_UP_EVERY_S
+                if listen_refused is None:
+                    every = max(every, self._reconcile_interval_s)
+                nursery.start_soon(partial(self._files.pull_loop, listener, workspace_id,
+                                           every_s=every))
                 if self._cfg.search_mode == "server":
                     nursery.start_soon(self._searcher.chunk_backfill, writer, workspace_id)
         finally:
@@ -409,7 +415,6 @@ class Replica:
             out.update(zip(rest, rows, strict=True))
         return [out[h] for h in hashes]
 
-
     async def _on_writer(self, fn: Callable[[db.Conn, int, *Ts], T], *args: *Ts) -> T:
         """``fn(writer, workspace_id, *args)`` in a worker thread; _Unreachable when the
         replica is not online or the call fails (the error is recorded)."""
@@ -425,7 +430,6 @@ class Replica:
                           getattr(fn, "__name__", fn), exc_info=exc)
             self._record_error(exc)
             raise _Unreachable from exc
-
 
     async def release_held(self, action: str) -> int:
         """End the hold of the deletions the guard held back: ``"upload"`` sends them,
@@ -484,17 +488,3 @@ class Replica:
 class _Unreachable(Exception):
     """The shared workspace's server cannot serve this call now."""
 
-
-def _secrets(cfg: RemoteConfig) -> list[str]:
-    """Passwords that must never appear in a logged or reported error (a DSN that cannot
-    be used never reaches an error: :class:`db.BadDsn`)."""
-    out: list[str] = []
-    try:
-        password = dsn.params(cfg.dsn).get("password")
-    except dsn.UnusableDsn:
-        password = None
-    if password:
-        out.append(str(password))
-    if cfg.password_env and os.environ.get(cfg.password_env):
-        out.append(os.environ[cfg.password_env])
-    return out

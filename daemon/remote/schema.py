@@ -124,6 +124,20 @@ CREATE TABLE recalld_postings (
 );
 CREATE INDEX recalld_postings_path ON recalld_postings (workspace_id, path);
 """),
+    # The hosts listening on a workspace's channel learn of its removal at once, however
+    # it is removed (``recalld remote forget``, an operator's SQL), rather than at their
+    # next catch-up. Optional: where the trigger cannot be made (a user not the tables'
+    # owner, Citus without its unsafe triggers) the hosts notice it at their periodic
+    # catch-up instead (``filesync.py``).
+    Migration(4, "removal of a workspace notified on its channel", """
+CREATE FUNCTION recalld_workspace_removed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('recalld_ws_' || OLD.workspace_id, '0');
+    RETURN NULL;
+END $$;
+CREATE TRIGGER recalld_workspace_removed AFTER DELETE ON recalld_workspaces
+    FOR EACH ROW EXECUTE FUNCTION recalld_workspace_removed();
+""", optional=True),
 )
 
 LATEST = MIGRATIONS[-1].version
