@@ -206,7 +206,7 @@ def test_a_run_of_changes_is_answered_as_one_by_one_in_one_transaction(
         notes = wait_for(lambda: list(listener.notifies(timeout=0.5, stop_after=1)),
                          "the notification")
         assert [n.payload for n in notes] == [str(answers[1].version)]
-        assert db.drain_notifies(listener) == 0
+        assert db.drain_notifies(listener) == []
     finally:
         listener.close()
     # A run that fails on the server records none of its changes.
@@ -224,11 +224,37 @@ def test_notifications_reach_a_listener(conn: db.Conn, pg_server: PgServer) -> N
     listener = db.connect(RemoteConfig(dsn=pg_server.dsn, name="x"))
     try:
         db.listen(listener, ws)
-        assert db.drain_notifies(listener) == 0
+        assert db.drain_notifies(listener) == []
         db.upload(conn, ws, "ha", change("digest/wiki/n.md", "x"), "digest/wiki/n.md", 0)
         got = wait_for(lambda: sum(1 for _ in listener.notifies(timeout=0.5, stop_after=1)),
                        "the notification")
         assert got == 1
+    finally:
+        listener.close()
+
+
+def test_vectors_stored_or_claims_given_back_notify_the_workspace(
+        conn: db.Conn, pg_server: PgServer) -> None:  # noqa: F811
+    # A host waiting for vectors another host claimed is woken when they are stored, or
+    # the claims given back (it then claims them), not by asking again and again; the
+    # notification says the feed did not change.
+    from recalld.daemon.remote import embeddings
+
+    ws, _ = db.open_workspace(conn, "vectors-" + uuid.uuid4().hex[:8])
+    listener = db.connect(RemoteConfig(dsn=pg_server.dsn, name="x"))
+    try:
+        db.listen(listener, ws)
+        assert embeddings.get_or_claim(conn, ws, "s", ["h1", "h2"], "ha")[1] == ["h1", "h2"]
+        assert embeddings.get_or_claim(conn, ws, "s", ["h1", "h2"], "hb") == ({}, [])
+        got: list[str] = []
+        embeddings.store(conn, ws, "s", [("h1", [1.0, 0.0])])
+        wait_for(lambda: got.extend(db.drain_notifies(listener)) or got, "stored said")
+        embeddings.release(conn, ws, "s", ["h2"], "ha")
+        wait_for(lambda: got.extend(db.drain_notifies(listener)) or len(got) > 1,
+                 "given back said")
+        assert got == [db.VECTORS_STORED, db.VECTORS_STORED]
+        found, mine = embeddings.get_or_claim(conn, ws, "s", ["h1", "h2"], "hb")
+        assert list(found) == ["h1"] and mine == ["h2"]
     finally:
         listener.close()
 

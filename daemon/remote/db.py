@@ -66,6 +66,8 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 5
 STATEMENT_TIMEOUT_MS = 30_000
 FEED_PAGE = 500
+#: A notification's payload saying vectors were stored or claims given back (``embeddings``).
+VECTORS_STORED = "vectors"
 #: A page of the feed ends with the file that brings its content to this size.
 FEED_PAGE_BYTES = 16 << 20
 #: How long a call on a connection may wait for the server (above statement_timeout:
@@ -267,9 +269,10 @@ def try_write(conn: Conn, workspace_id: int) -> None:
                      " WHERE workspace_id = %s", (workspace_id,))
 
 
-def drain_notifies(conn: Conn) -> int:
-    """Consume notifications already received (without waiting); how many there were."""
-    return sum(1 for _ in conn.notifies(timeout=0.0))
+def drain_notifies(conn: Conn) -> list[str]:
+    """Consume notifications already received (without waiting); their payloads: a
+    version (the feed changed, "0": the workspace removed) or :data:`VECTORS_STORED`."""
+    return [n.payload for n in conn.notifies(timeout=0.0)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,8 @@ that needs vectors asks for them in one transaction (:func:`get_or_claim`): thos
 are returned, absent ones are claimed by it (``INSERT ... ON CONFLICT DO NOTHING``, so two
 hosts never claim one text), and claims older than ``CLAIM_STALE_S`` (a host that died
 mid-call) are taken over. The claimant asks its provider and stores the vectors
-(:func:`store`); the others wait for them. A failed provider call gives its claims back
+(:func:`store`); the others wait for them, woken by the notification both send on the
+workspace's channel (``db.VECTORS_STORED``). A failed provider call gives its claims back
 (:func:`release`).
 
 Vectors cross the wire as pgvector's text form (``[0.1,0.2,...]``), so no adapter
@@ -21,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.daemon.arraytypes import F32
-from recalld.daemon.remote.db import Conn
+from recalld.daemon.remote.db import VECTORS_STORED, Conn, channel
 
 CLAIM_STALE_S = 60
 
@@ -70,11 +71,14 @@ def store(conn: Conn, workspace_id: int, space: str,
             " VALUES (%s, %s, %s, %s::vector) ON CONFLICT (workspace_id, space, text_hash)"
             " DO UPDATE SET embedding = EXCLUDED.embedding, claimed_by = NULL",
             [(workspace_id, space, h, _text(v)) for h, v in items])
+        cur.execute("SELECT pg_notify(%s, %s)", (channel(workspace_id), VECTORS_STORED))
 
 
 def release(conn: Conn, workspace_id: int, space: str, hashes: Sequence[str],
             host: str) -> None:
-    conn.execute(
-        "DELETE FROM recalld_embeddings WHERE workspace_id = %s AND space = %s"
-        " AND text_hash = ANY(%s) AND embedding IS NULL AND claimed_by = %s",
-        (workspace_id, space, list(hashes), host))
+    with conn.transaction():
+        conn.execute(
+            "DELETE FROM recalld_embeddings WHERE workspace_id = %s AND space = %s"
+            " AND text_hash = ANY(%s) AND embedding IS NULL AND claimed_by = %s",
+            (workspace_id, space, list(hashes), host))
+        conn.execute("SELECT pg_notify(%s, %s)", (channel(workspace_id), VECTORS_STORED))

@@ -383,7 +383,7 @@ class FileSync(ReplicaFiles):
             read_upto = await self.pulled_upto(await self._catch_up(conn, workspace_id, read_upto))
             for path in list(self._unsettled):
                 await self._fetch_and_settle(conn, workspace_id, path)
-            if await on_conn(conn, db.drain_notifies):
+            if self.heard(await on_conn(conn, db.drain_notifies)):
                 continue
             with trio.move_on_after(BLOCKED_RETRY_S if self.blocked else every_s):
                 await trio.lowlevel.wait_readable(fd)

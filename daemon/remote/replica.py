@@ -59,10 +59,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
-# How long an embedding waits for the first connection attempt after a start, and how
-# often it looks for vectors another host is computing.
+# How long an embedding waits for the first connection attempt after a start, and at
+# most for vectors another host is computing (woken when it stores them, or gives them up).
 FIRST_CONNECT_WAIT_S = 15.0
-CLAIM_POLL_S = 0.2
+CLAIM_WAIT_S = 10.0
 RECONNECT = RetryPolicy(backoff_base_s=0.5, backoff_max_s=10.0)
 # After this long without a session and with nothing waiting to go up, the waits between attempts
 # grow to IDLE_RECONNECT's cap (an idle daemon should not wake every few seconds for days); a local
@@ -387,6 +387,7 @@ class Replica:
         pending = list(by_hash)
         try:
             while pending:
+                stored = self._files.vectors_stored  # taken before asking: none is missed
                 found, mine = await self._on_writer(shared.get_or_claim, space, pending,
                                                     self.host)
                 out.update(found)
@@ -404,8 +405,9 @@ class Replica:
                     await self._on_writer(shared.store, space,
                                           list(zip(mine, rows, strict=True)))
                 pending = [h for h in pending if h not in out]
-                if pending:
-                    await trio.sleep(CLAIM_POLL_S)  # another host is embedding them
+                if pending:  # another host is embedding them
+                    with trio.move_on_after(CLAIM_WAIT_S):
+                        await stored.wait()
         except _Unreachable:
             pass  # embedded here instead
         rest = [h for h in by_hash if h not in out]

@@ -79,6 +79,8 @@ class ReplicaFiles:
         #: set (and replaced) after each.
         self.read_upto = 0
         self._pulled = trio.Event()
+        #: Set (and replaced) when another host stored vectors or gave claims back.
+        self.vectors_stored = trio.Event()
         #: Notes the feed wrote or removed here since the last catch-up ended, whose
         #: day indexes are then made again (each host derives its own: ``dayindex.py``).
         self._arrived: set[str] = set()
@@ -99,6 +101,14 @@ class ReplicaFiles:
         self._pulled.set()
         self._pulled = trio.Event()
         return version
+
+    def heard(self, notes: list[str]) -> bool:
+        """Take the notifications drained from the workspace's channel: wake those waiting
+        for another host's vectors; whether the feed is to be read."""
+        if db.VECTORS_STORED in notes:
+            self.vectors_stored.set()
+            self.vectors_stored = trio.Event()
+        return any(n != db.VECTORS_STORED for n in notes)
 
     async def wait_pulled(self, version: int, timeout_s: float,
                           online: Callable[[], bool]) -> bool:
