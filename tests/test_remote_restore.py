@@ -97,8 +97,8 @@ def test_a_workspace_removed_on_the_server_is_noticed_and_every_host_starts_over
                            " RETURNING workspace_id", (name,)).fetchone()
         assert row is not None
         gone = row[0]
-    # a finds out by uploading, and wakes b (which writes nothing), which would otherwise
-    # find out only at its next catch-up, CATCH_UP_EVERY_S on.
+    # a finds out by uploading and wakes b (which writes nothing); the server's trigger on
+    # the removal tells both at once too (else a host finds out at its next catch-up).
     write(a, "memory/2026-07-20/two.md", "# Two\nafter the removal\n")
     started = time.monotonic()
     wait_for(lambda: converged(a, b) and len(notes(b)) == 2, what="converged again",
