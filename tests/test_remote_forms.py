@@ -84,6 +84,20 @@ def settled(pg: PgServer, name: str, *hosts: DaemonHandle) -> bool:
             and all(h == held[0] for h in held))
 
 
+#: A second note of the pair, to be deleted: a deletion judged with or after a rename.
+OTHER = "memory/2026-07-26/other.md"
+
+
+def pair_holding(daemon_factory: DaemonFactory,
+                 pg_server: PgServer) -> tuple[DaemonHandle, DaemonHandle, str]:  # noqa: F811
+    """Two hosts of one shared workspace, both holding NFC and OTHER."""
+    a, b, name = pair(daemon_factory, pg_server)
+    write(a, OTHER, "# Other\nto be deleted\n")
+    write(a, NFC, "# Naive\nfirst text\n")
+    wait_for(lambda: settled(pg_server, name, a, b) and NFC in notes(b), what="note on b")
+    return a, b, name
+
+
 def test_a_note_spelt_decomposed_on_one_host_stays_one_note(
         daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
     assert NFC != NFD
@@ -136,11 +150,8 @@ def test_a_note_keeps_the_spelling_it_first_reached_the_server_in(
 
 def test_a_rename_between_forms_is_no_change_for_the_other_hosts(
         daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
-    a, b, name = pair(daemon_factory, pg_server)
-    other = "memory/2026-07-26/other.md"
-    write(a, other, "# Other\nto be deleted\n")
-    write(a, NFC, "# Naive\nfirst text\n")
-    wait_for(lambda: settled(pg_server, name, a, b) and NFC in notes(b), what="note on b")
+    a, b, name = pair_holding(daemon_factory, pg_server)
+    other = OTHER
 
     # A sync tool on b spells the note decomposed: a rename that keeps the note. A
     # deletion after it is judged with it or later: once it is on a, so is the rename.
@@ -227,11 +238,8 @@ def test_a_name_the_server_holds_in_two_forms_stays_two_notes(
 
 def test_a_rename_between_forms_survives_a_kill_before_the_old_name_is_found_gone(
         daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
-    a, b, name = pair(daemon_factory, pg_server)
-    other = "memory/2026-07-26/other.md"
-    write(a, other, "# Other\nto be deleted\n")
-    write(a, NFC, "# Naive\nfirst text\n")
-    wait_for(lambda: settled(pg_server, name, a, b) and NFC in notes(b), what="note on b")
+    a, b, name = pair_holding(daemon_factory, pg_server)
+    other = OTHER
 
     # a renames the note between forms and edits it; the edit goes up, and a is killed
     # before it has found the old spelling gone (its deletion guard kept waiting).

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import unicodedata
 
-from conftest import DaemonFactory
+from conftest import DaemonFactory, DaemonHandle
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from test_remote import config, notes, pair, remote_status, root, write
 from test_remote_forms import rows, settled
@@ -23,17 +23,29 @@ def nfd(path: str) -> str:
     return unicodedata.normalize("NFD", path)
 
 
-def test_a_conflict_copy_lands_in_the_folder_as_each_host_spells_it(
-        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+def pair_holding(daemon_factory: DaemonFactory,
+                 pg_server: PgServer) -> tuple[DaemonHandle, DaemonHandle, str]:  # noqa: F811
+    """Two hosts of one shared workspace, both holding NOTE (composed)."""
     a, b, name = pair(daemon_factory, pg_server)
     write(a, NOTE, "# Räume\nfirst text\n")
     wait_for(lambda: settled(pg_server, name, a, b) and NOTE in notes(b), what="note on b")
+    return a, b, name
 
-    # b, stopped, has its folder respelt decomposed (a sync tool) and the note edited in
-    # it; a edits the note meanwhile: b's edit conflicts when b starts again.
+
+def respell_stopped(b: DaemonHandle) -> None:
+    """Stop ``b`` and respell its folder and NOTE decomposed, as a sync tool would."""
     b.stop()
     (root(b) / FOLDER).rename(root(b) / nfd(FOLDER))
     (root(b) / nfd(FOLDER) / "Übersicht.md").rename(root(b) / nfd(NOTE))
+
+
+def test_a_conflict_copy_lands_in_the_folder_as_each_host_spells_it(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a, b, name = pair_holding(daemon_factory, pg_server)
+
+    # b, stopped, has its folder respelt decomposed (a sync tool) and the note edited in
+    # it; a edits the note meanwhile: b's edit conflicts when b starts again.
+    respell_stopped(b)
     write(b, nfd(NOTE), "# Räume\nedited on b\n")
     write(a, NOTE, "# Räume\nedited on a\n")
     wait_for(lambda: remote_status(a)["outbox"] == 0, what="a's edit up")
@@ -57,15 +69,11 @@ def test_a_conflict_copy_lands_in_the_folder_as_each_host_spells_it(
 
 def test_a_rename_between_forms_alone_is_no_edit_against_another_hosts(
         daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
-    a, b, name = pair(daemon_factory, pg_server)
-    write(a, NOTE, "# Räume\nfirst text\n")
-    wait_for(lambda: settled(pg_server, name, a, b) and NOTE in notes(b), what="note on b")
+    a, b, name = pair_holding(daemon_factory, pg_server)
 
     # b, stopped, has the note respelt decomposed, unchanged; a edits it meanwhile. The
     # rename sends nothing: a's edit reaches b's file, no conflict copy.
-    b.stop()
-    (root(b) / FOLDER).rename(root(b) / nfd(FOLDER))
-    (root(b) / nfd(FOLDER) / "Übersicht.md").rename(root(b) / nfd(NOTE))
+    respell_stopped(b)
     write(a, NOTE, "# Räume\nedited on a\n")
     wait_for(lambda: remote_status(a)["outbox"] == 0, what="a's edit up")
     b = daemon_factory(config(pg_server.dsn, name, "hostb"), RECALLD_DATA_DIR=str(b.data_dir))
