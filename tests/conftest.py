@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import _bytecode  # first: the session's bytecode folder before the imports below
 import orjson
 import pytest
 import trio
@@ -331,10 +332,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.longrepr = f"{item.nodeid} was skipped without a reason"
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _bytecode.import_own_share(session.config)
+
+
 @pytest.fixture(scope="session")
 def pycache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One bytecode cache for the session's daemons and client processes."""
-    return tmp_path_factory.mktemp("pycache")
+    """One bytecode cache for the session's daemons and client processes: the session's
+    own (tests/_bytecode.py) where it has one."""
+    return _bytecode.session_folder() or tmp_path_factory.mktemp("pycache")
 
 
 @pytest.fixture(scope="session")
