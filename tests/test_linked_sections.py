@@ -119,3 +119,37 @@ def test_a_linked_note_is_shown_without_its_json_or_toml_block(daemon: DaemonHan
         # (From the blank line after the block, as after a YAML one.)
         assert (item["start_line"], item["text"]) == (block.count("\n") + 2,
                                                       f"\nThe {name} body says hello."), item
+
+
+def test_the_chunk_standing_for_a_linked_note_follows_each_edit_of_it(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # Searched again and again between edits (the chunk standing for a note is kept from
+    # one search to the next): every edit of the note, or of the section its link names,
+    # shows at the next search; a note left with nothing to show is no neighbour.
+    root = tmp_path / "ws"
+    node = "digest/wiki/Knoten.md"
+    write(root, "memory/2026-12-06/a.md", "# a\n\nerstwort, siehe [[Knoten]]\n")
+    write(root, "memory/2026-12-06/b.md", "# b\n\nzweitwort, siehe [[Knoten#Teil]]\n")
+    daemon.call("workspace.open", {"agent_id": "w", "path": str(root)})
+
+    def shown(query: str) -> list[str]:
+        answer = daemon.call("memory.search", {"agent_id": "w", "query": query})
+        return [e["text"].splitlines()[-1] for e in answer["expanded"]]
+
+    versions = [
+        ("---\nname: k\n---\n# Knoten\n\nÜberblick eins.\n\n## Teil\n\nTeil eins.\n",
+         ["Überblick eins."], ["Teil eins."]),
+        ("# Knoten\n\n## Unter\n\nÜberblick zwei, länger.\n\n## Teil\n\nTeil zwei, länger.\n",
+         ["Überblick zwei, länger."], ["Teil zwei, länger."]),
+        ("# Knoten\n\nÜberblick drei.\n\n## Anders\n\nNicht mehr der Teil.\n",
+         ["Überblick drei."], ["Überblick drei."]),  # the section is gone: the whole note
+        ("---\nname: k\nnur: schlüssel\n---\n", [], []),  # nothing but keys
+        ("# Knoten\n\n## Teil\n\nTeil vier, wieder da.\n",
+         ["Teil vier, wieder da."], ["Teil vier, wieder da."]),
+    ]
+    for text, whole, part in versions:
+        write(root, node, text)
+        daemon.call("index.sync", {"agent_id": "w"})
+        for _ in range(2):
+            assert shown("erstwort") == whole, text
+            assert shown("zweitwort") == part, text

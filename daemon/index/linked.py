@@ -1,7 +1,8 @@
 """The chunk that stands for a linked note beside a search hit.
 
-Pure and synchronous: reads an :class:`~recalld.daemon.index.state.IndexState` under the
-caller's index lock and changes nothing in it.
+Synchronous: reads an :class:`~recalld.daemon.index.state.IndexState` under the caller's
+index lock and changes nothing in it but its memo of the chunk standing for each note
+(:attr:`~recalld.daemon.index.state.IndexState.standing`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ __all__ = ["Target", "body_part", "heading_key", "in_section", "linked_chunks",
            "linked_sections", "stands"]
 
 _HEADING_RE: Final = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
+
+#: Most notes whose standing chunk :attr:`IndexState.standing` keeps (then it starts anew).
+STANDING_MEMO_MAX: Final = 4096
 
 
 #: A linked note and the section its link names (``[[Node#Part]]``: ``"Part"``; ``""``
@@ -107,7 +111,8 @@ def linked_chunks(state: IndexState, query: str, targets: Sequence[Target], *,
             if chunk is not None:
                 break
         else:
-            chunk = _said_first(state, keys)
+            said = _standing(state, target, keys)
+            chunk = None if said is None else _body_chunk(state.chunks[said])
         if chunk is not None:
             out[target] = chunk
     return out
@@ -119,8 +124,22 @@ def stands(state: IndexState, path: str) -> bool:
     without one (empty, as a click on a link to a missing note creates it, or nothing but
     keys) is no neighbour to show, and takes no place among those shown."""
     info = state.files.get(path)
-    return info is not None and any(
-        _body_chunk(state.chunks[key]) is not None for key in info.keys)
+    return info is not None and _standing(state, (path, ""), info.keys) is not None
+
+
+def _standing(state: IndexState, target: Target, keys: Sequence[int]) -> int | None:
+    """The key of :func:`_said_first` of ``keys`` (the chunks of ``target``), remembered in
+    ``state.standing``: the same linked notes come back search after search, and a note
+    without a keyword match reads its chunks' texts in order until one says more than
+    headings."""
+    memo = state.standing
+    if target in memo:
+        return memo[target]
+    chunk = _said_first(state, keys)
+    if len(memo) >= STANDING_MEMO_MAX:
+        memo.clear()
+    key = memo[target] = None if chunk is None else chunk.key
+    return key
 
 
 def _section_keys(state: IndexState, keys: Iterable[int], section: str) -> list[int]:
