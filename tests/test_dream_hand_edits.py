@@ -3,6 +3,7 @@ without reading it is refused, and one proposed on what it read keeps the edit."
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 
 from conftest import DaemonHandle
@@ -264,3 +265,27 @@ def test_the_first_source_of_a_node_a_person_wrote_backs_it_and_corroborates_not
     assert fields["sources"] == [first, second], fields
     assert (fields["corroborations"], fields["confidence"]) == (1, 0.75), fields
     assert model.tool_results[0].endswith("confidence 0.5 -> 0.5"), model.tool_results
+
+
+def test_a_node_read_by_its_name_in_any_form_may_then_be_rewritten(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # A person's node, in a bucket of its own, named by its name as integrate takes it:
+    # bare, as a wikilink, decomposed (NFD), in capitals or full-width letters.
+    root = tmp_path / "ws"
+    cafe = "digest/procedure/café-zoë.md"
+    write(root, cafe, "---\nname: Café Zoë\nbucket: procedure\n---\n# Café Zoë\n\n"
+                      "- order crêpes at the counter\n")
+    note = "memory/2026-07-03/cafe.md"
+    write(root, note, "At Café Zoë, pay at the counter before ordering.\n")
+    model = ScriptedModel(fake)
+    forms = ["Café Zoë", "[[Café Zoë]]", unicodedata.normalize("NFD", "Café Zoë"),
+             "CAFÉ ZOË", "Ｃａｆé Ｚｏë", "café-zoë.md"]
+    model.plan[note] = [[("node_read", {"path": f}) for f in forms], [("integrate", {
+        "action": "REFINE", "bucket": "procedure", "node": "Café Zoë", "reason": "detail",
+        "content": "- pay at the counter first\n- order crêpes at the counter"})]]
+    open_ws(daemon, root, fake)
+    result = dream(daemon)
+    reads = model.tool_results[:len(forms)]
+    assert all(r.startswith(f"(the node {cafe})\n---\nname: Café Zoë") for r in reads), reads
+    assert result["actions"] == {"REFINE": 1}, model.tool_results
+    assert "- pay at the counter first" in node(root, cafe)[1]

@@ -40,7 +40,8 @@ def tool_schemas() -> list[ToolSchema]:
     return [
         fn("node_search", "Search existing digest nodes by keywords.",
            {"query": {"type": "string"}}, ["query"]),
-        fn("node_read", "Read one digest node.", {"path": {"type": "string"}}, ["path"]),
+        fn("node_read", "Read one digest node.", {"path": {
+            "type": "string", "description": "path of the node, or its name"}}, ["path"]),
         fn("integrate", "Integrate one unit of knowledge into the digest.", {
             "action": {"type": "string", "enum": list(digest.ACTIONS)},
             "bucket": {"type": "string", "enum": list(digest.BUCKETS)},

@@ -1,10 +1,11 @@
 """The dream's ``node_read`` tool: the node a path the model names stands for, and its
 text as the model is shown it. No task; the file is read in a worker thread.
 
-A node longer than a tool result may be (a person's long page) is shown cut, saying so.
-When the cut falls inside its content, the model has not read all it would rewrite: a
-REFINE or CORRECT of it is refused (:func:`refuse_unread`), never applied on the part
-read, which would push the rest it never saw out of the node.
+The model names a node by its path (also as a link, without ``.md``) or by its name,
+as ``integrate`` takes it. A node longer than a tool result may be (a person's long
+page) is shown cut, saying so. When the cut falls inside its content, the model has not
+read all it would rewrite: a REFINE or CORRECT of it is refused (:func:`refuse_unread`),
+never applied on the part read, which would push the rest it never saw out of the node.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ async def node_read(run: _Run, args: Mapping[str, object]) -> str:
     if not isinstance(args.get("path"), str):  # as text, a list would be no path
         return f"error: path must be a string: a node path ({run.digest_dir}/...)"
     path = digest.link_path(str(args["path"]))
+    if "/" not in path:
+        # A node named by its name (``Café Zoë``, ``[[Café Zoë]]``), as integrate's
+        # ``node`` takes one: the node of that name in any bucket.
+        path = digest.node_path(digest.BUCKETS[0], path.removesuffix(".md"), run.digest_dir)
     if not path.startswith(run.digest_dir + "/"):
         return f"error: node paths start with {run.digest_dir}/"
     found = await trio.to_thread.run_sync(find_and_read, run, path)
