@@ -289,3 +289,34 @@ def test_a_node_read_by_its_name_in_any_form_may_then_be_rewritten(
     assert all(r.startswith(f"(the node {cafe})\n---\nname: Café Zoë") for r in reads), reads
     assert result["actions"] == {"REFINE": 1}, model.tool_results
     assert "- pay at the counter first" in node(root, cafe)[1]
+
+
+def test_a_dream_writes_no_content_it_could_not_read_whole_again(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # Chinese text costs a model about nine times as much as English of the same length:
+    # 3,000 characters are within what a proposal may hold (8,000), but beyond what
+    # node_read shows. Written, such a node could never be refined or corrected again.
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    note = "memory/2026-06-04/zh.md"
+    write(root, note, "用户的读书笔记很长。\n")
+    long_zh = "\n".join(f"- 第{n:03d}条：用户读过的书里有一段很长的摘录需要记住"
+                        for n in range(120))
+    short_zh = "\n".join(long_zh.splitlines()[:20])
+    create = {"action": "CREATE", "bucket": "wiki", "name": "读书笔记", "reason": "书",
+              "content": long_zh}
+    model.plan[note] = [[("integrate", create)],
+                        [("integrate", {**create, "content": short_zh})]]
+    open_ws(daemon, root, fake)
+    result = dream(daemon)
+    assert result["actions"] == {"refused": 1, "CREATE": 1}, model.tool_results
+    assert "too long to be read whole" in model.tool_results[0], model.tool_results
+    made = "digest/wiki/读书笔记.md"
+    assert node(root, made)[1].count("- 第") == 20
+    # What was written can be read whole and rewritten.
+    later = "memory/2026-06-05/zh.md"
+    write(root, later, "又读了一本书。\n")
+    model.plan[later] = [[("node_read", {"path": made})], [("integrate", {
+        "action": "REFINE", "node": made, "reason": "又一本",
+        "content": short_zh + "\n- 又读了一本书"})]]
+    assert dream(daemon)["actions"] == {"REFINE": 1}, model.tool_results

@@ -260,7 +260,7 @@ class _Run:
                 outcome, before_text, shown=self.seen.get(proposal.path),
                 by_answer=self._changed_by_answer(proposal.path, before_text),
                 by_hand=self._by_hand(proposal.path, before_text))
-            outcome = dreamread.refuse_unread(self, outcome)
+            outcome = dreamread.refuse_unreadable(dreamread.refuse_unread(self, outcome))
             if outcome.text is None:
                 break
             try:

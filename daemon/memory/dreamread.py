@@ -18,7 +18,7 @@ import trio
 from recalld.daemon.memory import digest, integration, nodefiles
 from recalld.daemon.memory.fileops import read_confined
 from recalld.daemon.memory.llm import MAX_TOOL_RESULT_CHARS
-from recalld.daemon.textcost import chars_within
+from recalld.daemon.textcost import chars_within, text_cost
 from recalld.ipc.textcut import cut_text
 
 #: What the part of a node shown may cost at most (:mod:`~recalld.daemon.textcost`: that
@@ -45,10 +45,8 @@ async def node_read(run: _Run, args: Mapping[str, object]) -> str:
     if found is None:
         return f"error: no node {path}"
     rel, text = found
-    shown = text
-    if (n := chars_within(text, SHOWN_CHARS)) < len(text):
-        shown = cut_text(text, n)
-        whole = digest.parse_node(rel, shown).content == digest.parse_node(rel, text).content
+    shown, whole = _shown(rel, text)
+    if shown != text:
         if not whole:
             run.read_in_part[rel] = (len(text), len(shown))
         shown += (f"\n[cut: the node has {len(text)} characters, only the first "
@@ -59,6 +57,30 @@ async def node_read(run: _Run, args: Mapping[str, object]) -> str:
                      "the note adds]"))
     run.seen[rel] = text
     return shown if rel == path else f"(the node {rel})\n{shown}"
+
+
+def _shown(rel: str, text: str) -> tuple[str, bool]:
+    """What node_read shows of node ``rel`` holding ``text`` (without the note saying
+    where it was cut), and whether that holds its content whole."""
+    if (n := chars_within(text, SHOWN_CHARS)) == len(text):
+        return text, True
+    shown = cut_text(text, n)
+    return shown, digest.parse_node(rel, shown).content == digest.parse_node(rel, text).content
+
+
+def refuse_unreadable(outcome: integration.Outcome) -> integration.Outcome:
+    """``outcome``, or its refusal when the content it writes (CREATE, REFINE, CORRECT)
+    would leave a node node_read could not show whole: no later dream could rewrite it.
+    A length in characters does not bound that: Chinese text costs a model about nine
+    times as much as English of the same length."""
+    if outcome.text is None or outcome.action not in ("CREATE", "REFINE", "CORRECT") \
+            or _shown(outcome.path, outcome.text)[1]:
+        return outcome
+    return integration.Outcome(
+        outcome.action, outcome.path, "refused", None,
+        f"the node would be too long to be read whole again ({text_cost(outcome.text)} "
+        f"of the {SHOWN_CHARS} a read may show, in thirds of a token): no later rewrite "
+        "could keep it; write its content shorter, or CREATE another node for the rest")
 
 
 def refuse_unread(run: _Run, outcome: integration.Outcome) -> integration.Outcome:
