@@ -320,3 +320,21 @@ def test_a_dream_writes_no_content_it_could_not_read_whole_again(
         "action": "REFINE", "node": made, "reason": "又一本",
         "content": short_zh + "\n- 又读了一本书"})]]
     assert dream(daemon)["actions"] == {"REFINE": 1}, model.tool_results
+
+
+def test_a_node_named_by_its_name_without_a_bucket_is_found_in_its_own(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-06-06/a.md", "memory/2026-06-07/b.md"
+    write(root, a, "Kites fly best in steady wind.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "wiki", "name": "Kites",
+                                     "content": "- fly best in steady wind", "reason": "r"})]]
+    dream(daemon)
+    write(root, b, "Kites fly best in steady wind, again.\n")
+    model.plan[b] = [[("integrate", {"action": "CORROBORATE", "node": "Kites",
+                                     "reason": "said again"})]]
+    assert dream(daemon)["actions"] == {"CORROBORATE": 1}, model.tool_results
+    fields = node(root, "digest/wiki/kites.md")[0]
+    assert fields["sources"] == [a, b] and fields["bucket"] == "wiki", fields

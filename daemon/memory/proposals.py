@@ -91,7 +91,10 @@ def parse_integration(args: Mapping[str, object], *, digest_dir: str,
     node = _string(args, "node", limit=300) or None
     bucket = _string(args, "bucket").lower()
     if node is not None:
-        node = _named_node(node, bucket, digest_dir)
+        # A node named by its name alone, with no bucket, is looked up in any bucket (as
+        # node_read finds it); only a new node needs its bucket named.
+        node = _named_node(node, bucket if bucket in BUCKETS or action == "CREATE"
+                           else BUCKETS[0], digest_dir)
         in_bucket = _bucket_of(node, digest_dir)
         if in_bucket is None or node.rsplit("/", 1)[-1].startswith("."):
             raise IntegrationError(
