@@ -115,3 +115,43 @@ def test_passwords_stated_in_more_languages_are_masked(text: str, secret: str) -
 ])
 def test_talk_about_passwords_in_more_languages_is_left_alone(text: str) -> None:
     assert redact(text) == text
+
+
+#: Simplified characters and their traditional forms (Taiwan, Hong Kong) in the
+#: credential words and the statements around them.
+_TRADITIONAL = str.maketrans({"码": "碼", "钥": "鑰", "号": "號", "验": "驗", "证": "證",
+                              "为": "為", "账": "帳", "记": "記", "学": "學", "门": "門",
+                              "务": "務", "见": "見", "运": "運", "维": "維",
+                              "册": "冊"})
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("数据库的密码是 Hunter2Zz9", "Hunter2Zz9"),
+    ("我的密码：qwerty12345", "qwerty12345"),
+    ("WiFi密码是bluebird", "bluebird"),
+    ("账号admin 密码Zx9#kLm2", "Zx9#kLm2"),
+    ("密码为 Tr0ub4dor&3", "Tr0ub4dor&3"),
+    ("API 密钥：wJalrXUtnFEMI/K7MDENG/bPxRfiCYzzzzKEYx", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzzzzKEYx"),
+    ("秘钥 9b2f1c7d8e4a6b3c5d7e9f0a1b2c3d4e", "9b2f1c7d8e4a6b3c5d7e9f0a1b2c3d4e"),
+    ("PIN码：4821", "4821"),
+    ("验证码：839201", "839201"),
+    ("暗号是 Sesame-7Qx", "Sesame-7Qx"),
+])
+def test_chinese_statements_are_masked_in_traditional_characters_too(text: str,
+                                                                      secret: str) -> None:
+    """Chinese written in traditional characters ("密碼是 …", "密鑰：…") states a
+    credential as simplified Chinese does: both spellings are masked alike."""
+    traditional = text.translate(_TRADITIONAL)
+    assert traditional != text
+    for spelled in (text, traditional):
+        out = redact(spelled)
+        assert secret not in out and "[REDACTED]" in out, out
+
+
+@pytest.mark.parametrize("text", [
+    "密码学是一门学科", "忘记密码了", "密码 README.md", "密钥 SHA256 指纹",
+    "端口：８０８０，密码：见运维手册",
+])
+def test_talk_about_credentials_in_traditional_characters_is_left_alone(text: str) -> None:
+    for spelled in (text, text.translate(_TRADITIONAL)):
+        assert redact(spelled) == spelled

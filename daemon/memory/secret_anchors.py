@@ -22,8 +22,10 @@ OTHER_WORDS: Final = (
     "contraseña", "contrasena", "senha", "kennwort", "passwort", "mot de passe", "wachtwoord",
     "hasło", "haslo", "heslo", "salasana", "lösenord", "losenord", "adgangskode", "clave",
     "mdp", "şifre", "şifrem", "mật khẩu", "kata sandi", "kata laluan")
-#: The credential named in Chinese.
-ZH_WORDS: Final = ("密码", "口令", "密钥", "秘钥", "密匙", "令牌", "暗号", "验证码")
+#: The credential named in Chinese, in simplified and in traditional characters (Taiwan,
+#: Hong Kong: "密碼是 ...", "API 密鑰：...").
+ZH_WORDS: Final = ("密码", "口令", "密钥", "秘钥", "密匙", "令牌", "暗号", "验证码",
+                   "密碼", "密鑰", "秘鑰", "祕鑰", "暗號", "驗證碼")
 
 #: Lowercase words where a credential name or statement can start (the anchors).
 _ANCHOR_WORDS: Final = (

@@ -1,5 +1,6 @@
 """The context rule for credentials stated outside English (:mod:`secret_rules` applies
-it): in Chinese ("密码是 ...", "PIN码：1234", "账号admin 密码Zx9#kLm2"), and after the
+it): in Chinese, simplified or traditional ("密码是 ...", "密碼是 ...", "PIN码：1234",
+"账号admin 密码Zx9#kLm2"), and after the
 password's name in Japanese, Korean, Russian, Arabic, Hebrew, Hindi, Greek, Thai, German,
 French, Spanish and other languages ("パスワードは ... です", "비밀번호: ...", "Пароль: ...",
 "كلمة السر هي ...", "Das Passwort lautet ...", "le mot de passe est ...", "la contraseña es
@@ -26,11 +27,11 @@ from recalld.daemon.memory.secret_values import keyish, looks_secret
 if TYPE_CHECKING:
     from recalld.daemon.memory.secret_rules import Span
 
-_ZH = re.compile(r"(?i)(?P<word>" + "|".join(ZH_WORDS) + r"|pin[ \t]?码)"
-                 r"(?:(?:是|为|：|:|=)[ \t]*[\"'“「]?(?P<value>[^\s\"'”」，。,]{4,200})"
+_ZH = re.compile(r"(?i)(?P<word>" + "|".join(ZH_WORDS) + r"|pin[ \t]?[码碼])"
+                 r"(?:(?:是|为|為|：|:|=)[ \t]*[\"'“「]?(?P<value>[^\s\"'”」，。,]{4,200})"
                  # "密码 Zx9#kLm2", "账号admin 密码Zx9#kLm2": a Latin value right after it.
                  r"|[ \t]*(?P<latin>[A-Za-z0-9][!-~]{5,199}))")
-_ZH_KEY_WORDS: Final = ("密钥", "秘钥", "密匙", "令牌")
+_ZH_KEY_WORDS: Final = ("密钥", "秘钥", "密匙", "令牌", "密鑰", "秘鑰", "祕鑰")
 #: A password stated in another language: the word, a separator, particle or verb, and a
 #: value in Latin or Cyrillic letters ("パスワードは Zx9kLm2Qp です", "비밀번호: ...",
 #: "пароль: ...", "mot de passe : ...", "la contraseña es ...", "das Passwort lautet ...").
@@ -114,7 +115,7 @@ def find_in_other_languages(text: str, starts: Sequence[int]) -> Iterable[Span]:
             yield span
 
 
-_ZH_PASSWORD_WORDS: Final = ("密码", "口令", "暗号")
+_ZH_PASSWORD_WORDS: Final = ("密码", "口令", "暗号", "密碼", "暗號")
 #: Where a Latin value stated in Chinese, Japanese, Korean or Russian ends: punctuation, a
 #: quote, a line end, a character of another script.
 _CLAUSE_END = re.compile(r"[，。,；;！？!?、\n\"'`」』”]|[^\x00-\x7f]")
@@ -134,7 +135,7 @@ def _zh_stated(text: str, m: re.Match[str]) -> Span | None:
         return None
     start = m.start("value")
     verb = text[m.end("word"):start].strip(" \t\"'“「")
-    return _stated(text, start, verb if verb in ("是", "为") else "")
+    return _stated(text, start, verb if verb in ("是", "为", "為") else "")
 
 
 def _latin_stated(text: str, m: re.Match[str]) -> Span | None:
