@@ -1,6 +1,7 @@
 """Secrets redaction, credentials in layouts the other rules did not read: a Telegram bot
 token glued to ``bot`` as its API URLs write it, a password stated with the verb last
-(Hindi, Persian, Japanese, Korean), and a credential in a Markdown table; their
+(Hindi, Persian, Japanese, Korean), and a credential in a Markdown table or in CSV,
+TSV or semicolon-separated rows; their
 look-alikes stay; and from outside, none of them reaches memory, the index or a chat
 model."""
 
@@ -144,3 +145,33 @@ def test_a_daemon_keeps_them_out_of_notes_index_reads_and_chat_requests(
     assert [h["path"] for h in found["results"]][:1] == ["memory/2026-01-05/creds.md"]
     assert fake.requests
     assert [s for s in secrets for t in texts if s in t] == []
+
+
+@pytest.mark.parametrize(("text", "secrets"), [
+    ("user,password,email\nbob,Hunter2Pass,bob@x.com\namy,Tr0ub4dor&3,amy@x.com\n",
+     ("Hunter2Pass", "Tr0ub4dor&3")),
+    ("user;password;email\r\nbob;Hunter2Pass;bob@x.com\r\n", ("Hunter2Pass",)),
+    ("host\tdb_password\nprod\tZq8mN2pL4x\nstaging\tKp7#vW2qLm\n", ("Zq8mN2pL4x", "Kp7#vW2qLm")),
+    ('"service","secret","note"\n"api","S3cr3t!xyz","prod"\n', ("S3cr3t!xyz",)),
+    ("```csv\nname, passwort\nrouter, Sonnenblume7\n```", ("Sonnenblume7",)),
+    ("key,value\nhost,db.internal\npassword,Hunter2Pass\n", ("Hunter2Pass",)),
+])
+def test_a_credential_column_of_delimited_rows_is_masked(text: str,
+                                                         secrets: tuple[str, ...]) -> None:
+    """CSV, TSV and semicolon-separated rows (a resource file, an export pasted into a
+    note) under a header naming a credential, or a name and its value a row: the values
+    are masked, the other fields and the header kept."""
+    out = redact(text)
+    assert not any(s in out for s in secrets) and out.count(MASK) == len(secrets), out
+    assert out.splitlines()[0] == text.splitlines()[0]
+
+
+@pytest.mark.parametrize("text", [
+    "user,password\nbob,changeme\namy,2024-01-01\ncat,v1.2.3\n",
+    "id,name,token_count\n1,alpha,4096\n2,beta,512\n",
+    "name,password_hint\nbob,my dog's name\n",
+    "commit,author\n3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39,bob\n",
+    "The password, as we said, is required\nWe, the people, agree\n",
+])
+def test_delimited_rows_without_a_credential_value_are_left_alone(text: str) -> None:
+    assert redact(text) == text

@@ -131,3 +131,30 @@ def test_a_file_or_an_answer_that_shows_nothing_is_an_empty_one(
     entry = catalog(root)["resource/menu.txt"]
     assert entry["state"] == "failed" and "no text" in entry["reason"], entry
     assert not list(root.glob("memory/*/resource-*.md"))
+
+
+def test_passwords_in_a_csv_resource_reach_no_model_note_or_index(daemon: DaemonHandle,
+                                                                   fake: FakeProvider,
+                                                                   tmp_path: Path) -> None:
+    """A CSV export with a password column: the model is sent the rows with the passwords
+    masked, and a model that quotes the rows back leaves none in the note or the index."""
+    root = tmp_path / "ws"
+    passwords = ("Hunter2Pass", "Tr0ub4dor&3", "Zq8mN2pL4x")
+    rows = "".join(f"{u},{p},{u}@example.com\n" for u, p in zip(("bob", "amy", "cat"),
+                                                                  passwords, strict=True))
+    model = ScriptedModel(fake)
+    model.resource_answer = "Accounts of the lab.\n\nuser,password,email\n" + rows
+    write(root, "resource/accounts.csv", "user,password,email\n" + rows)
+    open_ws(daemon, "res", root, fake)
+    wait_state(root, "resource/accounts.csv", "processed", "failed")
+    prompts = [r.body.decode() for r in fake.requests if b"accounts.csv" in r.body]
+    assert prompts and "amy@example.com" in prompts[0], prompts
+    assert not any(p in prompt for p in passwords for prompt in prompts)
+    assert catalog(root)["resource/accounts.csv"]["state"] == "processed"
+    _fields, text = note_of(root, "resource/accounts.csv")
+    assert "amy@example.com" in text and not any(p in text for p in passwords), text
+    daemon.call("index.sync", {"agent_id": "res"})
+    hits = daemon.call("memory.search", {"agent_id": "res", "query": "amy@example.com"})
+    assert hits["results"], hits
+    for p in passwords:
+        assert not daemon.call("memory.search", {"agent_id": "res", "query": p})["results"]

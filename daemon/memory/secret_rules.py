@@ -62,7 +62,7 @@ from recalld.daemon.memory.secret_context import (
 from recalld.daemon.memory.secret_keys import key_block_tail, key_blocks
 from recalld.daemon.memory.secret_languages import find_in_other_languages
 from recalld.daemon.memory.secret_near import find_near_credential_words
-from recalld.daemon.memory.secret_tables import find_in_tables
+from recalld.daemon.memory.secret_tables import find_in_delimited, find_in_tables
 from recalld.daemon.memory.secret_values import (
     HEX,
     PLACEHOLDER,
@@ -456,6 +456,7 @@ CONTEXT_RULES: Final[tuple[Rule, ...]] = (
     Rule("other_language", CRED_HINTS, anchored=find_in_other_languages, format=False),
     Rule("config_layout", CRED_HINTS, anchored=find_in_configs, format=False),
     Rule("table", CRED_HINTS, anchored=find_in_tables, format=False),
+    Rule("delimited", CRED_HINTS, anchored=find_in_delimited, format=False),
 )
 RULES: Final[tuple[Rule, ...]] = FORMAT_RULES + CONTEXT_RULES
 

@@ -7,6 +7,12 @@ cells under a header naming one (``| user | password |``, then ``| admin | Zq8mN
 A table is a header row, its delimiter row (``|---|:--:|``) and the rows after it, each
 line holding a ``|``. The lines of a text are read once, whatever the number of anchors
 in it (a table of thousands of ``password_...`` rows).
+
+:func:`find_in_delimited` does the same for the cells under a header naming a credential
+in delimiter-separated rows (CSV, TSV, semicolon-separated: ``user,password`` then
+``admin,Zq8mN2pL4x``): a header line first in its block, and the lines after it holding as
+many of its delimiter; and in such a block of two fields a row, the field after one
+naming a credential (``key,value`` then ``password,Zq8mN2pL4x``).
 """
 
 from __future__ import annotations
@@ -113,3 +119,80 @@ def find_in_tables(text: str, starts: Sequence[int]) -> Iterable[Span]:
     seen: set[int] = set()
     for a in starts:
         yield from tables.spans(a, seen)
+
+
+#: The delimiters of delimiter-separated rows, the most telling first.
+_DELIMITERS = ("\t", ";", ",")
+#: A header's cells are names: longer is prose.
+_HEADER_CELL_CHARS = 64
+#: Around a delimited cell's text: spaces and the quotes CSV puts around a field.
+_FIELD_EDGE = " \t\r\"'"
+
+
+def _line(text: str, a: int) -> Span:
+    end = text.find("\n", a)
+    return text.rfind("\n", 0, a) + 1, len(text) if end < 0 else end
+
+
+def _fields(text: str, start: int, end: int, delimiter: str) -> list[Span]:
+    """The spans of a delimited row's fields, without their spaces and quotes."""
+    fields = []
+    a = start
+    while True:
+        b = text.find(delimiter, a, end)
+        b = end if b < 0 else b
+        s, e = a, b
+        while s < e and text[s] in _FIELD_EDGE:
+            s += 1
+        while e > s and text[e - 1] in _FIELD_EDGE:
+            e -= 1
+        fields.append((s, e))
+        if b == end:
+            return fields
+        a = b + 1
+
+
+def _delimited_column(text: str, a: int, seen: set[int]) -> Iterable[Span]:
+    start, end = _line(text, a)
+    header = text[start:end]
+    before = text[text.rfind("\n", 0, max(start - 1, 0)) + 1:max(start - 1, 0)]
+    after = text[end + 1:_line(text, end + 1)[1]] if end < len(text) else ""
+    for delimiter in _DELIMITERS:
+        count = header.count(delimiter)
+        below = after.count(delimiter) == count
+        first = not (start and before.count(delimiter) == count)
+        if count == 0 or (not below if first else count != 1):
+            # No block of rows here, or a row of one below its header: only a header's
+            # column, or a name's field in a block of two fields a row, says what a
+            # field holds.
+            continue
+        cells = _fields(text, start, end, delimiter)
+        if any(e - s > _HEADER_CELL_CHARS for s, e in cells):
+            continue
+        column = next((i for i, (s, e) in enumerate(cells) if s <= a < e), None)
+        if column is None or cells[column][0] in seen:
+            return
+        seen.add(cells[column][0])
+        if (kind := name_kind(text[slice(*cells[column])])) is None:
+            return
+        # A block of names and values (two fields a row): the field after the name.
+        if count == 1 and column == 0:
+            yield from _value(kind, text, cells[column + 1])
+        if not first:
+            return  # a row, not the header: a block's header is its first line
+        row_start = end + 1
+        while row_start < len(text):
+            row_end = _line(text, row_start)[1]
+            if text.count(delimiter, row_start, row_end) != count:
+                break
+            yield from _value(kind, text, _fields(text, row_start, row_end, delimiter)[column])
+            row_start = row_end + 1
+        return
+
+
+def find_in_delimited(text: str, starts: Sequence[int]) -> Iterable[Span]:
+    if not starts or not any(d in text for d in _DELIMITERS):
+        return
+    seen: set[int] = set()
+    for a in starts:
+        yield from _delimited_column(text, a, seen)
