@@ -175,3 +175,23 @@ def test_a_credential_column_of_delimited_rows_is_masked(text: str,
 ])
 def test_delimited_rows_without_a_credential_value_are_left_alone(text: str) -> None:
     assert redact(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("Password\n: Hunter2Pass\n", "Hunter2Pass"),
+    ("**DB password**\n:   `Tr0ub4dor&3`\n\nHost\n: db.internal", "Tr0ub4dor&3"),
+    ("api_token\n: 9b2f1c7d8e4a6b3c5d7e9f0a1b2c3d4e", "9b2f1c7d8e4a6b3c5d7e9f0a1b2c3d4e"),
+])
+def test_a_credential_in_a_definition_list_is_masked(text: str, secret: str) -> None:
+    """A Markdown definition list (Pandoc, PHP Markdown Extra; an HTML page's ``<dl>``
+    as a resource is read) sets a term on its line and ``: definition`` below it."""
+    out = redact(text)
+    assert secret not in out and MASK in out, out
+
+
+@pytest.mark.parametrize("text", [
+    "Password\n: forgotten\n", "Password\n: changeme later\n", "Token\n: v1.2.3\n",
+    "Password\n: 2026-01-05\n", "Host\n: db.internal\n",
+])
+def test_definitions_that_hold_no_credential_are_left_alone(text: str) -> None:
+    assert redact(text) == text

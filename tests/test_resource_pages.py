@@ -85,8 +85,9 @@ def test_a_page_in_the_encoding_it_declares_is_read_in_it(
 def test_a_pages_table_is_read_as_a_table_and_its_passwords_are_not_sent(
         daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
     """A saved admin page listing accounts: its table reaches the model as a table, rows
-    under their header, so the password column is masked as in a Markdown table (cell by
-    cell on lines of their own, a password stood below a user name, unrecognised)."""
+    under their header, and its definition list as one, each definition below its term,
+    so the passwords are masked as in a note (cell by cell on lines of their own, a
+    password stood below a user name, unrecognised)."""
     root = tmp_path / "ws"
     ScriptedModel(fake)
     passwords = ("Hunter2Pass", "Tr0ub4dor&3")
@@ -94,12 +95,15 @@ def test_a_pages_table_is_read_as_a_table_and_its_passwords_are_not_sent(
         "<h1>Accounts</h1><table><thead><tr><th>User</th><th>Password</th></tr></thead>"
         "<tbody><tr><td>bob</td><td>Hunter2Pass</td></tr>"
         "<tr><td>amy</td><td><p>Tr0ub4dor&amp;3</p></td></tr>"
-        "<tr><td>cat | dog</td><td>changeme</td></tr></tbody></table><p>Rotate monthly.</p>"))
+        "<tr><td>cat | dog</td><td>changeme</td></tr></tbody></table><p>Rotate monthly.</p>"
+        "<dl><dt>Root password</dt><dd>Zq8mN2pL4x</dd><dt>Host</dt><dd>db.internal</dd>"
+        "<dt>Note</dt><dd></dd></dl>"))
     open_ws(daemon, "res", root, fake)
     wait_state(root, "resource/accounts.html", "processed", "skipped", "failed")
     asked = [r.json["messages"][1]["content"].split("\n\n", 1)[1]
              for r in fake.requests if r.path.endswith("/chat/completions")]
     assert asked == ["Budsjett 2027 – Oslo\n# Accounts\n| User | Password |\n|---|---|\n"
                      "| bob | [REDACTED] |\n| amy |  [REDACTED]  |\n| cat \\| dog | changeme |\n"
-                     "Rotate monthly."], asked
-    assert not any(p in text for p in passwords for text in asked)
+                     "Rotate monthly.\nRoot password\n: [REDACTED]\nHost\n: db.internal\n"
+                     "Note"], asked
+    assert not any(p in text for p in (*passwords, "Zq8mN2pL4x") for text in asked)

@@ -5,8 +5,8 @@ first word of its body): the head of its source alone, as other text formats are
 held only those. Here the page is parsed (the standard library's parser, which never
 raises on bad markup), in slices, until enough text is found; scripts, styles and other
 parts nobody reads are left out, block elements end lines, list items are bullets, a
-table's rows are a Markdown table's (its first row the header) and character references
-are decoded. Pure functions.
+definition list and a table's rows are written as Markdown writes them (a table's first
+row its header) and character references are decoded. Pure functions.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ _BLOCKS: Final = frozenset({
     "h5", "h6", "header", "hr", "li", "main", "nav", "ol", "p", "pre", "section", "summary",
     "table", "td", "th", "title", "tr", "ul"})
 _HEADINGS: Final = {f"h{n}": "#" * n + " " for n in range(1, 7)}
+#: How a line of these elements starts: a list item is a bullet, a definition as a
+#: Markdown definition list writes it below its term (``<dt>Password<dd>...``).
+_MARKS: Final = {"li": "- ", "dd": ": "}
 #: A table's elements, written as a Markdown table's rows and cells.
 _ROWS: Final = frozenset({"table", "tr", "td", "th"})
 _SPACES: Final = re.compile(r"[ \t\r\f\v\u00a0]+")
@@ -76,7 +79,7 @@ class _Text(HTMLParser):
         elif tag in _ROWS:
             self._row(tag)
         elif tag in _BLOCKS:
-            self._block("\n" + _HEADINGS.get(tag, "- " if tag == "li" else ""))
+            self._block("\n" + _HEADINGS.get(tag, _MARKS.get(tag, "")))
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag not in _UNREAD and not self._unread and tag in _BLOCKS and tag not in _ROWS:
@@ -166,4 +169,4 @@ def html_text(markup: str, want_chars: int) -> tuple[str, bool]:
     if not left:
         parser.close()
     lines = (line.strip() for line in "".join(parser.parts).split("\n"))
-    return "\n".join(line for line in lines if line.strip("#- ")), left
+    return "\n".join(line for line in lines if line.strip("#-: ")), left

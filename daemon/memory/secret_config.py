@@ -120,9 +120,11 @@ _LAYOUT = re.compile(r"(?i):[ \t]*[|>]|value[\"']?[ \t]*[:=]")
 _ELEMENT = re.compile(r"<(?P<name>[A-Za-z_][\w.\-:]{0,60})(?:\s+[\w.\-:]+\s*=\s*(?:\"[^\"\n]*\""
                       r"|'[^'\n]*'))*?\s+value\s*=\s*(?P<value>\"[^\"\n]{1,400}\"|'[^'\n]{1,400}')")
 #: A label alone on its line, the value alone on the next: "Password:\nZq8...", as notes
-#: and chats set them out ("**Password:**", then the value in backticks).
-_LABEL = re.compile(r"(?P<key>[A-Za-z_][\w.\- ]{0,40}?)[*_`]*[ \t]*:[ \t]*[*_`]*[ \t]*\r?\n"
-                    r"[ \t]*[`\"']?(?P<value>[^\s`\"']{4,200})[`\"']?[ \t]*(?=\r?\n|\Z)")
+#: and chats set them out ("**Password:**", then the value in backticks), or as a
+#: Markdown definition list sets a term and its definition ("Password\n: Zq8...").
+_LABEL = re.compile(r"(?P<key>[A-Za-z_][\w.\- ]{0,40}?)[*_`]*[ \t]*"
+                    r"(?::[ \t]*[*_`]*[ \t]*\r?\n[ \t]*|\r?\n[ \t]{0,3}:[ \t]+)"
+                    r"[`\"']?(?P<value>[^\s`\"']{4,200})[`\"']?[ \t]*(?=\r?\n|\Z)")
 
 
 #: Versions, dates and times: "v2.3.1", "2026-01-05", "10:30".
