@@ -155,3 +155,38 @@ def test_chinese_statements_are_masked_in_traditional_characters_too(text: str,
 def test_talk_about_credentials_in_traditional_characters_is_left_alone(text: str) -> None:
     for spelled in (text, text.translate(_TRADITIONAL)):
         assert redact(spelled) == spelled
+
+
+_HEX = "9b2f1c7d8e4a6b3c5d7e9f0a1b2c3d4e"
+_RANDOM = "Xk29vLq7Rt4mPz8W"
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    (f"Der API-Schlüssel lautet {_HEX}", _HEX),
+    (f"Zugangstoken: {_RANDOM}", _RANDOM),
+    (f"la clé API est {_HEX}", _HEX),
+    (f"jeton d'accès : {_RANDOM}", _RANDOM),
+    (f"la clave API es {_HEX}", _HEX),
+    (f"chave de API: {_HEX}", _HEX),
+    (f"API-ключ: {_HEX}", _HEX),
+    (f"токен: {_RANDOM}", _RANDOM),
+    (f"APIキーは {_HEX} です", _HEX),
+    (f"トークン: {_RANDOM}", _RANDOM),
+    (f"API 키: {_HEX}", _HEX),
+    (f"토큰: {_RANDOM}", _RANDOM),
+])
+def test_keys_and_tokens_named_in_other_languages_are_masked(text: str, secret: str) -> None:
+    """Only passwords were known by their names in other languages (and keys in
+    Chinese): an API key or a token stated in German, French, Spanish, Portuguese,
+    Russian, Japanese or Korean went through."""
+    out = redact(text)
+    assert secret not in out and "[REDACTED]" in out, out
+
+
+@pytest.mark.parametrize("text", [
+    "Schlüssel: im Briefkasten", "Der Schlüssel ist verloren", "la clé est sous le paillasson",
+    "키: 180cm", "ключ: от двери", "トークン: 4096 個", "clé: v1.2.3-beta",
+])
+def test_keys_named_in_other_languages_with_no_key_after_them_are_left_alone(
+        text: str) -> None:
+    assert redact(text) == text

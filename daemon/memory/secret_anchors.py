@@ -26,12 +26,18 @@ OTHER_WORDS: Final = (
 #: Hong Kong: "密碼是 ...", "API 密鑰：...").
 ZH_WORDS: Final = ("密码", "口令", "密钥", "秘钥", "密匙", "令牌", "暗号", "验证码",
                    "密碼", "密鑰", "秘鑰", "祕鑰", "暗號", "驗證碼")
+#: A key or a token named in other languages ("API-Schlüssel", "clé API", "API-ключ",
+#: "APIキー", "토큰"): what follows is one only where it looks random (see ``keyish``).
+KEY_WORDS: Final = (
+    "schlüssel", "schluessel", "zugangstoken", "geheimnis", "clé", "jeton", "clave",
+    "chave", "chiave", "segreto", "secreto", "sleutel", "klucz", "anahtar", "nyckel",
+    "ключ", "токен", "キー", "トークン", "키", "토큰")
 
 #: Lowercase words where a credential name or statement can start (the anchors).
 _ANCHOR_WORDS: Final = (
     "pass", "pw", "pin", "secret", "token", "key", "cred", "auth", "sig", "cookie", "session",
     "otp", "pat", "login", "api", "access", "private", "signing", "encryption", "master",
-    "license", "ssh", "app", "bearer", "refresh", "bot", "client", "sessid",
+    "license", "ssh", "app", "bearer", "refresh", "bot", "client", "sessid", *KEY_WORDS,
     *ZH_WORDS, *OTHER_WORDS)
 #: "key" after these names a public key, which is published, not kept secret ("public
 #: key: MFkw...", "-----BEGIN PUBLIC KEY-----", "WireGuard PublicKey = ...").
@@ -95,4 +101,4 @@ def anchors(text: str, lower: str, words: Sequence[int] | None = None) -> list[i
 
 CRED_HINTS = ("pass", "pw", "pin", "secret", "token", "key", "cred", "auth", "sig", "cookie",
               "session", "sessid", "otp", "pat", "login",
-              *ZH_WORDS, *OTHER_WORDS)
+              *ZH_WORDS, *OTHER_WORDS, *KEY_WORDS)

@@ -4,8 +4,9 @@ it): in Chinese, simplified or traditional ("密码是 ...", "密碼是 ...", "P
 password's name in Japanese, Korean, Russian, Arabic, Hebrew, Hindi, Greek, Thai, German,
 French, Spanish and other languages ("パスワードは ... です", "비밀번호: ...", "Пароль: ...",
 "كلمة السر هي ...", "Das Passwort lautet ...", "le mot de passe est ...", "la contraseña es
-..."), also with the verb last ("मेरा पासवर्ड ... है", "رمز عبور من ... است"). Talk about a
-password in those languages stays
+..."), also with the verb last ("मेरा पासवर्ड ... है", "رمز عبور من ... است"); and a key
+or a token named in those languages ("API-Schlüssel: ...", "APIキーは ..."), where what
+follows looks random. Talk about a password in those languages stays
 ("パスワードを忘れました", "Kennwort: vergessen", "le mot de passe est trop court").
 """
 
@@ -15,7 +16,12 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Final
 
-from recalld.daemon.memory.secret_anchors import NON_LATIN_WORDS, OTHER_WORDS, ZH_WORDS
+from recalld.daemon.memory.secret_anchors import (
+    KEY_WORDS,
+    NON_LATIN_WORDS,
+    OTHER_WORDS,
+    ZH_WORDS,
+)
 from recalld.daemon.memory.secret_context import (
     made_like_a_password,
     phrase_words,
@@ -48,6 +54,16 @@ _OTHER = re.compile(
     r"|(?P<en>password)(?P<en_sep>[ \t]+(?:è|ist|lautet|est|es|é|är|jest|je|это)))"
     r"[ \t]*[\"'“「『]?(?P<value>[!#-&(-+\--:<-_a-~\u00c0-\u024f\u0400-\u04ff]{4,200})")
 
+#: A key or a token stated in another language: "API-Schlüssel: ...", "la clé API est ...",
+#: "API-ключ: ...", "APIキーは ...", "토큰: ..."; the value must look random (``keyish``).
+_KEY = re.compile(
+    r"(?i)(?:api[ \t\-]?)?(?:" + "|".join(KEY_WORDS) + r")"
+    r"(?:[ \t]+(?:(?:d['’]|de |del |da |do |von |für |для )?(?:api|accès|acceso|acesso"
+    r"|zugang|доступа)))?"
+    r"(?:[ \t]*(?:[:=—]|は|는|은|이|가)|[ \t]+(?:est|es|é|è|ist|lautet|is|är|это|jest|je))"
+    r"[ \t]*[\"'“「『]?(?P<value>[!#-&(-+\--:<-_a-~]{8,200})")
+
+
 #: A password stated with the verb last, as Hindi, Persian, Japanese and Korean put it:
 #: the password's name, perhaps whose it is in that script ("رمز عبور من": my password),
 #: the value, then "is" ("मेरा पासवर्ड Zx9kLm2Q है", "رمز عبور من Zx9kLm2Q است",
@@ -77,7 +93,7 @@ def _verb_last(text: str, a: int) -> Span | None:
 
 #: What a text starts with where one of the patterns may match (most anchors are English
 #: words: they are passed by at once).
-_STARTS: Final = (*OTHER_WORDS, *ZH_WORDS, "password", "pin")
+_STARTS: Final = (*OTHER_WORDS, *ZH_WORDS, *KEY_WORDS, "password", "pin", "api")
 _STARTS_CHARS: Final = max(map(len, _STARTS))
 
 
@@ -94,6 +110,9 @@ def find_in_other_languages(text: str, starts: Sequence[int]) -> Iterable[Span]:
                 yield span
         if (span := _verb_last(text, a)) is not None:
             yield span
+        m = _KEY.match(text, a)
+        if m is not None and keyish(value := strip_end(m.group("value"))):
+            yield m.start("value"), m.start("value") + len(value)
         m = _ZH.match(text, a)
         if m is None:
             continue
