@@ -133,7 +133,11 @@ class ReplicaFiles:
             if base.hash is not None and base.stat is not None:
                 self._known[path] = base.stat
         for change in self._outbox.pending():
+            # The file was changed after its base: the base's stat is not the file's
+            # (a copy of the base's text put back with its times, as a restored backup
+            # does, would look unchanged), so the next rescan reads it.
             self._last_local[change.path] = change.hash
+            self._known.pop(change.path, None)
         self.guard.restored(self.state.held)
         self.guard.adopt_folders()
 

@@ -1,0 +1,56 @@
+"""A backup restored on a host of a shared workspace while the server cannot be reached,
+over notes edited there meanwhile (two daemons, a real PostgreSQL).
+
+A restore is a deliberate change: once the host reconnects, the restored text goes to
+every host, as an edit made after the queued ones would, whether or not a sync tool
+respelt the note's name (or its folder's) between Unicode forms in between.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+import pytest
+from conftest import DaemonFactory
+from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
+from test_remote import notes, pair, remote_status, root, write
+from test_remote_forms import content, rows, settled
+from test_remote_forms_shapes import FOLDER
+from waits import wait_for
+
+BACKED = "# Backed up\nthe text the backup holds\n"
+EDITED = "# Edited offline\nqueued while the server was away\n"
+
+
+@pytest.mark.parametrize("respell", ["none"])
+def test_a_restore_while_offline_reaches_every_host_over_a_queued_edit(
+        daemon_factory: DaemonFactory, pg_server: PgServer, respell: str) -> None:  # noqa: F811
+    a, b, name = pair(daemon_factory, pg_server)
+    named = f"{FOLDER}/naïve café.md"
+    write(b, named, BACKED)
+    wait_for(lambda: settled(pg_server, name, a, b) and len(notes(a)) == 1, what="on a")
+    made = b.call("backup.create", {})
+
+    pg_server.stop()
+    try:
+        wait_for(lambda: remote_status(b)["state"] == "offline", what="b offline")
+        # A sync tool respells the name (or its folder's) decomposed, then b edits it.
+        now = named
+        if respell == "note":
+            now = f"{FOLDER}/{unicodedata.normalize('NFD', 'naïve café.md')}"
+            (root(b) / named).rename(root(b) / now)
+        elif respell == "folder":
+            now = f"{unicodedata.normalize('NFD', FOLDER)}/naïve café.md"
+            (root(b) / FOLDER).rename(root(b) / unicodedata.normalize("NFD", FOLDER))
+        write(b, now, EDITED)
+        wait_for(lambda: remote_status(b)["outbox"] >= 1, what="the edit queued")
+        b.call("backup.restore", {"file": made["file"], "overwrite_shared": True})
+        wait_for(lambda: (root(b) / named).read_text() == BACKED, what="restored on b")
+    finally:
+        pg_server.start()
+
+    wait_for(lambda: settled(pg_server, name, a, b) and content(pg_server, name, named)
+             == BACKED.encode(), what="the restored text on the server", deadline_s=60)
+    assert rows(pg_server, name) == {named: False}
+    assert (root(a) / named).read_text() == (root(b) / named).read_text() == BACKED
+    assert list(notes(a)) == list(notes(b)) == [named]
