@@ -22,7 +22,7 @@ BACKED = "# Backed up\nthe text the backup holds\n"
 EDITED = "# Edited offline\nqueued while the server was away\n"
 
 
-@pytest.mark.parametrize("respell", ["none"])
+@pytest.mark.parametrize("respell", ["none", "note", "folder"])
 def test_a_restore_while_offline_reaches_every_host_over_a_queued_edit(
         daemon_factory: DaemonFactory, pg_server: PgServer, respell: str) -> None:  # noqa: F811
     a, b, name = pair(daemon_factory, pg_server)

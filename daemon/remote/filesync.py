@@ -285,9 +285,7 @@ class FileSync(ReplicaFiles):
                     # Redirected to this host's conflict copy: the copy on disk follows.
                     stat = await self._put_local(target, change.data)
                     self._last_local[target] = change.hash
-                old = bases.get(target)
-                updates.append((target, Base(answer.version, change.hash, stat,
-                                             old.redirect if old else None)))
+                updates += self._stored(target, answer.version, change.hash, stat)
             elif answer.outcome == "conflict":
                 copy = answer.stored_path
                 stat = await self._put_local(copy, change.data)

@@ -232,7 +232,9 @@ class ReplicaFiles:
         """A new file ``path`` whose note the replica knows spelt in another Unicode form
         (the whole path, or a folder's name or the file name alone), no longer on disk
         (renamed between forms), is based on that note's version (caller holds the lock);
-        returns that version's hash. Beside it, it is another file: its
+        returns the hash of the note as the replica last knew it (a change of the old
+        spelling still queued, else that version's): other content is an edit made
+        after it (a backup restored over it too). Beside it, it is another file: its
         own change (a conflict).
 
         The old spelling is no note of its own from then on (unless a change of it still
@@ -252,10 +254,30 @@ class ReplicaFiles:
                 with trio.CancelScope(shield=True):
                     await in_thread(partial(self.state.record, took,
                                             respelt=[*ended, (path, other)]))
+                last = self._last_local.get(other)
                 if ended:
                     self._last_local[other] = None
-                return base.hash
+                # Unchanged is as the replica last knew the note: a change of the old
+                # spelling still queued, else its base.
+                return base.hash if last is None else last
         return None
+
+    def _stored(self, path: str, version: int, hash_: str | None,
+                stat: tuple[int, int] | None) -> list[tuple[str, Base]]:
+        """The bases to record once a change of ``path`` is stored as ``version``: its
+        own, and that of another spelling of the name that took the note over at the
+        version the change was based on (renamed between forms while the change waited):
+        what was changed under the new spelling since follows this change, as it would
+        under one name, rather than conflicting with it."""
+        old = self.state.bases.get(path)
+        stored = [(path, Base(version, hash_, stat, old.redirect if old else None))]
+        if old is None or old.hash is None or not old.version or hash_ is None:
+            return stored  # a deletion: the note another spelling holds is no deletion
+        for other in spellings(path)[1:]:
+            took = self.state.bases.get(other)
+            if took is not None and took.version == old.version and not took.redirect:
+                stored.append((other, replace(took, version=version, hash=hash_)))
+        return stored
 
     def _twin(self, path: str, other: str) -> bool:
         """``other`` (``path`` in another Unicode form) is a note of its own: the server
