@@ -9,6 +9,7 @@ tests/test_remote.py.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -107,12 +108,15 @@ def test_a_read_only_server_is_refusing_reads_go_on_and_the_outbox_waits(
     a, b, _ = pair(daemon_factory, pg_server)
     write(b, "memory/2026-09-01/before.md", "# Before\nwritten before the failover\n")
     wait_for(lambda: converged(a, b), what="converged")
+    began = time.time()
     with read_only(pg_server):
         write(a, "memory/2026-09-01/during.md", "# During\nwritten while read-only\n")
         status = wait_for(lambda: (lambda s: s if s["state"] == "refusing" else None)(
             remote_status(a)), what="a refusing")
         assert status["refusing"] == "read-only" and status["outbox"] == 1, status
         assert "read-only transaction" in str(status["last_error"]), status
+        # What is wrong comes with when it began.
+        assert began <= (status["last_error_at"] or 0) <= time.time(), status
         shown = cli(a, "doctor")
         assert "remote refusing writes" in shown and "point the dsn at the primary" in shown
         assert "reachable and accepts this host" not in shown, shown

@@ -155,7 +155,8 @@ class Replica:
             "last_upload": self._files.last_upload,
             "last_pull": self._files.last_pull,
             "last_error": faults[0] if faults else self._last_error,
-            "last_error_at": self._last_error_at,
+            # When the error shown came: a refusal of every write since it began.
+            "last_error_at": writes.since if refusing else self._last_error_at,
             # Named as search names them: masked where a name looks like a credential.
             "blocked": {masked(path): why for path, why in blocked.items()},
             "refused": {masked(path): why for path, why in refused.items()},
