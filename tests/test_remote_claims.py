@@ -5,6 +5,7 @@ The embedding host runs with a hook that records each ``embeddings.get_or_claim`
 ``CLAIMS`` and has host ``OTHER`` claim the texts first (another host embedding them), and
 makes the longest wait for them an hour: only the notification ends it. The clock is a
 host whose LISTEN is refused (``test_remote_wakeups.py``), reading the feed every 0.05 s.
+A server without pgvector has no vectors to share: each host embeds by itself.
 """
 
 from __future__ import annotations
@@ -85,3 +86,36 @@ def test_a_host_waits_for_claimed_vectors_until_told_they_are_stored(
         # The provider was never asked for them here (only the daemon's own probe).
         assert not any(b"otter" in r.body.lower() for r in fake.requests), fake.requests
     del deaf
+
+
+def test_a_server_without_pgvector_embeds_on_each_host_and_says_why(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    import psycopg
+    from fakes.provider_server import FakeProvider
+
+    # A database of a role that may not create the vector extension (a superuser's to
+    # create): the schema's embeddings table is skipped, everything else works.
+    role = "v" + uuid.uuid4().hex[:12]
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN".encode())
+        conn.execute(f"CREATE DATABASE {role} OWNER {role}".encode())
+    dsn = f"postgresql://{role}@127.0.0.1:{pg_server.port}/{role}"
+    try:
+        with FakeProvider(dims=4, api_key="k") as fake:
+            vec = (f'embedding_model_config = {{ backend = "openai", base_url = '
+                   f'"{fake.url}/v1", api_key = "k", model_name = "m", dimensions = 4 }}\n')
+            d = daemon_factory(config(dsn, "team", "plain") + vec)
+            wait_for(lambda: remote_status(d)["state"] == "online", what="online")
+            write(d, "memory/2026-12-14/heron.md", "# Heron\nstands in the reeds\n")
+            wait_for(lambda: remote_status(d)["vectors"]["embedded_here"] >= 1,
+                     what="embedded here")
+            status = remote_status(d)
+            assert status["vectors"]["not_shared"] == embeddings.NO_TABLE, status
+            # Not a fault of the connection: nothing asked of a table that is not there.
+            assert status["state"] == "online" and status["last_error"] is None, status
+            assert "recalld_embeddings" not in d.log(), d.log()
+            d.stop()
+    finally:
+        with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {role} WITH (FORCE)".encode())
+            conn.execute(f"DROP ROLE IF EXISTS {role}".encode())

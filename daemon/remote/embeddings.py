@@ -25,6 +25,16 @@ from recalld.daemon.arraytypes import F32
 from recalld.daemon.remote.db import VECTORS_STORED, Conn, channel
 
 CLAIM_STALE_S = 60
+#: Why vectors are not shared where the server has no ``recalld_embeddings`` table.
+NO_TABLE = ("the server lacks the vector extension (pgvector): each host embeds its "
+            "texts itself")
+
+
+def unshared(conn: Conn) -> str | None:
+    """Why vectors cannot be shared on this server (its schema migration 2 was skipped:
+    pgvector missing, or a role that may not create it), or None when they can."""
+    row = conn.execute("SELECT to_regclass('recalld_embeddings')").fetchone()
+    return NO_TABLE if row is None or row[0] is None else None
 
 
 def _parse(text: str) -> F32:

@@ -102,6 +102,7 @@ class Replica:
         self._server_wanted = trio.Event()
         self.shared_vectors = 0
         self.provider_vectors = 0
+        self._vectors_unshared: str | None = None  # embeddings.unshared, at each session
         self._searcher = ServerSearcher(ws, cfg, host=self.host, secrets=self._secrets,
                                         writer_lock=self._writer_lock, max_chars=chunk_max_chars,
                                         writes=self._files.writes, cpu=cpu)
@@ -164,7 +165,8 @@ class Replica:
             "outside": self._files.outside,
             "unshared": self._files.watcher.status()["misnamed"],
             "watcher": self._files.watcher.state,
-            "vectors": {"shared": self.shared_vectors, "embedded_here": self.provider_vectors},
+            "vectors": {"shared": self.shared_vectors, "embedded_here": self.provider_vectors,
+                        "not_shared": self._vectors_unshared},
             "search_mode": self._cfg.search_mode,
             "search": {"server_searches": self._searcher.server_searches,
                        "local_fallbacks": self._searcher.search_fallbacks,
@@ -266,6 +268,8 @@ class Replica:
                 ident = await on_conn(writer, db.renew_identity, self._cfg.name,
                                       workspace_id, ident)
             self._workspace_id = workspace_id
+            from recalld.daemon.remote import embeddings
+            self._vectors_unshared = await on_conn(writer, embeddings.unshared)
             await self._files.adopt(ident)
             await self._files.forget_removed(writer, workspace_id)
             listener = await in_thread(db.connect, self._cfg)
@@ -385,7 +389,8 @@ class Replica:
             await self._first_attempt.wait()
         by_hash = dict(zip(hashes, texts, strict=True))
         out: dict[str, F32] = {}
-        pending = list(by_hash)
+        # A server without the table is asked nothing: each text is embedded here.
+        pending = [] if self._vectors_unshared else list(by_hash)
         try:
             while pending:
                 stored = self._files.vectors_stored  # taken before asking: none is missed

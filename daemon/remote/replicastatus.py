@@ -37,6 +37,7 @@ async def count_outside(conn: db.Conn, workspace_id: int, folders: Sequence[str]
 class VectorCounts(TypedDict):
     shared: int  # vectors another host had embedded
     embedded_here: int
+    not_shared: str | None  # why vectors are not shared on this server (no pgvector)
 
 
 class ServerSearchStatus(TypedDict):
