@@ -88,7 +88,7 @@ def test_a_host_waits_for_claimed_vectors_until_told_they_are_stored(
     del deaf
 
 
-def test_a_server_without_pgvector_embeds_on_each_host_and_says_why(
+def test_a_server_without_pgvector_embeds_and_searches_on_each_host_and_says_why(
         daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
     import psycopg
     from fakes.provider_server import FakeProvider
@@ -104,7 +104,7 @@ def test_a_server_without_pgvector_embeds_on_each_host_and_says_why(
         with FakeProvider(dims=4, api_key="k") as fake:
             vec = (f'embedding_model_config = {{ backend = "openai", base_url = '
                    f'"{fake.url}/v1", api_key = "k", model_name = "m", dimensions = 4 }}\n')
-            d = daemon_factory(config(dsn, "team", "plain") + vec)
+            d = daemon_factory(config(dsn, "team", "plain", ', search_mode = "server"') + vec)
             wait_for(lambda: remote_status(d)["state"] == "online", what="online")
             write(d, "memory/2026-12-14/heron.md", "# Heron\nstands in the reeds\n")
             wait_for(lambda: remote_status(d)["vectors"]["embedded_here"] >= 1,
@@ -113,6 +113,14 @@ def test_a_server_without_pgvector_embeds_on_each_host_and_says_why(
             assert status["vectors"]["not_shared"] == embeddings.NO_TABLE, status
             # Not a fault of the connection: nothing asked of a table that is not there.
             assert status["state"] == "online" and status["last_error"] is None, status
+            # A search with vectors is not sent to a server that has none: the host's
+            # own index answers it, saying why.
+            wait_for(lambda: remote_status(d)["search"]["chunks_ready"], what="chunked")
+            found = d.call("memory.search", {"agent_id": "default", "query": "heron reeds"})
+            assert found["search_mode"] == "local" and found["mode"] == "hybrid", found
+            assert [r["path"] for r in found["results"]] == ["memory/2026-12-14/heron.md"]
+            assert found["server_error"].startswith(embeddings.NO_TABLE), found
+            assert remote_status(d)["search"]["last_error"] is None, remote_status(d)
             assert "recalld_embeddings" not in d.log(), d.log()
             d.stop()
     finally:

@@ -152,6 +152,9 @@ class ServerSearch:
                          keep: int | None = None) -> Candidates:
         from recalld.daemon.remote.searcher import SearchUnavailable
 
+        if query_vector is not None and self._replica.vectors_unshared is not None:
+            # No vectors there to search: the host's own index answers, asking nothing.
+            self.error = f"{self._replica.vectors_unshared}; searches with vectors run here"
         if self.error is None:
             try:
                 return await self._replica.search_candidates(

@@ -102,7 +102,7 @@ class Replica:
         self._server_wanted = trio.Event()
         self.shared_vectors = 0
         self.provider_vectors = 0
-        self._vectors_unshared: str | None = None  # embeddings.unshared, at each session
+        self.vectors_unshared: str | None = None  # embeddings.unshared, at each session
         self._searcher = ServerSearcher(ws, cfg, host=self.host, secrets=self._secrets,
                                         writer_lock=self._writer_lock, max_chars=chunk_max_chars,
                                         writes=self._files.writes, cpu=cpu)
@@ -166,7 +166,7 @@ class Replica:
             "unshared": self._files.watcher.status()["misnamed"],
             "watcher": self._files.watcher.state,
             "vectors": {"shared": self.shared_vectors, "embedded_here": self.provider_vectors,
-                        "not_shared": self._vectors_unshared},
+                        "not_shared": self.vectors_unshared},
             "search_mode": self._cfg.search_mode,
             "search": {"server_searches": self._searcher.server_searches,
                        "local_fallbacks": self._searcher.search_fallbacks,
@@ -269,7 +269,7 @@ class Replica:
                                       workspace_id, ident)
             self._workspace_id = workspace_id
             from recalld.daemon.remote import embeddings
-            self._vectors_unshared = await on_conn(writer, embeddings.unshared)
+            self.vectors_unshared = await on_conn(writer, embeddings.unshared)
             await self._files.adopt(ident)
             await self._files.forget_removed(writer, workspace_id)
             listener = await in_thread(db.connect, self._cfg)
@@ -390,7 +390,7 @@ class Replica:
         by_hash = dict(zip(hashes, texts, strict=True))
         out: dict[str, F32] = {}
         # A server without the table is asked nothing: each text is embedded here.
-        pending = [] if self._vectors_unshared else list(by_hash)
+        pending = [] if self.vectors_unshared else list(by_hash)
         try:
             while pending:
                 stored = self._files.vectors_stored  # taken before asking: none is missed
