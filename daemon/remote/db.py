@@ -133,13 +133,6 @@ class LoginRefused(psycopg.OperationalError):
     (the password may be changed on either side). Its text is libpq's, which says why."""
 
 
-def _refused_login(exc: psycopg.OperationalError) -> bool:
-    # libpq gives a failed connection no SQLSTATE, and the server's words may be in
-    # any language: it did ask for a password, was sent one, and ended the attempt.
-    conn = exc.pgconn
-    return conn is not None and conn.used_password and not conn.needs_password
-
-
 @dataclass(frozen=True, slots=True)
 class Answer:
     """The server's answer to one uploaded change."""
@@ -179,7 +172,7 @@ def connect(cfg: RemoteConfig, *, environ: dict[str, str] | None = None,
     try:
         return _connect(conninfo, application_name)
     except psycopg.OperationalError as exc:
-        refused = LoginRefused if _refused_login(exc) else psycopg.OperationalError
+        refused = LoginRefused if passfile.refused_login(exc) else psycopg.OperationalError
         unusable = passfile.unusable_password_sources(cfg, env)
         if not unusable:
             if refused is LoginRefused:
@@ -191,7 +184,7 @@ def connect(cfg: RemoteConfig, *, environ: dict[str, str] | None = None,
 
 
 def _connect(conninfo: str, application_name: str) -> Conn:
-    return psycopg.connect(
+    conn = psycopg.connect(
         conninfo, autocommit=True,
         connect_timeout=CONNECT_TIMEOUT_S,
         application_name=application_name, keepalives=1, keepalives_idle=10,
@@ -202,6 +195,11 @@ def _connect(conninfo: str, application_name: str) -> Conn:
                  " -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3"
                  " -c tcp_user_timeout=20000"),
     )
+    # The sessions are held open (the host's name, LISTEN): an idle_session_timeout set
+    # for the role or database must not end them (a setting of PostgreSQL 14 and later).
+    if conn.info.server_version >= 140000:
+        conn.execute("SET idle_session_timeout = 0")
+    return conn
 
 
 def open_workspace(conn: Conn, name: str) -> tuple[int, str]:

@@ -9,6 +9,8 @@ import os
 import stat
 from collections.abc import Mapping
 
+import psycopg
+
 from recalld.daemon import dsn
 from recalld.daemon.config import RemoteConfig
 from recalld.ipc import paths
@@ -83,3 +85,11 @@ def secrets(cfg: RemoteConfig) -> list[str]:
     if cfg.password_env and os.environ.get(cfg.password_env):
         out.append(os.environ[cfg.password_env])
     return out
+
+
+def refused_login(exc: psycopg.OperationalError) -> bool:
+    """Whether a failed connection is the server refusing the password it was sent."""
+    # libpq gives a failed connection no SQLSTATE, and the server's words may be in
+    # any language: it did ask for a password, was sent one, and ended the attempt.
+    conn = exc.pgconn
+    return conn is not None and conn.used_password and not conn.needs_password
