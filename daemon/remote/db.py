@@ -193,12 +193,14 @@ def _connect(conninfo: str, application_name: str) -> Conn:
         # host vanished (power, network): its locks (a job's, the host's) go with it.
         options=(f"-c statement_timeout={STATEMENT_TIMEOUT_MS} -c tcp_keepalives_idle=10"
                  " -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3"
-                 " -c tcp_user_timeout=20000"),
+                 " -c tcp_user_timeout=20000 -c lock_timeout=0"
+                 " -c idle_in_transaction_session_timeout=0"),
     )
-    # The sessions are held open (the host's name, LISTEN): an idle_session_timeout set
-    # for the role or database must not end them (a setting of PostgreSQL 14 and later).
-    if conn.info.server_version >= 140000:
-        conn.execute("SET idle_session_timeout = 0")
+    # Held open (the host's name, LISTEN), bounded by the settings above and the call
+    # deadline: the role's or database's timeouts must not end the sessions or uploads.
+    for setting, since in (("idle_session_timeout", 140000), ("transaction_timeout", 170000)):
+        if conn.info.server_version >= since:
+            conn.execute(f"SET {setting} = 0".encode())
     return conn
 
 
