@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,6 +51,30 @@ def test_socket_activation_adopts_fd_3(daemon_factory: DaemonFactory, short_dir:
         probe.close()
     finally:
         listener.close()
+
+
+def test_a_listener_in_the_way_of_a_start_is_named_with_its_process(
+        daemon_factory: DaemonFactory, short_dir: Path) -> None:
+    # A socket unit (systemd listens on the path until it stops) or another program holds
+    # the socket path of a daemon started by hand: the start fails saying which process
+    # listens there and how to clear the way, not that a recalld serves it.
+    path = short_dir / "held.sock"
+    with subprocess.Popen(
+            [sys.executable, "-c",
+             "import socket, sys; s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]);"
+             "s.listen(4); print('up', flush=True); sys.stdin.read()", str(path)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE) as holder:
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == b"up\n"
+            d = daemon_factory(wait=False, RECALLD_SOCKET=str(path))
+            assert d.proc.wait(timeout=60) == 3, d.log()
+            said = d.log()
+            assert f"something else already listens on {path}: pid {holder.pid} (python" \
+                in said, said
+            assert "systemctl --user stop recalld.socket" in said and "Traceback" not in said
+            assert path.exists()  # left to its owner
+        finally:
+            holder.kill()
 
 
 def test_a_passed_socket_elsewhere_than_configured_is_named_and_warned(

@@ -449,7 +449,7 @@ def test_a_socket_passed_to_another_pid_is_named_as_the_reason_the_start_fails(
         d = daemon_factory(launcher=launcher, pass_fds=(listener.fileno(),), wait=False,
                            RECALLD_SOCKET=str(path))
         assert d.proc.wait(timeout=60) == 3, d.log()
-        assert f"another recalld is already serving {path}" in d.log()
+        assert f"something else already listens on {path}: pid {os.getpid()} (" in d.log()
         assert "LISTEN_FDS='1' is meant for pid '" in d.log(), d.log()
         assert "must exec it" in d.log() and "Traceback" not in d.log()
     finally:

@@ -11,7 +11,8 @@
 - ``<socket>.lock`` (flock) makes the check-and-replace of a stale socket race-free
   between two starting daemons, and marks which daemon owns the path.
 - A socket file left by a killed daemon (connect refused) is unlinked and replaced; one
-  that answers belongs to a live daemon: :class:`AlreadyServing`.
+  that answers is some other live listener's, which :class:`AlreadyServing` names by
+  pid (a socket unit's is systemd's).
 - On close, the socket file is removed only if it is still the one we bound.
 """
 
@@ -22,12 +23,17 @@ import logging
 import os
 import socket
 import stat
+import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from recalld.daemon.lock import LISTENING, PLACE_ERRNOS, AlreadyServing, FileLock
 from recalld.daemon.safepath import why_not_made
 from recalld.daemon.store.fsio import mkdir_private
+
+if TYPE_CHECKING:
+    import trio
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +54,39 @@ class SocketPlaceRefused(SocketSetupError):
     """The configured socket path names a place recalld refuses to serve from (a
     directory open to other users or someone else's, a symlink, a path too long, a
     foreign file in the way): a configuration error, which a restart cannot mend."""
+
+
+@dataclass(frozen=True, slots=True)
+class PeerCredentials:
+    """The process, user and group of a connected client."""
+
+    pid: int
+    uid: int
+    gid: int
+
+
+def peer_credentials(sock: socket.socket | trio.socket.SocketType) -> PeerCredentials:
+    """SO_PEERCRED of a connected Unix socket (stdlib or trio socket)."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", raw)
+    return PeerCredentials(pid=pid, uid=uid, gid=gid)
+
+
+def listener_named(sock: socket.socket) -> str:
+    """Who listens at the other end of ``sock``, a connected Unix socket, for a message:
+    ``pid N (name)`` of the process that made the listening socket (for a socket unit's,
+    systemd), or an empty string when the kernel does not say."""
+    try:
+        pid = peer_credentials(sock).pid
+    except OSError:
+        return ""
+    if pid <= 0:
+        return ""
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+            return f"pid {pid} ({f.read().strip()})"
+    except OSError:
+        return f"pid {pid}"
 
 
 def prepare_socket_dir(directory: Path) -> None:
@@ -105,10 +144,18 @@ def remove_if_stale(path: Path) -> None:
     except FileNotFoundError:
         return
     except BlockingIOError:
-        pass  # backlog full: very much alive
+        who = ""  # backlog full: very much alive
+    else:
+        who = listener_named(probe)
     finally:
         probe.close()
-    raise AlreadyServing(f"another recalld is already serving {path}")
+    # The socket's lock is ours, so no recalld that bound this path holds it: a socket
+    # unit's (systemd listens there until it stops), another program's, or a recalld
+    # started with the socket passed to it.
+    raise AlreadyServing(
+        f"something else already listens on {path}" + (f": {who}" if who else "")
+        + "; stop it (a socket unit: systemctl --user stop recalld.socket), or serve on "
+        "another socket (--socket)")
 
 
 def socket_answers(path: Path) -> bool:

@@ -20,7 +20,6 @@ import logging
 import os
 import resource
 import socket
-import struct
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -30,7 +29,12 @@ import trio
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.rpc.calls import CallCounters
 from recalld.daemon.rpc.connection import Connection
-from recalld.daemon.rpc.listener import BoundSocket, bind_listener
+from recalld.daemon.rpc.listener import (
+    BoundSocket,
+    PeerCredentials,
+    bind_listener,
+    peer_credentials,
+)
 from recalld.ipc import errors
 from recalld.ipc.protocol import Request, encode, error_response
 
@@ -53,22 +57,6 @@ Dispatch = Callable[[Request, Connection], Awaitable[object]]
 
 def _never_immediate(request: Request) -> bool:
     return False
-
-
-@dataclass(frozen=True, slots=True)
-class PeerCredentials:
-    """The process, user and group of a connected client."""
-
-    pid: int
-    uid: int
-    gid: int
-
-
-def peer_credentials(sock: socket.socket | trio.socket.SocketType) -> PeerCredentials:
-    """SO_PEERCRED of a connected Unix socket (stdlib or trio socket)."""
-    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, gid = struct.unpack("3i", raw)
-    return PeerCredentials(pid=pid, uid=uid, gid=gid)
 
 
 def connection_fd_ceiling() -> int:
