@@ -159,6 +159,12 @@ def render_units(exec_start: str | None = None, socket_path: Path | None = None,
     else:
         serve_args = f" --socket {_quote(_literal(str(socket_path), argument=True))}"
         listen = _literal(str(socket_path))
+        if listen.endswith(" "):
+            # systemd strips a setting's value: it would listen on the path without the
+            # blank, and the daemon, told the path with it, on a socket of its own.
+            raise paths.PathError(f"{str(socket_path)!r} ends in white space, which "
+                                  "systemd drops from ListenStream=; choose a socket path "
+                                  "that does not")
     return {
         SERVICE_NAME: SERVICE_TEMPLATE.format(exec_start=exe, serve_args=serve_args,
                                               environment=env),

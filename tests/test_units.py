@@ -288,6 +288,30 @@ def test_a_control_character_in_a_path_is_refused_not_written_as_a_new_line(
     assert "control character" in line or where == "RECALLD_CONFIG", line
 
 
+
+@pytest.mark.parametrize("end", [" ", "   "])
+def test_a_socket_path_ending_in_white_space_is_refused_not_cut_by_systemd(
+        tmp_path: Path, end: str) -> None:
+    # systemd strips a setting's value: ListenStream= would name the path without its
+    # last blanks while serve --socket keeps them, so the daemon would not serve where
+    # the socket unit listens. Refused before anything is written, as a configuration
+    # error.
+    env = _unit_env(tmp_path)
+    odd = Path(f"{tmp_path}/r.sock{end}")
+    with pytest.raises(paths.PathError, match="ends in white space"):
+        install.install_service(write_only=True, socket_path=odd, environ=env)
+    assert not install.unit_dir(env).exists() or list(install.unit_dir(env).iterdir()) == []
+    from test_cli import assert_one_line_error, recalld
+
+    line = assert_one_line_error(recalld("install-service", "--write-only", "--socket",
+                                         str(odd), env={"PATH": os.environ["PATH"], **env}), 2)
+    assert line.startswith("recalld: configuration error: ") and "white space" in line, line
+    # White space inside the path is kept: systemd reads it as part of the path.
+    inner = Path(f"{tmp_path}/a{end}b/r.sock")
+    units = install.render_units(socket_path=inner)
+    assert f"ListenStream={inner}\n" in units[install.SOCKET_NAME]
+
+
 @pytest.mark.parametrize("runtime", [None, "relative/run"])
 def test_a_shell_without_a_runtime_folder_installs_the_default_socket(
         tmp_path: Path, runtime: str | None) -> None:
