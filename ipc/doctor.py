@@ -28,6 +28,7 @@ from recalld.ipc.answers import DaemonStatus, JobInfo, WorkspaceInfo
 from recalld.ipc.client import Client
 from recalld.ipc.doctor_report import Check, problem_check, unreachable
 from recalld.ipc.health import assess, daemon_problems
+from recalld.ipc.peers import listener_of
 
 COMMAND_TIMEOUT_S = 5.0
 CHECK_CONFIG_TIMEOUT_S = 30.0
@@ -122,8 +123,15 @@ class Doctor:
                          f"{self.socket_path}", held or "recalld serve (or systemctl --user "
                          "start recalld.socket recalld.service)")
         except (errors.RecalldError, TimeoutError, OSError) as exc:
-            return Check("daemon", "fail", f"the daemon did not answer: {exc}",
-                         "see journalctl --user -u recalld")
+            # A socket unit's listener is systemd's, with or without a daemon behind it:
+            # what listens says whether to look at the service or at a stuck process.
+            who = listener_of(self.socket_path)
+            held = f" ({who} listens on {self.socket_path})" if who else ""
+            fix = ("the socket is recalld.socket's: see whether recalld.service runs and "
+                   "why it does not answer: systemctl --user status recalld.service; "
+                   "journalctl --user -u recalld" if who.endswith("(systemd)") else
+                   "see journalctl --user -u recalld")
+            return Check("daemon", "fail", f"the daemon did not answer: {exc}{held}", fix)
         s = self.status
         served = {w.get("agent_id") for w in s.get("workspaces") or []}
         # Closed ones that open again at the next start (recorded or configured) count too.

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from recalld.ipc.doctor import Doctor
 
 
@@ -60,3 +62,30 @@ def test_doctor_reports_a_file_in_the_way_of_the_socket_folder(tmp_path: Path) -
         line = next(x for x in proc.stdout.splitlines() if x.startswith(f"[FAIL] {name}:"))
         assert line.endswith(f"{runtime} is not a directory"), line
     assert f"fix: {runtime} must be a folder of yours" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("name", ["systemd", "stuck-one"])
+def test_doctor_names_what_listens_on_a_socket_that_does_not_answer(
+        tmp_path: Path, name: str) -> None:
+    # A listener that never answers: a socket unit (systemd listens) whose service does
+    # not start or hangs, or a process stuck. Doctor says which it is, and for a socket
+    # unit's where to look: at the service, not at a daemon that may not run at all.
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    path = run / "recalld.sock"
+    code = ("import ctypes, socket, sys; ctypes.CDLL(None).prctl(15, sys.argv[2].encode(),"
+            " 0, 0, 0); s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(4);"
+            " print('up', flush=True); sys.stdin.read()")
+    with subprocess.Popen([sys.executable, "-c", code, str(path), name],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE) as holder:
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == b"up\n"
+            check = Doctor(path, {"HOME": str(tmp_path)}, timeout_s=0.5).daemon()
+        finally:
+            holder.kill()
+    assert check.status == "fail", check
+    assert check.detail.endswith(f"(pid {holder.pid} ({name}) listens on {path})"), check
+    if name == "systemd":
+        assert "systemctl --user status recalld.service" in check.fix, check
+    else:
+        assert check.fix == "see journalctl --user -u recalld", check

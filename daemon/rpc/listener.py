@@ -23,17 +23,13 @@ import logging
 import os
 import socket
 import stat
-import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from recalld.daemon.lock import LISTENING, PLACE_ERRNOS, AlreadyServing, FileLock
 from recalld.daemon.safepath import why_not_made
 from recalld.daemon.store.fsio import mkdir_private
-
-if TYPE_CHECKING:
-    import trio
+from recalld.ipc.peers import peer_named
 
 log = logging.getLogger(__name__)
 
@@ -54,39 +50,6 @@ class SocketPlaceRefused(SocketSetupError):
     """The configured socket path names a place recalld refuses to serve from (a
     directory open to other users or someone else's, a symlink, a path too long, a
     foreign file in the way): a configuration error, which a restart cannot mend."""
-
-
-@dataclass(frozen=True, slots=True)
-class PeerCredentials:
-    """The process, user and group of a connected client."""
-
-    pid: int
-    uid: int
-    gid: int
-
-
-def peer_credentials(sock: socket.socket | trio.socket.SocketType) -> PeerCredentials:
-    """SO_PEERCRED of a connected Unix socket (stdlib or trio socket)."""
-    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, gid = struct.unpack("3i", raw)
-    return PeerCredentials(pid=pid, uid=uid, gid=gid)
-
-
-def listener_named(sock: socket.socket) -> str:
-    """Who listens at the other end of ``sock``, a connected Unix socket, for a message:
-    ``pid N (name)`` of the process that made the listening socket (for a socket unit's,
-    systemd), or an empty string when the kernel does not say."""
-    try:
-        pid = peer_credentials(sock).pid
-    except OSError:
-        return ""
-    if pid <= 0:
-        return ""
-    try:
-        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
-            return f"pid {pid} ({f.read().strip()})"
-    except OSError:
-        return f"pid {pid}"
 
 
 def prepare_socket_dir(directory: Path) -> None:
@@ -146,7 +109,7 @@ def remove_if_stale(path: Path) -> None:
     except BlockingIOError:
         who = ""  # backlog full: very much alive
     else:
-        who = listener_named(probe)
+        who = peer_named(probe)
     finally:
         probe.close()
     # The socket's lock is ours, so no recalld that bound this path holds it: a socket

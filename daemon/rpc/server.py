@@ -29,13 +29,9 @@ import trio
 from recalld.daemon.config import DaemonConfig
 from recalld.daemon.rpc.calls import CallCounters
 from recalld.daemon.rpc.connection import Connection
-from recalld.daemon.rpc.listener import (
-    BoundSocket,
-    PeerCredentials,
-    bind_listener,
-    peer_credentials,
-)
+from recalld.daemon.rpc.listener import BoundSocket, bind_listener
 from recalld.ipc import errors
+from recalld.ipc.peers import PeerCredentials, peer_credentials
 from recalld.ipc.protocol import Request, encode, error_response
 
 log = logging.getLogger(__name__)
