@@ -6,6 +6,7 @@ import json
 import os
 import threading
 import time
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -303,3 +304,34 @@ def test_a_note_renamed_or_moved_since_reme_consolidated_it_is_not_dreamed_again
     expected = sorted({p for p in daily if p not in done_by_reme} | {"memory/archive/new.md"})
     assert sorted(model.notes) == expected
     assert result["recognised_from_reme"] == len(done_by_reme) - 1
+
+
+def test_a_note_whose_name_changed_normal_form_is_not_dreamed_again(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # ReMe recorded two notes under decomposed names (é as e and a combining accent, as
+    # macOS' older file system writes them); the workspace came over by a way that
+    # composed the names and did not keep file times (a git checkout, an archive).
+    # Neither time nor name as written matches: the name is the same name all the same.
+    ws = copy_fixture(tmp_path / "ws")
+    done_by_reme = sorted(reme_dreamed())
+    renamed = {rel: rel.replace(".md", "-caf\u00e9.md") for rel in done_by_reme[:2]}
+    decomposed = {rel: unicodedata.normalize("NFD", new) for rel, new in renamed.items()}
+    meta = ws / "mem_metadata"
+    for part in ("file_catalog/dream.jsonl.zst", "file_graph/default.jsonl.zst",
+                 "file_store/file_chunks_default_v1.jsonl.zst"):
+        records = read_foreign_records(meta / part).records
+        for rec in records:
+            rec["path"] = decomposed.get(rec["path"], rec["path"])
+        (meta / part).write_bytes(zstandard.compress(b"".join(
+            json.dumps(r).encode() + b"\n" for r in records)))
+    for rel, new in renamed.items():
+        (ws / rel).rename(ws / new)
+    later = time.time() + 3600
+    for note in (ws / "memory").rglob("*.md"):
+        os.utime(note, (later, later))
+    model = NoteRecorder(fake)
+    open_ws(daemon, ws, fake)
+    result = dream(daemon)
+    daily = [p for p in fixture_notes() if p.startswith("memory/")]
+    assert sorted(model.notes) == sorted(p for p in daily if p not in done_by_reme)
+    assert result["recognised_from_reme"] == len(done_by_reme)

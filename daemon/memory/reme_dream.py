@@ -15,7 +15,9 @@ already has under an older text too (edited while QwenPaw served the workspace, 
 consolidated by ReMe's dream): the workspace may go back and forth. A note renamed or
 moved since (``mv`` keeps its time) is recognised at its new path when it has the time
 the dream recorded for a note that is gone and ReMe's index vouches for its text under
-that path. ReMe's file is only
+that path; so is a note whose name is the recorded one in another Unicode normal form
+(composed by a checkout or an archive of a workspace whose names macOS had decomposed),
+whatever its time. ReMe's file is only
 read, never written. Blocking: call from worker threads.
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,11 +125,15 @@ def _moved(root: Path, daily_dir: str, gone: Mapping[str, float], recorded: set[
            index: _ReMeIndex) -> dict[str, tuple[str, str]]:
     """``{former path: (path, text)}`` of the notes of ``gone`` renamed or moved since
     ReMe's dream read them: a daily note neither catalog has, with the time ReMe's dream
-    recorded for one that is gone (a rename keeps a note's time), whose text ReMe's index
-    shows is what that one said as its dream read it."""
+    recorded for one that is gone (a rename keeps a note's time) or with its name in
+    another Unicode normal form (a copy that composed or decomposed the names may not have
+    kept the times), whose text ReMe's index shows is what that one said as its dream
+    read it."""
     at: dict[float, list[str]] = {}
+    named: dict[str, list[str]] = {}
     for rel, mtime in gone.items():
         at.setdefault(mtime, []).append(rel)
+        named.setdefault(unicodedata.normalize("NFC", rel), []).append(rel)
     out: dict[str, tuple[str, str]] = {}
     for dirpath, dirnames, filenames in os.walk(root / daily_dir):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
@@ -136,7 +143,9 @@ def _moved(root: Path, daily_dir: str, gone: Mapping[str, float], recorded: set[
                 continue
             try:
                 st = os.stat(root / rel, follow_symlinks=False)
-                former = [g for g in at.get(st.st_mtime, ()) if g not in out]
+                former = [g for g in dict.fromkeys((
+                    *at.get(st.st_mtime, ()),
+                    *named.get(unicodedata.normalize("NFC", rel), ()))) if g not in out]
                 text = read_confined(root, rel) if former else None
             except (OSError, RecalldError):
                 continue
