@@ -335,3 +335,39 @@ def test_a_note_whose_name_changed_normal_form_is_not_dreamed_again(
     daily = [p for p in fixture_notes() if p.startswith("memory/")]
     assert sorted(model.notes) == sorted(p for p in daily if p not in done_by_reme)
     assert result["recognised_from_reme"] == len(done_by_reme)
+
+
+def test_resources_reme_named_in_another_normal_form_are_not_interpreted_again(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # ReMe read "café" decomposed (as macOS wrote the names), in its record and in its
+    # note's source_resource; the files came over composed, with their times. Unchanged:
+    # its note stands; changed since: interpreted again into that note, not a second one.
+    from test_resource import catalog, wait_state
+
+    ws = tmp_path / "ws"
+    (ws / "resource").mkdir(parents=True)
+    note_dir = ws / "memory/2026-06-10"
+    note_dir.mkdir(parents=True)
+    names = {kind: f"caf\u00e9-{kind}.md" for kind in ("kept", "changed")}
+    reme_name = {kind: unicodedata.normalize("NFD", name) for kind, name in names.items()}
+    for kind, name in names.items():
+        (ws / "resource" / name).write_text(f"# {kind}\n\nThe heron report, {kind}.\n")
+        (note_dir / f"{kind}.md").write_text(
+            f'---\nname: {kind}\nsource_resource: "[[resource/{reme_name[kind]}]]"\n'
+            f"---\n# {kind}\n\n- ReMe's summary of {kind}.\n", "utf-8")
+    record = ws / "mem_metadata/file_catalog/resource.jsonl.zst"
+    record.parent.mkdir(parents=True)
+    write_records(REAL, record, [
+        {"path": f"resource/{reme_name[kind]}", "links": [], "chunk_ids": [],
+         "st_mtime": (ws / "resource" / name).stat().st_mtime - (kind == "changed")}
+        for kind, name in names.items()])
+    fake.chat_default = lambda req: chat_answer("A summary by recalld.")
+    open_ws(daemon, ws, fake)
+    wait_state(ws, f"resource/{names['changed']}", "processed")
+    entries = catalog(ws)
+    assert entries[f"resource/{names['kept']}"]["state"] == "processed"
+    for kind, name in names.items():
+        assert entries[f"resource/{name}"]["note"] == f"memory/2026-06-10/{kind}.md"
+    assert "ReMe's summary of kept" in (note_dir / "kept.md").read_text()
+    assert "A summary by recalld" in (note_dir / "changed.md").read_text()
+    assert sorted(p.name for p in (ws / "memory").rglob("*.md")) == ["changed.md", "kept.md"]

@@ -8,7 +8,9 @@ do. A resource file new to recalld's catalog that has such a note is that note's
 recalld rewrites that note, not a second one, when it interprets the file; and when
 ReMe's record still has the file's modification time, the note is of the file as it is
 and nothing is interpreted again (recalld's own notes, found the same way when its
-catalog is gone, carry the file's digest instead). ReMe's file is only read, never
+catalog is gone, carry the file's digest instead). Names are compared in one Unicode
+normal form (:func:`same_name`): a file ReMe read under a decomposed name (as macOS
+wrote it) that came over composed is the same file. ReMe's file is only read, never
 written. Blocking: call from worker threads.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import unicodedata
 from pathlib import Path
 from typing import Final
 
@@ -33,9 +36,14 @@ REME_RESOURCE_CATALOG: Final = "file_catalog/resource.jsonl.zst"
 _HEAD_BYTES: Final = 8192
 
 
+def same_name(name: str) -> str:
+    """``name`` (a path, a ``[[link]]``) as names are compared: in NFC."""
+    return unicodedata.normalize("NFC", name)
+
+
 def read_reme_resources(root: Path, metadata_dir: str) -> dict[str, float]:
-    """``{resource path: modification time ReMe read it at}`` from ReMe's record (empty
-    when the workspace has none or it cannot be read)."""
+    """``{resource path (its :func:`same_name`): modification time ReMe read it at}`` from
+    ReMe's record (empty when the workspace has none or it cannot be read)."""
     path = root / metadata_dir / REME_RESOURCE_CATALOG
     if not path.is_file():
         return {}
@@ -49,7 +57,7 @@ def read_reme_resources(root: Path, metadata_dir: str) -> dict[str, float]:
         rel, mtime = rec.get("path"), rec.get("st_mtime")
         if isinstance(rel, str) and isinstance(mtime, int | float) and not isinstance(
                 mtime, bool):
-            out[rel] = float(mtime)
+            out[same_name(rel)] = float(mtime)
     return out
 
 
@@ -62,8 +70,8 @@ def unchanged_since(root: Path, rel: str, mtime: float) -> bool:
 
 
 def resource_notes(root: Path, daily_dir: str) -> dict[str, str]:
-    """``{"[[resource/...]]": daily note}``: the notes that name a resource file as their
-    ``source_resource`` (the first by path when several do)."""
+    """``{"[[resource/...]]" (its :func:`same_name`): daily note}``: the notes that name a
+    resource file as their ``source_resource`` (the first by path when several do)."""
     out: dict[str, str] = {}
     top = root / daily_dir
     real = os.path.realpath(root)
@@ -75,7 +83,7 @@ def resource_notes(root: Path, daily_dir: str) -> dict[str, str]:
             rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
             source = note_fields(root, rel, real).get("source_resource")
             if isinstance(source, str) and source.strip():
-                out.setdefault(source.strip(), rel)
+                out.setdefault(same_name(source.strip()), rel)
     return out
 
 
@@ -90,4 +98,4 @@ def note_fields(root: Path, rel: str, real: str | None = None) -> JsonObject:
 
 
 __all__ = ["REME_RESOURCE_CATALOG", "note_fields", "read_reme_resources", "resource_notes",
-           "unchanged_since"]
+           "same_name", "unchanged_since"]

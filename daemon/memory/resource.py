@@ -269,7 +269,7 @@ class ResourceCatalog:
         elif name_masked(rel, inside):
             # Its note would carry the name (file name, title, link), unmasked or broken.
             new.update(state="skipped", reason="its name looks like a credential: rename it")
-        elif rec is None and (rel in self._reme or self._fresh):
+        elif rec is None and (reme_resource.same_name(rel) in self._reme or self._fresh):
             await self._from_note(rel, new)
         elif rec is not None and new["note"]:
             # Back to the bytes its note was written from (an edit undone; a file seen
@@ -335,17 +335,17 @@ class ResourceCatalog:
         if self._notes_by_source is None:
             self._notes_by_source = await trio.to_thread.run_sync(
                 reme_resource.resource_notes, self.ws.root, self.ws.settings.daily_dir)
-        note = self._notes_by_source.get(f"[[{rel}]]")
+        note = self._notes_by_source.get(named := reme_resource.same_name(f"[[{rel}]]"))
         if note is None:
             return
         new["note"] = note
-        if rel in self._reme:
+        if (read_at := self._reme.get(reme_resource.same_name(rel))) is not None:
             if await trio.to_thread.run_sync(
-                    reme_resource.unchanged_since, self.ws.root, rel, self._reme[rel]):
+                    reme_resource.unchanged_since, self.ws.root, rel, read_at):
                 new.update(state="processed", reason="interpreted by ReMe", source="reme")
             return
         fields = await trio.to_thread.run_sync(reme_resource.note_fields, self.ws.root, note)
-        if fields.get("source_resource") != f"[[{rel}]]":
+        if reme_resource.same_name(str(fields.get("source_resource"))) != named:
             new["note"] = None  # no longer that file's note (renamed, rewritten, gone)
             return
         seen = iso_date(fields.get("date"))
