@@ -93,6 +93,35 @@ def test_every_credential_of_a_table_is_masked() -> None:
     assert KEY not in out and TOKEN not in out and "| timeout_s | 30 |" in out, out
 
 
+HEX_TOKEN = "".join(RNG.choice("0123456789abcdef") for _ in range(32))
+
+
+@pytest.mark.parametrize("text", [
+    f"| service | api_token |\n|---|---|\n| github | {HEX_TOKEN} |\n",
+    f"| Service | Token |\n|---|---|\n| ci | `{HEX_TOKEN.upper()}` |\n",
+    f"| Name | Value |\n|---|---|\n| ACCESS_TOKEN | {HEX_TOKEN} |\n",
+    "| user | session token |\n|---|---|\n| bob | 550e8400-e29b-41d4-a716-446655440000 |\n",
+    f"service,api_token\ngithub,{HEX_TOKEN}\n",
+    f"host\tauth_token\nprod\t{HEX_TOKEN[:20]}\n",
+])
+def test_a_machine_made_key_under_a_token_column_is_masked(text: str) -> None:
+    """A hex key or a UUID in a cell a credential's name heads is masked as it is after
+    ``api_token:``; the header and the other cells stay."""
+    out = redact(text)
+    assert MASK in out and HEX_TOKEN[:20] not in out.lower() and "550e8400" not in out, out
+    assert out.splitlines()[0] == text.splitlines()[0]
+
+
+@pytest.mark.parametrize("text", [
+    "| Token | Meaning |\n|---|---|\n| `IDENT` | identifier |\n| `NUM_42` | number |\n",
+    "| service | token |\n|---|---|\n| ci | 3f9a1c2e |\n| api | abc123 |\n",
+    "| name | token |\n|---|---|\n| eos | </s> |\n| pad | [PAD] |\n",
+    f"| commit | sha |\n|---|---|\n| main | {HEX_TOKEN} |\n",
+])
+def test_short_or_named_values_under_a_token_column_stay(text: str) -> None:
+    assert redact(text) == text
+
+
 @pytest.mark.parametrize("table", [
     "| password | rule |\n|---|---|\n| length | at least 12 |\n| rotation | 90 days |\n",
     "| Setting | Default |\n|---|---|\n| password_min_length | 12 |\n| token_ttl | 3600 |\n",

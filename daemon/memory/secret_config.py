@@ -145,14 +145,20 @@ def _label(text: str, a: int) -> Span | None:
     return set_apart(kind, text, strip_end(m.group("value")), m.start("value"))
 
 
-def set_apart(kind: str, text: str, value: str, start: int) -> Span | None:
+def set_apart(kind: str, text: str, value: str, start: int, *,
+              headed: bool = False) -> Span | None:
     """The span of ``value`` (at ``start``, alone on its line or in its cell, apart from
-    the name of ``kind`` it belongs to) if it is a secret."""
+    the name of ``kind`` it belongs to) if it is a secret. ``headed``: in a cell the name
+    heads (its column's header, the cell before it), which says whose value it is as
+    ``name: value`` says it: a machine-made key there (a long hex string, a UUID) is
+    one, as it is after ``api_token:``."""
     # Apart from its name, a plain word, a version or a date may be anything: only what
-    # looks like a secret (made like a password, where the name names no password).
+    # looks like a secret (below a label, made like a password where the name names no
+    # password).
     if (not looks_secret(value) or value.isalpha() or _NUMBERED.fullmatch(value)
             or names_a_source(text, start)
-            or (kind != "password" and not made_like_a_password(value))):
+            or (kind != "password" and not made_like_a_password(value)
+                and not (headed and keyish(value)))):
         return None
     return value_span(kind, value, start, 0)
 

@@ -105,7 +105,7 @@ class _Tables:
 def _value(kind: str, text: str, cell: Span) -> Iterable[Span]:
     value = text[cell[0]:cell[1]]
     if value and not any(c.isspace() for c in value):  # words in a cell: prose
-        span = set_apart(kind, text, value, cell[0])
+        span = set_apart(kind, text, value, cell[0], headed=True)
         if span is not None:
             yield span
 
