@@ -15,9 +15,11 @@ them and status shows them (``queues.config.warnings``, a problem of ``recalld s
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TypedDict
 
-from recalld.daemon.config import DaemonConfig
+from recalld.daemon.config import ConfigError, DaemonConfig, WorkspaceSettings
+from recalld.daemon.config_layout import LAYOUT_DIRS
 from recalld.ipc.agent_ids import workspace_table
 
 
@@ -63,3 +65,43 @@ def config_warnings(cfg: DaemonConfig) -> list[ConfigWarning]:
             "fix": f'set path = "{folder}" to serve that folder\'s notes, or path = '
                    f'"{served}" to keep this one'})
     return out
+
+
+def changed_folders(base: WorkspaceSettings, settings: WorkspaceSettings) -> dict[str, str]:
+    """The folder settings of ``settings`` that ``base`` does not have, by name."""
+    return {name: getattr(settings, name) for name in LAYOUT_DIRS
+            if getattr(settings, name) != getattr(base, name)}
+
+
+def secret_named(folders: Mapping[str, str]) -> str | None:
+    """The first name of ``folders`` (a setting's or a param's, to a folder, relative or
+    absolute) whose folder is named by what looks like a credential: a folder of the
+    workspace so named would show it in clear in its settings, status, the watcher's roots
+    and the log. None when none is (the rules are loaded only if there are folders)."""
+    if not folders:
+        return None
+    from recalld.daemon.memory.secret_names import named_by_secret
+
+    return next((name for name, folder in folders.items() if named_by_secret(folder)), None)
+
+
+def checked_reload(load: Callable[[], DaemonConfig], old: DaemonConfig) -> DaemonConfig:
+    """The configuration ``load`` reads, refused (ConfigError naming the table and the
+    setting, never the value) if it gives a workspace a ``path`` or a folder setting
+    named by what looks like a credential that ``old``, the running one, does not."""
+    new = load()
+    for agent_id in sorted(new.workspaces.keys() | new.workspace_paths.keys()):
+        folders = changed_folders(old.workspace_settings(agent_id),
+                                  new.workspace_settings(agent_id))
+        path = new.workspace_paths.get(agent_id)
+        if path is not None and path != old.workspace_paths.get(agent_id):
+            folders["path"] = str(path)
+        named = secret_named(folders)
+        if named is not None:
+            from recalld.daemon.memory.redact import redact
+
+            raise ConfigError(
+                f"{new.config_path}: {workspace_table(redact(agent_id))} {named}: the "
+                "folder's name looks like a credential (it would show in status and the "
+                "log); use another folder")
+    return new

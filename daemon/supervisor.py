@@ -45,7 +45,7 @@ import trio
 from recalld.daemon import config as config_mod
 from recalld.daemon import config_left_out, reload_sharing
 from recalld.daemon.config import ConfigError, DaemonConfig
-from recalld.daemon.config_warnings import config_warnings
+from recalld.daemon.config_warnings import checked_reload, config_warnings
 from recalld.daemon.datadirs import owning_data_dir
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.lock import socket_note
@@ -385,10 +385,10 @@ class Supervisor:
             self.notifier.reloading()
         new: DaemonConfig | None = None
         try:
-            # Reading a file cannot be interrupted: on a stop or past the deadline the
-            # read is abandoned, its result no longer matters.
+            # A read cannot be interrupted: on a stop or past the deadline it is abandoned.
             with trio.move_on_after(RELOAD_READ_TIMEOUT_S):
-                new = await trio.to_thread.run_sync(self._reload, abandon_on_cancel=True)
+                new = await trio.to_thread.run_sync(checked_reload, self._reload, self.config,
+                                                    abandon_on_cancel=True)
         except ConfigError as exc:
             self._reload_failed(reloading, str(exc))
             return

@@ -13,8 +13,14 @@ from typing import TypedDict
 import trio
 
 from recalld.daemon import remembered, safepath, sharing
-from recalld.daemon.config import DEFAULT_AGENT, WorkspaceSettings
+from recalld.daemon.config import (
+    DEFAULT_AGENT,
+    DaemonConfig,
+    WorkspaceSettings,
+    workspace_settings_from_params,
+)
 from recalld.daemon.config_rules import mask_url
+from recalld.daemon.config_warnings import changed_folders, secret_named
 from recalld.daemon.events import check_topic_pattern
 from recalld.daemon.memory.secret_names import MASK, mask_path, shown_to_real
 from recalld.daemon.providers.errors import mask_model
@@ -100,6 +106,25 @@ def _masked_in(text: str) -> bool:
     return masked_in(text)
 
 
+def _secret_folder_given(config: DaemonConfig, agent_id: str, record: remembered.Remembered | None,
+                         path: str | None, overrides: JsonObject | None) -> str | None:
+    """The param (``path``, ``config.daily_dir``, ...) of a ``workspace.open`` that gives
+    the workspace a folder named by what looks like a credential, where it gives one anew
+    (not as recorded); None if none does. A ``config`` the open refuses is left to it."""
+    folders: dict[str, str] = {}
+    if path is not None and (record is None or record["path"] != path):
+        folders["path"] = path
+    if overrides is not None and (record is None or record["config"] != (overrides or None)):
+        base = config.workspace_settings(agent_id)
+        try:
+            settings = workspace_settings_from_params(base, overrides)
+        except InvalidParams:
+            return None
+        folders |= {f"config.{name}": folder
+                    for name, folder in changed_folders(base, settings).items()}
+    return secret_named(folders)
+
+
 @METHODS.add("daemon.ping", immediate=True, early=True)
 async def ping(ctx: CallContext, params: JsonObject) -> Pong:
     Params(params).done()
@@ -156,6 +181,11 @@ async def workspace_open(ctx: CallContext,
         raise InvalidParams("agent_id looks like a credential; use another id",
                             {LOOKS_LIKE_A_CREDENTIAL: "agent_id"})
     record = ctx.state.registry.remembered().get(agent_id)
+    named = _secret_folder_given(ctx.state.config, agent_id, record, path, overrides)
+    if named is not None:
+        # A folder so named shows in the settings, status, the watcher's roots and logs.
+        raise InvalidParams(f"param {named!r} names a folder by what looks like a "
+                            "credential; use another folder", {LOOKS_LIKE_A_CREDENTIAL: named})
     recorded = record.get("name") if record is not None else None
     if name is not None and name != recorded and _masked_in(name):
         # A name claimed is recorded with the workspace and shows in workspace.list; one
