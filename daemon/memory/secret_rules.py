@@ -71,6 +71,7 @@ from recalld.daemon.memory.secret_values import (
     looks_random,
     looks_secret,
 )
+from recalld.daemon.memory.secret_wrapped import FIXED_HINTS, fixed_tokens_finder
 from recalld.daemon.memory.token_starts import (
     ESCAPED,
     LONG_RUN,
@@ -443,6 +444,8 @@ FORMAT_RULES: Final[tuple[Rule, ...]] = (
     # Any of them wrapped in base64 (:mod:`secret_base64`), at its start or in a text.
     Rule("wrapped", (), wrapped_finder(_SHAPE_RULES), token=True, pattern=WRAPPED),
     Rule("wrapped", (), blob_text, token=True, pattern=BLOB),
+    # A token of a fixed length broken at a line's end (:mod:`secret_wrapped`).
+    Rule("broken_token", FIXED_HINTS, fixed_tokens_finder(_SHAPE_RULES)),
 )
 
 
