@@ -90,18 +90,24 @@ def checked_reload(load: Callable[[], DaemonConfig], old: DaemonConfig) -> Daemo
     setting, never the value) if it gives a workspace a ``path`` or a folder setting
     named by what looks like a credential that ``old``, the running one, does not."""
     new = load()
+
+    def refuse(table: str, setting: str | None) -> None:
+        if setting is not None:
+            raise ConfigError(
+                f"{new.config_path}: {table} {setting}: the folder's name looks like a "
+                "credential (it would show in status and the log); use another folder")
+
+    # The defaults serve the workspaces opened without a table of their own too.
+    refuse("[workspace_defaults]", secret_named(changed_folders(
+        old.workspace_defaults, new.workspace_defaults)))
     for agent_id in sorted(new.workspaces.keys() | new.workspace_paths.keys()):
         folders = changed_folders(old.workspace_settings(agent_id),
                                   new.workspace_settings(agent_id))
         path = new.workspace_paths.get(agent_id)
         if path is not None and path != old.workspace_paths.get(agent_id):
             folders["path"] = str(path)
-        named = secret_named(folders)
-        if named is not None:
+        if (named := secret_named(folders)) is not None:
             from recalld.daemon.memory.redact import redact
 
-            raise ConfigError(
-                f"{new.config_path}: {workspace_table(redact(agent_id))} {named}: the "
-                "folder's name looks like a credential (it would show in status and the "
-                "log); use another folder")
+            refuse(workspace_table(redact(agent_id)), named)
     return new

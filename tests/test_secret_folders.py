@@ -73,14 +73,16 @@ def test_a_reload_giving_a_folder_a_token_name_is_refused(
     root = tmp_path / "ws"
     good = f'[workspaces.w]\npath = "{root}"\ndaily_dir = "daily"\n'
     d = daemon_factory(good)
-    cases = (good.replace('"daily"', f'"{GITHUB}"'),
-             good.replace(f'"{root}"', f'"{tmp_path / SLACK}"'))
-    for text, setting in zip(cases, ("daily_dir", "path"), strict=True):
+    cases = ((good.replace('"daily"', f'"{GITHUB}"'), "[workspaces.w] daily_dir"),
+             (good.replace(f'"{root}"', f'"{tmp_path / SLACK}"'), "[workspaces.w] path"),
+             (f'[workspace_defaults]\nresource_dir = "in-{AWS}"\n' + good,
+              "[workspace_defaults] resource_dir"))
+    for text, setting in cases:
         d.config_path.write_text(text, encoding="utf-8")
         d.signal(signal.SIGHUP)
         error = wait_for(lambda: d.call("daemon.status")["queues"]["config"]["reload_error"],
                          "the refused reload")
-        assert f"[workspaces.w] {setting}: the folder's name looks like a credential" in error
+        assert f"{setting}: the folder's name looks like a credential" in error, error
         assert _leaks(error) == [] and _leaks(d.log()) == []
         listed = [w for w in d.call("workspace.list")["workspaces"] if w["agent_id"] == "w"]
         assert [(w["path"], w["settings"]["daily_dir"]) for w in listed] == [
