@@ -224,3 +224,25 @@ def test_a_credential_in_a_definition_list_is_masked(text: str, secret: str) -> 
 ])
 def test_definitions_that_hold_no_credential_are_left_alone(text: str) -> None:
     assert redact(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    (f"| 服务 | 令牌 |\n|---|---|\n| github | {HEX_TOKEN} |\n", HEX_TOKEN),
+    (f"| 服务 | API密钥 |\n|---|---|\n| github | {HEX_TOKEN} |\n", HEX_TOKEN),
+    ("| 服务 | 密码 |\n|---|---|\n| db | Zq8mN2pL4x |\n", "Zq8mN2pL4x"),
+    ("| 服務 | 密碼 |\n|---|---|\n| db | Zq8mN2pL4x |\n", "Zq8mN2pL4x"),
+    ("| Сервис | Пароль |\n|---|---|\n| db | Zq8mN2pL4x |\n", "Zq8mN2pL4x"),
+    (f"| Dienst | Zugangstoken |\n|---|---|\n| ci | {HEX_TOKEN} |\n", HEX_TOKEN),
+])
+def test_a_column_named_in_another_language_is_read_as_in_english(text: str,
+                                                                  secret: str) -> None:
+    out = redact(text)
+    assert secret not in out and MASK in out and out.splitlines()[0] == text.splitlines()[0]
+
+
+@pytest.mark.parametrize("text", [
+    "| 服务 | 密码 |\n|---|---|\n| db | 见保险库 |\n| b | 12 |\n",
+    "| 服务 | 令牌 |\n|---|---|\n| db | abc123 |\n",
+])
+def test_columns_named_in_another_language_without_a_credential_stay(text: str) -> None:
+    assert redact(text) == text

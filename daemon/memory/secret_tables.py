@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import re
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from recalld.daemon.index.chunker import CELL_EDGE, TABLE_DELIMITER
+from recalld.daemon.memory.secret_anchors import KEY_WORDS, OTHER_WORDS, ZH_WORDS
 from recalld.daemon.memory.secret_config import set_apart
 from recalld.daemon.memory.secret_context import name_kind
 
@@ -47,6 +49,25 @@ def _cells(text: str, start: int, end: int) -> list[Span]:
             b -= 1
         cells.append((a, b))
     return cells
+
+
+#: A credential's name in Chinese, a password's or a key's and token's (``ZH_WORDS``).
+_ZH_KEYS: Final = frozenset({"密钥", "秘钥", "密匙", "令牌", "密鑰", "秘鑰", "祕鑰"})
+#: What may stand around such a name in a header's cell: ``API``, spaces, ``-``, ``_``.
+_AROUND: Final = re.compile(r"(?i)\A(?:api)?[ \-_]*|[ \-_]*\Z")
+
+
+def _column_kind(name: str) -> str | None:
+    """:func:`name_kind`, or the kind of a credential named in another language, the
+    cell holding its name alone (``密码``, ``Passwort``, ``API密钥``, ``Zugangstoken``):
+    ``password``, or ``key`` (a value there is one where it looks machine-made)."""
+    kind = name_kind(name)
+    if kind is not None:
+        return kind
+    word = _AROUND.sub("", name.strip(" \t*_`\"'")).lower()
+    if word in _ZH_KEYS or word in KEY_WORDS:
+        return "key"
+    return "password" if word in ZH_WORDS or word in OTHER_WORDS else None
 
 
 class _Tables:
@@ -90,7 +111,7 @@ class _Tables:
         if column is None or cells[column][0] in seen:
             return
         seen.add(cells[column][0])
-        if (kind := name_kind(text[slice(*cells[column])])) is None:
+        if (kind := _column_kind(text[slice(*cells[column])])) is None:
             return
         if line == header:
             for row in range(header + 2, self.last[header] + 1):
@@ -173,7 +194,7 @@ def _delimited_column(text: str, a: int, seen: set[int]) -> Iterable[Span]:
         if column is None or cells[column][0] in seen:
             return
         seen.add(cells[column][0])
-        if (kind := name_kind(text[slice(*cells[column])])) is None:
+        if (kind := _column_kind(text[slice(*cells[column])])) is None:
             return
         # A block of names and values (two fields a row): the field after the name.
         if count == 1 and column == 0:
