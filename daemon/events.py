@@ -12,12 +12,20 @@ event from the first one lost to the notice); the client may subscribe again. Dr
 (rather than disconnecting) keeps the client's calls working, and it tells the client
 exactly which guarantee it lost, and how much of it.
 
+Every event has a place in the daemon run's *stream* (:attr:`EventBus.stream`, new each
+run): its ``seq``, 1 for the run's first event. The bus keeps the last
+:data:`RECENT_EVENTS` events, so that a subscriber that says where it left off
+(:meth:`EventBus.count_since`) is told how many of the events since then it missed: after
+a drop, a cut-off connection or a restart. Only counted, never sent again.
+
 The bus owns no task: delivery happens in the connection's event pump (server.py).
 """
 
 from __future__ import annotations
 
+import collections
 import re
+import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -25,6 +33,10 @@ import trio
 
 DROPPED_TOPIC = "events.dropped"
 DEFAULT_MAX_QUEUED = 256
+#: How many of the last events the bus keeps to count what a subscriber missed.
+RECENT_EVENTS = 1024
+#: Payload keys an event notification uses for itself.
+RESERVED_KEYS = frozenset({"topic", "stream", "seq"})
 #: What a subscriber may see of an event, by its topic and payload: the payload, a part
 #: of it, or None (nothing).
 View = Callable[[str, Mapping[str, object]], Mapping[str, object] | None]
@@ -57,10 +69,11 @@ def topic_matches(pattern: str, topic: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One published event: its topic and payload."""
+    """One published event: its topic, payload and place in the stream (``seq``)."""
 
     topic: str
     payload: Mapping[str, object]
+    seq: int = 0
 
 
 class Subscription:
@@ -84,6 +97,16 @@ class Subscription:
         #: Events lost since the queue overflowed (counted until :meth:`close`).
         self.missed = 0
 
+    @property
+    def stream(self) -> str:
+        """The stream of the bus this subscription is on."""
+        return self._bus.stream
+
+    @property
+    def bus_seq(self) -> int:
+        """The ``seq`` of the bus's last event."""
+        return self._bus.seq
+
     def matches(self, topic: str) -> bool:
         return any(topic_matches(p, topic) for p in self.patterns)
 
@@ -94,7 +117,7 @@ class Subscription:
         payload = self._view(event.topic, event.payload)
         if payload is None:
             return None
-        return event if payload is event.payload else Event(event.topic, payload)
+        return event if payload is event.payload else Event(event.topic, payload, event.seq)
 
     def add(self, patterns: Iterable[str]) -> list[str]:
         self.patterns.update(patterns)
@@ -142,6 +165,10 @@ class EventBus:
 
     def __init__(self, max_queued: int = DEFAULT_MAX_QUEUED) -> None:
         self.max_queued = max_queued
+        #: This run's stream: a subscriber that left off in another one missed what the
+        #: daemon did since it started.
+        self.stream = secrets.token_hex(8)
+        self._recent: collections.deque[Event] = collections.deque(maxlen=RECENT_EVENTS)
         self._subscriptions: set[Subscription] = set()
         self._published = 0
         self._delivered = 0
@@ -160,12 +187,14 @@ class EventBus:
     def publish(self, topic: str, payload: Mapping[str, object] | None = None) -> int:
         """Queue ``topic`` with ``payload`` for every matching subscription.
 
-        ``payload`` must be JSON-serializable and must not contain the key ``topic``.
+        ``payload`` must be JSON-serializable and must not contain the keys
+        :data:`RESERVED_KEYS`.
         Returns how many subscriptions received it. Never blocks, never raises for a
         slow subscriber (it is dropped instead, see the module docstring).
         """
-        event = Event(topic, dict(payload or {}))
         self._published += 1
+        event = Event(topic, dict(payload or {}), self._published)
+        self._recent.append(event)
         sent = 0
         for sub in list(self._subscriptions):
             shown = sub.shown(event) if sub.matches(topic) else None
@@ -177,6 +206,25 @@ class EventBus:
                     self._dropped += 1
         self._delivered += sent
         return sent
+
+    @property
+    def seq(self) -> int:
+        """The ``seq`` of the last event published in this stream (0: none yet)."""
+        return self._published
+
+    def count_since(self, stream: str, seq: int,
+                    counted: Callable[[Event], bool]) -> int | None:
+        """How many events published after ``seq`` of ``stream`` are ``counted``: of a
+        stream of another run, those of this run so far. None when the bus no longer
+        keeps them all (over :data:`RECENT_EVENTS` ago); ValueError for a ``seq`` this
+        stream has not reached."""
+        if stream != self.stream:
+            seq = 0
+        elif seq > self._published:
+            raise ValueError(f"seq {seq} is after the stream's last event ({self._published})")
+        if self._published - seq > len(self._recent):
+            return None
+        return sum(1 for event in self._recent if event.seq > seq and counted(event))
 
     def _discard(self, sub: Subscription) -> None:
         self._subscriptions.discard(sub)

@@ -120,9 +120,14 @@ class ReadResult(TypedDict):
 
 
 class Subscribed(TypedDict):
-    """``events.subscribe``: every topic pattern of the connection's subscription."""
+    """``events.subscribe``: every topic pattern of the connection's subscription, the
+    daemon run's event ``stream`` and the ``seq`` of its last event; with ``after``, how
+    many events since then the subscriber ``missed`` (None: not known)."""
 
     subscribed: list[str]
+    stream: NotRequired[str]
+    seq: NotRequired[int]
+    missed: NotRequired[int | None]
 
 
 class Synced(TypedDict):

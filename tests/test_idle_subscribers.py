@@ -40,7 +40,7 @@ async def test_a_subscriber_waiting_for_events_costs_no_timer_until_it_sends_hal
     app = InProcess(short_dir, idle_timeout_s=IDLE_S)
     async with app.serving() as (client, served):
         await client.send(SUBSCRIBE)
-        assert (await client.recv())["result"] == {"subscribed": ["job.*"]}
+        assert (await client.recv())["result"]["subscribed"] == ["job.*"]
         assert await settled() == pytest.approx(IDLE_S)  # the watch has not looked yet
         mock_clock.jump(IDLE_S)
         assert await settled() == math.inf  # it looked, found a subscriber, and sleeps
@@ -109,6 +109,7 @@ async def test_a_half_closed_subscriber_costs_no_timer(
     async with half_closed_subscriber(app) as (client, served):
         assert await settled() == math.inf
         app.state.events.publish("job.progress", {"i": 1})
-        assert (await client.recv())["params"] == {"topic": "job.progress", "i": 1}
+        assert (await client.recv())["params"] == {
+            "topic": "job.progress", "i": 1, "stream": app.state.events.stream, "seq": 1}
         assert await settled() == math.inf
         assert not served.is_set()

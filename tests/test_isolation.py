@@ -316,8 +316,8 @@ def test_topics_subscribed_one_call_at_a_time_all_survive_a_restart(
         agents: DaemonHandle, daemon_factory: DaemonFactory) -> None:
     subscriber = Client(agents.socket_path)
     subscriber.subscribe(["workspace.closed"], "bob")
-    assert subscriber.subscribe(["workspace.opened"], "bob") == {
-        "subscribed": ["workspace.closed", "workspace.opened"]}
+    assert subscriber.subscribe(["workspace.opened"], "bob")["subscribed"] == [
+        "workspace.closed", "workspace.opened"]
     reopened = "workspace.opened:bob"  # in order: anything closed arrives before it
 
     async def with_trio() -> list[str]:

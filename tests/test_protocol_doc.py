@@ -168,12 +168,16 @@ def documented_exchanges() -> list[tuple[str, list[object]]]:
     return exchanges
 
 
+_PER_RUN = frozenset({"time", "stream", "seq"})
+
+
 def _timeless(message: object) -> object:
-    """``message`` with its clock readings (``time``) blanked: they differ on every run."""
+    """``message`` with what differs on every run blanked: its clock readings (``time``)
+    and places in the run's event stream (``stream``, ``seq``)."""
     if isinstance(message, list):
         return sorted((_timeless(m) for m in message), key=repr)
     if isinstance(message, dict):
-        return {k: None if k == "time" else _timeless(v) for k, v in message.items()}
+        return {k: None if k in _PER_RUN else _timeless(v) for k, v in message.items()}
     return message
 
 

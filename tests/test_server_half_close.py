@@ -29,7 +29,7 @@ async def half_closed_subscriber(app: InProcess) -> AsyncIterator[tuple[LineClie
         await client.stream.send_all(orjson.dumps(SUBSCRIBE))
         await client.stream.send_eof()
         with trio.fail_after(5):
-            assert (await client.recv())["result"] == {"subscribed": ["job.*"]}
+            assert (await client.recv())["result"]["subscribed"] == ["job.*"]
         await trio.testing.wait_all_tasks_blocked()
         yield client, served
 
@@ -42,7 +42,9 @@ async def test_a_half_closed_subscriber_gets_events_until_it_is_gone(short_dir: 
         for i in range(3):
             app.state.events.publish("job.progress", {"i": i})
             with trio.fail_after(5):
-                assert (await client.recv())["params"] == {"topic": "job.progress", "i": i}
+                assert (await client.recv())["params"] == {
+                    "topic": "job.progress", "i": i, "stream": app.state.events.stream,
+                    "seq": i + 1}
         await trio.testing.wait_all_tasks_blocked()
         assert not served.is_set()
         assert app.state.events.statistics().subscriptions == 1

@@ -456,6 +456,10 @@ class Connection:
         as the client says, and only its answer is lost."""
         return await self.send(event_notification(topic, dict(payload)), abort=False)
 
+    def live_patterns(self) -> set[str]:
+        sub = self.subscription
+        return set(sub.patterns) if sub is not None and not sub.closed else set()
+
     def subscribe(self, bus: EventBus, patterns: Sequence[str], *, owner: str | None = None,
                   view: View | None = None) -> list[str]:
         """Add ``patterns`` to this connection's subscription, starting its pump if new.

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
-from recalld.daemon.events import DROPPED_TOPIC, Subscription
+from recalld.daemon.events import DROPPED_TOPIC, RESERVED_KEYS, Subscription
 from recalld.ipc import errors
 from recalld.ipc.protocol import event_notification
 
@@ -41,17 +41,23 @@ def check_subscription(sub: Subscription | None, patterns: Sequence[str],
 
 async def pump_events(sub: Subscription, send: Callable[[bytes], Awaitable[bool]]) -> None:
     """Send ``sub``'s events with ``send`` until it ends or ``send`` fails, then close it."""
+    stream = sub.stream
     try:
         async for event in sub.receive:
-            payload = {k: v for k, v in event.payload.items() if k != "topic"}
+            payload = {k: v for k, v in event.payload.items() if k not in RESERVED_KEYS}
+            payload.update(stream=stream, seq=event.seq)
             if not await send(event_notification(event.topic, payload)):
                 return
         if sub.dropped:
             sub.close()  # counted up to here: the notice's count is the whole gap
+            # Its seq is where the gap ends: a subscription again after it is told of the
+            # events published in between.
             await send(event_notification(DROPPED_TOPIC, {
                 "reason": "subscriber too slow: event queue overflowed",
                 "topics": sorted(sub.patterns),
                 "missed": sub.missed,
+                "stream": stream,
+                "seq": sub.bus_seq,
             }))
     finally:
         sub.close()

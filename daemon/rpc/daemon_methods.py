@@ -21,7 +21,13 @@ from recalld.daemon.config import (
 )
 from recalld.daemon.config_rules import mask_url
 from recalld.daemon.config_warnings import changed_folders, secret_named
-from recalld.daemon.events import check_topic_pattern
+from recalld.daemon.events import (
+    Event,
+    EventBus,
+    View,
+    check_topic_pattern,
+    topic_matches,
+)
 from recalld.daemon.memory.secret_names import MASK, mask_path, shown_to_real
 from recalld.daemon.providers.errors import mask_model
 from recalld.daemon.registry import WorkspaceRegistry
@@ -351,8 +357,10 @@ async def events_subscribe(ctx: CallContext, params: JsonObject) -> Subscribed:
     p = Params(params)
     topics = p.strings("topics")
     caller = check_agent_id(p.text("agent_id", DEFAULT_AGENT))
+    after = p.mapping("after", None)
     p.done()
     registry = ctx.state.registry
+    bus = ctx.state.events
 
     def view(topic: str, payload: Mapping[str, object]) -> Mapping[str, object] | None:
         return sharing.event_view(registry, caller, topic, payload)
@@ -363,5 +371,32 @@ async def events_subscribe(ctx: CallContext, params: JsonObject) -> Subscribed:
         checked = [check_topic_pattern(t) for t in topics]
     except ValueError as exc:
         raise InvalidParams(str(exc)) from None
-    return {"subscribed": ctx.connection.subscribe(ctx.state.events, checked, owner=caller,
-                                                   view=view)}
+    answer: Subscribed = {"subscribed": [], "stream": bus.stream, "seq": bus.seq}
+    if after is not None:
+        # Counted and subscribed with no checkpoint between: every event is either
+        # counted here or sent on the subscription.
+        answer["missed"] = _missed_since(bus, after, ctx.connection.live_patterns(),
+                                         checked, view)
+    answer["subscribed"] = ctx.connection.subscribe(bus, checked, owner=caller, view=view)
+    return answer
+
+
+def _missed_since(bus: EventBus, after: JsonObject, live: set[str],
+                  patterns: list[str], view: View) -> int | None:
+    """How many events since ``after`` (``{stream, seq}``) a subscription to ``patterns``
+    as ``view`` shows them would have had that the connection's (to ``live``) sent not."""
+    p = Params(after)
+    stream = p.text("stream")
+    seq = p.integer("seq", minimum=0)
+    p.done()
+    wanted = set(patterns) | live
+
+    def counted(event: Event) -> bool:
+        return (any(topic_matches(x, event.topic) for x in wanted)
+                and not any(topic_matches(x, event.topic) for x in live)
+                and view(event.topic, event.payload) is not None)
+
+    try:
+        return bus.count_since(stream, seq, counted)
+    except ValueError as exc:
+        raise InvalidParams(f"param 'after': {exc}") from None

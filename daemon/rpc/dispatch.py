@@ -73,6 +73,11 @@ class Peer(Protocol):
         seeing what ``view`` shows it); return them all."""
         ...
 
+    def live_patterns(self) -> set[str]:
+        """The patterns of this connection's subscription while it receives events
+        (empty without one, or once the bus dropped it)."""
+        ...
+
     async def notify(self, topic: str, payload: Mapping[str, object]) -> bool:
         """Send one ``event`` notification to this connection only (progress of its own
         call); False if the connection is gone."""
