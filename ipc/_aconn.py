@@ -16,6 +16,7 @@ import sniffio
 
 from recalld.ipc import _core, errors
 from recalld.ipc._core import Lost, Missed
+from recalld.ipc._place import Place
 from recalld.ipc.protocol import LineFramer, Response
 from recalld.ipc.types import Event
 
@@ -50,6 +51,8 @@ class Connection:
     sock: socket.socket
     #: Where its events go: the event buffer of its run.
     events: Events
+    #: Where they stand in the daemon's stream: its run's.
+    place: Place = field(default_factory=Place)
     framer: LineFramer = field(
         default_factory=lambda: LineFramer(_core.CLIENT_MAX_FRAME_BYTES))
     pending: dict[int, Waiter] = field(default_factory=dict)
@@ -74,6 +77,7 @@ class Run:
     #: Set (and replaced) whenever a connection opens: event waiters wait for one.
     opened: anyio.Event = field(default_factory=anyio.Event)
     events: Events = field(default_factory=collections.deque)
+    place: Place = field(default_factory=Place)
 
     def ended(self) -> bool:
         """Whether the loop has ended for good (an asyncio loop not running may run again)."""

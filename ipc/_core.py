@@ -73,15 +73,18 @@ class Lost:
 class Missed:
     """Marker put in a client's event buffer where events came that it had no room for
     (``max_events``), counting them: the subscriber is told
-    (:class:`~recalld.ipc.errors.EventsMissed`) before it reads the events after them."""
+    (:class:`~recalld.ipc.errors.EventsMissed`) before it reads the events after them.
+    With ``why``, the daemon counted them (events it published where the subscription
+    had a gap, see :mod:`recalld.ipc._place`), and ``why`` says what the gap was."""
 
     count: int = 0
+    why: str | None = None
 
 
 def mark_missed(events: collections.deque[T | Lost | Missed]) -> None:
     """Count one event left out at the end of ``events``: in the marker there, or in a new
     one (a full buffer still tells of the gap, as :func:`mark_lost` does)."""
-    if events and isinstance(last := events[-1], Missed):
+    if events and isinstance(last := events[-1], Missed) and last.why is None:
         last.count += 1
     else:
         events.append(Missed(1))
@@ -93,15 +96,18 @@ def unmarked(item: T | Lost | Missed) -> T:
     if isinstance(item, Lost):
         raise errors.ConnectionLost(item.why)
     if isinstance(item, Missed):
-        raise errors.EventsMissed(item.count)
+        raise errors.EventsMissed(item.count, item.why)
     return item
 
 
-def mark_lost(events: collections.deque[T | Lost | Missed], lost: Lost) -> None:
+def mark_lost(events: collections.deque[T | Lost | Missed], lost: Lost) -> Lost:
     """Put ``lost`` at the end of ``events`` unless a loss is already the last thing
-    there: a full buffer still tells of the gap, and many losses in a row are one."""
-    if not events or not isinstance(events[-1], Lost):
-        events.append(lost)
+    there: a full buffer still tells of the gap, and many losses in a row are one.
+    Return the marker that tells of it."""
+    if events and isinstance(last := events[-1], Lost):
+        return last
+    events.append(lost)
+    return lost
 
 
 def checked_max_events(value: int) -> int:

@@ -331,10 +331,13 @@ def dream_undo(agent_id: str, run_id: str, force: bool = False) -> Call[DreamUnd
                 _answer(DreamUndone))
 
 
-def subscribe(topics: Sequence[str], agent_id: str | None = None) -> Call[Subscribed]:
+def subscribe(topics: Sequence[str], agent_id: str | None = None,
+              after: JsonObject | None = None) -> Call[Subscribed]:
     """``events.subscribe``: receive ``event`` notifications for these topics, of the
-    workspaces ``agent_id`` may read (its own and those shared with it)."""
-    return Call("events.subscribe", _params(topics=_listed(topics, "topics"), agent_id=agent_id),
+    workspaces ``agent_id`` may read (its own and those shared with it); with ``after``
+    (``{stream, seq}``), told how many events since then were missed."""
+    return Call("events.subscribe", _params(topics=_listed(topics, "topics"),
+                                            agent_id=agent_id, after=after),
                 _answer(Subscribed))
 
 

@@ -49,6 +49,7 @@ from recalld.ipc import _call, _core, _flavours, _methods, errors, paths
 from recalld.ipc._aconn import Connection, NotSent, Run, Waiter, current_loop, to_the_end
 from recalld.ipc._call import Call
 from recalld.ipc._core import Lost
+from recalld.ipc._place import DROPPED_TOPIC
 from recalld.ipc.answers import Subscribed
 from recalld.ipc.protocol import ClientProtocol, FrameTooLarge, Notification, Response
 from recalld.ipc.types import Event
@@ -153,8 +154,10 @@ class AsyncClient(_flavours.AsyncMethods):
                 lost = old.conn is not None and not old.conn.closed
                 old.drop()  # (no task of an ended loop is left to tell)
                 run.events.extend(old.events)  # read, and not yet taken
-                if lost and self._topics and self._max_events:
-                    _core.mark_lost(run.events, Lost(_RUN_ENDED))
+                run.place = old.place
+                if lost and self._topics:
+                    run.place.end(_core.mark_lost(run.events, Lost(_RUN_ENDED))
+                                  if self._max_events else None)
             self._runs.append(run)
             return run
 
@@ -182,13 +185,14 @@ class AsyncClient(_flavours.AsyncMethods):
                     raise
                 stream = await self._start_daemon()
             raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)  # noqa: S610 (not Django)
-            conn = run.conn = Connection(stream, raw, run.events)
+            conn = run.conn = Connection(stream, raw, run.events, run.place)
             run.opened.set()
             run.opened = anyio.Event()
             if self._topics:
                 try:
-                    await self._call_on(conn, _methods.subscribe(
-                        self._topics, self._topics_agent))
+                    self._resubscribed(run, await self._call_on(conn, _methods.subscribe(
+                        self._topics, self._topics_agent,
+                        run.place.after(self._topics, self._topics))))
                 except errors.ConnectionLost:
                     # Closed before it answered the subscription (a daemon that was dying
                     # took the connection): the caller's call was not sent on it.
@@ -233,8 +237,9 @@ class AsyncClient(_flavours.AsyncMethods):
             conn.pending.clear()
             for waiter in conn.idle:
                 waiter.wake.set()
-            if self._topics and self._max_events:  # (a client keeping none is told none)
-                _core.mark_lost(conn.events, Lost())
+            if self._topics:  # (a client keeping none is told none)
+                conn.place.end(_core.mark_lost(conn.events, Lost())
+                               if self._max_events else None)
         with anyio.CancelScope(shield=True):
             await conn.stream.aclose()
 
@@ -280,15 +285,19 @@ class AsyncClient(_flavours.AsyncMethods):
     def _route(self, conn: Connection, message: Response | Notification) -> None:
         if isinstance(message, Notification):
             if message.method == "event":
+                event = Event.from_params(message.params)
+                conn.place.saw(event)
                 if len(conn.events) >= self._max_events:
                     self.events_dropped += 1
                     if self._max_events:
                         _core.mark_missed(conn.events)
-                    return
-                conn.events.append(Event.from_params(message.params))
-                for idle in conn.idle:
-                    if idle.answer_id is None:
-                        idle.wake.set()
+                else:
+                    conn.events.append(event)
+                    for idle in conn.idle:
+                        if idle.answer_id is None:
+                            idle.wake.set()
+                if event.topic == DROPPED_TOPIC and event.seq is not None:
+                    conn.place.end(conn.events[-1] if conn.events else None)
             return
         if message.id is None:
             conn.fatal = message  # sent just before the daemon closes this connection
@@ -402,11 +411,24 @@ class AsyncClient(_flavours.AsyncMethods):
         """Add ``topics`` to the ``event`` notifications subscribed (every topic is kept
         across reconnects), of the workspaces ``agent_id`` may read (the default agent's
         without one)."""
-        result = await self._run(_methods.subscribe(topics, agent_id))
+        run = self._here()
+        # After a drop notice: made again from where it ended (a reconnect does that
+        # itself, and then this adds nothing).
+        after = (run.place.after(list(topics), self._topics)
+                 if run.conn is not None and not run.conn.closed
+                 and agent_id == self._topics_agent else None)
+        result = self._resubscribed(run, await self._run(
+            _methods.subscribe(topics, agent_id, after)))
         # Every pattern of the connection, not only these: a subscription adds to it.
         self._topics = list(result["subscribed"])
         self._topics_agent = agent_id
         return result
+
+    def _resubscribed(self, run: Run, answer: Subscribed) -> Subscribed:
+        """``answer`` to an ``events.subscribe`` of ``run``, noted: where its events
+        stand, and the count of those missed in the gap before it."""
+        run.place.subscribed(answer, run.events if self._max_events else None)
+        return answer
 
     async def next_event(self, timeout_s: float | None = None) -> Event | None:
         """The next event, or None after ``timeout_s`` without one.

@@ -36,6 +36,7 @@ from typing import Any, ClassVar, TypeVar
 from recalld.ipc import _call, _core, _flavours, _methods, errors, paths
 from recalld.ipc._call import Call
 from recalld.ipc._core import Lost, Missed
+from recalld.ipc._place import DROPPED_TOPIC, Place
 from recalld.ipc.answers import JobInfo, JsonObject, Subscribed
 from recalld.ipc.protocol import (
     ClientProtocol,
@@ -92,6 +93,8 @@ class Client(_flavours.SyncMethods):
         self.events_dropped = 0
         self._events: collections.deque[Event | Lost | Missed] = collections.deque()
         self._topics: list[str] = []
+        #: Where its events stand in the daemon's stream (see recalld.ipc._place).
+        self._place = Place()
         #: token -> handler of the ``call.progress`` events of a call being waited for.
         self._progress: dict[str, Callable[[JsonObject], None]] = {}
         self._topics_agent: str | None = None
@@ -149,8 +152,9 @@ class Client(_flavours.SyncMethods):
         so itself, a subscriber's next :meth:`events` raises ConnectionLost once, after
         the events read before: those sent meanwhile are gone, even though the next call
         subscribes again."""
-        if self._sock is not None and lost and self._topics and self._max_events:
-            _core.mark_lost(self._events, Lost())
+        if self._sock is not None and lost and self._topics:
+            self._place.end(_core.mark_lost(self._events, Lost())
+                            if self._max_events else None)
         if self._sock is not None:
             try:
                 self._sock.close()
@@ -186,9 +190,10 @@ class Client(_flavours.SyncMethods):
             if not self._topics:
                 return
             try:
-                self._call_on_connection(
-                    _methods.subscribe(self._topics, self._topics_agent),
-                    time.monotonic() + self.timeout_s)
+                self._resubscribed(self._call_on_connection(
+                    _methods.subscribe(self._topics, self._topics_agent,
+                                       self._place.after(self._topics, self._topics)),
+                    time.monotonic() + self.timeout_s))
                 return
             except errors.ConnectionLost:
                 # Closed before it answered the subscription (a daemon that was dying
@@ -341,23 +346,37 @@ class Client(_flavours.SyncMethods):
             for message in self._protocol.receive_line(line):
                 if isinstance(message, Notification):
                     if message.method == "event":
-                        event = Event.from_params(message.params)
-                        handler = (self._progress.get(str(event.data.get("token")))
-                                   if event.topic == PROGRESS_TOPIC else None)
-                        if handler is not None:
-                            handler(event.data)
-                        elif len(self._events) >= self._max_events:
-                            self.events_dropped += 1
-                            if self._max_events:
-                                _core.mark_missed(self._events)
-                        else:
-                            self._events.append(event)
+                        self._take_event(Event.from_params(message.params))
                 elif message.id == want or (message.id is None and message.error is not None
                                             and want is not None):
                     # A null id with an error answers a request the daemon could not read
                     # (too large, unparsable): with one call in flight, it is ours.
                     found = message
         return found
+
+    def _take_event(self, event: Event) -> None:
+        """Queue ``event`` (or count it, with the buffer full), or hand it to the handler
+        of the call whose progress it tells."""
+        handler = (self._progress.get(str(event.data.get("token")))
+                   if event.topic == PROGRESS_TOPIC else None)
+        if handler is not None:
+            handler(event.data)
+            return
+        self._place.saw(event)
+        if len(self._events) >= self._max_events:
+            self.events_dropped += 1
+            if self._max_events:
+                _core.mark_missed(self._events)
+        else:
+            self._events.append(event)
+        if event.topic == DROPPED_TOPIC and event.seq is not None:
+            self._place.end(self._events[-1] if self._events else None)
+
+    def _resubscribed(self, answer: Subscribed) -> Subscribed:
+        """``answer`` to an ``events.subscribe``, noted: where events stand now, and the
+        count of those missed in the gap before it, if any."""
+        self._place.subscribed(answer, self._events if self._max_events else None)
+        return answer
 
     def jobs_of_every_workspace(self) -> list[JobInfo]:
         """The jobs of every workspace listed, open or not (each listed as its own agent;
@@ -394,7 +413,11 @@ class Client(_flavours.SyncMethods):
         """Add ``topics`` to the ``event`` notifications subscribed (every topic is kept
         across reconnects), of the workspaces ``agent_id`` may read (the default agent's
         without one)."""
-        result = self._run(_methods.subscribe(topics, agent_id))
+        # After a drop notice: made again from where it ended (a reconnect does that
+        # itself, and then this adds nothing).
+        after = (self._place.after(list(topics), self._topics)
+                 if self._sock is not None and agent_id == self._topics_agent else None)
+        result = self._resubscribed(self._run(_methods.subscribe(topics, agent_id, after)))
         # Every pattern of the connection, not only these: a subscription adds to it.
         self._topics = list(result["subscribed"])
         self._topics_agent = agent_id
@@ -442,6 +465,8 @@ class Client(_flavours.SyncMethods):
                 data = b""
             if not data:
                 self._drop(lost=False)  # told here
+                if self._topics:  # a count of what was missed then comes first
+                    self._place.end(None)
                 raise errors.ConnectionLost("the daemon closed the connection")
             self._dispatch(data, want=None)
 

@@ -72,14 +72,18 @@ class ConnectionLost(RecalldError):
 
 
 class EventsMissed(ConnectionLost):
-    """Events came faster than the subscriber read them: ``missed`` of them found the
-    client's event buffer (``max_events``) full and were left out, here in the order of
-    events (client side only). The connection and its subscription go on; a ConnectionLost,
-    so that a subscriber that handles a gap in its events handles this one too."""
+    """``missed`` events the subscriber did not get, here in the order of events (client
+    side only): they found the client's event buffer (``max_events``) full and were left
+    out, or (``why`` says which) the daemon counted them where the subscription had a gap,
+    after it was dropped for falling behind or its connection was lost, until it was made
+    again. The connection and its subscription go on; a ConnectionLost, so that a
+    subscriber that handles a gap in its events handles this one too."""
 
-    def __init__(self, missed: int) -> None:
-        super().__init__(f"{missed} event(s) left out: the client's event buffer was full "
-                         "(read events sooner, or make max_events larger)")
+    def __init__(self, missed: int, why: str | None = None) -> None:
+        super().__init__(
+            f"{missed} event(s) left out: the client's event buffer was full (read events "
+            "sooner, or make max_events larger)" if why is None
+            else f"{missed} event(s) missed: {why}")
         self.missed = missed
 
 

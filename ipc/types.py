@@ -186,17 +186,25 @@ class SearchResponse:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """An ``event`` notification: its ``topic`` and the rest of its params."""
+    """An ``event`` notification: its ``topic``, the rest of its params, and its place in
+    the daemon's event stream (``stream``, ``seq``; None in a ``call.progress`` event, or
+    from a daemon that does not number its events)."""
 
     topic: str
     data: JsonObject
+    stream: str | None = None
+    seq: int | None = None
 
     @classmethod
     def from_params(cls, params: object) -> Event:
         if not isinstance(params, dict):
             return cls(topic="", data={"value": params})
-        rest = {k: v for k, v in params.items() if k != "topic"}
-        return cls(topic=str(params.get("topic", "")), data=rest)
+        stream, seq = params.get("stream"), params.get("seq")
+        if not isinstance(stream, str) or not isinstance(seq, int) or isinstance(seq, bool):
+            stream = seq = None
+        own = ("topic", "stream", "seq") if stream is not None else ("topic",)
+        rest = {k: v for k, v in params.items() if k not in own}
+        return cls(topic=str(params.get("topic", "")), data=rest, stream=stream, seq=seq)
 
 
 def _opt_float(value: object) -> float | None:
