@@ -94,7 +94,7 @@ def _job_states(conn: RawConnection, count: int) -> list[dict[str, Any]]:
 
 
 def test_a_new_connection_is_told_what_the_one_cut_off_missed(
-        daemon: DaemonHandle) -> None:
+        daemon: DaemonHandle, tmp_path: Path) -> None:
     with daemon.connect() as conn:
         answer = conn.call("events.subscribe", {"topics": ["job.state"]})
         _reindexed(daemon)
@@ -103,9 +103,14 @@ def test_a_new_connection_is_told_what_the_one_cut_off_missed(
         assert {e["stream"] for e in seen} == {answer["stream"]}
         left_off = {"stream": seen[-1]["stream"], "seq": seen[-1]["seq"]}
     _reindexed(daemon)  # nobody subscribed: 3 more
+    # Another agent's own workspace: an event the default agent may not see, nor count.
+    daemon.call("workspace.open", {"agent_id": "zed", "path": str(tmp_path / "zed")})
     with daemon.connect() as other:  # events the connection never had: none missed
         assert other.call("events.subscribe", {"topics": ["workspace.*"],
                                                "after": left_off})["missed"] == 0
+    with daemon.connect() as zed:  # its own, counted for it
+        assert zed.call("events.subscribe", {"topics": ["workspace.*"], "agent_id": "zed",
+                                             "after": left_off})["missed"] == 1
     with daemon.connect() as conn:
         again = conn.call("events.subscribe", {"topics": ["job.state"], "after": left_off})
         assert again["missed"] == 3
