@@ -78,7 +78,9 @@ async def test_a_subscriber_is_told_when_its_place_is_no_longer_known(
         for bad in ({"stream": bus.stream, "seq": RECENT_EVENTS + 2},
                     {"stream": bus.stream, "seq": -1}, {"seq": 1}, "1",
                     {"stream": bus.stream, "seq": 1, "more": 1}):
-            assert (await subscribe(bad))["error"]["code"] == InvalidParams.code, bad
+            error = (await subscribe(bad))["error"]
+            assert error["code"] == InvalidParams.code, bad
+            assert error["message"].startswith("param 'after'"), error
 
 
 def _reindexed(daemon: DaemonHandle) -> None:

@@ -386,9 +386,12 @@ def _missed_since(bus: EventBus, after: JsonObject, live: set[str],
     """How many events since ``after`` (``{stream, seq}``) a subscription to ``patterns``
     as ``view`` shows them would have had that the connection's (to ``live``) sent not."""
     p = Params(after)
-    stream = p.text("stream")
-    seq = p.integer("seq", minimum=0)
-    p.done()
+    try:
+        stream = p.text("stream")
+        seq = p.integer("seq", minimum=0)
+        p.done()
+    except InvalidParams as exc:  # named within it
+        raise InvalidParams(f"param 'after': {exc.message}") from None
     wanted = set(patterns) | live
 
     def counted(event: Event) -> bool:
