@@ -6,6 +6,7 @@ from typing import TypedDict
 
 from recalld.daemon.index.encodings import NotUtf8Notes
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.writefailures import WriteFailure
 
 
 class HealthError(TypedDict):
@@ -36,6 +37,7 @@ class HealthReport(TypedDict):
     not_utf8: NotUtf8Notes  # notes not read as UTF-8
     secret_named: int  # notes named by a secret (their paths shown masked)
     secret_named_folders: list[str]
+    write_errors: list[WriteFailure]  # note writes failing now, by cause
     watcher: str | None
     scanned_at: float | None
     derived_bytes: int | None

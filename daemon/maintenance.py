@@ -198,6 +198,7 @@ class Health:
             degraded.append(FOLDER_MISSING)
         elif persist_error:
             degraded.append(f"saving the index fails: {persist_error['error']}")
+        degraded += self.ws.writes.reasons()
         if watcher.get("state") == "failed":
             degraded.append(f"watcher failed: {watcher.get('why')}")
         if idx.get("load_corrupt") and idx.get("last_commit") is None:
@@ -295,6 +296,7 @@ class Health:
             "not_utf8": encoded,
             "secret_named": len(named),
             "secret_named_folders": secret_named_folders(named)[:MAX_LISTED],
+            "write_errors": self.ws.writes.status(),
             "watcher": watcher.get("state"),
             "scanned_at": self.scanned_at,
             "derived_bytes": self.derived_bytes,

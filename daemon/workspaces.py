@@ -36,6 +36,7 @@ from recalld.daemon.lock import AlreadyServing, FileLock
 from recalld.daemon.refusals import RefusedFor
 from recalld.daemon.store import confine
 from recalld.daemon.store.fsio import NOTE_DIR_MODE, PRIVATE_DIR_MODE
+from recalld.daemon.writefailures import WriteFailures
 from recalld.ipc.answers import WorkspaceInfo
 from recalld.ipc.errors import (
     AlreadyRunning,
@@ -150,6 +151,8 @@ class Workspace:
         #: on is the running workspace's, not its opening's.
         self.served = False
         self._services: WorkspaceServices | None = None
+        #: Its note writes failing now, by cause (its health says so until one succeeds).
+        self.writes = WriteFailures()
         self._status: dict[StatusName, StatusProvider] = {}
         self._cancel_scope: trio.CancelScope | None = None
         self._finished = trio.Event()

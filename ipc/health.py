@@ -21,9 +21,11 @@ from recalld.ipc.commands import agent_operand, agent_option
 from recalld.ipc.health_fixes import (
     NOTICES,
     OVERSIZED,
+    WRITES_FAIL,
     degraded_fix,
     refused_fix,
     set_aside_problem,
+    write_problem,
 )
 from recalld.ipc.health_remote import remote_facts
 from recalld.ipc.problems import Assessment, Problem, restore_problems
@@ -79,7 +81,11 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
     # state: a problem of their own, any state.
     notices = [Problem(level, r, fix) for r in reasons for said, level, fix in NOTICES
                if said in r]
+    notices += [write_problem(r, agent, ws.get("path")) for r in reasons
+                if r.startswith(WRITES_FAIL)]
     reasons = [r for r in reasons if all(p.what != r for p in notices)]
+    if state == "degraded" and not reasons:  # the index is sound: its notes fail to write
+        state = "clean"
     # Turns waiting for auto_memory make the workspace pending, not its index (chunks
     # whose vectors are parked leave it clean: the daemon does not count them as pending).
     shown = "clean" if state == "pending" and reasons and all(

@@ -12,8 +12,8 @@ from recalld.ipc.commands import agent_operand, agent_option
 from recalld.ipc.problems import Problem, Severity
 
 __all__ = ["CREDENTIAL_NAMED", "DEGRADED_FIXES", "FOLDER_MISSING", "NAME_NOT_UTF8",
-           "NOTICES", "NOT_UTF8", "OVERSIZED", "RENAME_FIX", "degraded_fix", "refused_fix",
-           "set_aside_problem"]
+           "NOTICES", "NOT_UTF8", "OVERSIZED", "RENAME_FIX", "WRITES_FAIL", "degraded_fix",
+           "refused_fix", "set_aside_problem", "write_problem"]
 
 #: How the daemon's health reason of a workspace folder gone while open begins.
 FOLDER_MISSING = "the workspace folder is missing"
@@ -21,6 +21,21 @@ FOLDER_MISSING = "the workspace folder is missing"
 OVERSIZED = "indexed only up to that size"
 #: How its reason of notes in an encoding it does not recognise ends.
 NOT_UTF8 = "save them as UTF-8"
+#: How the daemon's health reason of note writes that fail begins (a problem of its own,
+#: not of the index), and what fixes each cause, by what follows.
+WRITES_FAIL = "writing notes fails: "
+WRITE_FIXES = (
+    ("the disk is full", "free space on the file system of {path} (recalld doctor: disk)"),
+    ("the disk quota", "free space under your disk quota on the file system of {path}, or "
+     "have it raised"),
+    ("the file system is read-only", "make {path} writable again (remount its file system "
+     "read-write), or serve the workspace from a writable folder: recalld workspace close "
+     "{operand}, then: recalld workspace open {operand} --path DIR"),
+    ("permission denied", "give the daemon's user write permission on {path} and the "
+     "folders in it (ls -ld shows their owner and mode)"),
+)
+WRITE_CLEARS = "; the problem clears at the next note written"
+
 #: A degraded index's reasons, by how each begins (or ends), and what fixes each: reindex
 #: fixes only a damaged index in memory (a full disk it makes worse, a large note it
 #: leaves as it was).
@@ -60,6 +75,15 @@ NOTICES: tuple[tuple[str, Severity, str], ...] = (
     (NAME_NOT_UTF8, "warn", "rename them to UTF-8, naming the encoding they were written in "
      "(convmv -f latin1 -t utf8 --notest FILE); each is indexed once renamed (recalld "
      "verify lists them)"))
+
+
+def write_problem(reason: str, agent: str, path: object) -> Problem:
+    """The problem of a health reason of failing note writes (:data:`WRITES_FAIL`)."""
+    cause = reason.removeprefix(WRITES_FAIL)
+    fix = next((f for key, f in WRITE_FIXES if cause.startswith(key)),
+               "fix what the error names")
+    return Problem("fail", reason, fix.format(path=path, operand=agent_operand(agent))
+                   + WRITE_CLEARS)
 
 
 def refused_fix(agent: str, cause: object) -> str:

@@ -143,3 +143,40 @@ def test_a_backup_to_a_full_disk_names_the_archive_and_leaves_nothing(
         d.call("backup.create", {"agents": ["w"], "out": str(out)})
     assert full.value.message == f"disk full writing the backup to {out}: nothing was written"
     assert list(small_fs.iterdir()) == []
+
+
+def test_a_note_the_full_disk_refused_shows_in_status_until_one_is_written(
+        daemon_factory: DaemonFactory, small_fs: Path) -> None:
+    # A note refused with "disk full" left status saying "OK" and health "clean": only
+    # doctor's free-space check told, and nothing said that writes were failing.
+    d = daemon_factory()
+    ws = small_fs / "ws"
+    opened = recalld("workspace", "open", "kestrel", "--path", str(ws), env=d.env)
+    assert opened.returncode == 0, opened.stderr
+    first = recalld("note", "--agent", "kestrel", "the kestrel hovers over the verge", env=d.env)
+    assert first.returncode == 0, first.stderr
+    fill_blocks(small_fs)
+    refused = recalld("note", "--agent", "kestrel", "Турманы кружат над крышей, "
+                      "鸽子在屋顶上盘旋 " * 40, env=d.env)
+    assert refused.returncode == 1 and refused.stderr.endswith("(code -32011)\n"), refused
+    health = next(w["health"] for w in d.call("daemon.status")["workspaces"]
+                  if w["agent_id"] == "kestrel")
+    assert health["state"] == "degraded", health
+    [failing] = health["write_errors"]
+    assert failing["errno"] == "ENOSPC" and failing["count"] == 1, failing
+    assert any(r.startswith("writing notes fails: the disk is full") for r in health["reasons"])
+    shown = recalld("status", env=d.env).stdout
+    block = shown[shown.index("kestrel:"):]
+    assert block.startswith("kestrel: 1 problem(s)"), shown
+    assert "[FAIL] writing notes fails: the disk is full (ENOSPC" in block, block
+    assert f"fix: free space on the file system of {ws}" in block, block
+    doctor = recalld("doctor", env=d.env).stdout
+    assert "[FAIL] workspace kestrel: writing notes fails: the disk is full" in doctor, doctor
+    (small_fs / "filler").unlink()
+    again = recalld("note", "--agent", "kestrel", "the kestrel is back", env=d.env)
+    assert again.returncode == 0, again.stderr
+    health = next(w["health"] for w in d.call("daemon.status")["workspaces"]
+                  if w["agent_id"] == "kestrel")
+    assert health["write_errors"] == [], health
+    assert not any(r.startswith("writing notes fails") for r in health["reasons"]), health
+    assert d.stop() == 0

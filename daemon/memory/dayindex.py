@@ -70,7 +70,7 @@ async def refresh_day_index(ws: Workspace, date: str, ops: FileOps) -> bool:
                                "description": f"daily notes of {date}"}) + "\n".join(body) + "\n"
     index_ops = FileOps(root=ops.root, settings=ops.settings,
                         policy=WritePolicy((ws.settings.daily_dir,), (".md",)),
-                        lock=ops.lock, sync=ops.sync)
+                        lock=ops.lock, sync=ops.sync, writes=ops.writes)
     result = await index_ops.write(f"{folder}/{DAY_INDEX}", text)
     ops.changes.extend(index_ops.changes)
     return result.changed
@@ -111,7 +111,7 @@ async def refresh_days(ws: Workspace, paths: Iterable[str]) -> None:
         return
     # Not waiting for the index to take each in: the feed's catch-up goes on meanwhile.
     ops = FileOps(root=ws.root, settings=ws.settings, policy=WritePolicy((daily_dir,), (".md",)),
-                  lock=ws.services.write_lock, sync=None)
+                  lock=ws.services.write_lock, sync=None, writes=ws.writes)
     for day in days:
         try:
             await refresh_day_index(ws, day, ops)

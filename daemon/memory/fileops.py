@@ -66,6 +66,7 @@ from recalld.daemon.memory.slugs import continued_order, slug
 from recalld.daemon.notetext import lf_line_ends
 from recalld.daemon.spelling import spelled
 from recalld.daemon.workspaces import Workspace
+from recalld.daemon.writefailures import WriteFailures
 from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, RecalldError
 
 if TYPE_CHECKING:
@@ -186,6 +187,7 @@ class FileOps:
     session_id: str | None = None
     today: Callable[[], dt.date] = dt.date.today
     changes: list[Change] = field(default_factory=list)
+    writes: WriteFailures = field(default_factory=WriteFailures)
 
     # -- policy -----------------------------------------------------------------------
 
@@ -224,8 +226,7 @@ class FileOps:
         if len(data) > MAX_WRITE_BYTES:
             raise InvalidParams(f"content too large ({MAX_WRITE_BYTES} bytes max)")
         publish = partial(publish_if_holds, rel, before) if checked else None
-        await trio.to_thread.run_sync(
-            lambda: write_confined(self.root, rel, data, publish=publish))
+        await self.writes.run(lambda: write_confined(self.root, rel, data, publish=publish))
         self.changes.append(Change(rel, before, after))
         return WriteResult(rel, created=before is None, changed=True, text=after)
 
@@ -285,7 +286,7 @@ class FileOps:
         async with self.lock:
             if await self.read_text(rel) not in (expect, None):
                 raise WriteConflict(f"{rel} changed since it was read")
-            await trio.to_thread.run_sync(unlink_confined, self.root, rel, expect)
+            await self.writes.run(partial(unlink_confined, self.root, rel, expect))
         await self._searchable()
 
     async def edit(self, path: str, old: str, new: str) -> WriteResult:
@@ -482,15 +483,13 @@ class FileOps:
 def fileops_for(ws: Workspace, *, policy: WritePolicy | None = None,
                 session_id: str | None = None,
                 today: Callable[[], dt.date] = dt.date.today) -> FileOps:
-    """FileOps on an open workspace: its shared write lock and its index's ``sync``.
-
-    ``policy`` defaults to :meth:`WritePolicy.for_model`.
-    """
+    """FileOps on an open workspace: its shared write lock, its index's ``sync``, its
+    failing writes. ``policy`` defaults to :meth:`WritePolicy.for_model`."""
     services = ws.services
     return FileOps(
         root=ws.root, settings=ws.settings,
         policy=policy if policy is not None else WritePolicy.for_model(ws.settings),
-        lock=services.write_lock, sync=services.index.sync,
+        lock=services.write_lock, sync=services.index.sync, writes=ws.writes,
         session_id=session_id, today=today,
     )
 
