@@ -16,12 +16,14 @@ shielded cleanup.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import stat
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -217,21 +219,40 @@ class Workspace:
             self.root / s.metadata_dir,
         ]
 
-    def _create_directories(self) -> None:
+    def _create_directories(self, made: list[Path], *, locked: bool) -> None:
+        """Before the lock is held: the workspace folder and its metadata folder, where
+        the lock goes; once it is (``locked``), the others. Each folder made is added to
+        ``made`` (:meth:`_unmake` removes them if the open fails)."""
         # Made as an editor makes a folder (0755 less the umask); the metadata folder, of
         # recalld's own files, private. Not by the umask alone: under 000 others could
         # move a folder of derived state away and put a forged one in its place.
         meta = self.root / self.settings.metadata_dir
         try:
-            make_dirs(self.root, NOTE_DIR_MODE)
-            for d in self.directories():
-                make_dirs(d, PRIVATE_DIR_MODE if d == meta else NOTE_DIR_MODE)
+            if locked:
+                for d in self.directories():
+                    if d != meta:
+                        make_dirs(d, NOTE_DIR_MODE, made)
+                return
+            make_dirs(self.root, NOTE_DIR_MODE, made)
+            make_dirs(meta, PRIVATE_DIR_MODE, made)
             st = os.stat(self.root)
             self._root_id = (st.st_dev, st.st_ino)
             st = os.lstat(self._meta_path)
             self._meta_id = (st.st_dev, st.st_ino)
         except OSError as exc:
             raise _folders_error(self.root, exc) from None
+
+    def _unmake(self, made: list[Path], lock: FileLock) -> None:
+        """Remove the folders an open that failed made (``made``), last made first, and
+        the lock file in a metadata folder it made: it leaves the workspace as it found
+        it. Called with the lock still held, so that no other daemon takes the file
+        meanwhile; folders something was put in since are left."""
+        if lock.held and lock.path.parent in made:
+            with contextlib.suppress(OSError):
+                os.unlink(lock.path)
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
 
     # -- lifecycle ------------------------------------------------------------------
     def describe(self) -> WorkspaceInfo:
@@ -275,19 +296,20 @@ class Workspace:
                         f"workspace {self.root}")
         # Its services write by path; from here on, through handles (:mod:`confine`).
         confine.guard(self.root)
+        made: list[Path] = []  # the folders this open made, while it may still fail
         try:
-            await trio.to_thread.run_sync(self._create_directories)
             try:
-                await trio.to_thread.run_sync(lock.acquire)
-            except AlreadyServing as exc:
-                raise AlreadyRunning(f"{exc}; one recalld serves a workspace at a time"
-                                     ) from None
-            except OSError as exc:
-                what = f"cannot lock workspace {self.root}"
-                if str(lock.path) not in (exc.strerror or ""):
-                    # Which file: "Is a directory; remove it" alone named the workspace.
-                    what += f": {lock.path}"
-                raise _open_error(what, exc) from None
+                await trio.to_thread.run_sync(partial(self._create_directories, made,
+                                                      locked=False))
+                await self._lock(lock)
+                # The folders of notes only once it is ours: a second daemon refused
+                # makes none, and a folder in the way leaves none behind.
+                await trio.to_thread.run_sync(partial(self._create_directories, made,
+                                                      locked=True))
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self._unmake, made, lock)
+                raise
             # Run with the lock held, before any service writes; those of the watched
             # folders go with the scans.
             await trio.to_thread.run_sync(remove_unfinished_below, self.agent_id, (
@@ -315,6 +337,20 @@ class Workspace:
             if self.state != "failed":
                 self.state = "closed"
             self._finished.set()
+
+    async def _lock(self, lock: FileLock) -> None:
+        """Take the workspace's lock: AlreadyRunning if another daemon holds it."""
+        try:
+            await trio.to_thread.run_sync(lock.acquire)
+        except AlreadyServing as exc:
+            raise AlreadyRunning(f"{exc}; one recalld serves a workspace at a time"
+                                 ) from None
+        except OSError as exc:
+            what = f"cannot lock workspace {self.root}"
+            if str(lock.path) not in (exc.strerror or ""):
+                # Which file: "Is a directory; remove it" alone named the workspace.
+                what += f": {lock.path}"
+            raise _open_error(what, exc) from None
 
     def leads_elsewhere(self) -> tuple[Path, str] | None:
         """The folder and where it now leads, when a link took the place of the

@@ -21,10 +21,11 @@ def make_dirs_private(path: Path) -> None:
     make_dirs(path, 0o700)
 
 
-def make_dirs(path: Path, mode: int) -> None:
+def make_dirs(path: Path, mode: int, made: list[Path] | None = None) -> None:
     """Create ``path`` and the folders missing on the way to it with ``mode`` (less the
     umask), where ``mkdir -p`` gives every folder the umask's mode alone (0777 under a
-    umask of 000). Folders that exist are left as they are."""
+    umask of 000). Folders that exist are left as they are; those made are added to
+    ``made``, in the order made."""
     for folder in (*reversed(path.parents), path):
         if folder.is_dir():
             continue
@@ -33,3 +34,6 @@ def make_dirs(path: Path, mode: int) -> None:
         except FileExistsError:
             if not folder.is_dir():
                 raise
+        else:
+            if made is not None:
+                made.append(folder)

@@ -454,3 +454,29 @@ def test_a_socket_passed_to_another_pid_is_named_as_the_reason_the_start_fails(
         assert "must exec it" in d.log() and "Traceback" not in d.log()
     finally:
         listener.close()
+
+
+def test_an_open_that_fails_leaves_the_folder_as_it_found_it(
+        daemon: DaemonHandle, tmp_path: Path) -> None:
+    # The note folders were made before the lock was taken and left when the open then
+    # failed: a folder where the lock file goes, or a file where another note folder goes,
+    # left new empty memory/, digest/, mem_session/ and resource/ folders behind.
+    locked, blocked = tmp_path / "locked", tmp_path / "блок 区"
+    (locked / "mem_metadata" / "recalld.lock").mkdir(parents=True)
+    blocked.mkdir()
+    (blocked / "resource").write_text("x")
+    for agent, root in (("locked", locked), ("blocked", blocked)):
+        before = sorted(root.rglob("*"))
+        with pytest.raises(InvalidParams):
+            daemon.call("workspace.open", {"agent_id": agent, "path": str(root)})
+        assert sorted(root.rglob("*")) == before, agent
+    fresh = tmp_path / "fresh" / "ws"
+    (tmp_path / "fresh").mkdir()
+    (tmp_path / "fresh" / "ws").write_text("x")  # the workspace folder itself is a file
+    with pytest.raises(InvalidParams):
+        daemon.call("workspace.open", {"agent_id": "fresh", "path": str(fresh / "deep")})
+    assert sorted((tmp_path / "fresh").rglob("*")) == [fresh]
+    (blocked / "resource").unlink()
+    daemon.call("workspace.open", {"agent_id": "blocked", "path": str(blocked)})
+    assert {p.name for p in blocked.iterdir()} == {
+        "memory", "digest", "mem_session", "resource", "mem_metadata"}
