@@ -98,11 +98,12 @@ def _open_error(what: str, exc: OSError) -> RecalldError:
     """The error for ``exc`` while opening a workspace, by what it says: DiskFull,
     InvalidParams (the path), else a failure."""
     message = f"{what}: {exc.strerror or exc}"
+    data = {"errno": errno.errorcode.get(exc.errno or 0, "EIO")}  # which fix helps
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return DiskFull(message + " (free space, then open it again)")
+        return DiskFull(message + " (free space, then open it again)", data)
     if exc.errno in PATH_ERRNOS:
-        return InvalidParams(message)
-    return RecalldError(message)
+        return InvalidParams(message, data)
+    return RecalldError(message, data)
 
 
 def _folders_error(root: Path, exc: OSError) -> RecalldError:
@@ -143,6 +144,8 @@ class Workspace:
         self._state: State = "opening"
         self.opened_at = time.time()
         self.error: str | None = None
+        #: The errno name its opening failed with, when the file system refused it.
+        self.error_errno: str | None = None
         #: Never opened: its path or settings were refused (``error`` says why).
         self.refused = False
         self.refused_for: RefusedFor = "place"  # why (:mod:`recalld.daemon.refusals`)
@@ -265,6 +268,8 @@ class Workspace:
         }
         if self.error is not None:
             info["error"] = self.error
+        if self.error_errno is not None and self.state == "failed":
+            info["error_errno"] = self.error_errno
         if self.refused:
             info["refused"] = True
             info["refused_for"] = self.refused_for
@@ -306,7 +311,9 @@ class Workspace:
                 # makes none, and a folder in the way leaves none behind.
                 await trio.to_thread.run_sync(partial(self._create_directories, made,
                                                       locked=True))
-            except BaseException:
+            except BaseException as exc:
+                data = exc.data if isinstance(exc, RecalldError) else None
+                self.error_errno = data.get("errno") if isinstance(data, dict) else None
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(self._unmake, made, lock)
                 raise

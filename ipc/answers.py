@@ -41,6 +41,7 @@ class WorkspaceInfo(TypedDict):
     opened_at: NotRequired[float]
     settings: NotRequired[JsonObject]  # secrets masked; not in daemon.status
     error: NotRequired[str]  # why it failed
+    error_errno: NotRequired[str]  # the file system's refusal of its opening (EROFS, ...)
     why: NotRequired[str]  # workspace.list: why it is not open now (a restore, a backup)
     refused: NotRequired[bool]  # its path or settings were refused: never opened
     # Why: "place" (its folder), "missing" (its folder gone), "settings", "replica".

@@ -23,6 +23,7 @@ from recalld.ipc.health_fixes import (
     OVERSIZED,
     WRITES_FAIL,
     degraded_fix,
+    failed_fix,
     refused_fix,
     set_aside_problem,
     write_problem,
@@ -105,7 +106,7 @@ def _index(a: Assessment, ws: WorkspaceInfo) -> None:
                                   refused_fix(agent, ws.get("refused_for"))))
     elif ws.get("state") == "failed":
         a.problems.append(Problem("fail", f"workspace failed: {ws.get('error')}",
-                                  f"recalld workspace open {agent_operand(agent)}"))
+                                  failed_fix(agent, ws.get("error_errno"), ws.get("path"))))
     elif state == "degraded":
         partly = h.get("partly_indexed_paths") or []
         shown = [f"{r}: {', '.join(map(str, partly))}" if r.endswith(OVERSIZED) and partly

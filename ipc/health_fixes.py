@@ -13,7 +13,7 @@ from recalld.ipc.problems import Problem, Severity
 
 __all__ = ["CREDENTIAL_NAMED", "DEGRADED_FIXES", "FOLDER_MISSING", "NAME_NOT_UTF8",
            "NOTICES", "NOT_UTF8", "OVERSIZED", "RENAME_FIX", "WRITES_FAIL", "degraded_fix",
-           "refused_fix", "set_aside_problem", "write_problem"]
+           "failed_fix", "refused_fix", "set_aside_problem", "write_problem"]
 
 #: How the daemon's health reason of a workspace folder gone while open begins.
 FOLDER_MISSING = "the workspace folder is missing"
@@ -84,6 +84,25 @@ def write_problem(reason: str, agent: str, path: object) -> Problem:
                "fix what the error names")
     return Problem("fail", reason, fix.format(path=path, operand=agent_operand(agent))
                    + WRITE_CLEARS)
+
+
+def failed_fix(agent: str, cause: object, path: object) -> str:
+    """What to do about a workspace whose opening failed, by the errno name the file
+    system refused it with (``error_errno``): opening it again as it is fails the same
+    way where its folder is read-only, not writable or full."""
+    operand = agent_operand(agent)
+    again = f"recalld workspace open {operand}"
+    elsewhere = (f"or open it in a writable folder: recalld workspace close {operand}, "
+                 f"then: recalld workspace open {operand} --path DIR")
+    if cause == "EROFS":
+        return (f"{path} is on a read-only file system: remount it read-write, then: "
+                f"{again}; {elsewhere}")
+    if cause in ("EACCES", "EPERM"):
+        return (f"the daemon's user may not write in {path} (ls -ld shows owner and mode): "
+                f"make it writable for that user, then: {again}; {elsewhere}")
+    if cause in ("ENOSPC", "EDQUOT"):
+        return f"free space on the file system of {path} (recalld doctor: disk), then: {again}"
+    return again
 
 
 def refused_fix(agent: str, cause: object) -> str:

@@ -180,3 +180,34 @@ def test_a_note_the_full_disk_refused_shows_in_status_until_one_is_written(
     assert health["write_errors"] == [], health
     assert not any(r.startswith("writing notes fails") for r in health["reasons"]), health
     assert d.stop() == 0
+
+
+def test_a_workspace_on_a_read_only_file_system_is_told_how_to_be_served(
+        daemon_factory: DaemonFactory, small_fs: Path, tmp_path: Path) -> None:
+    # A workspace refused as read-only (EROFS) was shown with the fix "recalld workspace
+    # open NAME", which fails the same way as long as the folder stays read-only.
+    kept = small_fs / "kept"  # served before: its folders are there, its lock is not
+    for folder in ("memory/2026-03-01", "digest", "mem_session", "resource", "mem_metadata"):
+        (kept / folder).mkdir(parents=True)
+    (kept / "memory" / "2026-03-01" / "tern.md").write_text("# Tern\nterns dive\n", "utf-8")
+    done = subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], capture_output=True,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    d = daemon_factory()
+    for agent, root in (("fresh", small_fs / "fresh"), ("kept", kept)):
+        line = assert_one_line_error(
+            recalld("workspace", "open", agent, "--path", str(root), env=d.env), 2)
+        assert "Read-only file system" in line, line
+    shown = recalld("status", env=d.env).stdout
+    for agent, root in (("fresh", small_fs / "fresh"), ("kept", kept)):
+        block = shown.split(f"\n{agent}: ", 1)[1].split("\n\n", 1)[0]
+        assert f"fix: {root} is on a read-only file system: remount it read-write" in block, \
+            block
+        assert f"recalld workspace open {agent} --path DIR" in block, block
+    info = next(w for w in d.call("daemon.status")["workspaces"] if w["agent_id"] == "kept")
+    assert info["state"] == "failed" and info["error_errno"] == "EROFS", info
+    # What the fix says works: served from a writable folder.
+    assert recalld("workspace", "close", "fresh", env=d.env).returncode == 0
+    moved = recalld("workspace", "open", "fresh", "--path", str(tmp_path / "rw"), env=d.env)
+    assert moved.returncode == 0, moved.stderr
+    assert d.stop() == 0
