@@ -3,7 +3,7 @@ over notes edited there meanwhile (two daemons, a real PostgreSQL).
 
 A restore is a deliberate change: once the host reconnects, the restored text goes to
 every host, as an edit made after the queued ones would, whether or not a sync tool
-respelt the note's name (or its folder's) between Unicode forms in between.
+respelt the note's name (or its folder's) between Unicode forms in between, or after.
 """
 
 from __future__ import annotations
@@ -13,22 +13,24 @@ import unicodedata
 import pytest
 from conftest import DaemonFactory
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
-from test_remote import notes, pair, remote_status, root, write
+from test_remote import changes_of, notes, pair, remote_status, root, write
 from test_remote_forms import content, rows, settled
 from test_remote_forms_shapes import FOLDER
 from waits import wait_for
 
 BACKED = "# Backed up\nthe text the backup holds\n"
+OTHER = "memory/2026-07-26/other.md"
 EDITED = "# Edited offline\nqueued while the server was away\n"
 
 
-@pytest.mark.parametrize("respell", ["none", "note", "folder"])
+@pytest.mark.parametrize("respell", ["none", "note", "folder", "note after"])
 def test_a_restore_while_offline_reaches_every_host_over_a_queued_edit(
         daemon_factory: DaemonFactory, pg_server: PgServer, respell: str) -> None:  # noqa: F811
     a, b, name = pair(daemon_factory, pg_server)
     named = f"{FOLDER}/naïve café.md"
     write(b, named, BACKED)
-    wait_for(lambda: settled(pg_server, name, a, b) and len(notes(a)) == 1, what="on a")
+    write(b, OTHER, "# Other\n")
+    wait_for(lambda: settled(pg_server, name, a, b) and len(notes(a)) == 2, what="on a")
     made = b.call("backup.create", {})
 
     pg_server.stop()
@@ -46,11 +48,33 @@ def test_a_restore_while_offline_reaches_every_host_over_a_queued_edit(
         wait_for(lambda: remote_status(b)["outbox"] >= 1, what="the edit queued")
         b.call("backup.restore", {"file": made["file"], "overwrite_shared": True})
         wait_for(lambda: (root(b) / named).read_text() == BACKED, what="restored on b")
+        if respell == "note after":
+            # The sync tool respells the restored name, and a note is deleted with it:
+            # once that deletion is queued, the old spelling was found gone too.
+            wait_for(lambda: remote_status(b)["outbox"] >= 2, what="the restore queued")
+            queued = remote_status(b)["outbox"]
+            (root(b) / named).rename(
+                root(b) / FOLDER / unicodedata.normalize("NFD", "naïve café.md"))
+            (root(b) / OTHER).unlink()
+            wait_for(lambda: remote_status(b)["outbox"] > queued, what="the deletion queued")
     finally:
         pg_server.start()
 
     wait_for(lambda: settled(pg_server, name, a, b) and content(pg_server, name, named)
              == BACKED.encode(), what="the restored text on the server", deadline_s=60)
-    assert rows(pg_server, name) == {named: False}
-    assert (root(a) / named).read_text() == (root(b) / named).read_text() == BACKED
-    assert list(notes(a)) == list(notes(b)) == [named]
+    assert rows(pg_server, name)[named] is False
+    held = {unicodedata.normalize("NFC", p) for p in notes(b)}
+    assert set(notes(a)) == held and named in held
+    assert (root(a) / named).read_text() == BACKED
+    assert remote_status(a)["conflicts"] == remote_status(b)["conflicts"] == 0
+    if respell == "note after":
+        # The old spelling is no note of b's any more: spelt back, the note is the same,
+        # and nothing goes up for it (a note written after it goes up after it would).
+        sent = changes_of(pg_server, name, named)
+        (root(b) / FOLDER / unicodedata.normalize("NFD", "naïve café.md")).rename(
+            root(b) / named)
+        write(b, OTHER, "# Other\nagain\n")
+        wait_for(lambda: settled(pg_server, name, a, b) and OTHER in notes(a),
+                 what="the other note up")
+        assert changes_of(pg_server, name, named) == sent
+

@@ -278,6 +278,7 @@ class FileSync(ReplicaFiles):
         paths that must now take the server's version (caller holds the lock)."""
         bases = self.state.bases
         updates: list[tuple[str, Base]] = []
+        ended: list[tuple[str, str | None]] = []  # take-overs of other spellings that end
         for (change, target, _base), answer in zip(batch, answers, strict=True):
             if answer.outcome in ("applied", "same"):
                 stat = self._known.get(target)
@@ -285,7 +286,7 @@ class FileSync(ReplicaFiles):
                     # Redirected to this host's conflict copy: the copy on disk follows.
                     stat = await self._put_local(target, change.data)
                     self._last_local[target] = change.hash
-                updates += self._stored(target, answer.version, change.hash, stat)
+                updates += self._stored(target, answer.version, change.hash, stat, ended)
             elif answer.outcome == "conflict":
                 copy = answer.stored_path
                 stat = await self._put_local(copy, change.data)
@@ -304,7 +305,7 @@ class FileSync(ReplicaFiles):
         # Counted before the outbox lets go of them: an empty outbox means counted.
         self.uploaded += len(batch)
         with trio.CancelScope(shield=True):
-            await in_thread(self.state.record, updates)
+            await in_thread(partial(self.state.record, updates, respelt=ended))
             await in_thread(self._outbox.done, [change.id for change, _, _ in batch])
         settle = []
         for change, _target, _base in batch:

@@ -263,12 +263,15 @@ class ReplicaFiles:
         return None
 
     def _stored(self, path: str, version: int, hash_: str | None,
-                stat: tuple[int, int] | None) -> list[tuple[str, Base]]:
+                stat: tuple[int, int] | None,
+                ended: list[tuple[str, str | None]]) -> list[tuple[str, Base]]:
         """The bases to record once a change of ``path`` is stored as ``version``: its
         own, and that of another spelling of the name that took the note over at the
         version the change was based on (renamed between forms while the change waited):
         what was changed under the new spelling since follows this change, as it would
-        under one name, rather than conflicting with it."""
+        under one name, rather than conflicting with it. Once the last change queued
+        under ``path`` is stored, ``path``, found renamed meanwhile, is no note of its
+        own any more (as when nothing waited): the take-over ends (added to ``ended``)."""
         old = self.state.bases.get(path)
         stored = [(path, Base(version, hash_, stat, old.redirect if old else None))]
         if old is None or old.hash is None or not old.version or hash_ is None:
@@ -277,6 +280,10 @@ class ReplicaFiles:
             took = self.state.bases.get(other)
             if took is not None and took.version == old.version and not took.redirect:
                 stored.append((other, replace(took, version=version, hash=hash_)))
+        if (len(stored) > 1 and self._last_local.get(path) is None
+                and self._outbox.count_for(path) <= 1):
+            stored[0] = (path, Base(0, None))
+            ended += [(new, None) for new, was in self.state.respelt.items() if was == path]
         return stored
 
     def _twin(self, path: str, other: str) -> bool:
@@ -347,9 +354,12 @@ class ReplicaFiles:
             # Renamed between Unicode forms: the same note, which the new spelling carries.
             for path in moved:
                 self._last_local[path] = None
-            ended = [(new, None) for new, old in self.state.respelt.items() if old in moved]
+            # A change still queued under the old spelling goes up on the version it
+            # was made on (as in _take_base): that spelling's base stays until then.
+            over = [p for p in moved if not self._outbox.pending_for(p)]
+            ended = [(new, None) for new, old in self.state.respelt.items() if old in over]
             with trio.CancelScope(shield=True):
-                await in_thread(partial(self.state.record, [(p, Base(0, None)) for p in moved],
+                await in_thread(partial(self.state.record, [(p, Base(0, None)) for p in over],
                                         respelt=ended))
             gone = [f for f in gone if f.path not in moved]
         if not gone:
