@@ -13,9 +13,10 @@ import unicodedata
 import pytest
 from conftest import DaemonFactory
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
-from test_remote import changes_of, notes, pair, remote_status, root, write
+from test_remote import changes_of, config, notes, pair, remote_status, root, write
 from test_remote_forms import content, rows, settled
 from test_remote_forms_shapes import FOLDER
+from test_remote_writes import read_only
 from waits import wait_for
 
 BACKED = "# Backed up\nthe text the backup holds\n"
@@ -78,3 +79,49 @@ def test_a_restore_while_offline_reaches_every_host_over_a_queued_edit(
                  what="the other note up")
         assert changes_of(pg_server, name, named) == sent
 
+
+def test_the_feed_keeps_off_a_respelt_note_whose_restore_waits_under_the_old_name(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a, b, name = pair(daemon_factory, pg_server)
+    named = f"{FOLDER}/naïve café.md"
+    respelt = f"{FOLDER}/{unicodedata.normalize('NFD', 'naïve café.md')}"
+    write(b, named, BACKED)
+    write(b, OTHER, "# Other\n")
+    wait_for(lambda: settled(pg_server, name, a, b) and len(notes(a)) == 2, what="on a")
+    made = b.call("backup.create", {})
+
+    # Offline, b edits the note, restores the backup over it, and a sync tool respells
+    # the restored name; the deletion of another note queued says b found it respelt.
+    pg_server.stop()
+    try:
+        wait_for(lambda: remote_status(b)["state"] == "offline", what="b offline")
+        write(b, named, EDITED)
+        wait_for(lambda: remote_status(b)["outbox"] == 1, what="the edit queued")
+        b.call("backup.restore", {"file": made["file"], "overwrite_shared": True})
+        wait_for(lambda: remote_status(b)["outbox"] == 2, what="the restore queued")
+        (root(b) / named).rename(root(b) / respelt)
+        (root(b) / OTHER).unlink()
+        wait_for(lambda: remote_status(b)["outbox"] == 3, what="the deletion queued")
+        b.stop()
+    finally:
+        pg_server.start()
+
+    # a saves the text of b's queued edit (no conflict), and the server takes no writes
+    # when b starts again: b reads the feed, its queued changes wait.
+    write(a, named, EDITED)
+    wait_for(lambda: remote_status(a)["outbox"] == 0
+             and content(pg_server, name, named) == EDITED.encode(), what="a's edit up")
+    last = remote_status(a)["cursor"]
+    with read_only(pg_server):
+        b = daemon_factory(config(pg_server.dsn, name, "hostb"),
+                           RECALLD_DATA_DIR=str(b.data_dir))
+        wait_for(lambda: remote_status(b)["cursor"] >= last, what="b read the feed")
+        # The restored text waits to go up after the edit: the feed leaves it on disk.
+        assert (root(b) / respelt).read_text() == BACKED
+        assert remote_status(b)["outbox"] == 3
+
+    wait_for(lambda: settled(pg_server, name, a, b) and content(pg_server, name, named)
+             == BACKED.encode(), what="the restored text on the server", deadline_s=60)
+    assert set(notes(b)) == {respelt} and set(notes(a)) == {named}
+    assert (root(a) / named).read_text() == (root(b) / respelt).read_text() == BACKED
+    assert remote_status(a)["conflicts"] == remote_status(b)["conflicts"] == 0

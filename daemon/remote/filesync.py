@@ -448,8 +448,8 @@ class FileSync(ReplicaFiles):
         base = self.state.bases.get(row.path)
         if base is not None and (row.version <= base.version or base.redirect or base.settle):
             return False  # already known, or the uploader settles the path
-        # A path with local changes waiting uploads first; a conflict then settles it.
-        return not self._outbox.pending_for(row.path)
+        # A note with local changes waiting uploads first; a conflict then settles it.
+        return not self._waiting(row.path)
 
     async def _apply_remote(self, rows: list[db.Row],
                             failed: dict[str, Exception]) -> list[tuple[str, Base]]:

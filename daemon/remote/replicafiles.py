@@ -286,6 +286,13 @@ class ReplicaFiles:
             ended += [(new, None) for new, was in self.state.respelt.items() if was == path]
         return stored
 
+    def _waiting(self, path: str) -> bool:
+        """Whether local changes of the note at ``path`` wait to go up: of ``path``, or of
+        the spelling ``path`` took the note over from (renamed between forms while they
+        waited), which move ``path``'s base on once stored (:meth:`_stored`)."""
+        return any(self._outbox.pending_for(p)
+                   for p in (path, self.state.respelt.get(path)) if p is not None)
+
     def _twin(self, path: str, other: str) -> bool:
         """``other`` (``path`` in another Unicode form) is a note of its own: the server
         holds the name in both forms (shared before one row per name), each synced here
