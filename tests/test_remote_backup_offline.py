@@ -125,3 +125,40 @@ def test_the_feed_keeps_off_a_respelt_note_whose_restore_waits_under_the_old_nam
     assert set(notes(b)) == {respelt} and set(notes(a)) == {named}
     assert (root(a) / named).read_text() == (root(b) / respelt).read_text() == BACKED
     assert remote_status(a)["conflicts"] == remote_status(b)["conflicts"] == 0
+
+
+@pytest.mark.parametrize("how", ["restored away", "deleted while stopped"])
+def test_a_note_with_a_queued_change_gone_before_a_start_is_deleted_everywhere(
+        daemon_factory: DaemonFactory, pg_server: PgServer, how: str) -> None:  # noqa: F811
+    a, b, name = pair(daemon_factory, pg_server)
+    named = f"{FOLDER}/naïve café.md"
+    write(b, named, BACKED)
+    write(b, OTHER, "# Other\n")
+    wait_for(lambda: settled(pg_server, name, a, b) and len(notes(a)) == 2, what="on a")
+    made = b.call("backup.create", {})
+    later = "memory/2026-07-27/later.md"
+
+    # Offline, b queues a change of a note, which is gone before b starts again: a
+    # note written since the backup that a restore removes, or one removed while b was
+    # stopped.
+    pg_server.stop()
+    try:
+        wait_for(lambda: remote_status(b)["state"] == "offline", what="b offline")
+        gone = later if how == "restored away" else named
+        write(b, gone, EDITED)
+        wait_for(lambda: remote_status(b)["outbox"] == 1, what="the change queued")
+        if how == "restored away":
+            b.call("backup.restore", {"file": made["file"], "overwrite_shared": True})
+        else:
+            b.stop()
+            (root(b) / named).unlink()
+            b = daemon_factory(config(pg_server.dsn, name, "hostb"),
+                               RECALLD_DATA_DIR=str(b.data_dir))
+        assert not (root(b) / gone).exists()
+    finally:
+        pg_server.start()
+
+    wait_for(lambda: settled(pg_server, name, a, b) and rows(pg_server, name).get(gone)
+             is not False, what="b's changes up", deadline_s=60)
+    assert gone not in notes(a) and gone not in notes(b)
+    assert rows(pg_server, name).get(gone, True) is True

@@ -45,6 +45,9 @@ from recalld.daemon.workspaces import Workspace
 log = logging.getLogger(__name__)
 
 _EMPTY = content_hash(b"")
+#: The stat of a note whose file the replica has not seen since its last change: no file
+#: has it, so the next rescan reads the file, or finds it gone.
+_UNSEEN = (-1, -1)
 
 
 class ReplicaFiles:
@@ -130,14 +133,18 @@ class ReplicaFiles:
                         "feed is read again", self._cfg.name, ", ".join(self.folders))
         for path, base in self.state.bases.items():
             self._last_local[path] = base.hash
-            if base.hash is not None and base.stat is not None:
-                self._known[path] = base.stat
+            if base.hash is not None:
+                self._known[path] = base.stat or _UNSEEN
         for change in self._outbox.pending():
             # The file was changed after its base: the base's stat is not the file's
             # (a copy of the base's text put back with its times, as a restored backup
-            # does, would look unchanged), so the next rescan reads it.
+            # does, would look unchanged), so the next rescan reads it, or finds it gone
+            # (removed while the daemon was stopped, or by a restore).
             self._last_local[change.path] = change.hash
-            self._known.pop(change.path, None)
+            if change.hash is None:
+                self._known.pop(change.path, None)
+            else:
+                self._known[change.path] = _UNSEEN
         self.guard.restored(self.state.held)
         self.guard.adopt_folders()
 
