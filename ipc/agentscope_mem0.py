@@ -43,7 +43,7 @@ from recalld.ipc.agentscope_workspace import (
     _open_workspace,
     model_overrides,
 )
-from recalld.ipc.answers import JsonObject, NoteAdded
+from recalld.ipc.answers import JsonObject, NoteAdded, NoteWritten
 from recalld.ipc.errors import InvalidParams, refused_as_credential
 from recalld.ipc.known_ids import KnownIds
 from recalld.ipc.request_parts import in_note_parts, search_query
@@ -202,7 +202,7 @@ class RecalldMem0Middleware(MiddlewareBase):
                             f"{' '.join(body.split())}")
         return memories
 
-    async def add_memory_text(self, text: str, request_id: str | None = None) -> NoteAdded:
+    async def add_memory_text(self, text: str, request_id: str | None = None) -> NoteWritten:
         """Store ``text`` as a note of the day, recording this agent as its author (with
         ``request_id``, a text sent again is not stored twice)."""
         try:
@@ -220,7 +220,7 @@ class RecalldMem0Middleware(MiddlewareBase):
                     self.workspace, self.writer)
         return await self._add_note(text, request_id)
 
-    async def _add_note(self, text: str, request_id: str | None) -> NoteAdded:
+    async def _add_note(self, text: str, request_id: str | None) -> NoteWritten:
         """``text`` added to this writer's note, in as many requests as it takes (a text
         longer than the daemon takes at once is cut between its lines)."""
         return await in_note_parts(text, self.client.request_limit, self._add_note_part,
@@ -430,4 +430,5 @@ class Mem0AddMemoryTool(_Mem0Tool):
         except _DAEMON_ERRORS as exc:
             return _chunk(f"Error recording memory: {exc}", error=True)
         rationale = f" (rationale: {thinking})" if thinking else ""
-        return _chunk(f"Successfully recorded to memory{rationale} → {where.get('path')}")
+        return _chunk(f"Successfully recorded to memory{rationale} → "
+                      f"{', '.join(where['paths'])}")

@@ -170,7 +170,8 @@ class AddMemoryTool(_MemoryTool):
             "\n".join(f"- {f}" for f in facts), self._mw.client.request_limit,
             lambda part, part_id: self._mw.add(workspace, part, session, part_id))
         rationale = f" (rationale: {thinking})" if thinking else ""
-        return _chunk(f"Recorded {len(facts)} fact(s) in {where.get('path')}{rationale}")
+        return _chunk(f"Recorded {len(facts)} fact(s) in {', '.join(where['paths'])}"
+                      f"{rationale}")
 
 
 class MemoryWriteTool(_MemoryTool):

@@ -206,6 +206,14 @@ class NoteAdded(TypedDict):
     changed: bool
 
 
+class NoteWritten(NoteAdded):
+    """A text written in one or more ``memory.add_note`` calls: the last call's answer,
+    ``created``/``changed`` if any call was, and ``paths``, every note the text went into
+    in order (a note that could take no more is continued in the next of its name)."""
+
+    paths: list[str]
+
+
 class IndexEntry(TypedDict):
     path: str
     name: str

@@ -32,7 +32,7 @@ from recalld.ipc.cli_ops import (
 from recalld.ipc.client import Client
 from recalld.ipc.protocol import MAX_LISTED_CHANGES
 from recalld.ipc.render import at_most, print_json, render_read, say, table
-from recalld.ipc.request_parts import note_parts
+from recalld.ipc.request_parts import note_parts, notes_written
 from recalld.ipc.shown import names_nothing
 from recalld.ipc.types import visible
 
@@ -295,12 +295,10 @@ def _note(client: Client, ns: argparse.Namespace, out: TextIO, as_json: bool) ->
     # send it; the answer is the last part's, created if the first part created it.
     # A session id the daemon would refuse ("chat 42") is mapped as the MCP bridge maps it.
     session = note_session_key(ns.session_id)
-    answers = [client.add_note(ns.agent, part, session_id=session, name=ns.name,
-                               request_id=part_id)
-               for part, part_id in note_parts(content, client.request_limit, name=ns.name)]
-    result = {**answers[-1], "created": any(a.get("created") for a in answers),
-              "changed": any(a.get("changed") for a in answers)}
-    paths = list(dict.fromkeys(a["path"] for a in answers))  # a full note is continued
+    result = notes_written([
+        client.add_note(ns.agent, part, session_id=session, name=ns.name, request_id=part_id)
+        for part, part_id in note_parts(content, client.request_limit, name=ns.name)])
+    paths = result["paths"]  # a full note is continued
     if as_json:
         print_json(out, result)
     elif len(paths) > 1:

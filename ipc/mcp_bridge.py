@@ -190,7 +190,7 @@ class Bridge:
                 str(args.get("content", "")), self.client.request_limit,
                 lambda part, part_id: self.client.add_note(
                     self.agent, part, session_id=owner, request_id=part_id))
-            return _text(f"recorded in {note.get('path')}", structured=note)
+            return _text(f"recorded in {', '.join(note['paths'])}", structured=note)
         return _text(_UNKNOWN_TOOL, error=True)
 
     async def _search(self, args: JsonObject) -> types.CallToolResult:

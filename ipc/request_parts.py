@@ -16,12 +16,11 @@ import hashlib
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import date
-from typing import TypeVar
 
 import orjson
 
 from recalld.ipc.aclient import AsyncClient
-from recalld.ipc.answers import CONTINUED, JsonObject, TurnsAdded
+from recalld.ipc.answers import CONTINUED, JsonObject, NoteAdded, NoteWritten, TurnsAdded
 from recalld.ipc.shown import names_nothing
 
 #: The daemon's bound on the messages of one ``memory.add_turns`` call.
@@ -34,9 +33,6 @@ MAX_NOTE_PART_CHARS = 30_000
 MAX_REQUEST_ID_CHARS = 200
 #: The characters of the caller's id a part's id keeps (the daemon takes 200 in all).
 PART_ID_PREFIX_CHARS = 150
-
-V = TypeVar("V")
-
 
 def json_size(value: object) -> int:
     """The bytes of JSON ``value`` takes, also for text JSON cannot carry (lone surrogates,
@@ -240,12 +236,20 @@ def note_parts(text: str, limit_bytes: int, request_id: str | None = None,
 
 
 async def in_note_parts(text: str, limit_bytes: int,
-                        add: Callable[[str, str | None], Awaitable[V]],
-                        request_id: str | None = None, name: str | None = None) -> V:
+                        add: Callable[[str, str | None], Awaitable[NoteAdded]],
+                        request_id: str | None = None, name: str | None = None,
+                        ) -> NoteWritten:
     """``add(part, part_id)`` (a ``memory.add_note`` to the note ``name``) each of the
-    :func:`note_parts` of ``text``, in order; the answer to the last."""
-    answer: V | None = None
-    for part, part_id_ in note_parts(text, limit_bytes, request_id, name):
-        answer = await add(part, part_id_)
-    assert answer is not None  # text_parts gives at least one part
-    return answer
+    :func:`note_parts` of ``text``, in order; what they wrote (:func:`notes_written`)."""
+    return notes_written([await add(part, part_id_)
+                          for part, part_id_ in note_parts(text, limit_bytes, request_id, name)])
+
+
+def notes_written(answers: Sequence[NoteAdded]) -> NoteWritten:
+    """The answers to the parts of one text as one: the last, ``created`` and ``changed``
+    if any part was, and ``paths``, every note the parts went into (a full note is
+    continued in the next: naming the last alone would hide the text's start)."""
+    written: NoteWritten = {**answers[-1], "created": any(a["created"] for a in answers),
+                            "changed": any(a["changed"] for a in answers),
+                            "paths": list(dict.fromkeys(a["path"] for a in answers))}
+    return written

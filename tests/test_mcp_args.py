@@ -67,3 +67,29 @@ def test_a_note_of_invisible_characters_only_is_refused_as_empty(
             assert len(notes()) == 1
 
     asyncio.run(main())
+
+
+def test_a_note_continued_in_further_notes_names_every_one(daemon: DaemonHandle) -> None:
+    """A text larger than the largest write of one note (1 MiB) goes on in the next note
+    of its name: the tool's answer names every note it went into, not only the last,
+    where an agent reading it back would find the text without its start."""
+    lines = [f"- séance {n}: le thé de Ωmega-{n} est prêt à 17 h" for n in range(30_000)]
+    text = "\n".join(lines)
+    assert len(text.encode("utf-8")) > 1 << 20  # the case itself
+
+    async def main() -> None:
+        async with bridge(daemon, "coder") as s:
+            note = await s.call_tool("memory_add_note", {"content": text})
+            assert not note.is_error, _text(note)
+            named = note.structured_content["paths"]
+            assert len(named) >= 2, named
+            for path in named:
+                assert path in _text(note)
+            with Client(daemon.socket_path) as c:
+                root = Path(c.workspace_open("coder")["path"])
+            written = sorted(str(p.relative_to(root)) for p in (root / "memory").rglob("*.md"))
+            assert sorted(named) == written
+            body = "".join((root / p).read_text(encoding="utf-8") for p in named)
+            assert lines[0] in body and lines[-1] in body
+
+    asyncio.run(main())
