@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import cast
@@ -337,8 +337,12 @@ _Lifespan = dict[str, object]
 _Context = ServerRequestContext[_Lifespan]
 
 
-def build_server(bridge: Bridge) -> Server[_Lifespan]:
-    """The MCP server whose handlers forward to ``bridge``."""
+def build_server(bridge: Bridge,
+                 check: Callable[[], Coroutine[object, object, None]] | None = None,
+                 ) -> Server[_Lifespan]:
+    """The MCP server whose handlers forward to ``bridge``; ``check`` (the daemon's
+    reachability) runs beside them while the server runs, and is cancelled as it stops
+    (before the daemon connection closes, which it would take for the daemon's fault)."""
 
     async def on_list_tools(ctx: _Context, params: types.PaginatedRequestParams | None,
                             ) -> types.ListToolsResult:
@@ -378,7 +382,11 @@ def build_server(bridge: Bridge) -> Server[_Lifespan]:
     @asynccontextmanager
     async def lifespan(_: Server[_Lifespan]) -> AsyncIterator[_Lifespan]:
         try:
-            yield {}
+            async with anyio.create_task_group() as checks:
+                if check is not None:
+                    checks.start_soon(check)
+                yield {}
+                checks.cancel_scope.cancel()
         finally:
             try:
                 await bridge.end_sessions()
@@ -400,12 +408,12 @@ async def serve(agent: str = DEFAULT_AGENT, socket_path: str | Path | None = Non
                 *, autostart: bool = False) -> None:
     """Serve MCP on stdin/stdout until stdin closes. Warns on stderr (the MCP client's
     log) when no daemon answers at start; requests then answer with errors until one does.
+    The check runs beside the server: a daemon that takes its time to answer (busy, or
+    stopped) does not hold back ``initialize``, which hosts give a few seconds.
     """
     client = AsyncClient(socket_path, autostart=autostart)
-    if not autostart:
-        await warn_if_unreachable(client)
     bridge = Bridge(client, provisional_id(agent), agent)
-    server = build_server(bridge)
+    server = build_server(bridge, None if autostart else lambda: warn_if_unreachable(client))
     send_answers, answers = anyio.create_memory_object_stream[types.JSONRPCError](
         MAX_LINE_ANSWERS)
     stdin = StdinReader.of_process()

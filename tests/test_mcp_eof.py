@@ -4,8 +4,10 @@ bridge stops, as a script that writes its requests and closes its end expects.""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -131,3 +133,36 @@ def test_a_bridge_started_with_stdin_closed_reads_an_empty_input(tmp_path: Path)
          "--socket", str(tmp_path / "none.sock")], capture_output=True, timeout=60)
     assert (done.returncode, done.stdout) == (0, b""), done
     assert "Traceback" not in done.stderr.decode(), done.stderr.decode()
+
+
+def test_initialize_is_answered_while_a_silent_daemon_is_still_being_asked(
+        tmp_path: Path) -> None:
+    """A daemon that accepts and does not answer (stopped, or busy with a long write):
+    the bridge's check at start waits its full deadline for it, and MCP hosts give
+    ``initialize`` only a few seconds. The answer comes first; a client gone before the
+    check ends is told nothing (not that the daemon closed the connection)."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as short:
+        path = Path(short) / "silent.sock"
+        err_path = tmp_path / "mcp-silent.log"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent, \
+                open(err_path, "wb") as err:
+            silent.bind(str(path))
+            silent.listen(8)
+            with subprocess.Popen(
+                    [sys.executable, "-m", "recalld.ipc.mcp", "--agent", "coder",
+                     "--socket", str(path)],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err) as bridge:
+                assert bridge.stdin is not None and bridge.stdout is not None
+                try:
+                    bridge.stdin.write(json.dumps(INIT).encode() + b"\n")
+                    bridge.stdin.flush()
+                    answer = json.loads(bridge.stdout.readline())
+                    said = err_path.read_text(encoding="utf-8")
+                    bridge.stdin.close()
+                    assert bridge.wait(timeout=100) == 0
+                finally:
+                    if bridge.poll() is None:
+                        bridge.kill()
+    assert answer["id"] == 0 and "result" in answer, answer
+    assert "warning" not in said, said
+    assert err_path.read_text(encoding="utf-8") == ""
