@@ -36,9 +36,17 @@ MESSAGE_SCHEMA: JsonObject = {
               {"required": ["type"], "not": {"properties": {"type": {"const": "message"}}}}],
 }
 
+#: What a tool does to the world, for hosts that approve calls by it (a read-only tool is
+#: run without asking the user each time): the readers change nothing; the writers only
+#: add to this agent's memory, never remove or overwrite; none reaches past the daemon.
+_READS = types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
+_ADDS = types.ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                              open_world_hint=False)
+
 TOOLS: list[types.Tool] = [
     types.Tool(
         name="memory_search",
+        annotations=_READS,
         description=("Search long-term memory (Markdown notes from past conversations and "
                      "consolidated knowledge). Returns ranked excerpts with file:line ranges."),
         input_schema={
@@ -55,6 +63,7 @@ TOOLS: list[types.Tool] = [
     ),
     types.Tool(
         name="memory_recall",
+        annotations=_READS,
         description=("What long-term memory holds for a request, ready to read before "
                      "answering: the best hits, the notes they link to, optionally the "
                      "memory index, each labelled with file:line ranges, within a size "
@@ -76,6 +85,7 @@ TOOLS: list[types.Tool] = [
     ),
     types.Tool(
         name="memory_read",
+        annotations=_READS,
         description="Read a memory file, or a 1-based inclusive range of its lines.",
         input_schema={
             "type": "object",
@@ -93,6 +103,7 @@ TOOLS: list[types.Tool] = [
     ),
     types.Tool(
         name="memory_add_turns",
+        annotations=_ADDS,
         description=("Hand conversation turns to long-term memory; durable facts are "
                      "extracted into notes in the background. flush=true at the end of a "
                      "conversation."),
@@ -115,6 +126,7 @@ TOOLS: list[types.Tool] = [
     ),
     types.Tool(
         name="memory_add_note",
+        annotations=_ADDS,
         description="Remember one durable fact now (stored as a note of the day).",
         input_schema={
             "type": "object",
