@@ -18,6 +18,7 @@ from recalld.daemon.providers.errors import ProviderError
 from recalld.daemon.store import errors as store
 from recalld.ipc.errors import (
     DiskFull,
+    FileSystemRefused,
     InternalError,
     NotFound,
     PathOutsideWorkspace,
@@ -28,6 +29,7 @@ from recalld.ipc.errors import (
 #: Domain family -> the wire error a client sees. The first matching row wins.
 WIRE_ERRORS: Mapping[type[RecalldError], type[RecalldError]] = {
     store.DiskFull: DiskFull,
+    store.Refused: FileSystemRefused,
     store.LinkOnTheWay: PathOutsideWorkspace,
     store.WorkspaceMissing: NotFound,
     store.StorageError: InternalError,

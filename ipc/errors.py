@@ -30,6 +30,7 @@ SHUTTING_DOWN = -32009
 NOT_ALLOWED = -32010
 DISK_FULL = -32011
 INVALID_BACKUP = -32012
+FILE_SYSTEM_REFUSED = -32013
 
 
 class ErrorObject(TypedDict):
@@ -168,6 +169,14 @@ class DiskFull(RecalldError):
     code = DISK_FULL
 
 
+class FileSystemRefused(RecalldError):
+    """The file system refused a read or write: read-only (EROFS) or no permission
+    (EACCES, EPERM); ``data`` holds ``errno`` and ``path`` (the name refused). Nothing
+    of the change was published; remount read-write or fix the permissions, and retry."""
+
+    code = FILE_SYSTEM_REFUSED
+
+
 class InvalidBackup(RecalldError):
     """A backup archive is not a recalld backup or fails a check (corrupt, hostile
     member names, bad checksums, another format); nothing was changed. ``data`` holds
@@ -196,6 +205,7 @@ _BY_CODE: dict[int, type[RecalldError]] = {
         NotAllowed,
         DiskFull,
         InvalidBackup,
+        FileSystemRefused,
     )
 }
 

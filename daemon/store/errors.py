@@ -3,7 +3,8 @@
 OS and library exceptions (OSError, zstandard.ZstdError, orjson.JSONDecodeError) are
 translated here, once, at the storage boundary; callers above only see ``StorageError``
 subclasses. The family knows nothing of the wire: ``recalld.daemon.errors`` maps it to
-JSON-RPC ``InternalError`` where it reaches a client (``DiskFull`` to its own code), but
+JSON-RPC ``InternalError`` where it reaches a client (``DiskFull`` and ``Refused`` to
+codes of their own), but
 callers normally handle it: ``CorruptState`` means "rebuild this file", ``DiskFull`` means
 "report it in status and retry with backoff".
 
@@ -21,6 +22,8 @@ from recalld.ipc.errors import RecalldError
 
 #: errno values that mean "no space left": a full disk or an exhausted quota.
 _SPACE_ERRNOS = frozenset({errno_codes.ENOSPC, errno_codes.EDQUOT})
+#: errno values that mean the file system refuses: read-only, or no permission.
+_REFUSED_ERRNOS = frozenset({errno_codes.EROFS, errno_codes.EACCES, errno_codes.EPERM})
 
 
 class StorageError(RecalldError):
@@ -82,6 +85,21 @@ class DiskFull(StorageIOError):
         self.data = {"errno": errno_codes.errorcode.get(errno or 0, "ENOSPC")}
 
 
+class Refused(StorageIOError):
+    """The file system refused the read or write: it is read-only (EROFS) or the daemon
+    has no permission (EACCES, EPERM). Not a fault of the daemon but a condition an
+    operator fixes (remount read-write, fix permissions, serve from another folder): on
+    the wire it is ``FileSystemRefused`` (-32013) with ``data.errno`` and ``data.path``
+    (the file or folder refused, by its name only, as the message names it)."""
+
+    def __init__(
+        self, path: str | os.PathLike[str] | None, errno: int | None, message: str
+    ) -> None:
+        super().__init__(path, errno, message)
+        name = (os.path.basename(self.path.rstrip("/")) or "/") if self.path else None
+        self.data = {"errno": errno_codes.errorcode.get(errno or 0, "EACCES"), "path": name}
+
+
 class LinkOnTheWay(StorageIOError):
     """A read or write below an open workspace's folder met a symbolic link in place of
     a folder on the way (:class:`~recalld.daemon.store.confine.WritesElsewhere`): it
@@ -97,7 +115,8 @@ class WorkspaceMissing(StorageIOError):
 
 
 def translate_os_error(exc: OSError, path: str | os.PathLike[str] | None = None) -> StorageIOError:
-    """The storage error for an OSError (DiskFull for ENOSPC/EDQUOT)."""
+    """The storage error for an OSError (DiskFull for ENOSPC/EDQUOT, Refused for EROFS,
+    EACCES and EPERM)."""
     where = path if path is not None else exc.filename
     text = exc.strerror or str(exc)
     if exc.errno in _SPACE_ERRNOS:
@@ -107,6 +126,8 @@ def translate_os_error(exc: OSError, path: str | os.PathLike[str] | None = None)
         return LinkOnTheWay(where, exc.errno, text)
     if isinstance(exc, FolderMissing):  # its text names the folder, not ``where``
         return WorkspaceMissing(where, exc.errno, text)
+    if exc.errno in _REFUSED_ERRNOS:
+        return Refused(where, exc.errno, f"the file system refused {where}: {text}")
     if exc.errno == errno_codes.ELOOP:  # opened with O_NOFOLLOW: a link where a file should be
         return StorageIOError(where, exc.errno, f"{where} is a symbolic link, which recalld "
                               "does not write through: remove it")

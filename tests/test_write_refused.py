@@ -1,0 +1,60 @@
+"""Note writes the file system refuses (read-only, no permission), as a client and an
+operator meet them: a real daemon whose notes folder is made a read-only mount of its
+own (a bind mount: root only, else skipped)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from conftest import DaemonFactory
+from test_cli import recalld
+
+from recalld.ipc.errors import FILE_SYSTEM_REFUSED, FileSystemRefused
+
+Mount = Callable[[Path, str], None]
+
+
+@pytest.fixture
+def bind_mount() -> Iterator[Mount]:
+    """``bind_mount(folder, "ro"|"rw")``: ``folder`` made a mount of its own, read-only or
+    writable; each unmounted afterwards (skips where mounting is not allowed)."""
+    made: list[Path] = []
+
+    def mount(folder: Path, how: str) -> None:
+        if folder not in made:
+            done = subprocess.run(["mount", "--bind", str(folder), str(folder)],
+                                  capture_output=True, check=False)
+            if done.returncode != 0:
+                pytest.skip("cannot bind-mount a folder here (needs root)")
+            made.append(folder)
+        done = subprocess.run(["mount", "-o", f"remount,bind,{how}", str(folder)],
+                              capture_output=True, check=False)
+        assert done.returncode == 0, done.stderr
+
+    yield mount
+    for folder in reversed(made):
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_a_note_a_read_only_file_system_refuses_is_not_an_internal_error(
+        daemon_factory: DaemonFactory, bind_mount: Mount, tmp_path: Path) -> None:
+    # It came back as -32603 "I/O error on ...": a fault of the daemon, to the client,
+    # where the file system had refused the write and remounting it is the fix.
+    d = daemon_factory()
+    ws = tmp_path / "ws"
+    d.call("workspace.open", {"agent_id": "plover", "path": str(ws)})
+    d.call("memory.add_note", {"agent_id": "plover", "content": "plovers run and stop"})
+    bind_mount(ws / "memory", "ro")
+    with pytest.raises(FileSystemRefused) as refused:
+        d.call("memory.add_note", {"agent_id": "plover", "content": "ржанка бежит и замирает"})
+    assert refused.value.code == FILE_SYSTEM_REFUSED == -32013
+    assert refused.value.data["errno"] == "EROFS", refused.value.data
+    assert refused.value.data["path"] == "agent-notes.md", refused.value.data
+    assert "Read-only file system" in refused.value.message, refused.value.message
+    assert str(tmp_path) not in refused.value.message
+    cli = recalld("note", "--agent", "plover", "鸻 stops and runs", env=d.env)
+    assert cli.returncode == 1 and cli.stderr.endswith("(code -32013)\n"), cli
+    assert d.stop() == 0
