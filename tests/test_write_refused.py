@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import DaemonFactory
+from conftest import DaemonFactory, DaemonHandle
 from test_cli import recalld
 
 from recalld.ipc.errors import FILE_SYSTEM_REFUSED, FileSystemRefused
@@ -57,4 +57,40 @@ def test_a_note_a_read_only_file_system_refuses_is_not_an_internal_error(
     assert str(tmp_path) not in refused.value.message
     cli = recalld("note", "--agent", "plover", "鸻 stops and runs", env=d.env)
     assert cli.returncode == 1 and cli.stderr.endswith("(code -32013)\n"), cli
+    assert d.stop() == 0
+
+
+def _write_errors(d: DaemonHandle, agent: str) -> list[dict[str, object]]:
+    status = d.call("daemon.status")
+    health = next(w["health"] for w in status["workspaces"] if w["agent_id"] == agent)
+    return list(health["write_errors"])
+
+
+def test_a_write_on_another_file_system_leaves_a_refused_one_shown(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # A day's folder that is a file system of its own, read-only: its notes refused,
+    # then a topic written in the digest folder (another file system) took the failure
+    # off status, though the day's notes kept failing.
+    d = daemon_factory()
+    ws = tmp_path / "ws"
+    d.call("workspace.open", {"agent_id": "dunlin", "path": str(ws)})
+    first = d.call("memory.add_note", {"agent_id": "dunlin", "content": "dunlins wheel"})
+    day = ws / first["path"].rpartition("/")[0]
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(day)],
+                          capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.skip("cannot mount a file system here (needs root)")
+    try:
+        with pytest.raises(FileSystemRefused):
+            d.call("memory.add_note", {"agent_id": "dunlin", "content": "чернозобик кружит"})
+        [failing] = _write_errors(d, "dunlin")
+        assert failing["errno"] == "EROFS", failing
+        d.call("memory.topic_write", {"agent_id": "dunlin", "path": "digest/dunlin.md",
+                                      "name": "Dunlin", "description": "a small wader",
+                                      "type": "reference", "body": "黑腹滨鹬 flocks"})
+        assert [f["errno"] for f in _write_errors(d, "dunlin")] == ["EROFS"]
+    finally:
+        subprocess.run(["umount", "-l", str(day)], check=False)
+    d.call("memory.add_note", {"agent_id": "dunlin", "content": "the dunlins are back"})
+    assert _write_errors(d, "dunlin") == []
     assert d.stop() == 0

@@ -226,7 +226,8 @@ class FileOps:
         if len(data) > MAX_WRITE_BYTES:
             raise InvalidParams(f"content too large ({MAX_WRITE_BYTES} bytes max)")
         publish = partial(publish_if_holds, rel, before) if checked else None
-        await self.writes.run(lambda: write_confined(self.root, rel, data, publish=publish))
+        await self.writes.run(self.root / rel, write_confined, self.root, rel, data,
+                              publish=publish)
         self.changes.append(Change(rel, before, after))
         return WriteResult(rel, created=before is None, changed=True, text=after)
 
@@ -286,7 +287,7 @@ class FileOps:
         async with self.lock:
             if await self.read_text(rel) not in (expect, None):
                 raise WriteConflict(f"{rel} changed since it was read")
-            await self.writes.run(partial(unlink_confined, self.root, rel, expect))
+            await self.writes.run(self.root / rel, unlink_confined, self.root, rel, expect)
         await self._searchable()
 
     async def edit(self, path: str, old: str, new: str) -> WriteResult:
