@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
+from recalld.ipc.disks import DiskSpace
+
 #: A JSON object as it crosses the socket: the one name for what is left open (params as
 #: decoded or passed through, job params and results, user metadata, the status sections
 #: of a workspace that each service fills). The daemon uses the same alias
@@ -93,6 +95,9 @@ class DaemonStatus(TypedDict):
     config_path: str
     workspaces: list[WorkspaceInfo]  # without ``settings``
     queues: dict[str, JsonObject]  # statistics by component (server, events, jobs, ...)
+    # Free space of the data directory's file system and each open workspace's, measured
+    # when asked (absent from an older daemon's answer).
+    disks: NotRequired[list[DiskSpace]]
     # A restore the daemon was stopped in, finished or rolled back at this start
     # (``outcome``: finished, rolled_back or unresolved).
     restore_recovery: NotRequired[JsonObject]

@@ -22,10 +22,11 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from recalld.ipc import errors, install, paths
+from recalld.ipc import disks, errors, install, paths
 from recalld.ipc._core import held_fix
 from recalld.ipc.answers import DaemonStatus, JobInfo, WorkspaceInfo
 from recalld.ipc.client import Client
+from recalld.ipc.disks import DiskSpace
 from recalld.ipc.doctor_report import Check, problem_check, unreachable
 from recalld.ipc.health import assess, daemon_problems
 from recalld.ipc.peers import listener_of
@@ -33,8 +34,6 @@ from recalld.ipc.peers import listener_of
 COMMAND_TIMEOUT_S = 5.0
 CHECK_CONFIG_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 3.0
-DISK_FAIL_BYTES = 100 << 20
-DISK_WARN_BYTES = 1 << 30
 UNIT_NAMES = ("recalld.service", "recalld.socket")
 
 
@@ -239,7 +238,7 @@ class Doctor:
         if self.status is None:
             return []
         out = [problem_check(p.topic, p) for p in daemon_problems(self.status)
-               if not (p.cause and p.cause in said)]
+               if not (p.cause and p.cause in said) and p.topic != "disk"]  # measured here
         jobs: list[JobInfo] = []
         try:
             with Client(self.socket_path, timeout_s=self.timeout_s,
@@ -318,30 +317,12 @@ class Doctor:
         if status is not None:
             targets += [(f"workspace {ws.get('agent_id')}", Path(str(ws["path"])))
                         for ws in status.get("workspaces") or [] if ws.get("path")]
-        by_device: dict[int, tuple[Path, list[str]]] = {}
-        for what, target in targets:
-            probe = target
-            try:
-                while not probe.exists() and probe != probe.parent:
-                    probe = probe.parent
-                device = probe.stat().st_dev
-            except OSError:  # gone meanwhile, a link on the way that cannot be read:
-                continue  # the workspace's own check says so
-            by_device.setdefault(device, (probe, []))[1].append(what)
-        return [self._disk(probe, holds) for probe, holds in by_device.values()]
+        return [self._disk(d) for d in disks.measure(targets)]
 
-    def _disk(self, probe: Path, holds: list[str]) -> Check:
-        usage = shutil.disk_usage(probe)
-        others = [h for h in holds if h != "data"]
-        where = ("" if holds == ["data"] else
-                 f" ({'data directory, ' if 'data' in holds else ''}{', '.join(others)})")
-        detail = f"{usage.free >> 20} MiB free of {usage.total >> 20} MiB at {probe}{where}"
-        fix = f"free space on the file system of {probe}"
-        if usage.free < DISK_FAIL_BYTES:
-            return Check("disk", "fail", detail, fix)
-        if usage.free < DISK_WARN_BYTES or usage.free < usage.total // 20:
-            return Check("disk", "warn", detail, fix)
-        return Check("disk", "ok", detail)
+    def _disk(self, disk: DiskSpace) -> Check:
+        if disk["level"] == "ok":
+            return Check("disk", "ok", disks.described(disk))
+        return Check("disk", disk["level"], disks.described(disk), disks.fix(disk))
 
     def providers(self) -> list[Check]:
         urls: dict[str, str] = {}

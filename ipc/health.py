@@ -29,7 +29,7 @@ from recalld.ipc.health_fixes import (
     write_problem,
 )
 from recalld.ipc.health_remote import remote_facts
-from recalld.ipc.problems import Assessment, Problem, restore_problems
+from recalld.ipc.problems import Assessment, Problem, disk_problems, restore_problems
 from recalld.ipc.render import _uptime
 from recalld.ipc.types import visible
 
@@ -373,7 +373,7 @@ def _failed_jobs(a: Assessment, jobs: Sequence[JobInfo],
 
 def daemon_problems(status: DaemonStatus) -> list[Problem]:
     """Problems of the daemon itself (not of one workspace)."""
-    out = restore_problems(status)
+    out = restore_problems(status) + disk_problems(status)
     cfg = (status.get("queues") or {}).get("config") or {}
     if cfg.get("reload_error"):
         out.append(Problem(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from recalld.ipc import disks
 from recalld.ipc.answers import DaemonStatus
 
 Severity = Literal["fail", "warn", "info"]
@@ -57,3 +58,10 @@ def restore_problems(status: DaemonStatus) -> list[Problem]:
                     "workspaces may hold files of both",
                     "restore a backup of them (recalld backup list)"
                     + (f"; or {r['acknowledge']}" if r.get("acknowledge") else ""), "restore")]
+
+
+def disk_problems(status: DaemonStatus) -> list[Problem]:
+    """File systems low on space the daemon measured as it answered (data directory,
+    workspaces), by the rule ``recalld doctor`` applies (:mod:`recalld.ipc.disks`)."""
+    return [Problem(d["level"], f"low on disk space: {disks.described(d)}", disks.fix(d),
+                    "disk") for d in status.get("disks") or [] if d["level"] != "ok"]

@@ -211,3 +211,24 @@ def test_a_workspace_on_a_read_only_file_system_is_told_how_to_be_served(
     moved = recalld("workspace", "open", "fresh", "--path", str(tmp_path / "rw"), env=d.env)
     assert moved.returncode == 0, moved.stderr
     assert d.stop() == 0
+
+
+def test_status_says_a_workspace_is_low_on_space_before_a_write_fails(
+        daemon_factory: DaemonFactory, small_fs: Path) -> None:
+    # Status said OK on a full disk until a note was refused: only doctor measured free
+    # space. It measures now as it answers, by doctor's rule, once per file system.
+    d = daemon_factory()
+    ws = small_fs / "ws"
+    opened = recalld("workspace", "open", "godwit", "--path", str(ws), env=d.env)
+    assert opened.returncode == 0, opened.stderr
+    fill_blocks(small_fs)
+    [low] = [disk for disk in d.call("daemon.status")["disks"] if disk["level"] != "ok"]
+    assert low["path"] == str(ws) and low["holds"] == ["workspace godwit"], low
+    assert low["level"] == "fail" and low["free_bytes"] < 64 << 10, low
+    shown = recalld("status", env=d.env).stdout
+    assert (f"[FAIL] low on disk space: 0 MiB free of 0 MiB at {ws} (workspace godwit)"
+            in shown), shown
+    assert f"fix: free space on the file system of {ws}" in shown, shown
+    doctor = recalld("doctor", env=d.env).stdout
+    assert doctor.count(f"at {ws} (workspace godwit)") == 1, doctor
+    assert d.stop() == 0

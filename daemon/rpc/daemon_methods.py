@@ -37,6 +37,7 @@ from recalld.daemon.rpc.restore_journal import unresolved_shown
 from recalld.daemon.settings_diff import not_applied
 from recalld.daemon.spelling import spelled
 from recalld.daemon.workspaces import Workspace, check_agent_id
+from recalld.ipc import disks
 from recalld.ipc.answers import (
     DaemonStatus,
     Pong,
@@ -158,6 +159,9 @@ async def status(ctx: CallContext, params: JsonObject) -> DaemonStatus:
                        for ws in state.registry.list()],
         "queues": queues,
     }
+    places = [("data", state.config.data_dir),
+              *((f"workspace {w['agent_id']}", Path(w["path"])) for w in answer["workspaces"])]
+    answer["disks"] = await trio.to_thread.run_sync(disks.measure, places)
     if state.restore_recovery is not None and await trio.to_thread.run_sync(
             unresolved_shown, state):
         answer["restore_recovery"] = state.restore_recovery
