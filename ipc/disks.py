@@ -5,7 +5,6 @@ too little: ``recalld doctor`` measures with it, and so does the daemon each tim
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal, TypedDict
@@ -14,18 +13,24 @@ from typing import Literal, TypedDict
 DISK_FAIL_BYTES = 100 << 20
 #: Under this much free (or under a twentieth of the file system): a WARN.
 DISK_WARN_BYTES = 1 << 30
+#: Under this many inodes free, new notes and folders are about to be refused (ENOSPC,
+#: bytes to spare or not): a FAIL; under a twentieth of them, a WARN.
+DISK_FAIL_INODES = 1000
 
 Level = Literal["ok", "warn", "fail"]
 
 
 class DiskSpace(TypedDict):
     """One file system: the folder measured (``path``), what of recalld's it holds
-    (``data``, ``workspace <agent_id>``), its free and total bytes, and the level."""
+    (``data``, ``workspace <agent_id>``), its free and total bytes and inodes (0 total:
+    it counts none), and the level."""
 
     path: str
     holds: list[str]
     free_bytes: int
     total_bytes: int
+    free_inodes: int
+    total_inodes: int
     level: Level
 
 
@@ -36,6 +41,19 @@ def level(free_bytes: int, total_bytes: int) -> Level:
     if free_bytes < DISK_WARN_BYTES or free_bytes < total_bytes // 20:
         return "warn"
     return "ok"
+
+
+def inodes_level(free_inodes: int, total_inodes: int) -> Level:
+    """How ``free_inodes`` free of ``total_inodes`` rates (0 total: not counted, ok)."""
+    if not total_inodes:
+        return "ok"
+    if free_inodes < DISK_FAIL_INODES:
+        return "fail"
+    return "warn" if free_inodes < total_inodes // 20 else "ok"
+
+
+def _worse(a: Level, b: Level) -> Level:
+    return a if ("ok", "warn", "fail").index(a) >= ("ok", "warn", "fail").index(b) else b
 
 
 def measure(targets: Iterable[tuple[str, Path]]) -> list[DiskSpace]:
@@ -56,11 +74,14 @@ def measure(targets: Iterable[tuple[str, Path]]) -> list[DiskSpace]:
     out: list[DiskSpace] = []
     for probe, holds in by_device.values():
         try:
-            usage = shutil.disk_usage(probe)
+            fs = os.statvfs(probe)
         except OSError:
             continue
-        out.append({"path": str(probe), "holds": holds, "free_bytes": usage.free,
-                    "total_bytes": usage.total, "level": level(usage.free, usage.total)})
+        free, total = fs.f_bavail * fs.f_frsize, fs.f_blocks * fs.f_frsize  # as df says
+        out.append({"path": str(probe), "holds": holds, "free_bytes": free,
+                    "total_bytes": total, "free_inodes": fs.f_favail,
+                    "total_inodes": fs.f_files,
+                    "level": _worse(level(free, total), inodes_level(fs.f_favail, fs.f_files))})
     return out
 
 
@@ -70,8 +91,12 @@ def described(disk: DiskSpace) -> str:
     others = [h for h in holds if h != "data"]
     where = ("" if holds == ["data"] else
              f" ({'data directory, ' if 'data' in holds else ''}{', '.join(others)})")
-    return (f"{disk['free_bytes'] >> 20} MiB free of {disk['total_bytes'] >> 20} MiB at "
-            f"{disk['path']}{where}")
+    free, total = disk.get("free_inodes", 0), disk.get("total_inodes", 0)
+    inodes = ""
+    if inodes_level(free, total) != "ok":
+        inodes = (f"{free} inode(s) free" if free else "no inode free") + f" (of {total}), "
+    return (f"{inodes}{disk['free_bytes'] >> 20} MiB free of {disk['total_bytes'] >> 20} MiB "
+            f"at {disk['path']}{where}")
 
 
 def fix(disk: DiskSpace) -> str:

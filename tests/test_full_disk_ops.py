@@ -226,9 +226,39 @@ def test_status_says_a_workspace_is_low_on_space_before_a_write_fails(
     assert low["path"] == str(ws) and low["holds"] == ["workspace godwit"], low
     assert low["level"] == "fail" and low["free_bytes"] < 64 << 10, low
     shown = recalld("status", env=d.env).stdout
-    assert (f"[FAIL] low on disk space: 0 MiB free of 0 MiB at {ws} (workspace godwit)"
-            in shown), shown
+    [line] = [ln for ln in shown.splitlines() if "low on disk space" in ln]
+    assert line.startswith("  [FAIL] low on disk space: "), line
+    assert line.endswith(f"0 MiB free of 0 MiB at {ws} (workspace godwit)"), line
     assert f"fix: free space on the file system of {ws}" in shown, shown
     doctor = recalld("doctor", env=d.env).stdout
     assert doctor.count(f"at {ws} (workspace godwit)") == 1, doctor
     assert d.stop() == 0
+
+
+def test_status_says_a_file_system_out_of_inodes_is_full(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # Bytes to spare but no inode left refuses every new note (ENOSPC) all the same:
+    # status and doctor rated only the bytes, and said OK.
+    roomy = tmp_path / "roomy"
+    roomy.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4g,nr_inodes=64", "tmpfs",
+                           str(roomy)], capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.skip("cannot mount a file system here (needs root)")
+    try:
+        d = daemon_factory()
+        ws = roomy / "ws"
+        d.call("workspace.open", {"agent_id": "knot", "path": str(ws)})
+        fill_inodes(roomy)
+        [low] = [disk for disk in d.call("daemon.status")["disks"] if disk["level"] != "ok"]
+        assert low["path"] == str(ws) and low["level"] == "fail", low
+        assert low["free_inodes"] == 0 and low["free_bytes"] > 1 << 30, low
+        shown = recalld("status", env=d.env).stdout
+        [line] = [ln for ln in shown.splitlines() if "low on disk space" in ln]
+        assert line.startswith("  [FAIL] low on disk space: no inode free (of 64), "), line
+        assert line.endswith(f" MiB at {ws} (workspace knot)"), line
+        doctor = recalld("doctor", env=d.env).stdout
+        assert "[FAIL] disk: no inode free (of 64), " in doctor, doctor
+        assert d.stop() == 0
+    finally:
+        subprocess.run(["umount", "-l", str(roomy)], check=False)
