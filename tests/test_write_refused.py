@@ -94,3 +94,28 @@ def test_a_write_on_another_file_system_leaves_a_refused_one_shown(
     d.call("memory.add_note", {"agent_id": "dunlin", "content": "the dunlins are back"})
     assert _write_errors(d, "dunlin") == []
     assert d.stop() == 0
+
+
+def test_a_note_refused_for_lack_of_permission_says_which(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # An immutable day folder (chattr +i) refuses even root: EPERM, not an internal error.
+    d = daemon_factory()
+    ws = tmp_path / "ws"
+    d.call("workspace.open", {"agent_id": "avocet", "path": str(ws)})
+    first = d.call("memory.add_note", {"agent_id": "avocet", "content": "avocets sweep"})
+    day = ws / first["path"].rpartition("/")[0]
+    if subprocess.run(["chattr", "+i", str(day)], capture_output=True,
+                      check=False).returncode != 0:
+        pytest.skip("cannot make a folder immutable here")
+    try:
+        with pytest.raises(FileSystemRefused) as refused:
+            d.call("memory.add_note", {"agent_id": "avocet", "content": "säbelschnäbler"})
+        assert refused.value.data["errno"] == "EPERM", refused.value.data
+        assert "Operation not permitted" in refused.value.message, refused.value.message
+        [failing] = _write_errors(d, "avocet")
+        assert failing["errno"] == "EPERM", failing
+    finally:
+        subprocess.run(["chattr", "-i", str(day)], check=False)
+    d.call("memory.add_note", {"agent_id": "avocet", "content": "the avocets are back"})
+    assert _write_errors(d, "avocet") == []
+    assert d.stop() == 0
