@@ -29,7 +29,7 @@ from recalld.ipc.errors import (
 #: Domain family -> the wire error a client sees. The first matching row wins.
 WIRE_ERRORS: Mapping[type[RecalldError], type[RecalldError]] = {
     store.DiskFull: DiskFull,
-    store.Refused: FileSystemRefused,
+    store.FileSystemRefused: FileSystemRefused,
     store.LinkOnTheWay: PathOutsideWorkspace,
     store.WorkspaceMissing: NotFound,
     store.StorageError: InternalError,

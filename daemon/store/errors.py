@@ -3,10 +3,10 @@
 OS and library exceptions (OSError, zstandard.ZstdError, orjson.JSONDecodeError) are
 translated here, once, at the storage boundary; callers above only see ``StorageError``
 subclasses. The family knows nothing of the wire: ``recalld.daemon.errors`` maps it to
-JSON-RPC ``InternalError`` where it reaches a client (``DiskFull`` and ``Refused`` to
-codes of their own), but
-callers normally handle it: ``CorruptState`` means "rebuild this file", ``DiskFull`` means
-"report it in status and retry with backoff".
+JSON-RPC ``InternalError`` where it reaches a client (``DiskFull`` and
+``FileSystemRefused`` to codes of their own), but callers normally handle it:
+``CorruptState`` means "rebuild this file", ``DiskFull`` means "report it in status and
+retry with backoff".
 
 The message a client sees (``message``) names a file by its name only; the full path is
 in ``path`` and in ``str(exc)``, for the daemon's log.
@@ -85,7 +85,7 @@ class DiskFull(StorageIOError):
         self.data = {"errno": errno_codes.errorcode.get(errno or 0, "ENOSPC")}
 
 
-class Refused(StorageIOError):
+class FileSystemRefused(StorageIOError):
     """The file system refused the read or write: it is read-only (EROFS) or the daemon
     has no permission (EACCES, EPERM). Not a fault of the daemon but a condition an
     operator fixes (remount read-write, fix permissions, serve from another folder): on
@@ -115,7 +115,7 @@ class WorkspaceMissing(StorageIOError):
 
 
 def translate_os_error(exc: OSError, path: str | os.PathLike[str] | None = None) -> StorageIOError:
-    """The storage error for an OSError (DiskFull for ENOSPC/EDQUOT, Refused for EROFS,
+    """The storage error for an OSError (DiskFull for ENOSPC/EDQUOT, FileSystemRefused for EROFS,
     EACCES and EPERM)."""
     where = path if path is not None else exc.filename
     text = exc.strerror or str(exc)
@@ -127,7 +127,7 @@ def translate_os_error(exc: OSError, path: str | os.PathLike[str] | None = None)
     if isinstance(exc, FolderMissing):  # its text names the folder, not ``where``
         return WorkspaceMissing(where, exc.errno, text)
     if exc.errno in _REFUSED_ERRNOS:
-        return Refused(where, exc.errno, f"the file system refused {where}: {text}")
+        return FileSystemRefused(where, exc.errno, f"the file system refused {where}: {text}")
     if exc.errno == errno_codes.ELOOP:  # opened with O_NOFOLLOW: a link where a file should be
         return StorageIOError(where, exc.errno, f"{where} is a symbolic link, which recalld "
                               "does not write through: remove it")
