@@ -23,7 +23,7 @@ Level = Literal["ok", "warn", "fail"]
 class DiskSpace(TypedDict):
     """One file system: the folder measured (``path``), what of recalld's it holds
     (``data``, ``workspace <agent_id>``), its free and total bytes and inodes (0 total:
-    it counts none), and the level."""
+    it counts none), whether it is mounted read-only, and the level."""
 
     path: str
     holds: list[str]
@@ -31,6 +31,7 @@ class DiskSpace(TypedDict):
     total_bytes: int
     free_inodes: int
     total_inodes: int
+    read_only: bool
     level: Level
 
 
@@ -58,47 +59,52 @@ def _worse(a: Level, b: Level) -> Level:
 
 def measure(targets: Iterable[tuple[str, Path]]) -> list[DiskSpace]:
     """Free space of each file system holding one of ``targets`` (what, where), once per
-    file system (the nearest existing folder of a place not made yet). A place that cannot
-    be reached (gone meanwhile, a link on the way not readable) is passed by: its own
-    check says so."""
-    by_device: dict[int, tuple[Path, list[str]]] = {}
+    file system and mount flag (a read-only bind mount of it apart), at the nearest
+    existing folder of a place not made yet. A place that cannot be reached (gone
+    meanwhile, a link on the way not readable) is passed by: its own check says so."""
+    by_place: dict[tuple[int, bool], tuple[Path, os.statvfs_result, list[str]]] = {}
     for what, target in targets:
         probe = target
         try:
             while not probe.exists() and probe != probe.parent:
                 probe = probe.parent
-            device = os.stat(probe).st_dev
+            device, fs = os.stat(probe).st_dev, os.statvfs(probe)
         except OSError:
             continue
-        by_device.setdefault(device, (probe, []))[1].append(what)
+        key = (device, bool(fs.f_flag & os.ST_RDONLY))
+        by_place.setdefault(key, (probe, fs, []))[2].append(what)
     out: list[DiskSpace] = []
-    for probe, holds in by_device.values():
-        try:
-            fs = os.statvfs(probe)
-        except OSError:
-            continue
+    for (_, read_only), (probe, fs, holds) in by_place.items():
         free, total = fs.f_bavail * fs.f_frsize, fs.f_blocks * fs.f_frsize  # as df says
+        rated = _worse(level(free, total), inodes_level(fs.f_favail, fs.f_files))
         out.append({"path": str(probe), "holds": holds, "free_bytes": free,
                     "total_bytes": total, "free_inodes": fs.f_favail,
-                    "total_inodes": fs.f_files,
-                    "level": _worse(level(free, total), inodes_level(fs.f_favail, fs.f_files))})
+                    "total_inodes": fs.f_files, "read_only": read_only,
+                    "level": "fail" if read_only else rated})
     return out
 
 
-def described(disk: DiskSpace) -> str:
-    """``N MiB free of M MiB at PATH (what it holds)``."""
+def _holds(disk: DiskSpace) -> str:
     holds = disk["holds"]
     others = [h for h in holds if h != "data"]
-    where = ("" if holds == ["data"] else
-             f" ({'data directory, ' if 'data' in holds else ''}{', '.join(others)})")
+    return ("" if holds == ["data"] else
+            f" ({'data directory, ' if 'data' in holds else ''}{', '.join(others)})")
+
+
+def described(disk: DiskSpace) -> str:
+    """``N MiB free of M MiB at PATH (what it holds)``, led by the inodes when few."""
     free, total = disk.get("free_inodes", 0), disk.get("total_inodes", 0)
     inodes = ""
     if inodes_level(free, total) != "ok":
         inodes = (f"{free} inode(s) free" if free else "no inode free") + f" (of {total}), "
     return (f"{inodes}{disk['free_bytes'] >> 20} MiB free of {disk['total_bytes'] >> 20} MiB "
-            f"at {disk['path']}{where}")
+            f"at {disk['path']}{_holds(disk)}")
 
 
-def fix(disk: DiskSpace) -> str:
-    """What to do when it is low."""
-    return f"free space on the file system of {disk['path']}"
+def problem(disk: DiskSpace) -> tuple[str, str]:
+    """What is wrong with a file system not rated ok, and the fix."""
+    if disk.get("read_only"):
+        return (f"the file system of {disk['path']}{_holds(disk)} is read-only",
+                f"remount the file system of {disk['path']} read-write")
+    return (f"low on disk space: {described(disk)}",
+            f"free space on the file system of {disk['path']}")

@@ -322,7 +322,8 @@ class Doctor:
     def _disk(self, disk: DiskSpace) -> Check:
         if disk["level"] == "ok":
             return Check("disk", "ok", disks.described(disk))
-        return Check("disk", disk["level"], disks.described(disk), disks.fix(disk))
+        what, fix = disks.problem(disk)
+        return Check("disk", disk["level"], what.removeprefix("low on disk space: "), fix)
 
     def providers(self) -> list[Check]:
         urls: dict[str, str] = {}

@@ -61,7 +61,7 @@ def restore_problems(status: DaemonStatus) -> list[Problem]:
 
 
 def disk_problems(status: DaemonStatus) -> list[Problem]:
-    """File systems low on space the daemon measured as it answered (data directory,
+    """File systems low on space (or read-only) the daemon measured as it answered (data directory,
     workspaces), by the rule ``recalld doctor`` applies (:mod:`recalld.ipc.disks`)."""
-    return [Problem(d["level"], f"low on disk space: {disks.described(d)}", disks.fix(d),
-                    "disk") for d in status.get("disks") or [] if d["level"] != "ok"]
+    return [Problem(d["level"], *disks.problem(d), "disk")
+            for d in status.get("disks") or [] if d["level"] != "ok"]

@@ -119,3 +119,22 @@ def test_a_note_refused_for_lack_of_permission_says_which(
     d.call("memory.add_note", {"agent_id": "avocet", "content": "the avocets are back"})
     assert _write_errors(d, "avocet") == []
     assert d.stop() == 0
+
+
+def test_status_says_a_workspace_turned_read_only_before_a_note_is_refused(
+        daemon_factory: DaemonFactory, bind_mount: Mount, tmp_path: Path) -> None:
+    # A file system remounted read-only under an open workspace (errors=remount-ro, say)
+    # left status OK until a note was refused; after a restart, until one was tried.
+    d = daemon_factory()
+    ws = tmp_path / "ws"
+    d.call("workspace.open", {"agent_id": "stint", "path": str(ws)})
+    bind_mount(ws, "ro")
+    [shut] = [disk for disk in d.call("daemon.status")["disks"] if disk["level"] != "ok"]
+    assert shut["path"] == str(ws) and shut["read_only"] and shut["level"] == "fail", shut
+    shown = recalld("status", env=d.env).stdout
+    [line] = [ln for ln in shown.splitlines() if "read-only" in ln]
+    assert line == f"  [FAIL] the file system of {ws} (workspace stint) is read-only", line
+    assert f"fix: remount the file system of {ws} read-write" in shown, shown
+    bind_mount(ws, "rw")
+    assert not any(disk["read_only"] for disk in d.call("daemon.status")["disks"])
+    assert d.stop() == 0
