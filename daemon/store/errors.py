@@ -34,8 +34,13 @@ class StorageError(RecalldError):
         self.detail = message
         public = message
         if self.path:
-            public = public.replace(self.path, os.path.basename(self.path.rstrip("/")) or "/")
+            public = public.replace(self.path, self.shown_path or "")
         super().__init__(public)
+
+    @property
+    def shown_path(self) -> str | None:
+        """The file or folder as a client is shown it: by its name only."""
+        return (os.path.basename(self.path.rstrip("/")) or "/") if self.path else None
 
     def __str__(self) -> str:
         return self.detail
@@ -96,8 +101,9 @@ class FileSystemRefused(StorageIOError):
         self, path: str | os.PathLike[str] | None, errno: int | None, message: str
     ) -> None:
         super().__init__(path, errno, message)
-        name = (os.path.basename(self.path.rstrip("/")) or "/") if self.path else None
-        self.data = {"errno": errno_codes.errorcode.get(errno or 0, "EACCES"), "path": name}
+        self.data = {"errno": errno_codes.errorcode.get(errno or 0, "EACCES")}
+        if self.shown_path is not None:
+            self.data["path"] = self.shown_path
 
 
 class LinkOnTheWay(StorageIOError):
