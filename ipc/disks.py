@@ -72,7 +72,9 @@ def measure(targets: Iterable[tuple[str, Path]]) -> list[DiskSpace]:
         except OSError:
             continue
         key = (device, bool(fs.f_flag & os.ST_RDONLY))
-        by_place.setdefault(key, (probe, fs, []))[2].append(what)
+        holds = by_place.setdefault(key, (probe, fs, []))[2]
+        if what not in holds:
+            holds.append(what)
     out: list[DiskSpace] = []
     for (_, read_only), (probe, fs, holds) in by_place.items():
         free, total = fs.f_bavail * fs.f_frsize, fs.f_blocks * fs.f_frsize  # as df says

@@ -138,3 +138,16 @@ def test_status_says_a_workspace_turned_read_only_before_a_note_is_refused(
     bind_mount(ws, "rw")
     assert not any(disk["read_only"] for disk in d.call("daemon.status")["disks"])
     assert d.stop() == 0
+
+
+def test_status_says_a_notes_folder_mounted_read_only_apart(
+        daemon_factory: DaemonFactory, bind_mount: Mount, tmp_path: Path) -> None:
+    # The workspace's folder writable, its notes folder a read-only mount of its own:
+    # status measured the workspace's folder only, and said OK.
+    d = daemon_factory()
+    ws = tmp_path / "ws"
+    d.call("workspace.open", {"agent_id": "ruff", "path": str(ws)})
+    bind_mount(ws / "memory", "ro")
+    [shut] = [disk for disk in d.call("daemon.status")["disks"] if disk["read_only"]]
+    assert shut["path"] == str(ws / "memory") and shut["holds"] == ["workspace ruff"], shut
+    assert d.stop() == 0

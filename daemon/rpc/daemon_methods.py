@@ -159,8 +159,9 @@ async def status(ctx: CallContext, params: JsonObject) -> DaemonStatus:
                        for ws in state.registry.list()],
         "queues": queues,
     }
-    places = [("data", state.config.data_dir),
-              *((f"workspace {w['agent_id']}", Path(w["path"])) for w in answer["workspaces"])]
+    places = [("data", state.config.data_dir), *(  # its notes' folders may be mounts apart
+        (f"workspace {ws.agent_id}", ws.root / folder) for ws in state.registry.list()
+        for folder in ("", ws.settings.daily_dir, ws.settings.digest_dir))]
     answer["disks"] = await trio.to_thread.run_sync(disks.measure, places)
     if state.restore_recovery is not None and await trio.to_thread.run_sync(
             unresolved_shown, state):
