@@ -151,6 +151,35 @@ def test_a_file_seen_empty_while_written_again_keeps_its_note(
     assert note.read_text() == written and chat_calls(fake) == calls
 
 
+def test_bytes_the_watcher_has_not_seen_yet_are_cataloged_before_the_model_is_asked(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """The watcher cataloged the file empty, between its creation and its write; the job
+    reads it once written, before the watcher sees those bytes (here: written through
+    another name of it, outside resource/). Back to the bytes its note was written from,
+    the file is that note's again with no model call: the job asked the model about
+    bytes the catalog did not have, and wrote the note with the empty file's digest."""
+    root = tmp_path / "ws"
+    note, written = _processed_plan(daemon, fake, root)
+    calls = chat_calls(fake)
+    # The job is held asking about another file while the file is emptied and written.
+    gate = fake.gate(lambda body: "Slow going" in json.dumps(body))
+    write(root, "resource/slow.txt", "Slow going.\n")
+    assert gate.entered.wait(30), "the job did not ask about slow.txt"
+    (root / PLAN).write_text("")
+    wait_value(lambda: catalog(root)[PLAN], lambda e: e.get("size") == 0
+               and e["state"] == "queued", "the watcher sees it empty")
+    other = tmp_path / "plan-elsewhere.txt"
+    os.link(root / PLAN, other)
+    other.write_text("Launch on May 3.\n")
+    gate.open()
+    wait_state(root, "resource/slow.txt", "processed", "failed")
+    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"), "no job running")
+    entry = catalog(root)[PLAN]
+    assert entry["state"] == "processed" and entry["size"] == len("Launch on May 3.\n"), entry
+    assert note.read_text() == written
+    assert chat_calls(fake) == calls + 1  # slow.txt's
+
+
 def test_a_socket_is_not_a_regular_file_and_a_secret_in_its_name_stays_out_of_the_log(
         daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:

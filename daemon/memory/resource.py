@@ -42,7 +42,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import date as Date
 from typing import TYPE_CHECKING, Final
 
@@ -53,6 +52,7 @@ from recalld.daemon.memory import reme_resource
 from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catalog
 from recalld.daemon.memory.inbox import push_inbox
 from recalld.daemon.memory.resource_files import (
+    ResourceConfig,
     file_digest,
     files_below,
     folders_among,
@@ -87,17 +87,7 @@ log = logging.getLogger(__name__)
 #: Text formats, each by the suffixes it is saved with (``.yml`` is YAML as ``.yaml`` is).
 ALLOWED_SUFFIXES: Final = (".md", ".markdown", ".txt", ".json", ".jsonl", ".csv", ".yaml",
                            ".yml", ".html", ".htm")
-WORK_STATES: Final = frozenset({"queued", "pending"})
 RequestJob = Callable[[], Awaitable[None]]
-
-@dataclass(frozen=True, slots=True)
-class ResourceConfig:
-    """The limits of reading and summarising resource files."""
-    max_input_chars: int = 16_000
-    summary_max_tokens: int = 1024
-    max_summary_chars: int = 32_000
-    reconcile_interval_s: float = 300.0
-
 
 class ResourceCatalog:
     """One workspace's resource catalog, watcher and note writer."""
@@ -436,12 +426,21 @@ class ResourceCatalog:
             return state, None
 
         try:
-            text, cut = await trio.to_thread.run_sync(
+            text, cut, read_sha = await trio.to_thread.run_sync(
                 read_head, self.ws.root, rel, self.config.max_input_chars)
         except OSError as exc:
             return settle("failed", f"unreadable: {exc.strerror}")
         except PathOutsideWorkspace:
             return settle("failed", "outside the workspace (a directory link)")
+        if read_sha != sha:
+            # Written since it was cataloged (seen empty or in part, the watcher not there
+            # yet): cataloged again first, so bytes a note was written from take it back
+            # and only bytes the catalog has are interpreted (by a later pass, if queued).
+            async with self._lock:
+                if not superseded():
+                    await self._catalog_one(rel)
+                    await self._follow_moves({rel})
+            return "superseded", None
         why = not_text(text)
         if why is not None:  # read again when it changes, as a file of another suffix
             if not rec.get("note"):

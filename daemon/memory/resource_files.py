@@ -1,7 +1,8 @@
 """A resource file as auto_resource sees it: its date, its note's name (and the line that
 marks that note once the file is removed), its digest, its text (read leniently, secrets
-masked) and what makes it no text to summarize. Pure functions and blocking reads (callers
-run those in a worker thread)."""
+masked) and what makes it no text to summarize; the limits of reading and summarising
+(:class:`ResourceConfig`). Pure functions and blocking reads (callers run those in a
+worker thread)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import os
 import re
 import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import date as Date
 from pathlib import Path
 from typing import Final
@@ -53,6 +55,15 @@ _NOT_IN_WIKILINK: Final = re.compile(r"[\[\]|#]")
 _PLACE_LINE: Final = re.compile(
     r"^(?:# .*|Source: (?:\[\[.*\]\]|\[.*\]\(<.*>\))|> The source file .* was removed on .*"
     r"|> On \S+ the source file .* no longer held what this note says.*)$")
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceConfig:
+    """The limits of reading and summarising resource files."""
+    max_input_chars: int = 16_000
+    summary_max_tokens: int = 1024
+    max_summary_chars: int = 32_000
+    reconcile_interval_s: float = 300.0
 
 
 def _date_folder(parts: list[str]) -> str | None:
@@ -129,7 +140,7 @@ def file_digest(root: Path, rel: str) -> tuple[str, int, int] | str | None:
     return h.hexdigest(), st.st_mtime_ns, st.st_size
 
 
-def read_head(root: Path, rel: str, limit_chars: int) -> tuple[str, bool]:
+def read_head(root: Path, rel: str, limit_chars: int) -> tuple[str, bool, str]:
     """The first characters of ``root/rel`` that cost at most ``limit_chars``
     (:mod:`~recalld.daemon.textcost`: that many characters of English, a ninth as many of
     Chinese, so a file of any script is about as many tokens) and if cut: read in the
@@ -137,7 +148,9 @@ def read_head(root: Path, rel: str, limit_chars: int) -> tuple[str, bool]:
     byte order mark, GBK, Big5, Shift_JIS, EUC-KR, EUC-JP, Windows-1252; a UTF-8 byte
     order mark left out), the bytes of none of these as U+FFFD; of an HTML page, its
     text as a reader sees it (``resource_html``; from its first :data:`HTML_READ_BYTES`);
-    secrets masked (one the cut falls inside too). A file outside ``root`` raises
+    secrets masked (one the cut falls inside too); if cut; and the SHA-256 of the whole
+    file as read (to tell whether these are the bytes the catalog has: a file written
+    again since it was cataloged holds others). A file outside ``root`` raises
     PathOutsideWorkspace."""
     from recalld.daemon.memory.redact import redact_prefix  # imported with its first use
 
@@ -149,6 +162,9 @@ def read_head(root: Path, rel: str, limit_chars: int) -> tuple[str, bool]:
         if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):  # replaced since cataloged
             raise OSError(errno.EINVAL, "not a regular file")
         data = fh.read(most + 1)
+        h = hashlib.sha256(data)
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
     cut = len(data) > most
     data = data.removeprefix(codecs.BOM_UTF8)
     text, read_as = decode_note(data, prefix=cut)
@@ -160,7 +176,7 @@ def read_head(root: Path, rel: str, limit_chars: int) -> tuple[str, bool]:
         text, left = html_text(text, limit_chars * 4)
         cut = cut or left
     shown = chars_within(text, limit_chars)
-    return redact_prefix(text, shown), len(text) > shown or cut
+    return redact_prefix(text, shown), len(text) > shown or cut, h.hexdigest()
 
 
 def not_text(text: str) -> str | None:
