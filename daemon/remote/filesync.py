@@ -36,7 +36,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 
 import psycopg
@@ -292,27 +291,28 @@ class FileSync(ReplicaFiles):
                 stat = await self._put_local(copy, change.data)
                 self._last_local[copy] = change.hash
                 updates.append((copy, Base(answer.version, change.hash, stat)))
-                old = bases.get(change.path) or Base(0, None)
-                updates.append((change.path, replace(old, redirect=copy)))
+                updates += self._marked(change.path, copy)
                 self.conflicts += 1
                 await report_conflict(self._ws, self._cfg.name, change.path, copy,
                                       answer.replayed)
             elif answer.outcome == "kept":
-                old = bases.get(change.path) or Base(0, None)
-                updates.append((change.path, replace(old, settle=True)))
+                updates += self._marked(change.path, None)
                 await report_restored(self._ws, self._cfg.name, change.path, answer.version,
                                       answer.replayed)
+        settle: list[str] = []
+        after = dict(updates)
+        for change, _target, _base in batch:
+            if self._outbox.count_for(change.path) <= 1:  # its last one (the run's paths differ)
+                paths, instead = self._handed_over(
+                    change.path, after.get(change.path, bases.get(change.path)), ended)
+                settle += paths
+                if instead is not None:
+                    updates.append((change.path, instead))
         # Counted before the outbox lets go of them: an empty outbox means counted.
         self.uploaded += len(batch)
         with trio.CancelScope(shield=True):
             await in_thread(partial(self.state.record, updates, respelt=ended))
             await in_thread(self._outbox.done, [change.id for change, _, _ in batch])
-        settle = []
-        for change, _target, _base in batch:
-            base = bases.get(change.path)
-            if (not self._outbox.pending_for(change.path) and base is not None
-                    and (base.redirect or base.settle)):
-                settle.append(change.path)
         return settle
 
     async def _settle(self, path: str, row: db.Row | None) -> None:

@@ -145,6 +145,13 @@ class ReplicaFiles:
                 self._known.pop(change.path, None)
             else:
                 self._known[change.path] = _UNSEEN
+        queued = {c.path: c.hash for c in self._outbox.pending()}
+        for path, other in self.state.respelt.items():
+            if other in queued and path not in queued:
+                # Took the note over while a change of the old spelling waited: its
+                # file is as that change left it, not as the base (see _take_base).
+                self._last_local[path] = queued[other]
+                self._known[path] = _UNSEEN
         self.guard.restored(self.state.held)
         self.guard.adopt_folders()
 
@@ -292,6 +299,38 @@ class ReplicaFiles:
             stored[0] = (path, Base(0, None))
             ended += [(new, None) for new, was in self.state.respelt.items() if was == path]
         return stored
+
+    def _takers(self, path: str) -> list[str]:
+        """The spellings that took the note at ``path`` over (renamed between forms while
+        a change of it waited)."""
+        return [new for new, old in self.state.respelt.items() if old == path]
+
+    def _marked(self, path: str, redirect: str | None) -> list[tuple[str, Base]]:
+        """The bases of ``path`` and of the spellings that took it over, marked to take
+        the server's version (``redirect``: a conflict's copy, else a deletion that
+        lost): the note is one under either spelling."""
+        marked = []
+        for p in [path, *self._takers(path)]:
+            base = self.state.bases.get(p) or Base(0, None)
+            marked.append((p, replace(base, redirect=redirect) if redirect
+                           else replace(base, settle=True)))
+        return marked
+
+    def _handed_over(self, path: str, base: Base | None,
+                     ended: list[tuple[str, str | None]]) -> tuple[list[str], Base | None]:
+        """Once the last change queued under ``path`` is answered: the paths that must
+        now take the server's version (``base`` marks a conflict or a lost deletion),
+        and the base ``path`` is to have instead. A spelling that took the note over
+        takes the server's version in its place (not ``path``, no longer on disk), and
+        ``path`` is no note of its own any more: the take-over ends (added to ``ended``)."""
+        if base is None or not (base.redirect or base.settle):
+            return [], None
+        takers = self._takers(path)
+        if not takers:
+            return [path], None
+        ended += [(new, None) for new in takers]
+        self._last_local[path] = None
+        return [new for new in takers if not self._outbox.pending_for(new)], Base(0, None)
 
     def _waiting(self, path: str) -> bool:
         """Whether local changes of the note at ``path`` wait to go up: of ``path``, or of
