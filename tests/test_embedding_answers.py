@@ -5,6 +5,7 @@ deadline waited for all the same, inputs cut to the token budget."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -103,6 +104,30 @@ async def test_vectors_of_any_finite_size_are_normalised(
     want /= np.abs(want).max(axis=1, keepdims=True)
     want /= np.linalg.norm(want, axis=1, keepdims=True)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+async def test_vectors_answered_in_base64_are_read(
+        fake: FakeProvider, bridge: ProviderBridge) -> None:  # noqa: F811
+    # An OpenAI-compatible server may answer base64 (little-endian float32, what
+    # ``encoding_format: base64`` asks for) though floats were asked: the same vectors.
+    client = make(fake, bridge)
+    texts = ["raven", "\u6e21\u9e26", "crow"]
+    encoded = [base64.b64encode(fake_vector(t, DIMS).astype("<f4").tobytes()).decode()
+               for t in texts]
+    items = [{"index": 1, "embedding": encoded[1]}, {"index": 0, "embedding": encoded[0]},
+             {"index": 2, "embedding": fake_vector(texts[2], DIMS).tolist()}]
+    fake.script(Reply(raw=json.dumps({"data": items}).encode()))
+    np.testing.assert_allclose(await client.embed(texts), expected(texts), rtol=1e-5,
+                               atol=1e-6)
+    # A string that is no base64 of float32 values, or that holds NaN, is refused.
+    nan = base64.b64encode(np.full(DIMS, np.nan, "<f4").tobytes()).decode()
+    for bad, said in (("not base64!", "not base64 of float32"),
+                      (base64.b64encode(b"\0" * (4 * DIMS - 1)).decode(),
+                       "not base64 of float32"),
+                      (nan, "NaN or infinity")):
+        fake.script(Reply(raw=json.dumps({"data": [{"index": 0, "embedding": bad}]}).encode()))
+        with pytest.raises(ProviderBadResponse, match=said):
+            await client.embed(["one"])
 
 
 async def test_vectors_of_strings_or_booleans_are_refused(

@@ -9,6 +9,8 @@ vectors into L2-normalized float32 rows. No I/O, no state: embedding.py does the
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NotRequired, TypedDict
@@ -257,8 +259,25 @@ class OpenAIFormat(WireFormat):
         data = self._answer(body, "data")
         if not isinstance(data, list):
             raise ProviderBadResponse(f"{self.name}: 'data' is not a list")
-        return [_field(item, "embedding", what=self.name)
+        return [_from_base64(_field(item, "embedding", what=self.name), self.name)
                 for item in _in_order(data, ("index",), what=self.name)]
+
+
+def _from_base64(vector: object, what: str) -> object:
+    """A vector sent as base64 of little-endian float32 values (the API's
+    ``encoding_format: base64``, which some compatible servers answer whatever was asked)
+    as a list of numbers; any other vector as it came."""
+    if not isinstance(vector, str):
+        return vector
+    refused = ProviderBadResponse(f"{what}: a vector is a string, not base64 of float32 values")
+    try:
+        raw = base64.b64decode(vector, validate=True)
+    except binascii.Error:
+        raise refused from None
+    if len(raw) % 4:
+        raise refused
+    floats: list[float] = np.frombuffer(raw, dtype="<f4").tolist()
+    return floats
 
 
 class DashScopeFormat(WireFormat):
