@@ -381,10 +381,13 @@ def test_a_store_left_from_remes_former_model_is_not_reused(daemon_factory: Any,
         assert d.stop() == 0
 
 
+@pytest.mark.parametrize("bad", ["infinite", "zero"])
 def test_one_vector_out_of_range_leaves_the_rest_of_remes_cache(daemon_factory: Any,
-                                                                 tmp_path: Path) -> None:
+                                                                 tmp_path: Path,
+                                                                 bad: str) -> None:
     # ReMe's cache is the only source of vectors (its chunk store keeps none); one of its
-    # float16 rows overflowed.
+    # float16 rows overflowed, or is all zeros (no direction: it would match nothing, or
+    # everything alike).
     from recalld.daemon.store.fsio import REAL
     from recalld.daemon.store.records import read_foreign_records, write_records
 
@@ -397,7 +400,10 @@ def test_one_vector_out_of_range_leaves_the_rest_of_remes_cache(daemon_factory: 
     npz = next((meta / "embedding_store").glob("*.npz"))
     with np.load(npz) as data:
         keys, emb = data["keys"], data["embeddings"].copy()
-    emb[0, 3] = np.inf
+    if bad == "zero":
+        emb[0] = 0
+    else:
+        emb[0, 3] = np.inf
     np.savez(npz, keys=keys, embeddings=emb)
     assert list(reme_import.read_embeddings(meta, CONFIG).vectors) == [str(k) for k in keys[1:]]
     with fixture_provider() as fake:
@@ -405,6 +411,29 @@ def test_one_vector_out_of_range_leaves_the_rest_of_remes_cache(daemon_factory: 
         d.call("index.sync", {"agent_id": "w"})
         st = wait_full(d)
         assert st["reme_cache_texts"] == len(keys) - 1
+        assert 1 <= len(passage_texts(fake)) <= 3  # the one chunk (or its windows)
+        assert d.stop() == 0
+
+
+def test_an_all_zero_vector_in_remes_chunk_store_is_not_reused(daemon_factory: Any,
+                                                                tmp_path: Path) -> None:
+    # The chunk store is the only source of vectors (ReMe's cache is gone) and one of its
+    # records holds a vector of zeros (float16 base64, as ReMe 0.4.2 writes them): that
+    # chunk is embedded anew, the others reused.
+    from recalld.daemon.index.embedcache import encode_f16
+    from recalld.daemon.store.fsio import REAL
+    from recalld.daemon.store.records import read_foreign_records, write_records
+
+    ws = copy_fixture(tmp_path / "ws")
+    meta = ws / "mem_metadata"
+    next((meta / "embedding_store").glob("*.npz")).unlink()
+    records = read_foreign_records(meta / reme_import.CHUNK_STORE).records
+    records[0]["_embedding_f16_b64"] = encode_f16(np.zeros(DIMS))
+    write_records(REAL, meta / reme_import.CHUNK_STORE, records)
+    with fixture_provider() as fake:
+        d = daemon_factory(f'[workspaces.w]\npath = "{ws}"\n{embedding_toml()}')
+        d.call("index.sync", {"agent_id": "w"})
+        wait_full(d)
         assert 1 <= len(passage_texts(fake)) <= 3  # the one chunk (or its windows)
         assert d.stop() == 0
 

@@ -51,7 +51,8 @@ def encode_f16(vector: npt.ArrayLike) -> str:
 
 
 def decode_f16(value: str) -> F32:
-    """A ``_embedding_f16_b64`` value back to float32; ValueError when malformed."""
+    """A ``_embedding_f16_b64`` value back to float32; ValueError when malformed, not
+    finite or all zeros."""
     try:
         raw = base64.b64decode(value, validate=True)
     except (ValueError, TypeError) as exc:
@@ -61,6 +62,8 @@ def decode_f16(value: str) -> F32:
     out: F32 = np.frombuffer(raw, dtype="<f2").astype(np.float32)
     if not np.all(np.isfinite(out)):
         raise ValueError("vector has non-finite values")
+    if not out.any():  # no direction: it would score alike against every query
+        raise ValueError("vector of zeros")
     return out
 
 

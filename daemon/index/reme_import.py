@@ -373,7 +373,7 @@ def load_npz(path: Path, dims: int) -> dict[str, F16]:
     """``keys`` -> row of ``embeddings`` from one of ReMe's cache files. Only an archive of
     exactly those two plain arrays is read (no pickled objects: ``allow_pickle=False``);
     anything else raises ValueError, as does an archive with no finite vector (one with
-    some gives those)."""
+    some gives those; rows of zeros are left out)."""
     import zipfile  # only an import with ReMe's caches reads one
     import zlib
 
@@ -407,10 +407,11 @@ def load_npz(path: Path, dims: int) -> dict[str, F16]:
     finite = np.isfinite(rows).all(axis=1)
     if len(rows) and not finite.any():
         raise ValueError("non-finite values")
-    if not finite.all():  # a value past float16's range: that vector only is left out
-        log.warning("ReMe embedding cache %s: %d vector(s) with non-finite values left out",
-                    path, int((~finite).sum()))
-    return {str(k): rows[i] for i, k in enumerate(keys) if finite[i]}
+    usable = finite & rows.any(axis=1)
+    if not usable.all():  # past float16's range, or no direction: that vector is left out
+        log.warning("ReMe embedding cache %s: %d vector(s) with non-finite values or all "
+                    "zeros left out", path, int((~usable).sum()))
+    return {str(k): rows[i] for i, k in enumerate(keys) if usable[i]}
 
 
 def _check_sizes(zf: zipfile.ZipFile) -> None:
