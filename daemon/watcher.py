@@ -30,7 +30,7 @@ from pathlib import Path
 import trio
 
 from recalld.daemon.store.errors import WorkspaceMissing
-from recalld.daemon.watchpaths import WatchedRoots
+from recalld.daemon.watchpaths import Stamp, WatchedRoots, mtime_stamp
 from recalld.daemon.watchrecords import (
     ReconcileResult,
     WatcherConfig,
@@ -69,13 +69,14 @@ class Watcher(CookieSync):
     """Keeps one workspace's consumer in step with the Markdown files under ``roots``
     (workspace-relative folders: ``daily_dir``, ``digest_dir``; created when missing).
 
-    ``known()`` returns the consumer's snapshot, workspace-relative path to ``(mtime_ns,
-    size)`` as it last read them; ``apply(paths)`` makes the consumer re-read each path
-    (present: index it, absent: drop it); ``apply`` calls never overlap. ``hold``, if
-    given, is awaited before the watch is set up: the watcher reports started at once with
-    the startup reconcile owed, and watches, reconciles and applies once it returns (the
-    daemon's start has ended); the reconcile's scan comes after the watch, so it finds
-    every change made before."""
+    ``known()`` returns the consumer's snapshot, workspace-relative path to the stamp of
+    each file as it last read it, ``stamp`` of its stat (``(mtime_ns, size)`` by
+    default); ``apply(paths)`` makes the consumer re-read each path (present: index it,
+    absent: drop it); ``apply`` calls never overlap. ``hold``, if given, is awaited before
+    the watch is set up: the watcher reports started at once with the startup reconcile
+    owed, and watches, reconciles and applies once it returns (the daemon's start has
+    ended); the reconcile's scan comes after the watch, so it finds every change made
+    before."""
 
     def __init__(
         self,
@@ -91,6 +92,7 @@ class Watcher(CookieSync):
         wall: Callable[[], float] = time.time,
         run_sync: RunSync | None = None,
         hold: Callable[[], Awaitable[None]] | None = None,
+        stamp: Stamp = mtime_stamp,
     ) -> None:
         if not roots:
             raise ValueError("at least one root to watch")
@@ -98,7 +100,7 @@ class Watcher(CookieSync):
         self._paths = WatchedRoots(workspace, roots, suffixes=self._config.suffixes,
                                    ignore_dirs=self._config.ignore_dirs,
                                    misnamed_hint=self._config.misnamed_hint,
-                                   unread_listed=self._config.unread_listed)
+                                   unread_listed=self._config.unread_listed, stamp=stamp)
         # Read-only copies of what the paths hold (nothing changes them).
         self._workspace = self._paths.workspace
         self._root_rels = self._paths.root_rels

@@ -25,7 +25,7 @@ from recalld.daemon.store.leftovers import file_times_now
 from recalld.daemon.watchsource import COOKIE_PREFIX, Change
 from recalld.ipc.errors import RecalldError
 
-__all__ = ["IGNORE_DIRS", "UNREAD_STAMP", "WatchedRoots", "passed_by"]
+__all__ = ["IGNORE_DIRS", "UNREAD_STAMP", "Stamp", "WatchedRoots", "mtime_stamp", "passed_by"]
 
 #: A note's file as ``(st_dev, st_ino, st_nlink)``: the names of one file share it.
 Inode = tuple[int, int, int]
@@ -35,6 +35,15 @@ log = logging.getLogger("recalld.daemon.watcher")
 
 # Names editors use for probes and backups that never are Markdown notes.
 _JUNK_NAMES = frozenset({"4913"})
+
+#: How a scan stamps a file it lists, as the consumer's ``known`` stamps it.
+Stamp = Callable[[os.stat_result], tuple[int, int]]
+
+
+def mtime_stamp(st: os.stat_result) -> tuple[int, int]:
+    """A file's ``(mtime_ns, size)``: the stamp scans list files with by default."""
+    return st.st_mtime_ns, st.st_size
+
 
 #: The ``(mtime_ns, size)`` a scan lists a file that is there but is not read with (see
 #: ``WatcherConfig.unread_listed``): no file read has it.
@@ -78,8 +87,9 @@ class WatchedRoots:
     def __init__(self, workspace: Path, roots: Sequence[str], *,
                  suffixes: tuple[str, ...], ignore_dirs: tuple[str, ...],
                  misnamed_hint: str = "rename it to have it indexed",
-                 unread_listed: bool = False) -> None:
+                 unread_listed: bool = False, stamp: Stamp = mtime_stamp) -> None:
         self.workspace = Path(os.path.abspath(workspace))
+        self._stamp = stamp  # what a scan lists each file with
         self.root_rels = tuple(r.strip("/") for r in roots)
         self.roots = [self.workspace / r for r in self.root_rels]
         self._suffixes = suffixes
@@ -233,7 +243,7 @@ class WatchedRoots:
                                 if self._unread_listed:
                                     out[rel] = UNREAD_STAMP
                                 continue  # no note, as a read of it finds (see below)
-                            out[rel] = (st.st_mtime_ns, st.st_size)
+                            out[rel] = self._stamp(st)
                             if links is not None and st.st_nlink > 1:
                                 links[rel] = (st.st_dev, st.st_ino, st.st_nlink)
                             if reached is not None and len(out) == reached[0]:
@@ -355,7 +365,7 @@ class WatchedRoots:
             except OSError:
                 out.add(rel)
                 continue
-            if known.get(rel) != (st.st_mtime_ns, st.st_size):
+            if known.get(rel) != self._stamp(st):
                 out.add(rel)
         return out
 

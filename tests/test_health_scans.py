@@ -15,6 +15,7 @@ import trio
 
 from recalld.daemon import maintenance
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
+from recalld.daemon.index.records import note_stamp
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.maintenance import Health, verify
 from recalld.daemon.watcher import Watcher
@@ -38,7 +39,7 @@ def indexed_workspace(tmp_path: Path, note: str, source: ScriptedChangeSource,
     index = WorkspaceIndex(ws, cfg, cpu=cpu)
     index.watcher = Watcher(root, ["memory", "digest"], apply=index.apply_paths,
                             known=lambda: index.state.known(), source=source,
-                            config=config, limiter=cpu)
+                            config=config, limiter=cpu, stamp=note_stamp)
     return ws, index, cpu
 
 
@@ -126,13 +127,14 @@ async def test_health_says_pending_for_a_file_the_watcher_missed(tmp_path: Path)
         assert report["ok"] is False
         assert report["not_indexed"] == {"count": 1, "paths": ["memory/2026-07-01/missed.md"]}
 
-        # Same size and mtime but other bytes: only the content digest tells.
+        # Same size and mtime but other bytes: the status-change time, which nothing
+        # sets back, tells (the stat differs).
         seen = root / "memory" / "2026-07-01" / "seen.md"
         st = seen.stat()
         seen.write_text("# Seen\n\nINDEXED AT START\n")
         os.utime(seen, ns=(st.st_atime_ns, st.st_mtime_ns))
         report = await verify(ws, index, cpu)
-        assert report["content_differs"]["paths"] == ["memory/2026-07-01/seen.md"]
+        assert report["stat_differs"]["paths"] == ["memory/2026-07-01/seen.md"]
 
         await index.watcher.reconcile("test")  # what the periodic rescan does
         assert health.status()["state"] == "clean"  # re-checked without a new scan

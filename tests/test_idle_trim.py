@@ -19,6 +19,7 @@ from watcher_harness import inline
 from recalld.daemon import maintenance
 from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.index.filters import Filters
+from recalld.daemon.index.records import note_stamp
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.maintenance import Health
 from recalld.daemon.watcher import Watcher
@@ -111,7 +112,7 @@ def unit_index(tmp_path: Path, idle_trim_s: float = IDLE_TRIM_S) -> tuple[
     index.watcher = Watcher(root, ["memory", "digest"], apply=index.apply_paths,
                             known=lambda: index.state.known(), source=ScriptedChangeSource(),
                             config=WatcherConfig(reconcile_interval_s=300.0), limiter=cpu,
-                            wall=trio.current_time, run_sync=inline)
+                            wall=trio.current_time, run_sync=inline, stamp=note_stamp)
     return ws, index, cpu
 
 

@@ -30,6 +30,7 @@ from recalld.daemon.config import DaemonConfig, WorkspaceSettings
 from recalld.daemon.index import postings, prepare
 from recalld.daemon.index.passes import APPLY_MIN_FILES, POOL_MIN_FILES
 from recalld.daemon.index.procpool import PreparePool
+from recalld.daemon.index.records import note_stamp
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.watcher import Watcher
 from recalld.daemon.watchrecords import WatcherConfig
@@ -87,7 +88,7 @@ def _index(tmp_path: Path, pool: PreparePool | None = None,
         known=index.known_files, source=source or ScriptedChangeSource(),
         config=WatcherConfig(reconcile_interval_s=3600.0, restart_backoff_initial_s=3600.0,
                              apply_batch_max=1 << 30),
-        limiter=cpu)
+        limiter=cpu, stamp=note_stamp)
     return index
 
 

@@ -257,3 +257,40 @@ def test_a_note_touched_without_a_change_is_read_again_once_not_at_every_start(
     d3 = daemon_factory(config, RECALLD_DATA_DIR=str(data_dir))
     assert startup_found(d3) == {"added": 0, "changed": 0, "deleted": 0}
     assert paths(d3, "same words 2")[0] == "memory/2026-07-23/n2.md"
+
+
+def test_a_note_rewritten_at_its_size_with_its_old_time_is_caught_at_start(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # A copy that keeps the modification time (cp -p, rsync -a, tar x) of a version of the
+    # same size: the status-change time, which nothing sets back, tells it changed.
+    root = tmp_path / "ws"
+    write(root, "memory/2026-07-23/box.md", "# Box\n- [ ] call the plumber\n")
+    write(root, "digest/wiki/code.md", "# Code\nThe gate code is walnut.\n")
+    # Copied with an older mtime kept, so its status-change time is later: the resource
+    # catalog knows files by their mtime alone (as ReMe's does), and reads none again.
+    write(root, "resource/list.csv", "item,qty\nnails,40\n")
+    os.utime(root / "resource/list.csv", ns=(1_700_000_000_000_000_000,) * 2)
+    config, data_dir = build_and_stop(daemon_factory, root)
+    box, code = root / "memory/2026-07-23/box.md", root / "digest/wiki/code.md"
+    kept = {note: note.stat() for note in (box, code)}
+    box.write_text("# Box\n- [x] call the plumber\n", encoding="utf-8")  # in place
+    swap = code.with_name("code.md.new")  # and by a rename, another inode
+    swap.write_text("# Code\nThe gate code is cashew.\n", encoding="utf-8")
+    swap.replace(code)
+    for note, st in kept.items():
+        os.utime(note, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert (note.stat().st_mtime_ns, note.stat().st_size) == (st.st_mtime_ns, st.st_size)
+
+    d2 = daemon_factory(config, RECALLD_DATA_DIR=str(data_dir))
+    d2.call("index.sync", {"agent_id": "w"})
+    last = ws_status(d2)["index"]["watcher"]["last_reconcile"]
+    assert last["found"] == {"added": 0, "changed": 2, "deleted": 0}, last
+    assert paths(d2, "cashew") == ["digest/wiki/code.md"]
+    assert paths(d2, "walnut") == []
+    assert d2.call("memory.search", {"agent_id": "w", "query": "plumber"})[
+        "results"][0]["text"].count("[x]") == 1
+    assert d2.call("index.verify", {"agent_id": "w"})["ok"] is True
+    wait_for(lambda: ws_status(d2)["resource"]["watcher"]["last_reconcile"] is not None,
+             "the resource catalog's startup reconcile")
+    resources = ws_status(d2)["resource"]["watcher"]["last_reconcile"]
+    assert resources["found"] == {"added": 0, "changed": 0, "deleted": 0}, resources

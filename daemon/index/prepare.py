@@ -21,6 +21,7 @@ from recalld.daemon import safepath
 from recalld.daemon.index.chunker import Chunk, chunk_markdown
 from recalld.daemon.index.links import Link, extract_links
 from recalld.daemon.index.postings import Slab, Vocabulary, join_terms
+from recalld.daemon.index.records import note_stamp
 from recalld.daemon.index.reme_chunks import ReMeChunk, adopt_chunks, adopt_moved
 from recalld.daemon.index.tokenizer import tokenize_split
 from recalld.daemon.notetext import decode_as, decode_note
@@ -191,15 +192,17 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
     data = full[:MAX_NOTE_BYTES]
     digest = hashlib.blake2b(data, digest_size=16).hexdigest()
     if digest == known_digest:
-        return Prepared(path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size,
+        mtime_ns, size = note_stamp(st)
+        return Prepared(path=rel, gone=False, mtime_ns=mtime_ns, size=size,
                         digest=digest, unchanged=True)
     check()
     text, encoding = _note_text(full, st, check)
     chunks = adopt_chunks(rel, text, reme, max_chars=max_chars) if reme else None
     if reme is None and moved:
         chunks = adopt_moved(rel, text, moved, max_chars=max_chars)
+    mtime_ns, size = note_stamp(st)
     return Prepared(
-        path=rel, gone=False, mtime_ns=st.st_mtime_ns, size=st.st_size, digest=digest,
+        path=rel, gone=False, mtime_ns=mtime_ns, size=size, digest=digest,
         chunks=chunk_markdown(rel, text, max_chars=max_chars) if chunks is None else chunks,
         links=extract_links(rel, text), secret_name=named_by_secret(rel), encoding=encoding,
     )

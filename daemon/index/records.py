@@ -7,13 +7,25 @@ Owns :class:`FileInfo` (what the index knows of one file) with its catalog form
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
 from recalld.daemon.jsontypes import JsonObject
 
-__all__ = ["ApplyStats", "FileInfo", "FileRecord", "StateStats", "compact_keys"]
+__all__ = ["ApplyStats", "FileInfo", "FileRecord", "StateStats", "compact_keys", "note_stamp"]
+
+
+def note_stamp(st: os.stat_result) -> tuple[int, int]:
+    """The ``(mtime_ns, size)`` the index knows a note's file by, and that scans compare
+    with it: ``mtime_ns`` is the file's last change, the later of its modification and
+    status-change times. A copy that keeps the old modification time (``cp -p``,
+    ``rsync -a``, ``tar x``, a checkout tool that restores times) still sets the
+    status-change time, which nothing outside the kernel can set back: a note rewritten
+    at the same size with its old time is still seen changed, also by the scan at start
+    after it happened while the daemon was down."""
+    return max(st.st_mtime_ns, st.st_ctime_ns), st.st_size
 
 
 class FileRecord(TypedDict):
@@ -37,7 +49,8 @@ class StateStats(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class FileInfo:
-    """What the index knows of one file: the stat it was read at and its chunks."""
+    """What the index knows of one file: the stat it was read at (:func:`note_stamp`)
+    and its chunks."""
 
     path: str
     mtime_ns: int

@@ -47,6 +47,7 @@ from recalld.daemon.index.persist import IndexStore, LoadReport
 from recalld.daemon.index.prepare import PreparedBatch
 from recalld.daemon.index.procpool import PreparePool
 from recalld.daemon.index.reads import Candidates, StateAccess, gather
+from recalld.daemon.index.records import note_stamp
 from recalld.daemon.index.reme_source import ReMeSource
 from recalld.daemon.index.service_status import IndexReport
 from recalld.daemon.index.state import IndexState
@@ -138,6 +139,7 @@ class WorkspaceIndex(IndexReport):
             limiter=cpu,
             background=self._background,
             hold=hold,
+            stamp=note_stamp,  # as ``prepare`` stamps the notes it reads
         )
         if pool is not None:
             self.watcher.scan_reached = (POOL_MIN_FILES, self._scan_found_many)
@@ -247,9 +249,10 @@ class WorkspaceIndex(IndexReport):
 
     def known_files(self, indexed: dict[str, tuple[int, int]] | None = None,
                     ) -> dict[str, tuple[int, int]]:
-        """What the watcher (and health) compare the disk with: path -> (mtime_ns, size)
-        of every indexed note (``indexed``: ``IndexState.known`` read already), and of
-        every note whose last read failed, so that a scan or a directory event that finds
+        """What the watcher (and health) compare the disk with: path -> (mtime_ns, size),
+        ``mtime_ns`` the last change (``note_stamp``), of every indexed note
+        (``indexed``: ``IndexState.known`` read already), and of every note whose last
+        read failed, so that a scan or a directory event that finds
         one gone applies that (and it leaves ``unreadable``); one never indexed has
         ``NO_STAT``."""
         known = self.state.known() if indexed is None else indexed

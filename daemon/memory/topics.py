@@ -27,6 +27,7 @@ import trio
 from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import block_problem, parse_frontmatter
 from recalld.daemon.index.frontmatter_edit import render_frontmatter
+from recalld.daemon.index.records import note_stamp
 from recalld.daemon.index.service import WorkspaceIndex
 from recalld.daemon.index.state import IndexState
 from recalld.daemon.memory.fileops import read_confined, write_confined
@@ -125,7 +126,7 @@ def read_topic(root: Path, rel: str) -> tuple[TopicEntry | None, tuple[int, int]
         head = read_confined(root, rel, _HEAD_BYTES)
     except (OSError, RecalldError):
         return None, None
-    seen = (st.st_mtime_ns, st.st_size)
+    seen = note_stamp(st)
     fields, _ = parse_frontmatter(head or "")
     if fields.get("type") not in TYPES:
         return None, seen
