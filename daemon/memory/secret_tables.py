@@ -107,12 +107,9 @@ class _Tables:
             return
         text = self.text
         cells = _cells(text, self.starts[line], self.ends[line])
-        column = next((i for i, (s, e) in enumerate(cells) if s <= a < e), None)
-        if column is None or cells[column][0] in seen:
+        if (named := _named_column(text, cells, a, seen)) is None:
             return
-        seen.add(cells[column][0])
-        if (kind := _column_kind(text[slice(*cells[column])])) is None:
-            return
+        column, kind = named
         if line == header:
             for row in range(header + 2, self.last[header] + 1):
                 row_cells = _cells(text, self.starts[row], self.ends[row])
@@ -121,6 +118,19 @@ class _Tables:
         # A table of names and values may have its first pair as its header.
         if column + 1 < len(cells):
             yield from _value(kind, text, cells[column + 1])
+
+
+def _named_column(text: str, cells: list[Span], a: int,
+                  seen: set[int]) -> tuple[int, str] | None:
+    """The column of ``cells`` holding ``a`` and the kind of credential its name says it
+    holds; None when no cell holds ``a``, its cell was looked at before (``seen``, which
+    this adds it to) or its name names no credential."""
+    column = next((i for i, (s, e) in enumerate(cells) if s <= a < e), None)
+    if column is None or cells[column][0] in seen:
+        return None
+    seen.add(cells[column][0])
+    kind = _column_kind(text[slice(*cells[column])])
+    return None if kind is None else (column, kind)
 
 
 def _value(kind: str, text: str, cell: Span) -> Iterable[Span]:
@@ -190,12 +200,9 @@ def _delimited_column(text: str, a: int, seen: set[int]) -> Iterable[Span]:
         cells = _fields(text, start, end, delimiter)
         if any(e - s > _HEADER_CELL_CHARS for s, e in cells):
             continue
-        column = next((i for i, (s, e) in enumerate(cells) if s <= a < e), None)
-        if column is None or cells[column][0] in seen:
+        if (named := _named_column(text, cells, a, seen)) is None:
             return
-        seen.add(cells[column][0])
-        if (kind := _column_kind(text[slice(*cells[column])])) is None:
-            return
+        column, kind = named
         # A block of names and values (two fields a row): the field after the name.
         if count == 1 and column == 0:
             yield from _value(kind, text, cells[column + 1])
