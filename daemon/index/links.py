@@ -35,8 +35,9 @@ from recalld.daemon.index.codelines import visible_lines
 from recalld.daemon.index.filters import composed
 from recalld.daemon.jsontypes import JsonObject
 
-__all__ = ["LEGACY_KINDS", "Link", "LinkGraph", "extract_links", "legacy_edge",
-           "name_key", "normalize_target", "note_name", "pick_note", "resolve_links"]
+__all__ = ["LEGACY_KINDS", "Link", "LinkGraph", "extract_links", "legacy_edge", "link_target",
+           "name_key", "normalize_target", "note_name", "pick_note", "resolve_links",
+           "wikilinks"]
 
 _WIKILINK_RE: Final = re.compile(
     r"(!?)\[\[([^\[\]\n|#]*)(?:#([^\[\]\n|]*))?(?:\|([^\[\]\n]*))?\]\]"
@@ -212,19 +213,8 @@ def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list
         typed = _TYPED_RE.match(line)
         kind = typed.group(1).strip().lower() if typed is not None else section
         kind = LEGACY_KINDS.get(kind, kind)
-        for m in _WIKILINK_RE.finditer(line):
-            if not m.group(1) and _escaped(line, m.start()):
-                continue  # ``\\[[x]]``: a bracket shown as it is, no link
-            name, part = m.group(2).strip(), (m.group(3) or "").strip()
-            if m.group(4) is not None:
-                # ``[[name\|alias]]``: the pipe escaped, as a link in a table cell is.
-                name = name.removesuffix("\\").rstrip()
-                part = part.removesuffix("\\").rstrip()
-            if part.lower().endswith(".md"):
-                # ``[[memory/d/meeting #3.md]]``: a ``#`` of the note's own name (as the
-                # dream writes sources), not a heading of ``meeting``.
-                name = f"{m.group(2)}#{m.group(3)}".strip().removesuffix("\\").rstrip()
-                part = ""
+        for m in wikilinks(line):
+            name, part = link_target(m)
             ext = posixpath.splitext(name)[1].lower()
             if m.group(1) and ext and ext != ".md":
                 continue  # an embedded image or attachment, not a note
@@ -238,6 +228,29 @@ def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list
             seen.add(key)
             out.append(Link(path, dst, kind, number, part, alias, resolved))
     return out
+
+
+def wikilinks(line: str) -> Iterator[re.Match[str]]:
+    """The wikilinks of one visible line (:func:`visible_lines`), those escaped
+    (``\\[[x]]``: a bracket shown as it is) left out."""
+    return (m for m in _WIKILINK_RE.finditer(line)
+            if m.group(1) or not _escaped(line, m.start()))
+
+
+def link_target(m: re.Match[str]) -> tuple[str, str]:
+    """The target (a name or a path) and the heading a wikilink of :func:`wikilinks`
+    names."""
+    name, part = m.group(2).strip(), (m.group(3) or "").strip()
+    if m.group(4) is not None:
+        # ``[[name\|alias]]``: the pipe escaped, as a link in a table cell is.
+        name = name.removesuffix("\\").rstrip()
+        part = part.removesuffix("\\").rstrip()
+    if part.lower().endswith(".md"):
+        # ``[[memory/d/meeting #3.md]]``: a ``#`` of the note's own name (as the
+        # dream writes sources), not a heading of ``meeting``.
+        name = f"{m.group(2)}#{m.group(3)}".strip().removesuffix("\\").rstrip()
+        part = ""
+    return name, part
 
 
 def _escaped(line: str, at: int) -> bool:

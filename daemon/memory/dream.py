@@ -46,6 +46,7 @@ from recalld.daemon.index.search import parse_filters, search
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory import (
     changelog,
+    contentlinks,
     digest,
     dreaminbox,
     dreaminterests,
@@ -242,6 +243,7 @@ class _Run:
         proposal = dataclasses.replace(proposal, content=await redact_async(proposal.content))
         proposal, unknown, alike = await trio.to_thread.run_sync(lambda: nodefiles.on_nodes(
             self.names.scan(self.ws.root, self.digest_dir), proposal, self.digest_dir))
+        missing = await contentlinks.dangling_in(self, proposal)
         for _ in range(WRITE_ATTEMPTS):  # the node read again if it changed meanwhile
             before_text, utf8 = await trio.to_thread.run_sync(nodefiles.read_node,
                                                               self.ws.root, proposal.path)
@@ -251,7 +253,8 @@ class _Run:
                 proposal.path, await redact_async(before_text))
             if existing is not None and not utf8:
                 existing.problem = "its text is not saved as UTF-8"
-            outcome = integration.integrate(existing, proposal, self.today,
+            shaped, unlinked = contentlinks.unlink(proposal, missing, before_text)
+            outcome = integration.integrate(existing, shaped, self.today,
                                             None if existing is not None else alike)
             if existing is not None and existing.unreadable:
                 self.blocked.append(outcome.detail)
@@ -283,6 +286,8 @@ class _Run:
             "sources": list(proposal.sources), "note": self.note}
         await self.act(record)
         not_linked = f"; not linked, no such node: {', '.join(unknown)}" if unknown else ""
+        if unlinked and outcome.text is not None:
+            not_linked += f"; kept as text, no such note: {', '.join(unlinked)}"
         if proposal.not_nodes:
             not_linked += (f"; not linked, not a node path ({self.digest_dir}/<bucket>/"
                            f"<name>.md): {', '.join(proposal.not_nodes)}")
