@@ -28,7 +28,7 @@ def test_a_link_the_model_writes_to_no_note_is_kept_as_its_text(
                        "content": "- the wall held", "reason": "fact"}),
         ("integrate", {"action": "CREATE", "bucket": "procedure", "name": "Storm drill",
                        "content": "- close the gates", "reason": "how-to"}),
-        ("integrate", {"action": "CREATE", "bucket": "wiki", "name": "Lisbon storm",
+        ("integrate", {"action": "CREATE", "bucket": "wiki", "name": "[[Lisbon]] storm",
                        "reason": "fact", "content": (
                            "- logged in [[storm log]] and [[Café Notes|the café notes]]\n"
                            "- wind from [[digest/wiki/weather]], see [[Nowhere|the old page]]\n"
@@ -38,7 +38,8 @@ def test_a_link_the_model_writes_to_no_note_is_kept_as_its_text(
                            "- drill: [[Storm Drill]], [[storm drill#Gates|gates]]")})]]
     first = dream(daemon)
     assert first["actions"] == {"CREATE": 3}, (first, model.tool_results)
-    _, text = node(root, "digest/wiki/lisbon-storm.md")
+    fields, text = node(root, "digest/wiki/lisbon-storm.md")
+    assert fields["name"] == "Lisbon storm" and "\n# Lisbon storm\n" in text, text
     assert "- logged in [[storm log]] and [[Café Notes|the café notes]]\n" in text, text
     assert "- wind from digest/wiki/weather, see the old page\n" in text, text
     assert "- like memory/2020-01-01/ghost.md and Ghost > Top\n" in text, text
@@ -61,10 +62,11 @@ def test_a_link_the_model_writes_to_no_note_is_kept_as_its_text(
     write(root, b, "The pier by the harbour was rebuilt.\n")
     model.plan[b] = [[("node_read", {"path": harbour})], [
         ("integrate", {"action": "REFINE", "bucket": "wiki", "node": harbour,
-                       "reason": "more", "content": (
-                           "- the wall held\n- tides: [[tide tables]]\n"
+                       "reason": "as [[Pier report]] says", "content": (
+                           "- the wall was repaired\n- tides: [[tide tables]]\n"
                            "- the pier was rebuilt, see [[Ghost pier]]")})]]
     second = dream(daemon)
     assert second["actions"] == {"REFINE": 1}, (second, model.tool_results)
     _, text = node(root, harbour)
     assert "- tides: [[tide tables]]\n- the pier was rebuilt, see Ghost pier\n" in text, text
+    assert "reason: as Pier report says" in text.split("## History", 1)[1], text

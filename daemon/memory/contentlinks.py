@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import trio
 
@@ -105,7 +105,7 @@ async def dangling_in(run: _Run, proposal: Integration) -> dict[str, str | None]
     may not hold yet, nor another file of the workspace), each with the node it names by
     its name (``[[Harbour wall]]``: ``digest/wiki/harbour-wall.md``, found as ``related``
     finds it), if any. None while the workspace's index is not there to tell."""
-    names = targets(proposal.content)
+    names = targets("\n".join(getattr(proposal, f) for f in WORDS))
     if not names:
         return {}
     try:
@@ -141,20 +141,17 @@ def _shown(link: str, node: str | None = None) -> str:
     return f"{name.strip()} > {part.strip()}" if part.strip() else name.strip()
 
 
-def unlink(proposal: Integration, missing: Mapping[str, str | None], before: str | None
-           ) -> tuple[Integration, list[str]]:
-    """``proposal`` with each link of its content to a target of ``missing`` written as
-    the text it shows (or, to the node ``missing`` names for it, as a link by that
-    node's path), unless the node held a link to that target ``before``; and the targets
-    so written as text."""
-    kept = {_key(t) for t in targets(before or "")}
-    drop = {t for t in missing if _key(t) not in kept}
-    if not drop:
-        return proposal, []
-    lines = proposal.content.split("\n")
-    found = Counter((index, link, name) for index, link, name in _links(proposal.content)
+#: The words of a proposal a node shows: its content, its name (its title) and its
+#: reason (in the History of a REFINE or CORRECT).
+WORDS: Final = ("content", "name", "reason")
+
+
+def _unlinked(text: str, drop: Collection[str], missing: Mapping[str, str | None],
+              done: dict[str, None]) -> str:
+    """``text`` with its links to ``drop`` rewritten (see :func:`unlink`)."""
+    lines = text.split("\n")
+    found = Counter((index, link, name) for index, link, name in _links(text)
                     if name in drop)
-    done: dict[str, None] = {}
     for (index, link, name), count in found.items():
         # A code span is removed from the visible line: a link that stands in one too
         # (``[[x]]`` and `` `[[x]]` ``) cannot be told apart there, and stays.
@@ -162,6 +159,23 @@ def unlink(proposal: Integration, missing: Mapping[str, str | None], before: str
             lines[index] = lines[index].replace(link, _shown(link, missing[name]))
             if missing[name] is None:
                 done[name] = None
-    content = "\n".join(lines)
-    return (proposal, []) if content == proposal.content else (
-        replace(proposal, content=content), list(done))
+    return "\n".join(lines)
+
+
+def unlink(proposal: Integration, missing: Mapping[str, str | None], before: str | None
+           ) -> tuple[Integration, list[str]]:
+    """``proposal`` with each link of its :data:`WORDS` to a target of ``missing``
+    written as the text it shows (or, to the node ``missing`` names for it, as a link by
+    that node's path), unless the node held a link to that target ``before``; and the
+    targets so written as text."""
+    kept = {_key(t) for t in targets(before or "")}
+    drop = {t for t in missing if _key(t) not in kept}
+    if not drop:
+        return proposal, []
+    done: dict[str, None] = {}
+    return replace(
+        proposal, content=_unlinked(proposal.content, drop, missing, done),
+        reason=_unlinked(proposal.reason, drop, missing, done),
+        # A node's name is no place for a link to a path (it names the node's file, and
+        # the node is found by it): text there, whatever the link named.
+        name=_unlinked(proposal.name, drop, dict.fromkeys(missing), {})), list(done)
