@@ -29,6 +29,7 @@ def test_a_link_the_model_writes_to_no_note_is_kept_as_its_text(
         ("integrate", {"action": "CREATE", "bucket": "procedure", "name": "Storm drill",
                        "content": "- close the gates", "reason": "how-to"}),
         ("integrate", {"action": "CREATE", "bucket": "wiki", "name": "[[Lisbon]] storm",
+                       "description": "a storm, as [[Storm log]] and [[Met office]] say",
                        "reason": "fact", "content": (
                            "- logged in [[storm log]] and [[Café Notes|the café notes]]\n"
                            "- wind from [[digest/wiki/weather]], see [[Nowhere|the old page]]\n"
@@ -40,6 +41,7 @@ def test_a_link_the_model_writes_to_no_note_is_kept_as_its_text(
     assert first["actions"] == {"CREATE": 3}, (first, model.tool_results)
     fields, text = node(root, "digest/wiki/lisbon-storm.md")
     assert fields["name"] == "Lisbon storm" and "\n# Lisbon storm\n" in text, text
+    assert fields["description"] == "a storm, as [[Storm log]] and Met office say", fields
     assert "- logged in [[storm log]] and [[Café Notes|the café notes]]\n" in text, text
     assert "- wind from digest/wiki/weather, see the old page\n" in text, text
     assert "- like memory/2020-01-01/ghost.md and Ghost > Top\n" in text, text

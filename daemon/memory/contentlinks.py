@@ -141,9 +141,10 @@ def _shown(link: str, node: str | None = None) -> str:
     return f"{name.strip()} > {part.strip()}" if part.strip() else name.strip()
 
 
-#: The words of a proposal a node shows: its content, its name (its title) and its
+#: The words of a proposal a node shows: its content, its name (its title), its
+#: description (a frontmatter line, whose links the index reads as the body's) and its
 #: reason (in the History of a REFINE or CORRECT).
-WORDS: Final = ("content", "name", "reason")
+WORDS: Final = ("content", "name", "description", "reason")
 
 
 def _unlinked(text: str, drop: Collection[str], missing: Mapping[str, str | None],
@@ -176,6 +177,7 @@ def unlink(proposal: Integration, missing: Mapping[str, str | None], before: str
     return replace(
         proposal, content=_unlinked(proposal.content, drop, missing, done),
         reason=_unlinked(proposal.reason, drop, missing, done),
+        description=_unlinked(proposal.description, drop, missing, done),
         # A node's name is no place for a link to a path (it names the node's file, and
         # the node is found by it): text there, whatever the link named.
         name=_unlinked(proposal.name, drop, dict.fromkeys(missing), {})), list(done)
