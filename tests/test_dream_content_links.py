@@ -36,6 +36,7 @@ def test_a_link_the_model_writes_to_no_note_is_kept_as_its_text(
                            "- like [[memory/2020-01-01/ghost.md]] and ![[Ghost#Top]]\n"
                            "- told in [[memory/2026-10-01/storm]], the [[harbour]] held\n"
                            "- `[[Nowhere]]` is how the wiki writes it\n"
+                           "- [[Nowhere]] or ![[Nowhere]]\n"
                            "- drill: [[Storm Drill]], [[storm drill#Gates|gates]]")})]]
     first = dream(daemon)
     assert first["actions"] == {"CREATE": 3}, (first, model.tool_results)
@@ -47,7 +48,7 @@ def test_a_link_the_model_writes_to_no_note_is_kept_as_its_text(
     assert "- like memory/2020-01-01/ghost.md and Ghost > Top\n" in text, text
     # The daily note read and a node made earlier in the run are linked.
     assert "- told in [[memory/2026-10-01/storm]], the [[harbour]] held\n" in text, text
-    assert "- `[[Nowhere]]` is how the wiki writes it\n" in text, text
+    assert "- `[[Nowhere]]` is how the wiki writes it\n- Nowhere or Nowhere\n" in text, text
     # A node named by its name, not its file's: linked by its path, as Related links it.
     drill = "digest/procedure/storm-drill"
     assert f"- drill: [[{drill}|Storm Drill]], [[{drill}#Gates|gates]]\n" in text, text

@@ -153,7 +153,8 @@ def _unlinked(text: str, drop: Collection[str], missing: Mapping[str, str | None
     lines = text.split("\n")
     found = Counter((index, link, name) for index, link, name in _links(text)
                     if name in drop)
-    for (index, link, name), count in found.items():
+    # The longer first: ``[[x]]`` is counted again once ``![[x]]`` is replaced.
+    for (index, link, name), count in sorted(found.items(), key=lambda e: -len(e[0][1])):
         # A code span is removed from the visible line: a link that stands in one too
         # (``[[x]]`` and `` `[[x]]` ``) cannot be told apart there, and stays.
         if lines[index].count(link) == count:
