@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, overload
 
 import orjson
@@ -67,31 +68,33 @@ def _find_spans(text: str, rules: Sequence[Rule]) -> list[Span]:
     lower = text.lower()
     if len(lower) != len(text):  # a few characters lowercase to two: keep positions
         lower = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+    plan = _plan(rules)
+    groups = plan.groups
     spans: list[Span] = []
     starts: list[int] | None = None
     # Where anchor words start: one pass finds them all, and tells which of the context
     # rules' hints (anchor words all) the text holds without a scan for each.
     words: list[int] | None = None
     runs: list[Span] | None = None
+    pattern_first = False
     # Rules may share their hints (the context rules all share theirs): each set of hints
-    # is looked for once.
-    hinted: dict[tuple[str, ...], bool] = {}
-    word_hinted: dict[tuple[str, ...], bool] = {}
+    # is looked for once, by its number in the plan.
+    hinted: list[bool | None] = [None] * len(groups)
+    word_hinted: list[bool | None] = [None] * len(groups)
 
-    def has_hint(hints: tuple[str, ...]) -> bool:
-        found = hinted.get(hints)
+    def has_hint(group: int) -> bool:
+        found = hinted[group]
         if found is None:
-            found = hinted[hints] = any(h in lower for h in hints)
+            found = False
+            for hint in groups[group]:
+                if hint in lower:
+                    found = True
+                    break
+            hinted[group] = found
         return found
 
-    def starts_a_word(hints: tuple[str, ...], words: list[int]) -> bool:
-        found = word_hinted.get(hints)
-        if found is None:
-            found = word_hinted[hints] = any(lower.startswith(hints, i) for i in words)
-        return found
-
-    for rule in rules:
-        if rule.find is not None and rule.token:
+    for rule, step, group in plan.steps:
+        if step == _TOKEN:
             if runs is None:
                 runs = token_runs(text)
                 # Only the runs where one of the token rules' patterns matches (all of
@@ -110,32 +113,78 @@ def _find_spans(text: str, rules: Sequence[Rule]) -> list[Span]:
                 pattern_first = sum(b - a for a, b in runs) * 8 < len(text)
             if not runs:
                 continue
+            find = rule.find
+            assert find is not None
             if pattern_first:
-                found_spans = [s for pos, endpos in runs for s in rule.find(text, pos, endpos)]
-                if found_spans and (not rule.hints or has_hint(rule.hints)):
+                found_spans = [s for pos, endpos in runs for s in find(text, pos, endpos)]
+                if found_spans and (group < 0 or has_hint(group)):
                     spans.extend(found_spans)
-                continue
-        if rule.anchored is not None:
+            elif group < 0 or has_hint(group):
+                for pos, endpos in runs:
+                    spans.extend(find(text, pos, endpos))
+        elif step == _PLAIN:
+            if group < 0 or has_hint(group):
+                assert rule.find is not None
+                spans.extend(rule.find(text, 0, len(text)))
+        elif step != _SKIP:
             if words is None:
                 words = anchor_words(lower)
-            if rule.hints and not (
-                starts_a_word(rule.hints, words)
-                if ANCHOR_WORDS.issuperset(rule.hints) else has_hint(rule.hints)
-            ):
-                continue
+            if group >= 0:
+                if step == _AT_WORDS:
+                    found = word_hinted[group]
+                    if found is None:
+                        hints = groups[group]
+                        found = word_hinted[group] = any(lower.startswith(hints, i)
+                                                         for i in words)
+                    if not found:
+                        continue
+                elif not has_hint(group):
+                    continue
             if starts is None:
                 starts = anchors(text, lower, words)
+            assert rule.anchored is not None
             spans.extend(rule.anchored(text, starts))
-            continue
-        if rule.hints and not has_hint(rule.hints):
-            continue
-        elif rule.find is not None and rule.token:
-            assert runs is not None
-            for pos, endpos in runs:
-                spans.extend(rule.find(text, pos, endpos))
-        elif rule.find is not None:
-            spans.extend(rule.find(text, 0, len(text)))
     return _merge([s for s in spans if s[1] > s[0]])
+
+
+#: What a rule of a plan is: a token rule, a rule over the whole text, a context rule
+#: whose hints are anchor words (looked for at those), another context rule, neither.
+_TOKEN, _PLAIN, _AT_WORDS, _ANCHORED, _SKIP = range(5)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A sequence of rules prepared once for every text: each rule's kind of step and
+    the number of its set of hints (-1: none), sets shared by rules numbered once."""
+
+    rules: Sequence[Rule]
+    groups: tuple[tuple[str, ...], ...]
+    steps: tuple[tuple[Rule, int, int], ...]
+
+
+#: The plans of the rule tables (other sequences of rules are planned on each call).
+_PLANS: dict[int, _Plan] = {}
+
+
+def _plan(rules: Sequence[Rule]) -> _Plan:
+    plan = _PLANS.get(id(rules))
+    if plan is not None and plan.rules is rules:
+        return plan
+    numbers: dict[tuple[str, ...], int] = {}
+    steps: list[tuple[Rule, int, int]] = []
+    for rule in rules:
+        group = numbers.setdefault(rule.hints, len(numbers)) if rule.hints else -1
+        if rule.anchored is not None:
+            step = _AT_WORDS if ANCHOR_WORDS.issuperset(rule.hints) else _ANCHORED
+        elif rule.find is None:
+            step = _SKIP
+        else:
+            step = _TOKEN if rule.token else _PLAIN
+        steps.append((rule, step, group))
+    plan = _Plan(rules, tuple(numbers), tuple(steps))
+    if rules is RULES or rules is FORMAT_RULES:
+        _PLANS[id(rules)] = plan
+    return plan
 
 
 def _merge(spans: list[Span]) -> list[Span]:
