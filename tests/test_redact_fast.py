@@ -6,7 +6,9 @@ rule's pattern before looking for its hints where the runs are a small part of t
 Each must give what the plain definitions give: ``TOKEN_RUN.finditer``, one ``find`` loop
 per anchor word, and every rule's hints checked first; and it reads a text through
 the invisible characters and escapes inside its tokens, mapping each span found so back
-as mapping it character by character gives.
+as mapping it character by character gives. It runs the rules by kind, not in the order
+of the table, the format rules over the whole text only where one of their hints is
+(``secret_plan``): the order changes no span.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from recalld.daemon.memory import secret_anchors, secret_rules
 from recalld.daemon.memory.redact import _merge, find_spans
 from recalld.daemon.memory.secret_anchors import anchor_words, anchors
 from recalld.daemon.memory.secret_forms import as_ascii
+from recalld.daemon.memory.secret_plan import plan_of
 from recalld.daemon.memory.secret_reading import token_reading
 from recalld.daemon.memory.secret_rules import (
     RULES,
@@ -208,3 +211,21 @@ def test_the_format_rules_share_the_rules_token_prefilter() -> None:
     rules_token = [r for r in RULES if r.find is not None and r.token]
     assert format_token == rules_token
     assert secret_rules.token_prefilter(secret_rules.FORMAT_RULES) == rules_token_prefilter()
+
+
+@settings(max_examples=200, deadline=None)
+@given(_TEXT)
+def test_the_order_of_the_rules_changes_no_span(text: str) -> None:
+    # find_spans runs the rules by kind (secret_plan), not in the order of the table.
+    assert find_spans(text, list(reversed(RULES))) == find_spans(text)
+
+
+def test_each_format_rule_over_the_text_runs_where_one_of_its_hints_is() -> None:
+    plan = plan_of(RULES)
+    assert plan_of(RULES) is plan  # planned once
+    plain = [r for r in RULES if r.anchored is None and r.find is not None and not r.token]
+    assert [id(f) for f in plan.plain] == [id(r.find) for r in plain]
+    for i, rule in enumerate(plain):
+        assert all(i in plan.plain_by_hint[h] for h in rule.hints)
+        assert (i in plan.plain_always) == (not rule.hints)
+    assert set(plan.plain_hints) == {h for r in plain for h in r.hints}

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, overload
 
 import orjson
 
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.memory.secret_anchors import ANCHOR_WORDS, anchor_words, anchors
+from recalld.daemon.memory.secret_anchors import anchor_words, anchors
 from recalld.daemon.memory.secret_forms import as_ascii
 from recalld.daemon.memory.secret_names import MASK as MASK
+from recalld.daemon.memory.secret_plan import plan_of
 from recalld.daemon.memory.secret_reading import token_reading
 from recalld.daemon.memory.secret_rules import (
     FORMAT_RULES,
@@ -68,19 +68,13 @@ def _find_spans(text: str, rules: Sequence[Rule]) -> list[Span]:
     lower = text.lower()
     if len(lower) != len(text):  # a few characters lowercase to two: keep positions
         lower = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
-    plan = _plan(rules)
+    plan = plan_of(rules)
     groups = plan.groups
     spans: list[Span] = []
-    starts: list[int] | None = None
-    # Where anchor words start: one pass finds them all, and tells which of the context
-    # rules' hints (anchor words all) the text holds without a scan for each.
-    words: list[int] | None = None
-    runs: list[Span] | None = None
-    pattern_first = False
     # Rules may share their hints (the context rules all share theirs): each set of hints
-    # is looked for once, by its number in the plan.
+    # is looked for once, by its number in the plan. The rules run by kind, each kind's
+    # common work done once (the spans are merged in order after).
     hinted: list[bool | None] = [None] * len(groups)
-    word_hinted: list[bool | None] = [None] * len(groups)
 
     def has_hint(group: int) -> bool:
         found = hinted[group]
@@ -93,28 +87,23 @@ def _find_spans(text: str, rules: Sequence[Rule]) -> list[Span]:
             hinted[group] = found
         return found
 
-    for rule, step, group in plan.steps:
-        if step == _TOKEN:
-            if runs is None:
-                runs = token_runs(text)
-                # Only the runs where one of the token rules' patterns matches (all of
-                # them at once): each rule then scans those, not every run.
-                # (FORMAT_RULES holds every token rule RULES has: one compiled prefilter.)
-                if runs:
-                    prefilter = (rules_token_prefilter() if rules is RULES
-                                 or rules is FORMAT_RULES else token_prefilter(rules))
-                    if prefilter is not None:
-                        search = prefilter.search
-                        runs = [r for r in runs if search(text, r[0], r[1])]
-                # Looking for a hint scans the whole text; a token rule's pattern scans
-                # only the runs. Where the runs are a small part of the text, the pattern
-                # goes first and the hint is looked for only when it found something
-                # (the spans kept are the same in either order).
-                pattern_first = sum(b - a for a, b in runs) * 8 < len(text)
-            if not runs:
-                continue
-            find = rule.find
-            assert find is not None
+    runs = token_runs(text) if plan.token else []
+    # Only the runs where one of the token rules' patterns matches (all of them at once):
+    # each rule then scans those, not every run; with none left, no token rule runs.
+    # (FORMAT_RULES holds every token rule RULES has: one compiled prefilter.)
+    if runs:
+        prefilter = (rules_token_prefilter() if rules is RULES or rules is FORMAT_RULES
+                     else token_prefilter(rules))
+        if prefilter is not None:
+            search = prefilter.search
+            runs = [r for r in runs if search(text, r[0], r[1])]
+    if runs:
+        # Looking for a hint scans the whole text; a token rule's pattern scans only the
+        # runs. Where the runs are a small part of the text, the pattern goes first and
+        # the hint is looked for only when it found something (the spans kept are the
+        # same in either order).
+        pattern_first = sum(b - a for a, b in runs) * 8 < len(text)
+        for find, group in plan.token:
             if pattern_first:
                 found_spans = [s for pos, endpos in runs for s in find(text, pos, endpos)]
                 if found_spans and (group < 0 or has_hint(group)):
@@ -122,15 +111,22 @@ def _find_spans(text: str, rules: Sequence[Rule]) -> list[Span]:
             elif group < 0 or has_hint(group):
                 for pos, endpos in runs:
                     spans.extend(find(text, pos, endpos))
-        elif step == _PLAIN:
-            if group < 0 or has_hint(group):
-                assert rule.find is not None
-                spans.extend(rule.find(text, 0, len(text)))
-        elif step != _SKIP:
-            if words is None:
-                words = anchor_words(lower)
+    # The other format rules' hints, all looked for at once: only the rules whose hints
+    # the text holds run (in prose, a few of them).
+    run = set(plan.plain_always)
+    for hint in filter(lower.__contains__, plan.plain_hints):
+        run.update(plan.plain_by_hint[hint])
+    for i in sorted(run):
+        spans.extend(plan.plain[i](text, 0, len(text)))
+    if plan.anchored:
+        # Where anchor words start: one pass finds them all, and tells which of the
+        # context rules' hints (anchor words all) the text holds without a scan for each.
+        words = anchor_words(lower)
+        word_hinted: list[bool | None] = [None] * len(groups)
+        starts: list[int] | None = None
+        for anchored, at_words, group in plan.anchored:
             if group >= 0:
-                if step == _AT_WORDS:
+                if at_words:
                     found = word_hinted[group]
                     if found is None:
                         hints = groups[group]
@@ -142,49 +138,8 @@ def _find_spans(text: str, rules: Sequence[Rule]) -> list[Span]:
                     continue
             if starts is None:
                 starts = anchors(text, lower, words)
-            assert rule.anchored is not None
-            spans.extend(rule.anchored(text, starts))
+            spans.extend(anchored(text, starts))
     return _merge([s for s in spans if s[1] > s[0]])
-
-
-#: What a rule of a plan is: a token rule, a rule over the whole text, a context rule
-#: whose hints are anchor words (looked for at those), another context rule, neither.
-_TOKEN, _PLAIN, _AT_WORDS, _ANCHORED, _SKIP = range(5)
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """A sequence of rules prepared once for every text: each rule's kind of step and
-    the number of its set of hints (-1: none), sets shared by rules numbered once."""
-
-    rules: Sequence[Rule]
-    groups: tuple[tuple[str, ...], ...]
-    steps: tuple[tuple[Rule, int, int], ...]
-
-
-#: The plans of the rule tables (other sequences of rules are planned on each call).
-_PLANS: dict[int, _Plan] = {}
-
-
-def _plan(rules: Sequence[Rule]) -> _Plan:
-    plan = _PLANS.get(id(rules))
-    if plan is not None and plan.rules is rules:
-        return plan
-    numbers: dict[tuple[str, ...], int] = {}
-    steps: list[tuple[Rule, int, int]] = []
-    for rule in rules:
-        group = numbers.setdefault(rule.hints, len(numbers)) if rule.hints else -1
-        if rule.anchored is not None:
-            step = _AT_WORDS if ANCHOR_WORDS.issuperset(rule.hints) else _ANCHORED
-        elif rule.find is None:
-            step = _SKIP
-        else:
-            step = _TOKEN if rule.token else _PLAIN
-        steps.append((rule, step, group))
-    plan = _Plan(rules, tuple(numbers), tuple(steps))
-    if rules is RULES or rules is FORMAT_RULES:
-        _PLANS[id(rules)] = plan
-    return plan
 
 
 def _merge(spans: list[Span]) -> list[Span]:
