@@ -141,6 +141,19 @@ def test_anchors_are_every_occurrence_of_every_word(text: str) -> None:
             assert (hint in lower) == any(lower.startswith(hint, i) for i in words)
 
 
+def test_anchor_words_beyond_ascii_are_found_in_text_mostly_ascii() -> None:
+    # A text with no character of the words beyond ASCII is searched for the others
+    # only: a curly quote or an emoji is no such character, each word's own is.
+    ascii_prose = "the bot\u2019s path to the app \U0001f600 has no pin, " * 3
+    for word in secret_anchors._ANCHOR_WORDS:
+        for text in (ascii_prose + word + ": x", word.upper() + " " + ascii_prose):
+            lower = text.lower()
+            if len(lower) == len(text):
+                assert anchor_words(lower) == sorted(
+                    {i for w in secret_anchors._ANCHOR_WORDS for i in range(len(lower))
+                     if lower.startswith(w, i)}), text
+
+
 def test_the_context_rules_hints_are_anchor_words() -> None:
     # Else find_spans looks for them with a scan each (still right, only slower).
     context = [rule for rule in RULES if rule.anchored is not None]

@@ -64,6 +64,12 @@ def _alternation(words: Iterable[str]) -> str:
 #: Any anchor word: searched from each found position plus one, so overlapping words
 #: ("apin": "api" and "pin") are all found, as one ``find`` loop per word finds them.
 _ANCHOR_RE: Final = re.compile(_alternation(_ANCHOR_WORDS))
+#: ... the words written in ASCII only, for a text with none of the other words'
+#: characters beyond ASCII (most texts): none of those words can be in it, and a position
+#: is tried against half the branches (twice as fast).
+_ASCII_ANCHOR_RE: Final = re.compile(_alternation(w for w in _ANCHOR_WORDS if w.isascii()))
+_NON_ASCII_CHARS: Final = re.compile("[" + "".join(sorted(
+    {re.escape(c) for w in _ANCHOR_WORDS for c in w if not c.isascii()})) + "]")
 
 
 #: Hints that are anchor words: one of them is in a text exactly when it starts at one
@@ -74,7 +80,8 @@ ANCHOR_WORDS: Final = frozenset(_ANCHOR_WORDS)
 def anchor_words(lower: str) -> list[int]:
     """Every position of ``lower`` where an anchor word starts."""
     found: list[int] = []
-    search = _ANCHOR_RE.search
+    search = (_ASCII_ANCHOR_RE if lower.isascii() or _NON_ASCII_CHARS.search(lower) is None
+              else _ANCHOR_RE).search
     m = search(lower)
     while m is not None:
         found.append(m.start())
