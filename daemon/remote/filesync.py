@@ -42,6 +42,7 @@ import psycopg
 import trio
 
 from recalld.daemon.config import RemoteConfig
+from recalld.daemon.index.records import note_stamp
 from recalld.daemon.remote import chunkplan, db, leftovers, refusals, writes
 from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.remote.conflicts import report_conflict, report_restored
@@ -80,7 +81,7 @@ class FileSync(ReplicaFiles):
         s = ws.settings
         self.watcher = Watcher(
             ws.root, [s.daily_dir, s.digest_dir], apply=self._apply_local,
-            known=lambda: self._known,
+            known=lambda: self._known, stamp=note_stamp,  # as the replica reads files
             config=WatcherConfig(reconcile_interval_s=reconcile_interval_s,
                                  reconcile_before_ready=False,
                                  misnamed_hint="so it is not shared with the other hosts "

@@ -24,6 +24,7 @@ from functools import partial
 from pathlib import Path
 
 from recalld.daemon import safepath
+from recalld.daemon.index.records import note_stamp
 from recalld.daemon.memory.confined import NO_FILE, exchange_if, unlink_if
 from recalld.daemon.memory.fileops import write_confined
 from recalld.daemon.memory.notenames import is_day_index
@@ -73,7 +74,8 @@ def content_hash(data: bytes) -> str:
 
 @dataclass(frozen=True, slots=True)
 class LocalFile:
-    """A file as it is on disk now: its bytes, hash and stat (None when absent)."""
+    """A file as it is on disk now: its bytes, hash and stat (None when absent): its
+    :func:`note_stamp`, the last change and the size, as the index knows notes by."""
 
     path: str
     data: bytes | None
@@ -166,11 +168,11 @@ class Confinement:
             data = b"".join(pieces)
         finally:
             os.close(fd)
-        return LocalFile(path, data, content_hash(data), (st.st_mtime_ns, st.st_size))
+        return LocalFile(path, data, content_hash(data), note_stamp(st))
 
     def write(self, path: str, data: bytes, expect: str | object | None = ANY
               ) -> tuple[int, int]:
-        """Publish ``data`` at ``path`` atomically; returns its new ``(mtime_ns, size)``.
+        """Publish ``data`` at ``path`` atomically; returns its new stat (:func:`note_stamp`).
         ``expect``: the hash the file must still have just before the rename (None:
         absent), else :class:`EditedMeanwhile` is raised and the file left as it is."""
         stat = self.put([(path, data)], expect={path: expect})[0]
@@ -182,7 +184,7 @@ class Confinement:
             expect: Mapping[str, str | object | None] | None = None,
             edited: list[LocalFile] | None = None) -> list[tuple[int, int] | None]:
         """Make each ``path`` hold ``data`` (None: deleted), each file published
-        atomically, the folders fsynced once at the end; the new ``(mtime_ns, size)`` of
+        atomically, the folders fsynced once at the end; the new stat of
         each (None: deleted). On an error, the files before it are published; with
         ``failed``, a file that cannot be written (a folder in its place) is recorded
         there instead (its stat None) and the others are written.
@@ -225,8 +227,7 @@ class Confinement:
         write_confined(self.root, path, data, sync_dir=False, publish=publish)
         target = self.root / path
         folders.add(target.parent)
-        st = os.stat(target, follow_symlinks=False)
-        return st.st_mtime_ns, st.st_size
+        return note_stamp(os.stat(target, follow_symlinks=False))
 
     def _publish(self, path: str, expect: str | object | None, tmp: Path, target: Path
                  ) -> None:

@@ -197,6 +197,7 @@ class ReplicaFiles:
         note gone or emptied waits for the deletion guard unless ``settled``."""
         changes: list[Change] = []
         back: list[str] = []
+        same: list[tuple[str, str | None, tuple[int, int] | None]] = []  # stat to keep
         now = time.time()
         for f in files:
             if f.stat is None:
@@ -208,6 +209,7 @@ class ReplicaFiles:
                 back.append(f.path)  # restored: the same content is no change at all
             if f.hash == last:
                 self.guard.pending.pop(f.path, None)
+                same.append((f.path, f.hash, f.stat))
                 continue
             # Gone, or empty where it was not (a writer that creates or truncates, then
             # writes; a new note too): judged once the changes have settled.
@@ -231,6 +233,8 @@ class ReplicaFiles:
                 self._last_local[f.path] = f.hash
                 continue
             changes.append(Change(str(uuid.uuid4()), f.path, f.data, f.hash, now))
+        if same:
+            await in_thread(self.state.restamp, same)
         if back:
             await self._unhold(back)
         if not changes:

@@ -1,11 +1,13 @@
 """What the replica last agreed on with the server, per file, and how far it has read.
 
 For each replicated path: the server version the local file corresponds to, its content
-hash (None: deleted or never present), the file's ``(mtime_ns, size)`` when the replica
-last saw it, ``redirect``, the conflict copy that further local edits of the path go
-to until the winning version has been written locally, and ``settle``, set while the
-path still has to take the server's version. Plus ``cursor``, the highest
-server version the change feed has been applied up to.
+hash (None: deleted or never present), the file's stat when the replica last saw it
+(its last change, the later of its modification and status-change times, and its size:
+``note_stamp``; a release before kept the modification time, so such a note is read once
+more and, found as agreed, only its stat taken over), ``redirect``, the conflict copy that
+further local edits of the path go to until the winning version has been written locally,
+and ``settle``, set while the path still has to take the server's version. Plus
+``cursor``, the highest server version the change feed has been applied up to.
 
 Persisted as an append log (``<metadata_dir>/remote/state.log``; records
 ``{"p": path, "v", "h", "m", "r"}`` and ``{"cursor": n}``, the last one of a path wins),
@@ -42,7 +44,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypedDict
 
@@ -66,7 +68,7 @@ class BaseRecord(TypedDict):
     p: str  # path
     v: int  # version
     h: str | None  # hash
-    m: list[int] | None  # stat: mtime_ns, size
+    m: list[int] | None  # stat: last change (ns), size
     r: str | None  # redirect
     s: bool  # settle
 
@@ -227,6 +229,16 @@ class ReplicaState:
         self._lines += len(records)
         if self._lines > 2 * len(self.bases) + len(self.held) + len(self.respelt) + 1_000:
             self._rewrite()
+
+    def restamp(self, files: Iterable[tuple[str, str | None, tuple[int, int] | None]]
+                ) -> None:
+        """Take over the stat of files (path, hash, stat) read again and found as agreed:
+        a note touched, or whose stat an older release saved, is read once, not at every
+        start."""
+        self.record([(p, replace(base, stat=stat)) for p, h, stat in files
+                     if (base := self.bases.get(p)) is not None and h is not None
+                     and base.hash == h and stat is not None and base.stat != stat
+                     and p not in self.landing])
 
     def _rewrite(self) -> None:
         snapshot: list[Mapping[str, object]] = [b.to_record(p) for p, b in self.bases.items()]
