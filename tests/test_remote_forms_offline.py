@@ -76,3 +76,41 @@ def test_an_offline_edit_that_loses_is_one_conflict_copy_in_either_spelling(
         "and more\n" if respell == "edited after" else "")
     assert [i["kind"] for i in b.call("inbox.list", {"agent_id": "default"})["items"]] == [
         "sync_conflict"]
+
+
+def test_a_conflict_after_the_folder_was_respelt_offline_keeps_one_folder(
+        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+    a, b, name = pair(daemon_factory, pg_server)
+    folder_nfd = unicodedata.normalize("NFD", FOLDER)
+    named = f"{FOLDER}/Übersicht.md"
+    now = f"{folder_nfd}/Übersicht.md"  # a sync tool respells the folder, not the file
+    write(b, named, "# Räume\nfirst text\n")
+    wait_for(lambda: settled(pg_server, name, a, b) and named in notes(a), what="on a")
+
+    # Offline, b edits the note, then its folder is respelt decomposed and b finds the
+    # note under the new spelling; b is stopped, a edits the note meanwhile.
+    pg_server.stop()
+    try:
+        wait_for(lambda: remote_status(b)["state"] == "offline", what="b offline")
+        write(b, named, "# Räume\nb's edit, made offline\n")
+        wait_for(lambda: remote_status(b)["outbox"] == 1, what="b's edit queued")
+        (root(b) / FOLDER).rename(root(b) / folder_nfd)
+        wait_for(lambda: took_over(b, now), what="b found the folder respelt")
+        b.stop()
+    finally:
+        pg_server.start()
+    write(a, named, "# Räume\na's edit\n")
+    wait_for(lambda: remote_status(a)["outbox"] == 0
+             and content(pg_server, name, named) == "# Räume\na's edit\n".encode(),
+             what="a's edit up")
+    b = daemon_factory(config(pg_server.dsn, name, "hostb"), RECALLD_DATA_DIR=str(b.data_dir))
+
+    wait_for(lambda: remote_status(b)["conflicts"] == 1 and settled(pg_server, name, a, b)
+             and len(notes(a)) == 2, what="the conflict settled", deadline_s=60)
+    # One folder on b, spelt as its disk spells it: the note (a's text) and b's copy.
+    day = root(b) / "memory/2026-07-26"
+    assert sorted(p.name for p in day.iterdir()) == [folder_nfd.rsplit("/", 1)[1]]
+    [copy] = [p for p in notes(b) if ".sync-conflict-" in p]
+    assert set(notes(b)) == {now, copy} and copy.startswith(folder_nfd + "/")
+    assert (root(b) / now).read_text() == "# Räume\na's edit\n"
+    assert (root(b) / copy).read_text() == "# Räume\nb's edit, made offline\n"

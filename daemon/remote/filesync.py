@@ -46,7 +46,7 @@ from recalld.daemon.index.records import note_stamp
 from recalld.daemon.remote import chunkplan, db, leftovers, refusals, writes
 from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.remote.conflicts import report_conflict, report_restored
-from recalld.daemon.remote.forms import spelt_rows, twins
+from recalld.daemon.remote.forms import here, spelt_rows, twins
 from recalld.daemon.remote.localfs import EditedMeanwhile, LocalFile
 from recalld.daemon.remote.outbox import Change
 from recalld.daemon.remote.replicafiles import ReplicaFiles
@@ -288,7 +288,7 @@ class FileSync(ReplicaFiles):
                     self._last_local[target] = change.hash
                 updates += self._stored(target, answer.version, change.hash, stat, ended)
             elif answer.outcome == "conflict":
-                copy = answer.stored_path
+                copy = await here(self._ws.root, answer.stored_path)
                 stat = await self._put_local(copy, change.data)
                 self._last_local[copy] = change.hash
                 updates.append((copy, Base(answer.version, change.hash, stat)))

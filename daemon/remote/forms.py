@@ -19,13 +19,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from recalld.daemon.spelling import on_disk
+from recalld.daemon.spelling import on_disk, spelled
 from recalld.ipc.errors import RecalldError
 
 if TYPE_CHECKING:
     from recalld.daemon.remote.db import Conn, Row
 
-__all__ = ["forms_of", "renamed", "server_path", "spellings", "spelt_rows", "twins"]
+__all__ = ["forms_of", "here", "renamed", "server_path", "spellings", "spelt_rows", "twins"]
 
 #: At most this many names of a path with other forms are spelt each way by
 #: :func:`spellings` (2 ** it spellings); a deeper one gets :func:`forms_of`'s.
@@ -112,3 +112,14 @@ def spelt_rows(root: Path, rows: list[Row], failed: dict[str, Exception],
             path = row.path
         out.append(row if path == row.path else replace(row, path=path))
     return out
+
+
+async def here(root: Path, path: str) -> str:
+    """``path``, a name the server gave (a conflict copy's), as this host's disk spells
+    its folders (a folder respelt since the change it answers was made), so that writing
+    it makes no second folder alike but for the form; as given where the disk holds
+    several names alike."""
+    try:
+        return await spelled(root, path)
+    except RecalldError:
+        return path
