@@ -78,8 +78,10 @@ def test_an_offline_edit_that_loses_is_one_conflict_copy_in_either_spelling(
         "sync_conflict"]
 
 
+@pytest.mark.parametrize("edited_after", [False, True])
 def test_a_conflict_after_the_folder_was_respelt_offline_keeps_one_folder(
-        daemon_factory: DaemonFactory, pg_server: PgServer) -> None:  # noqa: F811
+        daemon_factory: DaemonFactory, pg_server: PgServer,  # noqa: F811
+        edited_after: bool) -> None:
     a, b, name = pair(daemon_factory, pg_server)
     folder_nfd = unicodedata.normalize("NFD", FOLDER)
     named = f"{FOLDER}/Übersicht.md"
@@ -88,7 +90,8 @@ def test_a_conflict_after_the_folder_was_respelt_offline_keeps_one_folder(
     wait_for(lambda: settled(pg_server, name, a, b) and named in notes(a), what="on a")
 
     # Offline, b edits the note, then its folder is respelt decomposed and b finds the
-    # note under the new spelling; b is stopped, a edits the note meanwhile.
+    # note under the new spelling (and may edit it there); b is stopped, a edits the
+    # note meanwhile.
     pg_server.stop()
     try:
         wait_for(lambda: remote_status(b)["state"] == "offline", what="b offline")
@@ -96,6 +99,9 @@ def test_a_conflict_after_the_folder_was_respelt_offline_keeps_one_folder(
         wait_for(lambda: remote_status(b)["outbox"] == 1, what="b's edit queued")
         (root(b) / FOLDER).rename(root(b) / folder_nfd)
         wait_for(lambda: took_over(b, now), what="b found the folder respelt")
+        if edited_after:
+            write(b, now, "# Räume\nb's edit, made offline\nand more\n")
+            wait_for(lambda: remote_status(b)["outbox"] == 2, what="the second edit queued")
         b.stop()
     finally:
         pg_server.start()
@@ -113,4 +119,7 @@ def test_a_conflict_after_the_folder_was_respelt_offline_keeps_one_folder(
     [copy] = [p for p in notes(b) if ".sync-conflict-" in p]
     assert set(notes(b)) == {now, copy} and copy.startswith(folder_nfd + "/")
     assert (root(b) / now).read_text() == "# Räume\na's edit\n"
-    assert (root(b) / copy).read_text() == "# Räume\nb's edit, made offline\n"
+    # b's edits went to the copy, in b's folder: the copy holds the last of them.
+    assert (root(b) / copy).read_text() == "# Räume\nb's edit, made offline\n" + (
+        "and more\n" if edited_after else "")
+    assert remote_status(b)["conflicts"] == 1
