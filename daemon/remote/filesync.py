@@ -46,10 +46,10 @@ from recalld.daemon.index.records import note_stamp
 from recalld.daemon.remote import chunkplan, db, leftovers, refusals, writes
 from recalld.daemon.remote.calls import in_thread, on_conn
 from recalld.daemon.remote.conflicts import report_conflict, report_restored
+from recalld.daemon.remote.feedapply import FeedApply
 from recalld.daemon.remote.forms import here, spelt_rows, twins
-from recalld.daemon.remote.localfs import EditedMeanwhile, LocalFile
+from recalld.daemon.remote.localfs import EditedMeanwhile
 from recalld.daemon.remote.outbox import Change
-from recalld.daemon.remote.replicafiles import ReplicaFiles
 from recalld.daemon.remote.replicastatus import OutsideStatus, count_outside
 from recalld.daemon.remote.state import Base
 from recalld.daemon.watcher import Watcher
@@ -70,7 +70,7 @@ UPLOAD_RUN = 100
 UPLOAD_RUN_BYTES = 4 << 20
 
 
-class FileSync(ReplicaFiles):
+class FileSync(FeedApply):
     """The file exchange of one shared workspace's replica (see the module docstring)."""
 
     def __init__(self, ws: Workspace, cfg: RemoteConfig, *, host: str,
@@ -440,61 +440,3 @@ class FileSync(ReplicaFiles):
             log.warning("shared workspace %s: %s", self._cfg.name, blocked[path])
         self._feed_blocked = blocked
         return after
-
-    def _wanted(self, row: db.Row) -> bool:
-        """Whether the newer server row ``row`` is this replica's to write (lock held)."""
-        if not self._fs.accepts(row.path):
-            self._passed_outside = True  # counted at the end of the catch-up
-            return False
-        base = self.state.bases.get(row.path)
-        if base is not None and (row.version <= base.version or base.redirect or base.settle):
-            return False  # already known, or the uploader settles the path
-        # A note with local changes waiting uploads first; a conflict then settles it.
-        return not self._waiting(row.path)
-
-    async def _apply_remote(self, rows: list[db.Row],
-                            failed: dict[str, Exception]) -> list[tuple[str, Base]]:
-        """Write newer server rows locally (lock held; their landings are recorded): the
-        files read in one worker-thread call, the ones to change written in another.
-        Returns the bases to record; a row whose file was edited here since the replica
-        last saw it gets none: that edit goes up first (and conflicts); nor does one whose
-        file cannot be read or written (in ``failed``)."""
-        if not rows:
-            return []
-        local = await in_thread(self._fs.read_each, [r.path for r in rows], failed)
-        updates: list[tuple[str, Base]] = []
-        edited: list[LocalFile] = []
-        install: list[db.Row] = []
-        expect: dict[str, str | None] = {}
-        for row, f in zip(rows, local, strict=True):
-            if f is None:
-                continue  # unreadable: in failed
-            if f.hash == row.hash:
-                # Already so on disk (written before a crash, or the same edit made here).
-                if f.stat is not None:
-                    self._known[row.path] = f.stat
-                self._last_local[row.path] = row.hash
-                updates.append((row.path, Base(row.version, row.hash, f.stat)))
-            elif f.hash != self._last_local.get(row.path):
-                edited.append(f)  # a local edit not reported yet
-            else:
-                install.append(row)
-                expect[row.path] = f.hash
-        # A save between the read above and a file's rename is kept, and goes up.
-        saved: list[LocalFile] = []
-        stats = await in_thread(partial(self._fs.put, [(r.path, r.data) for r in install],
-                                        failed, expect=expect, edited=saved))
-        edited += saved
-        gone = {f.path for f in saved}
-        for row, stat in zip(install, stats, strict=True):
-            if row.path in failed or row.path in gone:
-                continue
-            if stat is None:
-                self._known.pop(row.path, None)
-            else:
-                self._known[row.path] = stat
-            self._last_local[row.path] = row.hash
-            updates.append((row.path, Base(row.version, row.hash, stat)))
-        if edited:
-            await self._observe(edited)
-        return updates
