@@ -123,3 +123,42 @@ def test_a_conflict_after_the_folder_was_respelt_offline_keeps_one_folder(
     assert (root(b) / copy).read_text() == "# Räume\nb's edit, made offline\n" + (
         "and more\n" if edited_after else "")
     assert remote_status(b)["conflicts"] == 1
+
+
+@pytest.mark.parametrize("respelt", ["file", "folder"])
+def test_an_offline_edit_of_a_note_respelt_while_stopped_is_one_conflict_copy(
+        daemon_factory: DaemonFactory, pg_server: PgServer, respelt: str) -> None:  # noqa: F811
+    a, b, name = pair(daemon_factory, pg_server)
+    named = f"{FOLDER}/naïve café.md"
+    folder_now = unicodedata.normalize("NFD", FOLDER) if respelt == "folder" else FOLDER
+    now = f"{folder_now}/" + (
+        "naïve café.md" if respelt == "folder" else unicodedata.normalize("NFD", "naïve café.md"))
+    write(b, named, "# Naive\nfirst text\n")
+    wait_for(lambda: settled(pg_server, name, a, b) and named in notes(a), what="on a")
+
+    # Offline, b edits the note and is stopped; then a sync tool respells the name and a
+    # edits the note meanwhile. b starts with its edit queued under the old spelling.
+    pg_server.stop()
+    try:
+        wait_for(lambda: remote_status(b)["state"] == "offline", what="b offline")
+        write(b, named, "# Naive\nb's edit, made offline\n")
+        wait_for(lambda: remote_status(b)["outbox"] == 1, what="b's edit queued")
+        b.stop()
+    finally:
+        pg_server.start()
+    if respelt == "folder":
+        (root(b) / FOLDER).rename(root(b) / folder_now)
+    else:
+        (root(b) / named).rename(root(b) / now)
+    write(a, named, "# Naive\na's edit\n")
+    wait_for(lambda: remote_status(a)["outbox"] == 0
+             and content(pg_server, name, named) == b"# Naive\na's edit\n", what="a's edit up")
+    b = daemon_factory(config(pg_server.dsn, name, "hostb"), RECALLD_DATA_DIR=str(b.data_dir))
+
+    wait_for(lambda: remote_status(b)["conflicts"] >= 1 and settled(pg_server, name, a, b)
+             and len(notes(a)) >= 2, what="the conflict settled", deadline_s=60)
+    assert remote_status(b)["conflicts"] == 1
+    [copy] = [p for p in notes(b) if ".sync-conflict-" in p]
+    assert set(notes(b)) == {now, copy}
+    assert (root(b) / now).read_text() == "# Naive\na's edit\n"
+    assert (root(b) / copy).read_text() == "# Naive\nb's edit, made offline\n"

@@ -148,7 +148,12 @@ class FileSync(FeedApply):
     async def upload_loop(self, conn: db.Conn, workspace_id: int) -> None:
         """Upload the outbox in order on ``conn`` (the writer) until cancelled, when the
         session ends. Cancellation waits for the call in flight; a change leaves the
-        outbox only once the server's answer is recorded."""
+        outbox only once the server's answer is recorded. Nothing goes up before the
+        startup rescan has applied what changed while the daemon was stopped: a note
+        respelt then takes over the changes queued under its old spelling before their
+        answers come (``_take_base``), as it does when the daemon sees the rename.
+        """
+        await self.watcher.wait_reconciled()
         # Paths whose settling a disconnect or a crash interrupted.
         for path, base in list(self.state.bases.items()):
             if (base.redirect or base.settle) and not self._outbox.pending_for(path):
