@@ -4,8 +4,8 @@ other host's upload waits on, under the call limit), and a note whose rows take 
 than their limit waits alone in the outbox, named in status, while the notes after it go
 up. Two daemons ("two hosts") share one workspace on the server of ``pg_server``, as in
 tests/test_remote.py; the uploading one has its limits cut (the launcher hook of
-tests/test_remote_hang.py): a second to chunk a note, three for a call (far less than
-the slow note takes to chunk, far more than any other call takes under load).
+tests/test_remote_hang.py): half a second to chunk a note, three for a call (far less
+than the slow note takes to chunk, far more than any other call takes under load).
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from waits import wait_for
 from recalld.ipc.health import assess
 
 # Lines of token-like words: masking them takes seconds (about 2 s a megabyte on an
-# idle machine, 2 MB here), far past a one-second limit, whatever the load.
+# idle machine, 1.1 MB here), over three times a half-second limit, whatever the load.
 SLOW = "# Keys\n\n" + "".join(f"key {i}: sk-{secrets.token_hex(20)}\n"
-                              for i in range(40000))
+                              for i in range(20000))
+PREPARE_LIMIT = "0.5"
 
 
 def test_a_note_slow_to_chunk_waits_alone_and_holds_no_upload_back(
@@ -38,7 +39,7 @@ def test_a_note_slow_to_chunk_waits_alone_and_holds_no_upload_back(
     name = "s" + uuid.uuid4().hex[:12]
     a = daemon_factory(config(pg_server.dsn, name, "hosta", ', search_mode = "server"'))
     b = daemon_factory(config(pg_server.dsn, name, "hostb"), PYTHONPATH=str(hooks),
-                       CALL_TIMEOUT_S="3", PREPARE_TIMEOUT_S="1")
+                       CALL_TIMEOUT_S="3", PREPARE_TIMEOUT_S=PREPARE_LIMIT)
     for d in (a, b):
         wait_for(lambda d=d: remote_status(d)["state"] == "online", what="online")
     wait_for(lambda: remote_status(a)["search"]["chunks_ready"], what="chunked")
@@ -55,7 +56,7 @@ def test_a_note_slow_to_chunk_waits_alone_and_holds_no_upload_back(
     status = wait_for(lambda: (lambda s: s if s["refused"] and s["outbox"] == 1 else None)(
         remote_status(b)), what="the slow note named in status, alone in the outbox")
     assert list(status["refused"]) == [slow], status
-    assert "takes longer than 1 s to prepare" in status["refused"][slow], status
+    assert "takes longer than 0.5 s to prepare" in status["refused"][slow], status
     assert status["state"] != "offline", status
     # Doctor and status say what to do about it: a smaller note, not another name.
     ws = next(w for w in b.call("daemon.status")["workspaces"] if w["agent_id"] == "default")
@@ -90,11 +91,11 @@ def test_a_note_slow_to_chunk_holds_back_no_chunk_backfill(
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
     a = daemon_factory(config(pg_server.dsn, name, "hosta", ', search_mode = "server"'),
-                       PYTHONPATH=str(hooks), CALL_TIMEOUT_S="3", PREPARE_TIMEOUT_S="1")
+                       PYTHONPATH=str(hooks), CALL_TIMEOUT_S="3", PREPARE_TIMEOUT_S=PREPARE_LIMIT)
     status = wait_for(lambda: (lambda s: s if s["search"]["chunks_ready"] else None)(
         remote_status(a)), what="the files before chunked")
     assert status["state"] == "online", status
-    assert "keys.md takes longer than 1 s to prepare" in str(status["search"]), status
+    assert "keys.md takes longer than 0.5 s to prepare" in str(status["search"]), status
     res = a.call("memory.search", {"agent_id": "default", "query": "otter jetty",
                                    "sync": True, "max_results": 5})
     assert res["search_mode"] == "server"
