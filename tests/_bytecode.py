@@ -6,10 +6,10 @@ module it imported and rewrote every test module's asserts (pytest's assertion r
 for itself, about 14 s of CPU per worker before its first test.
 
 ``share_session_bytecode`` (run when conftest imports this module, before anything else)
-gives such a session a bytecode
-folder of its own (``PYTHONPYCACHEPREFIX``, a temporary folder removed at exit; nothing is
-written beside the sources) before the controller imports the suite's dependencies, so
-the workers it starts afterwards read what it compiled. ``import_own_share`` has each
+gives such a session a bytecode folder of its own (``PYTHONPYCACHEPREFIX``, a temporary
+folder removed at exit, or by the next session if this one is killed; nothing is written
+beside the sources) before the controller imports the suite's dependencies, so the
+workers it starts afterwards read what it compiled. ``import_own_share`` has each
 worker import its share of the test modules before it collects them all, so each
 module's asserts are rewritten by one worker and read by the others. A session whose
 bytecode is cached beside the sources (the default) gets the second half only.
@@ -30,6 +30,9 @@ import pytest
 
 #: Names the session's own bytecode folder, for the daemons' environments (conftest).
 MARKER = "RECALLD_TESTS_BYTECODE"
+#: The start of a session's folder name (then the controller's pid): a session killed
+#: before its exit handlers ran leaves its folder to the next session to remove.
+PREFIX = "recalld-tests-bytecode-"
 
 
 def share_session_bytecode() -> None:
@@ -39,13 +42,28 @@ def share_session_bytecode() -> None:
         return
     if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
         return
-    folder = tempfile.mkdtemp(prefix="recalld-tests-bytecode-")
+    _remove_left_over()
+    folder = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     os.environ.pop("PYTHONDONTWRITEBYTECODE")
     os.environ["PYTHONPYCACHEPREFIX"] = folder
     os.environ[MARKER] = folder
     sys.pycache_prefix = folder
     sys.dont_write_bytecode = False
+
+
+def _remove_left_over() -> None:
+    """Remove the folders of sessions that ended without their exit handlers (killed)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{PREFIX}*-*"):
+        pid = folder.name.removeprefix(PREFIX).partition("-")[0]
+        if not pid.isdigit() or folder.is_symlink() or folder.stat().st_uid != os.getuid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except PermissionError:
+            pass
 
 
 def session_folder() -> Path | None:
