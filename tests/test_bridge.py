@@ -168,7 +168,8 @@ async def test_an_answer_whose_head_cannot_be_read_says_so(bridge: ProviderBridg
     fake.script(Reply(wire=wire))
     with pytest.raises(ProviderBadResponse, match="cannot be read: ") as info:
         await bridge.request("POST", fake.url + "/x", headers={}, json={}, timeout_s=5)
-    said = str(info.value)
+    # (The fake's port may hold "400": the quoted status is what must not show.)
+    said = str(info.value).replace(fake.url, "URL")
     assert "400" not in said and "cannot reach" not in said and "\n" not in said, said
     assert info.value.status is None
 

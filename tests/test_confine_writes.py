@@ -20,7 +20,7 @@ import trio
 from fakes.provider_server import FakeProvider
 from test_jobs import running
 from test_jobs_held import bob_dream_held
-from waits import wait_committed, wait_for
+from waits import wait_committed, wait_for, wait_value
 
 from recalld.daemon.backup import AgentSource, create_backup
 from recalld.daemon.backup_check import open_checked
@@ -234,7 +234,9 @@ def test_a_dream_whose_metadata_folder_became_a_link_writes_nothing_there(
     wait_for(lambda: any(all(t in line for t in ended)
                          for line in journal.read_text().splitlines()), "the dream's end")
     assert tree(alice) == before
-    job = d.call("jobs.get", {"agent_id": "bob", "job_id": job_id})
+    # (An end is journaled before the job shows it: the two may be a moment apart.)
+    job = wait_value(lambda: d.call("jobs.get", {"agent_id": "bob", "job_id": job_id}),
+                     lambda job: job["state"] != "running", "the job to show its end")
     assert job["state"] == "failed", job
     assert "mem_metadata is a symbolic link, which recalld does not read" in job["error"]
     # Refused as a path out of the workspace, not an internal error (-32603).
