@@ -42,7 +42,7 @@ def share_session_bytecode() -> None:
         return
     if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
         return
-    _remove_left_over()
+    remove_left_over()
     folder = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     os.environ.pop("PYTHONDONTWRITEBYTECODE")
@@ -52,7 +52,7 @@ def share_session_bytecode() -> None:
     sys.dont_write_bytecode = False
 
 
-def _remove_left_over() -> None:
+def remove_left_over() -> None:
     """Remove the folders of sessions that ended without their exit handlers (killed)."""
     for folder in Path(tempfile.gettempdir()).glob(f"{PREFIX}*-*"):
         pid = folder.name.removeprefix(PREFIX).partition("-")[0]

@@ -15,7 +15,7 @@ import trio
 from conftest import DaemonFactory
 from test_client_event_gaps import restarted
 from test_event_resubscribe import FILLER
-from test_event_stream import _reindexed
+from test_event_stream import reindexed
 from test_server_in_process import InProcess
 
 from recalld.ipc.aclient import AsyncClient
@@ -102,16 +102,16 @@ def test_a_blocking_subscriber_is_told_once_what_a_restart_cost_it(
     first = daemon_factory(RECALLD_SOCKET=str(short_dir / "r.sock"))
     with Client(first.socket_path) as client:
         client.subscribe(["job.state"])
-        _reindexed(first)
+        reindexed(first)
         seen = [e.seq for e in itertools.islice(client.events(timeout_s=60), 3)]
         assert len(seen) == 3 and seen == sorted(set(seen))
         second = restarted(daemon_factory, first)
-        _reindexed(second)  # before the client subscribes there: 3 job.state events
+        reindexed(second)  # before the client subscribes there: 3 job.state events
         assert client.ping()["pong"]  # reconnects and subscribes again
         with pytest.raises(ConnectionLost) as lost:  # one exception for the gap
             next(client.events(timeout_s=0))
         assert isinstance(lost.value, EventsMissed) and lost.value.missed == 3
         assert "restarted" in str(lost.value)
-        _reindexed(second)
+        reindexed(second)
         states = [e.data["state"] for e in itertools.islice(client.events(timeout_s=60), 3)]
         assert states == ["queued", "running", "succeeded"]

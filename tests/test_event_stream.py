@@ -83,7 +83,7 @@ async def test_a_subscriber_is_told_when_its_place_is_no_longer_known(
             assert error["message"].startswith("param 'after'"), error
 
 
-def _reindexed(daemon: DaemonHandle) -> None:
+def reindexed(daemon: DaemonHandle) -> None:
     job_id = daemon.call("jobs.submit", {"agent_id": "default", "kind": "reindex"})["job_id"]
     wait_for(lambda: job_done(daemon, job_id), "the reindex succeeded")
 
@@ -99,12 +99,12 @@ def test_a_new_connection_is_told_what_the_one_cut_off_missed(
         daemon: DaemonHandle, tmp_path: Path) -> None:
     with daemon.connect() as conn:
         answer = conn.call("events.subscribe", {"topics": ["job.state"]})
-        _reindexed(daemon)
+        reindexed(daemon)
         seen = _job_states(conn, 3)  # queued, running, succeeded
         assert [e["seq"] for e in seen] == sorted({e["seq"] for e in seen})
         assert {e["stream"] for e in seen} == {answer["stream"]}
         left_off = {"stream": seen[-1]["stream"], "seq": seen[-1]["seq"]}
-    _reindexed(daemon)  # nobody subscribed: 3 more
+    reindexed(daemon)  # nobody subscribed: 3 more
     # Another agent's own workspace: an event the default agent may not see, nor count.
     daemon.call("workspace.open", {"agent_id": "zed", "path": str(tmp_path / "zed")})
     with daemon.connect() as other:  # events the connection never had: none missed
@@ -124,10 +124,10 @@ def test_a_subscriber_is_told_what_it_missed_across_a_restart(
     first = daemon_factory(RECALLD_SOCKET=str(short_dir / "r.sock"))
     with first.connect() as conn:
         conn.call("events.subscribe", {"topics": ["job.state"]})
-        _reindexed(first)
+        reindexed(first)
         last = _job_states(conn, 3)[-1]
     second = restarted(daemon_factory, first)
-    _reindexed(second)
+    reindexed(second)
     with second.connect() as conn:
         again = conn.call("events.subscribe", {
             "topics": ["job.state"], "after": {"stream": last["stream"], "seq": last["seq"]}})

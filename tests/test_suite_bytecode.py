@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from _bytecode import PREFIX, _remove_left_over
+from _bytecode import PREFIX, remove_left_over
 
 
 def test_the_folders_of_ended_sessions_are_removed_and_live_ones_kept(
@@ -24,6 +24,6 @@ def test_the_folders_of_ended_sessions_are_removed_and_live_ones_kept(
     for folder in (dead, live, unnamed, other):
         (folder / "sub").mkdir(parents=True)
         (folder / "sub" / "m.pyc").write_bytes(b"x")
-    _remove_left_over()
+    remove_left_over()
     assert not dead.exists()
     assert live.exists() and unnamed.exists() and other.exists()
