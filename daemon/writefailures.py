@@ -93,6 +93,8 @@ class WriteFailures:
                 write(*args, **kwargs)
             except StorageIOError as exc:
                 return device_of(path), exc, []
+            if not keys:  # nothing failing: no file system to look up
+                return None, None, []
             device = device_of(path)
             # Also a cause whose place now lies on this file system (it was unmounted).
             return device, None, [key for key in keys if key[0] in (device, None)
