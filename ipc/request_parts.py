@@ -16,12 +16,15 @@ import hashlib
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import date
+from typing import TYPE_CHECKING
 
 import orjson
 
-from recalld.ipc.aclient import AsyncClient
 from recalld.ipc.answers import CONTINUED, JsonObject, NoteAdded, NoteWritten, TurnsAdded
 from recalld.ipc.shown import names_nothing
+
+if TYPE_CHECKING:  # the command line splits notes too, and runs no event loop
+    from recalld.ipc.aclient import AsyncClient
 
 #: The daemon's bound on the messages of one ``memory.add_turns`` call.
 MAX_TURN_MESSAGES = 1000

@@ -55,6 +55,10 @@ def test_cli_help_is_light() -> None:
     # file to read; --socket needs none). A plain call's start is ~25 % shorter for it.
     assert not set(loaded) & {"recalld.ipc.doctor", "recalld.ipc.install", "subprocess",
                               "secrets", "tomllib"}
+    # Nor the async client and anyio under it (some 15 ms of a command's start): the
+    # command line calls through the blocking client and runs no event loop.
+    assert not [m for m in loaded if m.split(".")[0] == "anyio"
+                or m in ("recalld.ipc.aclient", "recalld.ipc._aconn")]
 
 
 @pytest.mark.parametrize("argv", [["--bogus"], ["--agent", ""], ["--help"]])
