@@ -7,8 +7,8 @@ Objects whose contents are open (job params and results, workspace settings, the
 each service reports) are :data:`JsonObject`.
 """
 
-from __future__ import annotations
-
+# Annotations are evaluated, not postponed: a TypedDict compiles each string
+# annotation into a ForwardRef at import, which every client process would pay.
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
 from recalld.ipc.disks import DiskSpace

@@ -2,8 +2,8 @@
 too little: ``recalld doctor`` measures with it, and so does the daemon each time
 ``daemon.status`` is asked (no polling between). Everything here blocks."""
 
-from __future__ import annotations
-
+# Annotations are evaluated, not postponed: a TypedDict compiles each string
+# annotation into a ForwardRef at import, which every client process would pay.
 import os
 from collections.abc import Iterable
 from pathlib import Path

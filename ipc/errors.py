@@ -5,8 +5,8 @@ an error response arrives, so ``except UnknownWorkspace`` works on both sides. C
 stable and documented in docs/protocol.md; never renumber one.
 """
 
-from __future__ import annotations
-
+# Annotations are evaluated, not postponed: a TypedDict compiles each string
+# annotation into a ForwardRef at import, which every client process would pay.
 from collections.abc import Mapping
 from typing import ClassVar, NotRequired, TypedDict
 

@@ -11,8 +11,8 @@ Rules kept exactly as the specification says:
 - an invalid member of a batch gets its own error inside the answer array.
 """
 
-from __future__ import annotations
-
+# Annotations are evaluated, not postponed: a TypedDict compiles each string
+# annotation into a ForwardRef at import, which every client process would pay.
 import itertools
 import json
 import math
