@@ -15,7 +15,6 @@ print it. No I/O.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import unicodedata
 
@@ -44,6 +43,10 @@ MAX_NAME_CHARS = 256
 
 
 def _digest(text: str) -> str:
+    # Imported here: only a name beyond Latin letters needs it, and hashlib's import
+    # (OpenSSL's library) is some 3 ms of CPU at the start of every command.
+    import hashlib
+
     return hashlib.blake2s(text.encode(), digest_size=4).hexdigest()
 
 
