@@ -83,6 +83,7 @@ def test_matches_reference_through_any_sequence(
         assert index.staged == BitMap(staged)
         assert_matches(index, docs, query)
         assert_scores_keys_like_search(index, query, allowed_keys)
+        assert_holders_like_search(index, query, allowed_keys)
         for term in query:  # holding: the keys of live documents that contain the term
             assert index.holding(term, allowed_keys) == {
                 k for k in allowed_keys if term in docs.get(k, ())}
@@ -103,6 +104,20 @@ def assert_scores_keys_like_search(index: BM25Index, query: list[str], keys: set
     assert set(got) == set(expected)
     for key, score in got.items():
         assert score == pytest.approx(expected[key], rel=1e-12)
+
+
+def assert_holders_like_search(index: BM25Index, query: list[str], keys: set[int]) -> None:
+    """``holders`` gives the keys a search finds whenever that search finds every
+    document holding a query term, and answers whenever it does on the Python path."""
+    for allowed in (None, BitMap(keys)):
+        every = index.search(query, 10**6, allowed=allowed)
+        for limit in (1, 2, 5, 40):
+            got = index.holders(query, limit, allowed=allowed)
+            if got is not None:
+                assert got == sorted(k for k, _ in index.search(query, limit, allowed=allowed))
+                assert len(every) <= limit
+            elif bm25_search.FEW_POSTINGS >= 10**9:
+                assert len(every) > limit
 
 
 def test_query_details() -> None:

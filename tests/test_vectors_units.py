@@ -156,6 +156,34 @@ def test_exact_first_lifts_a_long_note_over_notes_sharing_the_parts() -> None:
     assert exact_first(long_query, bm, plain, chunks, limit=5) == (plain, set())
 
 
+def test_a_lookup_of_names_a_few_notes_hold_scores_no_second_search(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The notes holding a lookup's identifier or rare names are read from the postings:
+    # the only scoring search is the query's own, and the answer is the one that search
+    # and a search of the names give.
+    texts = {k: f"coffee with the team, then review number {k}" for k in range(1, 80)}
+    texts[7] += " zugfahrt bahnsteig"
+    texts[9] += " ERR_KELMO_4821 failed"
+    texts[11] += " see err kelmo 4821 apart"
+    bm = BM25Index()
+    bm.add_many((k, tokenize(t)) for k, t in texts.items())
+    chunks = {k: chunk(k, t) for k, t in texts.items()}
+    searched: list[list[str]] = []
+    search = BM25Index.search
+
+    def counted(self: BM25Index, tokens: list[str], limit: int, **kw: object) -> object:
+        searched.append(list(tokens))
+        return search(self, tokens, limit, **kw)  # type: ignore[arg-type]
+
+    for query, want in (("ERR_KELMO_4821", 9), ("Zugfahrt Bahnsteig", 7)):
+        plain = bm.search(tokenize_query(query), 15)
+        monkeypatch.setattr(BM25Index, "search", counted)
+        hits, exact = exact_first(query, bm, plain, chunks, limit=15)
+        monkeypatch.setattr(BM25Index, "search", search)
+        assert exact == {want} and hits[0][0] == want
+        assert searched == []
+
+
 def test_a_space_sends_the_key_of_the_workspace_opened_last(tmp_path: Path) -> None:
     from recalld.daemon.config import EmbeddingModelConfig
     from recalld.daemon.index.spaces import VectorSpaces, public_config

@@ -400,6 +400,12 @@ class BM25Index(BM25Contents):
         """Which of ``keys`` are live documents that contain ``term`` (postings only)."""
         return bm25_search.holding(self._corpus(), term, keys)
 
+    def holders(self, terms: list[str], limit: int, *,
+                allowed: BitMap | None = None) -> list[int] | None:
+        """The keys :meth:`search` finds when it finds every chunk holding one of
+        ``terms`` (at most ``limit``), from the postings alone; None when it may not."""
+        return bm25_search.holders(self._corpus(), terms, limit, allowed)
+
     def search(
         self, query_tokens: list[str], limit: int, *, allowed: BitMap | None = None
     ) -> list[tuple[int, float]]:

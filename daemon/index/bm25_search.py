@@ -290,6 +290,33 @@ def holding(c: Corpus, term: str, keys: Iterable[int]) -> set[int]:
     return out
 
 
+def holders(c: Corpus, terms: list[str], limit: int,
+            allowed: BitMap | None = None) -> list[int] | None:
+    """The keys :meth:`Scorer.search` finds for ``terms`` at ``limit`` when it finds every
+    document holding one of them (a few postings, at most ``limit`` documents in
+    ``allowed``), read from the postings without scoring, ascending; None otherwise."""
+    if not len(c.live) or limit <= 0:
+        return []
+    found: set[int] = set()
+    seen = 0
+    for term in dict.fromkeys(terms):
+        start, end = span(c, term)
+        dpost = c.delta.postings(term)
+        seen += end - start + (len(dpost) if dpost else 0)
+        if seen > FEW_POSTINGS:
+            return None  # the search's numpy paths: their own ties and cuts
+        if end > start:
+            rows = c.main.rows[start:end]
+            if c.n_dead:
+                rows = rows[c.alive[rows]]
+            found.update(c.main.row_keys.take(rows).tolist())
+        if dpost:
+            found.update(dpost)
+    if allowed is not None:
+        found = {key for key in found if key in allowed}
+    return sorted(found) if len(found) <= limit else None
+
+
 def span(c: Corpus, term: str) -> tuple[int, int]:
     """Where ``term``'s postings lie in main's ``rows`` and ``tfs`` (an empty span
     when main has none)."""

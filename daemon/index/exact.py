@@ -446,21 +446,21 @@ def _holding(
     """The keys of the chunks that hold every one of ``special`` (``idents`` among them,
     read in their text as whole words), found beyond ``hits`` too."""
     wholes = [t for term in special for t in _whole_form(term)]
-    own = bm25.search(wholes, limit, allowed=allowed)
+    own = _found(bm25, wholes, limit, allowed)
     # The hits may hold others of them when more chunks hold the terms than one pool, or
     # when a name is dotted: it is held as a member's parent, which the index has no term
     # of (``payments.retry`` in ``payments.retry.max_ms``). Otherwise the pool is every
     # chunk holding them, and reading the hits' texts too would cost each lookup ~0.15 ms.
     pool = own
     if len(own) >= limit or any("." in name for name in idents):
-        found = {key for key, _ in own}
-        pool = [*own, *(kv for kv in hits if kv[0] not in found)]
+        found = set(own)
+        pool = [*own, *(key for key, _ in hits if key not in found)]
     # A rare term is a term of the index, often a stem the text does not spell
     # (``strategi`` of strategy, ``copi`` of copying): a chunk holds it when the index
     # has it there (a few chunks: it is rare), and only the identifiers are read in the text.
     rare = [term for term in special if term not in idents]
     if rare:
-        held = {key for key, _ in bm25.search(rare[:1], limit, allowed=allowed)}
+        held = set(_found(bm25, rare[:1], limit, allowed))
         if len(rare) > 1:
             # A chunk holding them all holds the first: one of a few.
             held = {key for key in held if key in chunks}
@@ -474,9 +474,20 @@ def _holding(
                 # chunks' terms are read here instead.
                 rest = set(rare[1:])
                 held = {key for key in held if rest <= _terms(chunks[key])}
-        pool = [kv for kv in pool if kv[0] in held]
-    return (exact_keys(idents, pool, chunks, idents=idents) if idents
-            else {key for key, _ in pool})
+        pool = [key for key in pool if key in held]
+    return (exact_keys(idents, ((key, 0.0) for key in pool), chunks, idents=idents)
+            if idents else set(pool))
+
+
+def _found(bm25: KeywordIndex, terms: list[str], limit: int,
+           allowed: BitMap | None) -> list[int]:
+    """The keys of a search for ``terms`` at ``limit``: when a few chunks hold them, read
+    from the postings (a lookup's identifier, a rare name), as no score of them is used."""
+    if isinstance(bm25, BM25Index):
+        keys = bm25.holders(terms, limit, allowed=allowed)
+        if keys is not None:
+            return keys
+    return [key for key, _ in bm25.search(terms, limit, allowed=allowed)]
 
 
 __all__ = ["KeywordIndex", "exact_first", "exact_keys", "identifier_terms", "rare_terms",
