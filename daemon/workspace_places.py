@@ -225,8 +225,8 @@ def check_overlap(agent_id: str, root: Path, settings: WorkspaceSettings,
                 raise InvalidParams(f"{root} is already open for agent {other_id!r}")
             raise InvalidParams(f"{root} is the recorded workspace of agent "
                                 f"{other_id!r} (closing it with forget frees it)")
-        inside = root.is_relative_to(other_root)
-        if not inside and not other_root.is_relative_to(root):
+        inside = _lies_in(root, other_root)
+        if not inside and not _lies_in(other_root, root):
             continue
         other_settings = settings_of(other_id)
         if (other_settings is not None and shares(other_id, other_settings, agent_id)
@@ -237,6 +237,14 @@ def check_overlap(agent_id: str, root: Path, settings: WorkspaceSettings,
             f"{other_id!r} ({other_root}); one workspace may hold another only if each is "
             f"shared with the other's agent ({agent_id!r} in the shared_with of "
             f"{other_id!r}, and {other_id!r} in its own); choose a folder of its own")
+
+
+def _lies_in(path: Path, folder: Path) -> bool:
+    """``path.is_relative_to(folder)`` for absolute paths, by their parts (which a path
+    keeps once split): ``relative_to`` builds a path and raises for each one that is not
+    in it, and an open checks every known workspace this way."""
+    parts = folder.parts
+    return path.parts[:len(parts)] == parts
 
 
 def check_tables_apart(agent_id: str, root: Path, earlier: Mapping[str, Path],

@@ -326,6 +326,9 @@ def test_workspace_roots_and_folders_are_checked(daemon_factory: DaemonFactory,
         assert "not a directory" in exc.message
     else:
         raise AssertionError("a file was opened as a workspace")
+    # A folder whose name only begins with another workspace's lies beside it, not in it.
+    beside = daemon.call("workspace.open", {"agent_id": "x15", "path": f"{bob}by"})
+    assert beside["state"] == "ready"
     # alice shares with carol, carol with alice: carol may keep a workspace inside
     # alice's (one sharing alone is not enough: each reads the other's files as its own).
     try:
