@@ -270,9 +270,21 @@ def _preload() -> Any:
     for info in pkgutil.walk_packages(recalld.ipc.__path__, "recalld.ipc."):
         if not info.name.startswith(_CLI_SKIPPED):
             importlib.import_module(info.name)
+    _fill_first_use_caches()
     gc.freeze()
     gc.enable()
     return main_mod
+
+
+def _fill_first_use_caches() -> None:
+    """Compile once, in the server, the patterns every daemon compiles at its first
+    workspace path (whether a folder's name may hold a credential: a few ms of CPU each
+    time, in a daemon that lives for one test): their answers are those of a daemon that
+    compiles them itself."""
+    from recalld.daemon.memory import secret_names, secret_rules
+
+    secret_rules.rules_token_prefilter()
+    secret_names.could_hold("memory")
 
 
 def _child(main_mod: Any, request: dict[str, Any], log_fd: int, keep_closed: list[int]) -> None:
