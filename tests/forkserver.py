@@ -278,13 +278,19 @@ def _preload() -> Any:
 
 def _fill_first_use_caches() -> None:
     """Compile once, in the server, the patterns every daemon compiles at its first
-    workspace path (whether a folder's name may hold a credential: a few ms of CPU each
-    time, in a daemon that lives for one test): their answers are those of a daemon that
-    compiles them itself."""
+    workspace path (whether a folder's name may hold a credential) and at its first
+    schedule (croniter's, for the default dream cron): a few ms of CPU each time, in a
+    daemon that lives for one test. Their answers are those of a daemon that compiles
+    them itself (the schedule in UTC: a daemon's local zone is its own)."""
+    from datetime import UTC, datetime
+
+    from recalld.daemon.config import WorkspaceSettings
     from recalld.daemon.memory import secret_names, secret_rules
+    from recalld.daemon.scheduler import CronSchedule
 
     secret_rules.rules_token_prefilter()
     secret_names.could_hold("memory")
+    CronSchedule(WorkspaceSettings().dream_cron, "UTC").next_after(datetime.now(UTC))
 
 
 def _child(main_mod: Any, request: dict[str, Any], log_fd: int, keep_closed: list[int]) -> None:
