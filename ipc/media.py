@@ -6,6 +6,7 @@ blocks (``memory.add_turns``). No I/O.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from recalld.ipc.textcut import cut_text
@@ -19,6 +20,9 @@ MEDIA_BLOCKS = {"image_url": "image", "image": "image", "input_image": "image",
                 "fileData": "file", "data": "file"}
 _MEDIA_KINDS = ("image", "audio", "video")
 MAX_MEDIA_NAME = 100
+_PLACEHOLDER = re.compile(
+    r"\[(?:" + "|".join(sorted(set(MEDIA_BLOCKS.values()) | set(_MEDIA_KINDS)))
+    + r") omitted(?:: [^\[\]\n]*)?\]\Z")
 
 
 def media_placeholder(kind: str, block: Mapping[str, object]) -> str:
@@ -38,3 +42,8 @@ def media_placeholder(kind: str, block: Mapping[str, object]) -> str:
     if len(name) > MAX_MEDIA_NAME:
         name = cut_text(name, MAX_MEDIA_NAME) + "…"
     return f"[{what} omitted: {name}]" if name else f"[{what} omitted]"
+
+
+def is_placeholder(text: str) -> bool:
+    """Whether ``text`` is one whole placeholder as :func:`media_placeholder` makes it."""
+    return _PLACEHOLDER.match(text) is not None

@@ -199,3 +199,27 @@ def test_messages_that_say_nothing_are_no_user_turns(daemon_factory: Any,
                                          "content": "ok"}]}]
     assert count_user_turns(cut) == 1
     assert count_user_turns([{**cut[0], "continued": True}, *empty[:1]]) == 1
+
+
+def test_a_secret_before_a_media_block_leaves_the_placeholder_whole(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # A text block ending in a secret was read glued to the placeholder of the image or
+    # file after it ("...789[image"), so the mask ate the placeholder's first word:
+    # "[REDACTED] omitted]", and the turn no longer said what the user had shared.
+    d = daemon_factory(config(tmp_path / "ws", interval=0))
+    token = "ghp_" + "Qw7eRt9yUi3oPa5sDf1gHj2kLz8xCv4bNm6M"
+    media = [{"type": "image_url", "image_url": {"url": "https://example.org/x.png"}},
+             {"type": "file", "file": {"filename": "plan.pdf"}},
+             {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}]
+    for n, kind in enumerate(("token", "password:", "Schlüssel")):
+        d.call("memory.add_turns", {"agent_id": "w", "session_id": f"s{n}", "messages": [
+            {"role": "user", "content": [{"type": "text", "text": f"עכשיו {kind} {token}"},
+                                         *media, {"type": "text", "text": token}]}]})
+        said = pending_said(tmp_path / "ws", f"s{n}")
+        assert said == [("user", f"עכשיו {kind} [REDACTED]\n[image omitted]\n"
+                                 "[file omitted: plan.pdf]\n[audio omitted]\n[REDACTED]")], said
+    # A key cut across two text blocks is still masked in both.
+    assert sanitize_messages([{"role": "user", "content": [
+        {"type": "text", "text": "deploy with " + token[:12]},
+        {"type": "text", "text": token[12:] + " tonight"}]}]) == [
+        {"role": "user", "content": "deploy with [REDACTED]\n[REDACTED] tonight"}]

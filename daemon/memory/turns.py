@@ -20,7 +20,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.slugs import names_nothing
 from recalld.ipc.answers import CONTINUED, MESSAGE_ROLES
 from recalld.ipc.errors import LOOKS_LIKE_A_CREDENTIAL, InvalidParams
-from recalld.ipc.media import MEDIA_BLOCKS, media_placeholder
+from recalld.ipc.media import MEDIA_BLOCKS, is_placeholder, media_placeholder
 from recalld.ipc.textcut import cut_text
 
 ROLES = MESSAGE_ROLES
@@ -274,7 +274,7 @@ def sanitize_turns(messages: Sequence[Mapping[str, object]],
 
 def _sanitized(kept: Sequence[_Kept],
                earlier: Sequence[_Earlier]) -> list[Turn]:
-    from recalld.daemon.memory.redact import redact_parts, seam_spans
+    from recalld.daemon.memory.redact import seam_spans
     from recalld.daemon.memory.secret_keys import key_block_rest
 
     also: list[list[list[tuple[int, int]]]] = [[[] for _ in blocks] for _, blocks, _, _ in kept]
@@ -289,7 +289,7 @@ def _sanitized(kept: Sequence[_Kept],
             also[n][0].append((0, rest))  # a key block its speaker left open
     out: list[Turn] = []
     for (role, blocks, goes_on, name), extra in zip(kept, also, strict=True):
-        text = "\n".join(p for p in redact_parts(blocks, extra) if p).strip()
+        text = "\n".join(p for p in _redacted(blocks, extra) if p).strip()
         if not names_nothing(text):  # a turn of only what shows nothing says nothing
             out.append({"role": role, "content": text})
             if name is not None:
@@ -298,6 +298,24 @@ def _sanitized(kept: Sequence[_Kept],
                 out[-1][CONTINUED] = True
         elif not goes_on and out and out[-1].get(CONTINUED):
             del out[-1][CONTINUED]  # the message ends in a piece of which nothing is kept
+    return out
+
+
+def _redacted(blocks: Sequence[str], also: Sequence[Sequence[tuple[int, int]]]) -> list[str]:
+    """``blocks`` redacted as :func:`~recalld.daemon.memory.redact.redact_parts` does, each
+    run of text blocks between media placeholders as one text: a placeholder is not what
+    the speaker typed, so no secret goes on into it or out of it (read glued to the text
+    before it, ``token ghp_...[image omitted]`` lost its ``[image``)."""
+    from recalld.daemon.memory.redact import redact_parts
+
+    out: list[str] = []
+    start = 0
+    for n in range(len(blocks) + 1):
+        if n == len(blocks) or is_placeholder(blocks[n]):
+            out.extend(redact_parts(blocks[start:n], also[start:n]))
+            if n < len(blocks):
+                out.extend(redact_parts(blocks[n:n + 1], also[n:n + 1]))
+            start = n + 1
     return out
 
 
