@@ -194,6 +194,9 @@ class TurnsAdded(TypedDict):
 #: Anthropic's and Gemini's); only what ``user`` and ``assistant`` (``model``) said is kept.
 MESSAGE_ROLES = frozenset({"user", "assistant", "model", "tool", "system", "developer",
                            "function"})
+#: The roles whose words are kept, as what they are kept as (Gemini's ``model`` is the
+#: assistant).
+SPEAKERS: Final = {"user": "user", "assistant": "assistant", "model": "assistant"}
 #: The field of a message, ``true``, that says the next message of its session is the
 #: rest of it: one message too large for one ``memory.add_turns`` request, sent in pieces
 #: (one user turn, one line of the dialog log).

@@ -20,9 +20,43 @@ MEDIA_BLOCKS = {"image_url": "image", "image": "image", "input_image": "image",
                 "fileData": "file", "data": "file"}
 _MEDIA_KINDS = ("image", "audio", "video")
 MAX_MEDIA_NAME = 100
+#: Content blocks whose text is said: a refusal is the assistant's answer too.
+TEXT_BLOCKS = frozenset({"text", "input_text", "output_text", "refusal"})
+#: The fields of a media block (or of its ``kind`` or ``source`` object) that name it.
+_NAMING = ("title", "filename", "name", "mime_type", "mimeType", "media_type")
 _PLACEHOLDER = re.compile(
     r"\[(?:" + "|".join(sorted(set(MEDIA_BLOCKS.values()) | set(_MEDIA_KINDS)))
     + r") omitted(?:: [^\[\]\n]*)?\]\Z")
+
+
+def block_kind(block: Mapping[str, object]) -> str | None:
+    """A content block's type: its ``type``, or for a block without one (Gemini's parts,
+    hand-made blocks) the key that carries its content."""
+    kind = block.get("type")
+    if isinstance(kind, str):
+        return kind
+    if "text" in block:
+        return "text"
+    return next((key for key in block if key in MEDIA_BLOCKS), None)
+
+
+def media_stub(kind: str, block: Mapping[str, object]) -> dict[str, object]:
+    """Media block ``block`` of ``kind`` with only what names it (its type, title, file
+    name and MIME type): the same :func:`media_placeholder`, without its bytes or URL."""
+    def naming(fields: Mapping[str, object]) -> dict[str, object]:
+        return {k: cut_text(v, 4 * MAX_MEDIA_NAME) for k in _NAMING
+                if isinstance(v := fields.get(k), str)}
+
+    stub: dict[str, object] = naming(block)
+    if isinstance(block.get("type"), str):
+        stub["type"] = block["type"]
+    for key in (kind, "source"):
+        inner = block.get(key)
+        if isinstance(inner, Mapping):
+            stub[key] = naming(inner)
+        elif key == kind and "type" not in stub:
+            stub[key] = {}  # a block without type is told by this key
+    return stub
 
 
 def media_placeholder(kind: str, block: Mapping[str, object]) -> str:

@@ -15,11 +15,19 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import date
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import orjson
 
-from recalld.ipc.answers import CONTINUED, JsonObject, NoteAdded, NoteWritten, TurnsAdded
+from recalld.ipc.answers import (
+    CONTINUED,
+    SPEAKERS,
+    JsonObject,
+    NoteAdded,
+    NoteWritten,
+    TurnsAdded,
+)
+from recalld.ipc.media import MEDIA_BLOCKS, TEXT_BLOCKS, block_kind, media_stub
 from recalld.ipc.shown import names_nothing
 
 if TYPE_CHECKING:  # the command line splits notes too, and runs no event loop
@@ -146,31 +154,74 @@ def search_query(text: str, limit_bytes: int) -> str:
     return f"{_fitting(text, half)}\n{_fitting(text, half, tail=True)}"
 
 
+#: The content blocks the daemon keeps something of.
+_KEPT_BLOCKS: Final = TEXT_BLOCKS | frozenset(MEDIA_BLOCKS)
+
+
+def _as_kept(message: JsonObject) -> JsonObject:
+    """``message`` with only what the daemon keeps of it, for one too large for a
+    request: no tool-call arguments; no content for a role whose words are not kept (a
+    tool's result, a system prompt) nor for an item of the Responses API; of its blocks
+    the text ones whole, each media block only what names it (the daemon keeps
+    ``[image omitted: name]`` of it either way), no tool, tool result or thinking block."""
+    if "role" not in message and isinstance(message.get("type"), str):
+        return {"type": message["type"]}  # an item the daemon drops (function_call_output)
+    kept = {k: v for k, v in message.items() if k not in ("tool_calls", "function_call")}
+    key = _content_key(message)
+    content = message.get(key)
+    if message.get("role") not in SPEAKERS:
+        kept[key] = None
+    elif isinstance(content, list):
+        kept[key] = [_block_as_kept(b) for b in content
+                     if not isinstance(b, dict) or block_kind(b) in _KEPT_BLOCKS]
+    return kept
+
+
+def _block_as_kept(block: object) -> object:
+    kind = block_kind(block) if isinstance(block, dict) else None
+    if isinstance(block, dict) and kind in MEDIA_BLOCKS:
+        return media_stub(kind, block)
+    return block
+
+
+def _content_key(message: JsonObject) -> str:
+    """Where ``message`` holds what was said: ``content``, or Gemini's ``parts``."""
+    return "content" if "content" in message or "parts" not in message else "parts"
+
+
 def _cut(message: JsonObject, max_bytes: int) -> list[JsonObject]:
     """``message`` as consecutive messages of its role whose content takes at most
-    ``max_bytes`` of JSON each: its text cut, its blocks spread. Each piece but the last
-    says ``"continued": true`` (:data:`CONTINUED`): the daemon counts the message as one
-    user turn and writes it as one line of the dialog log."""
-    content = message.get("content")
-    if json_size(content) <= max_bytes or not isinstance(content, str | list):
+    ``max_bytes`` of JSON each: its text cut, its blocks spread, what the daemon drops
+    left out (:func:`_as_kept`). Each piece but the last says ``"continued": true``
+    (:data:`CONTINUED`): the daemon counts the message as one user turn and writes it as
+    one line of the dialog log."""
+    if json_size(message) <= max_bytes:
+        return [message]
+    message = _as_kept(message)
+    key = _content_key(message)
+    content = message.get(key)
+    if json_size(message) <= max_bytes or not isinstance(content, str | list):
         return [message]
     if isinstance(content, str):
-        return _continued([{**message, "content": piece}
+        return _continued([{**message, key: piece}
                            for piece in text_parts(content, max_bytes)])
-    blocks: list[JsonObject] = []
+    blocks: list[object] = []
     for block in content:
-        text = block.get("text")
+        if isinstance(block, str) and json_size(block) > max_bytes:
+            blocks += text_parts(block, max_bytes)
+            continue
+        text = block.get("text") if isinstance(block, dict) else None
         if isinstance(text, str) and json_size(block) > max_bytes:
             blocks += [{**block, "text": piece} for piece in text_parts(text, max_bytes - 64)]
         else:
             blocks.append(block)
     out: list[JsonObject] = []
     for block in blocks:
-        last = out[-1]["content"] if out else None
+        last = out[-1][key] if out else None
         if isinstance(last, list) and json_size([*last, block]) <= max_bytes:
             last.append(block)
         else:
-            out.append({**message, "content": [block]})
+            out.append({**message, key: [block]})
     return _continued(out)
 
 

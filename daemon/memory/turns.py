@@ -18,17 +18,18 @@ from typing import Final, NamedTuple, NotRequired, TypedDict
 
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.slugs import names_nothing
-from recalld.ipc.answers import CONTINUED, MESSAGE_ROLES
+from recalld.ipc.answers import CONTINUED, MESSAGE_ROLES, SPEAKERS
 from recalld.ipc.errors import LOOKS_LIKE_A_CREDENTIAL, InvalidParams
-from recalld.ipc.media import MEDIA_BLOCKS, is_placeholder, media_placeholder
+from recalld.ipc.media import (
+    MEDIA_BLOCKS,
+    TEXT_BLOCKS,
+    block_kind,
+    is_placeholder,
+    media_placeholder,
+)
 from recalld.ipc.textcut import cut_text
 
 ROLES = MESSAGE_ROLES
-#: The roles whose words are kept, as what they are kept as (Gemini's ``model`` is the
-#: assistant).
-SPEAKERS = {"user": "user", "assistant": "assistant", "model": "assistant"}
-#: Content blocks whose text is said: a refusal is the assistant's answer too.
-TEXT_BLOCKS = frozenset({"text", "input_text", "output_text", "refusal"})
 MAX_MESSAGES_PER_CALL = 1000
 #: Tags an agent wraps recalled memory in when it injects it into a prompt.
 RECALL_TAGS = ("recalled-memory", "recalled_memory", "memory-context", "relevant-memories")
@@ -122,17 +123,6 @@ def content_of(message: Mapping[str, object]) -> object:
     return message["content"] if "content" in message else message.get("parts")
 
 
-def _block_kind(block: Mapping[str, object]) -> str | None:
-    """A content block's type: its ``type``, or for a block without one (Gemini's parts,
-    hand-made blocks) the key that carries its content."""
-    kind = block.get("type")
-    if isinstance(kind, str):
-        return kind
-    if "text" in block:
-        return "text"
-    return next((key for key in block if key in MEDIA_BLOCKS), None)
-
-
 def _content_blocks(content: object, media: bool = True) -> list[str]:
     """The text pieces of a message's content (string or OpenAI/Anthropic/Gemini content
     blocks); a media block is a placeholder naming it (none without ``media``)."""
@@ -146,7 +136,7 @@ def _content_blocks(content: object, media: bool = True) -> list[str]:
             if isinstance(block, str):
                 parts.append(block)
             elif isinstance(block, dict):
-                kind = _block_kind(block)
+                kind = block_kind(block)
                 text = block.get("refusal" if kind == "refusal" else "text")
                 if isinstance(text, dict):  # the Assistants API: {"value", "annotations"}
                     text = text.get("value")
