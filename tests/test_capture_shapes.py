@@ -223,3 +223,21 @@ def test_a_secret_before_a_media_block_leaves_the_placeholder_whole(
         {"type": "text", "text": "deploy with " + token[:12]},
         {"type": "text", "text": token[12:] + " tonight"}]}]) == [
         {"role": "user", "content": "deploy with [REDACTED]\n[REDACTED] tonight"}]
+
+
+def test_a_reasoning_models_thinking_in_its_text_is_not_kept(daemon_factory: Any,
+                                                             tmp_path: Path) -> None:
+    # Qwen3 or DeepSeek-R1 served without a reasoning parser hand their thinking back in
+    # the content, "<think>...</think>" before the answer: it was kept as said by the
+    # assistant, so its guesses ("maybe they live in Paris") could become facts.
+    d = daemon_factory(config(tmp_path / "ws", interval=0))
+    thinking = "<think>\nMaybe they live in Paris? 也许是巴黎。\n</think>\n\n"
+    d.call("memory.add_turns", {"agent_id": "w", "session_id": "r1", "messages": [
+        {"role": "user", "content": "Where do I live?"},
+        {"role": "assistant", "content": thinking + "You live in Oslo."},
+        {"role": "assistant", "content": [{"type": "text", "text": thinking + "Oslo."}]},
+        {"role": "model", "parts": [{"text": "  <think>cut off by the length limit"}]},
+        {"role": "user", "content": thinking + "I typed that myself."}]})
+    assert pending_said(tmp_path / "ws", "r1") == [
+        ("user", "Where do I live?"), ("assistant", "You live in Oslo."),
+        ("assistant", "Oslo."), ("user", thinking.strip() + "\n\nI typed that myself.")]

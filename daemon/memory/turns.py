@@ -39,6 +39,10 @@ _RECALL = re.compile(
 _DATA_URL = re.compile(r"data:[\w/+.\-]+(?:;[\w=.\-]+)*;base64,[A-Za-z0-9+/=]+")
 _BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{200,}={0,2}(?![A-Za-z0-9+/=])")
 _SID = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}\Z")
+#: What a reasoning model served without a reasoning parser (Qwen3 or DeepSeek-R1 on
+#: llama.cpp, vLLM, Ollama) puts before its answer in the content: its thinking, not the
+#: answer. One cut off by its length limit runs to the end (no answer at all).
+THINKING: Final = re.compile(r"\A\s*<think>.*?(?:</think>|\Z)\s*", re.DOTALL)
 #: The folder of the dialog logs, as a note's ``source_conversation`` link names it.
 _DIALOG_LINK = "mem_session/dialog"
 #: The longest speaker name kept (characters; a longer one is cut between clusters).
@@ -322,6 +326,8 @@ def _kept(messages: Sequence[Mapping[str, object]]) -> list[_Kept]:
     for m in messages:
         role = SPEAKERS.get(str(m.get("role")))
         blocks = [_strip(b) for b in _content_blocks(content_of(m))] if role else []
+        if role == "assistant":  # its thinking is no more said than a thinking block
+            blocks = [b for b in (THINKING.sub("", b, count=1) for b in blocks) if b]
         if role and blocks:
             kept.append((role, blocks, continued(m), speaker_name(m, role)))
         elif kept and kept[-1][2] and not continued(m):

@@ -31,6 +31,7 @@ from recalld.daemon import metrics
 from recalld.daemon.config import ChatModelConfig
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.redact import redact_messages_async
+from recalld.daemon.memory.turns import THINKING
 from recalld.daemon.providers.breaker import BreakerConfig, BreakerState, CircuitBreaker
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.chat_lines import ChatLine, ChatLines
@@ -171,10 +172,6 @@ def resolve_chat_api_key(config: ChatModelConfig, environ: Mapping[str, str]) ->
 # read the whitespace after each of its characters again, by the square of a run's
 # length (arguments holding 16,000 spaces took 1.3 s).
 _FENCE_OPEN = re.compile(r"```[\w-]*\s*")
-# What a reasoning model served without a reasoning parser (Qwen3 or DeepSeek-R1 on
-# llama.cpp, vLLM, Ollama) puts before its answer in the content: its thinking, not the
-# answer. One cut off by max_tokens runs to the end (no answer at all).
-_THINKING = re.compile(r"\A\s*<think>.*?(?:</think>|\Z)\s*", re.DOTALL)
 
 
 def _fenced_body(text: str) -> str | None:
@@ -274,7 +271,7 @@ def parse_chat_response(body: bytes, secret: str = "") -> ChatResult:
         else:
             raise _bad("message content is not text")
     if content is not None:
-        content = _THINKING.sub("", content, count=1)
+        content = THINKING.sub("", content, count=1)
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
         raise _bad("tool_calls is not a list")
