@@ -160,14 +160,15 @@ _KEPT_BLOCKS: Final = TEXT_BLOCKS | frozenset(MEDIA_BLOCKS)
 
 def _as_kept(message: JsonObject) -> JsonObject:
     """``message`` with only what the daemon keeps of it, for one too large for a
-    request: no tool-call arguments; no content for a role whose words are not kept (a
+    request: its role, speaker's name and content only (no tool-call arguments, no
+    metadata of the host's); no content for a role whose words are not kept (a
     tool's result, a system prompt) nor for an item of the Responses API; of its blocks
     the text ones whole, each media block only what names it (the daemon keeps
     ``[image omitted: name]`` of it either way), no tool, tool result or thinking block."""
     if "role" not in message and isinstance(message.get("type"), str):
         return {"type": message["type"]}  # an item the daemon drops (function_call_output)
-    kept = {k: v for k, v in message.items() if k not in ("tool_calls", "function_call")}
     key = _content_key(message)
+    kept = {k: v for k, v in message.items() if k in ("role", "name", CONTINUED, key)}
     content = message.get(key)
     if message.get("role") not in SPEAKERS:
         kept[key] = None

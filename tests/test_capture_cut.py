@@ -82,7 +82,8 @@ def test_what_the_daemon_drops_makes_no_request_too_large(
     conversations: dict[str, list[dict[str, Any]]] = {
         "photo": [{"role": "user", "content": [
             {"type": "text", "text": "Die Wohnung in Graz:"},
-            {"type": "image_url", "image_url": {"url": png, "detail": "high"}}]}],
+            {"type": "image_url", "image_url": {"url": png, "detail": "high"}}],
+            "id": "m1", "metadata": {"thumbnail": data}}],  # an AgentScope Msg's fields
         "voice": [{"role": "user", "content": [
             {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}},
             {"type": "text", "text": "שלום, זה אני"}]}],
