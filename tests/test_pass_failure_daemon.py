@@ -16,6 +16,8 @@ from pass_notes import ADDED, BAD_AT, BEFORE, _write
 from test_cli import recalld
 from waits import wait_value, workspace_status
 
+from recalld.daemon.index.procpool import cpu_count
+
 # Loaded by every process of the daemon (its worker processes too) through PYTHONPATH:
 # while the trigger file exists, reading a note of the listed names runs out of memory
 # (or, with FAILING_ERROR=eio, fails as a failing disk does).
@@ -35,6 +37,29 @@ if names:
                 import errno
                 raise OSError(errno.EIO, os.strerror(errno.EIO), rel)
         return _real(root, rel, real_root)
+    prepare._read_note = _read_note
+"""
+
+
+# Loaded by every process of the daemon through PYTHONPATH: the first worker process to
+# read a note while the trigger file exists (it takes the file) writes part of an answer
+# and is killed, as a worker the OOM killer ends while it sends a large result.
+DYING_WORKER = """\
+import os
+if os.environ.get("DYING_TRIGGER"):
+    from recalld.daemon.index import prepare
+    _real = prepare._read_note
+    def _read_note(root, rel, real_root=None):
+        import multiprocessing
+        trigger = os.environ["DYING_TRIGGER"]
+        if multiprocessing.parent_process() is None:  # the daemon: reads as it would
+            return _real(root, rel, real_root)
+        try:
+            os.rename(trigger, trigger + ".taken")
+        except FileNotFoundError:
+            return _real(root, rel, real_root)
+        from half_answer import write_part_of_an_answer_then_die
+        write_part_of_an_answer_then_die()
     prepare._read_note = _read_note
 """
 
@@ -159,3 +184,27 @@ def test_a_daemon_lists_the_notes_it_cannot_read_until_they_read_or_go(
     assert [h["path"] for h in hits] == [edited]
     health = (workspace_status(d, "w") or {})["health"]
     assert health["unreadable"] == 0 and health["state"] != "degraded", health
+
+
+@pytest.mark.skipif(cpu_count() < 2, reason="one core: a daemon starts no worker processes")
+@pytest.mark.timeout(180)
+def test_a_worker_killed_while_answering_fails_no_pass_and_no_stop(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    root = tmp_path / "w"
+    _write(root, 0, BEFORE)  # a first build large enough for the worker processes
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(DYING_WORKER, encoding="utf-8")
+    trigger = tmp_path / "a-worker-dies"
+    trigger.touch()
+    env = {"PYTHONPATH": f"{hooks}{os.pathsep}{Path(__file__).parent}",
+           "DYING_TRIGGER": str(trigger)}
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n', **env)
+    d.call("index.sync", {"agent_id": "w"}, timeout=120)
+    assert not trigger.exists() and trigger.with_name("a-worker-dies.taken").exists()
+    # Its batch was prepared in a thread: nothing of the pass is missing.
+    assert _index_status(d, "w")["files"] == BEFORE
+    for i in (0, 300, BEFORE - 1):
+        assert _found(d, "w", i), i
+    assert "indexing worker processes failed" in d.log()
+    assert d.stop() == 0  # and stops: no thread waits on the dead worker's message

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import trio
+from half_answer import write_part_of_an_answer_then_die
 
 from recalld.daemon.index import bm25 as bm25_mod
 from recalld.daemon.index.prepare import prepare_files
@@ -94,6 +95,36 @@ async def test_a_dead_worker_makes_the_call_fall_back() -> None:
         assert not pool.alive
         assert await pool.call(os.getpid) != os.getpid()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_worker_killed_part_way_through_its_answer_fails_the_call_over() -> None:
+    # The OOM killer may end a worker while it writes a large answer: the call (and the
+    # one queued behind it) fails over at once, not waiting for the rest of a message
+    # that never comes; another worker's call is answered; the pool starts afresh.
+    pool = PreparePool(2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        with pool.holding():
+            pool.warm()  # both processes idle: the two calls go one to each
+            outcomes: dict[str, object] = {}
+
+            async def one(name: str, fn: object) -> None:
+                try:
+                    outcomes[name] = await pool.call(fn)  # type: ignore[arg-type]
+                except PoolUnavailable as exc:
+                    outcomes[name] = exc
+
+            with trio.fail_after(60):  # (it waited forever)
+                async with trio.open_nursery() as calls:
+                    calls.start_soon(one, "killed", write_part_of_an_answer_then_die)
+                    calls.start_soon(one, "other", partial(time.sleep, 0.2))
+            assert isinstance(outcomes["killed"], PoolUnavailable), outcomes
+            assert outcomes["other"] is None or isinstance(outcomes["other"], PoolUnavailable)
+            assert not pool.alive
+            assert await pool.call(os.getpid) != os.getpid()
+            assert pool.status()["starts"] == 2
+        nursery.cancel_scope.cancel()
+    assert not pool.alive
 
 
 async def test_prepared_in_a_process_indexes_like_prepared_here(tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
-"""What runs first in an indexing worker process (``procpool.py`` spawns them).
+"""What runs in an indexing worker process (``procpool.py`` spawns them): :func:`serve`.
 
 Kept apart from ``procpool.py``, which needs trio: a spawned worker imports the module
-of its initializer, and this one imports nothing heavier than ctypes, so a worker spends
-its start-up on what indexing needs (numpy, the tokenizer, the redaction rules).
+of its target, and this one imports nothing heavier than ctypes, so a worker spends its
+start-up on what indexing needs (numpy, the tokenizer, the redaction rules).
 """
 
 from __future__ import annotations
@@ -10,6 +10,10 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
 
 # Workers run at a lower priority than the daemon: a build may take both cores, but a
 # search (served by the daemon process) gets one at once.
@@ -18,8 +22,8 @@ _PR_SET_PDEATHSIG = 1
 
 
 def worker_init(parent: int) -> None:
-    """Tie a worker's life to the daemon's: a SIGKILLed daemon must not leave workers
-    behind (they hold both ends of their queue's pipe, so they would never see EOF)."""
+    """Tie a worker's life to the daemon's: a SIGKILLed daemon must not leave a worker
+    behind finishing a call no one will read (an idle one reads the end of its pipe)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -41,4 +45,36 @@ def warm() -> None:
     import recalld.daemon.memory.redact  # noqa: F401
 
 
-__all__ = ["WORKER_NICE", "warm", "worker_init"]
+def serve(conn: Connection, parent: int, preload: bool) -> None:
+    """Run the calls the daemon sends on ``conn`` (``(fn, args)``), one at a time, and
+    answer each with ``(True, result)`` or ``(False, exception)``, until ``conn`` ends.
+
+    The pipe is this worker's alone: should it die part-way through an answer, the
+    daemon reads the end of the pipe rather than waiting on the rest.
+    """
+    from multiprocessing.reduction import ForkingPickler
+
+    worker_init(parent)
+    if preload:
+        warm()
+    while True:
+        try:
+            message = conn.recv_bytes()
+        except (EOFError, OSError):  # the daemon closed its end, or is gone
+            return
+        try:
+            fn, args = ForkingPickler.loads(message)
+            reply: tuple[bool, object] = (True, fn(*args))
+        except BaseException as exc:  # the daemon re-raises it
+            reply = (False, exc)
+        del message
+        try:
+            conn.send(reply)  # pickled whole before a byte is written
+        except (EOFError, OSError):
+            return
+        except Exception as exc:  # the result or the error does not pickle
+            conn.send((False, RuntimeError(f"the worker could not send its answer: {exc!r}")))
+        del reply
+
+
+__all__ = ["WORKER_NICE", "serve", "warm", "worker_init"]
