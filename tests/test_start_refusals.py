@@ -192,7 +192,15 @@ def test_check_config_refuses_a_workspace_place_a_start_would_refuse(
     assert "system folder" in line or "recalld's own folder" in line or (
         "configuration file" in line), line
     assert not fine.exists()  # only checked: nothing is created
-    cfg.write_text(f'[workspaces.good]\npath = "{fine}"\n')
+
+
+def test_check_config_passes_the_workspace_places_a_start_takes(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # The refusals above are of the refused place alone: the same file without it passes.
+    env = daemon_factory.environment()
+    cfg = Path(env["XDG_CONFIG_HOME"]) / "recalld" / "config.toml"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text(f'[workspaces.good]\npath = "{tmp_path / "fine"}"\n')
     assert recalld("serve", "--check-config", env=env).returncode == 0
 
 
