@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,22 +17,31 @@ from recalld.ipc.errors import RecalldError
 
 # The daemon kills itself (SIGKILL) at the KILL_AT-th call of KILL_STEP of the restore's
 # file work: _stage (a file written under its temp name), in_folder (a rename into place,
-# a folder's fsync, a removal), unlink_at (a file the backup lacks removed).
+# a folder's fsync, a removal), unlink_at (a file the backup lacks removed). A hook run at
+# the daemon's start (tests/test_daemon_hooks.py), so a daemon forked from the worker's
+# server like the others; it takes its variables out of the environment, leaving the
+# processes the daemon spawns as they are.
 KILLING = (
-    sys.executable, "-c",
-    "import os, signal, sys\n"
-    "from recalld.daemon import backup_restore\n"
-    "step, at, calls = os.environ['KILL_STEP'], int(os.environ['KILL_AT']), []\n"
-    "real = getattr(backup_restore, step)\n"
-    "def counted(*args, **kwargs):\n"
-    "    calls.append(1)\n"
-    "    if len(calls) == at:\n"
-    "        os.kill(os.getpid(), signal.SIGKILL)\n"
-    "    return real(*args, **kwargs)\n"
-    "setattr(backup_restore, step, counted)\n"
-    "from recalld.daemon.main import main\n"
-    "sys.exit(main(sys.argv[1:]))\n",
+    "import os, signal\n"
+    "if 'KILL_STEP' in os.environ:\n"
+    "    from recalld.daemon import backup_restore\n"
+    "    step, at, calls = os.environ.pop('KILL_STEP'), int(os.environ.pop('KILL_AT')), []\n"
+    "    real = getattr(backup_restore, step)\n"
+    "    def counted(*args, **kwargs):\n"
+    "        calls.append(1)\n"
+    "        if len(calls) == at:\n"
+    "            os.kill(os.getpid(), signal.SIGKILL)\n"
+    "        return real(*args, **kwargs)\n"
+    "    setattr(backup_restore, step, counted)\n"
 )
+
+
+def killing(daemon_factory: DaemonFactory, step: str, at: int, **env: str) -> DaemonHandle:
+    """A daemon that kills itself at the ``at``-th call of ``step``."""
+    hooks = daemon_factory.tmp_path / "killing"
+    hooks.mkdir(exist_ok=True)
+    (hooks / "sitecustomize.py").write_text(KILLING, encoding="utf-8")
+    return daemon_factory(PYTHONPATH=str(hooks), KILL_STEP=step, KILL_AT=str(at), **env)
 
 
 def notes(root: Path) -> dict[str, str]:
@@ -47,7 +55,7 @@ def killed_restore(daemon_factory: DaemonFactory, tmp_path: Path, step: str, at:
     """A workspace of 200 notes backed up, then changed (half edited, 90 added, in
     another script), and a restore of it killed at ``step``: the daemon, the workspace,
     the archive, the notes as backed up and as they were before the restore."""
-    d = daemon_factory(launcher=KILLING, KILL_STEP=step, KILL_AT=str(at))
+    d = killing(daemon_factory, step, at)
     root = tmp_path / "ws"
     (root / "memory" / "deep").mkdir(parents=True)
     for i in range(200):
@@ -141,7 +149,7 @@ def test_a_rollback_killed_partway_is_finished_with_the_config_file_it_removes(
     assert d2.config_path.read_text() == theirs
     d2.stop()
     env = {k: d2.env[k] for k in ("XDG_DATA_HOME", "XDG_CONFIG_HOME")}
-    d3 = daemon_factory(launcher=KILLING, KILL_STEP="in_folder", KILL_AT="20", **env)
+    d3 = killing(daemon_factory, "in_folder", 20, **env)
     with pytest.raises((RecalldError, OSError, EOFError)):
         d3.call("backup.rollback")
     d3.proc.wait(timeout=60)
