@@ -3,8 +3,11 @@ to hold a merge or a copy at a known point, or to make it fail there."""
 
 from __future__ import annotations
 
+import hashlib
 import sys
+import textwrap
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +67,20 @@ def sessions_held() -> tuple[str, ...]:
     the FIFO ``fifo`` and closed it: that workspace's start held after its search stage,
     in a worker thread, as a file on a hung mount would hold it."""
     return launcher(SESSIONS_HELD)
+
+
+def start_hook(tmp_path: Path, *lines: str) -> dict[str, str]:
+    """The environment (``daemon_factory(..., **start_hook(tmp_path, ...))``) of a daemon
+    that runs ``lines`` (Python) at its start, before ``main``: a folder on ``PYTHONPATH``
+    holding only a ``sitecustomize.py`` (tests/test_daemon_hooks.py), so the daemon is
+    forked from the worker's server as the others are, not a fresh interpreter as a
+    launcher makes it. The daemon runs them once: it takes ``START_HOOK`` out of its
+    environment, and the processes it spawns run nothing. The modules are imported when
+    they run (a fork's are already): patch what a call looks up at its time (a module's
+    or a class's attribute), never a name another module imported by ``from``."""
+    text = "import os\nif os.environ.pop('START_HOOK', None):\n" + textwrap.indent(
+        "\n".join(lines), "    ") + "\n"
+    folder = tmp_path / f"hook-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(text, encoding="utf-8")
+    return {"PYTHONPATH": str(folder), "START_HOOK": "1"}

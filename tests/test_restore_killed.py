@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import DaemonFactory, DaemonHandle
+from hooks import start_hook
 from test_cli import recalld
 from waits import wait_for
 
@@ -17,31 +18,25 @@ from recalld.ipc.errors import RecalldError
 
 # The daemon kills itself (SIGKILL) at the KILL_AT-th call of KILL_STEP of the restore's
 # file work: _stage (a file written under its temp name), in_folder (a rename into place,
-# a folder's fsync, a removal), unlink_at (a file the backup lacks removed). A hook run at
-# the daemon's start (tests/test_daemon_hooks.py), so a daemon forked from the worker's
-# server like the others; it takes its variables out of the environment, leaving the
-# processes the daemon spawns as they are.
+# a folder's fsync, a removal), unlink_at (a file the backup lacks removed).
 KILLING = (
-    "import os, signal\n"
-    "if 'KILL_STEP' in os.environ:\n"
-    "    from recalld.daemon import backup_restore\n"
-    "    step, at, calls = os.environ.pop('KILL_STEP'), int(os.environ.pop('KILL_AT')), []\n"
-    "    real = getattr(backup_restore, step)\n"
-    "    def counted(*args, **kwargs):\n"
-    "        calls.append(1)\n"
-    "        if len(calls) == at:\n"
-    "            os.kill(os.getpid(), signal.SIGKILL)\n"
-    "        return real(*args, **kwargs)\n"
-    "    setattr(backup_restore, step, counted)\n"
+    "import signal",
+    "from recalld.daemon import backup_restore",
+    "step, at, calls = os.environ['KILL_STEP'], int(os.environ['KILL_AT']), []",
+    "real = getattr(backup_restore, step)",
+    "def counted(*args, **kwargs):",
+    "    calls.append(1)",
+    "    if len(calls) == at:",
+    "        os.kill(os.getpid(), signal.SIGKILL)",
+    "    return real(*args, **kwargs)",
+    "setattr(backup_restore, step, counted)",
 )
 
 
 def killing(daemon_factory: DaemonFactory, step: str, at: int, **env: str) -> DaemonHandle:
     """A daemon that kills itself at the ``at``-th call of ``step``."""
-    hooks = daemon_factory.tmp_path / "killing"
-    hooks.mkdir(exist_ok=True)
-    (hooks / "sitecustomize.py").write_text(KILLING, encoding="utf-8")
-    return daemon_factory(PYTHONPATH=str(hooks), KILL_STEP=step, KILL_AT=str(at), **env)
+    return daemon_factory(**start_hook(daemon_factory.tmp_path, *KILLING),
+                          KILL_STEP=step, KILL_AT=str(at), **env)
 
 
 def notes(root: Path) -> dict[str, str]:
