@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from conftest import CALL_TIMEOUT_S
 from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
+from hooks import start_hook
 from test_disk_full import LAUNCHER
 from waits import wait_for, wait_job
 
@@ -54,7 +55,7 @@ def test_a_note_the_disk_refused_leaves_the_turns_pending(daemon_factory: Any,
         f'[workspaces.w]\npath = "{root}"\nauto_memory_interval = 0\n'
         "auto_memory_idle_s = 0\n"
         f'chat_model_config = {{base_url = "{fake.url}/v1", model_name = "m"}}\n',
-        launcher=LAUNCHER, DISK_FULL_TRIGGER=str(trigger), DISK_FULL_AT="1",
+        **start_hook(tmp_path, LAUNCHER), DISK_FULL_TRIGGER=str(trigger), DISK_FULL_AT="1",
         DISK_FULL_ERRNO="ENOSPC")
     first = fake.gate(lambda body: not any(m["role"] == "tool" for m in body["messages"]))
     second = fake.gate(lambda body: any(m["role"] == "tool" for m in body["messages"]))

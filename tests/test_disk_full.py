@@ -1,6 +1,6 @@
 """Disk full through real calls: the daemon's own error code and message, no internal path.
 
-The daemon runs as a real process, started through a launcher that swaps the storage
+The daemon runs as a real process, started with a hook that swaps the storage
 layer's filesystem seam for a ``FailingFS`` (fail the k-th write, with ENOSPC or EDQUOT)
 armed when a trigger file exists: the disk fills while the daemon serves, and empties
 again when the file is removed.
@@ -9,19 +9,18 @@ again when the file is removed.
 from __future__ import annotations
 
 import contextlib
-import sys
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from hooks import start_hook
 from markers import marker
 from waits import wait_log
 
 from recalld.ipc import errors
 
 LAUNCHER = (
-    sys.executable, "-c",
     "import errno, os, sys\n"
     "from pathlib import Path\n"
     "from recalld.daemon.store import failingfs, fsio\n"
@@ -33,8 +32,6 @@ LAUNCHER = (
     "            err=getattr(errno, os.environ['DISK_FULL_ERRNO']))\n"
     "fsio.REAL.__class__ = Full\n"
     "fsio.REAL.__dict__.update(vars(full))\n"
-    "from recalld.daemon.main import main\n"
-    "sys.exit(main(sys.argv[1:]))\n",
 )
 
 
@@ -51,7 +48,7 @@ def test_disk_full_has_its_own_code_and_no_internal_path(
         daemon_factory: Any, tmp_path: Path, err: str, fail_at: int) -> None:
     root = tmp_path / "ws"
     trigger = tmp_path / "disk-is-full"
-    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n', launcher=LAUNCHER,
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n', **start_hook(tmp_path, LAUNCHER),
                        DISK_FULL_TRIGGER=str(trigger), DISK_FULL_AT=str(fail_at),
                        DISK_FULL_ERRNO=err)
     first = d.call("memory.add_note", {"agent_id": "w", "content": "before: the disk had room"})
@@ -88,7 +85,6 @@ def test_disk_full_has_its_own_code_and_no_internal_path(
 # The disk fills when a file of a given name is created (a restore's temp files are named
 # after their targets): the restore fails at a known file, whatever the index wrote before.
 NAMED_LAUNCHER = (
-    sys.executable, "-c",
     "import errno, os, sys\n"
     "from recalld.daemon.store import fsio\n"
     "real_open_write = fsio.FS.open_write_at\n"
@@ -98,8 +94,6 @@ NAMED_LAUNCHER = (
     "        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
     "    return real_open_write(self, folder, name, *args)\n"
     "fsio.FS.open_write_at = open_write\n"
-    "from recalld.daemon.main import main\n"
-    "sys.exit(main(sys.argv[1:]))\n",
 )
 
 
@@ -117,7 +111,8 @@ def test_a_restore_that_fills_the_disk_changes_nothing_and_keeps_serving(
         note.parent.mkdir(parents=True, exist_ok=True)
         note.write_text(f"# Note {n}\n{marker(n, 'backedup')} zeppelin\n")
     trigger = tmp_path / "disk-is-full"
-    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n', launcher=NAMED_LAUNCHER,
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n',
+                       **start_hook(tmp_path, NAMED_LAUNCHER),
                        DISK_FULL_TRIGGER=str(trigger), DISK_FULL_NAME=full_at)
     d.call("index.sync", {"agent_id": "w"})
     archive = d.call("backup.create", {"agents": ["w"]})["file"]
@@ -166,7 +161,7 @@ def test_a_full_disk_at_close_or_stop_is_not_a_failure(
     trigger = tmp_path / "disk-is-full"
     # Saves follow changes at once (the default waits 2 s to batch them).
     config = f'[workspaces.w]\npath = "{root}"\n[daemon]\npersist_delay_s = 0.05\n'
-    d = daemon_factory(config, launcher=LAUNCHER, DISK_FULL_TRIGGER=str(trigger),
+    d = daemon_factory(config, **start_hook(tmp_path, LAUNCHER), DISK_FULL_TRIGGER=str(trigger),
                        DISK_FULL_AT="1", DISK_FULL_ERRNO="ENOSPC")
     d.call("index.sync", {"agent_id": "w"})
     trigger.touch()
@@ -191,7 +186,6 @@ def test_a_full_disk_at_close_or_stop_is_not_a_failure(
 
 
 SUBMIT_FULL = (
-    sys.executable, "-c",
     "import errno, os, sys\n"
     "from pathlib import Path\n"
     "from recalld.daemon.store import fsio\n"
@@ -202,8 +196,6 @@ SUBMIT_FULL = (
     "            raise OSError(errno.ENOSPC, 'No space left on device')\n"
     "        super().write(fd, data)\n"
     "fsio.REAL.__class__ = Full\n"
-    "from recalld.daemon.main import main\n"
-    "sys.exit(main(sys.argv[1:]))\n",
 )
 
 
@@ -215,7 +207,7 @@ def test_turns_saved_when_their_job_cannot_be_queued_are_not_an_error(
     root = tmp_path / "ws"
     trigger = tmp_path / "disk-is-full"
     d = daemon_factory(f'[workspaces.w]\npath = "{root}"\nauto_memory_interval = 1\n',
-                       launcher=SUBMIT_FULL, DISK_FULL_TRIGGER=str(trigger))
+                       **start_hook(tmp_path, SUBMIT_FULL), DISK_FULL_TRIGGER=str(trigger))
     trigger.touch()
     params = {"agent_id": "w", "session_id": "s1",
               "messages": [{"role": "user", "content": "the disk is nearly full"}]}

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fakes.provider_server import FakeProvider
+from hooks import start_hook
 from test_disk_full import LAUNCHER
 from test_vectors_daemon import fake_config, vectors_status, wait_covered, write
 from waits import wait_value
@@ -19,7 +20,7 @@ def test_a_full_disk_under_the_embedding_cache_keeps_the_workspace(daemon_factor
     trigger = tmp_path / "disk-is-full"
     write(root, "memory/2026-02-01/a.md", "# A\n\nmarble\n")
     with FakeProvider(dims=8, api_key="k") as fake:
-        d = daemon_factory(fake_config(root, fake), launcher=LAUNCHER,
+        d = daemon_factory(fake_config(root, fake), **start_hook(tmp_path, LAUNCHER),
                            DISK_FULL_TRIGGER=str(trigger), DISK_FULL_AT="1",
                            DISK_FULL_ERRNO="ENOSPC")
         d.call("index.sync", {"agent_id": "w"})
