@@ -4,11 +4,11 @@ and a call that names it hears why (a backup, not a restore)."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import DaemonFactory
+from hooks import start_hook
 from test_backup import NOTES, write_tree
 from waits import CallsInThreads, wait_for
 
@@ -17,20 +17,16 @@ from recalld.ipc.errors import UnknownWorkspace
 # The archive's writing stops until the test opens the FIFO BACKUP_PAUSE; BACKUP_REACHED
 # is made once it got there.
 PAUSING = (
-    sys.executable, "-c",
-    "import os, sys\n"
-    "from pathlib import Path\n"
-    "from recalld.daemon import backup\n"
-    "def pausing(fn):\n"
-    "    def paused(*args, **kwargs):\n"
-    "        Path(os.environ['BACKUP_REACHED']).touch()\n"
-    "        with open(os.environ['BACKUP_PAUSE'], 'rb') as fifo:\n"
-    "            fifo.read()\n"
-    "        return fn(*args, **kwargs)\n"
-    "    return paused\n"
-    "backup.create_backup = pausing(backup.create_backup)\n"
-    "from recalld.daemon.main import main\n"
-    "sys.exit(main(sys.argv[1:]))\n",
+    "from pathlib import Path",
+    "from recalld.daemon import backup",
+    "def pausing(fn):",
+    "    def paused(*args, **kwargs):",
+    "        Path(os.environ['BACKUP_REACHED']).touch()",
+    "        with open(os.environ['BACKUP_PAUSE'], 'rb') as fifo:",
+    "            fifo.read()",
+    "        return fn(*args, **kwargs)",
+    "    return paused",
+    "backup.create_backup = pausing(backup.create_backup)",
 )
 
 
@@ -38,7 +34,8 @@ def test_a_call_during_a_backup_of_a_closed_workspace_hears_of_the_backup(
         daemon_factory: DaemonFactory, tmp_path: Path) -> None:
     fifo, reached = tmp_path / "pause", tmp_path / "reached"
     os.mkfifo(fifo)
-    d = daemon_factory(launcher=PAUSING, BACKUP_PAUSE=str(fifo), BACKUP_REACHED=str(reached))
+    d = daemon_factory(**start_hook(tmp_path, *PAUSING),
+                       BACKUP_PAUSE=str(fifo), BACKUP_REACHED=str(reached))
     root = tmp_path / "ws"
     write_tree(root, NOTES)
     d.call("workspace.open", {"agent_id": "w", "path": str(root)})

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import threading
 import zipfile
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 from conftest import DaemonFactory, DaemonHandle
+from hooks import start_hook
 from waits import CallsInThreads, wait_for, wait_value
 
 from recalld.ipc.errors import InvalidParams, NotAllowed, NotFound, RecalldError
@@ -71,17 +71,13 @@ def test_an_agent_reopening_during_a_restore_gets_the_restored_turns(
 
 # The restore stops once its snapshot is recorded until the test opens the FIFO.
 PAUSING = (
-    sys.executable, "-c",
-    "import os, sys\n"
-    "from recalld.daemon.rpc import restore_record\n"
-    "prune = restore_record.prune_snapshots\n"
-    "def paused(folder, keep):\n"
-    "    with open(os.environ['RESTORE_PAUSE'], 'rb') as fifo:\n"
-    "        fifo.read()\n"
-    "    prune(folder, keep)\n"
-    "restore_record.prune_snapshots = paused\n"
-    "from recalld.daemon.main import main\n"
-    "sys.exit(main(sys.argv[1:]))\n",
+    "from recalld.daemon.rpc import ops_methods",
+    "prune = ops_methods.prune_snapshots",
+    "def paused(folder, keep):",
+    "    with open(os.environ['RESTORE_PAUSE'], 'rb') as fifo:",
+    "        fifo.read()",
+    "    prune(folder, keep)",
+    "ops_methods.prune_snapshots = paused",
 )
 
 
@@ -91,7 +87,7 @@ def test_a_note_added_during_a_restore_is_in_its_snapshot_or_after_it(
     # acknowledged, and lost for good (a rollback could not bring it back).
     fifo = tmp_path / "pause"
     os.mkfifo(fifo)
-    d = daemon_factory(launcher=PAUSING, RESTORE_PAUSE=str(fifo))
+    d = daemon_factory(**start_hook(tmp_path, *PAUSING), RESTORE_PAUSE=str(fifo))
     root = tmp_path / "ws"
     _notes(root, 3)
     d.call("workspace.open", {"agent_id": "w", "path": str(root)})
@@ -121,18 +117,19 @@ def test_a_note_added_during_a_restore_is_in_its_snapshot_or_after_it(
 
 # Also stops memory.add_note once it has read the note (while it holds the note lock)
 # when the file NOTE_ARM exists, until the test opens the FIFO NOTE_PAUSE.
-PAUSING_NOTES = (*PAUSING[:2], PAUSING[2].replace("from recalld.daemon.main import main\n", (
-    "import trio\n"
-    "from recalld.daemon.rpc import agent_methods\n"
-    "own_notes = agent_methods._own_notes\n"
-    "async def read_then_pause(*args):\n"
-    "    notes = await own_notes(*args)\n"
-    "    if os.path.exists(os.environ['NOTE_ARM']):\n"
-    "        os.unlink(os.environ['NOTE_ARM'])\n"
-    "        await trio.to_thread.run_sync(lambda: open(os.environ['NOTE_PAUSE'], 'rb').read())\n"
-    "    return notes\n"
-    "agent_methods._own_notes = read_then_pause\n"
-    "from recalld.daemon.main import main\n")))
+PAUSING_NOTES = (
+    *PAUSING,
+    "import trio",
+    "from recalld.daemon.rpc import agent_methods",
+    "own_notes = agent_methods._own_notes",
+    "async def read_then_pause(*args):",
+    "    notes = await own_notes(*args)",
+    "    if os.path.exists(os.environ['NOTE_ARM']):",
+    "        os.unlink(os.environ['NOTE_ARM'])",
+    "        await trio.to_thread.run_sync(lambda: open(os.environ['NOTE_PAUSE'], 'rb').read())",
+    "    return notes",
+    "agent_methods._own_notes = read_then_pause",
+)
 
 
 def test_a_note_that_waited_out_a_restore_and_one_after_it_are_both_kept(
@@ -143,7 +140,8 @@ def test_a_note_that_waited_out_a_restore_and_one_after_it_are_both_kept(
     restore_pause, note_pause, arm = tmp_path / "restore", tmp_path / "note", tmp_path / "arm"
     os.mkfifo(restore_pause)
     os.mkfifo(note_pause)
-    d = daemon_factory(launcher=PAUSING_NOTES, RESTORE_PAUSE=str(restore_pause),
+    d = daemon_factory(**start_hook(tmp_path, *PAUSING_NOTES),
+                       RESTORE_PAUSE=str(restore_pause),
                        NOTE_PAUSE=str(note_pause), NOTE_ARM=str(arm))
     root = tmp_path / "ws"
     _notes(root, 2)

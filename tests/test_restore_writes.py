@@ -4,7 +4,6 @@ for the restore and lands on the restored files, none is refused or lost."""
 from __future__ import annotations
 
 import os
-import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -12,37 +11,31 @@ from typing import Any
 import pytest
 from clirun import run_recalld
 from conftest import DaemonFactory
+from hooks import start_hook
 from waits import CallsInThreads, wait_for
 
 # The restore stops at PAUSE_AT (once it first planned the files, after its snapshot is
 # recorded, or once it closed the workspace and is about to write its files) until the
-# test opens the FIFO RESTORE_PAUSE (ops_methods imported after the patch of what it
-# imports by name).
+# test opens the FIFO RESTORE_PAUSE (the names ops_methods calls them by are patched).
 PAUSING = (
-    sys.executable, "-c",
-    "import os, sys\n"
-    "from recalld.daemon.rpc import restore_record\n"
-    "def pausing(fn):\n"
-    "    def paused(*args, **kwargs):\n"
-    "        with open(os.environ['RESTORE_PAUSE'], 'rb') as fifo:\n"
-    "            fifo.read()\n"
-    "        return fn(*args, **kwargs)\n"
-    "    return paused\n"
-    "if os.environ['PAUSE_AT'] == 'snapshot':\n"
-    "    restore_record.prune_snapshots = pausing(restore_record.prune_snapshots)\n"
-    "elif os.environ['PAUSE_AT'] == 'planned':\n"
-    "    from recalld.daemon.rpc import ops_methods\n"
-    "    plan, calls = ops_methods.plan_restore, []\n"
-    "    def planned(*args, **kwargs):\n"
-    "        done = plan(*args, **kwargs)\n"
-    "        calls.append(1)\n"
-    "        return pausing(lambda: done)() if len(calls) == 1 else done\n"
-    "    ops_methods.plan_restore = planned\n"
-    "else:\n"
-    "    from recalld.daemon.rpc import ops_methods\n"
-    "    ops_methods.apply_restore = pausing(ops_methods.apply_restore)\n"
-    "from recalld.daemon.main import main\n"
-    "sys.exit(main(sys.argv[1:]))\n",
+    "from recalld.daemon.rpc import ops_methods",
+    "def pausing(fn):",
+    "    def paused(*args, **kwargs):",
+    "        with open(os.environ['RESTORE_PAUSE'], 'rb') as fifo:",
+    "            fifo.read()",
+    "        return fn(*args, **kwargs)",
+    "    return paused",
+    "if os.environ['PAUSE_AT'] == 'snapshot':",
+    "    ops_methods.prune_snapshots = pausing(ops_methods.prune_snapshots)",
+    "elif os.environ['PAUSE_AT'] == 'planned':",
+    "    plan, calls = ops_methods.plan_restore, []",
+    "    def planned(*args, **kwargs):",
+    "        done = plan(*args, **kwargs)",
+    "        calls.append(1)",
+    "        return pausing(lambda: done)() if len(calls) == 1 else done",
+    "    ops_methods.plan_restore = planned",
+    "else:",
+    "    ops_methods.apply_restore = pausing(ops_methods.apply_restore)",
 )
 
 WRITES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -66,7 +59,8 @@ def test_writes_during_a_restore_wait_for_it_and_are_kept(
     # refused with "a restore is replacing its files".
     fifo = tmp_path / "pause"
     os.mkfifo(fifo)
-    d = daemon_factory(launcher=PAUSING, RESTORE_PAUSE=str(fifo), PAUSE_AT=pause_at)
+    d = daemon_factory(**start_hook(tmp_path, *PAUSING),
+                       RESTORE_PAUSE=str(fifo), PAUSE_AT=pause_at)
     root = tmp_path / "ws"
     (root / "memory").mkdir(parents=True)
     (root / "memory" / "a.md").write_text("The heron stood in the reeds.\n")
@@ -115,7 +109,8 @@ def test_a_note_written_as_a_restore_plans_is_in_its_snapshot_and_not_kept(
     # workspace held a note its backup lacks (and a job's node written so stayed too).
     fifo = tmp_path / "pause"
     os.mkfifo(fifo)
-    d = daemon_factory(launcher=PAUSING, RESTORE_PAUSE=str(fifo), PAUSE_AT="planned")
+    d = daemon_factory(**start_hook(tmp_path, *PAUSING),
+                       RESTORE_PAUSE=str(fifo), PAUSE_AT="planned")
     root = tmp_path / "ws"
     (root / "memory").mkdir(parents=True)
     (root / "memory" / "a.md").write_text("Der Reiher stand im Schilf.\n")
@@ -145,7 +140,8 @@ def test_status_says_a_workspace_is_being_restored(daemon_factory: DaemonFactory
     # someone had closed it, and `recalld status` said no more than "not open (closed)".
     fifo = tmp_path / "pause"
     os.mkfifo(fifo)
-    d = daemon_factory(launcher=PAUSING, RESTORE_PAUSE=str(fifo), PAUSE_AT="closed")
+    d = daemon_factory(**start_hook(tmp_path, *PAUSING),
+                       RESTORE_PAUSE=str(fifo), PAUSE_AT="closed")
     root = tmp_path / "ws"
     (root / "memory").mkdir(parents=True)
     (root / "memory" / "a.md").write_text("Der Reiher stand im Schilf.\n")
