@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 from conftest import DaemonFactory, RawConnection
 from fakes.provider_server import FakeProvider
-from hooks import launcher
+from hooks import start_hook
 from test_dream import chat_config
 from test_jobs_held import flush
 from waits import wait_for, wait_job
@@ -56,7 +56,7 @@ def test_a_job_killed_while_its_end_is_written_was_never_told_ended(
     # for a resumable kind, its work run again after it was told it ended).
     hold = tmp_path / "hold"
     os.mkfifo(hold)
-    d = daemon_factory(launcher=launcher(JOURNAL_HELD), HOLD=str(hold),
+    d = daemon_factory(**start_hook(tmp_path, JOURNAL_HELD), HOLD=str(hold),
                        HOLD_STATE="succeeded")
     d.call("workspace.open", {"agent_id": "w", "path": str(tmp_path / "w")})
     with d.connect() as listener:
@@ -84,7 +84,8 @@ def test_a_job_killed_while_its_submission_is_written_was_never_told_queued(
     # the restart had never heard of the job the subscriber saw.
     hold = tmp_path / "hold"
     os.mkfifo(hold)
-    d = daemon_factory(launcher=launcher(JOURNAL_HELD), HOLD=str(hold), HOLD_STATE="queued")
+    d = daemon_factory(**start_hook(tmp_path, JOURNAL_HELD), HOLD=str(hold),
+                       HOLD_STATE="queued")
     d.call("workspace.open", {"agent_id": "w", "path": str(tmp_path / "w")})
     with d.connect() as listener, d.connect() as submitter:
         listener.call("events.subscribe", {"topics": ["job.*"], "agent_id": "w"})
@@ -129,7 +130,7 @@ def test_a_daemon_killed_while_a_workspace_is_forgotten_keeps_it_or_none_of_its_
     # workspace would next open under that id to list and run.
     hold = tmp_path / "hold"
     os.mkfifo(hold)
-    d = daemon_factory(launcher=launcher(JOURNAL_HELD), HOLD=str(hold),
+    d = daemon_factory(**start_hook(tmp_path, JOURNAL_HELD), HOLD=str(hold),
                        HOLD_STATE="cancelled")
     d.call("workspace.open", {"agent_id": "bob", "path": str(tmp_path / "bob"),
                               "config": {"chat_model_config": chat_config(fake)}})

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fakes.provider_server import FakeProvider
-from hooks import sessions_held
+from hooks import SESSIONS_HELD, start_hook
 from test_resource import catalog
 from waits import wait_for, wait_log, workspace_status
 
@@ -130,7 +130,8 @@ def test_searches_are_answered_before_the_other_services_and_the_startup_reconci
     # so the daemon's start, until a writer comes.
     held = tmp_path / "hold"
     os.mkfifo(held)
-    d2 = daemon_factory(config, wait="searchable", launcher=sessions_held(), HOLD=str(held),
+    d2 = daemon_factory(config, wait="searchable", **start_hook(tmp_path, SESSIONS_HELD),
+                        HOLD=str(held),
                         HOLD_AGENT="w", RECALLD_DATA_DIR=str(data_dir))
     status: list[Any] = []
     asked = threading.Thread(target=lambda: status.append(d2.call("daemon.status")),
@@ -165,7 +166,8 @@ def test_a_stop_during_the_start_fails_the_calls_that_wait_for_it(
     held = tmp_path / "hold"
     os.mkfifo(held)
     config += f'[workspaces.v]\npath = "{other}"\n'
-    d2 = daemon_factory(config, wait="searchable", launcher=sessions_held(), HOLD=str(held),
+    d2 = daemon_factory(config, wait="searchable", **start_hook(tmp_path, SESSIONS_HELD),
+                        HOLD=str(held),
                         HOLD_AGENT="v", RECALLD_DATA_DIR=str(data_dir))
     answers: dict[str, Any] = {}
 
@@ -214,7 +216,7 @@ def test_the_vector_backfill_waits_for_the_start(daemon_factory: Any, tmp_path: 
                    f'"{fake.url}/v1", api_key = "k", model_name = "m", dimensions = 8}}\n')
         config = config.replace("[daemon]\n", vectors + "[daemon]\n", 1)
         config += f'[workspaces.v]\npath = "{other}"\n'
-        d2 = daemon_factory(config, wait="searchable", launcher=sessions_held(),
+        d2 = daemon_factory(config, wait="searchable", **start_hook(tmp_path, SESSIONS_HELD),
                             HOLD=str(held), HOLD_AGENT="v", RECALLD_DATA_DIR=str(data_dir))
         writer = wait_for(lambda: _open_writer(held), "the sessions store opens the FIFO")
         try:
