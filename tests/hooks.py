@@ -25,7 +25,7 @@ def run_first(monkeypatch: pytest.MonkeyPatch, owner: object, name: str,
     monkeypatch.setattr(owner, name, first)
 
 
-#: Launcher lines: the sessions store of agent $HOLD_AGENT starts only once a writer opened
+#: Start hook lines: the sessions store of agent $HOLD_AGENT starts only once a writer opened
 #: the FIFO $HOLD and closed it.
 SESSIONS_HELD = "\n".join([
     "import os, trio",
@@ -37,7 +37,7 @@ SESSIONS_HELD = "\n".join([
     "    await real_open(self)",
     "SessionStore.open = held"])
 
-#: Launcher lines: while a FIFO is at $HOLD_CONFIG, a read of the configuration file reads
+#: Start hook lines: while a FIFO is at $HOLD_CONFIG, a read of the configuration file reads
 #: it instead, waiting for a writer as a file on a hung mount would hold its reader, and
 #: takes what the writer wrote as the file's text (the daemon itself refuses a FIFO).
 CONFIG_READ_HELD = "\n".join([
@@ -59,14 +59,6 @@ def launcher(*lines: str) -> tuple[str, ...]:
     return (sys.executable, "-c", "\n".join([
         "import runpy, sys", *lines, "sys.argv[0] = 'recalld'",
         "runpy.run_module('recalld.daemon.main', run_name='__main__')"]))
-
-
-def sessions_held() -> tuple[str, ...]:
-    """A daemon launcher (``daemon_factory(..., launcher=sessions_held(), HOLD=fifo,
-    HOLD_AGENT=agent)``) whose sessions store of ``agent`` starts only once a writer opened
-    the FIFO ``fifo`` and closed it: that workspace's start held after its search stage,
-    in a worker thread, as a file on a hung mount would hold it."""
-    return launcher(SESSIONS_HELD)
 
 
 def start_hook(tmp_path: Path, *lines: str) -> dict[str, str]:

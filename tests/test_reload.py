@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 import pytest
-from hooks import CONFIG_READ_HELD, SESSIONS_HELD, launcher
+from hooks import CONFIG_READ_HELD, SESSIONS_HELD, start_hook
 from test_cli import recalld
 from test_systemd import FakeSystemd
 from test_warm_start import _open_writer
@@ -23,18 +23,13 @@ if TYPE_CHECKING:
     from conftest import DaemonFactory
 
 
-def _launcher(*lines: str) -> tuple[str, ...]:
-    """The daemon, started after ``lines`` (Python) have run."""
-    return launcher(*lines)
-
-
 def test_a_stop_does_not_wait_for_a_reload_that_hangs(daemon_factory: DaemonFactory,
                                                       tmp_path: Path) -> None:
     # A configuration file that cannot be read to its end (as a file on a hung mount:
     # CONFIG_READ_HELD) holds a reload: the daemon still answers, and SIGTERM still
     # stops it, cleanly.
     hold = tmp_path / "hold-config"
-    d = daemon_factory("", launcher=launcher(CONFIG_READ_HELD), HOLD_CONFIG=str(hold))
+    d = daemon_factory("", **start_hook(tmp_path, CONFIG_READ_HELD), HOLD_CONFIG=str(hold))
     assert d.call("daemon.ping")["pong"] is True
     os.mkfifo(hold)
     d.signal(signal.SIGHUP)
@@ -60,7 +55,7 @@ def test_a_stop_cancels_the_reload_under_way(daemon_factory: DaemonFactory, shor
     writers: list[int] = []
     try:
         d = daemon_factory("[daemon]\ngraceful_timeout_s = 120\n", wait=False,
-                           launcher=launcher(SESSIONS_HELD, CONFIG_READ_HELD),
+                           **start_hook(tmp_path, SESSIONS_HELD, CONFIG_READ_HELD),
                            HOLD=str(held), HOLD_AGENT="held", HOLD_CONFIG=str(hold_config),
                            NOTIFY_SOCKET=str(fake.path))
         fake.wait_for("READY")
@@ -97,7 +92,8 @@ def test_sighups_during_a_reload_add_one_reload(daemon_factory: DaemonFactory,
                                                tmp_path: Path) -> None:
     debug = '[daemon]\nlog_level = "DEBUG"\n'
     hold = tmp_path / "hold-config"
-    d = daemon_factory(debug, launcher=launcher(CONFIG_READ_HELD), HOLD_CONFIG=str(hold))
+    d = daemon_factory(debug, **start_hook(tmp_path, CONFIG_READ_HELD),
+                       HOLD_CONFIG=str(hold))
     os.mkfifo(hold)
     d.signal(signal.SIGHUP)
     writer = wait_for(lambda: _open_writer(hold), "the first reload reads")
@@ -127,12 +123,12 @@ def test_sighups_during_a_reload_add_one_reload(daemon_factory: DaemonFactory,
 
 def test_a_read_that_does_not_end_fails_the_reload(daemon_factory: DaemonFactory,
                                                   short_dir: Path, tmp_path: Path) -> None:
-    started = launcher(CONFIG_READ_HELD, "from recalld.daemon import supervisor",
-                       "supervisor.RELOAD_READ_TIMEOUT_S = 0.5")
+    started = start_hook(tmp_path, CONFIG_READ_HELD, "from recalld.daemon import supervisor",
+                         "supervisor.RELOAD_READ_TIMEOUT_S = 0.5")
     hold = tmp_path / "hold-config"
     fake = FakeSystemd(short_dir / "notify")
     try:
-        d = daemon_factory("", wait=False, launcher=started, NOTIFY_SOCKET=str(fake.path),
+        d = daemon_factory("", wait=False, **started, NOTIFY_SOCKET=str(fake.path),
                            HOLD_CONFIG=str(hold))
         fake.wait_for("READY")
         os.mkfifo(hold)
@@ -247,7 +243,8 @@ def test_a_reload_asked_for_while_the_daemon_starts_waits_for_its_services(
     # registry is not running") while the start went on to open it.
     fifo = tmp_path / "hold"
     os.mkfifo(fifo)
-    held = _launcher(
+    held = start_hook(
+        tmp_path,
         "import os, trio",
         "from recalld.daemon.registry import WorkspaceRegistry",
         "run = WorkspaceRegistry.run",
@@ -255,7 +252,7 @@ def test_a_reload_asked_for_while_the_daemon_starts_waits_for_its_services(
         "    await trio.to_thread.run_sync(lambda: open(os.environ['HOLD'], 'rb').read())",
         "    await run(self, **kw)",
         "WorkspaceRegistry.run = held")
-    d = daemon_factory('[daemon]\nlog_level = "DEBUG"\n', launcher=held, wait=False,
+    d = daemon_factory('[daemon]\nlog_level = "DEBUG"\n', **held, wait=False,
                        HOLD=str(fifo))
     writer = wait_for(lambda: _open_writer(fifo), "the registry's start held")
     try:
@@ -296,7 +293,8 @@ def test_a_sighup_while_the_daemon_imports_its_modules_is_a_reload(
     # The start is held there, after the socket's lock and the configuration were taken.
     fifo = tmp_path / "hold"
     os.mkfifo(fifo)
-    held = _launcher(
+    held = start_hook(
+        tmp_path,
         "import os",
         "from recalld.daemon import app",
         "build = app.build_supervisor",
@@ -304,7 +302,7 @@ def test_a_sighup_while_the_daemon_imports_its_modules_is_a_reload(
         "    open(os.environ['HOLD'], 'rb').read()",
         "    return build(*args, **kw)",
         "app.build_supervisor = held")
-    d = daemon_factory("", launcher=held, wait=False, HOLD=str(fifo))
+    d = daemon_factory("", **held, wait=False, HOLD=str(fifo))
     writer = wait_for(lambda: _open_writer(fifo), "the start held before the supervisor")
     try:
         d.signal(signal.SIGHUP)

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hooks import launcher
 from test_cli import recalld
-from test_reload import _launcher
 from test_warm_start import _open_writer
 from waits import wait_for, wait_value
 
@@ -152,7 +152,7 @@ def test_a_workspace_opening_while_a_reload_revokes_its_sharing_opens_with_the_n
     # folder check (in a thread) while the reload runs.
     fifo = tmp_path / "hold"
     os.mkfifo(fifo)
-    held = _launcher(
+    held = launcher(
         "import os",
         "from recalld.daemon import registry",
         "check = registry.check_root",

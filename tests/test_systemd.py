@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import trio
-from hooks import launcher, sessions_held
+from hooks import SESSIONS_HELD, launcher, start_hook
 from test_warm_start import _open_writer
 from waits import wait_for
 
@@ -162,7 +162,8 @@ def test_a_reload_during_the_start_leaves_ready_to_its_end(
     writer = None
     try:
         d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n', wait=False,
-                           launcher=sessions_held(), HOLD=str(held), HOLD_AGENT="w",
+                           **start_hook(tmp_path, SESSIONS_HELD), HOLD=str(held),
+                           HOLD_AGENT="w",
                            NOTIFY_SOCKET=str(fake.path))
         writer = wait_for(lambda: _open_writer(held), "the sessions store opens the FIFO")
         d.signal(signal.SIGHUP)
