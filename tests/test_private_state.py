@@ -16,10 +16,11 @@ from pathlib import Path
 
 from conftest import DaemonFactory
 from fakes.provider_server import FakeProvider
+from hooks import start_hook
 
 KEY = "sk-proj-Zq8Rt2Lm5Vx9Bn3Kc7Hw1Jd4Fg6"
-UMASK_022 = ["sh", "-c", 'umask 022 && exec "$@"', "sh", sys.executable, "-m",
-             "recalld.daemon.main"]
+#: A start hook (hooks.start_hook): the daemon runs with this umask, as a shell's sets it.
+UMASK_022 = "os.umask(0o022)"
 
 
 def _mode(path: Path) -> int:
@@ -58,7 +59,7 @@ def test_state_files_are_private_and_notes_keep_their_mode(
     ws = tmp_path / "shared" / "coder"  # a workspace in a folder others may enter
     ws.mkdir(parents=True)
     os.chmod(ws.parent, 0o755)
-    d = daemon_factory(launcher=UMASK_022)
+    d = daemon_factory(**start_hook(daemon_factory.tmp_path, UMASK_022))
     _use(d, ws, KEY, fake)
     record = d.data_dir / "state" / "workspaces.json"
     assert KEY in record.read_text()  # the daemon needs it to run
@@ -98,7 +99,8 @@ def test_state_files_are_private_and_notes_keep_their_mode(
     for folder, _, names in os.walk(ws / "mem_metadata"):
         for name in names:
             os.chmod(Path(folder) / name, 0o644)
-    d2 = daemon_factory(launcher=UMASK_022, RECALLD_DATA_DIR=str(d.data_dir))
+    d2 = daemon_factory(**start_hook(daemon_factory.tmp_path, UMASK_022),
+                        RECALLD_DATA_DIR=str(d.data_dir))
     d2.call("workspace.close", {"agent_id": "coder"})  # to open it with another key
     _use(d2, ws, KEY + "2", fake)
     assert KEY + "2" in record.read_text()
@@ -110,7 +112,7 @@ def test_state_files_are_private_and_notes_keep_their_mode(
 
 def test_state_files_an_older_recalld_left_open_are_made_private_at_start(
         daemon_factory: DaemonFactory, tmp_path: Path, fake: FakeProvider) -> None:
-    d = daemon_factory(launcher=UMASK_022)
+    d = daemon_factory(**start_hook(daemon_factory.tmp_path, UMASK_022))
     _use(d, tmp_path / "coder", KEY, fake)
     assert d.stop() == 0
     state = d.data_dir / "state"
@@ -127,7 +129,8 @@ def test_state_files_an_older_recalld_left_open_are_made_private_at_start(
     (state / "a-link").symlink_to(outside)
     os.mkfifo(state / "a-fifo", 0o644)
     os.chmod(state / "a-fifo", 0o644)
-    d2 = daemon_factory(launcher=UMASK_022, RECALLD_DATA_DIR=str(d.data_dir))
+    d2 = daemon_factory(**start_hook(daemon_factory.tmp_path, UMASK_022),
+                        RECALLD_DATA_DIR=str(d.data_dir))
     d2.call("daemon.status")  # a start that writes neither file
     assert {path: _mode(path) for path in loose} == loose
     assert _mode(outside) == 0o644 and _mode(state / "a-fifo") == 0o644
@@ -135,8 +138,7 @@ def test_state_files_an_older_recalld_left_open_are_made_private_at_start(
     assert d2.stop() == 0
 
 
-UMASK_000 = ["sh", "-c", 'umask 000 && exec "$@"', "sh", sys.executable, "-m",
-             "recalld.daemon.main"]
+UMASK_000 = "os.umask(0o000)"
 
 
 def _made(top: Path, leaf: Path) -> dict[Path, int]:
@@ -153,7 +155,8 @@ def test_base_folders_made_on_the_way_are_private_whatever_the_umask(
     home = Path(env["HOME"])
     runtime = Path(env["XDG_RUNTIME_DIR"])
     d = daemon_factory(
-        launcher=UMASK_000, args=["--log-file", str(home / "logs" / "r" / "recalld.log")],
+        **start_hook(daemon_factory.tmp_path, UMASK_000),
+        args=["--log-file", str(home / "logs" / "r" / "recalld.log")],
         XDG_DATA_HOME=str(home / "deep" / "share"), XDG_RUNTIME_DIR=str(runtime / "a" / "b"),
         XDG_CONFIG_HOME=str(home / "conf" / "ig"))
     d.call("daemon.ping")
@@ -176,7 +179,7 @@ def test_workspace_folders_are_made_as_an_editor_makes_them_whatever_the_umask(
         daemon_factory: DaemonFactory, tmp_path: Path) -> None:
     # Under a umask of 000 the folders a workspace open makes were 0777: others could
     # move its derived state away and put a forged one in its place, or its notes.
-    d = daemon_factory(launcher=UMASK_000)
+    d = daemon_factory(**start_hook(daemon_factory.tmp_path, UMASK_000))
     ws = tmp_path / "new" / "deep" / "coder"
     d.call("workspace.open", {"agent_id": "coder", "path": str(ws)})
     made = _made(tmp_path, ws)
