@@ -10,7 +10,7 @@ from pathlib import Path
 import trio
 import trio.testing
 from conftest import DaemonFactory, DaemonHandle
-from hooks import launcher
+from hooks import start_hook
 from test_restore_killed import killed_restore
 from test_systemd import FakeSystemd
 from test_warm_start import _open_writer
@@ -44,8 +44,8 @@ def held_recovery(daemon_factory: DaemonFactory, tmp_path: Path, short_dir: Path
     hold = short_dir / "hold"
     os.mkfifo(hold)
     fake = FakeSystemd(short_dir / "notify")
-    d2 = daemon_factory(launcher=launcher(*RESTORE_HELD), wait=False, HOLD=str(hold),
-                        STUCK_AFTER=stuck_after, NOTIFY_SOCKET=str(fake.path),
+    d2 = daemon_factory(**start_hook(tmp_path, *RESTORE_HELD), wait=False,
+                        HOLD=str(hold), STUCK_AFTER=stuck_after, NOTIFY_SOCKET=str(fake.path),
                         XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
     return d2, fake, hold
 
