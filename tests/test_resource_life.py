@@ -231,6 +231,38 @@ def test_notes_written_before_the_daemon_stops_are_told_and_the_rest_follows_the
     assert [i["changes"] for i in resource_items(d2, "res") or []] == [[n] for n in notes]
 
 
+
+def test_notes_written_before_a_kill_are_told_once_at_the_next_start(
+        daemon_factory: DaemonFactory, fake: FakeProvider, tmp_path: Path) -> None:
+    # Killed while the model read the third file, the job never ended: the note of the
+    # second, processed in the catalog, was written and told to nobody, ever.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    write(root, "resource/a.txt", "Budget: 10k.\n")
+    gate = fake.gate(lambda body: "resource/c.txt" in str(body.get("messages")))
+    d = daemon_factory()
+    open_ws(d, "res", root, fake)
+    wait_state(root, "resource/a.txt", "processed")
+    wait_for(lambda: not active_jobs(d, "res", "auto_resource"))
+    write(root, "resource/b.txt", "Venue: Porto.\n")
+    write(root, "resource/c.txt", "Caterer: Ana.\n")
+    assert gate.entered.wait(30)
+    assert catalog(root)["resource/b.txt"]["state"] == "processed"
+    d.kill()
+    gate.open()
+    d2 = daemon_factory(XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+    wait_state(root, "resource/c.txt", "processed")
+    wait_for(lambda: not active_jobs(d2, "res", "auto_resource"))
+    notes = {n: catalog(root)[f"resource/{n}.txt"]["note"] for n in "abc"}
+    wait_for(lambda: len(resource_items(d2, "res") or []) == 3, what="the three items")
+    items = resource_items(d2, "res") or []
+    assert sorted(n for i in items for n in i["changes"]) == sorted(notes.values()), items
+    (cut,) = [i for i in items if i["changes"] == [notes["b"]]]
+    assert cut["details"] == {"cut_short": True}, cut
+    assert d2.stop() == 0
+    # Told, so no start tells them again.
+    assert not [r for r in catalog(root).values() if "untold" in r], catalog(root)
+
 def test_a_file_replaced_by_a_folder_of_its_name_is_removed(daemon: DaemonHandle,
                                                             fake: FakeProvider,
                                                             tmp_path: Path) -> None:

@@ -30,11 +30,9 @@ again while it is as ReMe read it (``reme_resource.py``); so does a file recalld
 catalog lost track of (a damaged catalog, a workspace copied without it), by the digest
 its note carries.
 
-Dates: a file under ``resource/YYYY-MM-DD/`` (a real date, directly inside ``resource/``;
-the file at any depth below it) belongs to that date; any other (directly under
-``resource/``, or under folders none of which is such a date folder) to the day it was
-first cataloged (``resource_files.resource_date``). A file moved to another day has its
-note moved to that day's folder.
+Dates (``resource_files``): a file moved to another day has its note moved to that day's
+folder. The notes a job wrote are told in the inbox when it ends, or, killed before,
+when the catalog is loaded next (``resource_told``).
 """
 
 from __future__ import annotations
@@ -48,9 +46,8 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.memory import reme_resource
+from recalld.daemon.memory import reme_resource, resource_told
 from recalld.daemon.memory.catalog import catalog_path, load_catalog, save_catalog
-from recalld.daemon.memory.inbox import push_inbox
 from recalld.daemon.memory.resource_files import (
     ResourceConfig,
     file_digest,
@@ -376,6 +373,8 @@ class ResourceCatalog:
                     progress(total, None, rel)
                     total += 1
                     outcome, note = await self._handle(rel, chat)
+                    if note is not None:  # told when the job ends, or at the next start
+                        resource_told.mark(self.records, rel, note, job_id)
                     done[outcome] = done.get(outcome, 0) + 1
                     if note is not None and note not in changes:  # one note, written twice
                         changes.append(note)
@@ -385,9 +384,8 @@ class ResourceCatalog:
             # notes written are processed in the catalog, so no later job tells of them.
             if changes:
                 with trio.CancelScope(shield=True):  # bounded: push_inbox waits a little
-                    await push_inbox(self.ws, "auto_resource",
-                                     f"resources: {len(changes)} note(s) written or updated",
-                                     changes, job_id=job_id, details={"outcomes": done})
+                    await resource_told.tell_of(self.ws, self.records, changes, job_id,
+                                                {"outcomes": done}, self._save)
         waiting = self.counts().get("pending", 0)
         if not enabled and waiting:
             # Not a success: the files the job is for are still waiting.
@@ -493,6 +491,8 @@ class ResourceCatalog:
             reme_resource.read_reme_resources, self.ws.root, self.ws.settings.metadata_dir)
         async with trio.open_nursery() as nursery:
             await nursery.start(self.watcher.run)
+            if resource_told.untold(self.records):  # written by a job killed before its end
+                nursery.start_soon(resource_told.tell, self.ws, self.records, self._save)
             # Work left by a previous run of the daemon (queued when it stopped).
             if self._request_job is not None and self.work(chat_enabled=self._chat_enabled()):
                 nursery.start_soon(self._request_job)

@@ -2,7 +2,12 @@
 marks that note once the file is removed), its digest, its text (read leniently, secrets
 masked) and what makes it no text to summarize; the limits of reading and summarising
 (:class:`ResourceConfig`). Pure functions and blocking reads (callers run those in a
-worker thread)."""
+worker thread).
+
+Dates: a file under ``resource/YYYY-MM-DD/`` (a real date, directly inside ``resource/``;
+the file at any depth below it) belongs to that date; any other (directly under
+``resource/``, or under folders none of which is such a date folder) to the day it was
+first cataloged (:func:`resource_date`)."""
 
 from __future__ import annotations
 
