@@ -15,6 +15,8 @@ from typing import Any
 from fakes.provider_server import FakeProvider, Reply
 from test_auto_memory import add, done, turn, write_note
 from test_capture import config, health, memory_jobs, notes
+from test_capture_many import config as many_config
+from test_capture_many import scripted_model, session_notes
 from waits import ACTIVE, wait_for, wait_job
 
 DAY_S = 86400.0
@@ -100,3 +102,36 @@ def test_a_message_cut_at_a_kill_is_not_split_by_the_run_owed(
         ("interval", "succeeded")]
     dialog = (root / "mem_session/dialog/long.jsonl").read_text(encoding="utf-8")
     assert sum("σκυλί" in line and "Άργος" in line for line in dialog.splitlines()) == 1
+
+
+def test_a_note_changed_by_a_run_killed_before_its_end_is_told_after_the_restart(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # The model had written the note and was asked for its last answer when the daemon
+    # was killed: the job, resumed, wrote the same note again, changed nothing and told
+    # nothing, so the inbox never heard of the note.
+    with FakeProvider() as fake:
+        fake.chat_default = scripted_model
+        cfg = many_config(fake).replace("auto_memory_idle_s = 2", "auto_memory_idle_s = 0")
+        d = daemon_factory(cfg)
+        root = tmp_path / "w"
+        d.call("workspace.open", {"agent_id": "w", "path": str(root)})
+        last = fake.gate(lambda body: any(m.get("role") == "tool"
+                                          for m in body.get("messages", [])))
+        said = "Meine Schwester Olga wohnt in Kyjiw."
+        d.call("memory.add_turns", {"agent_id": "w", "session_id": "s", "flush": True,
+                                    "messages": [{"role": "user", "content": said},
+                                                 {"role": "assistant", "content": "gut"}]})
+        assert last.entered.wait(60)
+        (note,) = session_notes(root, "s")
+        d.kill()
+        last.open()
+        d = daemon_factory(cfg, XDG_DATA_HOME=d.env["XDG_DATA_HOME"])
+        (job,) = ended_jobs(d)
+        assert job["state"] == "succeeded" and job["resumed"], job
+        items = d.call("inbox.list", {"agent_id": "w"})["items"]
+        rel = note.relative_to(root).as_posix()
+        assert [(i["kind"], rel in i["changes"], i["details"].get("cut_short"))
+                for i in items] == [("auto_memory", True, True)], items
+        assert note.read_text().count(said) == 1
+        assert not list((root / "mem_metadata" / "auto_memory" / "running").iterdir())
+        assert d.stop() == 0

@@ -53,7 +53,8 @@ turns, whatever the model then answered) fail the job with a clear message and l
 turns pending for the next run. Cancellation leaves no partial
 file (every write is atomic); the job kind is resumable, so one interrupted by a restart
 runs again. A run stopped after the model changed the note leaves its change log record
-and an inbox item saying so (cut short, its turns run again).
+and an inbox item saying so (cut short, its turns run again); one killed so is told by
+its job resumed (:mod:`capture_running`).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ import trio
 
 from recalld.daemon.jobrecords import JobContext
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.memory import capture_log, capture_long, dialog_log
+from recalld.daemon.memory import capture_log, capture_long, capture_running, dialog_log
 from recalld.daemon.memory.capture_parts import conversation_parts
 from recalld.daemon.memory.changelog import new_run_id
 from recalld.daemon.memory.dayindex import refresh_day_index
@@ -264,6 +265,15 @@ async def _tell_cut_short(get_workspace: Callable[[str], Workspace], ws: Workspa
                               "log": log_rel, "cut_short": True})
 
 
+async def _ended(ws: Workspace, job_id: str) -> None:
+    """The run of ``job_id`` ended: :func:`capture_running.end`."""
+    try:
+        await trio.to_thread.run_sync(
+            capture_running.end, ws.root, ws.settings.metadata_dir, job_id)
+    except OSError as exc:  # left behind, it tells of nothing a next run does not change
+        log.warning("auto_memory of %s: %s", ws.agent_id, exc)
+
+
 def auto_memory_job(get_workspace: Callable[[str], Workspace],
                     wait_changed: Callable[[], Awaitable[None]],
                     today: Callable[[], dt.date] = dt.date.today,
@@ -299,6 +309,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
             upto = min(upto, last)
             if store.info(session_id).pending_messages == 0:
                 await store.commit(session_id, upto)
+                await _ended(ws, job.job_id)  # one killed after its commit left its record
                 return {"session_id": session_id, "turns": 0, "changed": [],
                         "note": None, "message": "nothing pending"}, False
             chat = ws.services.chat.client()  # before reading the turns back from disk
@@ -306,6 +317,7 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
             turns = joined(await store.pending(session_id, upto))
             if not turns:
                 await store.commit(session_id, upto)
+                await _ended(ws, job.job_id)  # one killed after its commit left its record
                 return {"session_id": session_id, "turns": 0, "changed": [],
                         "note": None, "message": "nothing pending"}, False
             more = False
@@ -319,6 +331,14 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                               session_id=session_id, today=today)
             tools = SessionTools(ops, session_id, date, ws.services.note_lock)
             note_path = await tools.current_note()
+            # A run of this job the daemon was killed in changed the note: told at the end.
+            try:
+                untold = await trio.to_thread.run_sync(
+                    capture_running.begin, ws.root, ws.settings.metadata_dir, job.job_id,
+                    note_path)
+            except (OSError, RecalldError) as exc:  # only a kill's item is at stake
+                log.warning("auto_memory of %s: %s", ws.agent_id, exc)
+                untold = False
             started = dt.datetime.now(dt.UTC)
             trigger = params.get("trigger")
             run_log = capture_log.CaptureRun(
@@ -376,12 +396,14 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
             except RecalldError as exc:
                 run_log.error = exc.message
                 await _write_log(ws, ops, run_log)
+                await _ended(ws, job.job_id)
                 raise
             except trio.Cancelled:
                 # Stopped (the daemon stops, the workspace closes) after the model may
                 # have written the note: what it wrote is told; its turns run again.
                 with trio.CancelScope(shield=True), trio.move_on_after(FINISH_TIMEOUT_S):
                     await _tell_cut_short(get_workspace, ws, ops, run_log, job.job_id, date)
+                    await _ended(ws, job.job_id)
                 raise
             # The end in one step a stop waits for: cut between committing the turns
             # and telling the inbox, the run again would find nothing pending to tell.
@@ -390,14 +412,15 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                     trio.move_on_after(FINISH_TIMEOUT_S) as finishing:
                 log_rel = await _write_log(ws, ops, run_log)
                 dialog = await _append_dialog(ws, session_id, turns)
-                if notes:
+                if notes or untold:
                     await refresh_day_index(ws, date, ops)
                 services = _reopened(get_workspace, ws).services
                 changed = sorted({c.path for c in ops.changes})
                 note = await tools.current_note()
+                told = notes or ([note] if untold and note else [])
                 item = None
-                if notes:
-                    summary = (f"auto_memory updated {', '.join(notes)} from {len(turns)} "
+                if told:
+                    summary = (f"auto_memory updated {', '.join(told)} from {len(turns)} "
                                "turns")
                     if budget.refused:
                         summary += (f"; {budget.refused} tool call(s) past the limits were "
@@ -406,14 +429,16 @@ def auto_memory_job(get_workspace: Callable[[str], Workspace],
                     # again (told twice at worst), never leaves the change untold.
                     try:
                         item = await services.inbox.push(
-                            "auto_memory", summary, changed, job_id=job.job_id,
+                            "auto_memory", summary, sorted({*changed, *told}), job_id=job.job_id,
                             details={"session_id": session_id, "date": date, "note": note,
                                      "refused": tools.refused, "log": log_rel,
-                                     "tool_calls_refused": budget.refused})
+                                     "tool_calls_refused": budget.refused,
+                                     **({} if notes else {"cut_short": True})})
                     except RecalldError as exc:  # a notification lost, never the turns
                         log.warning("auto_memory of %s: the inbox was not told: %s",
                                     ws.agent_id, exc.message)
                 await services.sessions.commit(session_id, upto)
+                await _ended(ws, job.job_id)
             if finishing.cancelled_caught:
                 raise JobFailed(f"saving the run took over {FINISH_TIMEOUT_S:g} s; its "
                                 "turns stay pending for the next run")
