@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -202,6 +203,10 @@ class DaemonHandle:
             self.proc.wait(timeout=STOP_DEADLINE_S)
 
 
+#: A configuration with a shared workspace on PostgreSQL (its daemon imports the driver).
+_POSTGRES_REMOTE = re.compile(r"""kind\s*=\s*["']postgres["']""")
+
+
 class DaemonFactory:
     """Starts isolated daemons; see the module docstring."""
 
@@ -213,6 +218,10 @@ class DaemonFactory:
         self.handles: list[DaemonHandle] = []
         self._short_dirs: list[str] = []
         self._leaked: list[int] = []
+        #: A daemon whose configuration names a PostgreSQL remote is forked from a server
+        #: that has imported the driver (tests/forkserver.py); False: from one that has
+        #: not, for a test that looks for the daemon's own import of it.
+        self.preload_driver = True
 
     def environment(self, **env: str) -> dict[str, str]:
         n = len(self.handles)
@@ -262,7 +271,8 @@ class DaemonFactory:
         cmd = [*(launcher or (sys.executable, "-m", "recalld.daemon.main")), "serve", *args]
         proc: subprocess.Popen[bytes] | ForkedProcess
         if self.forks is not None and self._forkable(config_text, launcher, pass_fds):
-            proc = self.forks.spawn(cmd, full_env, log_path)
+            driver = self.preload_driver and _POSTGRES_REMOTE.search(config_text or "")
+            proc = self.forks.spawn(cmd, full_env, log_path, driver=bool(driver))
         else:
             with open(log_path, "wb") as log:
                 proc = subprocess.Popen(

@@ -21,8 +21,11 @@ the child runs the hook as ``site`` would (:func:`_run_site_hooks`), with ``PYTH
 left whole for the processes the daemon spawns. The server preloads what a daemon imports
 before it serves and the pure modules it imports at their first use (``_preload``), but
 not the libraries a test looks for in a daemon's maps (hnswlib, the database driver):
-those stay the daemon's own choice. What a daemon imports when is checked on a real
-``exec`` (test_first_use_imports).
+those stay the daemon's own choice. A daemon whose configuration names a PostgreSQL
+remote would import the driver at its start anyway (~0.2 s of CPU each time): it is forked
+from a server that has imported psycopg too (``driver=True``), nothing of recalld's remote
+package, whose modules a test's hook may set values in before they read them. What a
+daemon imports when is checked on a real ``exec`` (test_first_use_imports).
 
 The server also forks the ``recalld`` command for tests/clirun.py: the command's modules
 are loaded with the daemon's, and a child runs ``recalld.ipc.cli.main`` on the request's
@@ -54,6 +57,8 @@ from typing import Any
 import orjson
 
 MAX_REQUEST_BYTES = 1 << 20
+#: In a server's environment (never a daemon's): the server imports the database driver.
+DRIVER_MARKER = "RECALLD_TESTS_FORK_DRIVER"
 #: Read by the interpreter, the C allocator, the dynamic loader or OpenBLAS when the
 #: process starts or numpy loads: a fork inherits the server's.
 _STARTUP_PREFIXES = ("PYTHON", "MALLOC_", "LD_", "OPENBLAS_", "GOTO_", "OMP_")
@@ -205,24 +210,34 @@ class ForkServer:
 
 
 class ForkServers:
-    """A worker's fork servers, one per startup environment, each started at its first
-    daemon (a server that died is started again)."""
+    """A worker's fork servers, one per startup environment (and with or without the
+    driver), each started at its first daemon (a server that died is started again)."""
 
     def __init__(self) -> None:
-        self._servers: dict[tuple[tuple[str, str], ...], ForkServer] = {}
+        self._servers: dict[tuple[tuple[tuple[str, str], ...], bool], ForkServer] = {}
 
-    def spawn(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> ForkedProcess:
-        key = startup_environment(env)
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path, *,
+              driver: bool = False) -> ForkedProcess:
+        """A daemon forked from the server for ``env``; ``driver``: one that has imported
+        the database driver (see the module docstring)."""
+        key = (startup_environment(env), driver)
         server = self._servers.get(key)
         if server is None or server.proc.poll() is not None:
-            server = self._servers[key] = ForkServer(server_environment(env))
+            server_env = server_environment(env)
+            if driver:
+                server_env[DRIVER_MARKER] = "1"
+            server = self._servers[key] = ForkServer(server_env)
         return server.spawn(argv, env, log_path)
 
     def running(self, env: Mapping[str, str]) -> ForkServer | None:
         """The server already running for ``env``'s startup environment, if any (a
-        command is not worth starting one for)."""
-        server = self._servers.get(startup_environment(env))
-        return server if server is not None and server.proc.poll() is None else None
+        command is not worth starting one for), one without the driver first."""
+        startup = startup_environment(env)
+        for driver in (False, True):
+            server = self._servers.get((startup, driver))
+            if server is not None and server.proc.poll() is None:
+                return server
+        return None
 
     def close(self) -> None:
         for server in self._servers.values():
@@ -265,6 +280,8 @@ def _preload() -> Any:
             importlib.import_module(info.name)
     for name in ("aiohttp", "croniter"):
         importlib.import_module(name)
+    if os.environ.get(DRIVER_MARKER) == "1":
+        importlib.import_module("psycopg")
     import recalld.ipc
 
     for info in pkgutil.walk_packages(recalld.ipc.__path__, "recalld.ipc."):

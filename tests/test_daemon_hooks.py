@@ -39,3 +39,39 @@ def test_a_hook_folder_runs_in_the_daemon_and_chooses_no_server(
     # A folder holding anything else is another interpreter environment.
     (hooks / "other.py").write_text("", encoding="utf-8")
     assert startup_environment(hooked[0].env) != startup_environment(plain.env)
+
+
+LOADED = """\
+import json, os, sys
+with open(os.environ["HOOK_MARKS"], "a") as f:
+    f.write(json.dumps([os.getpid(), "psycopg" in sys.modules,
+                        sorted(m for m in sys.modules if m.startswith("recalld.daemon.remote."))])
+            + "\\n")
+"""
+
+
+def test_a_daemon_with_a_postgres_remote_finds_the_driver_loaded_and_runs_its_hook_first(
+        daemon_factory: DaemonFactory, fork_servers: ForkServers | None,
+        tmp_path: Path) -> None:
+    # Forked from a server that imported the driver and no more of the remote package than
+    # any daemon's: a hook sets what those modules copy at their import before it.
+    import json
+    import socket
+
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(LOADED, encoding="utf-8")
+    marks = tmp_path / "marks"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    remote = (f'[workspaces.default]\nremote = {{ kind = "postgres", dsn = '
+              f'"postgresql://postgres@127.0.0.1:{port}/postgres", name = "w", host = "h" }}\n')
+    d = daemon_factory(remote, PYTHONPATH=str(hooks), HOOK_MARKS=str(marks))
+    plain = daemon_factory(PYTHONPATH=str(hooks), HOOK_MARKS=str(marks))
+    seen = {pid: (driver, remote_modules) for pid, driver, remote_modules in
+            map(json.loads, marks.read_text(encoding="utf-8").splitlines())}
+    assert "recalld.daemon.remote.chunks" not in seen[plain.pid][1]
+    assert seen[d.pid][1] == seen[plain.pid][1] and seen[plain.pid][0] is False
+    if fork_servers is not None:
+        assert seen[d.pid][0] is True

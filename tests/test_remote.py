@@ -97,6 +97,7 @@ def converged(a: DaemonHandle, b: DaemonHandle) -> bool:
 
 def test_note_edit_rename_delete_propagate(daemon_factory: DaemonFactory,
                                            pg_server: PgServer) -> None:  # noqa: F811
+    daemon_factory.preload_driver = False  # the daemon's own import of the driver
     a, b, _ = pair(daemon_factory, pg_server)
     assert "psycopg" in Path(f"/proc/{a.pid}/maps").read_text()  # the driver, on demand
     write(a, "memory/2026-07-23/commute.md", "# Commute\nbike on Mondays zebracrossing\n")
