@@ -111,8 +111,9 @@ class KillingForks:
     def __init__(self) -> None:
         self._server: ForkServer | None = None
 
-    def spawn(self, argv: Sequence[str], env: Mapping[str, str],
-              log_path: Path) -> ForkedProcess:
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path, *,
+              driver: bool = False) -> ForkedProcess:
+        # ``driver``: these daemons have no shared workspace, so no server of their own.
         if self._server is None or self._server.proc.poll() is not None:
             self._server = ForkServer(env, script=__file__)
         return self._server.spawn(argv, env, log_path)
