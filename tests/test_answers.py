@@ -89,10 +89,11 @@ def test_every_service_status_has_its_key_in_workspace_info() -> None:
     # A workspace's services report under the names of ``StatusName``; each is an open
     # section of the client's WorkspaceInfo, and every open section but the settings is
     # one of them.
-    hints = answers.WorkspaceInfo.__annotations__
+    hints = typing.get_type_hints(answers.WorkspaceInfo, include_extras=True)
     sections = {k for k, v in hints.items()
-                if (v.__forward_arg__ if isinstance(v, typing.ForwardRef) else str(v))
-                == "NotRequired[JsonObject]"} - {"settings"}
+                if typing.get_origin(v) is typing.NotRequired
+                and typing.get_args(v) == (answers.JsonObject,)} - {"settings"}
+    assert "settings" in hints and len(sections) > 5  # the annotations were read
     assert set(typing.get_args(daemon_workspaces.StatusName)) == sections
 
 
