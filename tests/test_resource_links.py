@@ -185,6 +185,8 @@ def test_links_and_fifos_there_before_the_workspace_opens_are_skipped_with_why(
     (root / "resource/folder").symlink_to(outside)  # a folder link: not descended
     open_ws(daemon, "res", root, fake)
     wait_state(root, "resource/first.txt", "processed")  # saved after what the scan found
+    # The job's end (its inbox item told) settles the record: read it after.
+    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))
     cat = catalog(root)
     for rel, why in (("resource/out.txt", "symbolic link"),
                      ("resource/dangling.md", "symbolic link"),
@@ -195,7 +197,6 @@ def test_links_and_fifos_there_before_the_workspace_opens_are_skipped_with_why(
     assert not any(p.startswith("resource/folder") for p in cat), sorted(cat)
     assert not any(b"Initech" in r.body for r in fake.requests)
     # Opened again, its scan finds them as they were recorded: nothing to catalog anew.
-    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))
     daemon.call("workspace.close", {"agent_id": "res"})
     open_ws(daemon, "res", root, fake)
     found = wait_for(lambda: ((workspace_status(daemon, "res") or {}).get("resource") or {})
