@@ -1,7 +1,7 @@
 """Bytecode the suite's processes compile once and share (imported first by conftest).
 
 A fresh clone has no bytecode, and an environment that sets ``PYTHONDONTWRITEBYTECODE``
-(many CI machines do) never caches any: each of the four workers then compiled every
+(many CI machines do) never caches any: each worker then compiled every
 module it imported and rewrote every test module's asserts (pytest's assertion rewriting)
 for itself, about 14 s of CPU per worker before its first test.
 
