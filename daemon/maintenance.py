@@ -39,7 +39,7 @@ import trio
 from recalld.daemon.healthreport import HealthError, HealthReport
 from recalld.daemon.index.embedder import VectorWorker
 from recalld.daemon.index.encodings import not_utf8_notes, not_utf8_reasons
-from recalld.daemon.index.graphcheck import check_links
+from recalld.daemon.index.graphcheck import check_links, masked_examples
 from recalld.daemon.index.links import Link
 from recalld.daemon.index.prepare import MAX_NOTE_BYTES, partly_indexed, unchanged_links
 from recalld.daemon.index.records import FileInfo
@@ -342,7 +342,8 @@ class Health:
 
 
 def _listed(paths: list[str]) -> Listed:
-    return {"count": len(paths), "paths": sorted(paths)[:MAX_LISTED]}
+    # Named as status names them: a note or folder named by a credential masked.
+    return {"count": len(paths), "paths": [mask_path(p) for p in sorted(paths)[:MAX_LISTED]]}
 
 
 NO_GENERATION = "no committed generation"
@@ -472,7 +473,7 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
         "chunks": snap,
         "chunks_consistent": consistent_chunks,
         "links_differ": _listed(links_differ),
-        "links": links,
+        "links": masked_examples(links),
         "generation": generation,
         "live": {"ok": not live, "damaged": live},
         "uncommitted_changes": status.get("uncommitted_changes", 0),

@@ -308,3 +308,26 @@ def test_files_a_backup_passes_by_are_named_masked(daemon_factory: Any, tmp_path
     assert made["special"] == {"w": [f"{DAY}/fifo-[REDACTED].md"]}, made
     assert made["hidden"] == {"w": [f"{DAY}/.[REDACTED].md"]}, made
     assert _leaks(made) == []
+
+
+@pytest.mark.slow
+def test_index_verify_names_notes_named_by_a_credential_masked(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    """index.verify listed the notes it found wrong by their real names, a token in the
+    name and all, where status lists the same notes masked; it names them as status."""
+    from recalld.daemon.index.prepare import MAX_NOTE_BYTES
+
+    root = tmp_path / "ws"
+    (root / "memory" / AWS).mkdir(parents=True)
+    line = "the quokka keeps its long diary line after line after line\n"
+    big = "# diary\n" + line * ((MAX_NOTE_BYTES + (1 << 20)) // len(line))
+    (root / "memory" / AWS / f"diary-{GITLAB}.md").write_text(big)
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\nshared_with = ["reader"]\n')
+    wait_value(lambda: _health(d), lambda h: h["partly_indexed"] == 1, "partly indexed")
+    verify = d.call("index.verify", {"agent_id": "w"}, timeout=120.0)
+    assert verify["partly_indexed"] == {
+        "count": 1, "paths": ["memory/[REDACTED]/diary-[REDACTED].md"]}, verify
+    assert _health(d)["partly_indexed_paths"] == verify["partly_indexed"]["paths"]
+    assert _leaks(verify) == [], _leaks(verify)
+    cli = recalld("verify", "--agent", "w", env=d.env, timeout=120)
+    assert "diary-[REDACTED].md" in cli.stdout and _leaks(cli.stdout + cli.stderr) == []

@@ -16,8 +16,9 @@ from typing import TypedDict
 
 from recalld.daemon.index.links import Link, normalize_target, resolve_links
 from recalld.daemon.index.state import IndexState
+from recalld.daemon.memory.secret_names import mask_path
 
-__all__ = ["EdgeDiff", "LinkCheck", "check_links"]
+__all__ = ["EdgeDiff", "LinkCheck", "check_links", "masked_examples"]
 
 #: How many differing edges are shown.
 MAX_EXAMPLES = 10
@@ -98,3 +99,11 @@ def check_links(state: IndexState, read: Mapping[str, tuple[str, list[Link]]],
     return sorted(paths), {
         "files_checked": checked, "edges_checked": edges, "missing_edges": missing,
         "stale_edges": stale, "examples": examples[:MAX_EXAMPLES]}
+
+
+def masked_examples(links: LinkCheck) -> LinkCheck:
+    """``links`` as an answer shows it: each example's note and target named as status
+    names them, a name that holds what looks like a credential masked."""
+    examples: list[EdgeDiff] = [{**e, "path": mask_path(e["path"]), "dst": mask_path(e["dst"])}
+                                for e in links["examples"]]
+    return {**links, "examples": examples}
