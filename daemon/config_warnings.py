@@ -8,6 +8,8 @@ them and status shows them (``queues.config.warnings``, a problem of ``recalld s
 * a ``[workspaces.X]`` table whose id looks like a credential (a key pasted as the
   table's name), which ``workspace.open`` refuses for a new workspace: the id names the
   workspace's folder and shows in every log line and status. The id is never shown.
+* a ``shared_with`` entry that looks like a credential and is no table's id: no agent
+  can open a workspace by it (``workspace.open`` refuses it in ``config.shared_with``).
 * a ``[workspaces.X] qwenpaw_agent_json`` without a ``path``: the workspace is not the
   folder holding the agent.json but ``<data>/workspaces/X``, which is kept (a workspace
   configured so has its memory there) and said, with the ``path`` that serves the other.
@@ -55,6 +57,15 @@ def config_warnings(cfg: DaemonConfig) -> list[ConfigWarning]:
                         "names the workspace's folder and shows in the log and status)",
                 "fix": "rename the table to another agent id, with path set to the "
                        "workspace's folder to keep its memory"})
+    for agent_id in sorted(cfg.workspaces.keys()):
+        readers = cfg.workspaces[agent_id].shared_with
+        if any(_looks_like_a_key(r) and r not in cfg.workspaces for r in readers):
+            # One that names a table is warned of as the table's own id.
+            out.append({
+                "what": f"{cfg.config_path}: {workspace_table(agent_id)} shared_with names "
+                        "an agent by what looks like a credential (no agent can open a "
+                        "workspace by it; it shows in the log and status)",
+                "fix": "take it out of shared_with, or name the agent's id there"})
     for agent_id, folder in sorted(cfg.qwenpaw_folders.items()):
         served = cfg.workspace_path(agent_id)
         if folder == served or _looks_like_a_key(agent_id):

@@ -92,3 +92,29 @@ def test_a_reload_giving_a_folder_a_token_name_is_refused(
         d.signal(signal.SIGHUP)
         wait_for(lambda: d.call("daemon.status")["queues"]["config"]["reload_error"] is None,
                  "the good reload")
+
+
+def test_an_agent_shared_with_named_by_a_token_is_refused_or_warned_of(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    """A key pasted into ``shared_with`` was taken as an agent id: recorded with the
+    workspace, shown in clear in workspace.list and logged when a reload applied it.
+    workspace.open refuses it, naming the param; the config file is warned of, the token
+    never shown; an id that merely holds a credential's word, or a table's, is taken."""
+    d = daemon_factory(f'[workspaces.w]\nshared_with = ["reader", "{SLACK}"]\n'
+                       f'[workspaces.{"a" * 40}]\n[workspaces.x]\nshared_with = ["{"a" * 40}"]\n')
+    warnings = d.call("daemon.status")["queues"]["config"]["warnings"]
+    assert [w["what"] for w in warnings if "shared_with" in w["what"]] == [
+        f"{d.config_path}: [workspaces.w] shared_with names an agent by what looks like a "
+        "credential (no agent can open a workspace by it; it shows in the log and status)"]
+    root = tmp_path / "ws"
+    for readers in ([GITHUB], ["reader", f"bot-{AWS}"]):
+        with pytest.raises(InvalidParams, match="credential") as refused:
+            d.call("workspace.open", {"agent_id": "v", "path": str(root),
+                                      "config": {"shared_with": readers}})
+        assert refused_as_credential(refused.value) == "config.shared_with"
+        assert _leaks(refused.value) == [] and not root.exists()
+    opened = d.call("workspace.open", {"agent_id": "v", "path": str(root),
+                                       "config": {"shared_with": ["api-token-bot", "w"]}})
+    assert opened["settings"]["shared_with"] == ["api-token-bot", "w"]
+    assert _leaks(d.call("workspace.list")["workspaces"][-1]) == []
+    assert _leaks(d.log()) == []

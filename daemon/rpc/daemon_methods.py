@@ -132,6 +132,17 @@ def _secret_folder_given(config: DaemonConfig, agent_id: str, record: remembered
     return secret_named(folders)
 
 
+def _secret_reader_given(registry: WorkspaceRegistry, record: remembered.Remembered | None,
+                         overrides: JsonObject | None) -> bool:
+    """Whether a ``workspace.open``'s ``config.shared_with`` names anew (not as recorded)
+    an agent by what looks like a credential that is no workspace's id."""
+    if overrides is None or (record is not None and record["config"] == (overrides or None)):
+        return False
+    readers = overrides.get("shared_with")
+    return isinstance(readers, list) and any(
+        isinstance(r, str) and not registry.exists(r) and _masked_in(r) for r in readers)
+
+
 @METHODS.add("daemon.ping", immediate=True, early=True)
 async def ping(ctx: CallContext, params: JsonObject) -> Pong:
     Params(params).done()
@@ -197,6 +208,12 @@ async def workspace_open(ctx: CallContext,
         # A folder so named shows in the settings, status, the watcher's roots and logs.
         raise InvalidParams(f"param {named!r} names a folder by what looks like a "
                             "credential; use another folder", {LOOKS_LIKE_A_CREDENTIAL: named})
+    if _secret_reader_given(ctx.state.registry, record, overrides):
+        # An id shared with is recorded in the settings and shows in workspace.list,
+        # status and the log; no agent can open a workspace by it.
+        raise InvalidParams("param 'config.shared_with' names an agent by what looks like a "
+                            "credential; use another id",
+                            {LOOKS_LIKE_A_CREDENTIAL: "config.shared_with"})
     recorded = record.get("name") if record is not None else None
     if name is not None and name != recorded and _masked_in(name):
         # A name claimed is recorded with the workspace and shows in workspace.list; one
