@@ -138,3 +138,19 @@ def test_a_subscriber_is_told_what_it_missed_across_a_restart(
         with pytest.raises(InvalidParams):  # no such place in this stream
             conn.call("events.subscribe", {"topics": ["job.state"], "after": {
                 "stream": again["stream"], "seq": again["seq"] + 1000}})
+
+
+def test_a_topic_pattern_that_looks_like_a_credential_is_refused(daemon: DaemonHandle) -> None:
+    """A key pasted as a topic pattern was subscribed to and sent back in clear (the
+    answer's ``subscribed``, each drop notice's ``topics``): no topic is named so, and
+    it is refused as every id that looks like a credential is, never echoed."""
+    key = "ghp_" + "Lw3Rk8Tn2Vq7Xp4Zm9Bc6Hd1Jf5Gs0Ua2Ye8"
+    with daemon.connect() as conn:
+        for topics in ([key], ["job.*", f"{key}.*"], [key.lower()]):
+            with pytest.raises(InvalidParams) as refused:
+                conn.call("events.subscribe", {"topics": topics, "agent_id": "w"})
+            assert refused.value.data == {"looks_like_a_credential": "topics"}, refused.value
+            assert key[4:20].lower() not in str(refused.value).lower()
+        ok = conn.call("events.subscribe", {"topics": ["job.*", "Workspace.opened", "*"],
+                                            "agent_id": "w"})
+        assert sorted(ok["subscribed"]) == ["*", "Workspace.opened", "job.*"], ok

@@ -393,6 +393,12 @@ async def events_subscribe(ctx: CallContext, params: JsonObject) -> Subscribed:
         checked = [check_topic_pattern(t) for t in topics]
     except ValueError as exc:
         raise InvalidParams(str(exc)) from None
+    if any(_masked_in(t) for t in checked if any(c.isdigit() or c.isupper() for c in t)):
+        # A pattern is sent back as given (the answer's ``subscribed``, each
+        # ``events.dropped``) and no topic is named so: a key pasted as one. The topics'
+        # names (lower-case letters) do not load the redaction rules.
+        raise InvalidParams("param 'topics' holds what looks like a credential; name "
+                            "topics such as 'job.*'", {LOOKS_LIKE_A_CREDENTIAL: "topics"})
     answer: Subscribed = {"subscribed": [], "stream": bus.stream, "seq": bus.seq}
     if after is not None:
         # Counted and subscribed with no checkpoint between: every event is either
