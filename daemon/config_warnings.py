@@ -64,7 +64,7 @@ def config_warnings(cfg: DaemonConfig) -> list[ConfigWarning]:
             out.append({
                 "what": f"{cfg.config_path}: {workspace_table(agent_id)} shared_with names "
                         "an agent by what looks like a credential (no agent can open a "
-                        "workspace by it; it shows in the log and status)",
+                        "workspace by it; it shows in workspace.list)",
                 "fix": "take it out of shared_with, or name the agent's id there"})
     for agent_id, folder in sorted(cfg.qwenpaw_folders.items()):
         served = cfg.workspace_path(agent_id)

@@ -70,8 +70,11 @@ def share_as(ws: Workspace, config: DaemonConfig, recorded_config: RecordedConfi
     sharing = {name: getattr(would, name) for name in SHARING}
     if sharing != {name: getattr(ws.settings, name) for name in SHARING}:
         ws.settings = dataclasses.replace(ws.settings, **sharing)
+        from recalld.daemon.memory.redact import redact
+
+        # A key pasted into shared_with (warned of) is logged masked.
         log.info("workspace %s: shared_with = %s, memory_isolation = %s from now on",
-                 ws.agent_id, list(would.shared_with), would.memory_isolation)
+                 ws.agent_id, [redact(r) for r in would.shared_with], would.memory_isolation)
 
 
 def unshared(settings: WorkspaceSettings) -> WorkspaceSettings:

@@ -105,7 +105,7 @@ def test_an_agent_shared_with_named_by_a_token_is_refused_or_warned_of(
     warnings = d.call("daemon.status")["queues"]["config"]["warnings"]
     assert [w["what"] for w in warnings if "shared_with" in w["what"]] == [
         f"{d.config_path}: [workspaces.w] shared_with names an agent by what looks like a "
-        "credential (no agent can open a workspace by it; it shows in the log and status)"]
+        "credential (no agent can open a workspace by it; it shows in workspace.list)"]
     root = tmp_path / "ws"
     for readers in ([GITHUB], ["reader", f"bot-{AWS}"]):
         with pytest.raises(InvalidParams, match="credential") as refused:
@@ -117,4 +117,8 @@ def test_an_agent_shared_with_named_by_a_token_is_refused_or_warned_of(
                                        "config": {"shared_with": ["api-token-bot", "w"]}})
     assert opened["settings"]["shared_with"] == ["api-token-bot", "w"]
     assert _leaks(d.call("workspace.list")["workspaces"][-1]) == []
-    assert _leaks(d.log()) == []
+    # A reload that applies such an entry logs it masked.
+    d.config_path.write_text(f'[workspaces.w]\nshared_with = ["{GITHUB}"]\n', encoding="utf-8")
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: "from now on" in d.log(), "the reload's log line")
+    assert "shared_with = ['[REDACTED]']" in d.log() and _leaks(d.log()) == []
