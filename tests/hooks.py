@@ -4,7 +4,6 @@ to hold a merge or a copy at a known point, or to make it fail there."""
 from __future__ import annotations
 
 import hashlib
-import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -51,14 +50,6 @@ CONFIG_READ_HELD = "\n".join([
     "            return f.read()",
     "    return real_read(path)",
     "paths.read_regular_file = held_read"])
-
-
-def launcher(*lines: str) -> tuple[str, ...]:
-    """A daemon launcher (``daemon_factory(..., launcher=launcher(...))``): the daemon,
-    started as ``recalld serve`` after ``lines`` (Python) have run."""
-    return (sys.executable, "-c", "\n".join([
-        "import runpy, sys", *lines, "sys.argv[0] = 'recalld'",
-        "runpy.run_module('recalld.daemon.main', run_name='__main__')"]))
 
 
 def start_hook(tmp_path: Path, *lines: str) -> dict[str, str]:

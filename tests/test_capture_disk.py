@@ -1,14 +1,13 @@
 """Storage that fails or stalls under capture: no turn is taken for saved that is not.
 
-Real daemons started through launchers: test_disk_full's (the storage layer's filesystem
-seam fails writes while a trigger file exists) and one whose pending-turns log takes
-seconds to commit while a trigger file exists; a scripted OpenAI-compatible chat server
+Real daemons with start hooks: test_disk_full's (the storage layer's filesystem seam
+fails writes while a trigger file exists) and one whose pending-turns log takes seconds
+to commit while a trigger file exists; a scripted OpenAI-compatible chat server
 on 127.0.0.1.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +20,11 @@ from waits import wait_for, wait_job
 
 from recalld.ipc.errors import RecalldError
 
-#: A daemon whose session store gives up on a write after 1 s, and whose commits of
-#: pending turns take 3 s while the trigger file exists (``<trigger>.in`` marks one
+#: Start hook: the daemon's session store gives up on a write after 1 s, and its commits
+#: of pending turns take 3 s while the trigger file exists (``<trigger>.in`` marks one
 #: under way).
 SLOW_COMMITS = (
-    sys.executable, "-c",
-    "import os, sys, time\n"
+    "import os, time\n"
     "from pathlib import Path\n"
     "from recalld.daemon.memory import sessions\n"
     "from recalld.daemon.store import applog\n"
@@ -39,8 +37,6 @@ SLOW_COMMITS = (
     "        time.sleep(3)\n"
     "    return append(self, records)\n"
     "applog.AppendLog.append = slow\n"
-    "from recalld.daemon.main import main\n"
-    "sys.exit(main(sys.argv[1:]))\n",
 )
 
 
@@ -90,7 +86,7 @@ def test_a_turn_the_log_could_not_take_in_time_is_an_error(daemon_factory: Any,
     cfg = (f'[workspaces.w]\npath = "{root}"\nauto_memory_interval = 0\n'
            "auto_memory_idle_s = 0\n"
            f'chat_model_config = {{base_url = "{fake.url}/v1", model_name = "m"}}\n')
-    d = daemon_factory(cfg, launcher=SLOW_COMMITS, SLOW_TRIGGER=str(trigger))
+    d = daemon_factory(cfg, **start_hook(tmp_path, SLOW_COMMITS), SLOW_TRIGGER=str(trigger))
     trigger.touch()
     first = d.call("memory.add_turns", {"agent_id": "w", "session_id": "s1", "flush": True,
                                         "messages": [{"role": "user", "content": "Hi."}]})

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import trio
 from conftest import DaemonFactory, DaemonHandle
+from hooks import start_hook
 from test_cli import as_json, assert_one_line_error, recalld
 from test_cli_table import cli_main
 from waits import wait_for
@@ -450,25 +451,23 @@ def test_hints_name_the_table_of_a_dotted_agent_id_as_toml_reads_it(
         assert agent in ("ops.team-2", "ops.b"), header
 
 
-def _fails_once_started() -> tuple[str, ...]:
-    """A daemon launcher whose workspace of agent ``FAIL_AGENT`` fails right after its
-    services started, before ``workspace.open`` answers (as a link met at once stops it)."""
-    return (sys.executable, "-c", "\n".join([
-        "import os, runpy, sys",
-        "from recalld.daemon.registry import WorkspaceRegistry",
-        "real = WorkspaceRegistry.moved",
-        "async def moved(self, agent_id, root):",
-        "    if agent_id == os.environ['FAIL_AGENT']:",
-        "        self.find(agent_id).stop(f'{root}/mem_session is a symbolic link')",
-        "    await real(self, agent_id, root)",
-        "WorkspaceRegistry.moved = moved",
-        "sys.argv[0] = 'recalld'",
-        "runpy.run_module('recalld.daemon.main', run_name='__main__')"]))
+#: Start hook: the workspace of agent ``FAIL_AGENT`` fails right after its services
+#: started, before ``workspace.open`` answers (as a link met at once stops it).
+FAILS_ONCE_STARTED = "\n".join([
+    "import os",
+    "from recalld.daemon.registry import WorkspaceRegistry",
+    "real = WorkspaceRegistry.moved",
+    "async def moved(self, agent_id, root):",
+    "    if agent_id == os.environ['FAIL_AGENT']:",
+    "        self.find(agent_id).stop(f'{root}/mem_session is a symbolic link')",
+    "    await real(self, agent_id, root)",
+    "WorkspaceRegistry.moved = moved"])
 
 
 def test_an_open_that_answers_failed_exits_non_zero(daemon_factory: DaemonFactory,
                                                     tmp_path: Path) -> None:
-    daemon = daemon_factory("", launcher=_fails_once_started(), FAIL_AGENT="brittle")
+    daemon = daemon_factory("", **start_hook(tmp_path, FAILS_ONCE_STARTED),
+                            FAIL_AGENT="brittle")
     env = daemon.env
     for extra in ([], ["--json"]):
         shown = recalld("workspace", "open", "brittle", "--path", str(tmp_path / "b"),

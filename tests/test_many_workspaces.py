@@ -4,12 +4,12 @@ open files allows, all watched and served by one daemon."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import DaemonFactory
+from hooks import start_hook
 from waits import wait_for
 
 from recalld.daemon import inotify
@@ -29,25 +29,22 @@ def inotify_instances(pid: int) -> int:
     return count
 
 
-#: A daemon started with a soft limit of 64 open files (the hard one as it is), as one
-#: started in a session's 1024 is for a few hundred agents.
-LOW_SOFT_LIMIT = (
-    sys.executable, "-c",
-    "import resource, sys\n"
-    "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
-    "resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))\n"
-    "from recalld.daemon.main import main\n"
-    "sys.exit(main(sys.argv[1:]))\n",
-)
+#: Start hook: the daemon starts with a soft limit of 64 open files (the hard one as it
+#: is), as one started in a session's 1024 is for a few hundred agents.
+LOW_SOFT_LIMIT = "\n".join([
+    "import resource",
+    "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]",
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))"])
 
 
 def test_more_workspaces_than_inotify_instances_are_all_watched(
-        daemon_factory: DaemonFactory) -> None:
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
     # The per-user limit on inotify instances is often 128 for every program of the user
     # together: a daemon holding one per workspace stopped watching after a few dozen.
     # Each open workspace also keeps a few descriptors open: past the soft limit on open
     # files the next one failed to open, and every agent's calls with "internal error".
-    daemon = daemon_factory(launcher=LOW_SOFT_LIMIT)
+    daemon = daemon_factory(**start_hook(tmp_path, LOW_SOFT_LIMIT))
+    assert "open files limit raised from 64 to" in daemon.log()
     agents = [f"agent-{i:03d}" for i in range(140)]
     with Client(daemon.socket_path) as c:
         roots = [Path(c.workspace_open(a)["path"]) for a in agents]

@@ -1,6 +1,6 @@
 """A note the daemon adds to while a person's editor or a script saves it: the save made
 between the daemon's read of the note and its write is kept, and so is what the daemon
-added (a real daemon; the save is made by a launcher hook at that very point, once)."""
+added (a real daemon; the save is made by a start hook at that very point, once)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hooks import launcher, run_first
+from hooks import run_first, start_hook
 from test_capture import config
 from test_fileops import make_ops, no_temp_files
 
 from recalld.daemon.memory import fileops
 from recalld.daemon.memory.fileops import WriteConflict
 
-#: Launcher lines: the first time the daemon publishes over a file named $SAVE_NAME, the
+#: Start hook lines: the first time the daemon publishes over a file named $SAVE_NAME, the
 #: file is saved first as an editor of style $SAVE_STYLE would, with the line $SAVE_LINE
 #: added: after the daemon read it, before its write.
 SAVED_BEFORE_WRITE = "\n".join([
@@ -52,7 +52,7 @@ def test_a_note_saved_between_the_read_and_the_write_keeps_both(
     # memory.add_note read the note, added its content and wrote the whole text back:
     # a line a person saved into the note in between was gone, without a word.
     root = tmp_path / "ws"
-    d = daemon_factory(config(root, None), launcher=launcher(SAVED_BEFORE_WRITE),
+    d = daemon_factory(config(root, None), **start_hook(tmp_path, SAVED_BEFORE_WRITE),
                        SAVE_NAME="trip.md", SAVE_LINE="- Hotel: Казино Ρόδος 旅館 (by hand)",
                        SAVE_STYLE=style)
     first = d.call("memory.add_note", {"agent_id": "w", "session_id": "s", "name": "trip",

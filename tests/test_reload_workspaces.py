@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from hooks import launcher
+from hooks import start_hook
 from test_cli import recalld
 from test_warm_start import _open_writer
 from waits import wait_for, wait_value
@@ -152,7 +152,8 @@ def test_a_workspace_opening_while_a_reload_revokes_its_sharing_opens_with_the_n
     # folder check (in a thread) while the reload runs.
     fifo = tmp_path / "hold"
     os.mkfifo(fifo)
-    held = launcher(
+    held = start_hook(
+        tmp_path,
         "import os",
         "from recalld.daemon import registry",
         "check = registry.check_root",
@@ -161,7 +162,7 @@ def test_a_workspace_opening_while_a_reload_revokes_its_sharing_opens_with_the_n
         "        open(os.environ['HOLD'], 'rb').read()",
         "    return check(root)",
         "registry.check_root = held")
-    d = daemon_factory('[workspace_defaults]\nshared_with = ["reader"]\n', launcher=held,
+    d = daemon_factory('[workspace_defaults]\nshared_with = ["reader"]\n', **held,
                        HOLD=str(fifo))
     with d.connect() as conn:
         conn.request("workspace.open", {"agent_id": "held", "path": str(tmp_path / "held")})

@@ -3,32 +3,28 @@ lands where the link leads."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import DaemonFactory
+from hooks import start_hook
 
 from recalld.ipc.errors import PathOutsideWorkspace
 
-# Just before the restore writes the member named SWAP_MEMBER (its target checked),
+# Start hook: just before the restore writes the member named SWAP_MEMBER (its target checked),
 # SWAP_FOLDER is moved to SWAP_AWAY and a link to SWAP_TO takes its place, as another
 # program could at that moment.
-SWAPPING = (
-    sys.executable, "-c",
-    "import os, sys\n"
-    "from recalld.daemon import backup_restore\n"
-    "stage = backup_restore._stage\n"
-    "def swapped(zf, member, *args, **kwargs):\n"
-    "    folder = os.environ['SWAP_FOLDER']\n"
-    "    if member == os.environ['SWAP_MEMBER'] and not os.path.islink(folder):\n"
-    "        os.rename(folder, os.environ['SWAP_AWAY'])\n"
-    "        os.symlink(os.environ['SWAP_TO'], folder)\n"
-    "    return stage(zf, member, *args, **kwargs)\n"
-    "backup_restore._stage = swapped\n"
-    "from recalld.daemon.main import main\n"
-    "sys.exit(main(sys.argv[1:]))\n",
-)
+SWAPPING = "\n".join([
+    "import os",
+    "from recalld.daemon import backup_restore",
+    "stage = backup_restore._stage",
+    "def swapped(zf, member, *args, **kwargs):",
+    "    folder = os.environ['SWAP_FOLDER']",
+    "    if member == os.environ['SWAP_MEMBER'] and not os.path.islink(folder):",
+    "        os.rename(folder, os.environ['SWAP_AWAY'])",
+    "        os.symlink(os.environ['SWAP_TO'], folder)",
+    "    return stage(zf, member, *args, **kwargs)",
+    "backup_restore._stage = swapped"])
 
 
 @pytest.mark.parametrize("swapped", ["memory/2026-01-01", "memory"])
@@ -41,7 +37,7 @@ def test_a_link_swapped_in_while_a_restore_writes_is_not_followed(
     outside.mkdir()
     (root / "memory" / "2026-01-01").mkdir(parents=True)
     (root / "memory" / "2026-01-01" / "a.md").write_text("The heron fished at dawn.\n")
-    d = daemon_factory(launcher=SWAPPING, SWAP_FOLDER=str(root / swapped),
+    d = daemon_factory(**start_hook(tmp_path, SWAPPING), SWAP_FOLDER=str(root / swapped),
                        SWAP_AWAY=str(tmp_path / "moved"), SWAP_TO=str(outside),
                        SWAP_MEMBER="agents/w/memory/2026-01-01/a.md")
     d.call("workspace.open", {"agent_id": "w", "path": str(root)})

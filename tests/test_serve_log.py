@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from conftest import DaemonFactory, DaemonHandle
+from hooks import start_hook
 from waits import wait_value
 
 from recalld.daemon import logfile
@@ -67,9 +68,9 @@ def test_the_log_file_is_private_and_one_record_a_line(daemon_factory: DaemonFac
     old = logs / "recalld.log.2"  # rotated away by an earlier, looser start
     old.write_text("2020-01-01 INFO recalld: opened workspace /home/x/secret-project\n")
     os.chmod(old, 0o644)
-    umask_022 = ["sh", "-c", 'umask 022 && exec "$@"', "sh",
-                 sys.executable, "-m", "recalld.daemon.main"]
-    d = daemon_factory(args=["--log-file", str(logs / "recalld.log")], launcher=umask_022)
+    d = daemon_factory(args=["--log-file", str(logs / "recalld.log")],
+                       **start_hook(tmp_path, "os.umask(0o022)"))
+    assert "\nUmask:\t0022\n" in Path(f"/proc/{d.pid}/status").read_text()
     d.call("memory.add_note", {"agent_id": "default", "content": "the heron fishes at dawn"})
     assert _startup_reconcile(d)["misnamed"]
     assert not os.path.exists(day + b"/.caf\xe9.md.tmp-0123abcd")

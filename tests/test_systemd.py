@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import trio
-from hooks import SESSIONS_HELD, launcher, start_hook
+from hooks import SESSIONS_HELD, start_hook
 from test_warm_start import _open_writer
 from waits import wait_for
 
@@ -356,7 +356,8 @@ def test_ctrl_c_while_the_daemon_starts_stops_it_without_a_traceback(
     # here as it reads its configuration.
     fifo = tmp_path / "hold"
     os.mkfifo(fifo)
-    held = launcher(
+    held = start_hook(
+        tmp_path,
         "import os, signal",
         # SIGINT at its default action, as a terminal starts the daemon, also when this
         # suite runs with SIGINT ignored (a background job), which its children inherit.
@@ -367,7 +368,7 @@ def test_ctrl_c_while_the_daemon_starts_stops_it_without_a_traceback(
         "    open(os.environ['HOLD'], 'rb').read()",
         "    return load(*args, **kw)",
         "config.load = held")
-    d = daemon_factory("", launcher=held, wait=False, HOLD=str(fifo))
+    d = daemon_factory("", **held, wait=False, HOLD=str(fifo))
     writer = wait_for(lambda: _open_writer(fifo), "the start held before the supervisor")
     try:
         d.signal(signal.SIGINT)
