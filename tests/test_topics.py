@@ -5,7 +5,6 @@ chat server)."""
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from agentscope.model import OpenAIChatModel
 from agentscope.tool import Toolkit
 from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider
+from hooks import start_hook
 from test_agentscope import _chat_requests, _system, scripted
 from waits import wait_for
 
@@ -233,31 +233,33 @@ def test_memory_md_links_each_topic_file_and_nothing_else(daemon: DaemonHandle) 
     assert "(<digest/京都 trip (2).md>)" in index
 
 
-#: A daemon that notes in $ON_LOOP_LOG every long text it redacts on its event loop's
-#: thread, where every client waits while it runs.
-ON_LOOP = (
-    sys.executable, "-c",
-    "import os, sys, threading\n"
-    "from recalld.daemon.memory import redact\n"
-    "real = redact.redact\n"
-    "def spy(text, *args, **kwargs):\n"
-    "    if (len(text) > redact.INLINE_CHARS\n"
-    "            and threading.current_thread() is threading.main_thread()):\n"
-    "        with open(os.environ['ON_LOOP_LOG'], 'a') as log:\n"
-    "            log.write(f'{len(text)}\\n')\n"
-    "    return real(text, *args, **kwargs)\n"
-    "redact.redact = spy\n"
-    "from recalld.daemon.main import main\n"
-    "sys.exit(main(sys.argv[1:]))\n",
-)
+#: Start hook: the daemon notes every long text it redacts, in $ON_LOOP_LOG when on its
+#: event loop's thread (where every client waits while it runs), else in $OFF_LOOP_LOG.
+#: Its modules are imported already: every name bound to ``redact`` is replaced, those a
+#: module took by ``from`` too.
+ON_LOOP = "\n".join([
+    "import os, sys, threading",
+    "from recalld.daemon.memory import redact",
+    "real = redact.redact",
+    "def spy(text, *args, **kwargs):",
+    "    if len(text) > redact.INLINE_CHARS:",
+    "        on_loop = threading.current_thread() is threading.main_thread()",
+    "        with open(os.environ['ON_LOOP_LOG' if on_loop else 'OFF_LOOP_LOG'], 'a') as log:",
+    "            log.write(f'{len(text)}\\n')",
+    "    return real(text, *args, **kwargs)",
+    "for module in list(sys.modules.values()):",
+    "    for name, value in list(vars(module).items()):",
+    "        if value is real and module.__name__ != __name__:",
+    "            setattr(module, name, spy)"])
 
 
 def test_long_topic_texts_are_redacted_off_the_event_loop(daemon_factory: DaemonFactory,
                                                           tmp_path: Path) -> None:
     # A topic file's body and an edit's new text were redacted on the event loop (about
     # a second for the largest request), and a body too long was refused only after it.
-    log = tmp_path / "on-loop"
-    daemon = daemon_factory(launcher=ON_LOOP, ON_LOOP_LOG=str(log))
+    log, off_loop = tmp_path / "on-loop", tmp_path / "off-loop"
+    daemon = daemon_factory(**start_hook(tmp_path, ON_LOOP), ON_LOOP_LOG=str(log),
+                            OFF_LOOP_LOG=str(off_loop))
     daemon.call("workspace.open", {"agent_id": "a"})
     long = "The kiln at the north studio fires at 1260 degrees.\n" * 400
     topic = {"agent_id": "a", "path": "kiln.md", "name": "Kiln", "description": "firing",
@@ -268,6 +270,7 @@ def test_long_topic_texts_are_redacted_off_the_event_loop(daemon_factory: Daemon
     with pytest.raises(InvalidParams, match="at most"):
         daemon.call("memory.topic_write", {**topic, "body": long * 4})
     assert not log.exists(), log.read_text()
+    assert off_loop.exists()  # the spy saw the long texts
 
 
 def test_memory_md_is_not_a_node_of_the_index_it_summarizes(daemon: DaemonHandle) -> None:
