@@ -4,13 +4,12 @@ while it stays so; once readable again, it is indexed again."""
 
 from __future__ import annotations
 
-import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hooks import start_hook
 from test_watcher_roots import _reads_everything
 from waits import wait_value, workspace_status
 
@@ -18,18 +17,24 @@ OPEN = "memory/2026-07-01/open.md"
 LOCKED = "memory/2026-07-01/locked.md"
 
 
-def _launcher() -> list[str] | None:
-    """A daemon's command line under which it cannot read a file of mode 000: a process
-    that can (root) starts it without the privileges that read everything; None when
-    there is no way to here."""
-    daemon = [sys.executable, "-m", "recalld.daemon.main"]
-    if not _reads_everything():
-        return daemon
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        return None
-    drop = "-dac_override,-dac_read_search"
-    return [setpriv, f"--bounding-set={drop}", f"--inh-caps={drop}", *daemon]
+#: Start hook: the daemon (root here, which reads everything) without the capabilities
+#: that read a file of mode 000 (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH), as ``setpriv
+#: --bounding-set=-dac_override,-dac_read_search --inh-caps=...`` starts it: gone from its
+#: bounding set (so from the processes it starts) and from its own sets.
+DROP_READ_EVERYTHING = "\n".join([
+    "import ctypes",
+    "libc = ctypes.CDLL(None, use_errno=True)",
+    "for cap in (1, 2):",
+    "    if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP",
+    "        raise OSError(ctypes.get_errno(), 'PR_CAPBSET_DROP')",
+    "header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3",
+    "sets = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable; twice",
+    "if libc.capget(header, sets) != 0:",
+    "    raise OSError(ctypes.get_errno(), 'capget')",
+    "for i in range(3):",
+    "    sets[i] &= ~0b110",
+    "if libc.capset(header, sets) != 0:",
+    "    raise OSError(ctypes.get_errno(), 'capset')"])
 
 
 def _paths(d: Any, query: str) -> list[str]:
@@ -38,7 +43,6 @@ def _paths(d: Any, query: str) -> list[str]:
     return sorted(h["path"] for h in hits)
 
 
-@pytest.mark.skipif(_launcher() is None, reason="no daemon here that cannot read mode 000")
 @pytest.mark.timeout(120)
 def test_a_note_made_unreadable_leaves_the_index_and_nothing_waits_for_it(
         daemon_factory: Any, tmp_path: Path) -> None:
@@ -46,7 +50,8 @@ def test_a_note_made_unreadable_leaves_the_index_and_nothing_waits_for_it(
     (root / OPEN).parent.mkdir(parents=True)
     (root / OPEN).write_text("# Open\n\nthe heron nests by the lake\n", encoding="utf-8")
     (root / LOCKED).write_text("# Locked\n\nthe heron keeps a secret\n", encoding="utf-8")
-    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n', launcher=_launcher())
+    hook = start_hook(tmp_path, DROP_READ_EVERYTHING) if _reads_everything() else {}
+    d = daemon_factory(f'[workspaces.w]\npath = "{root}"\n', **hook)
     assert _paths(d, "heron") == [LOCKED, OPEN]
     (root / LOCKED).chmod(0)
     try:
