@@ -195,10 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_in_utf8_mode()
     open_closed_streams()
     args = list(sys.argv[1:] if argv is None else argv)
-    serve_at = _serve_index(args)
-    if serve_at is not None:
-        # Everything but the word "serve" goes to the daemon, global options included.
-        return _serve(args[:serve_at] + args[serve_at + 1:])
+    daemon_args = serve_arguments(args)
+    if daemon_args is not None:
+        return _serve(daemon_args)
     parser = build_parser()
     try:
         ns = parser.parse_args(args)
@@ -218,15 +217,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _serve_index(args: list[str]) -> int | None:
-    # The daemon has its own parser; find "serve" as the first word that is not a
-    # global option or its value.
+def serve_arguments(args: list[str]) -> list[str] | None:
+    """The daemon's arguments when the command ``args`` is ``serve`` (None otherwise):
+    everything but the word "serve", global options included (the daemon has its own
+    parser). "serve" is the first word that is not a global option or its value."""
     takes_value = {"--socket", "--timeout"}
     i = 0
     while i < len(args):
         arg = args[i]
         if arg == "serve":
-            return i
+            return args[:i] + args[i + 1:]
         if arg in takes_value:
             i += 2
             continue

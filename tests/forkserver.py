@@ -29,7 +29,9 @@ daemon imports when is checked on a real ``exec`` (test_first_use_imports).
 
 The server also forks the ``recalld`` command for tests/clirun.py: the command's modules
 are loaded with the daemon's, and a child runs ``recalld.ipc.cli.main`` on the request's
-descriptors as the console script runs it (:func:`_cli_child`).
+descriptors as the console script runs it (:func:`_cli_child`); ``recalld serve``, which
+execs the daemon, runs the daemon's ``main`` in place of the exec (the exec itself is
+tested on the real script, tests/test_config_values.py).
 
 The protocol, on a ``SOCK_SEQPACKET`` socket pair: a request is one message, JSON
 ``{"argv", "env", "cwd"}`` (and ``"cli": true`` for a command) with its descriptors (a
@@ -330,14 +332,18 @@ def _child(main_mod: Any, request: dict[str, Any], log_fd: int, keep_closed: lis
         time.tzset()
         _run_site_hooks()
         argv = request["argv"]
-        args = argv[argv.index("serve"):]
-        sys.argv = [main_mod.__file__, *args]
-        # As under ``python -m``: the worker processes a daemon spawns import the main
-        # module by this name.
-        sys.modules["__main__"] = main_mod
-        return int(main_mod.main(args))
+        return _daemon_main(main_mod, argv[argv.index("serve"):])
 
     _run_and_exit(daemon)
+
+
+def _daemon_main(main_mod: Any, args: list[str]) -> int:
+    """The daemon's ``main`` on ``args``, as ``python -m recalld.daemon.main`` runs it."""
+    sys.argv = [main_mod.__file__, *args]
+    # As under ``python -m``: the worker processes a daemon spawns import the main module
+    # by this name.
+    sys.modules["__main__"] = main_mod
+    return int(main_mod.main(args))
 
 
 def _new_stdio() -> None:
@@ -358,9 +364,12 @@ def _new_stdio() -> None:
         setattr(sys, f"__{name}__", stream)
 
 
-def _cli_child(request: dict[str, Any], stdio: list[int], keep_closed: list[int]) -> None:
+def _cli_child(main_mod: Any, request: dict[str, Any], stdio: list[int],
+               keep_closed: list[int]) -> None:
     """In the forked child: run the ``recalld`` command as its console script does, on
-    the request's arguments, environment and descriptors; never returns."""
+    the request's arguments, environment and descriptors; never returns. ``recalld
+    serve`` would ``exec`` the daemon's main in a fresh interpreter: it runs here, in
+    place of that exec, as a daemon forked for the factory does."""
 
     def command() -> int:
         _leave_server(keep_closed)
@@ -373,9 +382,12 @@ def _cli_child(request: dict[str, Any], stdio: list[int], keep_closed: list[int]
         time.tzset()  # the command's own TZ shows its times (see the daemon's above)
         _new_stdio()
         _run_site_hooks()
-        sys.argv = [str(Path(sys.executable).parent / "recalld"), *request["argv"]]
-        from recalld.ipc.cli import main
+        from recalld.ipc.cli import main, serve_arguments
 
+        daemon_args = serve_arguments(request["argv"])
+        if daemon_args is not None:
+            return _daemon_main(main_mod, daemon_args)
+        sys.argv = [str(Path(sys.executable).parent / "recalld"), *request["argv"]]
         return main()
 
     _run_and_exit(command)
@@ -473,7 +485,7 @@ def _serve(fd: int) -> None:
             if pid == 0:
                 keep_closed = [sock.fileno(), wake_r, wake_w, status_w, *status.values()]
                 if request.get("cli"):
-                    _cli_child(request, given, keep_closed)
+                    _cli_child(main_mod, request, given, keep_closed)
                 _child(main_mod, request, given[0], keep_closed)
             for fd in given:
                 os.close(fd)
