@@ -223,9 +223,9 @@ def _note_text(full: bytes, st: os.stat_result,
     read, encoding = decode_note(full, prefix=st.st_size > len(full))
     data = full[:MAX_NOTE_BYTES]
     if len(full) == len(data):
-        text = redact_note(read)
+        text = redact_note(read, check=check)
     else:
-        text = redact_note(read, len(decode_as(data, encoding, prefix=True)))
+        text = redact_note(read, len(decode_as(data, encoding, prefix=True)), check=check)
     check()
     return text, encoding
 

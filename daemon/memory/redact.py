@@ -13,8 +13,8 @@ stalls on them.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Final, overload
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Final, TypeVar, overload
 
 import orjson
 
@@ -40,29 +40,70 @@ from recalld.daemon.memory.secret_rules import (
 if TYPE_CHECKING:
     from trio import CapacityLimiter
 
+_T = TypeVar("_T")
+#: Called while a long text is searched (see :func:`find_spans`); None: nothing ends it.
+Check = Callable[[], None] | None
+
 #: Texts longer than this are redacted in a worker thread by :func:`redact_async`.
 INLINE_CHARS: Final = 16_384
+
+#: How many token runs or anchors the rules look at between two calls of a ``check``.
+CHECK_EVERY: Final = 256
 
 # -- applying ----------------------------------------------------------------------------
 
 
-def find_spans(text: str, rules: Sequence[Rule] = RULES) -> list[Span]:
+class _Checked(Sequence[_T]):
+    """``items`` (token runs, anchors) as the rules read them, ``check`` called every
+    :data:`CHECK_EVERY` of them: work on a text of megabytes can be ended midway."""
+
+    __slots__ = ("_check", "_items")
+
+    def __init__(self, items: Sequence[_T], check: Callable[[], None]) -> None:
+        self._items, self._check = items, check
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, i: int) -> _T: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[_T]: ...
+
+    def __getitem__(self, i: int | slice) -> _T | Sequence[_T]:
+        return self._items[i]
+
+    def __iter__(self) -> Iterator[_T]:
+        check, items = self._check, self._items
+        for at in range(0, len(items), CHECK_EVERY):
+            check()
+            yield from items[at:at + CHECK_EVERY]
+
+
+def _checked(items: Sequence[_T], check: Check) -> Sequence[_T]:
+    return items if check is None else _Checked(items, check)
+
+
+def find_spans(text: str, rules: Sequence[Rule] = RULES, *,
+               check: Check = None) -> list[Span]:
     """The merged, sorted spans of ``text`` that ``rules`` take for secrets: in ``text``
     as it is, and as it reads inside its tokens (:mod:`secret_reading`: without the
     characters that show nothing there, with the escapes there spelling their
     characters; a span found so covers the characters it was read from). Compatibility
     forms of ASCII characters (full-width ``ｇｈｐ＿``, ``password：``) are read as those
-    characters (:mod:`secret_forms`), before the rest."""
+    characters (:mod:`secret_forms`), before the rest. ``check`` (a worker thread's
+    ``trio.from_thread.check_cancelled``) is called between rules and every
+    :data:`CHECK_EVERY` token runs or anchors; what it raises ends the work."""
     text = as_ascii(text)
-    spans = _find_spans(text, rules)
+    spans = _find_spans(text, rules, check)
     reading = token_reading(text)
     if reading is None:
         return spans
-    found = [reading.original(s, e) for s, e in _find_spans(reading.text, rules)]
+    found = [reading.original(s, e) for s, e in _find_spans(reading.text, rules, check)]
     return _merge(spans + found) if found else spans
 
 
-def _find_spans(text: str, rules: Sequence[Rule]) -> list[Span]:
+def _find_spans(text: str, rules: Sequence[Rule], check: Check) -> list[Span]:
     if not text:
         return []
     lower = text.lower()
@@ -96,7 +137,7 @@ def _find_spans(text: str, rules: Sequence[Rule]) -> list[Span]:
                      else token_prefilter(rules))
         if prefilter is not None:
             search = prefilter.search
-            runs = [r for r in runs if search(text, r[0], r[1])]
+            runs = [r for r in _checked(runs, check) if search(text, r[0], r[1])]
     if runs:
         # Looking for a hint scans the whole text; a token rule's pattern scans only the
         # runs. Where the runs are a small part of the text, the pattern goes first and
@@ -105,11 +146,12 @@ def _find_spans(text: str, rules: Sequence[Rule]) -> list[Span]:
         pattern_first = sum(b - a for a, b in runs) * 8 < len(text)
         for find, group in plan.token:
             if pattern_first:
-                found_spans = [s for pos, endpos in runs for s in find(text, pos, endpos)]
+                found_spans = [s for pos, endpos in _checked(runs, check)
+                               for s in find(text, pos, endpos)]
                 if found_spans and (group < 0 or has_hint(group)):
                     spans.extend(found_spans)
             elif group < 0 or has_hint(group):
-                for pos, endpos in runs:
+                for pos, endpos in _checked(runs, check):
                     spans.extend(find(text, pos, endpos))
     # The other format rules' hints, all looked for at once: only the rules whose hints
     # the text holds run (in prose, a few of them).
@@ -117,13 +159,15 @@ def _find_spans(text: str, rules: Sequence[Rule]) -> list[Span]:
     for hint in filter(lower.__contains__, plan.plain_hints):
         run.update(plan.plain_by_hint[hint])
     for i in sorted(run):
+        if check is not None:
+            check()
         spans.extend(plan.plain[i](text, 0, len(text)))
     if plan.anchored:
         # Where anchor words start: one pass finds them all, and tells which of the
         # context rules' hints (anchor words all) the text holds without a scan for each.
         words = anchor_words(lower)
         word_hinted: list[bool | None] = [None] * len(groups)
-        starts: list[int] | None = None
+        starts: Sequence[int] | None = None
         for anchored, at_words, group in plan.anchored:
             if group >= 0:
                 if at_words:
@@ -137,7 +181,7 @@ def _find_spans(text: str, rules: Sequence[Rule]) -> list[Span]:
                 elif not has_hint(group):
                     continue
             if starts is None:
-                starts = anchors(text, lower, words)
+                starts = _checked(anchors(text, lower, words), check)
             spans.extend(anchored(text, starts))
     return _merge([s for s in spans if s[1] > s[0]])
 
@@ -194,13 +238,13 @@ _SOURCE_FIELD: Final = re.compile(
     re.MULTILINE)
 
 
-def note_spans(text: str) -> list[Span]:
+def note_spans(text: str, *, check: Check = None) -> list[Span]:
     """:func:`find_spans` of a note as the index holds it: a ``session_id`` in its
     frontmatter block is kept where the ``source_conversation`` link beside it names the
     same id unmasked. The link shows the id anyway, and a conversation's id (a chat's
     number, a ULID, a random-looking slug) is no credential; an id the rules mask in the
     link too (a key's shape: refused when recalld writes a note) stays masked in both."""
-    spans = find_spans(text)
+    spans = find_spans(text, check=check)
     if not spans or not text.lstrip("\ufeff").startswith("---"):
         return spans
     fence = text.find("\n---", 3)
@@ -222,11 +266,12 @@ def note_spans(text: str) -> list[Span]:
     return out
 
 
-def redact_note(text: str, length: int | None = None) -> str:
+def redact_note(text: str, length: int | None = None, *,
+                check: Check = None) -> str:
     """A note's text as the index holds it (:func:`note_spans`), its lines kept;
     ``length``: its first ``length`` characters only, a secret the cut falls inside
-    masked (as :func:`redact_prefix`)."""
-    spans = note_spans(text)
+    masked (as :func:`redact_prefix`); ``check`` as :func:`find_spans` calls it."""
+    spans = note_spans(text, check=check)
     if length is None:
         return _apply(text, spans, True)
     return _apply(text[:length], [(s, min(e, length)) for s, e in spans if s < length], True)
@@ -437,7 +482,7 @@ async def redact_async(text: str, *, keep_lines: bool = False,
                                          limiter=limiter)
 
 
-__all__ = ["INLINE_CHARS", "MASK", "find_spans", "has_secret", "masked_in", "note_spans",
-           "redact", "redact_async", "redact_count", "redact_inserted", "redact_messages",
-           "redact_messages_async", "redact_note", "redact_parts", "redact_prefix",
-           "redact_value", "seam_spans"]
+__all__ = ["CHECK_EVERY", "INLINE_CHARS", "MASK", "Check", "find_spans", "has_secret",
+           "masked_in", "note_spans", "redact", "redact_async", "redact_count",
+           "redact_inserted", "redact_messages", "redact_messages_async", "redact_note",
+           "redact_parts", "redact_prefix", "redact_value", "seam_spans"]

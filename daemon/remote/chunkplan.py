@@ -10,8 +10,9 @@ and the transaction uses them where the settings are still the same
 (``db.upload_many``). A note whose rows take longer than ``db.PREPARE_TIMEOUT_S``
 (counted from when its thread has a CPU token) is left out of the run and named
 (:attr:`Plan.slow`): the uploader holds it back, and the notes after it go up. Its thread
-is abandoned, not stopped (a thread cannot be): it ends by itself, its work bounded by
-the note size the chunker reads (``MAX_NOTE_BYTES``), holding its CPU token until then.
+is abandoned, and it stops at its next check of the cancellation (masking checks every
+few hundred token runs or anchors, ``redact.find_spans``; chunking between chunks),
+giving its CPU token back within milliseconds.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def _timed(scope: trio.CancelScope, limit: float, path: str, data: bytes,
     thread has its CPU token (a wait for the limiter, busy with another workspace's
     rebuild, is not the note's slowness)."""
     trio.from_thread.run_sync(_start_clock, scope, limit)
-    return chunks.chunk_rows(path, data, max_chars=max_chars)
+    return chunks.chunk_rows(path, data, max_chars=max_chars,
+                             check=trio.from_thread.check_cancelled)
 
 
 def _start_clock(scope: trio.CancelScope, limit: float) -> None:

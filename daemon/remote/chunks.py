@@ -39,7 +39,7 @@ from recalld.daemon.index.filters import authors_of
 from recalld.daemon.index.prepare import MAX_NOTE_BYTES
 from recalld.daemon.index.rules import CHUNKING
 from recalld.daemon.index.tokenizer import doc_length, tokenize
-from recalld.daemon.memory.redact import redact_note
+from recalld.daemon.memory.redact import Check, redact_note
 from recalld.daemon.notetext import note_text
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -64,16 +64,20 @@ class ChunkRow:
     doc_len: int
 
 
-def chunk_rows(path: str, data: bytes, *, max_chars: int = DEFAULT_MAX_CHARS
-               ) -> list[ChunkRow]:
+def chunk_rows(path: str, data: bytes, *, max_chars: int = DEFAULT_MAX_CHARS,
+               check: Check = None) -> list[ChunkRow]:
     """The chunks of the note ``path`` holding ``data``, as the local index makes them
-    (of its first ``MAX_NOTE_BYTES`` only)."""
-    text = redact_note(note_text(data[:MAX_NOTE_BYTES], prefix=len(data) > MAX_NOTE_BYTES))
+    (of its first ``MAX_NOTE_BYTES`` only); ``check`` is called while masking it and
+    between chunks, and may raise to end the work (``redact.find_spans``)."""
+    text = redact_note(note_text(data[:MAX_NOTE_BYTES], prefix=len(data) > MAX_NOTE_BYTES),
+                       check=check)
     chunks = chunk_markdown(path, text, max_chars=max_chars)
     author = (author_column(authors_of(chunks[0].metadata.get("frontmatter")))
               if chunks else None)
     rows = []
     for seq, c in enumerate(chunks):
+        if check is not None:
+            check()
         tokens = tokenize(c.index_text)
         counts = Counter(tokens)
         # The hash is of the text as the local index has it (the embeddings' key).
