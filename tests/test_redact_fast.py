@@ -34,6 +34,7 @@ from recalld.daemon.memory.secret_rules import (
     rules_token_prefilter,
     token_runs,
 )
+from recalld.daemon.memory.secret_values import classes
 from recalld.daemon.memory.token_starts import LONG_RUN, boundary_led, matches
 
 sys.path.insert(0, str(Path(__file__).parent / "bench"))
@@ -126,6 +127,16 @@ _TEXT = st.lists(_PIECE | st.sampled_from(_SECRETS) | st.sampled_from(_SENTENCES
 @given(st.text(alphabet=st.sampled_from("ab9_-.:/+=~ \n中😀é"), max_size=80) | _TEXT)
 def test_token_runs_are_the_pattern_matches(text: str) -> None:
     assert token_runs(text) == [m.span() for m in TOKEN_RUN.finditer(text)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from("aZ9_-/+=~ Ééß中٣Ⅷǅ\u0345"), max_size=40)
+       | st.text(max_size=40))
+def test_the_classes_of_a_value_are_those_of_its_characters(value: str) -> None:
+    assert classes(value) == (any(c.isdigit() for c in value),
+                              any(c.isupper() for c in value),
+                              any(c.islower() for c in value),
+                              any(not c.isalnum() for c in value))
 
 
 @settings(max_examples=300, deadline=None)

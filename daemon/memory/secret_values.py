@@ -59,7 +59,20 @@ def entropy_bits(text: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
+#: The classes of ASCII characters, as ``str.isdigit``, ``isupper``, ``islower`` and
+#: ``isalnum`` tell them apart there.
+_ASCII_CLASSES: Final = (re.compile("[0-9]"), re.compile("[A-Z]"), re.compile("[a-z]"),
+                         re.compile("[^0-9A-Za-z]"))
+
+
 def classes(value: str) -> tuple[bool, bool, bool, bool]:
+    """Whether ``value`` holds a digit, an uppercase letter, a lowercase letter and
+    another character (one search each for ASCII, most values: a loop per character in
+    Python took a quarter of the time masking a note of keys)."""
+    if value.isascii():
+        digit, upper, lower, other = _ASCII_CLASSES
+        return (digit.search(value) is not None, upper.search(value) is not None,
+                lower.search(value) is not None, other.search(value) is not None)
     return (any(c.isdigit() for c in value), any(c.isupper() for c in value),
             any(c.islower() for c in value), any(not c.isalnum() for c in value))
 
