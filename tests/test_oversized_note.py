@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from waits import wait_value
 
-from recalld.daemon.index.prepare import CUT_MARGIN_BYTES, MAX_NOTE_BYTES
+from recalld.daemon.index.prepare import CUT_MARGIN_BYTES, MAX_NOTE_BYTES, prepare
+from recalld.daemon.remote import chunks
 
 pytestmark = pytest.mark.slow
 NOTE = "memory/2026-02-02/dump.md"
@@ -117,3 +118,22 @@ def test_a_utf8_note_cut_inside_a_character_is_still_utf8(
     assert not any("encoding" in r for r in health["reasons"]), health["reasons"]
     hits = d.call("memory.search", {"agent_id": "w", "query": "季度预算"})["results"]
     assert hits and "\ufffd" not in hits[0]["text"]
+
+
+def test_a_note_over_the_limit_is_chunked_for_the_server_as_the_index_chunks_it(
+        tmp_path: Path) -> None:
+    # A key the cut falls inside: the index masks it, reading past the cut; the rows an
+    # uploader makes for searching in the server are made of the same text.
+    key = "ghp_" + "Zq8xW2nR5tY7uP1oK3jH6gF9dS4aL0mC2vB7"
+    line = "the kestrel hovers over the ridge\n"
+    head = "# Ridge\n\n" + line * ((MAX_NOTE_BYTES - 200) // len(line))
+    head += "\n" * (MAX_NOTE_BYTES - 16 - len(head))
+    data = (head + "deploy key " + key + "\nand the rest of the day\n").encode()
+    assert len(head) + len("deploy key ") < MAX_NOTE_BYTES < len(head) + 11 + len(key)
+    (tmp_path / "memory").mkdir()
+    (tmp_path / "memory" / "ridge.md").write_bytes(data)
+    local = prepare(tmp_path, "memory/ridge.md", max_chars=1200, known_digest=None).chunks
+    rows = chunks.chunk_rows("memory/ridge.md", data, max_chars=1200)
+    assert local[-1].text.endswith("deploy key [REDACTED]"), local[-1].text[-80:]
+    assert [r.text for r in rows] == [c.text for c in local]
+    assert not any(key[:8] in r.text for r in rows)

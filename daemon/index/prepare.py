@@ -196,7 +196,7 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
         return Prepared(path=rel, gone=False, mtime_ns=mtime_ns, size=size,
                         digest=digest, unchanged=True)
     check()
-    text, encoding = _note_text(full, st, check)
+    text, encoding = index_text(full, st.st_size, check)
     chunks = adopt_chunks(rel, text, reme, max_chars=max_chars) if reme else None
     if reme is None and moved:
         chunks = adopt_moved(rel, text, moved, max_chars=max_chars)
@@ -208,10 +208,13 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
     )
 
 
-def _note_text(full: bytes, st: os.stat_result,
-               check: Callable[[], None] = _go_on) -> tuple[str, str]:
-    """A note's bytes (``full``, as :func:`_read_note` read them) as the index holds its
-    text, and the encoding it was read in."""
+def index_text(full: bytes, size: int, check: Callable[[], None] | None = None
+               ) -> tuple[str, str]:
+    """A note's text as the index holds it, and the encoding it was read in: ``full``,
+    its first bytes up to ``MAX_NOTE_BYTES`` and ``CUT_MARGIN_BYTES`` past it (as
+    :func:`_read_note` reads them); ``size``, the whole note's. The server's chunk rows
+    are made from it too (``remote/chunks.chunk_rows``). ``check`` is called while
+    masking (``redact.find_spans``)."""
     # The index never holds a credential a note contains (nor do embedding requests, made
     # from chunk texts); masks keep their line breaks, so chunks keep their file lines.
     # Loaded on the first file read: its rule set compiles hundreds of patterns, which a
@@ -220,13 +223,14 @@ def _note_text(full: bytes, st: os.stat_result,
 
     # The encoding is told by the whole file: its head alone may look like another. A
     # read that stopped short of the file's end may end inside a character.
-    read, encoding = decode_note(full, prefix=st.st_size > len(full))
+    read, encoding = decode_note(full, prefix=size > len(full))
     data = full[:MAX_NOTE_BYTES]
     if len(full) == len(data):
         text = redact_note(read, check=check)
     else:
         text = redact_note(read, len(decode_as(data, encoding, prefix=True)), check=check)
-    check()
+    if check is not None:
+        check()
     return text, encoding
 
 
@@ -251,7 +255,7 @@ def unchanged_links(root: Path, rel: str, *, known_digest: str, redacted: bool =
         # ``[`` as the byte 0x5B.
         return []
     if redacted:
-        return extract_links(rel, _note_text(full, st)[0])
+        return extract_links(rel, index_text(full, st.st_size)[0])
     read, encoding = decode_note(full, prefix=st.st_size > len(full))
     if len(full) > MAX_NOTE_BYTES:
         read = read[:len(decode_as(full[:MAX_NOTE_BYTES], encoding, prefix=True))]
@@ -303,5 +307,6 @@ def prepare_files(
     return PreparedBatch(files, joined, slab, ref)
 
 
-__all__ = ["MAX_NOTE_BYTES", "VOCAB_MAX_TERMS", "Prepared", "PreparedBatch", "VocabRef",
-           "partly_indexed", "prepare", "prepare_files", "too_large", "unchanged_links"]
+__all__ = ["CUT_MARGIN_BYTES", "MAX_NOTE_BYTES", "VOCAB_MAX_TERMS", "Prepared",
+           "PreparedBatch", "VocabRef", "index_text", "partly_indexed", "prepare",
+           "prepare_files", "too_large", "unchanged_links"]

@@ -36,11 +36,10 @@ from psycopg.types.json import Jsonb
 from recalld.daemon.index.chunker import DEFAULT_MAX_CHARS, chunk_markdown
 from recalld.daemon.index.embedcache import text_hash
 from recalld.daemon.index.filters import authors_of
-from recalld.daemon.index.prepare import MAX_NOTE_BYTES
+from recalld.daemon.index.prepare import CUT_MARGIN_BYTES, MAX_NOTE_BYTES, index_text
 from recalld.daemon.index.rules import CHUNKING
 from recalld.daemon.index.tokenizer import doc_length, tokenize
-from recalld.daemon.memory.redact import Check, redact_note
-from recalld.daemon.notetext import note_text
+from recalld.daemon.memory.redact import Check
 
 Conn = psycopg.Connection[tuple[object, ...]]
 BACKFILL_PAGE = 100
@@ -67,10 +66,10 @@ class ChunkRow:
 def chunk_rows(path: str, data: bytes, *, max_chars: int = DEFAULT_MAX_CHARS,
                check: Check = None) -> list[ChunkRow]:
     """The chunks of the note ``path`` holding ``data``, as the local index makes them
-    (of its first ``MAX_NOTE_BYTES`` only); ``check`` is called while masking it and
+    (of its first ``MAX_NOTE_BYTES`` only: its text is the index's, ``prepare.index_text``,
+    a secret the cut falls inside masked); ``check`` is called while masking it and
     between chunks, and may raise to end the work (``redact.find_spans``)."""
-    text = redact_note(note_text(data[:MAX_NOTE_BYTES], prefix=len(data) > MAX_NOTE_BYTES),
-                       check=check)
+    text = index_text(data[:MAX_NOTE_BYTES + CUT_MARGIN_BYTES], len(data), check)[0]
     chunks = chunk_markdown(path, text, max_chars=max_chars)
     author = (author_column(authors_of(chunks[0].metadata.get("frontmatter")))
               if chunks else None)
