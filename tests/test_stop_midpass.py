@@ -1,12 +1,15 @@
 """A stop while notes of megabytes are read for the index: the pass ends at its next note
 instead of reading them all first (tens of MB took longer than systemd's stop timeout),
-and the next start reads them and finds every one. A stop that still takes long says in
+and the next start reads them and finds every one; inside a note being masked, at the
+masking's next check. A stop that still takes long says in
 the log what it waits for."""
 
 from __future__ import annotations
 
 import logging
+import os
 import random
+import secrets
 import threading
 from pathlib import Path
 from typing import Any
@@ -87,3 +90,52 @@ async def test_a_slow_stop_names_its_stage_and_what_it_waits_for(
         assert "tasks: " in message and ".closing_workspace" in message
         assert "worker threads: write_the_last_generation (for " in message
         assert "report_slow_stop" not in message
+
+
+def _cpu_s(pid: int) -> float:
+    """The CPU time process ``pid`` has used so far (/proc/PID/stat: user and system)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_stop_while_a_note_of_keys_is_masked_ends_the_masking(
+        daemon_factory: Any, tmp_path: Path) -> None:
+    # Masking 4 MB of keys takes some 6 s of CPU: a stop ends it at its next check (every
+    # few hundred tokens), not after it. CPU time, not wall time, is compared: a loaded
+    # machine stretches the one, not the other.
+    root = tmp_path / "ws"
+    (root / "memory").mkdir(parents=True)
+    d = daemon_factory()
+    d.call("workspace.open", {"agent_id": "w", "path": str(root)})
+    d.call("index.sync", {"agent_id": "w"})
+    keys = "# Keys\n\n" + "".join(f"key {i}: sk-{secrets.token_hex(20)}\n"
+                                  for i in range(72_000))
+    staged = tmp_path / "keys.md"
+    staged.write_text(keys, encoding="utf-8")
+    staged.rename(root / "memory" / "keys.md")
+    wait_value(lambda: (workspace_status(d, "w") or {}).get("index", {}).get("preparing", 0),
+               bool, "the note being prepared", poll_s=0.01)
+    pid = d.proc.pid
+    # Masking under way (the stop comes after the check before it): the daemon busy.
+    busy = _cpu_s(pid) + 0.3
+    at_start = wait_value(lambda: _cpu_s(pid), lambda cpu: cpu >= busy, "masking under way",
+                          poll_s=0.01)
+    used, done = [at_start], threading.Event()
+
+    def follow() -> None:  # the daemon's CPU time until it is gone
+        while not done.is_set():
+            try:
+                used[0] = _cpu_s(pid)
+            except (OSError, IndexError, ValueError):
+                return
+            done.wait(0.005)
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    try:
+        assert d.stop() == 0
+    finally:
+        done.set()
+        follower.join()
+    assert "w: stopped preparing" in d.log()
+    assert used[0] - at_start < 2.5, (at_start, used[0])
