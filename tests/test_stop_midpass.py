@@ -9,13 +9,13 @@ from __future__ import annotations
 import logging
 import os
 import random
-import secrets
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from test_prepare_given_up import keys_note
 from waits import wait_value, workspace_status
 
 from recalld.daemon.stopreport import STOP_SLOW_S, report_slow_stop
@@ -108,8 +108,7 @@ def test_a_stop_while_a_note_of_keys_is_masked_ends_the_masking(
     d = daemon_factory()
     d.call("workspace.open", {"agent_id": "w", "path": str(root)})
     d.call("index.sync", {"agent_id": "w"})
-    keys = "# Keys\n\n" + "".join(f"key {i}: sk-{secrets.token_hex(20)}\n"
-                                  for i in range(72_000))
+    keys = keys_note(72_000)
     staged = tmp_path / "keys.md"
     staged.write_text(keys, encoding="utf-8")
     staged.rename(root / "memory" / "keys.md")
