@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 import unicodedata
+import uuid
+from pathlib import Path
 
 from conftest import DaemonFactory, DaemonHandle
+from hooks import start_hook
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from test_remote import config, notes, pair, remote_status, root, write
-from test_remote_forms import rows, settled
+from test_remote_forms import content, rows, settled
 from waits import wait_for
 
 FOLDER = unicodedata.normalize("NFC", "memory/2026-07-26/Öffentliche Räume")
@@ -107,4 +110,48 @@ def test_a_folder_of_many_notes_respelt_between_forms_deletes_nothing(
              == "# N3\nedited on b in the respelt folder\n", what="b's edit on a")
     wait_for(lambda: settled(pg_server, name, a, b), what="settled")
     assert sorted(os.listdir(root(a) / "memory/2026-07-26")) == ["Öffentliche Räume"]
+    assert remote_status(a)["conflicts"] == remote_status(b)["conflicts"] == 0
+
+
+#: Start hook lines: the replica reads no change that names $RESPELT before its feed has
+#: been applied past where it stood then (a watcher behind, on a loaded machine, while
+#: another host's edit comes down).
+RESPELLING_READ_LATE = "\n".join([
+    "import os, trio",
+    "from recalld.daemon.remote import replicafiles",
+    "real_apply = replicafiles.ReplicaFiles._apply_local",
+    "async def late(self, paths):",
+    "    if os.environ['RESPELT'] in paths:",
+    "        stood = self.state.cursor",
+    "        with trio.move_on_after(60):",
+    "            while self.state.cursor == stood:",
+    "                await trio.sleep(0.05)",
+    "    await real_apply(self, paths)",
+    "replicafiles.ReplicaFiles._apply_local = late"])
+
+
+def test_an_edit_that_comes_down_before_the_respelling_is_read_reaches_the_file(
+        daemon_factory: DaemonFactory, pg_server: PgServer, tmp_path: Path) -> None:  # noqa: F811
+    # A sync tool respells a note's name on b; a's edit of the note comes down before
+    # b's watcher has reported the rename: the file in its new spelling is the note as
+    # b knew it, so it takes a's edit, and nothing goes up.
+    name = "t" + uuid.uuid4().hex[:12]
+    named = unicodedata.normalize("NFD", "memory/2026-07-28/naïve café.md")
+    now = unicodedata.normalize("NFC", named)
+    a = daemon_factory(config(pg_server.dsn, name, "hosta"))
+    b = daemon_factory(config(pg_server.dsn, name, "hostb"),
+                       **start_hook(tmp_path, RESPELLING_READ_LATE), RESPELT=now)
+    for d in (a, b):
+        wait_for(lambda d=d: remote_status(d)["state"] == "online", what="online")
+    write(b, named, "# café\nfirst text\n")
+    wait_for(lambda: settled(pg_server, name, a, b) and named in notes(a), what="on a")
+
+    (root(b) / named).rename(root(b) / now)
+    edited = "# café\nedited on a\n"
+    write(a, named, edited)
+    wait_for(lambda: (root(b) / now).read_text() == edited, what="a's edit on b",
+             deadline_s=30)
+    wait_for(lambda: settled(pg_server, name, a, b), what="settled")
+    assert content(pg_server, name, named) == edited.encode()
+    assert not (root(b) / named).exists()
     assert remote_status(a)["conflicts"] == remote_status(b)["conflicts"] == 0

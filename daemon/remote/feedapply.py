@@ -46,6 +46,15 @@ class FeedApply(ReplicaFiles):
         if not rows:
             return []
         local = await in_thread(self._fs.read_each, [r.path for r in rows], failed)
+        # A file the watcher has not reported yet (renamed between forms just now, the
+        # name as this disk spells it now) is read first: unchanged, it takes over the
+        # note it was renamed from and then takes the row like any other file; otherwise
+        # its content goes up first.
+        unseen = [f for row, f in zip(rows, local, strict=True)
+                  if f is not None and f.hash not in (None, row.hash)
+                  and self._last_local.get(f.path) is None]
+        if unseen:
+            await self._observe(unseen)
         updates: list[tuple[str, Base]] = []
         edited: list[LocalFile] = []
         install: list[db.Row] = []
@@ -53,6 +62,8 @@ class FeedApply(ReplicaFiles):
         for row, f in zip(rows, local, strict=True):
             if f is None:
                 continue  # unreadable: in failed
+            if self._outbox.pending_for(row.path):
+                continue  # read just now as a local edit: it goes up first
             if f.hash == row.hash:
                 # Already so on disk (written before a crash, or the same edit made here).
                 if f.stat is not None:
