@@ -19,12 +19,14 @@ from __future__ import annotations
 import logging
 import os
 import unicodedata
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
 from recalld.daemon import safepath
 from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.memory.resource_files import iso_date, resource_date
 from recalld.daemon.store.errors import StorageError
 from recalld.daemon.store.records import read_foreign_records
 from recalld.ipc.errors import PathOutsideWorkspace
@@ -97,5 +99,32 @@ def note_fields(root: Path, rel: str, real: str | None = None) -> JsonObject:
     return parse_frontmatter(head)[0]
 
 
+def take_note(root: Path, rel: str, inside: str, new: JsonObject, read_at: float | None,
+              notes_by_source: Mapping[str, str]) -> None:
+    """Of ``new`` (the record of ``rel``, ``inside`` resource/, new to the catalog), the
+    note that names it as its source (``notes_by_source``: :func:`resource_notes`): one
+    ReMe wrote, or recalld before its catalog was lost (damaged, or a workspace copied
+    without its metadata_dir). That note is the file's, and the file is not interpreted
+    again while it is as the note read it: ReMe's record has the file's modification time
+    (``read_at``), recalld's note the file's digest (blocking)."""
+    note = notes_by_source.get(named := same_name(f"[[{rel}]]"))
+    if note is None:
+        return
+    new["note"] = note
+    if read_at is not None:
+        if unchanged_since(root, rel, read_at):
+            new.update(state="processed", reason="interpreted by ReMe", source="reme")
+        return
+    fields = note_fields(root, note)
+    if same_name(str(fields.get("source_resource"))) != named:
+        new["note"] = None  # no longer that file's note (renamed, rewritten, gone)
+        return
+    seen = iso_date(fields.get("date"))
+    if seen is not None:  # the day it was first seen, which the catalog knew
+        new.update(first_seen=seen, date=resource_date(inside, seen))
+    if fields.get("resource_digest") == new["digest"]:
+        new["state"] = "processed"
+
+
 __all__ = ["REME_RESOURCE_CATALOG", "note_fields", "read_reme_resources", "resource_notes",
-           "same_name", "unchanged_since"]
+           "same_name", "take_note", "unchanged_since"]

@@ -54,7 +54,6 @@ from recalld.daemon.memory.resource_files import (
     files_below,
     folders_among,
     folders_of,
-    iso_date,
     name_masked,
     not_text,
     read_head,
@@ -257,7 +256,12 @@ class ResourceCatalog:
             # Its note would carry the name (file name, title, link), unmasked or broken.
             new.update(state="skipped", reason="its name looks like a credential: rename it")
         elif rec is None and (reme_resource.same_name(rel) in self._reme or self._fresh):
-            await self._from_note(rel, new)
+            if self._notes_by_source is None:  # read when first needed
+                self._notes_by_source = await trio.to_thread.run_sync(
+                    reme_resource.resource_notes, self.ws.root, self.ws.settings.daily_dir)
+            await trio.to_thread.run_sync(
+                reme_resource.take_note, self.ws.root, rel, inside, new,
+                self._reme.get(reme_resource.same_name(rel)), self._notes_by_source)
         elif rec is not None and new["note"]:
             # Back to the bytes its note was written from (an edit undone; a file seen
             # empty or gone a moment while it was written again): that note, no model call.
@@ -312,35 +316,6 @@ class ResourceCatalog:
         for rel in gone:
             del self.records[rel]
         return bool(gone)
-
-    async def _from_note(self, rel: str, new: JsonObject) -> None:
-        """A file new to the catalog that a note names as its source: one ReMe wrote, or
-        recalld before its catalog was lost (damaged, or a workspace copied without its
-        metadata_dir). That note is the file's, and the file is not interpreted again
-        while it is as the note read it: ReMe's record has the file's modification time
-        (``reme_resource.py``), recalld's note the file's digest."""
-        if self._notes_by_source is None:
-            self._notes_by_source = await trio.to_thread.run_sync(
-                reme_resource.resource_notes, self.ws.root, self.ws.settings.daily_dir)
-        note = self._notes_by_source.get(named := reme_resource.same_name(f"[[{rel}]]"))
-        if note is None:
-            return
-        new["note"] = note
-        if (read_at := self._reme.get(reme_resource.same_name(rel))) is not None:
-            if await trio.to_thread.run_sync(
-                    reme_resource.unchanged_since, self.ws.root, rel, read_at):
-                new.update(state="processed", reason="interpreted by ReMe", source="reme")
-            return
-        fields = await trio.to_thread.run_sync(reme_resource.note_fields, self.ws.root, note)
-        if reme_resource.same_name(str(fields.get("source_resource"))) != named:
-            new["note"] = None  # no longer that file's note (renamed, rewritten, gone)
-            return
-        seen = iso_date(fields.get("date"))
-        if seen is not None:  # the day it was first seen, which the catalog knew
-            new.update(first_seen=seen, date=resource_date(rel[len(self.resource_dir) + 1:],
-                                                           seen))
-        if fields.get("resource_digest") == new["digest"]:
-            new["state"] = "processed"
 
     # -- job side ----------------------------------------------------------------------
 
