@@ -9,6 +9,7 @@ from pathlib import Path
 
 from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider
+from hooks import start_hook
 from test_dream import ScriptedModel, write
 from test_resource import active_jobs, catalog, note_of, open_ws, wait_state
 from waits import wait_for
@@ -55,6 +56,48 @@ def test_a_file_moved_to_another_day_has_its_note_under_that_day(
     assert len(fake.requests) == calls
     hits = daemon.call("memory.search", {"agent_id": "days", "query": "facts", "sync": True})
     assert [h["path"] for h in hits["results"]] == [catalog(root)[rel]["note"]], hits
+
+
+#: Start hook lines: the resource watcher never applies that $LATE_GONE is gone (the half
+#: of a move that comes in a later batch, after the job has started on the other half).
+GONE_SEEN_LATE = (
+    "from recalld.daemon.memory.resource import ResourceCatalog",
+    "real_apply = ResourceCatalog.apply_paths",
+    "async def late(self, paths):",
+    "    gone = os.environ['LATE_GONE']",
+    "    if gone in paths and not (self.ws.root / gone).exists():",
+    "        paths = paths - {gone}",
+    "    await real_apply(self, paths)",
+    "ResourceCatalog.apply_paths = late",
+)
+
+
+def test_a_file_moved_whose_old_name_is_seen_gone_late_is_not_summarised_again(
+        daemon_factory: DaemonFactory, fake: FakeProvider, tmp_path: Path) -> None:
+    # A folder made, then the file moved into it: the watcher may find the file in the
+    # folder before the old name's event comes, and the job take it up in between. The
+    # file is the one interpreted before all the same: its note, moved to the day of the
+    # folder, and no model call.
+    root = tmp_path / "ws"
+    old, new = "resource/Смета банкета.txt", "resource/2025-09-12/Смета банкета.txt"
+    d = daemon_factory(**start_hook(tmp_path, *GONE_SEEN_LATE), LATE_GONE=old)
+    ScriptedModel(fake)
+    write(root, old, "Банкет на 40 гостей: 3 200 EUR, предоплата 30 %.\n")
+    open_ws(d, "late", root, fake)
+    wait_state(root, old, "processed")
+    wait_for(lambda: not active_jobs(d, "late", "auto_resource"))
+    calls, first = len(fake.requests), catalog(root)[old]["note"]
+    (root / "resource/2025-09-12").mkdir()
+    (root / old).rename(root / new)
+    wait_for(lambda: new in catalog(root) and catalog(root)[new]["state"] != "queued"
+             and not active_jobs(d, "late", "auto_resource"), "the moved file taken up")
+    assert len(fake.requests) == calls
+    assert list(catalog(root)) == [new], catalog(root)
+    entry = catalog(root)[new]
+    assert entry["state"] == "processed" and entry["note"].startswith("memory/2025-09-12/")
+    assert resource_notes(root) == [entry["note"]] and entry["note"] != first
+    fields, text = note_of(root, new)
+    assert fields["date"] == "2025-09-12" and fields["source_resource"] == f"[[{new}]]", text
 
 
 def test_a_file_emptied_or_made_binary_has_its_note_marked_until_it_is_back(

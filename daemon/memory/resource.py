@@ -272,6 +272,22 @@ class ResourceCatalog:
         self.records[rel] = new
         return True
 
+    async def _moved_here(self, rel: str, rec: JsonObject) -> bool:
+        """Is the file ``rel``, never interpreted, one interpreted before that was moved
+        here (renamed, moved into a folder), whose old name the watcher has not found
+        gone yet? The halves of a move may come in two batches (a folder seen with the
+        file in it before the old name's event), the job started between them. The files
+        of its bytes that have a note are cataloged again first, so one that went gives
+        its note as the watcher would (``_follow_moves``): no model call for bytes
+        interpreted. A copy beside a file that is still there is interpreted."""
+        async with self._lock:
+            same = [p for p, r in self.records.items() if p != rel and r.get("note")
+                    and r.get("digest") == rec["digest"] and r["state"] != "removed"]
+            for other in same:
+                await self._catalog_one(other)
+            await self._follow_moves({rel})
+        return self.records.get(rel) is not rec or rec["state"] == "processed"
+
     async def _put_back(self, rec: JsonObject) -> bool:
         """A removed file back with the bytes its note was written from (its folder moved
         out and in again, the file restored): that note again, unmarked, no model call."""
@@ -414,6 +430,8 @@ class ResourceCatalog:
                     await self._catalog_one(rel)
                     await self._follow_moves({rel})
             return "superseded", None
+        if rec["state"] == "queued" and not rec.get("note") and await self._moved_here(rel, rec):
+            return "superseded", None  # a file interpreted before: it took that note
         why = not_text(text)
         if why is not None:  # read again when it changes, as a file of another suffix
             if not rec.get("note"):
