@@ -100,6 +100,32 @@ def test_a_file_moved_whose_old_name_is_seen_gone_late_is_not_summarised_again(
     assert fields["date"] == "2025-09-12" and fields["source_resource"] == f"[[{new}]]", text
 
 
+def test_a_file_moved_while_the_model_reads_it_is_not_summarised_again(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    # The note is written for the old name once the model answers: the file under its
+    # new name, queued meanwhile, takes that note (and its day), no second call.
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    old, new = "resource/議事録 第3回.md", "resource/2025-04-18/議事録 第3回.md"
+    gate = fake.gate(lambda body: old.rsplit("/", 1)[1] in str(body.get("messages")))
+    write(root, old, "第3回の会議で予算を承認した。\n")
+    open_ws(daemon, "busy", root, fake)
+    assert gate.entered.wait(30)
+    (root / "resource/2025-04-18").mkdir()
+    (root / old).rename(root / new)
+    wait_for(lambda: catalog(root).get(new, {}).get("state") == "queued"
+             and catalog(root).get(old, {}).get("state") == "removed", "the move cataloged")
+    gate.open()
+    wait_for(lambda: list(catalog(root)) == [new] and catalog(root)[new]["state"] == "processed"
+             and not active_jobs(daemon, "busy", "auto_resource"), "the note taken")
+    assert len(fake.requests) == 1
+    entry = catalog(root)[new]
+    assert entry["note"].startswith("memory/2025-04-18/") and resource_notes(root) == [
+        entry["note"]], (entry, resource_notes(root))
+    fields, text = note_of(root, new)
+    assert fields["source_resource"] == f"[[{new}]]" and "source_removed" not in fields, text
+
+
 def test_a_file_emptied_or_made_binary_has_its_note_marked_until_it_is_back(
         daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
     # The note says what the file held: once the file holds no text it says so (one

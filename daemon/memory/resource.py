@@ -385,9 +385,10 @@ class ResourceCatalog:
         return {"outcomes": done, "notes": changes, "catalog": self.counts()}
 
     async def _handle(self, rel: str, chat: ChatClient | None) -> tuple[str, str | None]:
-        rec = self.records.get(rel)
-        if rec is None or rec["state"] in ("processed", "skipped"):
+        found = self.records.get(rel)
+        if found is None or found["state"] in ("processed", "skipped"):
             return "superseded", None  # since the job looked: moved, put back, skipped
+        rec: JsonObject = found
         if rec["state"] == "removed":
             # Under the catalog's lock: a file back meanwhile (put back, unmarked) must
             # not find its note marked after all.
@@ -457,7 +458,14 @@ class ResourceCatalog:
         if names_nothing(summary):  # none, or only what shows nothing
             return settle("failed", why or "the chat model answered with no text")
         if superseded():
-            return "superseded", None
+            # Moved while the model read it: its bytes under the new name take the answer.
+            name = rel.rsplit("/", 1)[-1]
+            heirs = sorted((p for p, r in self.records.items() if p != rel and r["state"] ==
+                            "queued" and r.get("digest") == sha and not r.get("note")),
+                           key=lambda p: p.rsplit("/", 1)[-1] != name)
+            if not heirs:
+                return "superseded", None
+            rel, rec = heirs[0], self.records[heirs[0]]
         summary = cut_summary(summary, answer.finish_reason, self.config.max_summary_chars)
         try:
             note = await write_note(self.ws, rec, summary, truncated=cut)

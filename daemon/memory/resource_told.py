@@ -25,7 +25,9 @@ UNTOLD: Final = "untold"
 def mark(records: Mapping[str, JsonObject], rel: str, note: str, job_id: str | None) -> None:
     """``note``, written for ``rel`` by job ``job_id``, waits to be told."""
     rec = records.get(rel)
-    if rec is not None and rec.get("note") == note:
+    if rec is None or rec.get("note") != note:  # given to the file moved meanwhile
+        rec = next((r for r in records.values() if r.get("note") == note), None)
+    if rec is not None:
         rec[UNTOLD] = job_id or ""
 
 
