@@ -103,3 +103,52 @@ def test_a_key_block_not_closed_keeps_its_begin_line_and_the_prose_below() -> No
     # On one line (a JSON string): the rest of that line is masked.
     one_line = redact('{"key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQab\\ncd==", "n": 1}')
     assert "MIIEvQab" not in one_line and "cd==" not in one_line, one_line
+
+
+def _token(prefix: str, n: int, alphabet: str = string.ascii_letters + string.digits) -> str:
+    while True:
+        body = "".join(RNG.choice(alphabet) for _ in range(n))
+        if any(c.isdigit() for c in body) and (alphabet.isupper() or any(
+                c.islower() for c in body)):
+            return prefix + body
+
+
+#: Tokens known by their prefix alone, each cut (no credential word near it) where a chat
+#: client splitting a paste in two calls could cut it.
+CUT_TOKENS = [
+    (_token("ghp_", 36), 21), (_token("sk-proj-", 48), 14), (_token("glpat-", 20), 17),
+    (_token("AKIA", 16, string.ascii_uppercase + string.digits), 12),
+    (_token("hf_", 34), 20), (_token("AIza", 35), 30), (_token("npm_", 36), 11),
+    (f"xoxb-{RNG.randrange(10**10, 10**11)}-{RNG.randrange(10**11, 10**12)}-{_token('', 24)}",
+     13),
+]
+#: Texts that end in a run of token characters that is no token's start: kept.
+PLAIN_ENDS = ["the fix is in handleWebSocketReconnect", "I like sk-learning_tools",
+              "the commit was 3f9a0c7e1b5d2a8f6e4c", "UUID 123e4567-e89b-12d3-a456-426614174000",
+              "it lives at /usr/local/share/recalld/glass_pattern"]
+
+
+def test_a_token_cut_at_the_end_of_a_call_is_masked_before_it_is_written(
+        daemon: DaemonHandle) -> None:
+    """A call's text ends in the start of a token whose rest comes in the next call: the
+    pending-turns log is written before that call, so what starts like a token is masked
+    at once (the start of a ``ghp_`` token kept its prefix and 17 of its 36 characters on
+    disk for good); the rest is masked when it comes; texts ending in identifiers stay."""
+    with Client(daemon.socket_path) as c:
+        root = Path(c.workspace_open("paster")["path"])
+        log = root / "mem_metadata" / "sessions" / "pending.jsonl"
+        for n, (token, cut) in enumerate(CUT_TOKENS):
+            c.call("memory.add_turns", {"agent_id": "paster", "session_id": f"cut-{n}",
+                                        "messages": [{"role": "user",
+                                                      "content": f"paste {token[:cut]}"}]})
+            assert token[:cut] not in log.read_text(encoding="utf-8"), token
+            c.call("memory.add_turns", {"agent_id": "paster", "session_id": f"cut-{n}",
+                                        "messages": [{"role": "user",
+                                                      "content": f"{token[cut:]} done"}]})
+        for n, text in enumerate(PLAIN_ENDS):
+            c.call("memory.add_turns", {"agent_id": "paster", "session_id": f"plain-{n}",
+                                        "messages": [{"role": "user", "content": text}]})
+    logged = log.read_text(encoding="utf-8")
+    assert not [t for t, cut in CUT_TOKENS if t[:cut] in logged or t[cut:] in logged], logged
+    assert logged.count("paste [REDACTED]") == len(CUT_TOKENS), logged
+    assert all(text in logged for text in PLAIN_ENDS), logged

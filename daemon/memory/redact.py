@@ -341,8 +341,8 @@ def redact_parts(parts: Sequence[str], also: Sequence[Sequence[Span]] = ()) -> l
 #: How much of each side of a seam between two messages is read, and the token runs a
 #: secret cut there is made of (``secret_rules.TOKEN_RUN``'s characters; characters that
 #: show nothing, ``secret_rules.INVISIBLE_CHARS``, may end the one or start the other).
-_SEAM: Final = 400
-_RUN_END: Final = re.compile(rf"[{RUN_CHARS}]+[{INVISIBLE_CHARS}]*\Z")
+SEAM: Final = 400
+RUN_END: Final = re.compile(rf"[{RUN_CHARS}]+[{INVISIBLE_CHARS}]*\Z")
 _RUN_START: Final = re.compile(rf"[{INVISIBLE_CHARS}]*[{RUN_CHARS}]+")
 
 
@@ -351,9 +351,9 @@ def seam_spans(before: str, after: str) -> tuple[list[Span], list[Span]]:
     the next starts (a chat client splitting a long paste into two messages): found in
     the two read as one, when a run of token characters goes on across the cut (in
     compatibility forms too: read as ASCII, :mod:`secret_forms`)."""
-    start = max(0, len(before) - _SEAM)
-    end_of, start_of = as_ascii(before[start:]), as_ascii(after[:_SEAM])
-    tail = _RUN_END.search(end_of)
+    start = max(0, len(before) - SEAM)
+    end_of, start_of = as_ascii(before[start:]), as_ascii(after[:SEAM])
+    tail = RUN_END.search(end_of)
     head = _RUN_START.match(start_of)
     if (tail is None or head is None
             or tail.end() - tail.start() + head.end() < MIN_RUN_CHARS):

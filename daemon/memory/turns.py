@@ -269,6 +269,7 @@ def sanitize_turns(messages: Sequence[Mapping[str, object]],
 def _sanitized(kept: Sequence[_Kept],
                earlier: Sequence[_Earlier]) -> list[Turn]:
     from recalld.daemon.memory.redact import seam_spans
+    from recalld.daemon.memory.secret_cut import cut_token_spans
     from recalld.daemon.memory.secret_keys import key_block_rest
 
     also: list[list[list[tuple[int, int]]]] = [[[] for _ in blocks] for _, blocks, _, _ in kept]
@@ -281,6 +282,10 @@ def _sanitized(kept: Sequence[_Kept],
             also[n][0].extend(right)
         if inside and (rest := key_block_rest(blocks[0])):
             also[n][0].append((0, rest))  # a key block its speaker left open
+    if kept:
+        # The last text may end in a token whose rest comes with the next call: it is
+        # written before then, so what starts like one is masked now.
+        also[-1][-1].extend(cut_token_spans(kept[-1][1][-1]))
     out: list[Turn] = []
     for (role, blocks, goes_on, name), extra in zip(kept, also, strict=True):
         text = "\n".join(p for p in _redacted(blocks, extra) if p).strip()
