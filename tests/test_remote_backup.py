@@ -8,13 +8,17 @@ answer say what it does.
 
 from __future__ import annotations
 
+import signal
 import unicodedata
+import uuid
+from pathlib import Path
 
 import pytest
 from clirun import run_recalld
 from conftest import DaemonFactory
+from hooks import start_hook
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
-from test_remote import converged, notes, pair, remote_status, root, write
+from test_remote import config, converged, notes, pair, remote_status, root, write
 from test_remote_forms import content, guard_kept_busy, rows, settled
 from test_remote_forms_shapes import FOLDER
 from waits import wait_for
@@ -108,3 +112,58 @@ def test_a_restore_over_names_a_sync_tool_respelt_puts_the_backup_on_every_host(
         assert (root(a) / p).read_text() == (root(b) / p).read_text() == backed
     assert not any((root(b) / now).exists() for now in spelt.values())
     assert remote_status(a)["conflicts"] == remote_status(b)["conflicts"] == 0
+
+
+#: Start hook lines: once the replica has written the server's version of $HOLD_PATH to
+#: take after a conflict, it goes on only when its workspace closes (a restore closes it
+#: there, as one does whose close comes while the file is written).
+SETTLED_AS_IT_CLOSES = "\n".join([
+    "import os, trio",
+    "from recalld.daemon.remote import replicafiles",
+    "real_install = replicafiles.ReplicaFiles._install",
+    "done = []",
+    "async def install(self, path, row, expect=replicafiles.ANY):",
+    "    base = await real_install(self, path, row, expect)",
+    "    if path == os.environ['HOLD_PATH'] and not done:",
+    "        done.append(path)",
+    "        with trio.CancelScope(shield=True), trio.move_on_after(60):",
+    "            while self._ws.state != 'closing':",
+    "                await trio.sleep(0.05)",
+    "    return base",
+    "replicafiles.ReplicaFiles._install = install"])
+
+
+def test_a_restore_that_closes_the_workspace_as_a_conflict_settles_puts_the_backup_on_every_host(
+        daemon_factory: DaemonFactory, pg_server: PgServer, tmp_path: Path) -> None:  # noqa: F811
+    # b's edit of a note loses to a's; b writes a's version into the note, and its
+    # workspace closes right then for a restore of a backup made before both edits: the
+    # backup's text is the note's on every host, not a conflict copy's.
+    path = "memory/2026-12-07/Ελσίνκι.md"
+    name = "t" + uuid.uuid4().hex[:12]
+    a = daemon_factory(config(pg_server.dsn, name, "hosta"))
+    b = daemon_factory(config(pg_server.dsn, name, "hostb"),
+                       **start_hook(tmp_path, SETTLED_AS_IT_CLOSES), HOLD_PATH=path)
+    for d in (a, b):
+        wait_for(lambda d=d: remote_status(d)["state"] == "online", what="online")
+    backed = "# Ελσίνκι\nστο αντίγραφο ασφαλείας\n"
+    write(a, path, backed)
+    wait_for(lambda: settled(pg_server, name, a, b) and path in notes(b), what="on b")
+    made = b.call("backup.create", {})
+
+    uploaded = remote_status(a)["uploaded"]
+    b.signal(signal.SIGSTOP)
+    try:
+        write(b, path, "# Ελσίνκι\nb, after the backup\n")
+        write(a, path, "# Ελσίνκι\na, after the backup\n")
+        wait_for(lambda: remote_status(a)["uploaded"] > uploaded
+                 and remote_status(a)["outbox"] == 0, what="a uploaded")
+    finally:
+        b.signal(signal.SIGCONT)
+    wait_for(lambda: (root(b) / path).read_text() == "# Ελσίνκι\na, after the backup\n",
+             what="a's version on b")
+    b.call("backup.restore", {"file": made["file"], "overwrite_shared": True})
+    # Until the restored text has gone up and come down, the hosts' notes differ.
+    wait_for(lambda: settled(pg_server, name, a, b), what="settled")
+    assert content(pg_server, name, path) == backed.encode()
+    assert (root(a) / path).read_text() == (root(b) / path).read_text() == backed
+    assert list(notes(a)) == list(notes(b)) == [path]  # no copy: the backup had none

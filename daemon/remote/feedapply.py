@@ -4,12 +4,16 @@
 with what a catch-up of :class:`~recalld.daemon.remote.filesync.FileSync` does to each
 row under the replica lock: whether the row is this replica's to write (``_wanted``),
 and writing the wanted ones (``_apply_remote``), leaving a file edited here since the
-replica last saw it for its edit to go up first. It starts nothing and owns no task.
+replica last saw it for its edit to go up first; and recording what was written
+(``_record_pulled``, which also records a version the uploader wrote to settle a path).
+It starts nothing and owns no task.
 """
 
 from __future__ import annotations
 
 from functools import partial
+
+import trio
 
 from recalld.daemon.remote import db
 from recalld.daemon.remote.calls import in_thread
@@ -24,6 +28,17 @@ class FeedApply(ReplicaFiles):
 
     #: Whether a row outside this host's folders passed by (counted at the catch-up's end).
     _passed_outside: bool
+
+    async def _record_pulled(self, bases: list[tuple[str, Base]],
+                             cursor: int | None = None) -> None:
+        """Persist the bases of notes the server's versions were written for. Shielded:
+        a cancel (a disconnect, the workspace closed for a restore) that came while a
+        version was written must not leave it on disk unrecorded, its note still marked
+        to take it (a later edit, a restored backup, would then go to the conflict copy,
+        or be based on the version before it)."""
+        with trio.CancelScope(shield=True):
+            await in_thread(partial(self.state.record, bases, cursor))
+        self._arrived.update(path for path, _ in bases)
 
     def _wanted(self, row: db.Row) -> bool:
         """Whether the newer server row ``row`` is this replica's to write (lock held)."""

@@ -431,8 +431,7 @@ class FileSync(FeedApply):
                     elif row.path in self._feed_blocked:  # written now: status says so now
                         del self._feed_blocked[row.path]
                 cursor = after if hold is None else min(after, hold - 1)
-                with trio.CancelScope(shield=True):
-                    await self._record_pulled(updates, cursor)
+                await self._record_pulled(updates, cursor)
             self.pulled += len(updates)
             self.last_pull = time.time()
             self.behind = max(0, self.behind - len(rows))

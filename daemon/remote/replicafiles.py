@@ -88,12 +88,6 @@ class ReplicaFiles:
         #: day indexes are then made again (each host derives its own: ``dayindex.py``).
         self._arrived: set[str] = set()
 
-    async def _record_pulled(self, bases: list[tuple[str, Base]],
-                             cursor: int | None = None) -> None:
-        """Persist the bases of notes the server's versions were written for."""
-        await in_thread(partial(self.state.record, bases, cursor))
-        self._arrived.update(path for path, _ in bases)
-
     async def pulled_upto(self, version: int) -> int:
         """Record that a catch-up read the feed up to ``version`` (returned), once the
         day indexes of the notes it brought are made again."""
