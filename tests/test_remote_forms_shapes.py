@@ -155,3 +155,59 @@ def test_an_edit_that_comes_down_before_the_respelling_is_read_reaches_the_file(
     assert content(pg_server, name, named) == edited.encode()
     assert not (root(b) / named).exists()
     assert remote_status(a)["conflicts"] == remote_status(b)["conflicts"] == 0
+
+
+#: Start hook lines: the replica reads a change that names $RESPELT after the others
+#: reported with it, once the deletion guard has judged $OLD (its old spelling) gone and
+#: then its feed has been applied past where it stood then (a watcher behind by more than
+#: the guard's longest wait, on a loaded machine); it makes $JUDGED once the guard judged.
+RESPELLING_READ_AFTER_THE_GUARD = "\n".join([
+    "import os, trio",
+    "from recalld.daemon.remote import replicafiles",
+    "real_apply = replicafiles.ReplicaFiles._apply_local",
+    "async def late(self, paths):",
+    "    respelt = os.environ['RESPELT']",
+    "    if respelt in paths:",
+    "        await real_apply(self, paths - {respelt})",
+    "        paths = {respelt}",
+    "        with trio.move_on_after(60):",
+    "            while (self.state.bases.get(os.environ['OLD']) or",
+    "                   replicafiles.Base(0, None)).hash is not None:",
+    "                await trio.sleep(0.05)",
+    "            stood = self.state.cursor",
+    "            open(os.environ['JUDGED'], 'w').close()",
+    "            while self.state.cursor == stood:",
+    "                await trio.sleep(0.05)",
+    "    await real_apply(self, paths)",
+    "replicafiles.ReplicaFiles._apply_local = late"])
+
+
+def test_a_respelling_the_watcher_reports_after_the_guard_judged_takes_the_note_over(
+        daemon_factory: DaemonFactory, pg_server: PgServer, tmp_path: Path) -> None:  # noqa: F811
+    # A sync tool respells a note's name on b; b's deletion guard finds the old spelling
+    # gone, renamed, before b's watcher has reported the new one, and a's edit comes down
+    # after that: the new spelling is the note b knew, so it takes a's edit, and the
+    # rename sends nothing (no conflict copy of the old text).
+    name = "t" + uuid.uuid4().hex[:12]
+    named = "memory/2026-07-29/Ωραία θέα, façade.md"
+    now = nfd(named)
+    judged = tmp_path / "judged"
+    a = daemon_factory(config(pg_server.dsn, name, "hosta"))
+    b = daemon_factory(config(pg_server.dsn, name, "hostb"),
+                       **start_hook(tmp_path, RESPELLING_READ_AFTER_THE_GUARD), RESPELT=now,
+                       OLD=named, JUDGED=str(judged))
+    for d in (a, b):
+        wait_for(lambda d=d: remote_status(d)["state"] == "online", what="online")
+    write(b, named, "# θέα\nfirst text\n")
+    wait_for(lambda: settled(pg_server, name, a, b) and named in notes(a), what="on a")
+
+    (root(b) / named).rename(root(b) / now)
+    wait_for(judged.exists, what="the guard's judgement on b", deadline_s=60)
+    edited = "# θέα\nedited on a\n"
+    write(a, named, edited)
+    wait_for(lambda: (root(b) / now).read_text() == edited
+             and settled(pg_server, name, a, b), what="a's edit on b", deadline_s=60)
+    assert content(pg_server, name, named) == edited.encode()
+    assert list(notes(b)) == [now] and list(notes(a)) == [named]
+    assert rows(pg_server, name) == {named: False}
+    assert remote_status(a)["conflicts"] == remote_status(b)["conflicts"] == 0

@@ -402,8 +402,11 @@ class ReplicaFiles:
         moved = {p: o for p, o in (await in_thread(
             renamed, self._ws.root, [f.path for f in gone])).items() if not self._twin(p, o)}
         if moved:
-            # Renamed between Unicode forms: the same note, which the new spelling carries.
-            for path in moved:
+            # Renamed between Unicode forms: the same note, which the new spelling carries,
+            # also one the watcher has not reported yet (it takes the note over now).
+            for path, now in moved.items():
+                if self._last_local.get(now) is None:
+                    self._last_local[now] = await self._take_base(now)
                 self._last_local[path] = None
             # A change still queued under the old spelling goes up on the version it
             # was made on (as in _take_base): that spelling's base stays until then.
