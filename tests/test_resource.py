@@ -95,6 +95,8 @@ def test_resources_dated_interpreted_changed_deleted(daemon: DaemonHandle, fake:
     }
     for rel in wanted:
         wait_state(root, rel, "processed")
+    # The inbox is told of the notes when the job that wrote them ends.
+    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))
     cat = catalog(root)
     for rel, note in wanted.items():
         assert cat[rel]["note"] == note, cat[rel]
@@ -142,6 +144,7 @@ def test_resources_dated_interpreted_changed_deleted(daemon: DaemonHandle, fake:
     wait_for(lambda: "source_removed" in note.read_text())
     fields, text = parse_frontmatter(note.read_text())[0], note.read_text()
     assert fields["source_removed"] == today and "was removed" in text
+    wait_for(lambda: not active_jobs(daemon, "res", "auto_resource"))
     items = resource_items(daemon, "res")
     if items is not None:
         assert any(wanted["resource/2026-11-02/data.csv"] in i["changes"] for i in items)
