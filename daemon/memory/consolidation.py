@@ -96,6 +96,9 @@ class Consolidation:
         self.catalogs: dict[str, ResourceCatalog] = {}
         #: Per workspace, the waiting notes of its last dream (see ``DreamStatus``).
         self.waiting: dict[str, tuple[int, dict[str, str]]] = {}
+        #: Per workspace, its auto_resource job that has looked for work for the last
+        #: time (it is ending, or has ended).
+        self._looked_last: dict[str, str] = {}
 
     def register_jobs(self) -> None:
         """Add the ``auto_dream`` and ``auto_resource`` kinds to the job manager."""
@@ -170,9 +173,11 @@ class Consolidation:
             result = more if result is None else merged_results(result, more)
             # A file cataloged after the job last looked for work (while it wrote its
             # inbox item, say) was refused a job of its own: one runs. It is this one's.
-            # Nothing yields from this look until the job manager records the end, so no
-            # file is left queued with no job to come.
+            # From this look on, the job takes up nothing more while the job manager
+            # journals its end: a file cataloged then has its job once this one ended
+            # (``request_job``).
             if not catalog.work(chat_enabled=False):
+                self._looked_last[job.agent_id] = job.job_id
                 return result
 
     async def _retry_failed_resources(self, agent_id: str) -> None:
@@ -221,12 +226,22 @@ class Consolidation:
         """The per-workspace service of ``ws`` (not started)."""
 
         async def request_job() -> None:
-            try:
-                await self._jobs.submit(ws.agent_id, RESOURCE_KIND, {"trigger": "watch"})
-            except AlreadyRunning:
-                pass  # the queued or running job picks the new work up
-            except RecalldError as exc:
-                log.warning("%s: auto_resource not submitted: %s", ws.agent_id, exc)
+            while True:
+                try:
+                    await self._jobs.submit(ws.agent_id, RESOURCE_KIND, {"trigger": "watch"})
+                except AlreadyRunning as exc:
+                    running = exc.data.get("job_id") if isinstance(exc.data, dict) else None
+                    if running is None or running != self._looked_last.get(ws.agent_id):
+                        return  # the queued or running job picks the new work up
+                    try:  # it looks for work no more: its end is a moment away
+                        await self._jobs.wait(ws.agent_id, str(running))
+                    except RecalldError as err:
+                        log.warning("%s: auto_resource not submitted: %s", ws.agent_id, err)
+                        return
+                    continue
+                except RecalldError as exc:
+                    log.warning("%s: auto_resource not submitted: %s", ws.agent_id, exc)
+                return
 
         catalog = ResourceCatalog(
             ws, request_job=request_job, limiter=cpu, background=background,
