@@ -65,3 +65,32 @@ def test_a_file_cataloged_while_a_job_ends_is_interpreted(
     entries = catalog(root)
     assert [e["state"] for e in entries.values()] == ["processed", "processed"], entries
     assert entries["resource/2025-10-02/付録 B.txt"]["note"].startswith("memory/2025-10-02/")
+
+
+def test_a_file_cataloged_while_a_job_fails_is_taken_up(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # No chat model: the job marks the files it finds pending and fails. A file cataloged
+    # while that failure is journaled is refused a job (one runs), and has one once it
+    # ended: it is pending too, not left queued until some other file changes.
+    root = tmp_path / "ws"
+    hold, held, refused = tmp_path / "hold", tmp_path / "held", tmp_path / "refused"
+    os.mkfifo(hold)
+    lines = tuple(line.replace("'succeeded'", "'failed'") for line in END_HELD)
+    d = daemon_factory(**start_hook(tmp_path, *lines), HOLD=str(hold), HELD=str(held),
+                       REFUSED=str(refused))
+    write(root, "resource/Protokoll.md", "Sitzung vom 3. März: Beschlüsse.\n")
+    open_ws(d, "failing", root, None)
+    try:
+        wait_for(held.exists, "the first job held at its failed end")
+        write(root, "resource/2025-10-02/Приложение 1.csv", "статья;сумма\nаренда;1200\n")
+        wait_for(refused.exists, "a job refused while the first ends")
+    finally:
+        with open(hold, "wb"):
+            pass
+    wait_state(root, "resource/2025-10-02/Приложение 1.csv", "pending")
+    wait_for(lambda: not active_jobs(d, "failing", "auto_resource"))
+    jobs = [j for j in d.call("jobs.list", {"agent_id": "failing"})["jobs"]
+            if j["kind"] == "auto_resource"]
+    assert [j["state"] for j in jobs] == ["failed", "failed"], jobs
+    entries = catalog(root)
+    assert [e["state"] for e in entries.values()] == ["pending", "pending"], entries

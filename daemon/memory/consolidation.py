@@ -3,8 +3,10 @@
 :class:`Consolidation` (daemon-wide, built by the composition) owns:
 
 - the job handlers of ``auto_dream`` (exclusive per workspace) and ``auto_resource``
-  (exclusive; a running one picks up work queued meanwhile), registered on the job
-  manager by :meth:`Consolidation.register_jobs`;
+  (exclusive; a running one picks up work queued meanwhile, and work that came too late
+  for it has a job once it ended: after a failed one, once the chat provider's backoff
+  is over; after one cancelled, none), registered on the job manager by
+  :meth:`Consolidation.register_jobs`;
 - the dream entries of the daemon-wide :class:`CronScheduler` (state file
   ``<data>/state/scheduler.json``), which submits ``auto_dream`` jobs.
 
@@ -99,6 +101,9 @@ class Consolidation:
         #: Per workspace, its auto_resource job that has looked for work for the last
         #: time (it is ending, or has ended).
         self._looked_last: dict[str, str] = {}
+        #: Per open workspace, how its auto_resource job is requested in the background
+        #: (True: after a failed one, once the chat provider's backoff is over).
+        self.request_soon: dict[str, Callable[[bool], None]] = {}
 
     def register_jobs(self) -> None:
         """Add the ``auto_dream`` and ``auto_resource`` kinds to the job manager."""
@@ -164,12 +169,24 @@ class Consolidation:
             raise UnknownWorkspace(f"workspace {job.agent_id!r} has no resource catalog")
         manual = job.params.get("trigger") != "watch"
         result: ResourceResult | None = None
+        seen: set[tuple[str, object]] = set()  # the work there was at each start of a pass
         while True:
-            async with one_host_at_a_time(catalog.ws, RESOURCE_KIND):
-                more = await catalog.process(
-                    catalog.ws.services.chat.client_or_none(),
-                    retry_failed=manual and result is None, job_id=job.job_id,
-                    progress=job.set_progress)
+            seen |= _work_of(catalog)
+            try:
+                async with one_host_at_a_time(catalog.ws, RESOURCE_KIND):
+                    more = await catalog.process(
+                        catalog.ws.services.chat.client_or_none(),
+                        retry_failed=manual and result is None, job_id=job.job_id,
+                        progress=job.set_progress)
+            except Exception:
+                # Failed: it takes up nothing more. Work that came after it began its pass
+                # (refused a job of its own: this one ran) has a job once this one ended,
+                # after the provider's backoff (``request_job``); a cancelled job (by a
+                # user, or to run again later) requests none.
+                self._looked_last[job.agent_id] = job.job_id
+                if not _work_of(catalog) <= seen and job.agent_id in self.request_soon:
+                    self.request_soon[job.agent_id](False)
+                raise
             result = more if result is None else merged_results(result, more)
             # A file cataloged after the job last looked for work (while it wrote its
             # inbox item, say) was refused a job of its own: one runs. It is this one's.
@@ -225,7 +242,15 @@ class Consolidation:
                          background: trio.CapacityLimiter | None = None) -> ResourceService:
         """The per-workspace service of ``ws`` (not started)."""
 
-        async def request_job() -> None:
+        def retry_wait_s() -> float:
+            client = chat.client_or_none()
+            return client.line.retry_wait_s() if client is not None else 0.0
+
+        async def request_job(after_failure: bool = False) -> None:
+            while after_failure:  # not while the provider is known unavailable
+                if (wait_s := retry_wait_s()) <= 0:
+                    break
+                await trio.sleep(wait_s)
             while True:
                 try:
                     await self._jobs.submit(ws.agent_id, RESOURCE_KIND, {"trigger": "watch"})
@@ -234,9 +259,14 @@ class Consolidation:
                     if running is None or running != self._looked_last.get(ws.agent_id):
                         return  # the queued or running job picks the new work up
                     try:  # it looks for work no more: its end is a moment away
-                        await self._jobs.wait(ws.agent_id, str(running))
+                        ended = await self._jobs.wait(ws.agent_id, str(running))
                     except RecalldError as err:
                         log.warning("%s: auto_resource not submitted: %s", ws.agent_id, err)
+                        return
+                    if ended["state"] == "cancelled":
+                        return  # by a user: the next change or start asks again
+                    if ended["state"] == "failed" and ws.agent_id in self.request_soon:
+                        self.request_soon[ws.agent_id](True)  # not at once: it waits
                         return
                     continue
                 except RecalldError as exc:
@@ -246,15 +276,22 @@ class Consolidation:
         catalog = ResourceCatalog(
             ws, request_job=request_job, limiter=cpu, background=background,
             chat_enabled=lambda: chat.client_or_none() is not None)
-        return ResourceService(self, ws, catalog)
+        return ResourceService(self, ws, catalog, request_job)
+
+
+def _work_of(catalog: ResourceCatalog) -> set[tuple[str, object]]:
+    """The work ``catalog`` has for a job: each file's path and digest."""
+    return {(p, catalog.records[p].get("digest")) for p in catalog.work(chat_enabled=False)}
 
 
 class ResourceService:
     """One workspace's dream schedule entry and resource catalog (with its watcher)."""
 
     def __init__(self, consolidation: Consolidation, ws: Workspace,
-                 catalog: ResourceCatalog) -> None:
+                 catalog: ResourceCatalog,
+                 request_job: Callable[[bool], Awaitable[None]]) -> None:
         self._consolidation = consolidation
+        self._request_job = request_job
         self.ws = ws
         self.catalog = catalog
         self.schedule_error: str | None = None
@@ -281,9 +318,17 @@ class ResourceService:
         c.waiting.pop(agent_id, None)
         await c.load_waiting(self.ws)
         try:
-            await self.catalog.run(task_status=task_status)
+            async with trio.open_nursery() as nursery:
+
+                def request_soon(after_failure: bool) -> None:
+                    nursery.start_soon(self._request_job, after_failure)
+
+                c.request_soon[agent_id] = request_soon
+                await self.catalog.run(task_status=task_status)
+                nursery.cancel_scope.cancel()
         finally:
             c.scheduler.unschedule(agent_id, DREAM_KIND)
             if c.catalogs.get(agent_id) is self.catalog:
                 del c.catalogs[agent_id]
                 c.waiting.pop(agent_id, None)
+                c.request_soon.pop(agent_id, None)
