@@ -10,10 +10,15 @@ tests/test_remote.py.
 from __future__ import annotations
 
 import shutil
+import threading
+import uuid
+from pathlib import Path
 
 from conftest import DaemonFactory
+from hooks import start_hook
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from test_remote import cli, config, converged, notes, pair, remote_status, root, write
+from test_remote_forms import content, settled
 from waits import wait_for
 
 NOTES = {f"memory/2026-03-0{i}/walk{i}.md": f"# Walk {i}\nheron and kestrel {i}\n"
@@ -156,3 +161,74 @@ def test_notes_made_empty_then_written_go_up_once_with_their_text(
             "USING (workspace_id) WHERE w.name = %s GROUP BY c.path", (name,)).fetchall()
     assert len(counts) == len(made)
     assert [path for path, n in counts if n != 1] == []
+
+
+#: Start hook lines: once a restore of held notes has written $HOLD_PATH back, it goes on
+#: only when it is cancelled (the daemon stopping cuts it short there).
+RESTORED_AS_IT_STOPS = "\n".join([
+    "import math, os, trio",
+    "from recalld.daemon.remote import replicafiles",
+    "real_install = replicafiles.ReplicaFiles._install",
+    "done = []",
+    "async def install(self, path, row, expect=replicafiles.ANY):",
+    "    base = await real_install(self, path, row, expect)",
+    "    if path == os.environ['HOLD_PATH'] and not done:",
+    "        done.append(path)",
+    "        end = trio.current_time() + 60",
+    "        while trio.current_effective_deadline() != -math.inf and trio.current_time() < end:",
+    "            with trio.CancelScope(shield=True):",
+    "                await trio.sleep(0.05)",
+    "    return base",
+    "replicafiles.ReplicaFiles._install = install"])
+
+
+def test_a_held_note_written_back_as_the_daemon_stops_keeps_the_version_it_got(
+        daemon_factory: DaemonFactory, pg_server: PgServer, tmp_path: Path) -> None:  # noqa: F811
+    # Another host edits a held note; a restore writes that version back here and the
+    # daemon stops right then, cutting the restore short: the note is recorded at that
+    # version, so an edit made here afterwards follows it instead of conflicting with it.
+    notes_ = {f"memory/2026-08-1{i}/ястреб{i}.md": f"# Ястреб {i}\nнад полем {i}\n"
+              for i in range(1, 4)}
+    first = sorted(notes_)[0]
+    name = "t" + uuid.uuid4().hex[:12]
+    hook = {**start_hook(tmp_path, RESTORED_AS_IT_STOPS), "HOLD_PATH": first}
+    a = daemon_factory(config(pg_server.dsn, name, "hosta"), **hook)
+    b = daemon_factory(config(pg_server.dsn, name, "hostb"))
+    for d in (a, b):
+        wait_for(lambda d=d: remote_status(d)["state"] == "online", what="online")
+    for rel, text in notes_.items():
+        write(a, rel, text)
+    wait_for(lambda: converged(a, b) and len(notes(b)) == 3, what="notes on b")
+    shutil.rmtree(root(a) / "memory")
+    wait_for(lambda: held(a) == 3, what="the deletions held on a")
+    theirs = "# Ястреб 1\nbが書き直した\n"
+    write(b, first, theirs)
+    wait_for(lambda: content(pg_server, name, first) == theirs.encode()
+             and settled(pg_server, name, b), what="b's edit on the server")
+    wait_for(lambda: remote_status(a)["cursor"] == remote_status(b)["cursor"],
+             what="b's edit read by a")
+
+    answers: list[object] = []
+    release = threading.Thread(target=lambda: answers.append(_release(a)))
+    release.start()
+    wait_for(lambda: (root(a) / first).exists()
+             and (root(a) / first).read_text() == theirs, what="the held note written back")
+    a.stop()
+    release.join(timeout=60)
+    a = daemon_factory(config(pg_server.dsn, name, "hosta"), RECALLD_DATA_DIR=str(a.data_dir))
+    wait_for(lambda: remote_status(a)["state"] == "online", what="a online again")
+    mine = theirs + "and then a\n"
+    write(a, first, mine)
+    wait_for(lambda: (root(b) / first).read_text() == mine
+             or remote_status(a)["conflicts"] > 0, what="a's edit on b, or a conflict")
+    assert remote_status(a)["conflicts"] == 0, answers
+    wait_for(lambda: remote_status(a)["outbox"] == 0, what="a's edit gone up")
+    assert sorted(notes(b)) == sorted(notes_)  # no conflict copy
+
+
+def _release(d: object) -> object:
+    try:
+        return d.call("remote.release", {"agent_id": "default",  # type: ignore[attr-defined]
+                                         "action": "restore"})
+    except Exception as exc:  # the daemon stopped under the call
+        return exc

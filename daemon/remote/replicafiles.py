@@ -435,22 +435,25 @@ class ReplicaFiles:
 
     async def restore_held(self, rows: dict[str, db.Row | None]) -> int:
         """Write held notes back: each one's last queued content, else its server row
-        (``rows``; None: not on the server). Returns how many were held."""
+        (``rows``; None: not on the server); how many were held. Cut short, it records
+        those written (a version unrecorded would make a later edit here conflict)."""
         async with self._lock:
             paths = [p for p in rows if p in self.guard.held]
             updates: list[tuple[str, Base]] = []
-            for path in paths:
-                queued = [c for c in self._outbox.pending() if c.path == path]
-                try:
-                    if queued:  # an edit not yet uploaded: it goes up, the file shows it
-                        if queued[-1].data is not None:
-                            await self._put_local(path, queued[-1].data, None)
-                    else:
-                        updates.append((path, await self._install(path, rows[path], None)))
-                except EditedMeanwhile as exc:  # put back meanwhile: that copy stays
-                    await self._observe([exc.found], settled=True)
-            with trio.CancelScope(shield=True):
-                await in_thread(self.state.record, updates)
+            try:
+                for path in paths:
+                    queued = [c for c in self._outbox.pending() if c.path == path]
+                    try:
+                        if queued:  # an edit not yet uploaded: it goes up, the file shows it
+                            if queued[-1].data is not None:
+                                await self._put_local(path, queued[-1].data, None)
+                        else:
+                            updates.append((path, await self._install(path, rows[path], None)))
+                    except EditedMeanwhile as exc:  # put back meanwhile: that copy stays
+                        await self._observe([exc.found], settled=True)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await in_thread(self.state.record, updates)
             await self._unhold(paths)
             return len(paths)
 
