@@ -106,5 +106,9 @@ class FeedApply(ReplicaFiles):
             self._last_local[row.path] = row.hash
             updates.append((row.path, Base(row.version, row.hash, stat)))
         if edited:
-            await self._observe(edited)
+            # Shielded (local file calls only): a cancel here would leave the rows just
+            # written on disk with their bases never recorded (the caller records them
+            # next, shielded), so a later edit here would be based on the versions before.
+            with trio.CancelScope(shield=True):
+                await self._observe(edited)
         return updates
