@@ -12,9 +12,10 @@ from __future__ import annotations
 import shutil
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
-from conftest import DaemonFactory
+from conftest import DaemonFactory, DaemonHandle
 from hooks import start_hook
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from test_remote import cli, config, converged, notes, pair, remote_status, root, write
@@ -187,11 +188,55 @@ def test_a_held_note_written_back_as_the_daemon_stops_keeps_the_version_it_got(
     # Another host edits a held note; a restore writes that version back here and the
     # daemon stops right then, cutting the restore short: the note is recorded at that
     # version, so an edit made here afterwards follows it instead of conflicting with it.
+    a = _restore_cut_short(daemon_factory, pg_server, tmp_path, RESTORED_AS_IT_STOPS,
+                           lambda a: None)
+    assert held(a) == 2  # the two not written yet stay held
+
+
+#: Start hook lines: once a restore of held notes has written $HOLD_PATH back, it goes on
+#: only once its workspace closes and the replica's state is closed, or about to be.
+RESTORED_AS_IT_CLOSES = "\n".join([
+    "import os, trio",
+    "from recalld.daemon.remote import filesync, replicafiles",
+    "real_install = replicafiles.ReplicaFiles._install",
+    "real_shut = getattr(filesync.FileSync, 'shut', None)",
+    "done = []",
+    "async def shut(self):",
+    "    done.append('shut')",
+    "    await real_shut(self)",
+    "async def install(self, path, row, expect=replicafiles.ANY):",
+    "    base = await real_install(self, path, row, expect)",
+    "    if path == os.environ['HOLD_PATH'] and not done:",
+    "        done.append(path)",
+    "        with trio.CancelScope(shield=True), trio.move_on_after(60):",
+    "            while 'shut' not in done and self.state._log._fd is not None:",
+    "                await trio.sleep(0.05)",
+    "    return base",
+    "if real_shut is not None:",
+    "    filesync.FileSync.shut = shut",
+    "replicafiles.ReplicaFiles._install = install"])
+
+
+def test_a_restore_of_held_notes_as_the_workspace_closes_writes_and_records_them_all(
+        daemon_factory: DaemonFactory, pg_server: PgServer, tmp_path: Path) -> None:  # noqa: F811
+    # The workspace closed (`recalld workspace close`) while a restore writes held notes
+    # back: the replica's state is closed once the restore is done, not under it.
+    a = _restore_cut_short(daemon_factory, pg_server, tmp_path, RESTORED_AS_IT_CLOSES,
+                           lambda a: a.call("workspace.close", {"agent_id": "default"}))
+    assert held(a) == 0
+
+
+def _restore_cut_short(daemon_factory: DaemonFactory, pg_server: PgServer,  # noqa: F811
+                       tmp_path: Path, lines: str, cut: Callable[[DaemonHandle], object]
+                       ) -> DaemonHandle:
+    """Three notes held on a, the first edited on b; a restore on a (held by ``lines``
+    once the first is written back) is cut short by ``cut(a)`` and a's stop; a started
+    again edits the first note, which goes up with no conflict. Returns a."""
     notes_ = {f"memory/2026-08-1{i}/ястреб{i}.md": f"# Ястреб {i}\nнад полем {i}\n"
               for i in range(1, 4)}
     first = sorted(notes_)[0]
     name = "t" + uuid.uuid4().hex[:12]
-    hook = {**start_hook(tmp_path, RESTORED_AS_IT_STOPS), "HOLD_PATH": first}
+    hook = {**start_hook(tmp_path, lines), "HOLD_PATH": first}
     a = daemon_factory(config(pg_server.dsn, name, "hosta"), **hook)
     b = daemon_factory(config(pg_server.dsn, name, "hostb"))
     for d in (a, b):
@@ -213,6 +258,7 @@ def test_a_held_note_written_back_as_the_daemon_stops_keeps_the_version_it_got(
     release.start()
     wait_for(lambda: (root(a) / first).exists()
              and (root(a) / first).read_text() == theirs, what="the held note written back")
+    cut(a)
     a.stop()
     release.join(timeout=60)
     a = daemon_factory(config(pg_server.dsn, name, "hosta"), RECALLD_DATA_DIR=str(a.data_dir))
@@ -224,11 +270,11 @@ def test_a_held_note_written_back_as_the_daemon_stops_keeps_the_version_it_got(
     assert remote_status(a)["conflicts"] == 0, answers
     wait_for(lambda: remote_status(a)["outbox"] == 0, what="a's edit gone up")
     assert sorted(notes(b)) == sorted(notes_)  # no conflict copy
+    return a
 
 
-def _release(d: object) -> object:
+def _release(d: DaemonHandle) -> object:
     try:
-        return d.call("remote.release", {"agent_id": "default",  # type: ignore[attr-defined]
-                                         "action": "restore"})
+        return d.call("remote.release", {"agent_id": "default", "action": "restore"})
     except Exception as exc:  # the daemon stopped under the call
         return exc

@@ -120,6 +120,14 @@ class FileSync(FeedApply):
         """Paths whose server version this host cannot write now, and why."""
         return {**self._feed_blocked, **self._unsettled}
 
+    async def shut(self) -> None:
+        """Close the outbox and replica state once no call writes with them (a restore
+        of held notes runs in the call that asked for it, not in the replica's tasks):
+        closed under it, the notes it writes next would not be recorded. Waits for local
+        file calls only: none holds the lock over a call to the server."""
+        async with self._lock:
+            await in_thread(self.close)
+
     async def adopt(self, ident: str) -> None:
         """Start over when the state belongs to another shared workspace than the server's."""
         async with self._lock:

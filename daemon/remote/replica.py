@@ -125,7 +125,7 @@ class Replica:
         finally:
             with trio.CancelScope(shield=True):
                 await self._searcher.close()
-                await in_thread(self._files.close)
+                await self._files.shut()
 
     # -- status ----------------------------------------------------------------------
 
