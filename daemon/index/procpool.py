@@ -31,12 +31,12 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, TypeVarTuple
+from typing import TYPE_CHECKING, TypedDict, TypeVar, TypeVarTuple, cast
 
 import trio
 
 from recalld.daemon import memtrim
-from recalld.daemon.index.worker import serve
+from recalld.daemon.index.worker import Answer, serve
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -177,7 +177,7 @@ class PreparePool:
             run: Callable[[Callable[[*Ts], T], *Ts], T] = memtrim.trimmed
             token = trio.lowlevel.current_trio_token()
 
-            def send_and_read() -> tuple[bool, Any]:
+            def send_and_read() -> Answer:
                 from multiprocessing.reduction import ForkingPickler
 
                 whole = True  # the pipe holds no part of a message
@@ -188,22 +188,21 @@ class PreparePool:
                     del message
                     answer = worker.conn.recv_bytes()
                     whole = True
-                    reply: tuple[bool, Any] = ForkingPickler.loads(answer)
+                    reply: Answer = ForkingPickler.loads(answer)
                     return reply
                 finally:
                     with suppress(trio.RunFinishedError):
                         token.run_sync_soon(self._checkin, procs, worker, whole)
 
             try:
-                ok, value = await trio.to_thread.run_sync(
+                reply = await trio.to_thread.run_sync(
                     send_and_read, abandon_on_cancel=True, limiter=procs.threads)
             except (EOFError, OSError) as exc:  # the worker died, or was stopped
                 self._lost(procs, exc)
                 raise PoolUnavailable(f"an indexing worker process ended: {exc!r}") from exc
-            if not ok:
-                raise value
-            result: T = value
-            return result
+            if not reply[0]:
+                raise reply[1]
+            return cast("T", reply[1])  # what ``fn`` returned
         finally:
             self._busy -= 1
             if self._busy == 0:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -45,6 +45,10 @@ def warm() -> None:
     import recalld.daemon.memory.redact  # noqa: F401
 
 
+#: A worker's answer to one call: its result, or the exception it raised.
+Answer = tuple[Literal[True], object] | tuple[Literal[False], BaseException]
+
+
 def serve(conn: Connection, parent: int, preload: bool) -> None:
     """Run the calls the daemon sends on ``conn`` (``(fn, args)``), one at a time, and
     answer each with ``(True, result)`` or ``(False, exception)``, until ``conn`` ends.
@@ -64,7 +68,7 @@ def serve(conn: Connection, parent: int, preload: bool) -> None:
             return
         try:
             fn, args = ForkingPickler.loads(message)
-            reply: tuple[bool, object] = (True, fn(*args))
+            reply: Answer = (True, fn(*args))
         except BaseException as exc:  # the daemon re-raises it
             reply = (False, exc)
         del message
@@ -77,4 +81,4 @@ def serve(conn: Connection, parent: int, preload: bool) -> None:
         del reply
 
 
-__all__ = ["WORKER_NICE", "serve", "warm", "worker_init"]
+__all__ = ["WORKER_NICE", "Answer", "serve", "warm", "worker_init"]
