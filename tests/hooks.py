@@ -67,3 +67,23 @@ def start_hook(tmp_path: Path, *lines: str) -> dict[str, str]:
     folder.mkdir(exist_ok=True)
     (folder / "sitecustomize.py").write_text(text, encoding="utf-8")
     return {"PYTHONPATH": str(folder), "START_HOOK": "1"}
+
+
+def held_after_install(wait: list[str], *before: str) -> str:
+    """Start hook lines: once a shared workspace's replica has written $HOLD_PATH (the first
+    time), it goes on only after ``wait`` (lines run in ``install``, where ``self`` is the
+    ``ReplicaFiles``; ``os`` and ``trio`` are imported) has ended. ``before``: lines run
+    first, at the hook's top level (more imports, other patches)."""
+    return "\n".join([
+        "import os, trio",
+        "from recalld.daemon.remote import replicafiles",
+        *before,
+        "real_install = replicafiles.ReplicaFiles._install",
+        "done = []",
+        "async def install(self, path, row, expect=replicafiles.ANY):",
+        "    base = await real_install(self, path, row, expect)",
+        "    if path == os.environ['HOLD_PATH'] and not done:",
+        "        done.append(path)",
+        *("        " + line for line in wait),
+        "    return base",
+        "replicafiles.ReplicaFiles._install = install"])

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from clirun import run_recalld
 from conftest import DaemonFactory
-from hooks import start_hook
+from hooks import held_after_install, start_hook
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from test_remote import config, converged, notes, pair, remote_status, root, write
 from test_remote_forms import content, guard_kept_busy, rows, settled
@@ -117,20 +117,10 @@ def test_a_restore_over_names_a_sync_tool_respelt_puts_the_backup_on_every_host(
 #: Start hook lines: once the replica has written the server's version of $HOLD_PATH to
 #: take after a conflict, it goes on only when its workspace closes (a restore closes it
 #: there, as one does whose close comes while the file is written).
-SETTLED_AS_IT_CLOSES = "\n".join([
-    "import os, trio",
-    "from recalld.daemon.remote import replicafiles",
-    "real_install = replicafiles.ReplicaFiles._install",
-    "done = []",
-    "async def install(self, path, row, expect=replicafiles.ANY):",
-    "    base = await real_install(self, path, row, expect)",
-    "    if path == os.environ['HOLD_PATH'] and not done:",
-    "        done.append(path)",
-    "        with trio.CancelScope(shield=True), trio.move_on_after(60):",
-    "            while self._ws.state != 'closing':",
-    "                await trio.sleep(0.05)",
-    "    return base",
-    "replicafiles.ReplicaFiles._install = install"])
+SETTLED_AS_IT_CLOSES = held_after_install([
+    "with trio.CancelScope(shield=True), trio.move_on_after(60):",
+    "    while self._ws.state != 'closing':",
+    "        await trio.sleep(0.05)"])
 
 
 def test_a_restore_that_closes_the_workspace_as_a_conflict_settles_puts_the_backup_on_every_host(

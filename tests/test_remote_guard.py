@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from conftest import DaemonFactory, DaemonHandle
-from hooks import start_hook
+from hooks import held_after_install, start_hook
 from pgserver import PgServer, pg_server  # noqa: F401 (fixture)
 from test_remote import cli, config, converged, notes, pair, remote_status, root, write
 from test_remote_forms import content, settled
@@ -166,21 +166,11 @@ def test_notes_made_empty_then_written_go_up_once_with_their_text(
 
 #: Start hook lines: once a restore of held notes has written $HOLD_PATH back, it goes on
 #: only when it is cancelled (the daemon stopping cuts it short there).
-RESTORED_AS_IT_STOPS = "\n".join([
-    "import math, os, trio",
-    "from recalld.daemon.remote import replicafiles",
-    "real_install = replicafiles.ReplicaFiles._install",
-    "done = []",
-    "async def install(self, path, row, expect=replicafiles.ANY):",
-    "    base = await real_install(self, path, row, expect)",
-    "    if path == os.environ['HOLD_PATH'] and not done:",
-    "        done.append(path)",
-    "        end = trio.current_time() + 60",
-    "        while trio.current_effective_deadline() != -math.inf and trio.current_time() < end:",
-    "            with trio.CancelScope(shield=True):",
-    "                await trio.sleep(0.05)",
-    "    return base",
-    "replicafiles.ReplicaFiles._install = install"])
+RESTORED_AS_IT_STOPS = held_after_install([
+    "end = trio.current_time() + 60",
+    "while trio.current_effective_deadline() != -math.inf and trio.current_time() < end:",
+    "    with trio.CancelScope(shield=True):",
+    "        await trio.sleep(0.05)"], "import math")
 
 
 def test_a_held_note_written_back_as_the_daemon_stops_keeps_the_version_it_got(
@@ -195,26 +185,17 @@ def test_a_held_note_written_back_as_the_daemon_stops_keeps_the_version_it_got(
 
 #: Start hook lines: once a restore of held notes has written $HOLD_PATH back, it goes on
 #: only once its workspace closes and the replica's state is closed, or about to be.
-RESTORED_AS_IT_CLOSES = "\n".join([
-    "import os, trio",
-    "from recalld.daemon.remote import filesync, replicafiles",
-    "real_install = replicafiles.ReplicaFiles._install",
+RESTORED_AS_IT_CLOSES = held_after_install([
+    "with trio.CancelScope(shield=True), trio.move_on_after(60):",
+    "    while 'shut' not in done and self.state._log._fd is not None:",
+    "        await trio.sleep(0.05)"],
+    "from recalld.daemon.remote import filesync",
     "real_shut = getattr(filesync.FileSync, 'shut', None)",
-    "done = []",
     "async def shut(self):",
     "    done.append('shut')",
     "    await real_shut(self)",
-    "async def install(self, path, row, expect=replicafiles.ANY):",
-    "    base = await real_install(self, path, row, expect)",
-    "    if path == os.environ['HOLD_PATH'] and not done:",
-    "        done.append(path)",
-    "        with trio.CancelScope(shield=True), trio.move_on_after(60):",
-    "            while 'shut' not in done and self.state._log._fd is not None:",
-    "                await trio.sleep(0.05)",
-    "    return base",
     "if real_shut is not None:",
-    "    filesync.FileSync.shut = shut",
-    "replicafiles.ReplicaFiles._install = install"])
+    "    filesync.FileSync.shut = shut")
 
 
 def test_a_restore_of_held_notes_as_the_workspace_closes_writes_and_records_them_all(
