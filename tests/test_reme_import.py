@@ -129,6 +129,10 @@ def test_an_unsafe_or_odd_embedding_cache_is_refused(tmp_path: Path) -> None:
     assert not got.vectors and name in got.refused
     np.savez(folder / name, keys=keys, embeddings=np.zeros((1, DIMS + 1), np.float16))
     assert "dimensions" in reme_import.read_embeddings(meta, CONFIG).refused[name]
+    # Fewer vectors than keys (a write cut short): which key is which vector is unknown.
+    np.savez(folder / name, keys=np.array(["a" * 64, "b" * 64]),
+             embeddings=np.ones((1, DIMS), np.float16))
+    assert "[1, 64] for 2 keys" in reme_import.read_embeddings(meta, CONFIG).refused[name]
     np.savez(folder / name, keys=keys, embeddings=np.zeros((1, DIMS), np.float16),
              extra=np.zeros(1))
     assert "members" in reme_import.read_embeddings(meta, CONFIG).refused[name]

@@ -400,7 +400,7 @@ def load_npz(path: Path, dims: int) -> dict[str, F16]:
     if keys.dtype.kind != "U" or keys.ndim != 1:
         raise ValueError(f"keys of dtype {keys.dtype} and shape {keys.shape}")
     if emb.dtype.kind != "f" or emb.ndim != 2 or emb.shape[0] != keys.shape[0]:
-        raise ValueError(f"embeddings of dtype {emb.dtype} and shape {emb.shape}")
+        raise ValueError(f"embeddings {emb.dtype}{list(emb.shape)} for {len(keys)} keys")
     if emb.shape[1] != dims:
         raise ValueError(f"vectors of {emb.shape[1]} dimensions, expected {dims}")
     rows = emb.astype("<f2")
