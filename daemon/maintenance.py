@@ -50,7 +50,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.secret_names import mask_path, secret_named_folders, secret_notice
 from recalld.daemon.store.errors import CorruptState, StorageError
 from recalld.daemon.store.manifest import GenerationStore
-from recalld.daemon.verifyreport import ChunkCheck, GenerationCheck, Listed, VerifyReport
+from recalld.daemon.verifyreport import ChunkCheck, GenerationCheck, VerifyReport, listed
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.answers import IndexCompacted
 from recalld.ipc.health_fixes import NAME_NOT_UTF8
@@ -341,11 +341,6 @@ class Health:
 # -------------------------------------------------------------------------------- verify
 
 
-def _listed(paths: list[str]) -> Listed:
-    # Named as status names them: a note or folder named by a credential masked.
-    return {"count": len(paths), "paths": [mask_path(p) for p in sorted(paths)[:MAX_LISTED]]}
-
-
 NO_GENERATION = "no committed generation"
 
 
@@ -463,16 +458,16 @@ async def verify(ws: Workspace, index: WorkspaceIndex, cpu: trio.CapacityLimiter
         "ok": ok,
         "files_on_disk": len(disk),
         "files_indexed": len(files),
-        "not_indexed": _listed(missing),
-        "indexed_but_gone": _listed(stale_entries),
-        "stat_differs": _listed(stat_differs),
-        "content_differs": _listed(content_differs),
-        "read_again": _listed(read_again),
-        "partly_indexed": _listed(partial),
-        "misnamed": _listed(misnamed),
+        "not_indexed": listed(missing),
+        "indexed_but_gone": listed(stale_entries),
+        "stat_differs": listed(stat_differs),
+        "content_differs": listed(content_differs),
+        "read_again": listed(read_again),
+        "partly_indexed": listed(partial),
+        "misnamed": listed(misnamed),
         "chunks": snap,
         "chunks_consistent": consistent_chunks,
-        "links_differ": _listed(links_differ),
+        "links_differ": listed(links_differ),
         "links": masked_examples(links),
         "generation": generation,
         "live": {"ok": not live, "damaged": live},

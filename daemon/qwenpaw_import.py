@@ -33,6 +33,7 @@ from recalld.daemon.memory.catalog import catalog_path, load_catalog
 from recalld.daemon.memory.slugs import shows_no_word
 from recalld.daemon.providers.errors import mask_model
 from recalld.daemon.settings_diff import shown_setting
+from recalld.daemon.verifyreport import Listed, listed
 from recalld.daemon.workspaces import Workspace
 from recalld.ipc.errors import InvalidParams
 
@@ -81,6 +82,8 @@ class ImportReport(TypedDict):
     notes: int
     #: The notes not in UTF-8: read in another encoding, or with U+FFFD where not known.
     not_utf8: NotUtf8Notes
+    #: Notes not indexed because their name is not valid UTF-8 (ReMe indexes them).
+    misnamed: NotRequired[Listed]
     chunks: ChunkCounts
     reme_store: dict[str, int | str] | None
     #: ReMe chunk stores under other names or versions, not read (metadata_dir-relative).
@@ -153,6 +156,8 @@ async def import_report(ws: Workspace, given: Mapping[str, object] | None, *,
             out["reme_stores_not_read"] = others
     if folders_out:
         out["folders_not_indexed"] = folders_out
+    if misnamed := index.watcher.misnamed():
+        out["misnamed"] = listed(misnamed)
     if elsewhere := await trio.to_thread.run_sync(_elsewhere, ws.root, absent, folders):
         out["reme_notes_elsewhere"] = elsewhere
     if not_indexed:

@@ -5,14 +5,22 @@ from __future__ import annotations
 from typing import NotRequired, TypedDict
 
 from recalld.daemon.index.graphcheck import LinkCheck
+from recalld.daemon.index.service_status import MAX_LISTED
 from recalld.daemon.jsontypes import JsonObject
+from recalld.daemon.memory.secret_names import mask_path
 
-__all__ = ["ChunkCheck", "GenerationCheck", "Listed", "LiveCheck", "VerifyReport"]
+__all__ = ["ChunkCheck", "GenerationCheck", "Listed", "LiveCheck", "VerifyReport", "listed"]
 
 
 class Listed(TypedDict):
     count: int
     paths: list[str]  # the first MAX_LISTED, sorted
+
+
+def listed(paths: list[str]) -> Listed:
+    """``paths`` counted, the first MAX_LISTED named as status names them (a note or
+    folder named by a credential masked)."""
+    return {"count": len(paths), "paths": [mask_path(p) for p in sorted(paths)[:MAX_LISTED]]}
 
 
 class ChunkCheck(TypedDict):

@@ -31,6 +31,7 @@ from recalld.ipc.answers import JsonObject
 from recalld.ipc.cli_args import local_file
 from recalld.ipc.cli_ops import Subparsers, add_command
 from recalld.ipc.client import Client
+from recalld.ipc.health_fixes import NAME_NOT_UTF8
 from recalld.ipc.progress import following
 from recalld.ipc.qwenpaw_places import home_refused, loads_qwenpaw_json, not_a_workspace
 from recalld.ipc.render import not_applied_lines, print_json, render_workspaces
@@ -208,6 +209,10 @@ def render_report(agent: str, path: str, rep: JsonObject,
     lines.append(f"notes:    {rep.get('notes', 0)}")
     for folder, why in (rep.get("folders_not_indexed") or {}).items():
         lines.append(f"          {folder}/ is not indexed: {why}")
+    misnamed = rep.get("misnamed") or {}
+    if misnamed.get("count"):
+        lines.append(f"          {misnamed['count']} not indexed: {NAME_NOT_UTF8} (first: "
+                     f"{misnamed['paths'][0]}); rename them to UTF-8")
     odd = rep.get("not_utf8") or {}
     if odd.get("count"):
         # Saved by a Windows editor in GBK, say: read so; one in an encoding not known is

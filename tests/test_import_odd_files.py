@@ -19,7 +19,7 @@ import pytest
 import zstandard
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider
-from reme_fixture_util import copy_fixture, fixture_provider, passage_texts
+from reme_fixture_util import copy_fixture, fixture_notes, fixture_provider, passage_texts
 from test_import_qwenpaw import agent_json, cli
 from test_reme_dream import AGENT, NoteRecorder, dream, open_ws
 
@@ -244,3 +244,22 @@ def test_notes_reme_indexed_outside_the_note_folders_are_counted(
             in text), text
     proc = cli(daemon, "--json", "import-qwenpaw", str(copy_fixture(tmp_path / "plain")))
     assert "reme_notes_elsewhere" not in json.loads(proc.stdout)["import"]
+
+
+def test_notes_whose_name_is_not_utf8_are_named_in_the_report(daemon: DaemonHandle,
+                                                               tmp_path: Path) -> None:
+    # A note a Latin-1 tool named (ReMe indexes it): recalld cannot index it, and the
+    # import says so and how to have it indexed, not a clean count without it.
+    ws = copy_fixture(tmp_path / "latin")
+    day = os.fsencode(ws / "memory" / "2026-06-21")
+    os.mkdir(day)
+    with open(day + b"/r\xe9sum\xe9.md", "wb") as f:
+        f.write(b"Notes about the quokka survey.\n")
+    proc = cli(daemon, "--json", "import-qwenpaw", str(ws), "--agent", "latin")
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)["import"]
+    assert rep["misnamed"] == {"count": 1, "paths": ["memory/2026-06-21/r\\xe9sum\\xe9.md"]}
+    assert rep["notes"] == len(fixture_notes())  # the others are all there
+    text = cli(daemon, "import-qwenpaw", str(ws), "--agent", "latin").stdout
+    assert ("1 not indexed: their name is not valid UTF-8 (first: "
+            "memory/2026-06-21/r\\xe9sum\\xe9.md); rename them to UTF-8") in text, text
