@@ -28,7 +28,7 @@ from recalld.daemon.index import reme_unread
 from recalld.daemon.index.embedcache import text_hash
 from recalld.daemon.index.encodings import NotUtf8Notes, not_utf8_notes
 from recalld.daemon.jsontypes import JsonObject
-from recalld.daemon.memory import reme_dream
+from recalld.daemon.memory import reme_dream, reme_resource
 from recalld.daemon.memory.catalog import catalog_path, load_catalog
 from recalld.daemon.memory.slugs import shows_no_word
 from recalld.daemon.providers.errors import mask_model
@@ -100,6 +100,9 @@ class ImportReport(TypedDict):
     folders_not_indexed: NotRequired[dict[str, str]]
     vectors: JsonObject
     dream: DreamReport
+    #: Why part of ReMe's resource catalog could not be read: the resources it lost are
+    #: interpreted again (by the chat model), as if ReMe had not.
+    reme_resources_damaged: NotRequired[str]
     #: The chat model the LLM jobs (auto_memory, the dream) use; None: none is
     #: configured, and they do not run (QwenPaw's own model is not taken over).
     chat_model: str | None
@@ -156,6 +159,9 @@ async def import_report(ws: Workspace, given: Mapping[str, object] | None, *,
             out["reme_stores_not_read"] = others
     if folders_out:
         out["folders_not_indexed"] = folders_out
+    if resources := await trio.to_thread.run_sync(
+            reme_resource.reme_resources_damage, ws.root, ws.settings.metadata_dir):
+        out["reme_resources_damaged"] = resources
     if misnamed := index.watcher.misnamed():
         out["misnamed"] = listed(misnamed)
     if elsewhere := await trio.to_thread.run_sync(_elsewhere, ws.root, absent, folders):

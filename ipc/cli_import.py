@@ -287,6 +287,10 @@ def render_report(agent: str, path: str, rep: JsonObject,
                          "the notes it lost will be dreamed again")
     else:
         lines.append("dream:    no ReMe dream record")
+    if rep.get("reme_resources_damaged"):
+        lines.append(f"resources: ReMe's resource record is damaged "
+                     f"({rep['reme_resources_damaged']}): the resources it lost will be "
+                     "interpreted again")
     if "chat_model" in rep and not rep["chat_model"]:
         lines.append("chat:     no chat model configured: auto_memory and the dream do not run "
                      "until chat_model_config is set (QwenPaw's own model is not taken over; "

@@ -37,6 +37,24 @@ def test_a_damaged_reme_dream_record_is_reported(daemon: DaemonHandle, tmp_path:
     assert "ReMe's dream record is damaged (" in text, text
 
 
+def test_a_damaged_reme_resource_record_is_reported(daemon: DaemonHandle,
+                                                   tmp_path: Path) -> None:
+    # Cut short, the resources ReMe interpreted that it lost are interpreted again (the
+    # chat model paid again): the report says so; a whole one says nothing.
+    for name, cut in (("cut", True), ("whole", False)):
+        ws = copy_fixture(tmp_path / name)
+        record = ws / "mem_metadata/file_catalog/resource.jsonl.zst"
+        if cut:
+            record.write_bytes(record.read_bytes()[: record.stat().st_size // 2])
+        proc = cli(daemon, "--json", "import-qwenpaw", str(ws), "--agent", name)
+        assert proc.returncode == 0, proc.stderr
+        rep = json.loads(proc.stdout)["import"]
+        assert ("truncated" in rep["reme_resources_damaged"]) if cut else (
+            "reme_resources_damaged" not in rep), rep
+    text = cli(daemon, "import-qwenpaw", str(tmp_path / "cut"), "--agent", "cut").stdout
+    assert "ReMe's resource record is damaged (" in text, text
+
+
 def test_a_damaged_reme_chunk_store_is_reported(daemon: DaemonHandle, tmp_path: Path) -> None:
     # Cut short, or with a record that does not parse: what it lost is chunked and
     # embedded anew, and the report says why rather than only "0 chunks of 0 notes".

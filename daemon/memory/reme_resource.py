@@ -28,7 +28,7 @@ from recalld.daemon.index.frontmatter import parse_frontmatter
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.resource_files import iso_date, resource_date
 from recalld.daemon.store.errors import StorageError
-from recalld.daemon.store.records import read_foreign_records
+from recalld.daemon.store.records import ForeignRecords, read_foreign_records
 from recalld.ipc.errors import PathOutsideWorkspace
 
 log = logging.getLogger(__name__)
@@ -46,14 +46,10 @@ def same_name(name: str) -> str:
 def read_reme_resources(root: Path, metadata_dir: str) -> dict[str, float]:
     """``{resource path (its :func:`same_name`): modification time ReMe read it at}`` from
     ReMe's record (empty when the workspace has none or it cannot be read)."""
-    path = root / metadata_dir / REME_RESOURCE_CATALOG
-    if not path.is_file():
-        return {}
-    try:
-        found = read_foreign_records(path)
-    except (OSError, StorageError) as exc:
-        log.warning("cannot read ReMe's resource catalog %s: %s", path, exc)
-        return {}
+    found, damage = _read_catalog(root / metadata_dir / REME_RESOURCE_CATALOG)
+    if damage is not None:
+        log.warning("ReMe's resource catalog %s/%s: %s: the resources it lost are "
+                    "interpreted again", metadata_dir, REME_RESOURCE_CATALOG, damage)
     out: dict[str, float] = {}
     for rec in found.records:
         rel, mtime = rec.get("path"), rec.get("st_mtime")
@@ -61,6 +57,22 @@ def read_reme_resources(root: Path, metadata_dir: str) -> dict[str, float]:
                 mtime, bool):
             out[same_name(rel)] = float(mtime)
     return out
+
+
+def reme_resources_damage(root: Path, metadata_dir: str) -> str | None:
+    """Why part of ReMe's resource catalog cannot be read (its resources are interpreted
+    again), or None when it is whole or absent."""
+    return _read_catalog(root / metadata_dir / REME_RESOURCE_CATALOG)[1]
+
+
+def _read_catalog(path: Path) -> tuple[ForeignRecords, str | None]:
+    if not path.is_file():
+        return ForeignRecords(), None
+    try:
+        found = read_foreign_records(path)
+    except (OSError, StorageError) as exc:
+        return ForeignRecords(), f"cannot be read: {exc}"
+    return found, found.damage()
 
 
 def unchanged_since(root: Path, rel: str, mtime: float) -> bool:
@@ -126,5 +138,5 @@ def take_note(root: Path, rel: str, inside: str, new: JsonObject, read_at: float
         new["state"] = "processed"
 
 
-__all__ = ["REME_RESOURCE_CATALOG", "note_fields", "read_reme_resources", "resource_notes",
-           "same_name", "take_note", "unchanged_since"]
+__all__ = ["REME_RESOURCE_CATALOG", "note_fields", "read_reme_resources", "reme_resources_damage",
+           "resource_notes", "same_name", "take_note", "unchanged_since"]
