@@ -159,17 +159,25 @@ def encode(message: object) -> bytes:
 
 
 def _encode_request(message: Mapping[str, object]) -> bytes:
-    """``encode`` for a call; params JSON cannot carry are InvalidParams, raised here."""
+    """``encode`` for a call; params JSON cannot carry are InvalidParams, raised here,
+    and a method name it cannot carry InvalidRequest (as the daemon answers either).
+    The errors quote the method with its lone surrogates escaped, so that printing or
+    logging them does not fail in turn."""
     try:
         data = encode(message)
     except TypeError as exc:
+        method = _printable(message["method"])
+        if method != message["method"]:
+            raise errors.InvalidRequest(
+                f"{method}: the method cannot be sent; its name must be valid UTF-8 text "
+                "(a lone surrogate, \\ud800-\\udfff without its pair, is not)") from None
         # Most often text holding lone surrogates: bytes that were not UTF-8, as Python
         # decodes a command line or a UTF-8 locale's standard input; or a number past the
         # 64 bits JSON integers are read into (``-n 99999999999999999999``).
         rule = ("numbers must lie within -2**63 to 2**64-1" if "Integer" in str(exc)
                 else "text must be valid UTF-8" if "surrogate" in str(exc) else "")
         raise errors.InvalidParams(
-            f"{message['method']}: the params cannot be sent ({exc})"
+            f"{method}: the params cannot be sent ({exc})"
             + (f"; {rule}" if rule else "")) from None
     # orjson writes NaN and infinities as null, which a method takes as a param not
     # given (``min_score=inf`` would drop nothing): refused instead. Looked for only
@@ -178,6 +186,14 @@ def _encode_request(message: Mapping[str, object]) -> bytes:
         raise errors.InvalidParams(f"{message['method']}: the params cannot be sent; "
                                    "numbers must be finite (JSON has no NaN or infinity)")
     return data
+
+
+def _printable(text: object) -> object:
+    """``text`` with each lone surrogate written as its escape (``\\ud800``); what is
+    not text, as it is."""
+    if not isinstance(text, str):
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _non_finite(value: object) -> bool:

@@ -324,3 +324,30 @@ def test_one_string_or_a_non_mapping_for_a_list_or_mapping_argument_is_refused(
                 await ac.inbox_ack("default", "12")
 
     trio.run(main)
+
+
+def test_a_method_name_json_cannot_carry_is_refused_with_an_error_that_prints(
+        daemon: DaemonHandle) -> None:
+    """A method name holding a lone surrogate (bytes that were not UTF-8, as Python
+    decodes them) was refused as "the params cannot be sent", quoting the name raw: the
+    error itself could not be printed or logged. Now it is InvalidRequest, as the daemon
+    answers such a name, quoting the name escaped."""
+    bad = "memory.se\udc81rch"
+    with Client(daemon.socket_path) as client:
+        with pytest.raises(errors.InvalidRequest) as refused:
+            client.call(bad, {"agent_id": "default", "query": "x"})
+        said = str(refused.value)
+        said.encode("utf-8")  # printable
+        assert said.startswith("memory.se\\udc81rch: the method cannot be sent")
+        with pytest.raises(errors.InvalidParams) as params:  # the params: as before
+            client.call("memory.search", {"agent_id": "default", "query": "\ud800"})
+        assert "memory.search: the params cannot be sent" in str(params.value)
+        assert client.ping()["pong"] is True
+
+    async def main() -> None:
+        async with AsyncClient(daemon.socket_path) as ac:
+            with pytest.raises(errors.InvalidRequest, match=r"udc81rch: the method"):
+                await ac.call(bad)
+            assert (await ac.ping())["pong"] is True
+
+    trio.run(main)
