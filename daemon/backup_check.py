@@ -2,7 +2,8 @@
 
 A restore reads nothing it has not checked: :func:`open_checked` validates the whole
 archive first (meta.json well-formed, every member named in it and vice versa, names
-relative without ``..``, no symlink or special members, no duplicates, no encryption,
+relative without ``..``, no symlink or special members (empty folder entries, which
+re-packing tools add, are skipped), no duplicates, no encryption,
 bounded sizes and compression ratios, checksums) and raises BackupInvalid (wire code -32012) on
 the first problem, before anything is written.
 
@@ -133,6 +134,21 @@ def file_in_the_way(paths: Iterable[str]) -> tuple[str, str] | None:
             if (folder := "/".join(parts[:depth])) in seen:
                 return folder, rel
     return None
+
+
+def _folder_entry(path: Path, info: zipfile.ZipInfo) -> bool:
+    """Whether ``info`` is a folder entry, as ``zip -r`` and file managers add for each
+    folder when a backup is unpacked and packed again: it holds nothing and is skipped (a
+    restore makes the folders its files need). One holding data, named unsafely or of
+    another file type is refused."""
+    if not info.filename.endswith("/"):
+        return False
+    _check_name(path, info.filename[:-1])
+    mode = info.external_attr >> 16
+    if info.file_size or (stat.S_IFMT(mode) and not stat.S_ISDIR(mode)):
+        raise refuse(path, f"member {info.filename!r} is named as a folder but is not an "
+                           "empty folder entry")
+    return True
 
 
 def _check_info(path: Path, info: zipfile.ZipInfo, limits: BackupLimits) -> None:
@@ -272,6 +288,8 @@ def _open_checked(path: Path, limits: BackupLimits, progress: ProgressSink) -> C
         if len(set(names)) != len(names):
             raise refuse(path, "duplicate member names")
         total = 0
+        folders = {i.filename for i in infos if _folder_entry(path, i)}
+        infos = [i for i in infos if i.filename not in folders]
         for info in infos:
             _check_name(path, info.filename)
             _check_info(path, info, limits)
@@ -282,7 +300,7 @@ def _open_checked(path: Path, limits: BackupLimits, progress: ProgressSink) -> C
         listed: dict[str, Member] = {e["path"]: e for e in meta["files"]}
         if len(listed) != len(meta["files"]):
             raise refuse(path, "meta.json lists a member twice")
-        present = set(names) - {META}
+        present = set(names) - {META} - folders
         if present != set(listed):
             extra = sorted(present - set(listed))[:3]
             missing = sorted(set(listed) - present)[:3]

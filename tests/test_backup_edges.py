@@ -345,3 +345,46 @@ def test_fifos_and_sockets_in_the_folders_are_named_as_left_out(
         assert (ws / "digest" / "wiki" / "trains.md").is_file()
         assert stat.S_ISFIFO((ws / "memory" / "2026-07-23" / "feed.md").lstat().st_mode)
         assert stat.S_ISSOCK((ws / "resource" / "tool.sock").lstat().st_mode)
+
+
+def _repacked(archive: Path, out: Path, extra: tuple[str, bytes, int] | None = None) -> Path:
+    """``archive`` unpacked and packed again as ``zip -r`` does: an entry for every
+    folder (mode drwxr-xr-x, no data) before its files; ``extra`` is one more entry."""
+    with zipfile.ZipFile(archive) as src, zipfile.ZipFile(out, "w") as dst:
+        folders: set[str] = set()
+        for info in src.infolist():
+            parts = info.filename.split("/")[:-1]
+            for depth in range(1, len(parts) + 1):
+                if (folder := "/".join(parts[:depth]) + "/") not in folders:
+                    folders.add(folder)
+                    entry = zipfile.ZipInfo(folder)
+                    entry.external_attr = (stat.S_IFDIR | 0o755) << 16
+                    dst.writestr(entry, b"")
+            dst.writestr(info, src.read(info))
+        if extra is not None:
+            entry = zipfile.ZipInfo(extra[0])
+            entry.external_attr = extra[2] << 16
+            dst.writestr(entry, extra[1])
+    return out
+
+
+def test_a_backup_packed_again_with_folder_entries_restores(
+        daemon: DaemonHandle, ws: Path, tmp_path: Path) -> None:
+    # Unpacked to look inside and packed again with `zip -r`, a backup was refused for
+    # its folder entries ("member 'agents/' has an empty, '.' or '..' component").
+    before = tree(ws)
+    made = daemon.call("backup.create", {"agents": ["w"]})
+    repacked = _repacked(Path(made["file"]), tmp_path / "repacked.zip")
+    (ws / "memory/2026-07-23/commute.md").unlink()
+    shutil.rmtree(ws / "digest/wiki")
+    daemon.call("backup.restore", {"file": str(repacked)})
+    assert tree(ws) == before
+    # A folder entry is skipped only when it is one: named safely, empty, a folder.
+    for name, (entry, reason) in {
+            "up": (("agents/w/memory/../../x/", b"", stat.S_IFDIR | 0o755), "'..'"),
+            "data": (("agents/w/memory/d/", b"hidden", stat.S_IFDIR | 0o755), "not an empty"),
+            "link": (("agents/w/memory/l/", b"", stat.S_IFLNK | 0o777), "not an empty"),
+    }.items():
+        bad = _repacked(Path(made["file"]), tmp_path / f"{name}.zip", entry)
+        with pytest.raises(BackupInvalid, match=reason):
+            open_checked(bad)
