@@ -274,12 +274,12 @@ def open_checked(path: Path, limits: BackupLimits = BackupLimits(),
 
 def _open_checked(path: Path, limits: BackupLimits, progress: ProgressSink) -> CheckedBackup:
     try:
-        if not path.is_file():
-            raise refuse(path, "not a regular file" if path.exists() else "no such file")
+        mode = path.stat().st_mode
     except OSError as exc:  # a name longer than a file name may be: no archive has it
-        if exc.errno != errno.ENAMETOOLONG:
-            raise
-        raise refuse(path, "no such file") from None
+        raise refuse(path, "no such file" if exc.errno in (errno.ENOENT, errno.ENAMETOOLONG)
+                     else f"cannot be read: {exc.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise refuse(path, "not a regular file")
     with zipfile.ZipFile(path) as zf:
         infos = zf.infolist()
         if len(infos) > limits.max_members + 1:

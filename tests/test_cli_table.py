@@ -347,8 +347,10 @@ def test_refused_archives_exit_1_naming_the_archive(daemon: DaemonHandle,
     cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
     text = folder / "notes.zip"
     text.write_text("plain text, not a zip\n")
+    (loop := folder / "loop.zip").symlink_to(loop.name)  # "no such file" though listed
     cases = {
         "missing": (folder / "nowhere.zip", "no such file"),
+        "link loop": (loop, "cannot be read: Too many levels of symbolic links"),
         "not a zip": (text, "unreadable archive"),
         "truncated": (cut, "unreadable archive"),
         "traversal": (hostile(folder / "up.zip", [GOOD, (
