@@ -66,6 +66,7 @@ from recalld.daemon.rpc.restore_record import (
     prune_snapshots,
     put_back,
     read_record,
+    snapshot_failed,
     write_record,
 )
 from recalld.daemon.store import errors as store_errors
@@ -298,11 +299,8 @@ async def restore(state: DaemonState, path: Path, agents: list[str] | None,
             except InvalidParams as exc:  # too large to restore: no rollback could
                 raise InvalidParams(f"no pre-restore snapshot can be taken: {exc.message}"
                                     " (or restore without one: --no-snapshot)") from None
-            except store_errors.DiskFull as exc:  # nothing restored: say both ways on
-                raise DiskFull(f"no pre-restore snapshot can be taken: {exc.message}; "
-                               f"nothing was restored: free space in {out.parent}, or "
-                               "restore without one (--no-snapshot: no rollback then)",
-                               exc.data) from None
+            except store_errors.StorageIOError as exc:  # nothing restored: say both ways on
+                raise snapshot_failed(exc, out.parent) from None
             had_config = "config.toml" in snap["daemon"]
             record = {"snapshot": snap["file"], "agents": chosen, "created": time.time(),
                       "restored_from": echoed_path(str(path)),

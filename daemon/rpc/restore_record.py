@@ -15,8 +15,10 @@ import orjson
 
 from recalld.daemon.rpc.dispatch import DaemonState, JsonObject
 from recalld.daemon.rpc.echo import echoed_path
-from recalld.daemon.store.errors import StorageError
+from recalld.daemon.store.errors import DiskFull as StoreDiskFull
+from recalld.daemon.store.errors import StorageError, StorageIOError
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir, read_verified
+from recalld.ipc.errors import DiskFull, RecalldError
 
 ROLLBACK_RECORD = "rollback.json"
 KEEP_SNAPSHOTS = 10  # automatic pre-restore snapshots kept; manual backups are never pruned
@@ -69,3 +71,17 @@ def prune_snapshots(folder: Path, keep: Path) -> None:
     for old in snapshots[:-KEEP_SNAPSHOTS]:
         if old != keep:
             old.unlink(missing_ok=True)
+
+
+def snapshot_failed(exc: StorageIOError, folder: Path) -> RecalldError:
+    """The error of a restore whose pre-restore snapshot (in ``folder``) could not be
+    written (``exc``): it says that nothing was restored and how to go on, and keeps the
+    failure's kind (a full disk, a file system refusing, a file larger than the file
+    system or the daemon's file size limit takes)."""
+    without = "restore without one (--no-snapshot: no rollback then)"
+    if isinstance(exc, StoreDiskFull):
+        return DiskFull(f"no pre-restore snapshot can be taken: {exc.message}; nothing was "
+                        f"restored: free space in {folder}, or {without}", exc.data)
+    return type(exc)(exc.path, exc.errno, f"no pre-restore snapshot can be taken: "
+                     f"{exc.detail}; nothing was restored: it is written in {folder}, or "
+                     f"{without}")
