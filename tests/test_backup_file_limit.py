@@ -1,6 +1,7 @@
 """A daemon that may not write a file past some size (``ulimit -f``, systemd's
 ``LimitFSIZE=``, or the largest file its file system holds: FAT's 4 GiB): a pre-restore
-snapshot that would pass it says so and restores nothing, and the daemon serves on."""
+backup or pre-restore snapshot that would pass it says so and writes or restores nothing,
+and the daemon serves on."""
 
 from __future__ import annotations
 
@@ -34,6 +35,16 @@ def test_a_snapshot_past_the_file_size_limit_restores_nothing_and_says_so(
     dump.write_bytes(os.urandom(LIMIT + (1 << 20)))
     later = ws / "memory" / "2026-07-23" / "later.md"
     later.write_text("# Later\nnot in the backup\n", encoding="utf-8")
+    # A backup past the limit names it and the file, and leaves nothing behind.
+    for out in (tmp_path / "big.zip", None):
+        made = recalld("backup", "create", *(["--out", str(out)] if out else []), env=d.env)
+        line = made.stderr.splitlines()[-1]
+        assert made.returncode == 1 and "Traceback" not in made.stderr, made
+        assert "the backup is larger than a file at " in line, line
+        assert "nothing was written" in line and "file size limit" in line, line
+        assert str(out) in line if out else "/" not in line.split(" at ")[1], line
+    assert set(tmp_path.glob("*.zip")) == {archive} and not list(tmp_path.glob(".*"))
+    assert not list((d.data_dir / "backups").glob("*"))
     refused = recalld("backup", "restore", str(archive), "--yes", env=d.env)
     line = refused.stderr.splitlines()[-1]
     assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused

@@ -250,6 +250,12 @@ async def create_backup(ctx: CallContext, agents: list[str] | None, out: str | N
                 # The place is the client's own: named whole (the daemon's only by name).
                 raise DiskFull(f"disk full writing the backup to {path}: nothing was "
                                "written", exc.data) from None
+            if exc.errno == errno.EFBIG:  # the place is the client's own: named whole
+                raise store_errors.StorageIOError(
+                    None if out is not None else path, exc.errno,
+                    f"the backup is larger than a file at {path} may be (the file system's "
+                    "or the daemon's file size limit): nothing was written; write it to "
+                    "another file system, or back up fewer agents") from None
             if out is None or exc.errno not in _PLACE_ERRNOS:
                 raise
             raise await trio.to_thread.run_sync(_out_refused, path, exc) from None
