@@ -82,6 +82,42 @@ def test_byte_parts_are_written_as_one_array(tmp_path: Path) -> None:
     assert arrays["blob"].tobytes() == joined.tobytes()
 
 
+def test_each_array_is_hashed_once_however_the_header_is_laid_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A commit writes hundreds of MB of arrays: their checksums for the header are taken
+    # once each, not again at every layout of the header (whose length moves offsets).
+    import recalld.daemon.store.arrays as arrays_mod
+
+    hashed: list[int] = []
+    real_new_hash = arrays_mod.new_hash
+
+    class Counting:
+        def __init__(self) -> None:
+            self.h = real_new_hash()
+
+        def update(self, data: Any) -> None:
+            hashed.append(len(memoryview(data).cast("B")))
+            self.h.update(data)
+
+        def hexdigest(self) -> str:
+            return self.h.hexdigest()
+
+    monkeypatch.setattr(arrays_mod, "new_hash", Counting)
+    monkeypatch.setattr(arrays_mod, "checksum", lambda data: (c := Counting(), c.update(data),
+                                                              c.hexdigest())[2])
+    # Names and shapes long enough that the header's length takes more than two layouts.
+    big = {f"column_{i:03d}_" + "n" * 40: np.arange(10_000 + i, dtype=np.int64)
+           for i in range(40)}
+    parts = ByteParts((b"x" * 5000, bytearray(b"y" * 3000)))
+    entry = write_arrays(REAL, tmp_path / "a.arr", {**big, "blob": parts})
+    stored = sum(a.nbytes for a in big.values()) + len(parts)
+    # Besides the arrays, only the header (about 9 kB here) is hashed, once.
+    assert stored <= sum(hashed) < stored + 16_000
+    arrays, _ = read_arrays(tmp_path / "a.arr", entry)  # the checksums are the right ones
+    np.testing.assert_array_equal(arrays["column_039_" + "n" * 40], np.arange(10_039))
+    assert arrays["blob"].tobytes() == b"x" * 5000 + b"y" * 3000
+
+
 @pytest.mark.parametrize(
     "array",
     [

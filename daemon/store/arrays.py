@@ -114,6 +114,7 @@ class _Stored:
     shape: tuple[int, ...]
     codec: str
     data: bytes | memoryview | ByteParts
+    checksum: str
 
 
 def _checksum(data: bytes | memoryview | ByteParts) -> str:
@@ -153,7 +154,7 @@ def write_arrays(
     stored: list[_Stored] = []
     for name, array in arrays.items():
         if isinstance(array, ByteParts):
-            stored.append(_Stored(name, "|u1", (len(array),), "raw", array))
+            stored.append(_Stored(name, "|u1", (len(array),), "raw", array, _checksum(array)))
             continue
         dtype = _check_dtype(name, array.dtype)
         flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
@@ -164,10 +165,12 @@ def write_arrays(
                 level=_ZSTD_LEVEL, write_checksum=True, write_content_size=True
             ).compress(data)
             codec = "zstd"
-        stored.append(_Stored(name, dtype, tuple(int(d) for d in array.shape), codec, data))
+        stored.append(_Stored(name, dtype, tuple(int(d) for d in array.shape), codec, data,
+                              _checksum(data)))
 
     # The header names every offset, and its own length moves them: lay out with a
     # placeholder, then again with the real length (offsets are padded, so it converges).
+    # Each array's checksum is taken once, above, not at every layout.
     header_len = 0
     while True:
         offset = _align(_PREFIX.size + header_len)
@@ -176,7 +179,7 @@ def write_arrays(
             toc.append({
                 "name": item.name, "dtype": item.dtype, "shape": list(item.shape),
                 "codec": item.codec, "offset": offset, "length": len(item.data),
-                "checksum": _checksum(item.data),
+                "checksum": item.checksum,
             })
             offset = _align(offset + len(item.data))
         header = orjson.dumps({
