@@ -92,10 +92,29 @@ def test_matches_a_dict_of_chunks(
     assert dict(table.texts()) == {k: v[3] for k, v in ref.items()}
     assert table.embeddings() == {k: v[6] for k, v in ref.items() if v[6] is not None}
     assert [r["text"] for r in table.records()] == [ref[k][3] for k in sorted(ref)]
+    assert list(table.records()) == [table[k].to_record() for k in sorted(ref)]
     for copy, at in copies:
         assert {k: (c.path, c.start_line, c.end_line, c.text, c.heading, dict(c.metadata))
                 for k, c in copy.items()} == {k: v[:6] for k, v in at.items()}
         assert ChunkTable.from_arrays(copy.to_arrays()).live == copy.live
+
+
+def test_records_of_the_whole_table_leave_the_chunks_searches_keep() -> None:
+    # A commit writes every chunk's record (twice); the chunks searches read again (kept
+    # by the table) are still the ones kept afterwards, not pushed out by the commit's.
+    table = ChunkTable()
+    for key in range(1, ct.BUILT_MAX + 100):
+        table.add(key, f"memory/{key % 7}.md", key, key + 1, f"text {key}", "H",
+                  {"n": key} if key % 2 else {})
+    table.remove(3)
+    kept = table[ct.BUILT_MAX + 50]
+    records = list(table.records())
+    assert table[ct.BUILT_MAX + 50] is kept
+    assert len(records) == ct.BUILT_MAX + 98
+    assert records[1] == {"id": table[2].id, "path": "memory/2.md", "start_line": 2,
+                          "end_line": 3, "text": "text 2",
+                          "metadata": {"heading": "H", "key": 2}}
+    assert records[3]["metadata"] == {"n": 5, "heading": "H", "key": 5}
 
 
 def test_keys_must_ascend_and_missing_keys_raise() -> None:

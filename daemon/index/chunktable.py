@@ -273,9 +273,21 @@ class ChunkTable(Mapping[int, StoredChunk]):
     # -- persistence -----------------------------------------------------------------
 
     def records(self) -> Iterator[ChunkRecord]:
-        """The QwenPaw chunk records of the live chunks, in key order."""
+        """The QwenPaw chunk records of the live chunks, in key order.
+
+        Made from the columns row by row (a commit writes every chunk, twice: see
+        ``store/records.write_records_twice``), not through the chunks :meth:`__getitem__`
+        builds and keeps for searches: no search of the whole key column per chunk, no
+        metadata read key by key through its lazy mapping."""
+        keys, ids, paths, path, start, end = (self._keys, self._ids, self._paths, self._path,
+                                              self._start, self._end)
+        row = 0
         for key in self._live:
-            yield self[key].to_record()
+            row = bisect_left(keys, key, row)  # both ascend: from the last row on
+            text, heading, meta = self._fields(row)
+            yield StoredChunk(key, f"{ids[row]:016x}", paths[path[row]], start[row], end[row],
+                              text, heading, meta._dict() if isinstance(meta, _Metadata)
+                              else meta, self._embedding.get(key)).to_record()
 
     def copy(self) -> ChunkTable:
         """An independent copy: the columns are copied, the bytes shared (sealed: see the
