@@ -1,7 +1,8 @@
 """Redaction's fast paths against their straightforward definitions, on generated text.
 
 ``find_spans`` looks for token runs with one match per run (``token_runs``), finds the
-anchors of the context rules with one factored pattern (``anchors``), and runs a token
+anchors of the context rules with one factored pattern (``anchors``; in a long text only where
+the low bytes of four characters may start a word), and runs a token
 rule's pattern before looking for its hints where the runs are a small part of the text.
 Each must give what the plain definitions give: ``TOKEN_RUN.finditer``, one ``find`` loop
 per anchor word, and every rule's hints checked first; and it reads a text through
@@ -163,6 +164,31 @@ def test_anchor_words_beyond_ascii_are_found_in_text_mostly_ascii() -> None:
                 assert anchor_words(lower) == sorted(
                     {i for w in secret_anchors._ANCHOR_WORDS for i in range(len(lower))
                      if lower.startswith(w, i)}), text
+
+
+def _word_starts(lower: str) -> list[int]:
+    return sorted({i for w in secret_anchors._ANCHOR_WORDS for i in range(len(lower))
+                   if lower.startswith(w, i)})
+
+
+@settings(max_examples=200, deadline=None)
+@given(_TEXT, st.sampled_from(["x", "\u00e9", "\u2019", "\u4e2d", "\U0001f600", "\ud800",
+                               "\u043f", "\u0161"]))
+def test_anchor_words_in_long_texts_are_every_word_start(text: str, filler: str) -> None:
+    # A long text is looked over by the low bytes of its characters first: characters of
+    # every width, and the words at its very end, are found as a search finds them.
+    long_text = filler * secret_anchors.LONG_TEXT + text
+    lower = long_text.lower()
+    if len(lower) == len(long_text):
+        assert anchor_words(lower) == _word_starts(lower)
+
+
+def test_every_anchor_word_is_found_at_and_before_the_end_of_a_long_text() -> None:
+    for word in secret_anchors._ANCHOR_WORDS:
+        for filler in ("a", "\u0161", "\u4e2d", "\U0001f600"):
+            for lower in (filler * secret_anchors.LONG_TEXT + word,
+                          filler * secret_anchors.LONG_TEXT + word + filler):
+                assert anchor_words(lower) == _word_starts(lower), (word, filler)
 
 
 def test_the_context_rules_hints_are_anchor_words() -> None:

@@ -9,6 +9,9 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+import numpy as np
+import numpy.typing as npt
+
 #: The password named in scripts other than Latin (Japanese, Korean, Russian, Arabic,
 #: Persian, Hebrew, Hindi, Greek, Thai), as it starts a statement of one.
 NON_LATIN_WORDS: Final = (
@@ -77,8 +80,73 @@ _NON_ASCII_CHARS: Final = re.compile("[" + "".join(sorted(
 ANCHOR_WORDS: Final = frozenset(_ANCHOR_WORDS)
 
 
+#: Texts at least this long are looked over by :func:`_word_candidates` first: below it,
+#: setting that up costs more than the search it saves.
+LONG_TEXT: Final = 512
+
+_MULTIPLIER: Final = 0x9E3779B1
+_HASH_BITS: Final = 20
+
+
+def _low_bytes(word: str) -> list[int]:
+    return [ord(c) & 0xFF for c in word]
+
+
+def _hash4(quad: int) -> int:
+    return ((quad * _MULTIPLIER) & 0xFFFFFFFF) >> (32 - _HASH_BITS)
+
+
+def _tables() -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """Where an anchor word may start, by the low bytes of the characters there: the
+    first two of a word of one or two characters (the second any byte after a word of
+    one), the hash of the first four of a longer word (the fourth any byte after a word
+    of three)."""
+    pairs = np.zeros(1 << 16, np.bool_)
+    quads = np.zeros(1 << _HASH_BITS, np.bool_)
+    for word in _ANCHOR_WORDS:
+        low = _low_bytes(word[:4])
+        if len(word) == 1:
+            pairs[[low[0] | second << 8 for second in range(256)]] = True
+        elif len(word) == 2:
+            pairs[low[0] | low[1] << 8] = True
+        else:
+            head = low[0] | low[1] << 8 | low[2] << 16
+            fourths = range(256) if len(word) == 3 else (low[3],)
+            quads[[_hash4(head | fourth << 24) for fourth in fourths]] = True
+    return pairs, quads
+
+
+_PAIRS, _QUADS = _tables()
+
+
+def _word_candidates(lower: str) -> list[int]:
+    """Positions of ``lower`` where an anchor word may start: every position where one
+    does, and a few more (the low bytes of other characters, or a hash, alike).
+
+    Each position's character and the three after it are read as the low bytes of their
+    code points (zeros past the end), four bytes in one integer; a word starts only
+    where its own first bytes are, so only where :func:`_tables` marks them."""
+    n = len(lower)
+    if lower.isascii():
+        low = np.frombuffer(lower.encode("ascii") + b"\0\0\0", np.uint8)
+    else:
+        low = np.zeros(n + 3, np.uint8)
+        low[:n] = np.frombuffer(lower.encode("utf-32-le", "surrogatepass"), np.uint8)[::4]
+    quad = np.ndarray((n,), "<u4", low, 0, (1,))
+    marked = _PAIRS.take(quad & 0xFFFF)
+    marked |= _QUADS.take((quad * np.uint32(_MULTIPLIER)) >> np.uint32(32 - _HASH_BITS))
+    found: list[int] = np.flatnonzero(marked).tolist()
+    return found
+
+
 def anchor_words(lower: str) -> list[int]:
     """Every position of ``lower`` where an anchor word starts."""
+    if len(lower) >= LONG_TEXT:
+        # A pattern tried at every position enters its branches at most of them (the
+        # words start with the commonest letters); the candidates are few, and hold
+        # every position where a word starts.
+        match = _ANCHOR_RE.match
+        return [i for i in _word_candidates(lower) if match(lower, i)]
     found: list[int] = []
     search = (_ASCII_ANCHOR_RE if lower.isascii() or _NON_ASCII_CHARS.search(lower) is None
               else _ANCHOR_RE).search
