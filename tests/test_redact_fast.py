@@ -14,6 +14,7 @@ of the table, the format rules over the whole text only where one of their hints
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recalld.daemon.memory import secret_anchors, secret_rules
+from recalld.daemon.memory import secret_anchors, secret_config, secret_rules
 from recalld.daemon.memory.redact import _merge, find_spans
 from recalld.daemon.memory.secret_anchors import anchor_words, anchors
 from recalld.daemon.memory.secret_forms import as_ascii
@@ -189,6 +190,17 @@ def test_every_anchor_word_is_found_at_and_before_the_end_of_a_long_text() -> No
             for lower in (filler * secret_anchors.LONG_TEXT + word,
                           filler * secret_anchors.LONG_TEXT + word + filler):
                 assert anchor_words(lower) == _word_starts(lower), (word, filler)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["value", "VALUE", "vAlUe", "valu", "alue", "v", "V", ":", "|",
+                                  ">", "-", "\"", "'", " ", "\t", "=", "\n", "x", "\u212a"]),
+                max_size=12).map("".join))
+def test_a_configuration_layout_is_found_as_its_definition_finds_it(text: str) -> None:
+    definition = re.compile(r"(?i):[ \t]*[|>]|value[\"']?[ \t]*[:=]")
+    for each in (text, "token: >-", "token:|", "Value =", "vALUE':", "value\t:", "v: x"):
+        assert ((secret_config._LAYOUT.search(each) is None)
+                == (definition.search(each) is None)), each
 
 
 def test_the_context_rules_hints_are_anchor_words() -> None:

@@ -112,8 +112,9 @@ def _pair(text: str, a: int) -> Span | None:
 
 
 #: A block scalar's indicator or a value field somewhere in the text: without one, no
-#: anchor need be tried.
-_LAYOUT = re.compile(r"(?i):[ \t]*[|>]|value[\"']?[ \t]*[:=]")
+#: anchor need be tried. (It starts with a set of its first characters, not ignoring
+#: case there, so a search tries only the positions holding one of them, not all.)
+_LAYOUT = re.compile(r"[:Vv](?:(?<=:)[ \t]*[|>]|(?<=[Vv])(?i:alue)[\"']?[ \t]*[:=])")
 
 
 #: An element named as a credential, its value in an attribute: ``<password value="..."/>``.
