@@ -17,6 +17,8 @@ from fakes.provider_server import FakeProvider, Reply, chat_answer, tool_call
 from waits import wait_job
 
 from recalld.daemon.memory.redact import MASK, redact
+from recalld.daemon.memory.secret_anchors import anchors
+from recalld.daemon.memory.secret_tables import find_in_delimited
 
 RNG = random.Random(20261205)
 B62 = string.ascii_letters + string.digits
@@ -204,6 +206,15 @@ def test_a_credential_column_of_delimited_rows_is_masked(text: str,
 ])
 def test_delimited_rows_without_a_credential_value_are_left_alone(text: str) -> None:
     assert redact(text) == text
+
+
+@pytest.mark.parametrize("text", [
+    "password\tZq8xT4mR9vLw2pK7", "The hosts we keep\npassword;Zq8xT4mR9vLw2pK7",
+])
+def test_a_lone_delimited_line_at_the_end_is_no_block_of_rows(text: str) -> None:
+    # A name's field says what the next holds only in a block of such rows (the other
+    # rules may still read the line as a statement).
+    assert list(find_in_delimited(text, anchors(text, text.lower()))) == []
 
 
 @pytest.mark.parametrize(("text", "secret"), [

@@ -185,14 +185,16 @@ def _fields(text: str, start: int, end: int, delimiter: str) -> list[Span]:
 
 def _delimited_column(text: str, a: int, seen: set[int]) -> Iterable[Span]:
     start, end = _line(text, a)
-    header = text[start:end]
-    before = text[text.rfind("\n", 0, max(start - 1, 0)) + 1:max(start - 1, 0)]
-    after = text[end + 1:_line(text, end + 1)[1]] if end < len(text) else ""
+    # Lines are counted in place, not copied (a paragraph of prose is one long line),
+    # the lines before and after only for a delimiter this one holds.
+    before = text.rfind("\n", 0, start - 1) + 1 if start else 0
+    after = (end + 1, _line(text, end + 1)[1]) if end < len(text) else (end, end)
     for delimiter in _DELIMITERS:
-        count = header.count(delimiter)
-        below = after.count(delimiter) == count
-        first = not (start and before.count(delimiter) == count)
-        if count == 0 or (not below if first else count != 1):
+        count = text.count(delimiter, start, end)
+        if count == 0:
+            continue
+        first = not (start and text.count(delimiter, before, start - 1) == count)
+        if not (text.count(delimiter, *after) == count if first else count == 1):
             # No block of rows here, or a row of one below its header: only a header's
             # column, or a name's field in a block of two fields a row, says what a
             # field holds.
