@@ -22,7 +22,12 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recalld.daemon.memory import secret_anchors, secret_config, secret_rules
+from recalld.daemon.memory import (
+    secret_anchors,
+    secret_config,
+    secret_context,
+    secret_rules,
+)
 from recalld.daemon.memory.redact import _merge, find_spans
 from recalld.daemon.memory.secret_anchors import anchor_words, anchors
 from recalld.daemon.memory.secret_forms import as_ascii
@@ -201,6 +206,22 @@ def test_a_configuration_layout_is_found_as_its_definition_finds_it(text: str) -
     for each in (text, "token: >-", "token:|", "Value =", "vALUE':", "value\t:", "v: x"):
         assert ((secret_config._LAYOUT.search(each) is None)
                 == (definition.search(each) is None)), each
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["set", "SET", "\u017fet", "reset", "Change", "changed",
+                                  "UPDATES", "updated", "rotate", "Rotated", " ", "\t", "x",
+                                  "_", "\u00e9", "1", "-", "\n", "s", "r", "\ufb05"]),
+                max_size=10).map("".join), st.integers(0, 40), st.integers(0, 40))
+def test_a_setting_verb_is_found_as_its_definition_finds_it(text: str, pos: int,
+                                                            endpos: int) -> None:
+    # From a position inside the text too: the word boundary reads the character before.
+    definition = re.compile(r"(?i)\b(?:set|change[ds]?|reset|update[ds]?|rotated?)[ \t]")
+    for each, a, b in ((text, pos, endpos), (text, 0, len(text)), ("xset reset ", 1, 11),
+                       ("\u017fet x", 0, 9), ("_Reset\t\u00e9set ", 0, 12),
+                       ("so, rotated it", 0, 14), ("1update ", 0, 8)):
+        assert ([m.span() for m in secret_context._SET_VERB.finditer(each, a, b)]
+                == [m.span() for m in definition.finditer(each, a, b)]), each
 
 
 def test_the_context_rules_hints_are_anchor_words() -> None:

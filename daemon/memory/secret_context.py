@@ -365,7 +365,12 @@ _SET = re.compile(
 )
 #: "is" or "as", then at most an article and one word, right before the credential word.
 _IS_OR_AS = re.compile(r"(?i)[ \t](?:is|as)[ \t]+(?:[\w\-]+[ \t]+){0,2}\Z")
-_SET_VERB = re.compile(r"(?i)\b(?:set|change[ds]?|reset|update[ds]?|rotated?)[ \t]")
+#: (Searched before each credential word: it starts with the set of its verbs' first
+#: letters, in either case, "\u017f" the long s case-insensitive "s" matches, so a search
+#: tries it only where one is, not at every position; the word boundary is checked
+#: behind that letter.)
+_SET_VERB = re.compile(r"[cCrRsSuU\u017f](?<=\b.)(?i:(?<=s)et|(?<=c)hange[ds]?|(?<=r)eset"
+                       r"|(?<=u)pdate[ds]?|(?<=r)otated?)[ \t]")
 _SET_REACH = 80  # the verb is at most this far before the credential word
 #: A value named as the credential after it: "use Tr0ub4dor&3 as the password", "enter
 #: 4821 as your PIN", "bluebird is the wifi password". The value starts a clause; the
