@@ -114,14 +114,13 @@ RUN_CHARS: Final = r"A-Za-z0-9_\-.:/+=~"  # inside a character class
 MIN_RUN_CHARS: Final = 16
 TOKEN_RUN: Final = re.compile(rf"[{RUN_CHARS}]{{{MIN_RUN_CHARS},}}")
 _RUN_CHAR = rf"[{RUN_CHARS}]"
-# TOKEN_RUN's matches, found by one match per run: skip shorter runs with what follows
-# them, then take a run. A search for TOKEN_RUN itself would rescan each short run (each
-# word) from every one of its characters. Not possessive: before Python 3.11.5 a
-# possessive repeat of a group that can backtrack matched wrongly (gh-106052), and here
-# that skipped runs.
-_SKIP_TO_RUN: Final = re.compile(
-    rf"(?:{_RUN_CHAR}{{0,{MIN_RUN_CHARS - 1}}}[^{RUN_CHARS}]+)*"
-    rf"({_RUN_CHAR}{{{MIN_RUN_CHARS},}})?")
+# TOKEN_RUN's matches are found on the text's bytes with each character marked a token
+# character or not (one byte each: one that is no ASCII is "?" there, no token character):
+# ``bytes.find`` of MIN_RUN_CHARS marks in a row finds where a run starts, some ten times
+# faster than a pattern matching one run after the other over prose.
+_AS_MARKS: Final = bytes(ord("r") if re.fullmatch(_RUN_CHAR, chr(b)) else ord(" ")
+                         for b in range(256))
+_RUN_MARKS: Final = b"r" * MIN_RUN_CHARS
 
 
 #: Characters that show nothing (format characters: zero-width space and joiners, soft
@@ -144,7 +143,17 @@ INVISIBLE: Final = re.compile(f"[{INVISIBLE_CHARS}]")
 
 def token_runs(text: str) -> list[Span]:
     """The spans of ``TOKEN_RUN``'s matches in ``text`` (``finditer``'s, found faster)."""
-    return [m.span(1) for m in _SKIP_TO_RUN.finditer(text) if m.start(1) >= 0]
+    marks = text.encode("ascii", "replace").translate(_AS_MARKS)
+    runs: list[Span] = []
+    # Searched from the start or from a mark that is no token character, the first
+    # MIN_RUN_CHARS marks in a row start a run: one more before them would start one too.
+    at = marks.find(_RUN_MARKS)
+    while at >= 0:
+        end = marks.find(b" ", at + MIN_RUN_CHARS)
+        end = len(marks) if end < 0 else end
+        runs.append((at, end))
+        at = marks.find(_RUN_MARKS, end)
+    return runs
 
 
 # -- format rules ------------------------------------------------------------------------
