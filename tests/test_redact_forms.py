@@ -7,6 +7,8 @@ from __future__ import annotations
 import unicodedata
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recalld.daemon.memory.redact import redact, redact_parts, seam_spans
 from recalld.daemon.memory.secret_forms import as_ascii, ascii_forms
@@ -98,3 +100,16 @@ def test_long_and_short_texts_read_every_form_alike() -> None:
         assert as_ascii(read) == read
     plain = "中文没有别的形式。" * 100
     assert as_ascii(plain) is plain
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["，", "：", "\u3000", "ｇ", "\u00a0", "\U0001d400", "\U0001d7ce",
+                                 "\u2460", "中", "😀", "\U0010fffd", "\udc80", "é", "a", " ",
+                                 "\n", "中文" * 40, "，" * 30, "😀" * 20]),
+                max_size=60).map("".join))
+def test_a_text_with_a_few_kinds_of_forms_reads_as_translated(text: str) -> None:
+    # A few kinds are replaced one by one; more kinds, or many characters beyond the BMP
+    # that are no form, send the rest of the text to the table (or ``str.translate``).
+    read = as_ascii(text)
+    assert read == text.translate(ascii_forms())
+    assert as_ascii(read) == read

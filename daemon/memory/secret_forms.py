@@ -55,18 +55,27 @@ def ascii_forms() -> dict[int, int]:
 
 
 @functools.cache
-def _has_forms() -> re.Pattern[str]:
-    """Finds a character of :func:`ascii_forms`. Written as ranges of code points: a
-    class of single characters beyond the BMP is tried one by one at each position of
-    the text (~1 us a character, seconds for a long Chinese turn), ~100 ranges are not."""
+def _forms_or_beyond() -> re.Pattern[str]:
+    """Finds a character of :func:`ascii_forms` within the BMP, or any character beyond
+    it. Written as ranges of code points: the BMP's are one table lookup a character;
+    beyond it, each range of a class is tried one after the other at every position of
+    the text (the mathematical letters' ~740 code points make dozens of ranges, ~1 us a
+    character), one range is not."""
     runs: list[list[int]] = []
     for c in sorted(ascii_forms()):
+        if c > 0xFFFF:
+            break
         if runs and runs[-1][1] == c - 1:
             runs[-1][1] = c
         else:
             runs.append([c, c])
     return re.compile("[" + "".join(re.escape(chr(lo)) + "-" + re.escape(chr(hi))
-                                    for lo, hi in runs) + "]")
+                                    for lo, hi in runs) + "\U00010000-\U0010FFFF]")
+
+
+#: How many kinds of characters :func:`as_ascii` replaces one by one (or passes, beyond
+#: the BMP and read as they are) before it reads the rest of the text at once.
+_KINDS: Final = 16
 
 
 def as_ascii(text: str) -> str:
@@ -74,17 +83,31 @@ def as_ascii(text: str) -> str:
     character (the same length: positions are kept)."""
     if text.isascii():
         return text
+    # Most texts hold none of these characters, or one or two kinds of them (a Chinese
+    # text's full-width comma): found by a search from the place the last was found,
+    # each kind is replaced in the whole text at once. None of the kinds found before is
+    # left anywhere (a replacement is ASCII, never one of them): what the search finds
+    # no more is what ``str.translate`` would leave as it is.
+    forms = ascii_forms()
+    search = _forms_or_beyond().search
+    found = search(text)
+    for _ in range(_KINDS):
+        if found is None:
+            return text
+        char = found.group()
+        read = forms.get(ord(char))
+        if read is not None:
+            text = text.replace(char, chr(read))
+        found = search(text, found.end())
     if len(text) >= _ARRAY_CHARS:
         return "".join(_read_array(text[i:i + _ARRAY_PIECE])
                        for i in range(0, len(text), _ARRAY_PIECE))
-    if _has_forms().search(text) is None:
-        return text
-    return text.translate(ascii_forms())
+    return text.translate(forms)
 
 
-#: Texts this long or longer are read by a table lookup over their code points (numpy):
-#: a Chinese note of 4,000 characters, nearly all with full-width punctuation, in ~0.15
-#: ms instead of ~1 ms for the search above and ``str.translate`` (a dict lookup, and a
+#: Texts this long or longer, holding many kinds of these characters (or of characters
+#: beyond the BMP), are read by a table lookup over their code points (numpy): 4,000
+#: characters in ~0.15 ms instead of ~1 ms for ``str.translate`` (a dict lookup, and a
 #: KeyError, for each character). Shorter ones are not worth the arrays.
 _ARRAY_CHARS: Final = 512
 #: ... in pieces of this many characters, so that a note of megabytes does not make
