@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recalld.daemon.memory.redact import redact, redact_parts, seam_spans
-from recalld.daemon.memory.secret_forms import as_ascii, ascii_forms
+from recalld.daemon.memory.secret_forms import as_ascii, ascii_forms, read_forms
 from recalld.daemon.memory.secret_names import mask_name
+from recalld.daemon.memory.secret_rules import INVISIBLE as SHOWS_NOTHING
 
 GITHUB = "ghp_" + "Wd3Rk8Tq1Zm6Yv9Xb2Nc5Lf7Hj4Gp0Sa8Ke1"
 AWS_ID = "AKIA" + "J7QX2M5RB9TZ4WNC"
@@ -105,11 +106,15 @@ def test_long_and_short_texts_read_every_form_alike() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(["，", "：", "\u3000", "ｇ", "\u00a0", "\U0001d400", "\U0001d7ce",
                                  "\u2460", "中", "😀", "\U0010fffd", "\udc80", "é", "a", " ",
-                                 "\n", "中文" * 40, "，" * 30, "😀" * 20]),
+                                 "\n", "\u200b", "\u00ad", "\ufeff", "\U000e0041",
+                                 "中文" * 40, "，" * 30, "😀" * 20]),
                 max_size=60).map("".join))
 def test_a_text_with_a_few_kinds_of_forms_reads_as_translated(text: str) -> None:
     # A few kinds are replaced one by one; more kinds, or many characters beyond the BMP
     # that are no form, send the rest of the text to the table (or ``str.translate``).
-    read = as_ascii(text)
-    assert read == text.translate(ascii_forms())
+    # The characters that show nothing are seen in the same pass: a text said to hold
+    # none holds none.
+    read, invisible = read_forms(text)
+    assert read == as_ascii(text) == text.translate(ascii_forms())
     assert as_ascii(read) == read
+    assert invisible or SHOWS_NOTHING.search(read) is None

@@ -20,7 +20,7 @@ import orjson
 
 from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.secret_anchors import anchor_words, anchors
-from recalld.daemon.memory.secret_forms import as_ascii
+from recalld.daemon.memory.secret_forms import as_ascii, read_forms
 from recalld.daemon.memory.secret_names import MASK as MASK
 from recalld.daemon.memory.secret_plan import plan_of
 from recalld.daemon.memory.secret_reading import token_reading
@@ -94,9 +94,9 @@ def find_spans(text: str, rules: Sequence[Rule] = RULES, *,
     characters (:mod:`secret_forms`), before the rest. ``check`` (a worker thread's
     ``trio.from_thread.check_cancelled``) is called between rules and every
     :data:`CHECK_EVERY` token runs or anchors; what it raises ends the work."""
-    text = as_ascii(text)
+    text, invisible = read_forms(text)
     spans = _find_spans(text, rules, check)
-    reading = token_reading(text)
+    reading = token_reading(text, invisible=invisible)
     if reading is None:
         return spans
     found = [reading.original(s, e) for s, e in _find_spans(reading.text, rules, check)]

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["as_ascii", "ascii_forms"]
+__all__ = ["as_ascii", "ascii_forms", "read_forms"]
 
 #: The code point ranges holding every character whose NFKC form is one printable ASCII
 #: character (Latin-1 and spacing modifiers, Greek question mark, phonetic modifiers,
@@ -56,11 +56,14 @@ def ascii_forms() -> dict[int, int]:
 
 @functools.cache
 def _forms_or_beyond() -> re.Pattern[str]:
-    """Finds a character of :func:`ascii_forms` within the BMP, or any character beyond
-    it. Written as ranges of code points: the BMP's are one table lookup a character;
-    beyond it, each range of a class is tried one after the other at every position of
-    the text (the mathematical letters' ~740 code points make dozens of ranges, ~1 us a
+    """Finds a character of :func:`ascii_forms` or one that shows nothing
+    (``secret_rules.INVISIBLE_BMP_CHARS``) within the BMP, or any character beyond it.
+    Written as ranges of code points: the BMP's are one table lookup a character; beyond
+    it, each range of a class is tried one after the other at every position of the text
+    (the mathematical letters' ~740 code points make dozens of ranges, ~1 us a
     character), one range is not."""
+    from recalld.daemon.memory.secret_rules import INVISIBLE_BMP_CHARS
+
     runs: list[list[int]] = []
     for c in sorted(ascii_forms()):
         if c > 0xFFFF:
@@ -70,39 +73,53 @@ def _forms_or_beyond() -> re.Pattern[str]:
         else:
             runs.append([c, c])
     return re.compile("[" + "".join(re.escape(chr(lo)) + "-" + re.escape(chr(hi))
-                                    for lo, hi in runs) + "\U00010000-\U0010FFFF]")
+                                    for lo, hi in runs)
+                      + INVISIBLE_BMP_CHARS + "\U00010000-\U0010FFFF]")
 
 
-#: How many kinds of characters :func:`as_ascii` replaces one by one (or passes, beyond
-#: the BMP and read as they are) before it reads the rest of the text at once.
+#: How many kinds of characters :func:`as_ascii` replaces one by one (or passes: those
+#: that show nothing, those beyond the BMP read as they are) before it reads the rest of
+#: the text at once.
 _KINDS: Final = 16
 
 
 def as_ascii(text: str) -> str:
     """``text`` with each compatibility form of an ASCII character read as that
     character (the same length: positions are kept)."""
+    return read_forms(text)[0]
+
+
+def read_forms(text: str) -> tuple[str, bool]:
+    """:func:`as_ascii` of ``text``, and whether it may hold a character that shows
+    nothing (``secret_rules.INVISIBLE``; False: surely none, found in the same pass)."""
     if text.isascii():
-        return text
+        return text, False
     # Most texts hold none of these characters, or one or two kinds of them (a Chinese
     # text's full-width comma): found by a search from the place the last was found,
     # each kind is replaced in the whole text at once. None of the kinds found before is
-    # left anywhere (a replacement is ASCII, never one of them): what the search finds
-    # no more is what ``str.translate`` would leave as it is.
+    # left anywhere (a replacement is ASCII, never one of them nor one that shows
+    # nothing): what the search finds no more is what ``str.translate`` would leave as it
+    # is, and no character that shows nothing was passed unseen.
     forms = ascii_forms()
     search = _forms_or_beyond().search
+    invisible = False
     found = search(text)
     for _ in range(_KINDS):
         if found is None:
-            return text
+            return text, invisible
         char = found.group()
         read = forms.get(ord(char))
         if read is not None:
             text = text.replace(char, chr(read))
+        elif not invisible:
+            from recalld.daemon.memory.secret_rules import INVISIBLE
+
+            invisible = INVISIBLE.match(char) is not None
         found = search(text, found.end())
     if len(text) >= _ARRAY_CHARS:
         return "".join(_read_array(text[i:i + _ARRAY_PIECE])
-                       for i in range(0, len(text), _ARRAY_PIECE))
-    return text.translate(forms)
+                       for i in range(0, len(text), _ARRAY_PIECE)), True
+    return text.translate(forms), True
 
 
 #: Texts this long or longer, holding many kinds of these characters (or of characters

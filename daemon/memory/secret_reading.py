@@ -113,11 +113,13 @@ def _has_escape(text: str) -> bool:
     return False
 
 
-def token_reading(text: str) -> Reading | None:
+def token_reading(text: str, *, invisible: bool = True) -> Reading | None:
     """``text`` read without what shows nothing inside its tokens and with the escapes
-    inside them spelling their characters; None when that reads as ``text`` does."""
+    inside them spelling their characters; None when that reads as ``text`` does.
+    ``invisible``: False where ``text`` surely holds no character that shows nothing
+    (``secret_forms.read_forms`` tells), not looked for then."""
     pieces: list[tuple[int, int, str]] = []  # (start, end, read as)
-    if not text.isascii() and INVISIBLE.search(text) is not None:
+    if invisible and not text.isascii() and INVISIBLE.search(text) is not None:
         pieces.extend((m.start(), m.end(), "") for m in INVISIBLE_IN_TOKEN.finditer(text))
     if _has_escape(text):
         size = len(text)

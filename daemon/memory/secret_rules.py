@@ -130,9 +130,10 @@ _RUN_MARKS: Final = b"r" * MIN_RUN_CHARS
 #: it still reads and copies as one: the rules read a text without them too
 #: (``redact.find_spans``). Between letters of other scripts (a Persian word's joiner)
 #: they belong to the text.
-INVISIBLE_CHARS: Final = ("\u00ad\u034f\u061c\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
-                          "\u202a-\u202e\u2060-\u206f\ufe00-\ufe0f\ufeff\ufff9-\ufffb"
-                          "\U000e0000-\U000e0fff")  # inside a character class
+INVISIBLE_BMP_CHARS: Final = ("\u00ad\u034f\u061c\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
+                              "\u202a-\u202e\u2060-\u206f\ufe00-\ufe0f\ufeff"
+                              "\ufff9-\ufffb")  # inside a character class
+INVISIBLE_CHARS: Final = INVISIBLE_BMP_CHARS + "\U000e0000-\U000e0fff"  # and the tags
 INVISIBLE_IN_TOKEN: Final = re.compile(
     rf"(?<={_RUN_CHAR})[{INVISIBLE_CHARS}]+(?={_RUN_CHAR})")
 #: Any of them: a search for it is several times faster than INVISIBLE_IN_TOKEN's (a
