@@ -44,6 +44,8 @@ ESCAPED: Final = "".join(f"|(?<={form})" for form in _ESCAPE_FORMS)
 #: most, but where ``%25XX`` does ``%25`` does too: one scan finds every end.
 _ESCAPE: Final = re.compile("|".join(sorted(_ESCAPE_FORMS, key=len, reverse=True)))
 _LONGEST_ESCAPE: Final = 6
+#: The characters every escape begins with.
+_ESCAPE_HEAD: Final = re.compile(r"[%=\\]")
 
 
 def _boundary(source: str) -> str | None:
@@ -79,8 +81,15 @@ def token_starts(text: str, pos: int, endpos: int) -> list[int]:
     """The places in ``text[pos:endpos]`` where a boundary-led pattern may match, in order:
     ``pos``, each place after a character that is no ASCII letter or digit, each end of
     an escape (which may begin before ``pos``: a lookbehind reads it there)."""
+    if pos >= endpos:
+        return []
+    # The places after such characters come in order, each once, none before ``pos``
+    # (the scan starts one character before it) nor at ``endpos``.
     starts = [m.end() for m in _NOT_ALNUM.finditer(text, max(0, pos - 1), endpos - 1)]
-    starts.append(pos)
+    if not starts or starts[0] != pos:
+        starts.insert(0, pos)
+    if _ESCAPE_HEAD.search(text, max(0, pos - _LONGEST_ESCAPE), endpos) is None:
+        return starts  # no escape begins near (most stretches): none ends here
     for m in _ESCAPE.finditer(text, max(0, pos - _LONGEST_ESCAPE), endpos):
         end = m.end()
         if pos <= end < endpos:
