@@ -22,7 +22,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.memory.secret_anchors import anchor_words, anchors
 from recalld.daemon.memory.secret_forms import as_ascii, read_forms
 from recalld.daemon.memory.secret_names import MASK as MASK
-from recalld.daemon.memory.secret_plan import plan_of
+from recalld.daemon.memory.secret_plan import hints_in, plan_of
 from recalld.daemon.memory.secret_reading import token_reading
 from recalld.daemon.memory.secret_rules import (
     FORMAT_RULES,
@@ -156,7 +156,7 @@ def _find_spans(text: str, rules: Sequence[Rule], check: Check) -> list[Span]:
     # The other format rules' hints, all looked for at once: only the rules whose hints
     # the text holds run (in prose, a few of them).
     run = set(plan.plain_always)
-    for hint in filter(lower.__contains__, plan.plain_hints):
+    for hint in hints_in(plan, lower):
         run.update(plan.plain_by_hint[hint])
     for i in sorted(run):
         if check is not None:
