@@ -96,6 +96,18 @@ def test_a_password_a_command_or_a_constructor_takes_is_masked(text: str) -> Non
     assert PW not in out and MASK in out, out
 
 
+@pytest.mark.parametrize("text", [
+    f'props.put("db.password", "{PW}")', f"m.add('db_password', '{PW}')",
+    f"FROM alpine\nENV DB_PASSWORD {PW}\n", f"isql -U sa -P {PW} -S db",
+    f"osql -U sa -P {PW}", f"echo '{PW}' | passwd --stdin bob",
+])
+def test_a_command_password_is_masked_with_no_other_command_in_the_text(text: str) -> None:
+    # Each command's pattern runs where the text holds what it cannot match without
+    # (secret_commands.COMMAND_FINDERS): here nothing the other patterns need.
+    out = redact(text)
+    assert PW not in out and MASK in out, out
+
+
 def test_powershell_code_around_the_password_stays() -> None:
     assert redact(f"$cred = ConvertTo-SecureString '{PW}' -AsPlainText -Force") == (
         f"$cred = ConvertTo-SecureString '{MASK}' -AsPlainText -Force")

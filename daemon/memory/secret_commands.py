@@ -23,7 +23,7 @@ from recalld.daemon.memory.secret_context import name_kind, names_a_source, valu
 from recalld.daemon.memory.secret_values import HEX, PLACEHOLDER, classes, looks_random
 
 if TYPE_CHECKING:
-    from recalld.daemon.memory.secret_rules import Span
+    from recalld.daemon.memory.secret_rules import Finder, Span
 
 #: A value on a command line: quoted (spaces and all) or bare.
 _VALUE = (r"(?:\"(?P<dq>[^\"\n]{3,200})\"|'(?P<sq>[^'\n]{3,200})'"
@@ -127,19 +127,38 @@ def _value_span(m: re.Match[str]) -> Span | None:
     return None
 
 
-def find_command_passwords(text: str, pos: int, endpos: int) -> Iterable[Span]:
-    lower = text[pos:endpos].lower()
-    for hints, rx in _PASSWORDS + _PIPED:
-        if any(h in lower for h in hints):
-            for m in rx.finditer(text, pos, endpos):
-                span = _value_span(m)
-                if span is not None:
-                    yield span
+def _passwords(rx: re.Pattern[str]) -> Finder:
+    def find(text: str, pos: int, endpos: int) -> Iterable[Span]:
+        for m in rx.finditer(text, pos, endpos):
+            span = _value_span(m)
+            if span is not None:
+                yield span
+
+    return find
+
+
+def _shell_set_values(text: str, pos: int, endpos: int) -> Iterable[Span]:
     if _SHELL_SET_NEEDS.search(text, pos, endpos) is not None or (
             "ENV" in text and _SHELL_ENV_NEEDS.search(text, pos, endpos) is not None):
         yield from _set_values(_SHELL_SET, text, pos, endpos)
+
+
+def _setter_values(text: str, pos: int, endpos: int) -> Iterable[Span]:
     if _SETTER_NEEDS.search(text, pos, endpos) is not None:
         yield from _set_values(_SETTER, text, pos, endpos)
+
+
+#: (hints, finder) of the passwords above, each finder a rule of its own: a text is
+#: looked for every rule's hints at once (``secret_plan.hints_in``), and only the
+#: patterns whose hints it holds run. Each hint is what its pattern cannot match without
+#: (in lowercase): ``_SHELL_SET`` needs a ``set`` or an ``ENV``, ``_SETTER`` a ``set``,
+#: a ``put`` or an ``add`` (``(?i)`` matches no other letters there: ``ſ`` is read as
+#: ``s`` before, ``secret_forms``).
+COMMAND_FINDERS: Final[tuple[tuple[tuple[str, ...], Finder], ...]] = (
+    *((hints, _passwords(rx)) for hints, rx in _PASSWORDS + _PIPED),
+    (("set", "env"), _shell_set_values),
+    (("set", "put", "add"), _setter_values),
+)
 
 
 def _set_values(rx: re.Pattern[str], text: str, pos: int, endpos: int) -> Iterable[Span]:
@@ -213,4 +232,4 @@ def find_cookies(text: str, pos: int, endpos: int) -> Iterable[Span]:
             yield found[0], found[0] + len(found[1])
 
 
-__all__ = ["find_command_passwords", "find_cookies", "session_value"]
+__all__ = ["COMMAND_FINDERS", "find_cookies", "session_value"]

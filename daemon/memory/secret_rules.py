@@ -53,7 +53,7 @@ from typing import Final
 
 from recalld.daemon.memory.secret_anchors import CRED_HINTS
 from recalld.daemon.memory.secret_base64 import BLOB, WRAPPED, blob_text, wrapped_finder
-from recalld.daemon.memory.secret_commands import find_command_passwords, find_cookies
+from recalld.daemon.memory.secret_commands import COMMAND_FINDERS, find_cookies
 from recalld.daemon.memory.secret_config import find_in_configs
 from recalld.daemon.memory.secret_context import (
     find_assignments,
@@ -446,10 +446,7 @@ FORMAT_RULES: Final[tuple[Rule, ...]] = (
     *_SHAPE_RULES,
     # Passwords PowerShell, credential classes and Windows commands take, and session
     # cookies (:mod:`secret_commands`).
-    Rule("cli_password", ("securestring", "credential", "net", "psexec", "paexec", "sudo",
-                          "passwd", "set", "put", "add", "env", "schtasks", "freerdp", "sql",
-                          "bcp", "rdesktop", "ssh-keygen", "smbclient", "lftp", "gh"),
-         find_command_passwords),
+    *(Rule("cli_password", hints, find) for hints, find in COMMAND_FINDERS),
     Rule("cookie", ("cookie", "curl"), find_cookies),
     # Any of them wrapped in base64 (:mod:`secret_base64`), at its start or in a text.
     Rule("wrapped", (), wrapped_finder(_SHAPE_RULES), token=True, pattern=WRAPPED),
