@@ -100,6 +100,7 @@ def test_a_password_a_command_or_a_constructor_takes_is_masked(text: str) -> Non
     f'props.put("db.password", "{PW}")', f"m.add('db_password', '{PW}')",
     f"FROM alpine\nENV DB_PASSWORD {PW}\n", f"isql -U sa -P {PW} -S db",
     f"osql -U sa -P {PW}", f"echo '{PW}' | passwd --stdin bob",
+    f"NET\tUSE \\\\srv\\share {PW}", f"Net  User bob {PW} /add",
 ])
 def test_a_command_password_is_masked_with_no_other_command_in_the_text(text: str) -> None:
     # Each command's pattern runs where the text holds what it cannot match without
@@ -136,6 +137,8 @@ def test_powershell_code_around_the_password_stays() -> None:
     (f"curl -b 'PHPSESSID={SESSION}' https://intranet.example", SESSION),
     (f"curl -s -b sessionid={SESSION_MIXED} https://x", SESSION_MIXED),
     (f'curl --cookie "theme=dark; JSESSIONID={SESSION}" https://x', SESSION),
+    (f"curl -s -b 'a={SESSION_MIXED}' https://x", SESSION_MIXED),
+    (f"--cookie 'b={SESSION_MIXED}'", SESSION_MIXED),
     (f"Cookie: theme=dark; PHPSESSID={SESSION}", SESSION),
     (f'document.cookie = "PHPSESSID={SESSION}; path=/";', SESSION),
     (f'requests.get(url, cookies={{"session": "{SESSION_MIXED}"}})', SESSION_MIXED),

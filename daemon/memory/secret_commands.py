@@ -30,7 +30,8 @@ _VALUE = (r"(?:\"(?P<dq>[^\"\n]{3,200})\"|'(?P<sq>[^'\n]{3,200})'"
           r"|(?P<bare>[^\s\"'$(\-][^\s\"']{2,199}))")
 _QUOTED = r"(?:\"(?P<dq>[^\"\n]{3,200})\"|'(?P<sq>[^'\n]{3,200})')"
 
-#: (hints, pattern) of passwords on Windows command lines and in PowerShell.
+#: (hints, pattern) of passwords on Windows command lines and in PowerShell. (``net``'s
+#: hints hold the blank after it: "net" is in many words, "network", "internet".)
 _PASSWORDS: Final = (
     # ``ConvertTo-SecureString [-String] 'S3cret' -AsPlainText -Force``, its switches in
     # any order before the string; and ``'S3cret' | ConvertTo-SecureString ...``.
@@ -49,10 +50,10 @@ _PASSWORDS: Final = (
         r"(?:\"[^\"\n]{0,200}\"|'[^'\n]{0,200}'|\$?[A-Za-z_][\w.]{0,100})[ \t]*,[ \t]*"
         + _QUOTED)),
     # ``net use [Z:] \\srv\share S3cret [/user:...]``: the password follows the share.
-    (("net",), re.compile(
+    (("net ", "net\t"), re.compile(
         r"(?i)\bnet[ \t]+use(?:[ \t]+(?:[A-Z]:|\*))?[ \t]+\\\\[^\s\"']+[ \t]+" + _VALUE)),
     # ``net user bob S3cret [/add]``.
-    (("net",), re.compile(
+    (("net ", "net\t"), re.compile(
         r"(?i)\bnet[ \t]+user[ \t]+(?:\"[^\"\n]{1,100}\"|[^\s/\"*]{1,100})[ \t]+" + _VALUE)),
     # More clients' password switches: a scheduled task's ``/rp``, FreeRDP's ``/p:``,
     # SQL Server's ``-P``, rdesktop's ``-p``, a key's passphrase (``ssh-keygen -N``),
@@ -213,7 +214,22 @@ def _quoted_or_bare(m: re.Match[str]) -> tuple[int, str] | None:
     return None
 
 
+#: What a cookie string or a set of cookies cannot be found without. A search for it
+#: costs a fifth of the two patterns' (each tried at every position of the text), and a
+#: note that speaks of cookies seldom holds one.
+_COOKIE_NEEDS: Final = re.compile(r"(?i)cookies?[\"']?[ \t]*[:=]|--cookie|curl")
+
+
 def find_cookies(text: str, pos: int, endpos: int) -> Iterable[Span]:
+    if _COOKIE_NEEDS.search(text, pos, endpos) is not None:
+        yield from _cookie_strings(text, pos, endpos)
+    for m in _COOKIE_CALL.finditer(text, pos, endpos):
+        found = _quoted_or_bare(m)
+        if found is not None and session_value(found[1]):
+            yield found[0], found[0] + len(found[1])
+
+
+def _cookie_strings(text: str, pos: int, endpos: int) -> Iterable[Span]:
     for m in _COOKIE_STRING.finditer(text, pos, endpos):
         found = _quoted_or_bare(m)
         if found is not None and "=" in found[1]:
@@ -226,10 +242,6 @@ def find_cookies(text: str, pos: int, endpos: int) -> Iterable[Span]:
             found = _quoted_or_bare(pair)
             if found is not None and session_value(found[1]):
                 yield found[0], found[0] + len(found[1])
-    for m in _COOKIE_CALL.finditer(text, pos, endpos):
-        found = _quoted_or_bare(m)
-        if found is not None and session_value(found[1]):
-            yield found[0], found[0] + len(found[1])
 
 
 __all__ = ["COMMAND_FINDERS", "find_cookies", "session_value"]
