@@ -172,11 +172,17 @@ _Q = r"(?![A-Za-z0-9])"
 
 def _regex_rule(kind: str, hints: tuple[str, ...], pattern: str, flags: int = 0,
                 group: int = 0, check: Callable[[str], bool] | None = None,
-                token: bool = True) -> Rule:
+                token: bool = True, needs: str | None = None) -> Rule:
+    """``needs``: a pattern every match of ``pattern`` holds a match of, searched for
+    first (fast where it starts with a literal, as a pattern starting with ``^`` or a
+    class is not): where it is not, ``pattern`` is not tried."""
     rx = re.compile(pattern, flags)
     led = boundary_led(pattern)  # long runs: tried at their token starts only
+    needed = re.compile(needs) if needs is not None else None
 
     def find(text: str, pos: int, endpos: int) -> Iterable[Span]:
+        if needed is not None and needed.search(text, pos, endpos) is None:
+            return
         found = (matches(rx, text, pos, endpos) if led and endpos - pos >= LONG_RUN
                  else rx.finditer(text, pos, endpos))
         for m in found:
@@ -377,7 +383,8 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
     # A line of a PostgreSQL password file: ``host:port:database:user:password``.
     _regex_rule("pgpass", (":",),
                 r"(?m)^[\w.\-*]+:(?:\d{2,5}|\*):[\w.\-*]+:[\w.\-*@]+:([^\s:]{3,200})[ \t]*$",
-                group=1, check=lambda v: not PLACEHOLDER.match(v), token=False),
+                group=1, check=lambda v: not PLACEHOLDER.match(v), token=False,
+                needs=r":(?:\d{2,5}|\*):"),
     # Password hashes, as a shadow or htpasswd line holds them (``root:$6$salt$...``,
     # ``bob:$apr1$...``, ``{SSHA}...``) and libraries store them: an offline guess away
     # from the password. Crypt's schemes, bcrypt, yescrypt, argon2, LDAP's and PBKDF2's.
@@ -414,7 +421,8 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
                 r":([^\s\"']{3,200})",
                 group=1, check=lambda v: not PLACEHOLDER.match(v) and not v.startswith("$"),
                 token=False),
-    _regex_rule("cli_password", ("redis-cli", "docker"),
+    # (Looked for where "login" is: "docker" is in many notes.)
+    _regex_rule("cli_password", ("redis-cli", "login"),
                 r"\b(?:redis-cli[ \t][^\n]{0,200}?(?<!\S)(?:-a|--pass)"
                 r"|docker[ \t]+login[ \t][^\n]{0,200}?(?<!\S)(?:-p|--password))"
                 r"(?:[ \t]+|=)[\"']?([^\s\"'\-][^\s\"']{2,199})",
