@@ -31,7 +31,7 @@ from recalld.daemon.memory import (
 from recalld.daemon.memory.redact import _merge, find_spans
 from recalld.daemon.memory.secret_anchors import anchor_words, anchors
 from recalld.daemon.memory.secret_forms import as_ascii
-from recalld.daemon.memory.secret_plan import PAIRS_CHARS, hints_in, plan_of
+from recalld.daemon.memory.secret_plan import GRAMS_CHARS, hints_in, plan_of
 from recalld.daemon.memory.secret_reading import token_reading
 from recalld.daemon.memory.secret_rules import (
     RULES,
@@ -317,13 +317,13 @@ def test_each_format_rule_over_the_text_runs_where_one_of_its_hints_is() -> None
 
 _HINTS = plan_of(RULES).plain_hints
 # Hints whole and cut in two, with characters between the pieces that are no ASCII (left
-# out when the pairs of characters are read), in texts long enough to be read so.
+# out when the runs of characters are read), in texts long enough to be read so.
 _HINT_PIECE = st.sampled_from([*_HINTS, *(h[:len(h) // 2] for h in _HINTS),
                                *(h[len(h) // 2:] for h in _HINTS),
                                "中", "é", "😀", "İ", " ", "\n", "Az", "SET"])
 _HINT_TEXT = st.tuples(st.lists(_HINT_PIECE, max_size=40).map("".join),
                        st.sampled_from(["中", "a", " ", "é😀"])).map(
-    lambda t: t[0] + t[1] * PAIRS_CHARS)
+    lambda t: t[0] + t[1] * GRAMS_CHARS)
 
 
 @settings(max_examples=300, deadline=None)

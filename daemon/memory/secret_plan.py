@@ -8,7 +8,6 @@ searched for all their hints at once and only those rules run (:func:`hints_in`)
 from __future__ import annotations
 
 import functools
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
@@ -42,9 +41,9 @@ class Plan:
     plain_always: tuple[int, ...]
     plain_hints: tuple[str, ...]
     plain_by_hint: dict[str, tuple[int, ...]]
-    #: For each of ``plain_hints``, the pairs of adjacent characters it holds, as bits of
-    #: :func:`_pair_codes` (0: none, a hint of one character; or one not ASCII).
-    plain_pairs: tuple[int, ...]
+    #: For each of ``plain_hints``, the runs of characters it holds, as bits of
+    #: :func:`_gram_bits` (0: none, a hint of one character; or one not ASCII).
+    plain_grams: tuple[int, ...]
     #: Context rules, and whether their hints are anchor words (looked for where those
     #: start, not over the text).
     anchored: tuple[tuple[AnchoredFinder, bool, int], ...]
@@ -79,7 +78,7 @@ def plan_of(rules: Sequence[Rule]) -> Plan:
             plain.append(rule.find)
     plan = Plan(rules, tuple(numbers), tuple(token), tuple(plain), tuple(always),
                  tuple(plain_by_hint), {h: tuple(i) for h, i in plain_by_hint.items()},
-                 _hint_pairs(tuple(plain_by_hint)), tuple(anchored))
+                 _hint_grams(tuple(plain_by_hint)), tuple(anchored))
     if rules is RULES or rules is FORMAT_RULES:
         _PLANS[id(rules)] = plan
     return plan
@@ -87,58 +86,68 @@ def plan_of(rules: Sequence[Rule]) -> Plan:
 
 # -- looking for the hints --------------------------------------------------------------
 
-#: Texts this long or longer are looked for the plain hints through the pairs of ASCII
-#: characters they hold (numpy): the ~80 hints, each a scan of the whole text, cost
-#: ~0.1 ms over a Chinese note of 2,000 characters, the pairs (one pass rules out nearly
-#: all of them; only the hints left are scanned for) ~0.03 ms. Shorter texts are not
-#: worth the arrays.
-PAIRS_CHARS: Final = 256
+#: Texts this long or longer are looked for the plain hints through the runs of three
+#: ASCII characters (two, for a hint of two) they hold (numpy): the ~80 hints, each a
+#: scan of the whole text, cost ~0.1 ms over a Chinese note of 2,000 characters; one pass
+#: over its runs rules out nearly all of them, and only the hints left are scanned for.
+#: Shorter texts are not worth the arrays.
+GRAMS_CHARS: Final = 256
+#: Runs are numbered by a hash below this (a text's are marked in a table of this size).
+_GRAM_TABLE: Final = 1 << 16
 
 
-def _pairs(hint: str) -> set[int]:
-    """The pairs of adjacent characters of an ASCII ``hint``, each as a number < 2**14."""
-    return {ord(a) << 7 | ord(b) for a, b in itertools.pairwise(hint)}
+def _grams(hint: str) -> set[int]:
+    """The numbers of an ASCII ``hint``'s runs of three characters (of its two, for a hint
+    of two), as :func:`_grams_present` numbers a text's."""
+    c = [ord(x) for x in hint]
+    if len(c) == 2:
+        return {c[0] << 7 | c[1]}
+    return {(a << 10 ^ b << 5 ^ d) % _GRAM_TABLE for a, b, d in zip(c, c[1:], c[2:], strict=False)}
 
 
-def _hint_pairs(hints: tuple[str, ...]) -> tuple[int, ...]:
-    """Each hint's pairs of adjacent characters, as bits numbered in :func:`_pair_codes`."""
-    codes = _pair_codes(hints)
-    return tuple(sum(1 << codes[p] for p in _pairs(h)) if h.isascii() else 0 for h in hints)
+def _hint_grams(hints: tuple[str, ...]) -> tuple[int, ...]:
+    """Each hint's runs (:func:`_grams`), as bits numbered in :func:`_gram_bits`."""
+    bits = _gram_bits(hints)
+    return tuple(sum(1 << bits[g] for g in _grams(h)) if h.isascii() and len(h) > 1 else 0
+                 for h in hints)
 
 
-def _pair_codes(hints: tuple[str, ...]) -> dict[int, int]:
-    """Pair (:func:`_pairs`) -> its bit, for the pairs the ASCII hints hold."""
-    pairs = sorted(set[int]().union(*(_pairs(h) for h in hints if h.isascii())))
-    return {code: bit for bit, code in enumerate(pairs)}
+def _gram_bits(hints: tuple[str, ...]) -> dict[int, int]:
+    """Run number (:func:`_grams`) -> its bit, for the runs the ASCII hints hold."""
+    grams = sorted(set[int]().union(*(_grams(h) for h in hints
+                                      if h.isascii() and len(h) > 1)))
+    return {gram: bit for bit, gram in enumerate(grams)}
 
 
 def hints_in(plan: Plan, lower: str) -> list[str]:
     """The plain hints of ``plan`` that ``lower`` (a text in lowercase) holds."""
     hints = plan.plain_hints
-    if len(lower) < PAIRS_CHARS:
+    if len(lower) < GRAMS_CHARS:
         return [h for h in hints if h in lower]
-    # A hint the text holds has each of its pairs of characters in the text's ASCII
-    # characters read without the others (dropping them only joins more pairs): a hint
-    # missing one of its pairs there is not in the text. The others are looked for.
-    present = _pairs_present(plan, lower)
-    return [h for h, need in zip(hints, plan.plain_pairs, strict=True)
+    # A hint the text holds has each of its runs in the text's ASCII characters read
+    # without the others (dropping them only joins more runs; two runs numbered alike
+    # only let more hints on): a hint missing one of its runs there is not in the text.
+    # The others are looked for.
+    present = _grams_present(plan, lower)
+    return [h for h, need in zip(hints, plan.plain_grams, strict=True)
             if present & need == need and h in lower]
 
 
-def _pairs_present(plan: Plan, lower: str) -> int:
-    """The bits of ``plan``'s hint pairs (:func:`_hint_pairs`) found in ``lower``."""
+def _grams_present(plan: Plan, lower: str) -> int:
+    """The bits of ``plan``'s hint runs (:func:`_hint_grams`) found in ``lower``."""
     import numpy as np
 
-    chars = np.frombuffer(lower.encode("ascii", "ignore"), dtype=np.uint8).astype(np.uint16)
-    seen = np.zeros(1 << 14, dtype=np.bool_)
-    seen[chars[:-1] << 7 | chars[1:]] = True
-    found = seen[_codes_array(plan.plain_hints)]
+    c = np.frombuffer(lower.encode("ascii", "ignore"), dtype=np.uint8).astype(np.uint32)
+    seen = np.zeros(_GRAM_TABLE, dtype=np.bool_)
+    seen[(c[:-2] << 10 ^ c[1:-1] << 5 ^ c[2:]) % _GRAM_TABLE] = True
+    seen[c[:-1] << 7 | c[1:]] = True
+    found = seen[_gram_array(plan.plain_hints)]
     return int.from_bytes(np.packbits(found, bitorder="little").tobytes(), "little")
 
 
 @functools.cache
-def _codes_array(hints: tuple[str, ...]) -> npt.NDArray[np.intp]:
-    """The pair codes of ``hints``, in the order of their bits."""
+def _gram_array(hints: tuple[str, ...]) -> npt.NDArray[np.intp]:
+    """The run numbers of ``hints``, in the order of their bits."""
     import numpy as np
 
-    return np.array(list(_pair_codes(hints)), dtype=np.intp)
+    return np.array(list(_gram_bits(hints)), dtype=np.intp)
