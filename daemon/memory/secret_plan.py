@@ -92,7 +92,8 @@ def plan_of(rules: Sequence[Rule]) -> Plan:
 #: over its runs rules out nearly all of them, and only the hints left are scanned for.
 #: Shorter texts are not worth the arrays.
 GRAMS_CHARS: Final = 256
-#: Runs are numbered by a hash below this (a text's are marked in a table of this size).
+#: Runs are numbered by a hash below this (a text's are marked in a table of this size;
+#: :func:`_grams_present` computes the hash in 16 bits).
 _GRAM_TABLE: Final = 1 << 16
 
 
@@ -137,9 +138,10 @@ def _grams_present(plan: Plan, lower: str) -> int:
     """The bits of ``plan``'s hint runs (:func:`_hint_grams`) found in ``lower``."""
     import numpy as np
 
-    c = np.frombuffer(lower.encode("ascii", "ignore"), dtype=np.uint8).astype(np.uint32)
+    # In 16 bits the shifts drop what :func:`_grams` takes ``% _GRAM_TABLE`` off.
+    c = np.frombuffer(lower.encode("ascii", "ignore"), dtype=np.uint8).astype(np.uint16)
     seen = np.zeros(_GRAM_TABLE, dtype=np.bool_)
-    seen[(c[:-2] << 10 ^ c[1:-1] << 5 ^ c[2:]) % _GRAM_TABLE] = True
+    seen[c[:-2] << 10 ^ c[1:-1] << 5 ^ c[2:]] = True
     seen[c[:-1] << 7 | c[1:]] = True
     found = seen[_gram_array(plan.plain_hints)]
     return int.from_bytes(np.packbits(found, bitorder="little").tobytes(), "little")
