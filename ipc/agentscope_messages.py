@@ -17,6 +17,7 @@ from agentscope.message import AssistantMsg, DataBlock, HintBlock, Msg, TextBloc
 
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.media import media_placeholder
+from recalld.ipc.recall_tags import inert_recall_tags
 from recalld.ipc.shown import names_nothing
 from recalld.ipc.textcut import cut_text
 from recalld.ipc.types import (
@@ -103,7 +104,7 @@ def chat_turns(msgs: Sequence[Msg]) -> list[JsonObject]:
 def memory_message(hits: Sequence[str]) -> Msg:
     """The context message carrying recalled hits. The tag lets the daemon drop the block
     if the message is ever written back."""
-    body = "\n\n".join(hits)
+    body = inert_recall_tags("\n\n".join(hits))  # a note's own tag would end the block
     hint = ("## Relevant memories\nNotes from long-term memory that may be relevant; use "
             f"them only if pertinent.\n<recalled-memory>\n{body}\n</recalled-memory>")
     return AssistantMsg(name=MEMORY_MSG_NAME, content=[HintBlock(hint=hint)])

@@ -75,6 +75,7 @@ from recalld.ipc.mcp_tools import (
     whole_numbers,
 )
 from recalld.ipc.mcp_wire import StdoutWire, claimed_stdout
+from recalld.ipc.recall_tags import inert_recall_tags
 from recalld.ipc.request_parts import add_turns_in_parts, in_note_parts, search_query
 from recalld.ipc.types import render_linked, render_skipped
 
@@ -235,7 +236,8 @@ class Bridge:
     async def get_prompt(self, name: str, args: dict[str, str]) -> types.GetPromptResult:
         """The ``recall`` prompt: the recall block as one user message, wrapped in the tag
         the daemon drops, so a host handing its conversation back to ``memory_add_turns``
-        does not store recalled memory as what the user said."""
+        does not store recalled memory as what the user said (a recall tag in a note
+        is made plain text: it would end the block early)."""
         if name != RECALL_PROMPT.name:
             raise ValueError(f"unknown prompt: the prompt is {RECALL_PROMPT.name}")
         # Checked before the daemon is asked: a wrong word is refused, not taken for no.
@@ -249,7 +251,7 @@ class Bridge:
         return types.GetPromptResult(
             description=f"long-term memory of {self.agent} for the request",
             messages=[types.PromptMessage(role="user", content=types.TextContent(
-                text=RECALL_WRAP.format(block=block)))])
+                text=RECALL_WRAP.format(block=inert_recall_tags(block))))])
 
     async def _read(self, args: JsonObject) -> types.CallToolResult:
         given = args.get("agent")

@@ -27,12 +27,11 @@ from recalld.ipc.media import (
     is_placeholder,
     media_placeholder,
 )
+from recalld.ipc.recall_tags import RECALL_TAGS
 from recalld.ipc.textcut import cut_text
 
 ROLES = MESSAGE_ROLES
 MAX_MESSAGES_PER_CALL = 1000
-#: Tags an agent wraps recalled memory in when it injects it into a prompt.
-RECALL_TAGS = ("recalled-memory", "recalled_memory", "memory-context", "relevant-memories")
 _RECALL = re.compile(
     r"<(" + "|".join(map(re.escape, RECALL_TAGS)) + r")(?:\s[^>]*)?>.*?(?:</\1>|\Z)", re.S
 )

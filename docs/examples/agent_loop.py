@@ -5,7 +5,9 @@ Each user message is answered like this:
 
 1. ``memory.search`` finds what the workspace remembers about it;
 2. the hits are given to the model in a ``<recalled-memory>`` block (recalld drops such
-   blocks when it captures turns, so recalled memory is never stored as a new fact);
+   blocks when it captures turns, so recalled memory is never stored as a new fact; a
+   hit that itself holds the tag has it made plain text, ``inert_recall_tags``, so it
+   cannot end the block early);
 3. the model answers (any OpenAI-compatible chat completions server);
 4. the user message and the answer go back with ``memory.add_turns``; every few user
    turns the daemon runs auto_memory and writes the facts into today's note.
@@ -32,6 +34,7 @@ import uuid
 from typing import Any
 
 from recalld.ipc.client import Client
+from recalld.ipc.recall_tags import inert_recall_tags
 
 SYSTEM = "You are a helpful assistant. Use the recalled memory when it is relevant."
 
@@ -60,7 +63,7 @@ def recall(client: Client, agent: str, question: str, limit: int) -> str:
     if not len(hits):
         return ""
     parts = [f"[{hit.path}:{hit.start_line}-{hit.end_line}]\n{hit.text.strip()}" for hit in hits]
-    return "<recalled-memory>\n" + "\n\n".join(parts) + "\n</recalled-memory>"
+    return "<recalled-memory>\n" + inert_recall_tags("\n\n".join(parts)) + "\n</recalled-memory>"
 
 
 def answer_one(client: Client, agent: str, session: str, history: list[dict[str, Any]],
