@@ -23,6 +23,7 @@ from pathlib import Path
 
 from recalld.daemon.notetext import decode_as, decode_note, note_text
 from recalld.ipc.errors import InvalidParams, NotFound, PathOutsideWorkspace
+from recalld.ipc.types import visible
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO for reading must not hang; regular files ignore it.
@@ -83,7 +84,7 @@ def split_file(path: object) -> list[str]:
     if isinstance(path, str) and path.endswith(("/", "/.")):
         end = "/." if path.endswith("/.") else "/"
         raise InvalidParams(f"path ends in '{end}', so it names a folder, not a file: "
-                            f"{masked(path)}")
+                            f"{quoted(path)}")
     return parts
 
 
@@ -103,6 +104,13 @@ def masked(path: str) -> str:
     from recalld.daemon.memory.secret_names import mask_path
 
     return mask_path(path)
+
+
+def quoted(path: str) -> str:
+    """A client-named ``path`` as an error message quotes it: :func:`masked`, with control
+    characters and bidi controls shown as escapes (as a search hit's header shows them),
+    so a name cannot break the message into lines, drive a terminal or turn it around."""
+    return visible(masked(path))
 
 
 def shown_masked(path: str) -> str:
@@ -125,7 +133,7 @@ def masked_about(text: str, path: str) -> str:
 
 def _refuse_or_missing(parent_fd: int, name: str, exc: OSError, path: str) -> Exception:
     """Translate a failed step: a symlink is outside, anything missing is NotFound."""
-    shown = masked(path)
+    shown = quoted(path)
     try:
         st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
     except FileNotFoundError:
@@ -219,7 +227,7 @@ def open_confined(root: Path, path: str, *, writable: bool = False) -> int:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise InvalidParams(f"not a regular file: {masked(path)}")
+            raise InvalidParams(f"not a regular file: {quoted(path)}")
     except BaseException:
         os.close(fd)
         raise
@@ -418,7 +426,7 @@ def open_inside(root: Path, rel: str, real_root: str | None = None) -> int:
         except OSError:  # no /proc: resolve the name instead
             real = os.path.realpath(os.path.join(root, rel))
         if not _within(real, os.path.realpath(root) if real_root is None else real_root):
-            raise PathOutsideWorkspace(f"{masked(rel)} lies outside the workspace")
+            raise PathOutsideWorkspace(f"{quoted(rel)} lies outside the workspace")
     except BaseException:
         os.close(fd)
         raise

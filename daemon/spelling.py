@@ -16,7 +16,7 @@ from pathlib import Path
 
 import trio
 
-from recalld.daemon.safepath import masked, split_relative
+from recalld.daemon.safepath import quoted, split_relative
 from recalld.ipc.errors import InvalidParams
 
 __all__ = ["on_disk", "spelled"]
@@ -86,6 +86,6 @@ def _spelled(folder: int, name: str, path: str) -> str:
     except OSError:
         return name
     if len(alike) > 1:
-        raise InvalidParams(f"several names on disk are {masked(path)} but for Unicode "
+        raise InvalidParams(f"several names on disk are {quoted(path)} but for Unicode "
                             "normalisation (composed or decomposed): rename all but one")
     return alike[0] if alike else name

@@ -7,6 +7,7 @@ it quotes, never saw it). The answers still say what was expected."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -83,3 +84,35 @@ def test_refusals_of_the_bridge_never_quote_what_the_client_sent(
     log = (daemon.home / "mcp-lines.log").read_text(encoding="utf-8")
     assert "refused a line of" in log and "(not JSON)" in log, log
     assert SEEN not in log and "Traceback" not in log, log
+
+
+def test_a_path_the_daemon_quotes_in_a_refusal_shows_its_control_characters_escaped(
+        daemon: DaemonHandle) -> None:
+    """A path named by the client and quoted back in the daemon's refusal (no such file,
+    not a file, a folder) keeps its control characters as escapes, as a search hit's
+    header shows them: a line break, a terminal's escape sequence or a right-to-left
+    override in it cannot split the answer into lines, drive the terminal of a host that
+    prints tool errors, or turn the text around."""
+    from recalld.ipc.client import Client
+
+    with Client(daemon.socket_path) as c:
+        root = Path(c.workspace_open("coder")["path"])
+    (root / "memory" / "dir\x1b[2J").mkdir(parents=True)
+    raw = Raw(daemon)
+    paths = {"clear": "memory/\x1b[2J\x1b[31mnote.md", "lines": "memory/a\nforged: b.md",
+             "rtl": "memory/\u202edm.txt", "folder": "memory/dir\x1b[2J",
+             "ends": "memory/\x07x/"}
+    for request_id, path in paths.items():
+        raw.send(_call(request_id, "memory_read", {"path": path}), [request_id])
+    raw.send(_request("uri", "resources/read",
+                      {"uri": "recalld://coder/memory/%1B%5B2Jx%0Ay.md"}), ["uri"])
+    assert raw.close() == []
+    by_id = {m["id"]: m for m in raw.got if m.get("id") is not None}
+    said = {i: by_id[i]["result"]["content"][0]["text"] for i in paths}
+    said["uri"] = by_id["uri"]["error"]["message"]
+    for request_id, text in said.items():
+        assert text.isprintable(), (request_id, text)
+    assert "memory/\\x1b[2J\\x1b[31mnote.md" in said["clear"], said
+    assert "memory/a\\nforged: b.md" in said["lines"] and "\\u202e" in said["rtl"], said
+    assert "not a regular file: memory/dir\\x1b[2J" in said["folder"], said
+    assert "\\x07x/" in said["ends"] and "\\x1b[2Jx\\ny.md" in said["uri"], said

@@ -302,7 +302,7 @@ class FileOps:
         async def attempt() -> WriteResult:
             before = await self.read_text(rel, strict=True)
             if before is None:
-                raise NotFound(f"no such file in the workspace: {safepath.masked(rel)}")
+                raise NotFound(f"no such file in the workspace: {safepath.quoted(rel)}")
             count = before.count(old)
             if count != 1:
                 raise InvalidParams(
@@ -330,7 +330,7 @@ class FileOps:
         async def attempt() -> WriteResult:
             before = await self.read_text(rel, strict=True)
             if before is None:
-                raise NotFound(f"no such file in the workspace: {safepath.masked(rel)}")
+                raise NotFound(f"no such file in the workspace: {safepath.quoted(rel)}")
             after = _update_fm(before, edits)
             # A key that does not read back as itself ("description " next to
             # "description", "name:") can make the whole block unreadable: every field lost.
