@@ -162,15 +162,29 @@ def prompt_flag(args: dict[str, str], name: str) -> bool:
     return flag
 
 
+#: The arguments of the ``memory_recall`` tool, whose bounds the prompt's share.
+_RECALL_ARGS: JsonObject = next(
+    t.input_schema["properties"] for t in TOOLS if t.name == "memory_recall")
+
+
 def prompt_count(args: dict[str, str], name: str) -> int | None:
     """A whole-number argument of the ``recall`` prompt, None if not given; ValueError
-    unless it is ASCII digits (``int()`` also takes "٣", "1_000" and "+5")."""
+    unless it is ASCII digits (``int()`` also takes "٣", "1_000" and "+5") within the
+    bounds of the ``memory_recall`` tool's argument of that name."""
     given = str(args.get(name) or "").strip()
     if not given:
         return None
     if not (given.isascii() and given.isdigit()):
         raise ValueError(f"{name} must be a whole number")
-    return int(given)
+    # Within the bounds the memory_recall tool gives it, refused here in those words: a
+    # number past them of any length (past 64 bits no request carries it; int() of
+    # thousands of digits fails) is not the daemon's to refuse.
+    spec = _RECALL_ARGS[name]
+    low, high = int(spec["minimum"]), int(spec["maximum"])
+    digits = given.lstrip("0") or "0"
+    if len(digits) > len(str(high)) or not low <= int(digits) <= high:
+        raise ValueError(f"{name} must be between {low} and {high}")
+    return int(digits)
 
 
 def argument_error(name: str, args: JsonObject) -> str | None:

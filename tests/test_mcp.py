@@ -328,6 +328,14 @@ def test_arguments_of_the_wrong_shape_are_refused_before_the_daemon(
                 with pytest.raises(MCPError) as refused:
                     await s.get_prompt("recall", {"query": "printer", arg: value})
                 assert refused.value.code == -32602 and f"{arg} must be" in refused.value.message
+            # Past its bounds (also past 64 bits, or thousands of digits long), in the
+            # memory_recall tool's words, before the daemon is asked.
+            for value in ("0", "200001", "9" * 23, "7" * 5000, "000" + "5" * 6):
+                with pytest.raises(MCPError) as refused:
+                    await s.get_prompt("recall", {"query": "printer", "budget_chars": value})
+                assert refused.value.code == -32602
+                assert refused.value.message == (
+                    "recalld: budget_chars must be between 1 and 200000"), value
 
     asyncio.run(main())
     with Client(daemon.socket_path) as c:  # none of it reached the daemon
