@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import unicodedata
 from pathlib import Path
+from typing import Any
 
 from conftest import DaemonHandle
 from fakes.provider_server import FakeProvider, Reply
@@ -383,3 +384,44 @@ def test_a_node_named_as_obsidian_links_it_or_by_its_name_is_that_node(
         (result, model.tool_results)
     fields, text = node(root, club)
     assert fields["sources"] == [a, b, c] and "at the dunes" in text, text
+
+
+def test_a_create_naming_another_city_in_devanagari_or_arabic_is_no_corroboration(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """Words were cut at their combining marks (vowel signs, viramas, Arabic points), so
+    a node saying the sister lives in चेन्नई (Chennai) or بَغْدَادَ (Baghdad) "held" a
+    later note's line naming रांची (Ranchi) or دُبَيّ (Dubai): the model's CREATE was taken
+    as a corroboration of the claim the note contradicts. It is refused, and a line that
+    only adds a word keeps the node's line as before."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b, c = ("memory/2026-11-20/a.md", "memory/2026-11-21/b.md",
+               "memory/2026-11-22/c.md")
+    write(root, a, "मेरी बहन चेन्नई में रहती है। تَسْكُنُ أُخْتِي فِي بَغْدَادَ\n")
+    open_ws(daemon, root, fake)
+
+    def creates(hindi: str, arabic: str) -> list[list[tuple[str, Any]]]:
+        return [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "बहन",
+                                "content": f"- मेरी बहन {hindi} में रहती है",
+                                "reason": "fact"}),
+                 ("integrate", {"action": "CREATE", "bucket": "personal", "name": "أختي",
+                                "content": f"- تَسْكُنُ أُخْتِي فِي {arabic}",
+                                "reason": "fact"})]]
+
+    model.plan[a] = creates("चेन्नई", "بَغْدَادَ")
+    assert dream(daemon)["actions"] == {"CREATE": 2}, model.tool_results
+    hi, ar = (f for f in digest_files(root) if f.startswith("digest/personal/"))
+    if "बहन" not in hi:
+        hi, ar = ar, hi
+    write(root, b, "मेरी बहन रांची में रहती है। تَسْكُنُ أُخْتِي فِي دُبَيّ\n")
+    model.plan[b] = creates("रांची", "دُبَيّ")
+    second = dream(daemon)
+    assert second["actions"] == {"refused": 2}, (second, model.tool_results)
+    for rel, city in ((hi, "चेन्नई"), (ar, "بَغْدَادَ")):
+        fields, text = node(root, rel)
+        assert fields["sources"] == [a] and fields["corroborations"] == 0, fields
+        assert city in text
+    write(root, c, "फिर से: मेरी बहन चेन्नई में रहती है। تَسْكُنُ أُخْتِي فِي بَغْدَادَ\n")
+    model.plan[c] = creates("चेन्नई", "بَغْدَادَ")
+    assert dream(daemon)["actions"] == {"CORROBORATE": 2}, model.tool_results
+    assert node(root, hi)[0]["sources"] == [a, c]

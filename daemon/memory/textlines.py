@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from recalld.daemon.index.marks import MARK_RUN
+
 
 def norm_line(line: str) -> str:
     """``line`` as lines are compared: without its bullet, whitespace and case."""
@@ -32,7 +34,11 @@ _BULLET_MARK = re.compile(
 # the old line.
 _CJK = ("\u0e00-\u0eff\u0f00-\u0fff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff"
         "\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f")
-_WORD = re.compile(f"[{_CJK}]|[^\\W{_CJK}]+")
+# Any other word goes on through combining marks (the vowel signs and viramas of Indic
+# scripts, Arabic and Hebrew points), which ``\w`` does not hold: cut at them, a word
+# became its consonants, and "चेन्नई" (Chennai) was held by a line saying "रांची" (Ranchi),
+# "بَغْدَادَ" (Baghdad) by one saying "دُبَيّ" (Dubai).
+_WORD = re.compile(f"[{_CJK}]|[^\\W{_CJK}](?:[^\\W{_CJK}]|{MARK_RUN})*")
 
 
 # Lines that state nothing of their own: headings, rules, code fences, table rules. The
