@@ -338,3 +338,31 @@ def test_a_node_named_by_its_name_without_a_bucket_is_found_in_its_own(
     assert dream(daemon)["actions"] == {"CORROBORATE": 1}, model.tool_results
     fields = node(root, "digest/wiki/kites.md")[0]
     assert fields["sources"] == [a, b] and fields["bucket"] == "wiki", fields
+
+
+def test_a_node_saved_decomposed_by_hand_is_refined_by_a_composed_rewrite(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A node a person saved in decomposed form (``o`` and a combining diaeresis, as
+    macOS writes names) shared no line with the model's composed rewrite of it: a REFINE
+    that only added a line "kept 0%" and was refused. Lines are compared in one form (and
+    case folded as names are: ``STRASSE`` is ``straße``)."""
+    root = tmp_path / "ws"
+    rel = "digest/personal/anna.md"
+    lines = ["- Anna wohnt in der Hauptstraße in Köln", "- trinkt Café au lait"]
+    write(root, rel, unicodedata.normalize(
+        "NFD", "---\nname: Anna\nbucket: personal\n---\n# Anna\n\n" + "\n".join(lines) + "\n"))
+    note = "memory/2026-07-02/anna.md"
+    write(root, note, "Anna hat eine Katze namens Jöns.\n")
+    model = ScriptedModel(fake)
+    content = "\n".join([lines[0].replace("straße", "STRASSE"), lines[1],
+                         "- hat eine Katze namens Jöns"])
+    model.plan[note] = [[("node_read", {"path": rel})],
+                        [("integrate", {"action": "REFINE", "bucket": "personal", "node": rel,
+                                        "name": "Anna", "content": content,
+                                        "reason": "her cat"})]]
+    open_ws(daemon, root, fake)
+    result = dream(daemon)
+    assert result["actions"] == {"REFINE": 1}, (result, model.tool_results)
+    fields, text = node(root, rel)
+    assert "- hat eine Katze namens Jöns" in text and fields["sources"] == [note], text
+    assert "## History" not in text, text

@@ -7,13 +7,19 @@ Pure functions.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from recalld.daemon.index.marks import MARK_RUN
 
 
 def norm_line(line: str) -> str:
-    """``line`` as lines are compared: without its bullet, whitespace and case."""
-    return " ".join(line.strip().lstrip("-*+> ").split()).lower()
+    """``line`` as lines are compared: without its bullet, whitespace and case, in one
+    Unicode form (NFKC, as node names are compared). A node edited by hand where text is
+    saved decomposed (``e`` and a combining accent, as macOS names files) had no line in
+    common with the model's rewrite of it, which comes composed: every REFINE of it was
+    refused as dropping all of its lines."""
+    folded = unicodedata.normalize("NFKC", line).strip().lstrip("-*+> ")
+    return " ".join(folded.split()).casefold()
 
 
 def content_lines(text: str) -> list[str]:
