@@ -393,3 +393,40 @@ def test_a_note_saved_again_with_other_line_ends_is_not_read_again(
         assert again["notes"] == 0 and len(fake.requests) == asked, (saved, again)
     (root / note).write_text(said.replace("三点", "四点"), encoding="utf-8")
     assert dream(daemon)["notes"] == 1 and len(fake.requests) > asked
+
+
+def test_a_step_put_into_a_numbered_procedure_is_a_refinement(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A step inserted into a numbered procedure renumbers the steps after it: they were
+    taken for dropped lines (``2. build`` is not ``3. build``), so the REFINE was refused
+    as keeping 25% of the node, and would have put every renumbered step in History. A
+    list item's number is no part of what it says, in Chinese numbering (``2、``) too."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-11-20/a.md", "memory/2026-11-21/b.md"
+    rel = "digest/procedure/release.md"
+    steps = ["tag the release", "build the wheel", "upload it", "announce it"]
+    write(root, a, "Release: tag, build, upload, announce. 发布：打标签、构建、上传。\n")
+    open_ws(daemon, root, fake)
+    zh = ["打标签", "构建", "上传"]
+
+    def numbered(items: list[str], sep: str) -> str:
+        return "\n".join(f"{i}{sep}{s}" for i, s in enumerate(items, 1))
+
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "procedure",
+                                     "name": "Release",
+                                     "content": numbered(steps, ". ") + "\n"
+                                     + numbered(zh, "、"), "reason": "how-to"})]]
+    assert dream(daemon)["actions"] == {"CREATE": 1}, model.tool_results
+    write(root, b, "Run the tests before the build. 构建前先测试。\n")
+    content = (numbered([steps[0], "run the tests", *steps[1:]], ". ") + "\n"
+               + numbered([zh[0], "测试", *zh[1:]], "、"))
+    model.plan[b] = [[("node_read", {"path": rel})],
+                     [("integrate", {"action": "REFINE", "bucket": "procedure", "node": rel,
+                                     "name": "Release", "content": content,
+                                     "reason": "a step added"})]]
+    second = dream(daemon)
+    assert second["actions"] == {"REFINE": 1}, (second, model.tool_results)
+    text = node(root, rel)[1]
+    assert "3. build the wheel\n" in text and "4、上传" in text, text
+    assert "## History" not in text, text

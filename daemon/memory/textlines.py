@@ -17,7 +17,12 @@ def norm_line(line: str) -> str:
     Unicode form (NFKC, as node names are compared). A node edited by hand where text is
     saved decomposed (``e`` and a combining accent, as macOS names files) had no line in
     common with the model's rewrite of it, which comes composed: every REFINE of it was
-    refused as dropping all of its lines."""
+    refused as dropping all of its lines. A list item's mark is no part of it, numbered
+    ones too: a step put into a numbered procedure renumbers the steps after it, which
+    say what they said."""
+    mark = _BULLET_MARK.match(line)
+    if mark:
+        line = line[mark.end():]
     folded = unicodedata.normalize("NFKC", line).strip().lstrip("-*+> ")
     return " ".join(folded.split()).casefold()
 
