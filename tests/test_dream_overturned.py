@@ -127,3 +127,36 @@ def test_older_hand_written_and_reme_nodes_are_corrected_alike() -> None:
     # What a person writes in the field that names no note is not read as written.
     assert "overturned_sources holds a number" in digest.parse_node(
         PATH, text.replace("overturned_sources: [", "overturned_sources: [7, ")).problem
+
+
+def test_a_note_stating_the_old_number_in_numerals_is_no_corroboration(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """Chinese numerals and Thai digits were compared a character at a time: a node
+    saying the rent is 九百五十 (950) "held" a note's line saying 九百 (900), one saying
+    ๙๕๐ held ๙๐๐, and the model's CREATE of the older number was applied as a
+    corroboration of the newer. A number is one word, however it is written."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b, c = ("memory/2026-11-20/a.md", "memory/2026-11-21/b.md",
+               "memory/2026-11-22/c.md")
+    rent = "digest/personal/rent.md"
+    now = "- 房租每月九百五十欧元\n- ค่าเช่า ๙๕๐ บาท"
+    write(root, a, "房租涨到九百五十欧元。ค่าเช่า ๙๕๐ บาท\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Rent",
+                                     "content": now, "reason": "fact"})]]
+    assert dream(daemon)["actions"] == {"CREATE": 1}, model.tool_results
+    write(root, b, "旧笔记：房租每月九百欧元。ค่าเช่า ๙๐๐ บาท\n")
+    model.plan[b] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Rent",
+                                     "content": old, "reason": "fact"})
+                      for old in ("- 房租每月九百欧元", "- ค่าเช่า ๙๐๐ บาท")]]
+    second = dream(daemon)
+    assert second["actions"] == {"refused": 2}, (second, model.tool_results)
+    fields, text = node(root, rent)
+    assert fields["sources"] == [a] and fields["corroborations"] == 0, fields
+    assert "九百五十" in text and "九百欧元" not in text, text
+    write(root, c, "房租还是九百五十欧元。\n")
+    model.plan[c] = [[("integrate", {"action": "CREATE", "bucket": "personal", "name": "Rent",
+                                     "content": "- 房租每月九百五十欧元", "reason": "again"})]]
+    assert dream(daemon)["actions"] == {"CORROBORATE": 1}, model.tool_results
+    assert node(root, rent)[0]["sources"] == [a, c]

@@ -49,7 +49,13 @@ _CJK = ("\u0e00-\u0eff\u0f00-\u0fff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff"
 # scripts, Arabic and Hebrew points), which ``\w`` does not hold: cut at them, a word
 # became its consonants, and "चेन्नई" (Chennai) was held by a line saying "रांची" (Ranchi),
 # "بَغْدَادَ" (Baghdad) by one saying "دُبَيّ" (Dubai).
-_WORD = re.compile(f"[{_CJK}]|[^\\W{_CJK}](?:[^\\W{_CJK}]|{MARK_RUN})*")
+# A number is one word, whatever writes it: Chinese and Japanese numerals ("九百五十",
+# "十五日") and the digits of the scripts above (Thai "๙๕๐"). Taken a character at a time,
+# "九百" (900) was held by a line saying "九百五十" (950), "三月五日" by "三月十五日": a
+# note stating an older number corroborated the new one, or turned it back by a refinement.
+_NUMERALS = "〇零一二三四五六七八九十百千万萬亿億两兩"
+_WORD = re.compile(f"(?=[{_NUMERALS}]|[{_CJK}])[{_NUMERALS}\\d]+"
+                   f"|[{_CJK}]|[^\\W{_CJK}](?:[^\\W{_CJK}]|{MARK_RUN})*")
 
 
 # Lines that state nothing of their own: headings, rules, code fences, table rules. The
