@@ -200,3 +200,25 @@ def test_text_budgets_cut_english_where_they_did_and_cjk_at_the_same_cost() -> N
     head = shown_lines(dataclasses.replace(lines, text=lines.text[3:]), 900)
     assert head == LineSlice(3, 3, 9, "中" * 100, truncated=True)
     assert shown_lines(lines, 100_000) is lines
+
+
+def test_a_long_chinese_paragraph_goes_to_the_model_in_whole_sentences(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A paragraph longer than a part, with no line break or space, was cut at whatever
+    character the budget ended on: "房租涨到九百" in one part, "五十欧元" in the next, each
+    read by the model on its own. Parts of it end after a sentence or a clause."""
+    root = tmp_path / "ws"
+    ScriptedModel(fake)
+    note = "memory/2026-11-25/会议.md"
+    sentences = [f"第{i}项：房租涨到九百五十欧元，从{i % 12 + 1}月起生效。" for i in range(900)]
+    text = "# 会议记录\n" + "".join(sentences) + "\n"
+    write(root, note, text)
+    open_ws(daemon, root, fake)
+    assert dream(daemon)["notes"] == 1
+    asked = [r.json["messages"][1]["content"] for r in fake.requests
+             if r.path.endswith("/chat/completions") and r.json
+             and r.json["messages"][1]["content"].startswith(f"Daily note {note}:")]
+    bodies = [a.split(":\n\n", 1)[1].rsplit("\n\nExisting nodes", 1)[0] for a in asked]
+    bodies = [b.split("]\n", 1)[1] for b in bodies]  # the "[part i of n ...]" line
+    assert len(bodies) >= 3 and "".join(bodies) == text
+    assert all(b.endswith(("。", "，", "：", "\n")) for b in bodies), [b[-12:] for b in bodies]

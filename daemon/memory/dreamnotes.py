@@ -328,7 +328,8 @@ def note_parts(text: str, limit: int) -> list[str]:
     """``text`` in parts that cost at most ``limit`` each (:mod:`~recalld.daemon.textcost`:
     that many characters of English, a ninth as many of Chinese), cut between lines (at a
     blank line or a heading when one is in the part's second half; an overlong line at a
-    space): a long note goes to the model part by part, nothing of it cut off."""
+    space or after a Chinese or Japanese sentence or clause): a long note goes to the
+    model part by part, nothing of it cut off."""
     lines: list[str] = []
     for line in text.splitlines(keepends=True):
         lines.extend(pieces_within(line, limit))
