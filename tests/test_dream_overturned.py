@@ -160,3 +160,31 @@ def test_a_note_stating_the_old_number_in_numerals_is_no_corroboration(
                                      "content": "- 房租每月九百五十欧元", "reason": "again"})]]
     assert dream(daemon)["actions"] == {"CORROBORATE": 1}, model.tool_results
     assert node(root, rent)[0]["sources"] == [a, c]
+
+
+def test_a_note_stating_a_version_date_or_sign_otherwise_is_no_corroboration(
+        daemon: DaemonHandle, fake: FakeProvider, tmp_path: Path) -> None:
+    """A number's parts were words of their own: "2.1.0" and "2.0.1", "2026-03-05" and
+    "2026-05-03" had the same words, and "-5" was "5" (its sign read as a list mark at a
+    line's start). A note saying the other version, day or temperature was applied as a
+    corroboration of what it contradicts. A number is one word with its separators and
+    its sign."""
+    root = tmp_path / "ws"
+    model = ScriptedModel(fake)
+    a, b = "memory/2026-11-20/a.md", "memory/2026-11-21/b.md"
+    ops = "digest/procedure/ops.md"
+    write(root, a, "Pinned to 2.1.0; deadline 2026-03-05; freezer at -5 °C.\n")
+    open_ws(daemon, root, fake)
+    model.plan[a] = [[("integrate", {
+        "action": "CREATE", "bucket": "procedure", "name": "Ops", "reason": "facts",
+        "content": "- pinned to 2.1.0\n- deadline 2026-03-05\n-5 °C in the freezer"})]]
+    assert dream(daemon)["actions"] == {"CREATE": 1}, model.tool_results
+    write(root, b, "Pinned to 2.0.1; deadline 2026-05-03; 5 °C in the freezer.\n")
+    model.plan[b] = [[("integrate", {"action": "CREATE", "bucket": "procedure", "name": "Ops",
+                                     "content": said, "reason": "facts"})
+                      for said in ("- pinned to 2.0.1", "- deadline 2026-05-03",
+                                   "- 5 °C in the freezer")]]
+    second = dream(daemon)
+    assert second["actions"] == {"refused": 3}, (second, model.tool_results)
+    fields, _ = node(root, ops)
+    assert fields["sources"] == [a] and fields["corroborations"] == 0, fields

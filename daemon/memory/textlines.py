@@ -23,8 +23,11 @@ def norm_line(line: str) -> str:
     mark = _BULLET_MARK.match(line)
     if mark:
         line = line[mark.end():]
-    folded = unicodedata.normalize("NFKC", line).strip().lstrip("-*+> ")
-    return " ".join(folded.split()).casefold()
+    folded = unicodedata.normalize("NFKC", line).strip()
+    marks = len(folded) - len(folded.lstrip("-*+> "))
+    if marks and folded[marks - 1] == "-" and folded[marks:marks + 1].isdigit():
+        marks -= 1  # the sign of a number (-5 °C), not a mark
+    return " ".join(folded[marks:].split()).casefold()
 
 
 def content_lines(text: str) -> list[str]:
@@ -54,8 +57,12 @@ _CJK = ("\u0e00-\u0eff\u0f00-\u0fff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff"
 # "九百" (900) was held by a line saying "九百五十" (950), "三月五日" by "三月十五日": a
 # note stating an older number corroborated the new one, or turned it back by a refinement.
 _NUMERALS = "〇零一二三四五六七八九十百千万萬亿億两兩"
+# A number written with separators is one word too, with its sign: "2.0.1" is not
+# "2.1.0", nor "2026-05-03" "2026-03-05", nor "-5 °C" "5 °C" (their parts were words of
+# their own, the same set in each).
 _WORD = re.compile(f"(?=[{_NUMERALS}]|[{_CJK}])[{_NUMERALS}\\d]+"
-                   f"|[{_CJK}]|[^\\W{_CJK}](?:[^\\W{_CJK}]|{MARK_RUN})*")
+                   f"|[{_CJK}]|(?:(?<![\\w.,])[-\u2212](?=\\d))?[^\\W{_CJK}]"
+                   f"(?:[^\\W{_CJK}]|{MARK_RUN}|(?<=\\d)[.,:/\\-](?=\\d))*")
 
 
 # Lines that state nothing of their own: headings, rules, code fences, table rules. The
