@@ -10,6 +10,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from recalld.daemon.index.chunker import chunk_markdown
 from recalld.daemon.index.links import (
     Link,
     LinkGraph,
@@ -248,6 +249,29 @@ def test_notes_the_walk_skips_lose_nothing(text: str) -> None:
     # A last line holding a bracket before one backtick (no code span, no link, no
     # fence) makes extract_links walk every line: the links are the same either way.
     assert extract_links("n.md", text) == extract_links("n.md", text + "\n[`")
+
+
+_BLOCKS = [
+    "", "\ufeff", "---\ntags: [a]\nsep: \"%%\"\n---\n", "\ufeff---\nk: `[[x]]`\n---\n",
+    "---\nk: v\nk: w\n---\n", "+++\ntitle = \"t\"\n+++\n", "{\"title\": \"[[j]]\"}\n",
+    "---\nno block\n",
+]
+_BODIES = ["# H\n\nsee [[a]]\n", "<!-- [[hidden]] -->\n## Related\n[[b|B]]\n",
+           "%% c %%\n```\n[[code]]\n```\n[[c]]\n", "text only\n"]
+
+
+def test_a_note_prepared_is_chunked_and_linked_as_alone(tmp_path: Path) -> None:
+    # Preparing reads the frontmatter block once for the chunks and the links: both are
+    # what each gives reading the note by itself.
+    rels = []
+    for i, block in enumerate(_BLOCKS):
+        for j, body in enumerate(_BODIES):
+            rels.append(f"n{i}-{j}.md")
+            (tmp_path / rels[-1]).write_text(block + body, encoding="utf-8")
+    for prepared in prepare_files(tmp_path, rels, max_chars=2000, digests={}).files:
+        text = (tmp_path / prepared.path).read_text(encoding="utf-8")
+        assert prepared.chunks == chunk_markdown(prepared.path, text, max_chars=2000)
+        assert prepared.links == extract_links(prepared.path, text)
 
 
 def test_what_workers_send_reduces_to_every_field_in_order(tmp_path: Path) -> None:

@@ -336,13 +336,15 @@ class _Builder:
 
 
 def chunk_markdown(path: str, text: str, *, max_chars: int = DEFAULT_MAX_CHARS,
-                   skip: AbstractSet[int] = frozenset()) -> list[Chunk]:
+                   skip: AbstractSet[int] = frozenset(),
+                   block: tuple[JsonObject, int] | None = None) -> list[Chunk]:
     """Split one Markdown file into chunks (see the module docstring for the rules).
 
     ``skip``: 0-based lines chunked elsewhere (the stretches of a note that keep ReMe's
     chunks, ``reme_chunks.py``). They count as blank lines, except that a heading among
     them still names the sections after it. The frontmatter then joins the first chunk
-    only if that chunk starts the body; otherwise no chunk carries it."""
+    only if that chunk starts the body; otherwise no chunk carries it. ``block``: what
+    ``frontmatter.recall_block`` gives for ``text`` (found here when not given)."""
     if max_chars < 1:
         raise ValueError("max_chars must be positive")
     # A byte order mark (a Windows editor's) is no text: the first line may be a heading.
@@ -351,13 +353,13 @@ def chunk_markdown(path: str, text: str, *, max_chars: int = DEFAULT_MAX_CHARS,
     if lines and lines[-1] == "":
         lines.pop()  # the final newline does not open a line
     builder = _Builder(path, lines, max_chars)
-    fields, body_start = recall_block(text)
+    fields, body_start = recall_block(text) if block is None else block
     if "<!--" in text or "%%" in text:
         # (Imported here: codelines reads fences with this module's functions.) It reads
         # the frontmatter block apart: a comment sign in a value of it hides no heading.
         from recalld.daemon.index.codelines import visible_lines
 
-        shown = {number - 1 for number, _ in visible_lines(text)}
+        shown = {number - 1 for number, _ in visible_lines(text, body_start)}
         builder.hidden = frozenset(i for i in range(body_start, len(lines)) if i not in shown)
     first_body = next((i for i in range(body_start, len(lines)) if lines[i].strip()), -1)
     joins = first_body not in skip

@@ -31,12 +31,14 @@ _QUOTE_RE: Final = re.compile(r"(?: {0,3}> ?)+")
 _ITEM_RE: Final = re.compile(r"(?: {0,3}(?:[-*+]|\d{1,9}[.)]) {1,4}(?=\S))+")
 
 
-def visible_lines(text: str) -> Iterator[tuple[int, str]]:
+def visible_lines(text: str, body_start: int | None = None) -> Iterator[tuple[int, str]]:
     """:func:`_visible_lines` of a note's body, after the lines of its frontmatter block as
     they are: the block is fields, not Markdown, so a comment sign or a backtick in a
-    value (``sep: "%%"``) hides no line of the block or the body."""
+    value (``sep: "%%"``) hides no line of the block or the body. ``body_start``: the
+    line the body starts at, as ``frontmatter.recall_block`` gives it for ``text``
+    (found here when not given)."""
     text = text.removeprefix("\ufeff")
-    _, start = recall_block(text)
+    start = recall_block(text)[1] if body_start is None else body_start
     if not start:
         yield from _visible_lines(text)
         return

@@ -188,14 +188,16 @@ def pick_note(target: str, paths: Sequence[str], src: str = "") -> str | None:
                                      posixpath.dirname(p) != folder, len(p), composed(p)))
 
 
-def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list[Link]:
+def extract_links(path: str, text: str, resolve: Resolver | None = None, *,
+                  body_start: int | None = None) -> list[Link]:
     """Edges of one note, in text order; code blocks, code spans, comments (``<!-- -->``,
     ``%% %%``) and escaped links (``\\[[x]]``) are skipped, and an edge to the note itself
     is dropped. Duplicates (same dst, kind, line, heading and alias) are kept once.
 
     Kinds: the typed key (``parent::``), ``source`` / ``related`` for links under a
     ``## Sources`` / ``## Related`` heading and for the older ``derived_from::`` /
-    ``relates_to::`` keys, else ``link``."""
+    ``relates_to::`` keys, else ``link``. ``body_start``: the line the note's body starts
+    at, as ``frontmatter.recall_block`` gives it (found when not given)."""
     out: list[Link] = []
     if "[[" not in text and "[`" not in text:
         # No line can hold a link: removing code spans makes a ``[[`` only where a ``[``
@@ -204,7 +206,7 @@ def extract_links(path: str, text: str, resolve: Resolver | None = None) -> list
         return out
     seen: set[tuple[str, str, int, str, str]] = set()
     section = "link"
-    for number, line in visible_lines(text):
+    for number, line in visible_lines(text, body_start):
         heading = _HEADING_RE.match(line)
         if heading is not None:
             section = _SECTION_KINDS.get(heading.group(1).strip().lower(), "link")

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from recalld.daemon import safepath
 from recalld.daemon.index.chunker import Chunk, chunk_markdown
+from recalld.daemon.index.frontmatter import recall_block
 from recalld.daemon.index.links import Link, extract_links
 from recalld.daemon.index.postings import Slab, Vocabulary, join_terms
 from recalld.daemon.index.records import note_stamp
@@ -200,11 +201,16 @@ def prepare(root: Path, rel: str, *, max_chars: int, known_digest: str | None,
     chunks = adopt_chunks(rel, text, reme, max_chars=max_chars) if reme else None
     if reme is None and moved:
         chunks = adopt_moved(rel, text, moved, max_chars=max_chars)
+    body_start = None
+    if chunks is None:
+        # The frontmatter block read once, for the chunks and the links alike.
+        block = recall_block(text.removeprefix("\ufeff"))
+        chunks, body_start = chunk_markdown(rel, text, max_chars=max_chars, block=block), block[1]
     mtime_ns, size = note_stamp(st)
     return Prepared(
-        path=rel, gone=False, mtime_ns=mtime_ns, size=size, digest=digest,
-        chunks=chunk_markdown(rel, text, max_chars=max_chars) if chunks is None else chunks,
-        links=extract_links(rel, text), secret_name=named_by_secret(rel), encoding=encoding,
+        path=rel, gone=False, mtime_ns=mtime_ns, size=size, digest=digest, chunks=chunks,
+        links=extract_links(rel, text, body_start=body_start),
+        secret_name=named_by_secret(rel), encoding=encoding,
     )
 
 
