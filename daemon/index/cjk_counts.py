@@ -10,6 +10,7 @@ state of its own beyond what a ``postings.Vocabulary`` keeps in a ``KnownTokens`
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Final
 
@@ -60,7 +61,7 @@ def count_cjk(runs: list[list[str]], known: KnownTokens) -> tuple[I64, I64, list
     lens: list[int] = []
     lo = chars = 0
     for hi, doc in enumerate(runs, 1):
-        chars += sum(len(r) for r in doc)
+        chars += sum(map(len, doc))
         if chars >= CJK_BLOCK_CHARS or hi == len(runs) or hi - lo > _BLOCK_DOC_MASK:
             p, f, n = _cjk_block(runs[lo:hi], known)
             pairs.append(p + (lo << DOC_SHIFT))
@@ -120,10 +121,11 @@ def _token_strings(tokens: I64) -> list[str]:
 
 def _cjk_block(runs: list[list[str]], known: KnownTokens) -> tuple[I64, I64, list[int]]:
     """:func:`count_cjk` of one block, its documents numbered from 0."""
-    per_run = np.asarray([len(r) for rs in runs for r in rs], dtype=np.int64)
-    doc_of_run = np.repeat(np.arange(len(runs), dtype=np.int64), [len(rs) for rs in runs])
+    flat = list(itertools.chain.from_iterable(runs))
+    per_run = np.fromiter(map(len, flat), dtype=np.int64, count=len(flat))
+    doc_of_run = np.repeat(np.arange(len(runs), dtype=np.int64), list(map(len, runs)))
     # Runs back to back, each closed by a NUL (never inside a run): pairs cannot span two.
-    text = "".join(r + "\0" for rs in runs for r in rs)
+    text = "\0".join([*flat, ""])
     cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
     doc_of_pos = np.repeat(doc_of_run, per_run + 1)
     inside = cps != 0
