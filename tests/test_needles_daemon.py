@@ -9,6 +9,7 @@ Chinese words or in a short English question, must rank its note first.
 from __future__ import annotations
 
 import dataclasses
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -372,3 +373,27 @@ def test_a_chinese_note_edited_to_name_another_identifier_holds_only_that_one(
                                            "max_results": 5, "sync": True})
     assert [r["path"] for r in answer["results"] if r.get("exact")] == []
     assert _miss(daemon, "KX_TORVEL_9913", target, sync=True) is None
+
+
+def test_a_url_in_a_long_note_ranks_first_over_many_notes_sharing_its_host_and_id(
+        daemon: Any, tmp_path: Path) -> None:
+    # A URL's host is its identifier and its id a number of the lookup: more short notes
+    # hold both (another path, another mode) than one keyword pool has room for, and the
+    # long Chinese note holding the URL itself must still be found and rank first.
+    root, day = _day(tmp_path, "2026-03-17")
+    rng = random.Random("url-needle")
+    host, url = "quorvane.example.net", "https://quorvane.example.net/api/telmo/drask?id=618&m=full"
+    for i in range(40):
+        sibling = (f"https://{host}/api/telmo/brisk?id=618&m=full" if i % 2 else
+                   f"https://{host}/api/telmo/drask?id=618&m=lite")
+        (day / f"en-{i:02d}.md").write_text(
+            f"# Note {i}\n\n{bilingual._en_text(rng, 14)} We hit {sibling} again.\n",
+            encoding="utf-8")
+    chinese = [bilingual._zh_text(rng, 30) for _ in range(8)]
+    chinese[5] += f"问题出在 {url} 上，{bilingual._zh_text(rng, 6)}"
+    (day / "zh.md").write_text("# 记录\n\n" + "\n\n".join(chinese) + "\n", encoding="utf-8")
+    _open(daemon, root)
+    misses = [miss for query in (url, f"what went wrong with {url}?", url.upper(),
+                                 f"{url} 是什么问题")
+              if (miss := _miss(daemon, query, "memory/2026-03-17/zh.md")) is not None]
+    assert misses == []

@@ -406,6 +406,12 @@ class BM25Index(BM25Contents):
         ``terms`` (at most ``limit``), from the postings alone; None when it may not."""
         return bm25_search.holders(self._corpus(), terms, limit, allowed)
 
+    def holders_of_all(self, terms: list[str], *,
+                       allowed: BitMap | None = None) -> list[int] | None:
+        """The keys of every chunk holding all of ``terms`` (postings only); None when
+        the rarest of them has more than ``bm25_search.ALL_HOLDERS`` postings."""
+        return bm25_search.holders_of_all(self._corpus(), terms, allowed)
+
     def search(
         self, query_tokens: list[str], limit: int, *, allowed: BitMap | None = None
     ) -> list[tuple[int, float]]:

@@ -36,6 +36,9 @@ DENSE_ROWS: Final = 32768
 # A search over at most this many postings scores them in Python (see ranking.top_few):
 # for so few, a Python loop costs less than numpy's per-call overhead.
 FEW_POSTINGS: Final = 48
+# holders_of_all answers when the rarest of its terms has at most this many postings: the
+# chunks holding every term of an exact-term lookup (more is no needle; each is read).
+ALL_HOLDERS: Final = 256
 # score_keys looks up each term's postings of the given keys for queries of at most this
 # many distinct terms; longer queries run a search restricted to the keys.
 SCORE_KEYS_MAX_TERMS: Final = 8
@@ -315,6 +318,32 @@ def holders(c: Corpus, terms: list[str], limit: int,
     if allowed is not None:
         found = {key for key in found if key in allowed}
     return sorted(found) if len(found) <= limit else None
+
+
+def holders_of_all(c: Corpus, terms: list[str],
+                   allowed: BitMap | None = None) -> list[int] | None:
+    """The live keys (in ``allowed``) of the documents holding every one of ``terms``,
+    ascending, however they would score: read from the postings of the rarest term and
+    looked up in the others' (``holding``); None when the rarest has more than
+    ``ALL_HOLDERS`` postings (or there are no terms)."""
+    counts: dict[str, int] = {}
+    for term in dict.fromkeys(terms):
+        start, end = span(c, term)
+        dpost = c.delta.postings(term)
+        counts[term] = end - start + (len(dpost) if dpost else 0)
+    if not counts:
+        return None
+    rarest = min(counts, key=counts.__getitem__)
+    if counts[rarest] > ALL_HOLDERS:
+        return None
+    start, end = span(c, rarest)
+    keys = set(c.main.row_keys.take(c.main.rows[start:end]).tolist()) if end > start else set()
+    keys.update(c.delta.postings(rarest) or ())
+    if allowed is not None:
+        keys = {key for key in keys if key in allowed}
+    for term in counts:  # the rarest too: a key's live version may no longer hold it
+        keys = holding(c, term, keys)
+    return sorted(keys)
 
 
 def span(c: Corpus, term: str) -> tuple[int, int]:

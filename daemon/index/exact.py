@@ -482,12 +482,17 @@ def _holding(
 def _found(bm25: KeywordIndex, terms: list[str], limit: int,
            allowed: BitMap | None) -> list[int]:
     """The keys of a search for ``terms`` at ``limit``: when a few chunks hold them, read
-    from the postings (a lookup's identifier, a rare name), as no score of them is used."""
+    from the postings (a lookup's identifier, a rare name), as no score of them is used;
+    when more do, with every chunk holding all of them: the best scored are short notes
+    holding some (a URL's host and id, with another path), not a long one holding all."""
     if isinstance(bm25, BM25Index):
         keys = bm25.holders(terms, limit, allowed=allowed)
         if keys is not None:
             return keys
-    return [key for key, _ in bm25.search(terms, limit, allowed=allowed)]
+    found = [key for key, _ in bm25.search(terms, limit, allowed=allowed)]
+    if len(terms) > 1 and isinstance(bm25, BM25Index):
+        found += sorted(set(bm25.holders_of_all(terms, allowed=allowed) or ()) - set(found))
+    return found
 
 
 __all__ = ["KeywordIndex", "exact_first", "exact_keys", "identifier_terms", "rare_terms",
