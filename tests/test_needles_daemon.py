@@ -397,3 +397,25 @@ def test_a_url_in_a_long_note_ranks_first_over_many_notes_sharing_its_host_and_i
                                  f"{url} 是什么问题")
               if (miss := _miss(daemon, query, "memory/2026-03-17/zh.md")) is not None]
     assert misses == []
+
+
+def test_a_url_named_by_its_host_alone_ranks_first_as_typed(daemon: Any,
+                                                           tmp_path: Path) -> None:
+    # A two-digit id is no name of the lookup: the host is its one identifier, which many
+    # more short notes hold than a keyword pool has room for. The long Chinese note
+    # holding the URL as typed must still be checked, and rank first.
+    root, day = _day(tmp_path, "2026-03-18")
+    rng = random.Random("url-host")
+    url = "https://selvaro.example.org/api/drask?id=61&mode=full"
+    siblings = (url.replace("drask", "brisk"), url.replace("61", "62"), url.replace("ful", "lit"))
+    for i in range(160):  # 40 name the host, the others make it a rare term
+        sibling = f" We hit {siblings[i % 3]} again." if i < 40 else ""
+        (day / f"en-{i:03d}.md").write_text(
+            f"# Note {i}\n\n{bilingual._en_text(rng, 14)}{sibling}\n", encoding="utf-8")
+    chinese = [bilingual._zh_text(rng, 30) for _ in range(8)]
+    chinese[4] += f"见 `{url}`，{bilingual._zh_text(rng, 6)}"
+    (day / "zh.md").write_text("# 记录\n\n" + "\n\n".join(chinese) + "\n", encoding="utf-8")
+    _open(daemon, root)
+    misses = [miss for query in (url, f"what went wrong with {url}?", f"{url}是什么问题")
+              if (miss := _miss(daemon, query, "memory/2026-03-18/zh.md")) is not None]
+    assert misses == []

@@ -392,11 +392,6 @@ def exact_keys(
     return out
 
 
-def _terms(chunk: StoredChunk) -> set[str]:
-    """The terms the keyword index has for ``chunk``."""
-    return set(tokenize(index_text(chunk.text, chunk.heading, chunk.metadata)))
-
-
 def exact_first(
     query: str, bm25: KeywordIndex, hits: list[tuple[int, float]],
     chunks: Mapping[int, StoredChunk], *, limit: int, allowed: BitMap | None = None,
@@ -416,13 +411,16 @@ def exact_first(
     special, names, idents = _special(query, bm25, tokens)
     if not special:
         return hits, set()
-    exact = _holding(special, names, bm25, hits, chunks, limit=limit, allowed=allowed)
+    joined = any(f not in names and any(n in f for n in names) for f in _forms(query))
+    hold = functools.partial(_holding, bm25=bm25, hits=hits, chunks=chunks, limit=limit,
+                             allowed=allowed, joined=joined)
+    exact = hold(special, names)
     if not exact and idents and len(idents) < len(special):
         # A rare word or a number of the query that other notes have, not the identifier's
         # (``ERR_X_42 kelvinator``): the notes that hold the identifiers still answer the
         # lookup, ahead of notes that share only the identifiers' parts.
         names = idents
-        exact = _holding(idents, idents, bm25, hits, chunks, limit=limit, allowed=allowed)
+        exact = hold(idents, idents)
     if not exact:
         return hits, set()
     exact = _joined(query, names, exact, chunks)
@@ -441,12 +439,12 @@ def exact_first(
 
 def _holding(
     special: list[str], idents: list[str], bm25: KeywordIndex, hits: list[tuple[int, float]],
-    chunks: Mapping[int, StoredChunk], *, limit: int, allowed: BitMap | None,
+    chunks: Mapping[int, StoredChunk], *, limit: int, allowed: BitMap | None, joined: bool,
 ) -> set[int]:
     """The keys of the chunks that hold every one of ``special`` (``idents`` among them,
-    read in their text as whole words), found beyond ``hits`` too."""
+    read in their text as whole words), found beyond ``hits`` too (``joined``: ``_found``)."""
     wholes = [t for term in special for t in _whole_form(term)]
-    own = _found(bm25, wholes, limit, allowed)
+    own = _found(bm25, wholes, limit, allowed, every=joined or len(set(wholes)) > 1)
     # The hits may hold others of them when more chunks hold the terms than one pool, or
     # when a name is dotted: it is held as a member's parent, which the index has no term
     # of (``payments.retry`` in ``payments.retry.max_ms``). Otherwise the pool is every
@@ -473,24 +471,26 @@ def _holding(
                 # A shared workspace's index answers each call with a query: the few
                 # chunks' terms are read here instead.
                 rest = set(rare[1:])
-                held = {key for key in held if rest <= _terms(chunks[key])}
+                held = {key for key in held if rest <= set(tokenize(index_text(
+                    chunks[key].text, chunks[key].heading, chunks[key].metadata)))}
         pool = [key for key in pool if key in held]
     return (exact_keys(idents, ((key, 0.0) for key in pool), chunks, idents=idents)
             if idents else set(pool))
 
 
 def _found(bm25: KeywordIndex, terms: list[str], limit: int,
-           allowed: BitMap | None) -> list[int]:
+           allowed: BitMap | None, *, every: bool = False) -> list[int]:
     """The keys of a search for ``terms`` at ``limit``: when a few chunks hold them, read
     from the postings (a lookup's identifier, a rare name), as no score of them is used;
-    when more do, with every chunk holding all of them: the best scored are short notes
-    holding some (a URL's host and id, with another path), not a long one holding all."""
+    when more do and ``every`` (names, or a query word joining one to more), with every chunk
+    holding all: the best scored are short notes holding some or a sibling (a URL's host and
+    id, another path), not a long one holding all, or the URL as typed."""
     if isinstance(bm25, BM25Index):
         keys = bm25.holders(terms, limit, allowed=allowed)
         if keys is not None:
             return keys
     found = [key for key, _ in bm25.search(terms, limit, allowed=allowed)]
-    if len(terms) > 1 and isinstance(bm25, BM25Index):
+    if every and isinstance(bm25, BM25Index):
         found += sorted(set(bm25.holders_of_all(terms, allowed=allowed) or ()) - set(found))
     return found
 
