@@ -351,14 +351,22 @@ def _refused(exc: BaseException, cfg: DaemonConfig) -> int | None:
     from recalld.daemon.datadirs import DataDirUnusable, NotPrivate
     from recalld.daemon.lock import AlreadyServing
     from recalld.daemon.rpc.listener import SocketPlaceRefused, SocketSetupError, socket_answers
+    from recalld.ipc._core import starting_elsewhere
 
     taken = _find(exc, AlreadyServing)
     if taken is not None:
         # Clients that find no daemon on the socket say to start one: say why that
         # cannot work.
-        hint = "" if socket_answers(cfg.socket_path) else (
-            f", but no daemon answers on {cfg.socket_path}: it is stopping, listens "
-            "on another socket, or its socket file was removed (stop it, then start again)")
+        if socket_answers(cfg.socket_path):
+            hint = ""
+        elif starting_elsewhere(cfg.socket_path):
+            # Several started at once: the one that claimed the socket first is loading.
+            hint = (f", which is starting and answers on {cfg.socket_path} in a moment "
+                    "(no second start is needed)")
+        else:
+            hint = (f", but no daemon answers on {cfg.socket_path}: it is stopping, listens "
+                    "on another socket, or its socket file was removed (stop it, then start "
+                    "again)")
         print(f"{taken}{hint}", file=sys.stderr)
         return EXIT_ALREADY_RUNNING
     unusable = _find(exc, DataDirUnusable)

@@ -154,6 +154,14 @@ def not_running(socket_path: Path) -> errors.DaemonNotRunning:
     return errors.DaemonNotRunning(f"daemon not running at {socket_path} (start it with: {serve})")
 
 
+def starting_elsewhere(socket_path: Path) -> bool:
+    """Whether another process (a daemon still starting) holds the lock of
+    ``socket_path`` and has not yet noted there that it listens."""
+    lock = socket_path.with_name(socket_path.name + ".lock")
+    holder = lock_holder(lock)
+    return holder not in (None, os.getpid()) and not _says_listening(lock, holder or 0)
+
+
 def held_fix(socket_path: Path) -> str | None:
     """What to do when a daemon holds the lock of ``socket_path`` but does not answer on
     it (starting, or its socket file was removed or replaced while it ran), where a start

@@ -157,6 +157,24 @@ def test_a_socket_claimed_by_a_daemon_not_yet_listening_is_starting(
         "yet; try again in a moment"), proc
 
 
+def test_a_start_beside_one_still_starting_says_it_starts_not_to_stop_it(
+        daemon_factory: DaemonFactory) -> None:
+    # Several `recalld serve` at once (a login script and a unit, say): the ones that
+    # lost the socket's claim said its winner "is stopping ... (stop it, then start
+    # again)" while it was only loading. The claim is held here as a loading daemon holds
+    # it: locked, its lock file not saying "listening".
+    env = daemon_factory.environment()
+    socket_path = Path(env["XDG_RUNTIME_DIR"]) / "recalld" / "recalld.sock"
+    socket_path.parent.mkdir(mode=0o700)
+    with FileLock(socket_path.with_name(socket_path.name + ".lock"), "socket"):
+        second = run_recalld(["serve"], env=env)
+    assert second.returncode == 3, second
+    assert second.stderr.strip().splitlines() == [
+        f"recalld is already running for socket {socket_path} (pid {os.getpid()}), which "
+        f"is starting and answers on {socket_path} in a moment (no second start is "
+        "needed)"], second.stderr
+
+
 def test_a_daemon_started_after_one_was_killed_is_starting_before_it_writes_its_pid(
         daemon_factory: DaemonFactory) -> None:
     # A daemon killed with SIGKILL leaves its lock file saying its pid and "listening",
