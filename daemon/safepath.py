@@ -23,6 +23,7 @@ from pathlib import Path
 
 from recalld.daemon.notetext import decode_as, decode_note, note_text
 from recalld.ipc.errors import InvalidParams, NotFound, PathOutsideWorkspace
+from recalld.ipc.regular_files import blocked_on_way, not_a_folder
 from recalld.ipc.types import visible
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -437,12 +438,8 @@ def why_not_made(path: Path, exc: OSError) -> str:
     """Why the folder ``path`` (or one to make a file in) could not be made: the file on
     its way if one is (mkdir says only "File exists" or "Not a directory"), else the
     system's words (blocking)."""
-    for place in (path, *path.parents):
-        if os.path.lexists(place):
-            if not os.path.isdir(place):
-                return f"{place} is not a directory"
-            break
-    return exc.strerror or str(exc)
+    place = blocked_on_way(path)
+    return not_a_folder(place) if place is not None else exc.strerror or str(exc)
 
 
 def why_failed(exc: OSError) -> str:

@@ -30,6 +30,7 @@ from recalld.ipc.disks import DiskSpace
 from recalld.ipc.doctor_report import Check, problem_check, unreachable
 from recalld.ipc.health import assess, daemon_problems
 from recalld.ipc.peers import listener_of
+from recalld.ipc.regular_files import blocked_on_way, not_a_folder
 
 COMMAND_TIMEOUT_S = 5.0
 CHECK_CONFIG_TIMEOUT_S = 30.0
@@ -73,6 +74,11 @@ class Doctor:
         try:
             st = d.lstat()
         except FileNotFoundError:
+            if (blocked := blocked_on_way(d)) is not None:  # a start would fail there too
+                return Check("socket_dir", "fail", f"cannot make {d}: {not_a_folder(blocked)}",
+                             f"{blocked} must be a folder of yours: move what is there away, "
+                             "or choose another socket (--socket, RECALLD_SOCKET or "
+                             "XDG_RUNTIME_DIR)")
             return Check("socket_dir", "warn", f"{d} does not exist (daemon never started?)",
                          "start the daemon: recalld serve (or systemctl --user start recalld)")
         except OSError:  # a file in the way of a folder above it, no permission
@@ -95,6 +101,8 @@ class Doctor:
         try:
             st = s.lstat()
         except FileNotFoundError:  # a daemon that holds its lock would refuse a start
+            if blocked_on_way(s.parent) is not None:  # said by the socket_dir check
+                return Check("socket", "skip", f"no socket at {s}: its folder cannot be made")
             return Check("socket", "warn", f"no socket at {s}", held_fix(s) or
                          "start the daemon: recalld serve (or systemctl --user start recalld)")
         except OSError:  # a file in the way of its folder, no permission
@@ -309,9 +317,9 @@ class Doctor:
         status = self.status
         data_dir = status.get("data_dir") if status is not None else None
         targets = [("data", Path(str(data_dir)) if data_dir else self._data_dir())]
-        there = next(p for p in (targets[0][1], *targets[0][1].parents) if p.exists())
-        if not there.is_dir():  # a file: RECALLD_DATA_DIR, or one on its way (~/file/x)
-            return [Check("data dir", "fail", f"{there} is not a directory: recalld serve "
+        there = blocked_on_way(targets[0][1])
+        if there is not None:  # a file or a broken link: RECALLD_DATA_DIR, or on its way
+            return [Check("data dir", "fail", f"{not_a_folder(there)}: recalld serve "
                           "would refuse to start", f"move {there} away, or name a "
                           "directory (RECALLD_DATA_DIR, [daemon] data_dir)")]
         if status is not None:

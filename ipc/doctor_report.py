@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from recalld.ipc.problems import Problem
+from recalld.ipc.regular_files import not_a_folder
 from recalld.ipc.types import visible
 
 
@@ -54,10 +55,11 @@ def unreachable(name: str, path: Path) -> Check:
         try:
             st = os.stat(folder)
         except OSError as exc:
-            why = f"{folder}: {exc.strerror}"
+            why = (not_a_folder(folder) if os.path.islink(folder)
+                   else f"{folder}: {exc.strerror}")
             break
         if folder != path and not stat.S_ISDIR(st.st_mode):
-            why = f"{folder} is not a directory"
+            why = not_a_folder(folder)
             break
     else:
         folder, why = path, f"{path} cannot be read"

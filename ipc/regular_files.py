@@ -41,3 +41,32 @@ def read_regular_file(path: Path) -> bytes:
         raise NotRegularFile(f"not a regular file ({kind})")
     with os.fdopen(fd, "rb") as f:
         return f.read()
+
+
+def not_a_folder(place: Path) -> str:
+    """Why ``place``, which is there (a file, or a link) but is no folder to make or find
+    others in: a file, or a symbolic link that leads to nothing, into a loop of links or
+    to a file (saying only "is not a directory" of a link hides what to mend)."""
+    if not os.path.islink(place):
+        return f"{place} is not a directory"
+    try:
+        target = f" to {os.readlink(place)}"
+    except OSError:
+        target = ""
+    try:
+        os.stat(place)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{place} is a symbolic link{target} that leads into a loop of links"
+        return f"{place} is a symbolic link{target}, which leads to nothing"
+    return f"{place} is a symbolic link{target}, which is not a directory"
+
+
+def blocked_on_way(path: Path) -> Path | None:
+    """The place on the way to the folder ``path`` (``path`` itself included) that is
+    there but leads to no folder (a file, a link to nothing, a loop of links), so that
+    ``path`` can neither be found nor made; None when there is none."""
+    for place in (path, *path.parents):
+        if os.path.lexists(place):
+            return None if os.path.isdir(place) else place
+    return None

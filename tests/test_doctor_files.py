@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from clirun import run_recalld
 
 from recalld.ipc.doctor import Doctor
 
@@ -89,3 +90,45 @@ def test_doctor_names_what_listens_on_a_socket_that_does_not_answer(
         assert "systemctl --user status recalld.service" in check.fix, check
     else:
         assert check.fix == "see journalctl --user -u recalld", check
+
+
+@pytest.mark.parametrize("link", ["to nothing", "into a loop"])
+def test_a_broken_link_as_runtime_or_data_folder_is_named_by_serve_and_doctor(
+        tmp_path: Path, link: str) -> None:
+    # XDG_RUNTIME_DIR or XDG_DATA_HOME a symbolic link that leads nowhere: serve said
+    # only "... is not a directory", and doctor took the folder for one not made yet
+    # ("[WARN] ... daemon never started?", "[ok] disk"): to start the daemon, which
+    # could not start.
+    runtime, data = tmp_path / "run", tmp_path / "data"
+    if link == "to nothing":
+        for place in (runtime, data):
+            place.symlink_to(tmp_path / "gone")
+        why = f"is a symbolic link to {tmp_path / 'gone'}, which leads to nothing"
+    else:
+        (tmp_path / "a").symlink_to(tmp_path / "b")
+        (tmp_path / "b").symlink_to(tmp_path / "a")
+        for place in (runtime, data):
+            place.symlink_to(tmp_path / "a")
+        why = f"is a symbolic link to {tmp_path / 'a'} that leads into a loop of links"
+    env = {"HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(runtime), "XDG_DATA_HOME": str(data),
+           "XDG_CONFIG_HOME": str(tmp_path / "cfg"), "PATH": "/usr/bin:/bin"}
+    serve = run_recalld(["serve"], env=env)
+    assert serve.returncode == 2, serve
+    assert serve.stderr.strip().splitlines()[-1] == (
+        f"recalld: cannot create the socket: cannot create {runtime / 'recalld'}: "
+        f"{runtime} {why}"), serve.stderr
+    doctor = Doctor(runtime / "recalld" / "recalld.sock", env)
+    check = doctor.socket_dir()
+    assert check.status == "fail", check
+    # (a loop is met looking at the folder: "cannot reach"; a link to nothing is not)
+    assert check.detail.endswith(f" {runtime / 'recalld'}: {runtime} {why}"), check
+    assert check.fix.startswith(f"{runtime} must be a folder of yours"), check
+    assert "start the daemon" not in (doctor.socket().fix or "")
+    [check] = doctor.disks()
+    assert check.name == "data dir" and check.status == "fail", check
+    assert check.detail == f"{data} {why}: recalld serve would refuse to start", check
+    env["XDG_RUNTIME_DIR"] = str(tmp_path)  # the socket's folder fine, the data one not
+    serve = run_recalld(["serve"], env=env)
+    assert serve.returncode == 2, serve
+    assert serve.stderr.strip().splitlines()[-1] == (
+        f"recalld: cannot use the data directory {data / 'recalld'}: {data} {why}"), serve
