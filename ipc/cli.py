@@ -18,6 +18,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TextIO
 
 import orjson
@@ -38,6 +39,7 @@ from recalld.ipc.agent_ids import workspace_table
 from recalld.ipc.answers import JsonObject
 from recalld.ipc.cli_args import Parser, count, refuse_not_taken, whole_number
 from recalld.ipc.client import Client
+from recalld.ipc.peers import listener_of
 from recalld.ipc.protocol import MAX_DREAM_RUNS
 from recalld.ipc.render import (
     AnswerLost,
@@ -295,7 +297,7 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
         say(err, f"recalld: {exc.message} (code {exc.code}){said}")
         return EXIT_ERROR
     except TimeoutError as exc:
-        say(err, f"recalld: {exc}")
+        say(err, f"recalld: {exc}{'' if client is None else _who_is_silent(client.socket_path)}")
         return EXIT_ERROR
     except KeyboardInterrupt as exc:  # a followed job says it goes on, and its id
         say(err, f"recalld: {str(exc) or 'interrupted'}")
@@ -310,6 +312,17 @@ def run(ns: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
 
 
 Handler = Callable[[Client, argparse.Namespace, TextIO, bool], int]
+
+
+def _who_is_silent(socket_path: Path) -> str:
+    """For a call not answered in time: the process listening on ``socket_path`` (another
+    program, a stuck daemon, or systemd's socket unit whose service does not start), as
+    ``recalld doctor`` names it, and what to do."""
+    who = listener_of(socket_path)
+    if not who:
+        return ""
+    return (f" ({who} listens on {socket_path}: a busy daemon answers with a longer "
+            "--timeout; anything else there, stop it; recalld doctor says more)")
 
 
 def _unexpected_answer(exc: Exception) -> errors.InternalError:

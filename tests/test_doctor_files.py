@@ -82,10 +82,18 @@ def test_doctor_names_what_listens_on_a_socket_that_does_not_answer(
         try:
             assert holder.stdout is not None and holder.stdout.readline() == b"up\n"
             check = Doctor(path, {"HOME": str(tmp_path)}, timeout_s=0.5).daemon()
+            # The commands said only "daemon.status: no answer within 0.5 s".
+            status = run_recalld(["status", "--socket", str(path), "--timeout", "0.5"],
+                                 env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
         finally:
             holder.kill()
     assert check.status == "fail", check
     assert check.detail.endswith(f"(pid {holder.pid} ({name}) listens on {path})"), check
+    assert status.returncode == 1, status
+    assert status.stderr == (
+        f"recalld: daemon.status: no answer within 0.5 s (pid {holder.pid} ({name}) listens "
+        f"on {path}: a busy daemon answers with a longer --timeout; anything else there, "
+        "stop it; recalld doctor says more)\n"), status.stderr
     if name == "systemd":
         assert "systemctl --user status recalld.service" in check.fix, check
     else:
