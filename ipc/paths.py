@@ -37,6 +37,7 @@ from pathlib import Path
 from recalld.ipc import errors
 from recalld.ipc.protocol import MAX_REQUEST_BYTES_RANGE
 from recalld.ipc.regular_files import NotRegularFile as NotRegularFile
+from recalld.ipc.regular_files import not_utf8
 from recalld.ipc.regular_files import read_regular_file as read_regular_file
 
 #: sun_path holds 108 bytes including the terminating NUL.
@@ -184,14 +185,18 @@ def read_config(path: Path, *, required: bool = False) -> dict[str, object]:
     """The parsed TOML file at ``path``; ``{}`` when it does not exist and is not required.
     A FIFO, device or folder there is refused (:func:`read_regular_file`), not waited on."""
     try:
-        # utf-8-sig: a byte order mark some editors put first is not TOML's business.
-        text = read_regular_file(path).decode("utf-8-sig")
+        data = read_regular_file(path)
     except FileNotFoundError:
         if required:
             raise PathError(f"{path}: no such file") from None
         return {}
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise PathError(f"{path}: {exc}") from None
+    try:
+        # utf-8-sig: a byte order mark some editors put first is not TOML's business.
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise PathError(f"{path}: {not_utf8(data, exc)}") from None
     import tomllib  # here: most client calls find no file and need no TOML parser
 
     try:

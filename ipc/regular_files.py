@@ -70,3 +70,13 @@ def blocked_on_way(path: Path) -> Path | None:
         if os.path.lexists(place):
             return None if os.path.isdir(place) else place
     return None
+
+
+def not_utf8(data: bytes, exc: UnicodeDecodeError) -> str:
+    """Where ``data`` stops being UTF-8 (a TOML file must be), as a line and column an
+    editor goes to, with the byte found there and the fix."""
+    before = data[:exc.start]
+    line = before.count(b"\n") + 1
+    column = len(before[before.rfind(b"\n") + 1:].decode("utf-8-sig")) + 1  # characters
+    return (f"not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line}, column {column} "
+            "(TOML files are UTF-8: save it as UTF-8, e.g. iconv -f latin1 -t utf-8)")

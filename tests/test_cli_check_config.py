@@ -162,3 +162,21 @@ def test_check_config_refuses_tables_a_start_would_not_open_side_by_side(
     states = {w["agent_id"]: w["state"] for w in d.call("workspace.list")["workspaces"]}
     assert "failed" in (states["one"], states["two"]), states
     assert d.stop() == 0
+
+
+def test_a_config_file_not_in_utf8_names_the_line_and_column(
+        daemon_factory: DaemonFactory) -> None:
+    # A file saved in Latin-1 (an accent in a comment): the error was Python's
+    # "'utf-8' codec can't decode byte 0xe9 in position 44: invalid continuation byte".
+    d = daemon_factory('[daemon]\nlog_level = "INFO"\n')
+    config = Path(d.env["XDG_CONFIG_HOME"]) / "recalld" / "config.toml"
+    config.write_bytes('[daemon]\nlog_level = "INFO"\n# déjà: caf'.encode() + b"\xe9\n")
+    why = (f"{config}: not UTF-8 text: byte 0xe9 at line 3, column 12 (TOML files are "
+           "UTF-8: save it as UTF-8, e.g. iconv -f latin1 -t utf-8)")
+    line = assert_one_line_error(recalld("serve", "--check-config", env=d.env), 2)
+    assert line == f"recalld: configuration error: {why}", line
+    d.signal(signal.SIGHUP)  # the running daemon keeps its configuration and says why
+    error = wait_for(lambda: d.call("daemon.status")["queues"]["config"]["reload_error"],
+                     "the reload fails")
+    assert why in error, error
+    assert d.call("daemon.ping")["pong"] is True
