@@ -19,6 +19,7 @@ from typing import TypeVar
 from recalld.ipc import errors, folders, paths
 from recalld.ipc._call import Call
 from recalld.ipc.protocol import DEFAULT_MAX_FRAME_BYTES, Response
+from recalld.ipc.regular_files import blocked_on_way, not_a_folder
 
 T = TypeVar("T")
 
@@ -335,9 +336,17 @@ def spawn_daemon(socket_path: Path) -> Spawned:
 
     env = {k: v for k, v in os.environ.items() if k not in _SYSTEMD_VARS}
     log_file, start_log = autostart_logs()
-    # The data folder too, if it is new: the daemon never tightens one that exists.
-    folders.make_dirs_private(start_log.parent)
-    start_log.unlink(missing_ok=True)  # what the last start said is not this one's
+    try:
+        # The data folder too, if it is new: the daemon never tightens one that exists.
+        folders.make_dirs_private(start_log.parent)
+        start_log.unlink(missing_ok=True)  # what the last start said is not this one's
+    except OSError as exc:  # a file or a broken link in the way: the daemon's refusal too
+        blocked = blocked_on_way(start_log.parent)
+        why = not_a_folder(blocked) if blocked is not None else exc.strerror or str(exc)
+        raise errors.DaemonNotRunning(
+            f"cannot start a daemon for {socket_path}: cannot make {start_log.parent}: "
+            f"{why}; move what is in the way, or name another data directory "
+            "(RECALLD_DATA_DIR, [daemon] data_dir)") from None
     # The start log says what the daemon said before its log was set up (its config,
     # paths): only its owner may read it, whatever the umask.
     launcher = (

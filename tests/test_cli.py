@@ -388,6 +388,25 @@ def test_autostart_of_a_misconfigured_daemon_says_why_at_once(
     assert time.monotonic() - started < 25
 
 
+@pytest.mark.parametrize("flavour", sorted(AUTOSTART))
+def test_autostart_with_a_file_as_data_folder_says_what_is_in_the_way(
+        flavour: str, daemon_factory: DaemonFactory) -> None:
+    # XDG_DATA_HOME a file: the client raised "[Errno 17] File exists: ..." making the
+    # auto-started daemon's log folder, not an error of its own family naming the file.
+    env = daemon_factory.environment()
+    data = Path(env["XDG_DATA_HOME"])
+    data.parent.mkdir(parents=True, exist_ok=True)
+    data.write_text("not a folder")
+    proc = subprocess.run([sys.executable, "-c", AUTOSTART[flavour]], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    sock = Path(env["XDG_RUNTIME_DIR"]) / "recalld" / "recalld.sock"
+    assert proc.stderr.splitlines()[-1] == (
+        f"recalld.ipc.errors.DaemonNotRunning: cannot start a daemon for {sock}: cannot "
+        f"make {data / 'recalld' / 'state'}: {data} is not a directory; move what is in "
+        "the way, or name another data directory (RECALLD_DATA_DIR, [daemon] data_dir)"), \
+        proc.stderr
+
+
 def test_text_that_is_not_utf8_is_a_usage_error_in_one_line(daemon: DaemonHandle) -> None:
     # Bytes that are not UTF-8 reach Python as lone surrogates (argv, a UTF-8 or C locale's
     # stdin): they cannot be sent as JSON. One line and exit 2, never a traceback.
