@@ -17,6 +17,7 @@ from recalld.ipc.client import Client
 from recalld.ipc.health import assess, daemon_problems, not_open
 from recalld.ipc.problems import Problem
 from recalld.ipc.progress import size
+from recalld.ipc.regular_files import blocked_on_way
 from recalld.ipc.render import _cell, _uptime, print_json, table
 from recalld.ipc.types import visible
 
@@ -39,7 +40,9 @@ def _config_shown(path: object) -> str:
     """The daemon's config file, or that there is none (its defaults serve)."""
     if not isinstance(path, str) or not path:
         return "-"
-    return path if Path(path).exists() else f"{path} (no such file: the defaults apply)"
+    if Path(path).exists() or blocked_on_way(Path(path)) is not None:  # a broken link
+        return path
+    return f"{path} (no such file: the defaults apply)"
 
 
 MARKS = {"fail": "FAIL", "warn": "WARN", "info": "note"}

@@ -152,7 +152,7 @@ class Doctor:
         running daemon keeps what it read; its failed reloads are :meth:`health`'s)."""
         running = self.status.get("config_path") if self.status is not None else None
         path = Path(str(running)) if running else paths.config_path(None, self.env)
-        if not path.exists():
+        if not path.exists() and blocked_on_way(path) is None:  # a broken link is refused
             queues = self.status.get("queues") if self.status is not None else None
             config = queues.get("config") if isinstance(queues, dict) else None
             if self.status is None and self.env.get("RECALLD_CONFIG"):

@@ -37,7 +37,7 @@ from pathlib import Path
 from recalld.ipc import errors
 from recalld.ipc.protocol import MAX_REQUEST_BYTES_RANGE
 from recalld.ipc.regular_files import NotRegularFile as NotRegularFile
-from recalld.ipc.regular_files import not_utf8
+from recalld.ipc.regular_files import blocked_on_way, broken_link, not_a_folder, not_utf8
 from recalld.ipc.regular_files import read_regular_file as read_regular_file
 
 #: sun_path holds 108 bytes including the terminating NUL.
@@ -186,12 +186,16 @@ def read_config(path: Path, *, required: bool = False) -> dict[str, object]:
     A FIFO, device or folder there is refused (:func:`read_regular_file`), not waited on."""
     try:
         data = read_regular_file(path)
-    except FileNotFoundError:
+    except OSError as exc:  # a link leading nowhere is not "no file": no silent defaults
+        blocked = None if isinstance(exc, NotRegularFile) else blocked_on_way(path)
+        if blocked is not None:
+            why = broken_link(path) or f"{path}: {not_a_folder(blocked)}"
+            raise PathError(f"{why}; mend it, or remove it for the defaults") from None
+        if not isinstance(exc, FileNotFoundError):
+            raise PathError(f"{path}: {exc}") from None
         if required:
             raise PathError(f"{path}: no such file") from None
         return {}
-    except OSError as exc:
-        raise PathError(f"{path}: {exc}") from None
     try:
         # utf-8-sig: a byte order mark some editors put first is not TOML's business.
         text = data.decode("utf-8-sig")

@@ -43,23 +43,33 @@ def read_regular_file(path: Path) -> bytes:
         return f.read()
 
 
+def broken_link(place: Path) -> str | None:
+    """What ``place`` is when it is a symbolic link that leads to nothing or into a loop
+    of links (saying "no such file" of it hides what to mend); None otherwise."""
+    if not os.path.islink(place):
+        return None
+    try:
+        os.stat(place)
+    except OSError as exc:
+        try:
+            target = f" to {os.readlink(place)}"
+        except OSError:
+            target = ""
+        if exc.errno == errno.ELOOP:
+            return f"{place} is a symbolic link{target} that leads into a loop of links"
+        return f"{place} is a symbolic link{target}, which leads to nothing"
+    return None
+
+
 def not_a_folder(place: Path) -> str:
     """Why ``place``, which is there (a file, or a link) but is no folder to make or find
     others in: a file, or a symbolic link that leads to nothing, into a loop of links or
     to a file (saying only "is not a directory" of a link hides what to mend)."""
-    if not os.path.islink(place):
-        return f"{place} is not a directory"
-    try:
-        target = f" to {os.readlink(place)}"
-    except OSError:
-        target = ""
-    try:
-        os.stat(place)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return f"{place} is a symbolic link{target} that leads into a loop of links"
-        return f"{place} is a symbolic link{target}, which leads to nothing"
-    return f"{place} is a symbolic link{target}, which is not a directory"
+    if (broken := broken_link(place)) is not None:
+        return broken
+    if os.path.islink(place):
+        return f"{place} is a symbolic link to {os.readlink(place)}, which is not a directory"
+    return f"{place} is not a directory"
 
 
 def blocked_on_way(path: Path) -> Path | None:

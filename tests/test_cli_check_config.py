@@ -180,3 +180,27 @@ def test_a_config_file_not_in_utf8_names_the_line_and_column(
                      "the reload fails")
     assert why in error, error
     assert d.call("daemon.ping")["pong"] is True
+
+
+def test_a_config_file_linked_to_nothing_is_refused_not_taken_for_none(
+        daemon_factory: DaemonFactory, tmp_path: Path) -> None:
+    # config.toml a link into a dotfiles folder that was moved: starts served the
+    # defaults and reloads went back to them, every setting dropped without a word.
+    target = tmp_path / "dotfiles" / "recalld.toml"
+    target.parent.mkdir()
+    target.write_text('[daemon]\nlog_level = "DEBUG"\n', "utf-8")
+    env = daemon_factory.environment()
+    config = Path(env["XDG_CONFIG_HOME"]) / "recalld" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.symlink_to(target)
+    d = daemon_factory(**{k: v for k, v in env.items() if k.startswith("XDG_")})
+    target.unlink()
+    why = (f"{config} is a symbolic link to {target}, which leads to nothing; mend it, or "
+           "remove it for the defaults")
+    line = assert_one_line_error(recalld("serve", "--check-config", env=d.env), 2)
+    assert line == f"recalld: configuration error: {why}", line
+    d.signal(signal.SIGHUP)  # the running daemon keeps what it read, and says why
+    error = wait_for(lambda: d.call("daemon.status")["queues"]["config"]["reload_error"],
+                     "the reload fails")
+    assert why in error, error
+    assert "SIGHUP: a reload follows" in d.log()  # DEBUG: the link was read at start
