@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import tomllib
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,6 +21,7 @@ import orjson
 from recalld.daemon.remembered import has_value
 from recalld.daemon.services import LiveConfig
 from recalld.daemon.store.fsio import REAL, atomic_write, ensure_dir
+from recalld.ipc import paths
 from recalld.ipc.errors import RecalldError
 
 __all__ = ["left_out_warning", "note", "refresh"]
@@ -40,11 +40,9 @@ def _missing(config_path: Path, keys: Iterable[str]) -> list[str]:
     read, none if there is none). One taken out of the file is no longer missing (its
     key comes from the environment now, or is not wanted), nor a ``dsn`` whose table
     names a ``passfile`` or ``password_env``."""
-    try:
-        doc = tomllib.loads(config_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:  # none left: the defaults apply
-        return []
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+    try:  # read as a start reads it: a byte order mark first, never waiting on a FIFO
+        doc = paths.read_config(config_path)  # none left ({}): the defaults apply
+    except paths.PathError:
         return list(keys)
     return [k for k in keys if _emptied(doc, k)]
 

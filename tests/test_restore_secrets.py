@@ -124,3 +124,20 @@ def test_a_list_that_cannot_be_kept_fails_neither_the_restore_nor_a_start(
     d3 = daemon_factory(None, **{k: d2.env[k]
                                  for k in ("HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME")})
     assert d3.call("daemon.status")["queues"]["config"]["secrets_left_out"] == []
+
+
+def test_keys_set_again_in_a_file_saved_with_a_byte_order_mark_count_as_set(
+        daemon_factory: DaemonFactory) -> None:
+    # The keys typed back in with a Windows editor (a byte order mark first, CRLF): the
+    # daemon read the file, but the check of the keys a restore left out did not, and
+    # status and doctor named them as missing until the next restore.
+    d1 = daemon_factory(CONFIG)
+    made = d1.call("backup.create", {})
+    d2 = daemon_factory(None)
+    assert d2.call("backup.restore", {"file": made["file"]})["config_secrets_left_out"] == \
+        LEFT_OUT
+    d2.config_path.write_bytes(b"\xef\xbb\xbf" + CONFIG.replace("\n", "\r\n").encode())
+    d2.signal(signal.SIGHUP)
+    wait_for(lambda: d2.call("daemon.status")["queues"]["config"]["secrets_left_out"] == [],
+             "the reload to find every key set")
+    assert d2.call("daemon.status")["queues"]["config"]["reload_error"] is None
