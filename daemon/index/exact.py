@@ -107,8 +107,10 @@ class KeywordIndex(Protocol):
     def search(self, query_tokens: list[str], limit: int, *,
                allowed: BitMap | None = None) -> list[tuple[int, float]]: ...
 
-    def score_keys(self, query_tokens: list[str], keys: Iterable[int]) -> dict[int, float]:
-        ...
+    def score_keys(self, query_tokens: list[str], keys: Iterable[int]) -> dict[int, float]: ...
+
+    def holders_of_all(self, terms: list[str], *,
+                       allowed: BitMap | None = None) -> list[int] | None: ...
 
 
 def identifier_terms(query: str) -> list[str]:
@@ -480,17 +482,16 @@ def _holding(
 
 def _found(bm25: KeywordIndex, terms: list[str], limit: int,
            allowed: BitMap | None, *, every: bool = False) -> list[int]:
-    """The keys of a search for ``terms`` at ``limit``: when a few chunks hold them, read
-    from the postings (a lookup's identifier, a rare name), as no score of them is used;
-    when more do and ``every`` (names, or a query word joining one to more), with every chunk
-    holding all: the best scored are short notes holding some or a sibling (a URL's host and
-    id, another path), not a long one holding all, or the URL as typed."""
+    """The keys of a search for ``terms`` at ``limit`` (a few holders, of an identifier or
+    a rare name, read from the local postings: no score of them is used); when more hold
+    them and ``every`` (names, or a query word joining one to more), with every chunk holding
+    all: the best scored are short notes with some or a sibling, not the URL as typed."""
     if isinstance(bm25, BM25Index):
         keys = bm25.holders(terms, limit, allowed=allowed)
         if keys is not None:
             return keys
     found = [key for key, _ in bm25.search(terms, limit, allowed=allowed)]
-    if every and isinstance(bm25, BM25Index):
+    if every and len(found) >= limit:  # fewer: the search found every holder of one
         found += sorted(set(bm25.holders_of_all(terms, allowed=allowed) or ()) - set(found))
     return found
 

@@ -10,7 +10,8 @@ ranking and the result format are the local ones.
   of the query's terms (``recalld_postings``, read by an index-only scan of its primary
   key); the document frequencies are counts over the same index.
   :class:`ServerKeywords` is that index for ``exact.exact_first``, so identifier and
-  rare-term hits rank first as they do locally, and it gives the keyword reach the
+  rare-term hits rank first as they do locally (the chunks holding every term of a
+  lookup read from the postings as there), and it gives the keyword reach the
   blind-keyword guard weighs the branch by (``fusion.keyword_reach``).
 - Vectors: the stored embeddings of the workspace's chunk texts (``recalld_embeddings``,
   filled by the hosts' backfill) through a pgvector HNSW index of the vector space
@@ -34,6 +35,7 @@ from psycopg import sql
 from pyroaring import BitMap
 
 from recalld.daemon.arraytypes import F32
+from recalld.daemon.index.bm25_search import ALL_HOLDERS
 from recalld.daemon.index.chunker import chunk_id
 from recalld.daemon.index.exact import exact_first
 from recalld.daemon.index.filters import CALENDAR_DAY, Filters, composed
@@ -155,6 +157,48 @@ class ServerKeywords:
             return {}
         return dict(self.search(query_tokens, len(wanted), allowed=wanted))
 
+    def holders_of_all(self, terms: list[str], *,
+                       allowed: BitMap | None = None) -> list[int] | None:
+        """The keys of every chunk holding all of ``terms`` (in ``allowed`` if given),
+        as ``BM25Index.holders_of_all`` gives them: the rarest term's postings, each looked
+        up in the others' (by the postings' primary key); None when the rarest has more
+        than ``ALL_HOLDERS`` postings (or there are no terms)."""
+        df = self._doc_freqs(terms)
+        if not df:
+            return None
+        rarest = min(df, key=df.__getitem__)
+        if df[rarest] > ALL_HOLDERS:
+            return None
+        if df[rarest] == 0:
+            return []
+        if (kept := self._only(allowed)) is None:
+            return []
+        only, only_params = kept
+        query = sql.SQL(
+            "SELECT {cols} FROM recalld_postings p JOIN recalld_chunks c"
+            " ON c.workspace_id = p.workspace_id AND c.path = p.path AND c.seq = p.seq"
+            " WHERE p.workspace_id = %s AND p.term = %s{where}{only}"
+            " AND NOT EXISTS (SELECT 1 FROM unnest(%s::text[]) t(term) WHERE NOT EXISTS"
+            " (SELECT 1 FROM recalld_postings o WHERE o.workspace_id = p.workspace_id"
+            " AND o.term = t.term AND o.path = p.path AND o.seq = p.seq))"
+            " ORDER BY p.path, p.seq"
+        ).format(cols=sql.SQL(_CHUNK_COLUMNS), where=self._where, only=only)
+        others = [t for t in df if t != rarest]
+        rows = self._conn.execute(query, [self._ws, rarest, *self._where_params,
+                                          *only_params, others]).fetchall()
+        return sorted(self.key(r) for r in rows)
+
+    def _only(self, allowed: BitMap | None) -> tuple[sql.Composable, list[object]] | None:
+        """The condition keeping postings ``p`` to the chunks of ``allowed`` (none when
+        it is None), and its parameters; None when no key of it is known."""
+        if allowed is None:
+            return sql.SQL(""), []
+        places = [self._places[k] for k in allowed if 0 < k < len(self._places)]
+        if not places:
+            return None
+        return (sql.SQL(" AND (p.path, p.seq) IN (SELECT * FROM unnest(%s::text[], %s::int[]))"),
+                [[p for p, _ in places], [s for _, s in places]])
+
     def search(self, query_tokens: list[str], limit: int, *,
                allowed: BitMap | None = None) -> list[tuple[int, float]]:
         """Top ``limit`` (key, score), best first; only keys in ``allowed`` if given."""
@@ -174,15 +218,9 @@ class ServerKeywords:
         if not terms:
             return []
         avgdl = self._total / n if self._total else 1.0
-        only: sql.Composable = sql.SQL("")
-        only_params: list[object] = []
-        if allowed is not None:
-            places = [self._places[k] for k in allowed if 0 < k < len(self._places)]
-            if not places:
-                return []
-            only = sql.SQL(" AND (p.path, p.seq) IN (SELECT * FROM unnest(%s::text[],"
-                           " %s::int[]))")
-            only_params = [[p for p, _ in places], [s for _, s in places]]
+        if (kept := self._only(allowed)) is None:
+            return []
+        only, only_params = kept
         # Filters name chunk columns (the author): join the chunks only for them.
         chunks = (sql.SQL(" JOIN recalld_chunks c ON c.workspace_id = p.workspace_id"
                           " AND c.path = p.path AND c.seq = p.seq")
