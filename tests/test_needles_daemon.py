@@ -419,3 +419,25 @@ def test_a_url_named_by_its_host_alone_ranks_first_as_typed(daemon: Any,
     misses = [miss for query in (url, f"what went wrong with {url}?", f"{url}是什么问题")
               if (miss := _miss(daemon, query, "memory/2026-03-18/zh.md")) is not None]
     assert misses == []
+
+
+def test_a_url_ranks_first_after_many_notes_sharing_its_path_were_deleted(
+        daemon: Any, tmp_path: Path) -> None:
+    # Deleted notes leave their postings behind until a compaction: of 300 notes holding
+    # the URL's host, path and id (another pane), 150 are left, and they must not count as
+    # 300 holders, too many to read, hiding the long note holding the URL as typed.
+    root, day = _day(tmp_path, "2026-03-19")
+    rng = random.Random("url-deletes")
+    url = "https://varnholt.example.net/v3/ledge/umber?key=5127&pane=open"
+    for i in range(300):
+        (day / f"en-{i:03d}.md").write_text(
+            f"# Log {i}\n\n{bilingual._en_text(rng, 10)} Saw {url[:-4]}shut fail.\n",
+            encoding="utf-8")
+    chinese = [bilingual._zh_text(rng, 30) for _ in range(8)]
+    chinese[3] += f"地址是 {url}，{bilingual._zh_text(rng, 6)}"
+    (day / "zh.md").write_text("# 记录\n\n" + "\n\n".join(chinese) + "\n", encoding="utf-8")
+    _open(daemon, root)
+    for i in range(0, 300, 2):
+        (day / f"en-{i:03d}.md").unlink()
+    daemon.call("index.sync", {"agent_id": "w"})
+    assert _miss(daemon, url, "memory/2026-03-19/zh.md") is None

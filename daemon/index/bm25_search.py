@@ -325,7 +325,7 @@ def holders_of_all(c: Corpus, terms: list[str],
     """The live keys (in ``allowed``) of the documents holding every one of ``terms``,
     ascending, however they would score: read from the postings of the rarest term and
     looked up in the others' (``holding``); None when the rarest has more than
-    ``ALL_HOLDERS`` postings (or there are no terms)."""
+    ``ALL_HOLDERS`` live postings (or there are no terms)."""
     counts: dict[str, int] = {}
     for term in dict.fromkeys(terms):
         start, end = span(c, term)
@@ -333,6 +333,13 @@ def holders_of_all(c: Corpus, terms: list[str],
         counts[term] = end - start + (len(dpost) if dpost else 0)
     if not counts:
         return None
+    if min(counts.values()) > ALL_HOLDERS and c.n_dead:
+        # Main keeps the rows of deleted and edited documents until a compaction: count
+        # only the live ones, as a search does, or churn would hide the holders.
+        for term in counts:
+            start, end = span(c, term)
+            dpost = c.delta.postings(term)
+            counts[term] = live_in(c, start, end) + (len(dpost) if dpost else 0)
     rarest = min(counts, key=counts.__getitem__)
     if counts[rarest] > ALL_HOLDERS:
         return None
