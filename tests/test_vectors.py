@@ -283,14 +283,18 @@ async def test_health_check_logs_ok_and_fail(h: Harness, caplog: pytest.LogCaptu
 
 async def test_failed_health_check_is_visible_and_retried(h: Harness) -> None:
     with FakeProvider(dims=DIMS) as fake:
-        fake.script(*[Reply(status=503)] * 12)
+        # The provider fails until told otherwise: the coverage is counted once the
+        # index has looked at the disk, which a loaded machine may do after the check.
+        fake.script(*[Reply(status=503)] * 10_000)
         async with h.open(h.emb(fake)) as (index, worker):
-            await wait_for(lambda: worker.status()["health"] == "fail")
+            await wait_for(lambda: worker.status()["health"] == "fail"
+                           and index.status()["vectors"]["counted"])
             st = index.status()["vectors"]
             assert st["enabled"] and st["coverage"] < 1.0 and "503" in st["last_error"]
             # Keyword search meanwhile.
             assert (await ask(index, "dumplings"))["results"][0]["path"] == (
                 "memory/2026-07-22/food.md")
+            fake.clear_script()
             await full(worker)
             assert worker.status()["health"] == "ok"
 
