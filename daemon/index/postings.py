@@ -299,25 +299,25 @@ def merge(
     if parts:
         tids_x = np.concatenate([p[0] for p in parts])
         order = stable_order(tids_x)
-        tids_x = tids_x[order]
+        # Counted unsorted: the sorted term ids are not needed, only their counts.
+        counts_x = np.bincount(tids_x, minlength=n_terms).astype(np.int64)
+        del tids_x
         rows_x = np.concatenate([p[1] for p in parts])[order]
         tfs_x = np.concatenate([p[2] for p in parts])[order]
+        del order
     else:
-        tids_x, rows_x = np.zeros(0, np.int32), np.zeros(0, np.int32)
-        tfs_x = np.zeros(0, np.float32)
-    counts_x = np.bincount(tids_x, minlength=n_terms).astype(np.int64)
+        rows_x, tfs_x = np.zeros(0, np.int32), np.zeros(0, np.float32)
+        counts_x = np.zeros(n_terms, dtype=np.int64)
     counts_all = counts_x.copy()
     counts_all[:n_terms_main] += counts_m
     indptr = np.zeros(n_terms + 1, dtype=np.int64)
     np.cumsum(counts_all, out=indptr[1:])
     out_rows = np.empty(int(indptr[-1]), dtype=np.int32)
     out_tfs = np.empty(int(indptr[-1]), dtype=np.float32)
-    if len(rows_m):
-        _scatter(indptr[:n_terms_main], counts_m, rows_m, tfs_m, out_rows, out_tfs)
-    if len(rows_x):
-        dest = indptr[:-1].copy()
-        dest[:n_terms_main] += counts_m
-        _scatter(dest, counts_x, rows_x, tfs_x, out_rows, out_tfs)
+    main_counts = np.zeros(n_terms, dtype=np.int64)
+    main_counts[:n_terms_main] = counts_m
+    _interleave(indptr, (main_counts, rows_m, tfs_m), (counts_x, rows_x, tfs_x),
+                out_rows, out_tfs)
     used: I64 | None = None
     if drop_unused and n_terms and not counts_all.all():
         used = np.flatnonzero(counts_all).astype(np.int64)
@@ -345,28 +345,57 @@ def _kept_per_term(keep: npt.NDArray[np.bool_], indptr: I64) -> I64:
     return through(indptr[1:]) - through(indptr[:-1])
 
 
-# Postings moved per step of ``_scatter``: its position arrays (16 bytes a posting) stay
-# this small however large the index is.
+# Postings written per step of ``_interleave``: its masks (1 byte a posting) and the
+# positions of new postings (16 bytes each) stay this small however large the index is.
 SCATTER_BLOCK = 1 << 20
 
+Runs = tuple[I64, I32, F32]  # postings grouped by term: (count per term, rows, tfs)
 
-def _scatter(dest: I64, counts: I64, rows: I32, tfs: F32, out_rows: I32, out_tfs: F32) -> None:
-    """Copy each term's run of ``rows``/``tfs`` (the runs back to back, ``counts[t]`` long)
-    to ``out_*[dest[t]:dest[t] + counts[t]]``, about ``SCATTER_BLOCK`` postings at a time."""
-    n = len(counts)
-    src = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts, out=src[1:])
+
+def _interleave(indptr: I64, main: Runs, new: Runs, out_rows: I32, out_tfs: F32) -> None:
+    """Write each term's ``main`` run followed by its ``new`` run to
+    ``out_*[indptr[t]:indptr[t + 1]]``, about ``SCATTER_BLOCK`` postings at a time.
+
+    Only new postings get a position: main's, in order in what is left, are copied
+    through a mask. A merge makes main's arrays anew (pages the kernel zeroes first), so
+    positions for every posting of main (16 bytes each) cost more than the copy itself;
+    a mask costs 1 byte a posting, and a compaction (nothing new) copies main straight.
+    """
+    counts_m, rows_m, tfs_m = main
+    counts_x, rows_x, tfs_x = new
+    n = len(indptr) - 1
+    src_m = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts_m, out=src_m[1:])
+    src_x = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts_x, out=src_x[1:])
     t0 = 0
     while t0 < n:
         # The terms whose runs fit in one block from here (at least one term).
-        t1 = int(np.searchsorted(src, src[t0] + SCATTER_BLOCK, side="right")) - 1
+        t1 = int(np.searchsorted(indptr, indptr[t0] + SCATTER_BLOCK, side="right")) - 1
         t1 = min(n, max(t0 + 1, t1))
-        a, b = int(src[t0]), int(src[t1])
-        if b > a:
-            pos = np.repeat(dest[t0:t1] - src[t0:t1], counts[t0:t1])
-            pos += np.arange(a, b, dtype=np.int64)
-            out_rows[pos] = rows[a:b]
-            out_tfs[pos] = tfs[a:b]
+        a, b = int(indptr[t0]), int(indptr[t1])
+        ma, mb = int(src_m[t0]), int(src_m[t1])
+        xa, xb = int(src_x[t0]), int(src_x[t1])
+        o_rows, o_tfs = out_rows[a:b], out_tfs[a:b]
+        if xa == xb:
+            o_rows[:] = rows_m[ma:mb]
+            o_tfs[:] = tfs_m[ma:mb]
+        elif ma == mb:
+            o_rows[:] = rows_x[xa:xb]
+            o_tfs[:] = tfs_x[xa:xb]
+        else:
+            # A new posting's place in the block: after its term's main run.
+            pos = np.repeat(indptr[t0:t1] + counts_m[t0:t1] - src_x[t0:t1] - a,
+                            counts_x[t0:t1])
+            pos += np.arange(xa, xb, dtype=np.int64)
+            is_new = np.zeros(b - a, dtype=np.bool_)
+            is_new[pos] = True
+            del pos
+            o_rows[is_new] = rows_x[xa:xb]
+            o_tfs[is_new] = tfs_x[xa:xb]
+            np.logical_not(is_new, out=is_new)
+            o_rows[is_new] = rows_m[ma:mb]
+            o_tfs[is_new] = tfs_m[ma:mb]
         t0 = t1
 
 
