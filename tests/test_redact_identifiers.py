@@ -170,6 +170,8 @@ def test_chapters_after_a_credential_word_stay(text: str) -> None:
     ("sign in as bob@example.com / Tr0ub4dor&3.", "Tr0ub4dor&3"),
     ("logged in using root/hunter22", "hunter22"),
     ("Login with user ops / Winter2025, then open the console", "Winter2025"),
+    ("LOGGED ON AS admin / Winter2025x", "Winter2025x"),
+    ("(Signing in via ops/Kx7#tQ2mW9)", "Kx7#tQ2mW9"),
 ])
 def test_a_password_to_log_in_with_is_masked(text: str, secret: str) -> None:
     assert secret not in redact(text)
@@ -179,6 +181,8 @@ def test_a_password_to_log_in_with_is_masked(text: str, secret: str) -> None:
 @pytest.mark.parametrize("text", [
     "sign in with Google / Apple", "login with SSO / SAML", "log in via web/mobile apps",
     "sign in with email/password", "log in with your usual account / the SSO page",
+    # Inside a word, "log" and "sign" begin no sign-in.
+    "relog in with admin / Winter2025x", "design in as ops / Winter2025x",
 ])
 def test_ways_to_log_in_stay(text: str) -> None:
     assert redact(text) == text

@@ -409,11 +409,15 @@ _SHAPE_RULES: Final[tuple[Rule, ...]] = (
                 group=1, check=lambda v: not PLACEHOLDER.match(v) and not v.startswith("$"),
                 token=False),
     # A user and a password to sign in with, in prose: "log in with admin / S3cret",
-    # "sign in as bob@example.com / S3cret", "logged in using root/S3cret".
+    # "sign in as bob@example.com / S3cret", "logged in using root/S3cret". (It opens with
+    # the set of the letters "l" and "s" match ignoring case, "\u017f" the long s, not
+    # ignoring case, so a search tries only the positions holding one of them, not all;
+    # the word boundary is checked before that letter, the letter itself again behind it.)
     _regex_rule("login_pair", ("log", "sign"),
-                r"(?i)\b(?:log(?:ged|ging)?[ \t]?(?:in|on)|sign(?:ed|ing)?[ \t]?in)[ \t]+"
+                r"[lLsS\u017f](?<=\b.)(?i:(?:(?<=l)og(?:ged|ging)?[ \t]?(?:in|on)"
+                r"|(?<=s)ign(?:ed|ing)?[ \t]?in)[ \t]+"
                 r"(?:with|as|using|via)[ \t]+(?:user(?:name)?[ \t]+)?[\w.@\-]{1,64}[ \t]*/[ \t]*"
-                r"([^\s,;/]{4,100}?)(?=[.!?)]*(?:[\s,;]|\Z))",
+                r"([^\s,;/]{4,100}?)(?=[.!?)]*(?:[\s,;]|\Z)))",
                 group=1, check=looks_secret, token=False),
     # ``curl -u user:S3cret``, ``redis-cli -a S3cret``, ``docker login -u me -p S3cret``.
     _regex_rule("cli_password", ("curl",),
