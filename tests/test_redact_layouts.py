@@ -186,6 +186,10 @@ def test_a_daemon_keeps_them_out_of_notes_index_reads_and_chat_requests(
     ('"service","secret","note"\n"api","S3cr3t!xyz","prod"\n', ("S3cr3t!xyz",)),
     ("```csv\nname, passwort\nrouter, Sonnenblume7\n```", ("Sonnenblume7",)),
     ("key,value\nhost,db.internal\npassword,Hunter2Pass\n", ("Hunter2Pass",)),
+    # Two credential columns, four anchors on the header line.
+    ("user,db_password,api_token\nbob,Hunter2Pass,Kp7vW2qLmZx9Rt4Qa\n"
+     "amy,Tr0ub4dor&3,Zq8mN2pL4xWc6Yh1Ub\n",
+     ("Hunter2Pass", "Kp7vW2qLmZx9Rt4Qa", "Tr0ub4dor&3", "Zq8mN2pL4xWc6Yh1Ub")),
 ])
 def test_a_credential_column_of_delimited_rows_is_masked(text: str,
                                                          secrets: tuple[str, ...]) -> None:

@@ -183,12 +183,20 @@ def _fields(text: str, start: int, end: int, delimiter: str) -> list[Span]:
         a = b + 1
 
 
-def _delimited_column(text: str, a: int, seen: set[int]) -> Iterable[Span]:
-    start, end = _line(text, a)
+#: A delimiter by which a line is a row of a block: the delimiter, how many of it the
+#: line holds, whether the line is the block's first (its header), and its cells.
+_Row = tuple[str, int, bool, list["Span"]]
+
+
+def _rows(text: str, start: int, end: int) -> list[_Row]:
+    """The delimiters (:data:`_DELIMITERS`, in order) by which the line
+    ``text[start:end]`` is a row of a block of rows (its header, or a row of one of two
+    fields a row) whose cells are short enough to be a header's."""
     # Lines are counted in place, not copied (a paragraph of prose is one long line),
     # the lines before and after only for a delimiter this one holds.
     before = text.rfind("\n", 0, start - 1) + 1 if start else 0
     after = (end + 1, _line(text, end + 1)[1]) if end < len(text) else (end, end)
+    rows: list[_Row] = []
     for delimiter in _DELIMITERS:
         count = text.count(delimiter, start, end)
         if count == 0:
@@ -202,6 +210,14 @@ def _delimited_column(text: str, a: int, seen: set[int]) -> Iterable[Span]:
         cells = _fields(text, start, end, delimiter)
         if any(e - s > _HEADER_CELL_CHARS for s, e in cells):
             continue
+        rows.append((delimiter, count, first, cells))
+    return rows
+
+
+def _delimited_column(text: str, a: int, end: int, rows: list[_Row],
+                      seen: set[int]) -> Iterable[Span]:
+    """The values in the column of ``a``, on a line ending at ``end`` that is ``rows``."""
+    for delimiter, count, first, cells in rows:
         if (named := _named_column(text, cells, a, seen)) is None:
             return
         column, kind = named
@@ -224,5 +240,13 @@ def find_in_delimited(text: str, starts: Sequence[int]) -> Iterable[Span]:
     if not starts or not any(d in text for d in _DELIMITERS):
         return
     seen: set[int] = set()
+    start = end = -1
+    rows: list[_Row] = []
     for a in starts:
-        yield from _delimited_column(text, a, seen)
+        # The anchors come in order, several on a line: a line is read once for them
+        # all (an anchor in ``[start, end)`` has no line break before it on its line,
+        # so its line is this one).
+        if not start <= a < end:
+            start, end = _line(text, a)
+            rows = _rows(text, start, end)
+        yield from _delimited_column(text, a, end, rows, seen)
