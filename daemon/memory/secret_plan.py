@@ -41,8 +41,8 @@ class Plan:
     plain_always: tuple[int, ...]
     plain_hints: tuple[str, ...]
     plain_by_hint: dict[str, tuple[int, ...]]
-    #: For each of ``plain_hints``, the runs of characters it holds, as bits of
-    #: :func:`_gram_bits` (0: none, a hint of one character; or one not ASCII).
+    #: For each of ``plain_hints``, the runs of three characters it holds, as bits of
+    #: :func:`_gram_bits` (0: none, a hint of one or two characters; or one not ASCII).
     plain_grams: tuple[int, ...]
     #: Context rules, and whether their hints are anchor words (looked for where those
     #: start, not over the text).
@@ -86,8 +86,8 @@ def plan_of(rules: Sequence[Rule]) -> Plan:
 
 # -- looking for the hints --------------------------------------------------------------
 
-#: Texts this long or longer are looked for the plain hints through the runs of three
-#: ASCII characters (two, for a hint of two) they hold (numpy): the ~80 hints, each a
+#: Texts this long or longer are looked for the plain hints of three characters or more
+#: through the runs of three ASCII characters they hold (numpy): the ~80 hints, each a
 #: scan of the whole text, cost ~0.1 ms over a Chinese note of 2,000 characters; one pass
 #: over its runs rules out nearly all of them, and only the hints left are scanned for.
 #: Shorter texts are not worth the arrays.
@@ -98,25 +98,23 @@ _GRAM_TABLE: Final = 1 << 16
 
 
 def _grams(hint: str) -> set[int]:
-    """The numbers of an ASCII ``hint``'s runs of three characters (of its two, for a hint
-    of two), as :func:`_grams_present` numbers a text's."""
+    """The numbers of an ASCII ``hint``'s runs of three characters, as
+    :func:`_grams_present` numbers a text's."""
     c = [ord(x) for x in hint]
-    if len(c) == 2:
-        return {c[0] << 7 | c[1]}
     return {(a << 10 ^ b << 5 ^ d) % _GRAM_TABLE for a, b, d in zip(c, c[1:], c[2:], strict=False)}
 
 
 def _hint_grams(hints: tuple[str, ...]) -> tuple[int, ...]:
     """Each hint's runs (:func:`_grams`), as bits numbered in :func:`_gram_bits`."""
     bits = _gram_bits(hints)
-    return tuple(sum(1 << bits[g] for g in _grams(h)) if h.isascii() and len(h) > 1 else 0
+    return tuple(sum(1 << bits[g] for g in _grams(h)) if h.isascii() and len(h) > 2 else 0
                  for h in hints)
 
 
 def _gram_bits(hints: tuple[str, ...]) -> dict[int, int]:
     """Run number (:func:`_grams`) -> its bit, for the runs the ASCII hints hold."""
     grams = sorted(set[int]().union(*(_grams(h) for h in hints
-                                      if h.isascii() and len(h) > 1)))
+                                      if h.isascii() and len(h) > 2)))
     return {gram: bit for bit, gram in enumerate(grams)}
 
 
@@ -129,9 +127,13 @@ def hints_in(plan: Plan, lower: str) -> list[str]:
     # without the others (dropping them only joins more runs; two runs numbered alike
     # only let more hints on): a hint missing one of its runs there is not in the text.
     # The others are looked for.
+    # A hint of two characters is in the text only where both its characters are: those
+    # are searched for first, each by a search for one character, much faster than
+    # one for two (marking the text's pairs of characters as its runs cost more still).
     present = _grams_present(plan, lower)
     return [h for h, need in zip(hints, plan.plain_grams, strict=True)
-            if present & need == need and h in lower]
+            if present & need == need and (len(h) != 2 or (h[0] in lower and h[1] in lower))
+            and h in lower]
 
 
 def _grams_present(plan: Plan, lower: str) -> int:
@@ -142,7 +144,6 @@ def _grams_present(plan: Plan, lower: str) -> int:
     c = np.frombuffer(lower.encode("ascii", "ignore"), dtype=np.uint8).astype(np.uint16)
     seen = np.zeros(_GRAM_TABLE, dtype=np.bool_)
     seen[c[:-2] << 10 ^ c[1:-1] << 5 ^ c[2:]] = True
-    seen[c[:-1] << 7 | c[1:]] = True
     found = seen[_gram_array(plan.plain_hints)]
     return int.from_bytes(np.packbits(found, bitorder="little").tobytes(), "little")
 
