@@ -28,6 +28,9 @@ VALUE = "Qh4nV8sW2pXc"
     (f'env {{\n  name  = "STRIPE_SECRET"\n  value = "{VALUE}"\n}}', VALUE),
     (f'<add key="DbPassword" value="{VALUE}" />', VALUE),
     ('<add key="SmtpPassword" value="bluebird"/>', "bluebird"),
+    # A default value (Helm charts, CI parameters), with no other value field in the text.
+    (f"parameters:\n- name: DB_PASSWORD\n  default: {VALUE}\n", VALUE),
+    (f'variable {{\n  name    = "smtp_secret"\n  Default = "{VALUE}"\n}}', VALUE),
 ])
 def test_a_value_set_apart_from_its_name_is_masked(text: str, secret: str) -> None:
     out = redact(text)

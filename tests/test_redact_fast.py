@@ -200,13 +200,18 @@ def test_every_anchor_word_is_found_at_and_before_the_end_of_a_long_text() -> No
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(["value", "VALUE", "vAlUe", "valu", "alue", "v", "V", ":", "|",
-                                  ">", "-", "\"", "'", " ", "\t", "=", "\n", "x", "\u212a"]),
+                                  ">", "-", "\"", "'", " ", "\t", "=", "\n", "x", "\u212a",
+                                  "default", "DEFAULT", "dEfAuLt", "efault", "defaul", "d"]),
                 max_size=12).map("".join))
 def test_a_configuration_layout_is_found_as_its_definition_finds_it(text: str) -> None:
-    definition = re.compile(r"(?i):[ \t]*[|>]|value[\"']?[ \t]*[:=]")
-    for each in (text, "token: >-", "token:|", "Value =", "vALUE':", "value\t:", "v: x"):
+    definition = re.compile(r"(?i):[ \t]*[|>]|(?:value|default)[\"']?[ \t]*[:=]")
+    for each in (text, "token: >-", "token:|", "Value =", "vALUE':", "value\t:", "v: x",
+                 "default: x", "Default=", "DEFAULT\":"):
         assert ((secret_config._LAYOUT.search(each) is None)
                 == (definition.search(each) is None)), each
+        # The layout gates the value fields: a text holding one holds a layout.
+        if secret_config._VALUE_FIELD.search(each) is not None:
+            assert secret_config._LAYOUT.search(each) is not None, each
 
 
 @settings(max_examples=300, deadline=None)

@@ -111,10 +111,12 @@ def _pair(text: str, a: int) -> Span | None:
     return value_span(kind, value, m.start("value"), 0)
 
 
-#: A block scalar's indicator or a value field somewhere in the text: without one, no
-#: anchor need be tried. (It starts with a set of its first characters, not ignoring
-#: case there, so a search tries only the positions holding one of them, not all.)
-_LAYOUT = re.compile(r"[:Vv](?:(?<=:)[ \t]*[|>]|(?<=[Vv])(?i:alue)[\"']?[ \t]*[:=])")
+#: A block scalar's indicator or a value field (any field :data:`_VALUE_FIELD` takes)
+#: somewhere in the text: without one, no anchor need be tried. (It starts with a set of
+#: its first characters, not ignoring case there, so a search tries only the positions
+#: holding one of them, not all.)
+_LAYOUT = re.compile(r"[:VvDd](?:(?<=:)[ \t]*[|>]|(?<=[Vv])(?i:alue)[\"']?[ \t]*[:=]"
+                     r"|(?<=[Dd])(?i:efault)[\"']?[ \t]*[:=])")
 
 
 #: An element named as a credential, its value in an attribute: ``<password value="..."/>``.
