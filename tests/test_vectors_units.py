@@ -184,23 +184,29 @@ def test_a_lookup_of_names_a_few_notes_hold_scores_no_second_search(
         assert searched == []
 
 
-def test_a_space_sends_the_key_of_the_workspace_opened_last(tmp_path: Path) -> None:
+def test_each_key_of_a_space_is_sent_by_its_own_workspaces(tmp_path: Path) -> None:
     from recalld.daemon.config import EmbeddingModelConfig
     from recalld.daemon.index.spaces import VectorSpaces, public_config
 
-    def config(model: str, key: str) -> EmbeddingModelConfig:
+    def config(model: str, key: str, batch: int = 10) -> EmbeddingModelConfig:
         return EmbeddingModelConfig(backend="openai", base_url="http://127.0.0.1:9/v1",
-                                    model_name=model, dimensions=8, api_key=key)
+                                    model_name=model, dimensions=8, api_key=key,
+                                    max_batch_size=batch)
 
     spaces = VectorSpaces(tmp_path, None, environ={})
-    old = spaces.space(config("m", "sk-first"))
-    assert spaces.space(config("m", "sk-rotated")) is old
-    assert old.client.config.api_key == "sk-rotated"
-    assert spaces.space(config("m", "sk-first")).client.config.api_key == "sk-first"
-    # Rebuilding the space vectors were made in (a model change) keeps the key it sends.
-    assert spaces.old_space(public_config(old.client.config),
-                            config("m2", "sk-other")) is old
-    assert old.client.config.api_key == "sk-first"
+    first = spaces.space(config("m", "sk-first"))
+    other = spaces.space(config("m", "sk-other", batch=3))
+    # One space, one cache; each key its own client (and breaker), sent by its own.
+    assert other is not first and other.key == first.key and other.cache is first.cache
+    assert other.client.breaker is not first.client.breaker
+    assert (first.client.config.api_key, other.client.config.api_key) == ("sk-first",
+                                                                         "sk-other")
+    assert spaces.space(config("m", "sk-first")) is first
+    assert spaces.space(config("m", " sk-first ")) is first  # the same key as sent
+    assert list(spaces.statistics()) == [first.key]
+    # Rebuilding the space vectors were made in (a model change) sends the current key.
+    assert spaces.old_space(public_config(first.client.config),
+                            config("m2", "sk-other")) is other
 
 
 def test_a_graph_edited_for_long_keeps_its_size_and_answers(tmp_path: Path) -> None:

@@ -2,12 +2,14 @@
 
 A vector space is (backend, model, dimensions, endpoint): vectors from different spaces are
 not comparable. :class:`VectorSpaces` hands every workspace the :class:`VectorSpace` of its
-``embedding_model_config``; workspaces configured alike share the client (so its circuit
-breaker sees every failure of that provider, and its batch and input limits are the strictest
-of its members') and the text-keyed cache
-(``<state_dir>/embeddings/<space>.log``, see ``embedcache.py``); a text one workspace is
-embedding now is waited for by the others (``claim``), not sent again. Each space also
-keeps a small in-memory LRU of query vectors.
+``embedding_model_config``; workspaces configured alike with the same API key share the
+client (so its circuit breaker sees every failure of that provider for that key); every
+workspace of a space, whatever its key, shares the text-keyed cache
+(``<state_dir>/embeddings/<space>.log``, see ``embedcache.py``) and the strictest batch and
+input limits of them all; a text one workspace is embedding now is waited for by the others
+(``claim``), not sent again. A workspace whose key the provider refuses fails alone: the
+others of its space keep sending their own keys. Each client also keeps a small in-memory
+LRU of query vectors.
 
 Nothing here starts a task; the cache opens lazily in a worker thread.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import random
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -32,6 +35,7 @@ from recalld.daemon.jsontypes import JsonObject
 from recalld.daemon.providers.breaker import BreakerConfig, CircuitBreaker
 from recalld.daemon.providers.bridge import ProviderBridge
 from recalld.daemon.providers.embedding import DEADLINE_MARGIN_S, EmbeddingClient
+from recalld.daemon.providers.embedding_keys import resolve_api_key
 from recalld.daemon.providers.errors import (
     DimensionMismatch,
     ProviderTimeout,
@@ -59,22 +63,51 @@ class SpaceStatistics(TypedDict):
     workspaces: int  # the vector workers that use the space
 
 
-class VectorSpace:
-    """The client, the persistent cache and the query-vector LRU of one space."""
+class _Store:
+    """What every workspace of one space shares, whatever API key it sends: the
+    persistent cache, the texts being embedded now, the members and their clients."""
 
-    def __init__(self, client: EmbeddingClient, cache_dir: Path, *, query_cache_size: int) -> None:
+    def __init__(self, path: Path, dims: int, *, max_cache_size: int) -> None:
+        self.cache = EmbeddingCache(path, dims, max_cache_size=max_cache_size)
+        self.opened = False
+        self.open_lock = trio.Lock()
+        self.members: set[VectorWorker] = set()
+        #: Text hashes a member is embedding now (set once that call has ended).
+        self.inflight: dict[str, trio.Event] = {}
+        #: The client of each API key the space's workspaces send.
+        self.clients: list[EmbeddingClient] = []
+
+    def share_limits(self) -> None:
+        configs = [m.config for m in self.members]
+        for client in self.clients:
+            client.share_limits(configs)
+
+
+class VectorSpace:
+    """One space as one API key sends to it: its client and query-vector LRU, and the
+    space's shared store (cache, texts in flight, members)."""
+
+    def __init__(self, client: EmbeddingClient, cache_dir: Path, *, query_cache_size: int,
+                 store: _Store | None = None) -> None:
         self.client = client
         self.key = client.vector_space_key()
         self.dims = client.dimensions
-        self.cache = EmbeddingCache(cache_dir / f"{self.key}.log", self.dims,
-                                    max_cache_size=client.config.max_cache_size)
-        self._opened = False
-        self._open_lock = trio.Lock()
+        self._store = store or _Store(cache_dir / f"{self.key}.log", self.dims,
+                                      max_cache_size=client.config.max_cache_size)
+        self._store.clients.append(client)
+        self.cache = self._store.cache
+        self.members = self._store.members
+        self._inflight = self._store.inflight
         self._queries: OrderedDict[str, F32] = OrderedDict()
         self._query_cache_size = query_cache_size
-        self.members: set[VectorWorker] = set()
-        #: Text hashes a member is embedding now (set once that call has ended).
-        self._inflight: dict[str, trio.Event] = {}
+
+    def with_client(self, client: EmbeddingClient, *, query_cache_size: int) -> VectorSpace:
+        """The same space sent to with another API key (``client``'s): the cache and the
+        members are this one's, the client and its breaker its own."""
+        view = VectorSpace(client, Path(), query_cache_size=query_cache_size,
+                           store=self._store)
+        self._store.share_limits()
+        return view
 
     def cache_key(self, text: str) -> str:
         """The key of ``text``'s vector in the cache: the hash of what the client sends for
@@ -83,14 +116,14 @@ class VectorSpace:
         return text_hash(self.client.sent_text(text))
 
     def join(self, member: VectorWorker) -> None:
-        """Add ``member``: the client applies its limits too, if stricter."""
+        """Add ``member``: the clients apply its limits too, if stricter."""
         self.members.add(member)
-        self.client.share_limits([m.config for m in self.members])
+        self._store.share_limits()
 
     def leave(self, member: VectorWorker) -> None:
         """Remove ``member``: the limits of those left apply."""
         self.members.discard(member)
-        self.client.share_limits([m.config for m in self.members])
+        self._store.share_limits()
 
     async def compact_cache(self, live_estimate: int) -> None:
         """Drop the cached texts no member's chunk holds (``EmbeddingCache.compact``) once
@@ -121,10 +154,10 @@ class VectorSpace:
 
     async def ensure_open(self) -> None:
         """Open the cache once (replaying its log in a worker thread)."""
-        async with self._open_lock:
-            if not self._opened:
+        async with self._store.open_lock:
+            if not self._store.opened:
                 await trio.to_thread.run_sync(self.cache.open)
-                self._opened = True
+                self._store.opened = True
 
     @contextlib.asynccontextmanager
     async def claim(self, hashes: Sequence[str], lookup: Sequence[int], *,
@@ -218,7 +251,9 @@ class VectorSpaces:
         self._query_cache_size = query_cache_size
         self._rng = rng
         self._by_config: dict[EmbeddingModelConfig, VectorSpace] = {}
+        #: The first space of each key, and the one of each (space, API key).
         self._by_key: dict[str, VectorSpace] = {}
+        self._by_sender: dict[tuple[str, str], VectorSpace] = {}
 
     def client(self, config: EmbeddingModelConfig) -> EmbeddingClient:
         return EmbeddingClient(
@@ -229,24 +264,30 @@ class VectorSpaces:
             passage_lane=self._passage_lane, rng=self._rng,
         )
 
-    def space(self, config: EmbeddingModelConfig, *, rekey: bool = True) -> VectorSpace:
-        """The space of ``config`` (created on first use; alike configs share it). Its
-        client sends the API key of the config asked for last (a workspace opened again
-        with a rotated key), unless ``rekey`` is false."""
+    def space(self, config: EmbeddingModelConfig) -> VectorSpace:
+        """The space of ``config`` as its API key sends to it (created on first use).
+        Configs alike with the same key share it; with another key (a rotated one, another
+        agent's) they share its cache and members but each sends its own key, so a key
+        the provider refuses fails only the workspaces that send it."""
         found = self._by_config.get(config)
         if found is not None:
-            if rekey:
-                found.client.use_key(config)
             return found
         client = self.client(config)
         key = client.vector_space_key()
-        space = self._by_key.get(key)
-        if space is None or space.client.enabled != client.enabled:
-            space = VectorSpace(client, self.cache_dir, query_cache_size=self._query_cache_size)
+        first = self._by_key.get(key)
+        sender = (key, resolve_api_key(config, os.environ if self._environ is None
+                                       else self._environ))
+        space = self._by_sender.get(sender)
+        if space is None:
+            if first is None or first.client.enabled != client.enabled:
+                space = VectorSpace(client, self.cache_dir,
+                                    query_cache_size=self._query_cache_size)
+                if client.enabled:
+                    self._by_key[key] = space
+            else:
+                space = first.with_client(client, query_cache_size=self._query_cache_size)
             if client.enabled:
-                self._by_key[key] = space
-        elif rekey:
-            space.client.use_key(config)
+                self._by_sender[sender] = space
         self._by_config[config] = space
         return space
 
@@ -266,7 +307,7 @@ class VectorSpaces:
             config = EmbeddingModelConfig(**values, api_key=current.api_key if same else "")
         except TypeError:
             return None
-        space = self.space(config, rekey=False)  # its workspaces keep their key
+        space = self.space(config)
         return space if space.client.enabled else None
 
     def statistics(self) -> dict[str, SpaceStatistics]:

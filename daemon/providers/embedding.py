@@ -170,16 +170,6 @@ class EmbeddingClient:
         return (f"EmbeddingClient(backend={c.backend!r}, model={mask_model(c.model_name)!r}, "
                 f"dims={self.dimensions}, endpoint={endpoint!r}, api_key=***)")
 
-    def use_key(self, config: EmbeddingModelConfig) -> None:
-        """Send with ``config``'s API key from now on (a workspace of this vector space
-        opened with another key: a rotated key must not wait for a restart)."""
-        key = resolve_api_key(config, self._environ)
-        if not key or key == self._api_key or self._format is None:
-            return
-        self.config = dataclasses.replace(self.config, api_key=config.api_key)
-        self._api_key = key
-        self._format = FORMATS[self.config.backend](self.config, key)
-
     @property
     def enabled(self) -> bool:
         return self.disabled_reason is None
