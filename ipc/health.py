@@ -24,6 +24,7 @@ from recalld.ipc.health_fixes import (
     WRITES_FAIL,
     degraded_fix,
     failed_fix,
+    provider_fix,
     refused_fix,
     set_aside_problem,
     write_problem,
@@ -222,17 +223,10 @@ def _vector_facts(a: Assessment, ws: WorkspaceInfo) -> None:
     error = v.get("last_error") or provider.get("last_error")
     breaker = (provider.get("breaker") or {}).get("state")
     if v.get("health") == "fail" or breaker == "open":
-        reopen = ("a fixed embedding_model_config applies when the workspace opens again: "
-                  + _reopen(a.agent_id))
         a.problems.append(Problem(
             "fail", f"embedding provider failing: {error or 'circuit open'}",
-            "check base_url, the key, model_name and dimensions: the provider refuses "
-            f"what it is sent, and no wait changes that; {reopen}"
-            if _provider_failing(ws) == "for good" else
-            "the provider is unreachable, overloaded or rate-limiting: the backfill waits "
-            "(growing waits, the provider's Retry-After, the circuit breaker) and resumes "
-            "by itself once it answers (see the [EMBEDDING HEALTH CHECK] line in the "
-            f"log); if it lasts, check base_url and the network; {reopen}"))
+            provider_fix(_reopen(a.agent_id), for_good=_provider_failing(ws) == "for good",
+                         local=provider.get("backend") == "local")))
     if v.get("parked"):
         a.problems.append(Problem(
             "fail", f"{v['parked']} chunk(s) parked after errors on their texts"

