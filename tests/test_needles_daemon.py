@@ -375,6 +375,13 @@ def test_a_chinese_note_edited_to_name_another_identifier_holds_only_that_one(
     assert _miss(daemon, "KX_TORVEL_9913", target, sync=True) is None
 
 
+def _zh_note_with(day: Path, rng: random.Random, at: int, words: str) -> None:
+    """A long Chinese note (eight paragraphs) whose paragraph ``at`` ends in ``words``."""
+    chinese = [bilingual._zh_text(rng, 30) for _ in range(8)]
+    chinese[at] += f"{words}，{bilingual._zh_text(rng, 6)}"
+    (day / "zh.md").write_text("# 记录\n\n" + "\n\n".join(chinese) + "\n", encoding="utf-8")
+
+
 def test_a_url_in_a_long_note_ranks_first_over_many_notes_sharing_its_host_and_id(
         daemon: Any, tmp_path: Path) -> None:
     # A URL's host is its identifier and its id a number of the lookup: more short notes
@@ -389,9 +396,7 @@ def test_a_url_in_a_long_note_ranks_first_over_many_notes_sharing_its_host_and_i
         (day / f"en-{i:02d}.md").write_text(
             f"# Note {i}\n\n{bilingual._en_text(rng, 14)} We hit {sibling} again.\n",
             encoding="utf-8")
-    chinese = [bilingual._zh_text(rng, 30) for _ in range(8)]
-    chinese[5] += f"问题出在 {url} 上，{bilingual._zh_text(rng, 6)}"
-    (day / "zh.md").write_text("# 记录\n\n" + "\n\n".join(chinese) + "\n", encoding="utf-8")
+    _zh_note_with(day, rng, 5, f"问题出在 {url} 上")
     _open(daemon, root)
     misses = [miss for query in (url, f"what went wrong with {url}?", url.upper(),
                                  f"{url} 是什么问题")
@@ -412,9 +417,7 @@ def test_a_url_named_by_its_host_alone_ranks_first_as_typed(daemon: Any,
         sibling = f" We hit {siblings[i % 3]} again." if i < 40 else ""
         (day / f"en-{i:03d}.md").write_text(
             f"# Note {i}\n\n{bilingual._en_text(rng, 14)}{sibling}\n", encoding="utf-8")
-    chinese = [bilingual._zh_text(rng, 30) for _ in range(8)]
-    chinese[4] += f"见 `{url}`，{bilingual._zh_text(rng, 6)}"
-    (day / "zh.md").write_text("# 记录\n\n" + "\n\n".join(chinese) + "\n", encoding="utf-8")
+    _zh_note_with(day, rng, 4, f"见 `{url}`")
     _open(daemon, root)
     misses = [miss for query in (url, f"what went wrong with {url}?", f"{url}是什么问题")
               if (miss := _miss(daemon, query, "memory/2026-03-18/zh.md")) is not None]
@@ -433,9 +436,7 @@ def test_a_url_ranks_first_after_many_notes_sharing_its_path_were_deleted(
         (day / f"en-{i:03d}.md").write_text(
             f"# Log {i}\n\n{bilingual._en_text(rng, 10)} Saw {url[:-4]}shut fail.\n",
             encoding="utf-8")
-    chinese = [bilingual._zh_text(rng, 30) for _ in range(8)]
-    chinese[3] += f"地址是 {url}，{bilingual._zh_text(rng, 6)}"
-    (day / "zh.md").write_text("# 记录\n\n" + "\n\n".join(chinese) + "\n", encoding="utf-8")
+    _zh_note_with(day, rng, 3, f"地址是 {url}")
     _open(daemon, root)
     for i in range(0, 300, 2):
         (day / f"en-{i:03d}.md").unlink()
