@@ -438,6 +438,11 @@ def test_backup_leaves_out_symlinks_and_hidden_files(daemon: DaemonHandle, ws: P
         with pytest.raises(InvalidParams, match="inside workspace 'w'"):
             daemon.call("backup.create", {"agents": ["w"], "out": str(inside)})
         assert not (ws / "resource" / "b.zip").exists()
+    # A workspace's own folder (or one in it) is refused as such, not with a file in it to
+    # name instead, which would be refused in turn.
+    for folder in (ws, ws / "memory", tmp_path / "to-ws"):
+        with pytest.raises(InvalidParams, match="inside workspace 'w'"):
+            daemon.call("backup.create", {"agents": ["w"], "out": str(folder)})
 
 
 def test_restore_on_another_machine_opens_the_workspace_and_indexes_it(

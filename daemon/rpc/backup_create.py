@@ -10,6 +10,7 @@ import dataclasses
 import errno
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import trio
@@ -131,11 +132,23 @@ def _out_refused(path: Path, exc: store_errors.StorageIOError) -> InvalidParams:
     return InvalidParams(f"cannot write the backup to {path}: {why}")
 
 
-def _check_out_place(path: Path, named_folder: bool) -> None:
+def _inside_workspace(path: Path, real: Path, roots: Sequence[tuple[str, Path]]) -> None:
+    """InvalidParams if ``real`` (``path`` resolved) lies in one of the workspaces
+    ``roots`` (agent id, folder): an archive there would be read as its memory (a
+    resource file, say) and go into its next backups."""
+    for agent_id, root in roots:
+        if real.is_relative_to(root):
+            raise InvalidParams(f"{path} is inside workspace {agent_id!r} ({root}); "
+                                "put the archive outside every workspace")
+
+
+def _check_out_place(path: Path, named_folder: bool,
+                     roots: Sequence[tuple[str, Path]]) -> None:
     """InvalidParams unless a new archive can be put at the client-named ``path``: a
     folder there (or ``named_folder``, the path ending in ``/``), anything at all there
     (a symbolic link too, dangling or not: the rename would replace it, not write where
-    it leads), or a folder on its way missing (the daemon makes none of the client's)."""
+    it leads), or a folder on its way missing (the daemon makes none of the client's).
+    A folder in a workspace is refused as such, not with a file in it to name instead."""
     try:
         is_dir, is_link, exists = path.is_dir(), path.is_symlink(), os.path.lexists(path)
         parent_ok = path.parent.is_dir()
@@ -143,6 +156,8 @@ def _check_out_place(path: Path, named_folder: bool) -> None:
         raise InvalidParams(f"cannot write the backup to {path}: "
                             f"{why_not_made(path.parent, exc)}") from None
     if named_folder or is_dir:
+        if is_dir:
+            _inside_workspace(path, path.resolve(), roots)
         raise InvalidParams(f"{path} is a folder: name the archive file in it "
                             f"(e.g. {path / 'recalld-backup.zip'})")
     if is_link:
@@ -223,17 +238,14 @@ async def create_backup(ctx: CallContext, agents: list[str] | None, out: str | N
         path = expand_param(out, "out")
         if "\x00" in out or not path.is_absolute():
             raise InvalidParams("param 'out' must be an absolute path")
-        await trio.to_thread.run_sync(_check_out_place, path, out.endswith("/"))
+        roots = [(w.agent_id, w.root) for w in ctx.state.registry.list()]
+        await trio.to_thread.run_sync(_check_out_place, path, out.endswith("/"), roots)
         try:
             real = await trio.to_thread.run_sync(path.resolve)
         except RuntimeError:  # a loop of symbolic links (Python 3.11)
             raise InvalidParams(f"cannot write the backup to {path}: "
                                 f"{os.strerror(errno.ELOOP)}") from None
-        for w in ctx.state.registry.list():
-            if real.is_relative_to(w.root):
-                # Read as its memory (a resource file, say) and in its next backups.
-                raise InvalidParams(f"{path} is inside workspace {w.agent_id!r} "
-                                    f"({w.root}); put the archive outside every workspace")
+        _inside_workspace(path, real, roots)
     else:
         label = "-".join(dict.fromkeys(agents)) if agents else "all"
         path = unique_path(backups_dir(ctx.state) / f"recalld-{stamp()}-{label[:60]}.zip")
