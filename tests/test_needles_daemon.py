@@ -377,8 +377,8 @@ def test_a_chinese_note_edited_to_name_another_identifier_holds_only_that_one(
 
 def _zh_note_with(day: Path, rng: random.Random, at: int, words: str) -> None:
     """A long Chinese note (eight paragraphs) whose paragraph ``at`` ends in ``words``."""
-    chinese = [bilingual._zh_text(rng, 30) for _ in range(8)]
-    chinese[at] += f"{words}，{bilingual._zh_text(rng, 6)}"
+    chinese = [bilingual.zh_text(rng, 30) for _ in range(8)]
+    chinese[at] += f"{words}，{bilingual.zh_text(rng, 6)}"
     (day / "zh.md").write_text("# 记录\n\n" + "\n\n".join(chinese) + "\n", encoding="utf-8")
 
 
@@ -394,7 +394,7 @@ def test_a_url_in_a_long_note_ranks_first_over_many_notes_sharing_its_host_and_i
         sibling = (f"https://{host}/api/telmo/brisk?id=618&m=full" if i % 2 else
                    f"https://{host}/api/telmo/drask?id=618&m=lite")
         (day / f"en-{i:02d}.md").write_text(
-            f"# Note {i}\n\n{bilingual._en_text(rng, 14)} We hit {sibling} again.\n",
+            f"# Note {i}\n\n{bilingual.en_text(rng, 14)} We hit {sibling} again.\n",
             encoding="utf-8")
     _zh_note_with(day, rng, 5, f"问题出在 {url} 上")
     _open(daemon, root)
@@ -416,7 +416,7 @@ def test_a_url_named_by_its_host_alone_ranks_first_as_typed(daemon: Any,
     for i in range(160):  # 40 name the host, the others make it a rare term
         sibling = f" We hit {siblings[i % 3]} again." if i < 40 else ""
         (day / f"en-{i:03d}.md").write_text(
-            f"# Note {i}\n\n{bilingual._en_text(rng, 14)}{sibling}\n", encoding="utf-8")
+            f"# Note {i}\n\n{bilingual.en_text(rng, 14)}{sibling}\n", encoding="utf-8")
     _zh_note_with(day, rng, 4, f"见 `{url}`")
     _open(daemon, root)
     misses = [miss for query in (url, f"what went wrong with {url}?", f"{url}是什么问题")
@@ -434,7 +434,7 @@ def test_a_url_ranks_first_after_many_notes_sharing_its_path_were_deleted(
     url = "https://varnholt.example.net/v3/ledge/umber?key=5127&pane=open"
     for i in range(300):
         (day / f"en-{i:03d}.md").write_text(
-            f"# Log {i}\n\n{bilingual._en_text(rng, 10)} Saw {url[:-4]}shut fail.\n",
+            f"# Log {i}\n\n{bilingual.en_text(rng, 10)} Saw {url[:-4]}shut fail.\n",
             encoding="utf-8")
     _zh_note_with(day, rng, 3, f"地址是 {url}")
     _open(daemon, root)

@@ -40,10 +40,10 @@ def notes() -> dict[str, str]:
     for i in range(150):  # 80 name a sibling, the others make the hosts rare terms
         sibling = f" Saw {siblings[i % 5]} fail." if i < 80 else ""
         out[f"memory/2026-05-{1 + i % 9:02d}/en-{i:03d}.md"] = (
-            f"# Log {i}\n\n{bilingual._en_text(rng, 12)}{sibling}\n")
+            f"# Log {i}\n\n{bilingual.en_text(rng, 12)}{sibling}\n")
     for name, url in (("kestrel", NEEDLE), ("ostra", LONE)):
-        paras = [bilingual._zh_text(rng, 30) for _ in range(8)]
-        paras[6] += f"出错的地址是 {url}，{bilingual._zh_text(rng, 5)}"
+        paras = [bilingual.zh_text(rng, 30) for _ in range(8)]
+        paras[6] += f"出错的地址是 {url}，{bilingual.zh_text(rng, 5)}"
         out[f"memory/2026-05-10/{name}.md"] = "# 排查\n\n" + "\n\n".join(paras) + "\n"
     return out
 

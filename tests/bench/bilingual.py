@@ -137,13 +137,15 @@ def _needle(rng: random.Random, shape: str) -> Needle:
     return Needle(shape, ident, tuple(s for s in sibs if s != ident), (w, section, noun))
 
 
-def _en_text(rng: random.Random, words: int) -> str:
+def en_text(rng: random.Random, words: int) -> str:
+    """An English sentence of ``words`` words of the notes' vocabulary."""
     out = [rng.choice(_EN) for _ in range(words)]
     out[0] = out[0].capitalize()
     return " ".join(out) + "."
 
 
-def _zh_text(rng: random.Random, words: int) -> str:
+def zh_text(rng: random.Random, words: int) -> str:
+    """A Chinese sentence of ``words`` words of the notes' vocabulary."""
     return "".join(rng.choice(_ZH) for _ in range(words)) + "。"
 
 
@@ -157,11 +159,11 @@ def generate(*, notes: int = DEFAULT_NOTES, needles: int = DEFAULT_NEEDLES,
     zh_paths = [f"memory/{DATE}/zh-{i:04d}.md" for i in range(n_zh)]
     en_paths = [f"memory/{DATE}/en-{i:04d}.md" for i in range(notes - n_zh)]
     # Chinese-heavy notes: 150-400 Chinese words (300-800 characters), a few English words.
-    body: dict[str, list[str]] = {p: [_zh_text(rng, rng.randint(20, 40))
+    body: dict[str, list[str]] = {p: [zh_text(rng, rng.randint(20, 40))
                                       for _ in range(rng.randint(5, 10))] for p in zh_paths}
     # English notes are short, as the notes that bury a needle by length are.
     for p in en_paths:
-        body[p] = [_en_text(rng, rng.randint(12, 25)) for _ in range(rng.randint(2, 4))]
+        body[p] = [en_text(rng, rng.randint(12, 25)) for _ in range(rng.randint(2, 4))]
     seen: set[str] = set()
     idents: set[str] = set()
     planted: list[tuple[Needle, str]] = []
@@ -176,7 +178,7 @@ def generate(*, notes: int = DEFAULT_NOTES, needles: int = DEFAULT_NEEDLES,
         home = zh_paths[len(planted)]
         paras = body[home]
         at = rng.randrange(len(paras))
-        paras[at] = paras[at][:-1] + f"，问题出在 {nd.ident} 上，" + _zh_text(rng, 6)
+        paras[at] = paras[at][:-1] + f"，问题出在 {nd.ident} 上，" + zh_text(rng, 6)
         for p in rng.sample(en_paths, min(distractors, len(en_paths))):
             sib = rng.choice(nd.siblings)
             parts = " and ".join(nd.parts)
