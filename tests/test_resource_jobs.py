@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from conftest import DaemonFactory
+from conftest import DaemonFactory, DaemonHandle
 from fakes.provider_server import FakeProvider
 from hooks import start_hook
 from test_dream import ScriptedModel, write
@@ -41,25 +41,38 @@ END_HELD = (
 )
 
 
+def _daemon_held_at_a_job_end(daemon_factory: DaemonFactory, tmp_path: Path,
+                              lines: tuple[str, ...]) -> DaemonHandle:
+    """A daemon started with the hook ``lines`` (:data:`END_HELD` or a variant), its FIFO
+    and marks in ``tmp_path``."""
+    os.mkfifo(tmp_path / "hold")
+    return daemon_factory(**start_hook(tmp_path, *lines), HOLD=str(tmp_path / "hold"),
+                          HELD=str(tmp_path / "held"), REFUSED=str(tmp_path / "refused"))
+
+
+def _write_while_the_job_ends(tmp_path: Path, root: Path, rel: str, text: str) -> None:
+    """Once the first job is held at its end, write ``rel``; once a job for it was
+    refused (that one runs), let the first end."""
+    try:
+        wait_for((tmp_path / "held").exists, "the first job held at its end")
+        write(root, rel, text)
+        wait_for((tmp_path / "refused").exists, "a job refused while the first ends")
+    finally:
+        with open(tmp_path / "hold", "wb"):
+            pass
+
+
 def test_a_file_cataloged_while_a_job_ends_is_interpreted(
         daemon_factory: DaemonFactory, fake: FakeProvider, tmp_path: Path) -> None:
     # The job has looked for work for the last time; its end is being journaled when the
     # file comes: the job refused as one runs, the file is still taken up once it ended.
     root = tmp_path / "ws"
-    hold, held, refused = tmp_path / "hold", tmp_path / "held", tmp_path / "refused"
-    os.mkfifo(hold)
-    d = daemon_factory(**start_hook(tmp_path, *END_HELD), HOLD=str(hold), HELD=str(held),
-                       REFUSED=str(refused))
+    d = _daemon_held_at_a_job_end(daemon_factory, tmp_path, END_HELD)
     ScriptedModel(fake)
     write(root, "resource/Tagesordnung.md", "Punkt 1: Haushalt 2027.\n")
     open_ws(d, "ending", root, fake)
-    try:
-        wait_for(held.exists, "the first job held at its end")
-        write(root, "resource/2025-10-02/付録 B.txt", "予算案の付録、第2版。\n")
-        wait_for(refused.exists, "a job refused while the first ends")
-    finally:
-        with open(hold, "wb"):
-            pass
+    _write_while_the_job_ends(tmp_path, root, "resource/2025-10-02/付録 B.txt",
+                              "予算案の付録、第2版。\n")
     wait_state(root, "resource/2025-10-02/付録 B.txt", "processed")
     wait_for(lambda: not active_jobs(d, "ending", "auto_resource"))
     entries = catalog(root)
@@ -73,20 +86,12 @@ def test_a_file_cataloged_while_a_job_fails_is_taken_up(
     # while that failure is journaled is refused a job (one runs), and has one once it
     # ended: it is pending too, not left queued until some other file changes.
     root = tmp_path / "ws"
-    hold, held, refused = tmp_path / "hold", tmp_path / "held", tmp_path / "refused"
-    os.mkfifo(hold)
     lines = tuple(line.replace("'succeeded'", "'failed'") for line in END_HELD)
-    d = daemon_factory(**start_hook(tmp_path, *lines), HOLD=str(hold), HELD=str(held),
-                       REFUSED=str(refused))
+    d = _daemon_held_at_a_job_end(daemon_factory, tmp_path, lines)
     write(root, "resource/Protokoll.md", "Sitzung vom 3. März: Beschlüsse.\n")
     open_ws(d, "failing", root, None)
-    try:
-        wait_for(held.exists, "the first job held at its failed end")
-        write(root, "resource/2025-10-02/Приложение 1.csv", "статья;сумма\nаренда;1200\n")
-        wait_for(refused.exists, "a job refused while the first ends")
-    finally:
-        with open(hold, "wb"):
-            pass
+    _write_while_the_job_ends(tmp_path, root, "resource/2025-10-02/Приложение 1.csv",
+                              "статья;сумма\nаренда;1200\n")
     wait_state(root, "resource/2025-10-02/Приложение 1.csv", "pending")
     wait_for(lambda: not active_jobs(d, "failing", "auto_resource"))
     jobs = [j for j in d.call("jobs.list", {"agent_id": "failing"})["jobs"]
