@@ -326,26 +326,22 @@ def holders_of_all(c: Corpus, terms: list[str],
     ascending, however they would score: read from the postings of the rarest term and
     looked up in the others' (``holding``); None when the rarest has more than
     ``ALL_HOLDERS`` live postings (or there are no terms)."""
-    counts: dict[str, int] = {}
-    for term in dict.fromkeys(terms):
-        start, end = span(c, term)
-        dpost = c.delta.postings(term)
-        counts[term] = end - start + (len(dpost) if dpost else 0)
-    if not counts:
+    # Each term's span in main and its delta postings, looked up once.
+    where = {term: (span(c, term), c.delta.postings(term) or ()) for term in dict.fromkeys(terms)}
+    if not where:
         return None
+    counts = {term: end - start + len(dpost) for term, ((start, end), dpost) in where.items()}
     if min(counts.values()) > ALL_HOLDERS and c.n_dead:
         # Main keeps the rows of deleted and edited documents until a compaction: count
         # only the live ones, as a search does, or churn would hide the holders.
-        for term in counts:
-            start, end = span(c, term)
-            dpost = c.delta.postings(term)
-            counts[term] = live_in(c, start, end) + (len(dpost) if dpost else 0)
+        counts = {term: live_in(c, start, end) + len(dpost)
+                  for term, ((start, end), dpost) in where.items()}
     rarest = min(counts, key=counts.__getitem__)
     if counts[rarest] > ALL_HOLDERS:
         return None
-    start, end = span(c, rarest)
+    (start, end), dpost = where[rarest]
     keys = set(c.main.row_keys.take(c.main.rows[start:end]).tolist()) if end > start else set()
-    keys.update(c.delta.postings(rarest) or ())
+    keys.update(dpost)
     if allowed is not None:
         keys = {key for key in keys if key in allowed}
     for term in counts:  # the rarest too: a key's live version may no longer hold it
